@@ -1,0 +1,256 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// route is one upstream as the catalog sees it, in config order.
+type route struct {
+	index  int
+	name   string
+	prefix string // for tool and prompt names; "" = unprefixed
+	scheme string // for resource URIs; "" = unprefixed
+	client *upstream.Client
+	// includeInstructions says whether the upstream's instructions reach clients.
+	includeInstructions bool
+}
+
+// entry is one item of the merged catalog.
+type entry struct {
+	route *route
+	// original is the upstream's own name, URI or URI template.
+	original string
+	// exposed is what clients see.
+	exposed string
+	// raw is the item as clients see it: the upstream's JSON with the key field rewritten.
+	raw json.RawMessage
+}
+
+// snapshot is the merged catalog at one moment. It is immutable: a change builds a new one.
+type snapshot struct {
+	lists [upstream.NumKinds][]*entry
+	// version identifies each list's content, so that cursors can tell a changed list.
+	version [upstream.NumKinds]uint64
+	// byName finds tools and prompts by exposed name.
+	tools, prompts map[string]*entry
+	// resources finds listed resources by exposed URI.
+	resources map[string]*entry
+	// schemes finds upstreams by the scheme prefix of their URIs; unprefixed is the upstream
+	// whose URIs pass unchanged, if any.
+	schemes      map[string]*route
+	unprefixed   *route
+	instructions string
+}
+
+// catalogBuilder merges the upstreams' lists into snapshots. Build is called whenever an
+// upstream changes; calls are serialized.
+type catalogBuilder struct {
+	routes []*route
+	sep    string
+	logger *slog.Logger
+
+	mu sync.Mutex
+	// warned holds the collisions already logged, so each is logged once. Guarded by mu.
+	warned map[string]bool
+	// former remembers which upstream owned each exposed tool or prompt name ever listed, so a
+	// call to it while that upstream is down fails as "unavailable", not "unknown". Guarded by mu.
+	former map[string]*route
+}
+
+func newCatalogBuilder(routes []*route, sep string, logger *slog.Logger) *catalogBuilder {
+	return &catalogBuilder{routes: routes, sep: sep, logger: logger, warned: map[string]bool{}, former: map[string]*route{}}
+}
+
+// build merges the upstreams' current lists. On a name collision config order wins and the
+// loser is logged once (design decision 2).
+func (b *catalogBuilder) build() *snapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := &snapshot{
+		tools:     map[string]*entry{},
+		prompts:   map[string]*entry{},
+		resources: map[string]*entry{},
+		schemes:   map[string]*route{},
+	}
+	var instructions []string
+	for _, r := range b.routes {
+		if r.scheme == "" {
+			s.unprefixed = r
+		} else {
+			s.schemes[r.scheme] = r
+		}
+		cat := r.client.Catalog()
+		if cat == nil {
+			continue
+		}
+		if r.includeInstructions {
+			if info := r.client.Server(); info != nil && info.Instructions != "" {
+				instructions = append(instructions, fmt.Sprintf("[%s] %s", r.name, info.Instructions))
+			}
+		}
+		for _, k := range upstream.Kinds {
+			seen := map[string]*entry{}
+			switch k {
+			case upstream.Tools:
+				seen = s.tools
+			case upstream.Prompts:
+				seen = s.prompts
+			case upstream.Resources:
+				seen = s.resources
+			}
+			for _, it := range cat.List(k) {
+				var exposed string
+				switch k {
+				case upstream.Tools, upstream.Prompts:
+					exposed = exposedName(r.prefix, b.sep, it.Key)
+				default:
+					exposed = exposeURI(r.scheme, it.Key)
+				}
+				if prev, dup := seen[exposed]; dup {
+					b.warnCollision(k, exposed, prev, r, it.Key)
+					continue
+				}
+				raw, err := rewriteField(it.Raw, k.KeyField(), exposed)
+				if err != nil {
+					b.logger.Warn("an upstream list entry could not be rewritten; it is left out", "upstream", r.name, "kind", k.String(), "key", it.Key, "error", err.Error())
+					continue
+				}
+				e := &entry{route: r, original: it.Key, exposed: exposed, raw: raw}
+				seen[exposed] = e
+				s.lists[k] = append(s.lists[k], e)
+				if k == upstream.Tools || k == upstream.Prompts {
+					b.former[k.String()+"\x00"+exposed] = r
+				}
+			}
+		}
+	}
+	for _, k := range upstream.Kinds {
+		h := fnv.New64a()
+		for _, e := range s.lists[k] {
+			h.Write(e.raw)
+			h.Write([]byte{0})
+		}
+		s.version[k] = h.Sum64()
+	}
+	s.instructions = strings.Join(instructions, "\n\n")
+	return s
+}
+
+func (b *catalogBuilder) warnCollision(k upstream.Kind, exposed string, kept *entry, lost *route, original string) {
+	key := k.String() + "\x00" + exposed + "\x00" + lost.name
+	if b.warned[key] {
+		return
+	}
+	b.warned[key] = true
+	b.logger.Warn("two upstreams expose the same name; the one listed first in the config wins",
+		"kind", k.String(), "name", exposed, "kept_upstream", kept.route.name, "dropped_upstream", lost.name, "dropped_original", original)
+}
+
+// formerOwner returns the upstream that once listed the exposed tool or prompt name.
+func (b *catalogBuilder) formerOwner(k upstream.Kind, exposed string) *route {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.former[k.String()+"\x00"+exposed]
+}
+
+// rewriteField returns obj with its string field set to value; every other member is kept.
+func rewriteField(obj json.RawMessage, field, value string) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &m); err != nil {
+		return nil, err
+	}
+	v, _ := json.Marshal(value)
+	if bytes.Equal(m[field], v) {
+		return obj, nil
+	}
+	m[field] = v
+	return json.Marshal(m)
+}
+
+// resolveURI finds the upstream of an exposed resource URI and the URI in its own terms:
+// a listed resource first, then the scheme prefix, then the unprefixed upstream.
+func (s *snapshot) resolveURI(uri string) (*route, string, bool) {
+	if e, ok := s.resources[uri]; ok {
+		return e.route, e.original, true
+	}
+	if scheme, original, ok := splitExposedURI(uri); ok {
+		if r, ok := s.schemes[scheme]; ok {
+			return r, original, true
+		}
+	}
+	if s.unprefixed != nil {
+		return s.unprefixed, uri, true
+	}
+	return nil, "", false
+}
+
+// errBadCursor is returned for a cursor the gateway did not issue for this list, or whose
+// list has changed since; it maps to -32602.
+var errBadCursor = protocol.Errorf(protocol.CodeInvalidParams, "invalid or expired cursor: list again without a cursor")
+
+// cursor encodes where the next page of kind k starts in the list at version.
+func cursor(k upstream.Kind, version uint64, offset int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("%d.%x.%d", int(k), version, offset)))
+}
+
+// parseCursor returns the offset a cursor points at, checking that it belongs to this list.
+func parseCursor(c string, k upstream.Kind, version uint64, size int) (int, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, errBadCursor
+	}
+	parts := strings.Split(string(raw), ".")
+	if len(parts) != 3 || parts[0] != strconv.Itoa(int(k)) || parts[1] != strconv.FormatUint(version, 16) {
+		return 0, errBadCursor
+	}
+	off, err := strconv.Atoi(parts[2])
+	if err != nil || off <= 0 || off >= size {
+		return 0, errBadCursor
+	}
+	return off, nil
+}
+
+// page returns the result of a list method: one page of kind k from the cursor on.
+func (s *snapshot) page(k upstream.Kind, cursorParam string, pageSize int) (json.RawMessage, error) {
+	list := s.lists[k]
+	start := 0
+	if cursorParam != "" {
+		var err error
+		if start, err = parseCursor(cursorParam, k, s.version[k], len(list)); err != nil {
+			return nil, err
+		}
+	}
+	end := min(start+pageSize, len(list))
+	size := 16 + len(k.ListField())
+	for _, e := range list[start:end] {
+		size += len(e.raw) + 1
+	}
+	buf := make([]byte, 0, size+64)
+	buf = append(buf, `{"`...)
+	buf = append(buf, k.ListField()...)
+	buf = append(buf, `":[`...)
+	for i, e := range list[start:end] {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, e.raw...)
+	}
+	buf = append(buf, ']')
+	if end < len(list) {
+		buf = append(buf, `,"nextCursor":`...)
+		buf = protocol.AppendString(buf, cursor(k, s.version[k], end))
+	}
+	buf = append(buf, '}')
+	return buf, nil
+}

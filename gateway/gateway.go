@@ -1,0 +1,301 @@
+// Package gateway is Manifold's server face: the Streamable HTTP endpoint that MCP clients
+// connect to, their sessions, the router that dispatches each method, and the merged catalog
+// that namespaces the upstreams' tools, resources, templates and prompts into one.
+//
+//	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger})
+//	gw.Start(ctx)                      // connects the upstreams in the background
+//	srv := &http.Server{Handler: gw.Handler()}
+//	...
+//	gw.Close()                         // ends sessions and streams, stops the upstreams
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// Options are the Gateway's optional settings.
+type Options struct {
+	// Logger receives the gateway's logs. If nil, logs are discarded.
+	Logger *slog.Logger
+	// Version is reported as serverInfo.version. If empty, "dev".
+	Version string
+	// Store keeps the sessions. If nil, an in-memory store capped at cfg.MaxSessions.
+	Store session.Store
+	// Now returns the current time. If nil, time.Now.
+	Now func() time.Time
+	// ExpiryInterval is how often idle sessions are looked for. If zero, a quarter of the idle
+	// timeout, at most a minute.
+	ExpiryInterval time.Duration
+	// UpstreamOptions are the base options of every upstream client; the gateway sets the
+	// logger and callbacks. If nil, the upstream package's defaults.
+	UpstreamOptions *upstream.Options
+}
+
+// Gateway serves MCP clients in front of the configured upstreams. It is safe for concurrent
+// use. Its methods may be called in any order; Close ends everything it started.
+type Gateway struct {
+	cfg    *config.Config
+	opts   Options
+	logger *slog.Logger
+	store  session.Store
+
+	routes  []*route
+	builder *catalogBuilder
+	// snapshot is the merged catalog clients see; replaced whole on every change.
+	snapshot atomic.Pointer[snapshot]
+	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
+	rebuildMu sync.Mutex
+
+	mu sync.Mutex
+	// live holds this process's part of each session: its streams and in-flight calls.
+	// Guarded by mu.
+	live map[string]*liveSession
+
+	requestSeq atomic.Uint64
+
+	// draining is closed by Drain: standalone streams end and new ones are refused.
+	draining  chan struct{}
+	drainOnce sync.Once
+
+	// Lifecycle: ctx ends at Close; workers are the upstream and expiry goroutines.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	workers   sync.WaitGroup
+	startOnce sync.Once
+	closeOnce sync.Once
+}
+
+// New builds a Gateway for cfg, which must have passed config validation and is not modified.
+// Nothing is started until Start.
+func New(cfg *config.Config, opts *Options) (*Gateway, error) {
+	g := &Gateway{cfg: cfg, live: map[string]*liveSession{}, draining: make(chan struct{})}
+	if opts != nil {
+		g.opts = *opts
+	}
+	if g.opts.Logger == nil {
+		g.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	g.logger = g.opts.Logger
+	if g.opts.Version == "" {
+		g.opts.Version = "dev"
+	}
+	if g.opts.Now == nil {
+		g.opts.Now = time.Now
+	}
+	g.store = g.opts.Store
+	if g.store == nil {
+		g.store = session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: g.opts.Now})
+	}
+	if g.opts.ExpiryInterval <= 0 {
+		g.opts.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
+		if g.opts.ExpiryInterval <= 0 {
+			g.opts.ExpiryInterval = time.Minute
+		}
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+
+	schemes := map[string]string{}
+	for i, u := range cfg.EnabledUpstreams() {
+		var base upstream.Options
+		if g.opts.UpstreamOptions != nil {
+			base = *g.opts.UpstreamOptions
+		}
+		base.Logger = g.logger
+		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
+		base.OnChange = func(*upstream.Client) { g.rebuild() }
+		client := upstream.New(upstream.Spec{
+			Name:           u.Name,
+			Command:        u.Command,
+			Args:           u.Args,
+			Env:            u.Env,
+			Dir:            u.Dir,
+			RequestTimeout: u.RequestTimeout,
+		}, &base)
+		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions}
+		// Prefixes are unique, but two may reduce to the same URI scheme ("a_b", "a-b"):
+		// later ones get a number, in config order.
+		if r.scheme != "" {
+			base := r.scheme
+			for n := 2; schemes[r.scheme] != ""; n++ {
+				r.scheme = base + strconv.Itoa(n)
+			}
+			if r.scheme != base {
+				g.logger.Warn("two upstream prefixes give the same URI scheme; this one is numbered", "upstream", u.Name, "scheme", r.scheme, "other_upstream", schemes[base])
+			}
+			schemes[r.scheme] = u.Name
+		}
+		g.routes = append(g.routes, r)
+	}
+	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
+	g.snapshot.Store(g.builder.build())
+	return g, nil
+}
+
+// Start connects the upstreams (in the background: a slow or failing upstream does not hold
+// up the others or the gateway) and starts expiring idle sessions. Later calls do nothing.
+func (g *Gateway) Start() {
+	g.startOnce.Do(func() {
+		for _, r := range g.routes {
+			g.workers.Add(1)
+			go func() {
+				defer g.workers.Done()
+				r.client.Run(g.ctx)
+			}()
+		}
+		g.workers.Add(1)
+		go g.expireSessions()
+	})
+}
+
+// Drain ends the standalone streams and refuses new ones, so that an HTTP server's graceful
+// shutdown waits only for requests in flight. Requests are still served. It may be called more
+// than once.
+func (g *Gateway) Drain() {
+	g.drainOnce.Do(func() { close(g.draining) })
+}
+
+// Close ends every session's streams and calls, stops the upstreams (their processes are
+// ended) and waits for all the gateway's goroutines. It may be called more than once.
+func (g *Gateway) Close() error {
+	g.closeOnce.Do(func() {
+		g.Drain()
+		g.cancel()
+		g.mu.Lock()
+		live := g.live
+		g.live = map[string]*liveSession{}
+		g.mu.Unlock()
+		for _, ls := range live {
+			ls.end()
+		}
+		for _, r := range g.routes {
+			r.client.Close()
+		}
+		g.workers.Wait()
+	})
+	return nil
+}
+
+// UpstreamStates returns each enabled upstream's state, in config order.
+func (g *Gateway) UpstreamStates() map[string]upstream.State {
+	states := make(map[string]upstream.State, len(g.routes))
+	for _, r := range g.routes {
+		states[r.name] = r.client.State()
+	}
+	return states
+}
+
+// rebuild merges the catalog anew and tells every client whose lists changed.
+func (g *Gateway) rebuild() {
+	g.rebuildMu.Lock()
+	defer g.rebuildMu.Unlock()
+	next := g.builder.build()
+	prev := g.snapshot.Swap(next)
+	var changed []string
+	if prev.version[upstream.Tools] != next.version[upstream.Tools] {
+		changed = append(changed, protocol.NotificationToolsChanged)
+	}
+	if prev.version[upstream.Resources] != next.version[upstream.Resources] ||
+		prev.version[upstream.ResourceTemplates] != next.version[upstream.ResourceTemplates] {
+		changed = append(changed, protocol.NotificationResourcesChanged)
+	}
+	if prev.version[upstream.Prompts] != next.version[upstream.Prompts] {
+		changed = append(changed, protocol.NotificationPromptsChanged)
+	}
+	for _, method := range changed {
+		g.broadcast(method)
+	}
+}
+
+// broadcast sends a notification without params to every session's standalone stream.
+func (g *Gateway) broadcast(method string) {
+	data, err := protocol.Encode(&protocol.Notification{Method: method})
+	if err != nil {
+		g.logger.Error("encode notification", "method", method, "error", err.Error())
+		return
+	}
+	g.mu.Lock()
+	sessions := make([]*liveSession, 0, len(g.live))
+	for _, ls := range g.live {
+		sessions = append(sessions, ls)
+	}
+	g.mu.Unlock()
+	for _, ls := range sessions {
+		ls.notify(data, g.logger)
+	}
+}
+
+// expireSessions ends sessions idle for longer than the idle timeout, so that a client that
+// never sends DELETE does not hold a slot forever. A session with an open standalone stream is
+// in use and does not expire.
+func (g *Gateway) expireSessions() {
+	defer g.workers.Done()
+	t := time.NewTicker(g.opts.ExpiryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		cutoff := g.opts.Now().Add(-g.cfg.SessionIdleTimeout)
+		ids, err := g.store.Expire(g.ctx, cutoff, g.hasOpenStream)
+		if err != nil {
+			g.logger.Warn("expiring idle sessions failed", "error", err.Error())
+			continue
+		}
+		for _, id := range ids {
+			g.logger.Info("session expired after being idle", "session_id", id, "idle_timeout", g.cfg.SessionIdleTimeout.String())
+			g.endLocal(id)
+		}
+	}
+}
+
+// nextRequestID returns an id for one HTTP request, for logs.
+func (g *Gateway) nextRequestID() string {
+	return "r" + strconv.FormatUint(g.requestSeq.Add(1), 36)
+}
+
+// endLocal ends this process's part of a session: its stream closes and its calls are
+// cancelled.
+func (g *Gateway) endLocal(id string) {
+	g.mu.Lock()
+	ls := g.live[id]
+	delete(g.live, id)
+	g.mu.Unlock()
+	if ls != nil {
+		ls.end()
+	}
+}
+
+// localSession returns this process's part of session id, creating it on first use.
+func (g *Gateway) localSession(id string) (*liveSession, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ctx.Err() != nil {
+		return nil, fmt.Errorf("gateway is shutting down")
+	}
+	ls, ok := g.live[id]
+	if !ok {
+		ls = newLiveSession(g.ctx, id)
+		g.live[id] = ls
+	}
+	return ls, nil
+}
+
+func (g *Gateway) hasOpenStream(id string) bool {
+	g.mu.Lock()
+	ls := g.live[id]
+	g.mu.Unlock()
+	return ls != nil && ls.hasStream()
+}

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// streamBuffer is how many messages may wait for a slow standalone stream before newer ones
+// are dropped.
+const streamBuffer = 64
+
+// liveSession is this process's part of one client session: what cannot live in the store.
+type liveSession struct {
+	id string
+	// ctx ends when the session ends (DELETE, expiry, shutdown); the session's upstream calls
+	// run under it, not under one HTTP connection (design decision 10).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// stream is the outbox of the open standalone GET stream, nil when none. Guarded by mu.
+	stream chan []byte
+	// inflight holds a cancel func per client request id being served. Guarded by mu.
+	inflight map[protocol.ID]context.CancelFunc
+}
+
+func newLiveSession(parent context.Context, id string) *liveSession {
+	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelFunc{}}
+	ls.ctx, ls.cancel = context.WithCancel(parent)
+	return ls
+}
+
+// end cancels the session's calls and closes its stream.
+func (ls *liveSession) end() { ls.cancel() }
+
+// openStream registers a standalone stream; it fails when one is open already.
+func (ls *liveSession) openStream() (chan []byte, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.stream != nil {
+		return nil, false
+	}
+	ls.stream = make(chan []byte, streamBuffer)
+	return ls.stream, true
+}
+
+func (ls *liveSession) closeStream(ch chan []byte) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.stream == ch {
+		ls.stream = nil
+	}
+}
+
+func (ls *liveSession) hasStream() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.stream != nil
+}
+
+// notify queues a message for the standalone stream; without one, or when it is full, the
+// message is dropped (list_changed needs no redelivery: the next list shows the change).
+func (ls *liveSession) notify(data []byte, logger *slog.Logger) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.stream == nil {
+		return
+	}
+	select {
+	case ls.stream <- data:
+	default:
+		logger.Warn("a session's stream is not reading; a notification was dropped", "session_id", ls.id)
+	}
+}
+
+// begin registers a client request in flight and returns its context, or ok=false when the
+// client already has a request with that id in flight.
+func (ls *liveSession) begin(id protocol.ID) (context.Context, func(), bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if _, dup := ls.inflight[id]; dup {
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(ls.ctx)
+	ls.inflight[id] = cancel
+	return ctx, func() {
+		ls.mu.Lock()
+		delete(ls.inflight, id)
+		ls.mu.Unlock()
+		cancel()
+	}, true
+}
+
+// cancelRequest cancels the client's request id, if in flight (notifications/cancelled).
+func (ls *liveSession) cancelRequest(id protocol.ID) bool {
+	ls.mu.Lock()
+	cancel, ok := ls.inflight[id]
+	ls.mu.Unlock()
+	if ok {
+		cancel()
+	}
+	return ok
+}

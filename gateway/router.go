@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// clientContext is what the router knows of the client behind one request (design decision
+// 12): a 2025 session supplies it from its record; nothing below the face assumes a session.
+type clientContext struct {
+	SessionID       string
+	ProtocolVersion string
+	Capabilities    json.RawMessage
+	LogLevel        string
+}
+
+// dispatch serves one client request after the session checks, and returns its result or an
+// error for toWireError.
+func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol.Request) (json.RawMessage, error) {
+	snap := g.snapshot.Load()
+	switch req.Method {
+	case protocol.MethodPing:
+		return json.RawMessage(`{}`), nil
+	case protocol.MethodInitialize:
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "this session is already initialized; to start over, send initialize without MCP-Session-Id")
+	case protocol.MethodSetLogLevel:
+		return g.setLogLevel(ctx, cc, req.Params)
+	case protocol.MethodListTools:
+		return listPage(snap, upstream.Tools, req.Params, g.cfg.PageSize)
+	case protocol.MethodListResources:
+		return listPage(snap, upstream.Resources, req.Params, g.cfg.PageSize)
+	case protocol.MethodListResourceTemplates:
+		return listPage(snap, upstream.ResourceTemplates, req.Params, g.cfg.PageSize)
+	case protocol.MethodListPrompts:
+		return listPage(snap, upstream.Prompts, req.Params, g.cfg.PageSize)
+	case protocol.MethodCallTool:
+		return g.callTool(ctx, snap, req.Params)
+	case protocol.MethodGetPrompt:
+		return g.getPrompt(ctx, snap, req.Params)
+	case protocol.MethodReadResource:
+		return g.readResource(ctx, snap, req.Params)
+	case protocol.MethodComplete:
+		return g.complete(ctx, snap, req.Params)
+	}
+	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", req.Method)
+}
+
+func listPage(snap *snapshot, k upstream.Kind, params json.RawMessage, pageSize int) (json.RawMessage, error) {
+	var p struct {
+		Cursor string `json:"cursor"`
+	}
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, invalidParams(err)
+		}
+	}
+	return snap.page(k, p.Cursor, pageSize)
+}
+
+func invalidParams(err error) *protocol.Error {
+	return protocol.Errorf(protocol.CodeInvalidParams, "invalid params: %v", err)
+}
+
+func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		Level string `json:"level"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, invalidParams(err)
+	}
+	if !slices.Contains(protocol.LogLevels, p.Level) {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid log level %q: use one of %v", p.Level, protocol.LogLevels)
+	}
+	if _, err := g.store.Update(ctx, cc.SessionID, func(r *session.Record) { r.LogLevel = p.Level }); err != nil {
+		return nil, fmt.Errorf("store log level: %w", err)
+	}
+	return json.RawMessage(`{}`), nil
+}
+
+// nameParams reads the name a tools/call or prompts/get addresses.
+func nameParams(params json.RawMessage) (map[string]json.RawMessage, string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return nil, "", invalidParams(err)
+	}
+	var name string
+	if err := json.Unmarshal(m["name"], &name); err != nil || name == "" {
+		return nil, "", protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"name\" must be a non-empty string")
+	}
+	return m, name, nil
+}
+
+// withName returns params with "name" set to the upstream's own name.
+func withName(m map[string]json.RawMessage, name string) (json.RawMessage, error) {
+	m["name"], _ = json.Marshal(name)
+	return json.Marshal(m)
+}
+
+// unavailableError is a call to an item whose upstream is not connected.
+type unavailableError struct {
+	upstream string
+	cause    error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("upstream %s is unavailable: %v", e.upstream, e.cause)
+}
+func (e *unavailableError) Unwrap() error { return e.cause }
+
+func (g *Gateway) callTool(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+	m, name, err := nameParams(params)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := snap.tools[name]
+	if !ok {
+		if r := g.builder.formerOwner(upstream.Tools, name); r != nil && r.client.Catalog() == nil {
+			return unavailableResult(r.name, "upstream_unavailable",
+				fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, r.name)), nil
+		}
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown tool: %s", name)
+	}
+	forward, err := withName(m, e.original)
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	result, err := e.route.client.Call(ctx, protocol.MethodCallTool, forward)
+	switch {
+	case err == nil:
+		return result, nil
+	case errors.Is(err, upstream.ErrUnavailable):
+		g.logger.Warn("tools/call to an unavailable upstream", "upstream", e.route.name, "tool", name, "error", err.Error())
+		return unavailableResult(e.route.name, "upstream_unavailable",
+			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, e.route.name)), nil
+	case errors.Is(err, upstream.ErrTimeout):
+		g.logger.Warn("tools/call timed out", "upstream", e.route.name, "tool", name, "error", err.Error())
+		return unavailableResult(e.route.name, "upstream_timeout",
+			fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", name, e.route.name)), nil
+	}
+	return nil, err
+}
+
+// unavailableResult is the tool result for a call the gateway could not complete (design
+// decision 7): the model sees a message it can act on; programs read _meta.
+func unavailableResult(upstreamName, reason, message string) json.RawMessage {
+	res, _ := json.Marshal(map[string]any{
+		"content": []map[string]string{{"type": "text", "text": message}},
+		"isError": true,
+		"_meta":   map[string]string{metaReason: reason, metaUpstream: upstreamName},
+	})
+	return res
+}
+
+// Keys of the gateway's own _meta entries.
+const (
+	metaReason   = "dev.manifold/reason"
+	metaUpstream = "dev.manifold/upstream"
+)
+
+func (g *Gateway) getPrompt(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+	m, name, err := nameParams(params)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := snap.prompts[name]
+	if !ok {
+		if r := g.builder.formerOwner(upstream.Prompts, name); r != nil && r.client.Catalog() == nil {
+			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+		}
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
+	}
+	forward, err := withName(m, e.original)
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	return g.forward(ctx, e.route, protocol.MethodGetPrompt, forward)
+}
+
+// forward calls an upstream for a method other than tools/call, typing its failures.
+func (g *Gateway) forward(ctx context.Context, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
+	result, err := r.client.Call(ctx, method, params)
+	if errors.Is(err, upstream.ErrUnavailable) {
+		return nil, &unavailableError{upstream: r.name, cause: err}
+	}
+	return result, err
+}
+
+func (g *Gateway) readResource(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return nil, invalidParams(err)
+	}
+	var uri string
+	if err := json.Unmarshal(m["uri"], &uri); err != nil || uri == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
+	}
+	r, original, ok := snap.resolveURI(uri)
+	if !ok {
+		return nil, resourceNotFound(uri)
+	}
+	m["uri"], _ = json.Marshal(original)
+	forward, err := json.Marshal(m)
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	result, err := g.forward(ctx, r, protocol.MethodReadResource, forward)
+	if err != nil {
+		var rpcErr *protocol.Error
+		if errors.As(err, &rpcErr) && rpcErr.Code == protocol.CodeResourceNotFound {
+			return nil, resourceNotFound(uri)
+		}
+		return nil, err
+	}
+	return exposeContentsURIs(result, r.scheme)
+}
+
+func resourceNotFound(uri string) *protocol.Error {
+	data, _ := json.Marshal(map[string]string{"uri": uri})
+	return &protocol.Error{Code: protocol.CodeResourceNotFound, Message: "resource not found: " + uri, Data: data}
+}
+
+// exposeContentsURIs rewrites contents[].uri of a resources/read result into exposed URIs,
+// so that what a client read names what it can read again.
+func exposeContentsURIs(result json.RawMessage, scheme string) (json.RawMessage, error) {
+	if scheme == "" {
+		return result, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(result, &m); err != nil {
+		return nil, fmt.Errorf("upstream resources/read result: %w", err)
+	}
+	var contents []map[string]json.RawMessage
+	if err := json.Unmarshal(m["contents"], &contents); err != nil {
+		return result, nil
+	}
+	for _, c := range contents {
+		var uri string
+		if json.Unmarshal(c["uri"], &uri) == nil && uri != "" {
+			c["uri"], _ = json.Marshal(exposeURI(scheme, uri))
+		}
+	}
+	m["contents"], _ = json.Marshal(contents)
+	return json.Marshal(m)
+}
+
+func (g *Gateway) complete(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return nil, invalidParams(err)
+	}
+	var ref map[string]json.RawMessage
+	if err := json.Unmarshal(m["ref"], &ref); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"ref\" must be an object")
+	}
+	var refType string
+	_ = json.Unmarshal(ref["type"], &refType)
+	var r *route
+	switch refType {
+	case "ref/prompt":
+		var name string
+		_ = json.Unmarshal(ref["name"], &name)
+		e, ok := snap.prompts[name]
+		if !ok {
+			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
+		}
+		r = e.route
+		ref["name"], _ = json.Marshal(e.original)
+	case "ref/resource":
+		var uri string
+		_ = json.Unmarshal(ref["uri"], &uri)
+		var original string
+		var ok bool
+		if r, original, ok = snap.resolveURI(uri); !ok {
+			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", uri)
+		}
+		ref["uri"], _ = json.Marshal(original)
+	default:
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: ref.type must be \"ref/prompt\" or \"ref/resource\"")
+	}
+	if info := r.client.Server(); info != nil && info.Capabilities.Completions == nil {
+		// The upstream offers no completions: an empty answer, not an error (mcp-notes §1.3).
+		return json.RawMessage(`{"completion":{"values":[]}}`), nil
+	}
+	m["ref"], _ = json.Marshal(ref)
+	forward, err := json.Marshal(m)
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	return g.forward(ctx, r, protocol.MethodComplete, forward)
+}

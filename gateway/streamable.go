@@ -1,0 +1,474 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// Header names of the Streamable HTTP transport (mcp-notes §4).
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerLastEventID     = "Last-Event-Id"
+)
+
+// keepAliveInterval is how often an idle SSE stream gets a comment line, so that proxies and
+// clients can tell it is alive.
+const keepAliveInterval = 25 * time.Second
+
+// serverCapabilities are declared from the configuration, not from the upstreams connected at
+// initialize, so that a late upstream's items still reach clients by list_changed (design
+// decision 11).
+var serverCapabilities = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true},"tools":{"listChanged":true}}`)
+
+// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp, behind the origin
+// checks. Mount it at the root of a server.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", http.HandlerFunc(g.serveMCP))
+	return checkOrigin(g.cfg.AllowedOrigins, isLoopbackListen(g.cfg.Listen), mux)
+}
+
+// serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).
+func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
+	requestID := g.nextRequestID()
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			g.logger.Error("panic serving a request", "request_id", requestID, "panic", p, "stack", string(debug.Stack()))
+			writeHTTPError(w, http.StatusInternalServerError, nil, protocol.Errorf(protocol.CodeInternalError,
+				"internal error (request %s); the gateway's log has the details", requestID))
+		}
+	}()
+	switch r.Method {
+	case http.MethodPost:
+		g.servePOST(w, r, requestID)
+	case http.MethodGet:
+		g.serveGET(w, r)
+	case http.MethodDelete:
+		g.serveDELETE(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeHTTPError(w, http.StatusMethodNotAllowed, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"method %s is not allowed: the MCP endpoint takes POST, GET and DELETE", r.Method))
+	}
+}
+
+func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID string) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeHTTPError(w, http.StatusUnsupportedMediaType, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"Content-Type must be application/json"))
+		return
+	}
+	if !accepts(r, "application/json") || !accepts(r, "text/event-stream") {
+		writeHTTPError(w, http.StatusNotAcceptable, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"Accept must list both application/json and text/event-stream"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, nil, protocol.Errorf(protocol.CodeRequestRejected,
+				"request body exceeds %d bytes (max_body_bytes in the gateway's config)", g.cfg.MaxBodyBytes))
+			return
+		}
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeRequestRejected, "reading the request body failed"))
+		return
+	}
+	if protocol.IsBatch(body) {
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
+			"JSON-RPC batches are not supported: send one message per POST"))
+		return
+	}
+	msg, err := protocol.Decode(body)
+	if err != nil {
+		code := protocol.CodeInvalidRequest
+		if errors.Is(err, protocol.ErrParse) {
+			code = protocol.CodeParseError
+		}
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(int64(code), "%v", err))
+		return
+	}
+	sid := r.Header.Get(headerSessionID)
+	if req, ok := msg.(*protocol.Request); ok {
+		if req.Method == protocol.MethodInitialize {
+			g.initialize(w, r, req)
+			return
+		}
+		if sid == "" && (req.Method == protocol.MethodDiscover || isModernVersion(r.Header.Get(headerProtocolVersion))) {
+			writeUnsupportedModern(w, req, r.Header.Get(headerProtocolVersion))
+			return
+		}
+	}
+	rec, ok := g.sessionFor(w, r, idOf(msg))
+	if !ok {
+		return
+	}
+	ls, err := g.localSession(rec.ID)
+	if err != nil {
+		writeHTTPError(w, http.StatusServiceUnavailable, idOf(msg), protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		return
+	}
+	switch m := msg.(type) {
+	case *protocol.Notification:
+		g.handleNotification(r, rec, ls, m)
+		w.WriteHeader(http.StatusAccepted)
+	case *protocol.Response:
+		// Answers to requests the gateway sent the client; none are sent yet.
+		w.WriteHeader(http.StatusAccepted)
+	case *protocol.Request:
+		g.serveRequest(w, r, rec, ls, m, requestID)
+	}
+}
+
+func idOf(m protocol.Message) *protocol.ID {
+	switch m := m.(type) {
+	case *protocol.Request:
+		return &m.ID
+	}
+	return nil
+}
+
+// sessionFor finds the session a request names and checks its protocol version header; when
+// it fails it has written the error.
+func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protocol.ID) (*session.Record, bool) {
+	sid := r.Header.Get(headerSessionID)
+	if sid == "" {
+		writeHTTPError(w, http.StatusBadRequest, id, protocol.Errorf(protocol.CodeRequestRejected,
+			"missing Mcp-Session-Id header: send initialize first, then the session id it returns"))
+		return nil, false
+	}
+	rec, err := g.store.Get(r.Context(), sid)
+	if err != nil {
+		if errors.Is(err, session.ErrNotFound) {
+			writeHTTPError(w, http.StatusNotFound, id, protocol.Errorf(protocol.CodeSessionNotFound,
+				"session not found: it ended or never existed; send initialize to start a new one"))
+			return nil, false
+		}
+		g.logger.Error("session store failed", "error", err.Error())
+		writeHTTPError(w, http.StatusServiceUnavailable, id, protocol.Errorf(protocol.CodeRequestRejected,
+			"the session store is unavailable; retry shortly"))
+		return nil, false
+	}
+	if v := r.Header.Get(headerProtocolVersion); v != "" && v != rec.ProtocolVersion {
+		writeHTTPError(w, http.StatusBadRequest, id, protocol.Errorf(protocol.CodeRequestRejected,
+			"Mcp-Protocol-Version %q does not match this session's negotiated version %q", v, rec.ProtocolVersion))
+		return nil, false
+	}
+	return rec, true
+}
+
+// isModernVersion reports whether a protocol version header names the stateless revision or
+// later, which this gateway does not serve yet.
+func isModernVersion(v string) bool {
+	return v != "" && !protocol.IsSupportedVersion(v) && v >= protocol.Version20260728
+}
+
+// writeUnsupportedModern answers a 2026-07-28 request (server/discover, or any request that
+// carries a modern version header and no session) as a server that speaks only 2025-11-25 and
+// earlier: HTTP 400 with -32022 listing the versions it serves, so that dual-era clients fall
+// back to initialize at once (mcp-2026-notes §1.15).
+func writeUnsupportedModern(w http.ResponseWriter, req *protocol.Request, requested string) {
+	data, _ := json.Marshal(map[string]any{"supported": protocol.SupportedVersions, "requested": requested})
+	writeHTTPError(w, http.StatusBadRequest, &req.ID, &protocol.Error{
+		Code:    protocol.CodeUnsupportedProtocolVersion,
+		Message: "unsupported protocol version: this server speaks " + strings.Join(protocol.SupportedVersions, ", ") + "; send initialize",
+		Data:    data,
+	})
+}
+
+func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protocol.Request) {
+	if r.Header.Get(headerSessionID) != "" {
+		writeHTTPError(w, http.StatusBadRequest, &req.ID, protocol.Errorf(protocol.CodeInvalidRequest,
+			"initialize must not carry Mcp-Session-Id: a session is initialized once"))
+		return
+	}
+	var p protocol.InitializeParams
+	if err := json.Unmarshal(req.Params, &p); err != nil || p.ProtocolVersion == "" {
+		writeJSONResponse(w, "", &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInvalidParams,
+			"invalid initialize params: protocolVersion, capabilities and clientInfo are required")})
+		return
+	}
+	version := protocol.NegotiateVersion(p.ProtocolVersion)
+	var clientInfo json.RawMessage
+	if p.ClientInfo != nil {
+		clientInfo, _ = json.Marshal(p.ClientInfo)
+	}
+	rec, err := g.store.Create(r.Context(), session.Record{
+		ProtocolVersion:    version,
+		ClientInfo:         clientInfo,
+		ClientCapabilities: p.Capabilities,
+	})
+	if errors.Is(err, session.ErrLimit) {
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeSessionLimit,
+			"the gateway already holds its maximum of %d sessions: retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions))
+		return
+	}
+	if err != nil {
+		g.logger.Error("creating a session failed", "error", err.Error())
+		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
+		return
+	}
+	result := map[string]any{
+		"protocolVersion": version,
+		"capabilities":    serverCapabilities,
+		"serverInfo":      protocol.Implementation{Name: "manifold", Title: "Manifold MCP gateway", Version: g.opts.Version},
+	}
+	// instructions exist from 2025-03-26 on (mcp-notes §13, row 6).
+	if ins := g.snapshot.Load().instructions; ins != "" && version != protocol.Version20241105 {
+		result["instructions"] = ins
+	}
+	raw, _ := json.Marshal(result)
+	name := ""
+	if p.ClientInfo != nil {
+		name = p.ClientInfo.Name
+	}
+	g.logger.Info("session started", "session_id", rec.ID, "protocol_version", version, "client", name)
+	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
+}
+
+func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *liveSession, n *protocol.Notification) {
+	switch n.Method {
+	case protocol.NotificationInitialized:
+		if !rec.Initialized {
+			if _, err := g.store.Update(r.Context(), rec.ID, func(s *session.Record) { s.Initialized = true }); err != nil {
+				g.logger.Warn("marking a session initialized failed", "session_id", rec.ID, "error", err.Error())
+			}
+		}
+	case protocol.NotificationCancelled:
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
+			if id, err := protocol.ParseID(p.RequestID); err == nil {
+				ls.cancelRequest(id)
+			}
+		}
+	}
+}
+
+func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
+	ctx, done, ok := ls.begin(req.ID)
+	if !ok {
+		writeJSONResponse(w, "", &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest,
+			"request id %s is already in use by a request in flight", req.ID)})
+		return
+	}
+	defer done()
+	cc := &clientContext{
+		SessionID:       rec.ID,
+		ProtocolVersion: rec.ProtocolVersion,
+		Capabilities:    rec.ClientCapabilities,
+		LogLevel:        rec.LogLevel,
+	}
+	out := &responder{w: w, flusher: http.NewResponseController(w)}
+	result, err := g.dispatch(ctx, cc, req)
+	resp := &protocol.Response{ID: req.ID, Result: result}
+	if err != nil {
+		if ctx.Err() != nil && ls.ctx.Err() != nil {
+			// The session ended while the call ran; nobody is waiting for the answer.
+			return
+		}
+		resp = &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session_id", rec.ID, "method", req.Method), requestID)}
+	}
+	if err := out.respond(resp); err != nil {
+		g.logger.Debug("the client left before its response was written", "session_id", rec.ID, "request_id", requestID, "error", err.Error())
+	}
+}
+
+// responder writes the messages of one POSTed request: the response alone as JSON, or, once
+// a message related to the request must go first, an SSE stream that ends with the response.
+type responder struct {
+	w       http.ResponseWriter
+	flusher *http.ResponseController
+
+	mu  sync.Mutex
+	sse bool // set once the SSE stream has started. Guarded by mu.
+}
+
+// send writes a request-related notification or request on the stream, starting it if needed.
+func (o *responder) send(m protocol.Message) error {
+	data, err := protocol.Encode(m)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.sse {
+		o.sse = true
+		startSSE(o.w)
+	}
+	return writeEvent(o.w, o.flusher, data)
+}
+
+// respond writes the response: as JSON, or as the last event of the stream.
+func (o *responder) respond(resp *protocol.Response) error {
+	data, err := protocol.Encode(resp)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sse {
+		return writeEvent(o.w, o.flusher, data)
+	}
+	o.w.Header().Set("Content-Type", "application/json")
+	_, err = o.w.Write(data)
+	return err
+}
+
+func startSSE(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+}
+
+// writeEvent writes one SSE message event and flushes it.
+func writeEvent(w io.Writer, f *http.ResponseController, data []byte) error {
+	buf := make([]byte, 0, len(data)+24)
+	buf = append(buf, "event: message\ndata: "...)
+	buf = append(buf, data...)
+	buf = append(buf, "\n\n"...)
+	if _, err := w.Write(buf); err != nil {
+		return err
+	}
+	return f.Flush()
+}
+
+// serveGET opens the session's standalone SSE stream (mcp-notes §4.3), which carries
+// list_changed notifications. One per session: a second gets 409.
+func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
+	if !accepts(r, "text/event-stream") {
+		writeHTTPError(w, http.StatusNotAcceptable, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"Accept must list text/event-stream to open the stream"))
+		return
+	}
+	rec, ok := g.sessionFor(w, r, nil)
+	if !ok {
+		return
+	}
+	ls, err := g.localSession(rec.ID)
+	if err != nil {
+		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		return
+	}
+	select {
+	case <-g.draining:
+		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		return
+	default:
+	}
+	outbox, ok := ls.openStream()
+	if !ok {
+		writeHTTPError(w, http.StatusConflict, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"this session already has an open stream; close it before opening another"))
+		return
+	}
+	defer ls.closeStream(outbox)
+	flusher := http.NewResponseController(w)
+	startSSE(w)
+	if err := flusher.Flush(); err != nil {
+		return
+	}
+	keepAlive := time.NewTicker(keepAliveInterval)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case data := <-outbox:
+			if err := writeEvent(w, flusher, data); err != nil {
+				return
+			}
+		case <-keepAlive.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			if err := flusher.Flush(); err != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-ls.ctx.Done():
+			return
+		case <-g.draining:
+			return
+		}
+	}
+}
+
+// serveDELETE ends a session (mcp-notes §4.6): its calls are cancelled, its stream closes,
+// and its id answers 404 from then on.
+func (g *Gateway) serveDELETE(w http.ResponseWriter, r *http.Request) {
+	rec, ok := g.sessionFor(w, r, nil)
+	if !ok {
+		return
+	}
+	if err := g.store.Delete(r.Context(), rec.ID); err != nil {
+		g.logger.Error("deleting a session failed", "session_id", rec.ID, "error", err.Error())
+		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
+		return
+	}
+	g.endLocal(rec.ID)
+	g.logger.Info("session ended by the client", "session_id", rec.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// accepts reports whether the request's Accept header admits media type mt.
+func accepts(r *http.Request, mt string) bool {
+	major, _, _ := strings.Cut(mt, "/")
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			t, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+			t = strings.ToLower(strings.TrimSpace(t))
+			if t == mt || t == "*/*" || t == major+"/*" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func writeJSONResponse(w http.ResponseWriter, sessionID string, resp *protocol.Response) {
+	data, err := protocol.Encode(resp)
+	if err != nil {
+		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
+		return
+	}
+	if sessionID != "" {
+		w.Header().Set(headerSessionID, sessionID)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(data)
+}
+
+// writeHTTPError answers with an HTTP error status and a JSON-RPC error body; id is the
+// request's id when known (the 2025-11-25 schema omits it otherwise).
+func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *protocol.Error) {
+	resp := &protocol.Response{Error: e}
+	if id != nil {
+		resp.ID = *id
+	}
+	data, err := protocol.Encode(resp)
+	if err != nil {
+		data = []byte(`{"jsonrpc":"2.0","error":{"code":-32603,"message":"internal error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}
+

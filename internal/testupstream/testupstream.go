@@ -1,0 +1,126 @@
+// Package testupstream holds the MCP servers that Manifold's tests run as real upstream
+// processes: each is a go-sdk server over stdio, selected by name. A test binary serves one
+// when its environment asks (see Main), so tests can re-execute themselves as upstreams.
+package testupstream
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// EnvFlavor names the environment variable that makes a test binary serve an upstream.
+const EnvFlavor = "MANIFOLD_TEST_UPSTREAM"
+
+// Main serves the upstream named by EnvFlavor over stdio and exits, when that variable is set;
+// otherwise it returns at once. Call it first thing in a TestMain.
+func Main() {
+	flavor := os.Getenv(EnvFlavor)
+	if flavor == "" {
+		return
+	}
+	server, err := New(flavor)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Fprintf(os.Stderr, "test upstream %s serving on stdio\n", flavor)
+	if err := server.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, "test upstream:", err)
+	}
+	os.Exit(0)
+}
+
+type textIn struct {
+	Text string `json:"text" jsonschema:"the text"`
+}
+
+type sumIn struct {
+	A float64 `json:"a"`
+	B float64 `json:"b"`
+}
+
+type sumOut struct {
+	Sum float64 `json:"sum"`
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// New returns the server of a flavor:
+//   - "alpha" and "beta": overlapping names — both have tool "echo" (answering "<flavor>:<text>"),
+//     tool "whoami", resource file:///readme.txt, template file:///notes/{id} and prompt "greet";
+//     beta also has tool "add" with structured output.
+//   - "many": 25 tools "tool_00"…"tool_24" and "add_tool", which adds "added_N" (list_changed).
+//   - "fragile": tool "crash", which makes the process exit, and tool "ok".
+func New(flavor string) (*mcp.Server, error) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
+		Instructions: "instructions of " + flavor,
+	})
+	switch flavor {
+	case "alpha", "beta":
+		mcp.AddTool(server, &mcp.Tool{Name: "echo", Description: "echoes text prefixed with the upstream's name"},
+			func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+				return text(flavor + ":" + in.Text), nil, nil
+			})
+		mcp.AddTool(server, &mcp.Tool{Name: "whoami", Description: "names the upstream"},
+			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				return text(flavor), nil, nil
+			})
+		server.AddResource(&mcp.Resource{URI: "file:///readme.txt", Name: "readme", MIMEType: "text/plain"},
+			func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "readme of " + flavor}}}, nil
+			})
+		server.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "file:///notes/{id}", Name: "note", MIMEType: "text/plain"},
+			func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				id := strings.TrimPrefix(req.Params.URI, "file:///notes/")
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: flavor + " note " + id}}}, nil
+			})
+		server.AddPrompt(&mcp.Prompt{Name: "greet", Description: "greets someone", Arguments: []*mcp.PromptArgument{{Name: "who", Required: true}}},
+			func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: flavor + " greets " + req.Params.Arguments["who"]}}}}, nil
+			})
+		if flavor == "beta" {
+			mcp.AddTool(server, &mcp.Tool{Name: "add", Description: "adds two numbers"},
+				func(_ context.Context, _ *mcp.CallToolRequest, in sumIn) (*mcp.CallToolResult, sumOut, error) {
+					return nil, sumOut{Sum: in.A + in.B}, nil
+				})
+		}
+	case "many":
+		for i := range 25 {
+			name := fmt.Sprintf("tool_%02d", i)
+			mcp.AddTool(server, &mcp.Tool{Name: name, Description: "one of many"},
+				func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+					return text(name), nil, nil
+				})
+		}
+		var added atomic.Int64
+		mcp.AddTool(server, &mcp.Tool{Name: "add_tool", Description: "adds a tool named added_N and returns its name"},
+			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				name := fmt.Sprintf("added_%d", added.Add(1))
+				mcp.AddTool(server, &mcp.Tool{Name: name, Description: "added at run time"},
+					func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+						return text(name), nil, nil
+					})
+				return text(name), nil, nil
+			})
+	case "fragile":
+		mcp.AddTool(server, &mcp.Tool{Name: "crash", Description: "makes the upstream process exit"},
+			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				os.Exit(3)
+				return nil, nil, nil
+			})
+		mcp.AddTool(server, &mcp.Tool{Name: "ok", Description: "answers ok"},
+			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				return text("ok"), nil, nil
+			})
+	default:
+		return nil, fmt.Errorf("unknown test upstream flavor %q", flavor)
+	}
+	return server, nil
+}

@@ -1,0 +1,61 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// JSON-RPC and MCP error codes (mcp-notes §2.3).
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternalError  = -32603
+	// CodeResourceNotFound is MCP's code for resources/read of an unknown URI (2025-11-25).
+	CodeResourceNotFound = -32002
+	// CodeUnsupportedProtocolVersion is the 2026-07-28 code for a request whose protocol
+	// version the server does not serve.
+	CodeUnsupportedProtocolVersion = -32022
+)
+
+// Manifold's own codes, from the implementation-defined range -32000…-32019 (2026-07-28 reserves
+// -32020…-32099 and MCP uses -32002). The README documents them.
+const (
+	// CodeSessionNotFound is sent with HTTP 404 for an unknown or ended MCP-Session-Id.
+	CodeSessionNotFound = -32001
+	// CodeUpstreamUnavailable is returned for a method other than tools/call whose upstream is
+	// not connected.
+	CodeUpstreamUnavailable = -32003
+	// CodeUpstreamTimeout is returned when an upstream did not answer within its timeout.
+	CodeUpstreamTimeout = -32004
+	// CodeSessionLimit is sent with HTTP 503 when the gateway holds its maximum of sessions.
+	CodeSessionLimit = -32005
+	// CodeRequestRejected is sent with an HTTP 4xx status for transport-level problems:
+	// disallowed origin, oversized body, wrong headers.
+	CodeRequestRejected = -32006
+)
+
+// Error is a JSON-RPC error object. It implements error, so a handler may return one to send
+// exactly that error to the peer.
+type Error struct {
+	Code    int64           `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	return fmt.Sprintf("jsonrpc error %d: %s", e.Code, e.Message)
+}
+
+// Is makes errors.Is match two *Error values with the same code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf returns an *Error with the given code and formatted message.
+func Errorf(code int64, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,114 @@
+package protocol
+
+import (
+	"encoding/json"
+	"slices"
+)
+
+// Protocol versions Manifold speaks on both faces, newest first.
+const (
+	Version20251125 = "2025-11-25"
+	Version20250618 = "2025-06-18"
+	Version20250326 = "2025-03-26"
+	Version20241105 = "2024-11-05"
+	// Version20260728 is the stateless revision; Manifold does not serve it yet and answers its
+	// probes so that dual-era clients fall back to initialize.
+	Version20260728 = "2026-07-28"
+	// LatestVersion is what Manifold offers upstreams and answers clients that ask for a
+	// version it does not know.
+	LatestVersion = Version20251125
+)
+
+// SupportedVersions lists the versions Manifold negotiates, newest first.
+var SupportedVersions = []string{Version20251125, Version20250618, Version20250326, Version20241105}
+
+// IsSupportedVersion reports whether v is one of SupportedVersions.
+func IsSupportedVersion(v string) bool { return slices.Contains(SupportedVersions, v) }
+
+// NegotiateVersion returns the version a server answers to a client that asked for requested:
+// the same version when supported, else LatestVersion (mcp-notes §1.2).
+func NegotiateVersion(requested string) string {
+	if IsSupportedVersion(requested) {
+		return requested
+	}
+	return LatestVersion
+}
+
+// MCP method names.
+const (
+	MethodInitialize             = "initialize"
+	MethodPing                   = "ping"
+	MethodDiscover               = "server/discover"
+	MethodSetLogLevel            = "logging/setLevel"
+	MethodListTools              = "tools/list"
+	MethodCallTool               = "tools/call"
+	MethodListResources          = "resources/list"
+	MethodListResourceTemplates  = "resources/templates/list"
+	MethodReadResource           = "resources/read"
+	MethodSubscribe              = "resources/subscribe"
+	MethodUnsubscribe            = "resources/unsubscribe"
+	MethodListPrompts            = "prompts/list"
+	MethodGetPrompt              = "prompts/get"
+	MethodComplete               = "completion/complete"
+	MethodCreateMessage          = "sampling/createMessage"
+	MethodElicit                 = "elicitation/create"
+	MethodListRoots              = "roots/list"
+	NotificationInitialized      = "notifications/initialized"
+	NotificationCancelled        = "notifications/cancelled"
+	NotificationProgress         = "notifications/progress"
+	NotificationMessage          = "notifications/message"
+	NotificationToolsChanged     = "notifications/tools/list_changed"
+	NotificationResourcesChanged = "notifications/resources/list_changed"
+	NotificationPromptsChanged   = "notifications/prompts/list_changed"
+	NotificationResourceUpdated  = "notifications/resources/updated"
+	NotificationRootsChanged     = "notifications/roots/list_changed"
+)
+
+// LogLevels are the RFC 5424 levels of logging/setLevel, least severe first.
+var LogLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+// Implementation is the clientInfo / serverInfo of initialize.
+type Implementation struct {
+	Name    string `json:"name"`
+	Title   string `json:"title,omitempty"`
+	Version string `json:"version"`
+}
+
+// InitializeParams is what the gateway reads of, or sends in, an initialize request. The
+// capabilities stay raw so that nothing a client declared is lost.
+type InitializeParams struct {
+	ProtocolVersion string          `json:"protocolVersion"`
+	Capabilities    json.RawMessage `json:"capabilities"`
+	ClientInfo      *Implementation `json:"clientInfo,omitempty"`
+}
+
+// InitializeResult is the result of initialize.
+type InitializeResult struct {
+	ProtocolVersion string             `json:"protocolVersion"`
+	Capabilities    ServerCapabilities `json:"capabilities"`
+	ServerInfo      Implementation     `json:"serverInfo"`
+	Instructions    string             `json:"instructions,omitempty"`
+}
+
+// ServerCapabilities are the server capabilities the gateway reads or declares. A nil member is
+// not declared.
+type ServerCapabilities struct {
+	Completions  *struct{}                  `json:"completions,omitempty"`
+	Logging      *struct{}                  `json:"logging,omitempty"`
+	Prompts      *ListChangedCap            `json:"prompts,omitempty"`
+	Resources    *ResourcesCap              `json:"resources,omitempty"`
+	Tools        *ListChangedCap            `json:"tools,omitempty"`
+	Tasks        json.RawMessage            `json:"tasks,omitempty"`
+	Experimental map[string]json.RawMessage `json:"experimental,omitempty"`
+}
+
+// ListChangedCap is the shape of the tools and prompts capabilities.
+type ListChangedCap struct {
+	ListChanged bool `json:"listChanged,omitempty"`
+}
+
+// ResourcesCap is the shape of the resources capability.
+type ResourcesCap struct {
+	Subscribe   bool `json:"subscribe,omitempty"`
+	ListChanged bool `json:"listChanged,omitempty"`
+}

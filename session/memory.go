@@ -1,0 +1,133 @@
+package session
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MemoryOptions configures a MemoryStore.
+type MemoryOptions struct {
+	// MaxSessions caps the live sessions. If zero, there is no cap.
+	MaxSessions int
+	// Now returns the current time. If nil, time.Now is used.
+	Now func() time.Time
+}
+
+// MemoryStore is a Store in this process's memory: the gateway's default, for a single
+// replica. It is safe for concurrent use.
+type MemoryStore struct {
+	opts MemoryOptions
+
+	mu sync.RWMutex
+	// sessions holds the live sessions by id. Guarded by mu.
+	sessions map[string]*memoryEntry
+}
+
+// memoryEntry must not be copied (it holds an atomic).
+type memoryEntry struct {
+	// rec is replaced, never mutated, so readers may keep it. Guarded by MemoryStore.mu.
+	rec *Record
+	// lastUsed is the unix nano time of the last Get; updated without the write lock.
+	lastUsed atomic.Int64
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty MemoryStore. A nil opts means no cap.
+func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
+	s := &MemoryStore{sessions: make(map[string]*memoryEntry)}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.Now == nil {
+		s.opts.Now = time.Now
+	}
+	return s
+}
+
+// Create implements Store.
+func (s *MemoryStore) Create(_ context.Context, rec Record) (*Record, error) {
+	rec.ID = NewID()
+	now := s.opts.Now()
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now
+	}
+	e := &memoryEntry{rec: &rec}
+	e.lastUsed.Store(now.UnixNano())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.MaxSessions > 0 && len(s.sessions) >= s.opts.MaxSessions {
+		return nil, ErrLimit
+	}
+	s.sessions[rec.ID] = e
+	return e.rec, nil
+}
+
+// Get implements Store.
+func (s *MemoryStore) Get(_ context.Context, id string) (*Record, error) {
+	s.mu.RLock()
+	e, ok := s.sessions[id]
+	var rec *Record
+	if ok {
+		rec = e.rec
+	}
+	s.mu.RUnlock()
+	if !ok {
+		return nil, ErrNotFound
+	}
+	e.lastUsed.Store(s.opts.Now().UnixNano())
+	return rec, nil
+}
+
+// Update implements Store.
+func (s *MemoryStore) Update(_ context.Context, id string, change func(*Record)) (*Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sessions[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	next := *e.rec
+	change(&next)
+	next.ID = id
+	e.rec = &next
+	e.lastUsed.Store(s.opts.Now().UnixNano())
+	return e.rec, nil
+}
+
+// Delete implements Store.
+func (s *MemoryStore) Delete(_ context.Context, id string) error {
+	s.mu.Lock()
+	delete(s.sessions, id)
+	s.mu.Unlock()
+	return nil
+}
+
+// Expire implements Store.
+func (s *MemoryStore) Expire(_ context.Context, cutoff time.Time, keep func(id string) bool) ([]string, error) {
+	limit := cutoff.UnixNano()
+	var expired []string
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, e := range s.sessions {
+		if e.lastUsed.Load() >= limit {
+			continue
+		}
+		if keep != nil && keep(id) {
+			e.lastUsed.Store(s.opts.Now().UnixNano())
+			continue
+		}
+		delete(s.sessions, id)
+		expired = append(expired, id)
+	}
+	return expired, nil
+}
+
+// Len returns the number of live sessions.
+func (s *MemoryStore) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.sessions)
+}

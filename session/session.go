@@ -1,0 +1,65 @@
+// Package session keeps the state of client sessions of the gateway's server face, behind a
+// Store: a Record is plain data that any replica could load, so that a shared store (Redis)
+// can later stand beside the in-memory one without changing its users.
+//
+//	store := session.NewMemoryStore(session.MemoryOptions{MaxSessions: 1000, IdleTimeout: 30 * time.Minute})
+//	rec, err := store.Create(ctx, session.Record{ProtocolVersion: "2025-11-25"})
+//	rec, err = store.Get(ctx, rec.ID) // ErrNotFound once deleted or expired
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned for a session id that is unknown, deleted or expired.
+var ErrNotFound = errors.New("session not found")
+
+// ErrLimit is returned by Create when the store already holds its maximum of sessions.
+var ErrLimit = errors.New("session limit reached")
+
+// Record is one client session as the store keeps it. It is plain data: it holds nothing that
+// only one process could use. Records returned by a Store are shared: treat them as read-only
+// and change a session through Store.Update.
+type Record struct {
+	// ID is the MCP-Session-Id: 32 random bytes, base64url, visible ASCII only.
+	ID string `json:"id"`
+	// ProtocolVersion is the version negotiated at initialize.
+	ProtocolVersion string `json:"protocolVersion"`
+	// ClientInfo and ClientCapabilities are what the client sent at initialize, raw.
+	ClientInfo         json.RawMessage `json:"clientInfo,omitempty"`
+	ClientCapabilities json.RawMessage `json:"clientCapabilities,omitempty"`
+	// Initialized is set when the client sent notifications/initialized.
+	Initialized bool `json:"initialized,omitempty"`
+	// LogLevel is the level the client set with logging/setLevel; empty until it does.
+	LogLevel string `json:"logLevel,omitempty"`
+	// CreatedAt is when initialize created the session.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Store keeps session records. Implementations are safe for concurrent use.
+type Store interface {
+	// Create stores a new session with a fresh random ID (rec.ID is ignored) and returns it.
+	// It fails with ErrLimit when the store is full.
+	Create(ctx context.Context, rec Record) (*Record, error)
+	// Get returns the live session with that id and marks it used now, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Record, error)
+	// Update applies change to a copy of the session and stores the result, or ErrNotFound.
+	Update(ctx context.Context, id string, change func(*Record)) (*Record, error)
+	// Delete ends the session. Deleting an unknown session is not an error.
+	Delete(ctx context.Context, id string) error
+	// Expire deletes the sessions idle since before cutoff, except those keep reports as in
+	// use, and returns their ids.
+	Expire(ctx context.Context, cutoff time.Time, keep func(id string) bool) ([]string, error)
+}
+
+// NewID returns a new session id: 32 bytes from crypto/rand, base64url without padding.
+func NewID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,648 @@
+// Package upstream holds Manifold's client connections to upstream MCP servers: one Client per
+// configured server, which starts it (a child process over stdio), initializes it, fetches and
+// caches its lists, refetches them on list_changed, remaps request ids on the shared
+// connection, hands the server's own requests to a callback, and restarts it with backoff
+// when it dies.
+//
+//	c := upstream.New(upstream.Spec{Name: "files", Command: "mcp-files"}, &upstream.Options{OnChange: rebuild})
+//	go c.Run(ctx)                       // owned by the caller; Close stops it
+//	result, err := c.Call(ctx, "tools/call", params)
+//	tools := c.Catalog().List(upstream.Tools)
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// ErrUnavailable is returned by Call when the upstream is not connected.
+var ErrUnavailable = errors.New("upstream unavailable")
+
+// ErrTimeout is returned by Call when the upstream did not answer within the request timeout.
+var ErrTimeout = errors.New("upstream request timed out")
+
+// State is where an upstream's connection stands.
+type State string
+
+// The states of an upstream.
+const (
+	StateStarting State = "starting"
+	StateReady    State = "ready"
+	StateDown     State = "down"
+	StateClosed   State = "closed"
+)
+
+// Spec says how to reach one upstream server.
+type Spec struct {
+	// Name identifies the upstream in logs and errors.
+	Name string
+	// Command, Args, Env and Dir start a stdio server: Env is added to the gateway's own
+	// environment, and an empty Dir means the gateway's working directory.
+	Command string
+	Args    []string
+	Env     map[string]string
+	Dir     string
+	// RequestTimeout bounds each request to the upstream. If zero, 60 seconds.
+	RequestTimeout time.Duration
+}
+
+// Options are a Client's optional settings and callbacks. Callbacks run on the Client's own
+// goroutines and must not block for long.
+type Options struct {
+	// Logger receives the upstream's state changes and stderr. If nil, logs are discarded.
+	Logger *slog.Logger
+	// ClientInfo is sent as clientInfo at initialize. If empty, {name: "manifold"}.
+	ClientInfo protocol.Implementation
+	// Capabilities are the client capabilities declared at initialize. If nil, sampling,
+	// elicitation (form and url) and roots with listChanged: what the gateway routes.
+	Capabilities json.RawMessage
+	// OnChange is called after the upstream's state or any of its lists changed.
+	OnChange func(*Client)
+	// OnRequest answers a request the upstream sends to its client (sampling, elicitation,
+	// roots). It runs on its own goroutine; ctx ends when the connection does. If nil, such
+	// requests get a method-not-found error.
+	OnRequest func(ctx context.Context, c *Client, req *protocol.Request) (json.RawMessage, error)
+	// OnNotification receives the upstream's notifications other than list_changed.
+	OnNotification func(c *Client, n *protocol.Notification)
+	// InitializeTimeout bounds start-up: spawning, initialize and the first list fetch.
+	// If zero, 30 seconds.
+	InitializeTimeout time.Duration
+	// MaxMessageBytes caps one message read from the upstream. If zero, 16 MiB.
+	MaxMessageBytes int
+	// RestartDelay is the first wait before reconnecting a failed upstream; it doubles up to
+	// MaxRestartDelay, with jitter. If zero, 1 second and 30 seconds.
+	RestartDelay, MaxRestartDelay time.Duration
+	// StopGrace is how long a stdio child gets to exit after its stdin closes, and again after
+	// SIGTERM, before SIGKILL. If zero, 2 seconds.
+	StopGrace time.Duration
+}
+
+// defaultCapabilities are the client capabilities the gateway can route to its clients.
+var defaultCapabilities = json.RawMessage(`{"sampling":{},"elicitation":{"form":{},"url":{}},"roots":{"listChanged":true}}`)
+
+// Client is the gateway's connection to one upstream server. It is safe for concurrent use.
+type Client struct {
+	spec   Spec
+	opts   Options
+	logger *slog.Logger
+
+	// live is the current connection, nil while the upstream is not ready.
+	live    atomic.Pointer[connection]
+	catalog atomic.Pointer[Catalog]
+	state   atomic.Value // State
+
+	// Lifecycle: Run starts once; Close cancels runCtx and waits for done.
+	runOnce   sync.Once
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	done      chan struct{}
+}
+
+// New returns a Client for spec; call Run to connect. A nil opts uses the defaults.
+func New(spec Spec, opts *Options) *Client {
+	c := &Client{spec: spec, done: make(chan struct{})}
+	if opts != nil {
+		c.opts = *opts
+	}
+	if c.spec.RequestTimeout <= 0 {
+		c.spec.RequestTimeout = 60 * time.Second
+	}
+	if c.opts.ClientInfo.Name == "" {
+		c.opts.ClientInfo = protocol.Implementation{Name: "manifold", Version: "dev"}
+	}
+	if c.opts.Capabilities == nil {
+		c.opts.Capabilities = defaultCapabilities
+	}
+	if c.opts.InitializeTimeout <= 0 {
+		c.opts.InitializeTimeout = 30 * time.Second
+	}
+	if c.opts.MaxMessageBytes <= 0 {
+		c.opts.MaxMessageBytes = 16 << 20
+	}
+	if c.opts.RestartDelay <= 0 {
+		c.opts.RestartDelay = time.Second
+	}
+	if c.opts.MaxRestartDelay <= 0 {
+		c.opts.MaxRestartDelay = 30 * time.Second
+	}
+	logger := c.opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c.logger = logger.With("upstream", spec.Name)
+	c.state.Store(StateStarting)
+	c.runCtx, c.cancelRun = context.WithCancel(context.Background())
+	return c
+}
+
+// Name returns the upstream's name.
+func (c *Client) Name() string { return c.spec.Name }
+
+// State returns the upstream's current state.
+func (c *Client) State() State { return c.state.Load().(State) }
+
+// Catalog returns the upstream's lists as last fetched, or nil while it is not ready.
+func (c *Client) Catalog() *Catalog {
+	if c.live.Load() == nil {
+		return nil
+	}
+	return c.catalog.Load()
+}
+
+// Server returns what the upstream answered to initialize, or nil while it is not ready.
+func (c *Client) Server() *protocol.InitializeResult {
+	if cn := c.live.Load(); cn != nil {
+		return cn.server
+	}
+	return nil
+}
+
+// Run connects to the upstream and keeps it connected, restarting it with capped exponential
+// backoff when it fails, until ctx ends or Close is called. Call it once, on a goroutine the
+// caller owns; it returns when the upstream has been stopped.
+func (c *Client) Run(ctx context.Context) {
+	started := false
+	c.runOnce.Do(func() { started = true })
+	if !started {
+		return
+	}
+	defer close(c.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.runCtx, cancel)
+	defer stop()
+
+	delay := c.opts.RestartDelay
+	for ctx.Err() == nil {
+		cn, err := c.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			c.setState(StateDown, "upstream failed to start", "error", err.Error(), "retry_in", delay.String())
+		} else {
+			delay = c.opts.RestartDelay
+			c.live.Store(cn)
+			c.setState(StateReady, "upstream ready", "protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name)
+			c.changed()
+			select {
+			case <-cn.done:
+			case <-ctx.Done():
+			}
+			c.live.Store(nil)
+			cn.close()
+			if ctx.Err() != nil {
+				break
+			}
+			c.setState(StateDown, "upstream connection lost", "error", cn.errString(), "retry_in", delay.String())
+			c.changed()
+		}
+		// Full jitter over the upper half keeps restarts of many upstreams apart.
+		wait := delay/2 + rand.N(delay/2+1)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		delay = min(delay*2, c.opts.MaxRestartDelay)
+	}
+	c.setState(StateClosed, "upstream stopped")
+	c.changed()
+}
+
+// Close stops the upstream: the child process group is ended and Run returns. It may be called
+// more than once and before or without Run.
+func (c *Client) Close() error {
+	c.cancelRun()
+	started := true
+	c.runOnce.Do(func() { started = false })
+	if started {
+		<-c.done
+	}
+	return nil
+}
+
+func (c *Client) setState(s State, msg string, attrs ...any) {
+	if c.state.Swap(s) == s && s == StateDown {
+		// Log a state once; a down upstream retrying is logged at debug level.
+		c.logger.Debug(msg, attrs...)
+		return
+	}
+	if s == StateDown {
+		c.logger.Warn(msg, attrs...)
+	} else {
+		c.logger.Info(msg, attrs...)
+	}
+}
+
+func (c *Client) changed() {
+	if c.opts.OnChange != nil {
+		c.opts.OnChange(c)
+	}
+}
+
+// Call sends a request to the upstream and returns its raw result. A JSON-RPC error from the
+// upstream is returned as a *protocol.Error. Call fails with ErrUnavailable when the upstream
+// is not connected and with ErrTimeout after the request timeout; when ctx ends first, the
+// upstream is told with notifications/cancelled.
+func (c *Client) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	cn := c.live.Load()
+	if cn == nil {
+		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
+	}
+	return cn.call(ctx, method, params, c.spec.RequestTimeout)
+}
+
+// connect starts the child, initializes it and fetches its lists.
+func (c *Client) connect(ctx context.Context) (*connection, error) {
+	startCtx, cancel := context.WithTimeout(ctx, c.opts.InitializeTimeout)
+	defer cancel()
+	raw, err := startStdio(c.spec.Name, stdioOptions{
+		Command:         c.spec.Command,
+		Args:            c.spec.Args,
+		Env:             c.spec.Env,
+		Dir:             c.spec.Dir,
+		MaxMessageBytes: c.opts.MaxMessageBytes,
+		Grace:           c.opts.StopGrace,
+	}, c.logger)
+	if err != nil {
+		return nil, err
+	}
+	cn := newConnection(c, raw)
+	if err := cn.initialize(startCtx); err != nil {
+		cn.close()
+		return nil, err
+	}
+	catalog := &Catalog{}
+	for _, k := range Kinds {
+		if !cn.serves(k) {
+			continue
+		}
+		items, err := fetchList(startCtx, k, cn.callFunc(c.spec.RequestTimeout))
+		if err != nil {
+			cn.close()
+			return nil, err
+		}
+		catalog = catalog.withList(k, items)
+	}
+	c.catalog.Store(catalog)
+	cn.workers.Add(1)
+	go cn.refreshLoop()
+	return cn, nil
+}
+
+// connection is one live connection to the upstream: the request ids it has issued and the
+// requests waiting for answers.
+type connection struct {
+	client *Client
+	conn   conn
+	server *protocol.InitializeResult // set by initialize, then read-only
+
+	nextID atomic.Int64
+
+	mu sync.Mutex
+	// pending holds the calls waiting for a response, by upstream request id. Guarded by mu.
+	pending map[int64]chan *protocol.Response
+	// err is why the connection ended; set once, with done closed. Guarded by mu.
+	err error
+
+	// done is closed when the connection has ended (read failure or close).
+	done chan struct{}
+	// ctx ends with the connection; reverse requests run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// dirty carries kinds whose lists must be refetched to refreshLoop; capacity 1 plus the
+	// dirtyKinds mask make one refresh serve every list_changed that came before it.
+	dirty      chan struct{}
+	dirtyKinds atomic.Uint32
+	// workers counts readLoop, refreshLoop and reverse-request goroutines; close waits for them.
+	workers   sync.WaitGroup
+	closeOnce sync.Once
+}
+
+func newConnection(c *Client, raw conn) *connection {
+	cn := &connection{
+		client:  c,
+		conn:    raw,
+		pending: make(map[int64]chan *protocol.Response),
+		done:    make(chan struct{}),
+		dirty:   make(chan struct{}, 1),
+	}
+	cn.ctx, cn.cancel = context.WithCancel(c.runCtx)
+	cn.workers.Add(1)
+	go cn.readLoop()
+	return cn
+}
+
+// fail ends the connection with err; the first reason wins.
+func (cn *connection) fail(err error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.err != nil {
+		return
+	}
+	cn.err = err
+	for id, ch := range cn.pending {
+		delete(cn.pending, id)
+		close(ch)
+	}
+	close(cn.done)
+	cn.cancel()
+}
+
+func (cn *connection) errString() string {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.err == nil {
+		return ""
+	}
+	return cn.err.Error()
+}
+
+// close ends the connection and the process behind it and waits for its goroutines.
+func (cn *connection) close() {
+	cn.closeOnce.Do(func() {
+		cn.fail(errors.New("connection closed"))
+		cn.conn.Close()
+		cn.workers.Wait()
+	})
+}
+
+func (cn *connection) callFunc(timeout time.Duration) func(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		return cn.call(ctx, method, params, timeout)
+	}
+}
+
+func (cn *connection) call(ctx context.Context, method string, params json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
+	name := cn.client.spec.Name
+	id := cn.nextID.Add(1)
+	ch := make(chan *protocol.Response, 1)
+	cn.mu.Lock()
+	if cn.err != nil {
+		cn.mu.Unlock()
+		return nil, fmt.Errorf("%s %s: %w", name, method, ErrUnavailable)
+	}
+	cn.pending[id] = ch
+	cn.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	data, err := protocol.Encode(&protocol.Request{ID: protocol.IntID(id), Method: method, Params: params})
+	if err == nil {
+		err = cn.conn.WriteMessage(ctx, data)
+	}
+	if err != nil {
+		cn.forget(id)
+		cn.fail(fmt.Errorf("write %s: %w", method, err))
+		return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, err)
+	}
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return nil, fmt.Errorf("%s %s: %w: connection lost", name, method, ErrUnavailable)
+		}
+		if resp.Error != nil {
+			return nil, resp.Error
+		}
+		return resp.Result, nil
+	case <-ctx.Done():
+		cn.forget(id)
+		cn.notifyCancelled(id, ctx.Err())
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
+			return nil, fmt.Errorf("%s %s after %s: %w", name, method, timeout, ErrTimeout)
+		}
+		return nil, fmt.Errorf("%s %s: %w", name, method, ctx.Err())
+	}
+}
+
+func (cn *connection) forget(id int64) {
+	cn.mu.Lock()
+	delete(cn.pending, id)
+	cn.mu.Unlock()
+}
+
+// notifyCancelled tells the upstream that the gateway no longer waits for request id; it is
+// best effort and bounded (mcp-notes §8.2).
+func (cn *connection) notifyCancelled(id int64, why error) {
+	params, _ := json.Marshal(map[string]any{"requestId": id, "reason": why.Error()})
+	data, err := protocol.Encode(&protocol.Notification{Method: protocol.NotificationCancelled, Params: params})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = cn.conn.WriteMessage(ctx, data)
+}
+
+func (cn *connection) notify(ctx context.Context, method string) error {
+	data, err := protocol.Encode(&protocol.Notification{Method: method})
+	if err != nil {
+		return err
+	}
+	return cn.conn.WriteMessage(ctx, data)
+}
+
+// initialize performs the MCP handshake (mcp-notes §1.1–1.2).
+func (cn *connection) initialize(ctx context.Context) error {
+	params, err := json.Marshal(struct {
+		ProtocolVersion string                  `json:"protocolVersion"`
+		Capabilities    json.RawMessage         `json:"capabilities"`
+		ClientInfo      protocol.Implementation `json:"clientInfo"`
+	}{protocol.LatestVersion, cn.client.opts.Capabilities, cn.client.opts.ClientInfo})
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	raw, err := cn.call(ctx, protocol.MethodInitialize, params, cn.client.opts.InitializeTimeout)
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	var res protocol.InitializeResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("initialize: malformed result: %w", err)
+	}
+	if !protocol.IsSupportedVersion(res.ProtocolVersion) {
+		return fmt.Errorf("initialize: the upstream answered protocol version %q, which Manifold does not speak (it speaks %v)", res.ProtocolVersion, protocol.SupportedVersions)
+	}
+	cn.server = &res
+	if err := cn.notify(ctx, protocol.NotificationInitialized); err != nil {
+		return fmt.Errorf("initialized: %w", err)
+	}
+	return nil
+}
+
+// serves reports whether the upstream declared the capability behind kind k.
+func (cn *connection) serves(k Kind) bool {
+	caps := cn.server.Capabilities
+	switch k {
+	case Tools:
+		return caps.Tools != nil
+	case Resources, ResourceTemplates:
+		return caps.Resources != nil
+	case Prompts:
+		return caps.Prompts != nil
+	}
+	return false
+}
+
+// readLoop reads the upstream's messages until the connection ends.
+func (cn *connection) readLoop() {
+	defer cn.workers.Done()
+	logger := cn.client.logger
+	for {
+		data, err := cn.conn.ReadMessage()
+		if errors.Is(err, errMessageTooLarge) {
+			logger.Warn("upstream sent a message over the size limit; it was dropped", "limit_bytes", cn.client.opts.MaxMessageBytes)
+			continue
+		}
+		if err != nil {
+			cn.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		msg, err := protocol.Decode(data)
+		if err != nil {
+			logger.Warn("upstream wrote something that is not a JSON-RPC message; it was skipped", "error", err.Error())
+			continue
+		}
+		switch m := msg.(type) {
+		case *protocol.Response:
+			cn.deliver(m)
+		case *protocol.Notification:
+			cn.handleNotification(m)
+		case *protocol.Request:
+			cn.handleRequest(m)
+		}
+	}
+}
+
+func (cn *connection) deliver(resp *protocol.Response) {
+	id, ok := resp.ID.Int()
+	if !ok {
+		cn.client.logger.Warn("upstream answered an id the gateway never sent", "id", resp.ID.String())
+		return
+	}
+	cn.mu.Lock()
+	ch, ok := cn.pending[id]
+	delete(cn.pending, id)
+	cn.mu.Unlock()
+	if ok {
+		ch <- resp
+	}
+}
+
+func (cn *connection) handleNotification(n *protocol.Notification) {
+	var k Kind
+	switch n.Method {
+	case protocol.NotificationToolsChanged:
+		k = Tools
+	case protocol.NotificationPromptsChanged:
+		k = Prompts
+	case protocol.NotificationResourcesChanged:
+		cn.markDirty(ResourceTemplates)
+		k = Resources
+	default:
+		if cb := cn.client.opts.OnNotification; cb != nil {
+			cb(cn.client, n)
+		}
+		return
+	}
+	cn.markDirty(k)
+}
+
+func (cn *connection) markDirty(k Kind) {
+	for {
+		old := cn.dirtyKinds.Load()
+		if cn.dirtyKinds.CompareAndSwap(old, old|1<<k) {
+			break
+		}
+	}
+	select {
+	case cn.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop refetches the lists that list_changed marked, one refresh at a time.
+func (cn *connection) refreshLoop() {
+	defer cn.workers.Done()
+	for {
+		select {
+		case <-cn.done:
+			return
+		case <-cn.dirty:
+		}
+		kinds := cn.dirtyKinds.Swap(0)
+		changed := false
+		for _, k := range Kinds {
+			if kinds&(1<<k) == 0 || !cn.serves(k) {
+				continue
+			}
+			items, err := fetchList(cn.ctx, k, cn.callFunc(cn.client.spec.RequestTimeout))
+			if err != nil {
+				if cn.ctx.Err() == nil {
+					cn.client.logger.Warn("refetching a changed list failed; the previous list stays", "kind", k.String(), "error", err.Error())
+				}
+				continue
+			}
+			for {
+				old := cn.client.catalog.Load()
+				if cn.client.catalog.CompareAndSwap(old, old.withList(k, items)) {
+					break
+				}
+			}
+			changed = true
+		}
+		if changed {
+			cn.client.changed()
+		}
+	}
+}
+
+// handleRequest answers a request the upstream sent to the gateway as its client.
+func (cn *connection) handleRequest(req *protocol.Request) {
+	if req.Method == protocol.MethodPing {
+		cn.respond(&protocol.Response{ID: req.ID, Result: json.RawMessage(`{}`)})
+		return
+	}
+	cb := cn.client.opts.OnRequest
+	if cb == nil {
+		cn.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeMethodNotFound,
+			"%s is not routed to clients by this gateway yet", req.Method)})
+		return
+	}
+	cn.workers.Add(1)
+	go func() {
+		defer cn.workers.Done()
+		result, err := cb(cn.ctx, cn.client, req)
+		resp := &protocol.Response{ID: req.ID, Result: result}
+		if err != nil {
+			var rpcErr *protocol.Error
+			if !errors.As(err, &rpcErr) {
+				rpcErr = protocol.Errorf(protocol.CodeInternalError, "%v", err)
+			}
+			resp = &protocol.Response{ID: req.ID, Error: rpcErr}
+		}
+		cn.respond(resp)
+	}()
+}
+
+func (cn *connection) respond(resp *protocol.Response) {
+	data, err := protocol.Encode(resp)
+	if err != nil {
+		cn.client.logger.Error("encode response to upstream", "error", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(cn.ctx, 10*time.Second)
+	defer cancel()
+	if err := cn.conn.WriteMessage(ctx, data); err != nil {
+		cn.fail(err)
+	}
+}
