@@ -471,4 +471,3 @@ func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *proto
 	w.WriteHeader(status)
 	_, _ = w.Write(data)
 }
-
