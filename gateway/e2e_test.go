@@ -103,6 +103,7 @@ func startGateway(t testing.TB, yaml string, opts *gateway.Options) *testGateway
 }
 
 func (tg *testGateway) close() {
+	tg.gw.Drain() // ends standalone streams, so the server's Close need not wait for clients
 	tg.srv.Close()
 	tg.gw.Close()
 }

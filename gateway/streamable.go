@@ -163,9 +163,12 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 			"the session store is unavailable; retry shortly"))
 		return nil, false
 	}
-	if v := r.Header.Get(headerProtocolVersion); v != "" && v != rec.ProtocolVersion {
+	// An unsupported value is a 400 (mcp-notes §4.7). A supported version other than the
+	// negotiated one is left unspecified by the spec; the conformance suite sends one, and the
+	// session's negotiated version governs either way.
+	if v := r.Header.Get(headerProtocolVersion); v != "" && !protocol.IsSupportedVersion(v) {
 		writeHTTPError(w, http.StatusBadRequest, id, protocol.Errorf(protocol.CodeRequestRejected,
-			"Mcp-Protocol-Version %q does not match this session's negotiated version %q", v, rec.ProtocolVersion))
+			"unsupported Mcp-Protocol-Version %q: this session speaks %q", v, rec.ProtocolVersion))
 		return nil, false
 	}
 	return rec, true

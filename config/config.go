@@ -1,0 +1,284 @@
+// Package config owns Manifold's configuration file: its YAML keys, their
+// defaults and their validation.
+//
+// Loading runs in three steps: decode the YAML strictly, apply defaults,
+// then validate everything. Every problem found on the way is collected, so one
+// run reports them all, each naming file, line and field:
+//
+//	cfg, err := config.Load(path, os.LookupEnv)
+//	var cerr *config.Error
+//	if errors.As(err, &cerr) {
+//		for _, p := range cerr.Problems {
+//			fmt.Fprintln(os.Stderr, p) // gw.yaml:12: upstreams[1].command: required: ...
+//		}
+//	}
+//
+// The structs here are plain data, kept apart from the runtime objects the
+// gateway builds from them. The package does no logging and reads no
+// environment variables itself.
+//
+// # Variables
+//
+// Scalar values (never keys, never the raw file text, so a value cannot
+// inject YAML) may refer to variables, looked up with the function passed to
+// Load or Parse:
+//
+//   - ${NAME} is the value of NAME; it is a problem if NAME is not set.
+//   - ${NAME:-default} is the value of NAME, or default if NAME is unset or
+//     empty. The default is literal text up to the first "}".
+//   - $$ is a literal "$". A "$" not followed by "{" or "$" stays as it is.
+//
+// Expansion happens before a value is read as a number, duration or boolean,
+// so `max_sessions: ${MAX_SESSIONS:-1000}` works. For the same reason a value
+// is read by its text alone: quoting ("500") does not change how it is read.
+//
+// # Strictness
+//
+// Unknown keys, duplicate keys, values of the wrong shape, YAML merge keys
+// (<<) and keys with no value are problems. A few fields accept no value as an
+// empty list or mapping (upstreams, args, env); fields where absence and
+// emptiness mean different things (prefix, allowed_origins) do not.
+package config
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// Defaults for fields the file leaves out.
+const (
+	defaultListen             = "127.0.0.1:8080"
+	defaultSeparator          = "__"
+	defaultLogLevel           = "info"
+	defaultMaxBodyBytes       = 4 << 20 // 4 MiB
+	defaultMaxSessions        = 1000
+	defaultSessionIdleTimeout = 30 * time.Minute
+	defaultPageSize           = 100
+	defaultRequestTimeout     = 60 * time.Second
+)
+
+// defaultAllowedOrigins returns a new slice holding the loopback origins
+// accepted when the file has no allowed_origins key.
+func defaultAllowedOrigins() []string {
+	return []string{
+		"http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*",
+		"https://localhost:*", "https://127.0.0.1:*", "https://[::1]:*",
+	}
+}
+
+// Config is the gateway's configuration as read from one file, with defaults
+// applied and validated. It is plain data: the gateway builds its runtime
+// objects from it and must not modify it afterwards. It is safe for
+// concurrent reads.
+type Config struct {
+	// File is the path the config was loaded from (the file argument of
+	// Parse), for messages.
+	File string
+
+	// Listen is the TCP address of the HTTP face, as host:port with a numeric
+	// port (key `listen`). An empty host (":8080") means all interfaces.
+	// Defaults to "127.0.0.1:8080".
+	Listen string
+
+	// Separator joins an upstream's prefix to the names of its tools and
+	// prompts, as in "github__create_issue" (key `separator`): 1 to 4
+	// characters from A-Z a-z 0-9 _ . -. Defaults to "__".
+	Separator string
+
+	// LogLevel is one of debug, info, warn or error (key `log_level`).
+	// Defaults to "info".
+	LogLevel string
+
+	// AllowedOrigins lists the browser origins whose requests the HTTP face
+	// accepts (key `allowed_origins`). Each entry is scheme://host,
+	// scheme://host:port or scheme://host:*, with scheme http or https; ":*"
+	// means any port, including none. Match with OriginAllowed.
+	//
+	// The check applies only to requests that carry an Origin header;
+	// requests without one are not browser cross-origin requests and are not
+	// refused by it. If the key is absent, defaults to the loopback origins
+	// http and https on localhost, 127.0.0.1 and [::1], any port. An explicit
+	// empty list (`allowed_origins: []`) accepts only requests without an
+	// Origin header.
+	//
+	// Security: an origin listed here lets any web page served from it drive
+	// the gateway through a user's browser. List only origins you control.
+	AllowedOrigins []string
+
+	// MaxBodyBytes is the largest request body accepted, in bytes (key
+	// `max_body_bytes`); greater than 0. Defaults to 4194304 (4 MiB).
+	MaxBodyBytes int64
+
+	// MaxSessions is the most client sessions held at once (key
+	// `max_sessions`); greater than 0. Defaults to 1000.
+	MaxSessions int
+
+	// SessionIdleTimeout is how long a client session may stay unused before
+	// it expires (key `session_idle_timeout`, a duration such as "30m");
+	// greater than 0. Defaults to 30 minutes.
+	SessionIdleTimeout time.Duration
+
+	// PageSize is the number of items per page of the merged lists the
+	// gateway serves (key `page_size`), from 1 to 1000. Defaults to 100.
+	PageSize int
+
+	// Upstreams are the upstream MCP servers, in file order (key
+	// `upstreams`). Names and effective prefixes are unique across all of
+	// them, enabled or not. The list may be empty: the gateway then starts
+	// with no upstreams.
+	Upstreams []Upstream
+}
+
+// Upstream configures one upstream MCP server, started as a child process
+// speaking MCP over stdio.
+type Upstream struct {
+	// Name identifies the upstream in logs, policy rules and messages (key
+	// `name`). Required, unique (case-sensitive), 1 to 64 characters from
+	// A-Z a-z 0-9 _ -.
+	Name string
+
+	// Command is the program to run (key `command`). Required.
+	Command string
+
+	// Args are the program's arguments (key `args`). Nil when absent.
+	Args []string
+
+	// Env is added to the gateway's own environment for the child (key
+	// `env`), overriding variables of the same name. Nil when absent.
+	Env map[string]string
+
+	// Dir is the child's working directory (key `dir`). Empty means the
+	// gateway's working directory; a relative path is relative to it.
+	Dir string
+
+	// Prefix namespaces this upstream's tool and prompt names and resource
+	// URIs (key `prefix`): up to 32 characters from A-Z a-z 0-9 _ . -.
+	// If the key is absent, defaults to Name. If it is present and empty
+	// (`prefix: ""`), names and URIs pass unchanged ("unprefixed"); at most
+	// one upstream may be unprefixed. Prefixes are unique, and a prefix
+	// followed by the separator must not contain the separator earlier, so
+	// that a namespaced name splits back in one way only.
+	Prefix string
+
+	// RequestTimeout bounds each request forwarded to this upstream (key
+	// `request_timeout`, a duration such as "60s"); greater than 0. Defaults
+	// to 60 seconds.
+	RequestTimeout time.Duration
+
+	// Enabled says whether the gateway starts this upstream (key `enabled`).
+	// Defaults to true when the key is absent.
+	Enabled bool
+
+	// IncludeInstructions says whether the upstream's `instructions` are
+	// passed on to clients (key `include_instructions`). They are text an
+	// upstream injects into every client's context, so the default is false.
+	IncludeInstructions bool
+
+	// Line is the line of this upstream's entry in the file, for messages
+	// at run time.
+	Line int
+}
+
+// EnabledUpstreams returns the upstreams with Enabled set, in file order, in
+// a new slice; the elements share their Args and Env with c. It returns nil if
+// none is enabled.
+func (c *Config) EnabledUpstreams() []Upstream {
+	var out []Upstream
+	for _, u := range c.Upstreams {
+		if u.Enabled {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Load reads and parses the config file at path; see Parse. lookupEnv
+// resolves ${VAR} references (the command passes os.LookupEnv); nil means no
+// variables are set.
+//
+// If the file cannot be read, the error wraps the one from the file system
+// (test it with errors.Is, e.g. fs.ErrNotExist). If its content cannot be used,
+// the error is an *Error listing every problem. Load is safe for concurrent
+// use.
+func Load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return Parse(path, data, lookupEnv)
+}
+
+// Parse is Load on bytes already read; file is the name used in messages and
+// in Config.File. lookupEnv resolves ${VAR} references; nil means no
+// variables are set.
+//
+// It returns a Config with defaults applied, or nil and an *Error listing
+// every problem, in file order. An empty file is a problem; a file with only
+// `upstreams: []` is valid. Parse is safe for concurrent use.
+func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	root, problems := parseYAML(file, data)
+	if root == nil {
+		return nil, &Error{Problems: problems}
+	}
+
+	d := newDecoder(file, lookupEnv)
+	c := d.config(root)
+	c.File = file
+	applyDefaults(c, &d.index)
+	problems = append(d.problems, validate(c, file, &d.index)...)
+	if len(problems) > 0 {
+		slices.SortStableFunc(problems, func(a, b Problem) int { return a.Line - b.Line })
+		return nil, &Error{Problems: problems}
+	}
+	return c, nil
+}
+
+// applyDefaults sets every field the file left out. A field whose value could
+// not be decoded (already a problem) gets its default too, so that validation
+// does not report it a second time.
+func applyDefaults(c *Config, ix *index) {
+	if !ix.has("listen") {
+		c.Listen = defaultListen
+	}
+	if !ix.has("separator") {
+		c.Separator = defaultSeparator
+	}
+	if !ix.has("log_level") {
+		c.LogLevel = defaultLogLevel
+	}
+	if !ix.has("allowed_origins") {
+		c.AllowedOrigins = defaultAllowedOrigins()
+	}
+	if !ix.has("max_body_bytes") {
+		c.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if !ix.has("max_sessions") {
+		c.MaxSessions = defaultMaxSessions
+	}
+	if !ix.has("session_idle_timeout") {
+		c.SessionIdleTimeout = defaultSessionIdleTimeout
+	}
+	if !ix.has("page_size") {
+		c.PageSize = defaultPageSize
+	}
+	for i := range c.Upstreams {
+		u, path := &c.Upstreams[i], upstreamPath(i)
+		if !ix.has(path + ".prefix") {
+			u.Prefix = u.Name
+		}
+		if !ix.has(path + ".request_timeout") {
+			u.RequestTimeout = defaultRequestTimeout
+		}
+		if !ix.has(path + ".enabled") {
+			u.Enabled = true
+		}
+	}
+}
+
+// upstreamPath returns the field path of the i'th upstream, "upstreams[i]".
+func upstreamPath(i int) string { return fmt.Sprintf("upstreams[%d]", i) }

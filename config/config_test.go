@@ -1,0 +1,667 @@
+package config_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/manifold-mcp/manifold/config"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// env returns a lookup function over vars.
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+var loopbackOrigins = []string{
+	"http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*",
+	"https://localhost:*", "https://127.0.0.1:*", "https://[::1]:*",
+}
+
+// withDefaults returns a Config holding the defaults, the given upstreams and
+// File "gw.yaml".
+func withDefaults(ups ...config.Upstream) *config.Config {
+	return &config.Config{
+		File:               "gw.yaml",
+		Listen:             "127.0.0.1:8080",
+		Separator:          "__",
+		LogLevel:           "info",
+		AllowedOrigins:     loopbackOrigins,
+		MaxBodyBytes:       4194304,
+		MaxSessions:        1000,
+		SessionIdleTimeout: 30 * time.Minute,
+		PageSize:           100,
+		Upstreams:          ups,
+	}
+}
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want *config.Config
+	}{
+		{
+			name: "no upstreams",
+			yaml: "upstreams: []\n",
+			want: withDefaults([]config.Upstream{}...),
+		},
+		{
+			name: "upstreams with no value",
+			yaml: "upstreams:\n",
+			want: withDefaults(),
+		},
+		{
+			name: "every field",
+			yaml: `
+listen: ":9000"
+separator: "."
+log_level: debug
+allowed_origins: ["https://app.example.com", "http://localhost:3000"]
+max_body_bytes: 1024
+max_sessions: 5
+session_idle_timeout: 1h30m
+page_size: 1000
+upstreams:
+  - name: gh
+    command: npx
+    args: [-y, server]
+    env: {TOKEN: abc, EMPTY: ""}
+    dir: /tmp
+    prefix: github
+    request_timeout: 5s
+    enabled: false
+    include_instructions: true
+`,
+			want: &config.Config{
+				File:               "gw.yaml",
+				Listen:             ":9000",
+				Separator:          ".",
+				LogLevel:           "debug",
+				AllowedOrigins:     []string{"https://app.example.com", "http://localhost:3000"},
+				MaxBodyBytes:       1024,
+				MaxSessions:        5,
+				SessionIdleTimeout: 90 * time.Minute,
+				PageSize:           1000,
+				Upstreams: []config.Upstream{{
+					Name:                "gh",
+					Command:             "npx",
+					Args:                []string{"-y", "server"},
+					Env:                 map[string]string{"TOKEN": "abc", "EMPTY": ""},
+					Dir:                 "/tmp",
+					Prefix:              "github",
+					RequestTimeout:      5 * time.Second,
+					Enabled:             false,
+					IncludeInstructions: true,
+					Line:                11,
+				}},
+			},
+		},
+		{
+			name: "prefix absent, empty and set",
+			yaml: `upstreams:
+  - {name: a, command: ./a}
+  - {name: b, command: ./b, prefix: ""}
+  - {name: c, command: ./c, prefix: see}
+`,
+			want: withDefaults(
+				config.Upstream{Name: "a", Command: "./a", Prefix: "a", RequestTimeout: time.Minute, Enabled: true, Line: 2},
+				config.Upstream{Name: "b", Command: "./b", Prefix: "", RequestTimeout: time.Minute, Enabled: true, Line: 3},
+				config.Upstream{Name: "c", Command: "./c", Prefix: "see", RequestTimeout: time.Minute, Enabled: true, Line: 4},
+			),
+		},
+		{
+			name: "empty origin list",
+			yaml: "allowed_origins: []\nupstreams: []\n",
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.AllowedOrigins = []string{}
+				return c
+			}(),
+		},
+		{
+			name: "args and env with no value",
+			yaml: "upstreams:\n  - name: a\n    command: ./a\n    args:\n    env:\n",
+			want: withDefaults(config.Upstream{Name: "a", Command: "./a", Prefix: "a", RequestTimeout: time.Minute, Enabled: true, Line: 2}),
+		},
+		{
+			name: "values are read by their text, not their quoting",
+			yaml: `max_sessions: "7"
+upstreams:
+  - name: "0x1F"
+    command: 123
+    args: [no, 1.50, "true"]
+    enabled: "TRUE"
+`,
+			want: func() *config.Config {
+				c := withDefaults(config.Upstream{
+					Name: "0x1F", Command: "123", Args: []string{"no", "1.50", "true"},
+					Prefix: "0x1F", RequestTimeout: time.Minute, Enabled: true, Line: 3,
+				})
+				c.MaxSessions = 7
+				return c
+			}(),
+		},
+		{
+			name: "aliases",
+			yaml: `upstreams:
+  - name: a
+    command: ./a
+    env: &common {REGION: eu}
+  - name: b
+    command: ./b
+    env: *common
+`,
+			want: withDefaults(
+				config.Upstream{Name: "a", Command: "./a", Env: map[string]string{"REGION": "eu"}, Prefix: "a", RequestTimeout: time.Minute, Enabled: true, Line: 2},
+				config.Upstream{Name: "b", Command: "./b", Env: map[string]string{"REGION": "eu"}, Prefix: "b", RequestTimeout: time.Minute, Enabled: true, Line: 5},
+			),
+		},
+		{
+			name: "trailing document marker",
+			yaml: "upstreams: []\n---\n",
+			want: withDefaults([]config.Upstream{}...),
+		},
+		{
+			name: "IPv6 listen address and bracketed origin",
+			yaml: "listen: \"[::1]:8080\"\nallowed_origins: [\"http://[::1]:*\"]\nupstreams: []\n",
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.Listen = "[::1]:8080"
+				c.AllowedOrigins = []string{"http://[::1]:*"}
+				return c
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := config.Parse("gw.yaml", []byte(tt.yaml), env(tt.env))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Parse mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseProblems(t *testing.T) {
+	// p builds the expected Problem in gw.yaml.
+	p := func(line int, field, msg string) config.Problem {
+		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
+	}
+	const (
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, upstreams)"
+		upstreamKeys = "unknown field (known: name, command, args, env, dir, prefix, request_timeout, enabled, include_instructions)"
+		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
+		noCommand    = "required: the program to start for this stdio upstream"
+	)
+	tests := []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want []config.Problem
+	}{
+		// The file as a whole.
+		{"empty file", "", nil, []config.Problem{p(0, "", empty)}},
+		{"only comments", "# nothing yet\n", nil, []config.Problem{p(0, "", empty)}},
+		{"null document", "~\n", nil, []config.Problem{p(0, "", empty)}},
+		{"not YAML", "upstreams:\n  - name: a\n   command: x\n", nil, []config.Problem{
+			p(3, "", "not valid YAML: did not find expected '-' indicator (check indentation and quoting)"),
+		}},
+		{"bad indentation in a mapping", "upstreams:\n  - name: a\n    command: x\n    args: []\n   dir: /tmp\n", nil, []config.Problem{
+			p(5, "", "not valid YAML: did not find expected '-' indicator (check indentation and quoting)"),
+		}},
+		{"missing colon", "upstreams: []\nlisten :80\n", nil, []config.Problem{
+			p(2, "", "not valid YAML: could not find expected ':' (check indentation and quoting)"),
+		}},
+		{"unterminated quote", "upstreams:\n  - name: a\n    command: \"x\n    dir: /tmp\n", nil, []config.Problem{
+			p(3, "", "not valid YAML: found unexpected end of stream (check indentation and quoting)"),
+		}},
+		{"unclosed flow list", "upstreams: [\n", nil, []config.Problem{
+			p(1, "", "not valid YAML: did not find expected node content (check indentation and quoting)"),
+		}},
+		{"top level is a list", "- name: a\n", nil, []config.Problem{
+			p(1, "", "want a mapping of settings such as `upstreams:`, got a list"),
+		}},
+		{"two documents", "upstreams: []\n---\nlisten: :80\n", nil, []config.Problem{
+			p(2, "", "a second YAML document: put all settings in one document, without ---"),
+		}},
+
+		// Keys.
+		{"unknown top-level key", "upstreams: []\nlisten_addr: :80\n", nil, []config.Problem{p(2, "listen_addr", topKeys)}},
+		{"unknown upstream key", "upstreams:\n  - name: a\n    command: x\n    timout: 5s\n", nil, []config.Problem{
+			p(4, "upstreams[0].timout", upstreamKeys),
+		}},
+		{"duplicate key", "upstreams: []\nlisten: :80\nlisten: :81\n", nil, []config.Problem{
+			p(3, "listen", "duplicate key, first set on line 2: remove one of them"),
+		}},
+		{"duplicate env key", "upstreams:\n  - name: a\n    command: x\n    env:\n      A: 1\n      A: 2\n", nil, []config.Problem{
+			p(6, "upstreams[0].env.A", "duplicate key, first set on line 5: remove one of them"),
+		}},
+		{"merge key", "base: &b\n  listen: :80\n<<: *b\nupstreams: []\n", nil, []config.Problem{
+			p(1, "base", topKeys),
+			p(3, "", "merge keys (<<) are not supported: write the settings out in full"),
+		}},
+		{"key that is a list", "[a]: 1\nupstreams: []\n", nil, []config.Problem{
+			p(1, "", "a key must be a plain name, got a list"),
+		}},
+
+		// Types.
+		{"string for an integer", "upstreams: []\nmax_sessions: lots\n", nil, []config.Problem{
+			p(2, "max_sessions", `want a whole number like 1000, got "lots"`),
+		}},
+		{"integer out of range", "upstreams: []\nmax_body_bytes: 99999999999999999999\n", nil, []config.Problem{
+			p(2, "max_body_bytes", `"99999999999999999999" is out of range`),
+		}},
+		{"duration without unit", "upstreams:\n  - name: a\n    command: x\n    request_timeout: 5\n", nil, []config.Problem{
+			p(4, "upstreams[0].request_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "5"`),
+		}},
+		{"scalar for a list", "upstreams:\n  - name: a\n    command: x\n    args: foo\n", nil, []config.Problem{
+			p(4, "upstreams[0].args", `want a list of strings, like ["a", "b"]; got a single value`),
+		}},
+		{"list item that is a list", "upstreams:\n  - name: a\n    command: x\n    args: [a, [b]]\n", nil, []config.Problem{
+			p(4, "upstreams[0].args[1]", "want a string, got a list"),
+		}},
+		{"list for env", "upstreams:\n  - name: a\n    command: x\n    env: [A=1]\n", nil, []config.Problem{
+			p(4, "upstreams[0].env", "want a mapping of NAME: value, got a list"),
+		}},
+		{"mapping for upstreams", "upstreams:\n  a: {command: x}\n", nil, []config.Problem{
+			p(2, "upstreams", "want a list of upstreams (lines starting with `- name:`), got a mapping"),
+		}},
+		{"upstream that is a string", "upstreams:\n  - github\n", nil, []config.Problem{
+			p(2, "upstreams[0]", "want a mapping with at least `name:` and `command:`, got a single value"),
+		}},
+		{"yes for a boolean", "upstreams:\n  - name: a\n    command: x\n    enabled: yes\n", nil, []config.Problem{
+			p(4, "upstreams[0].enabled", `want true or false, got "yes"`),
+		}},
+		{"a type error is not also reported as missing", "upstreams:\n  - name: [a]\n    command: x\n", nil, []config.Problem{
+			p(2, "upstreams[0].name", "want a string, got a list"),
+		}},
+
+		// No value.
+		{"no value for a string", "upstreams: []\nlisten:\n", nil, []config.Problem{
+			p(2, "listen", "no value: want a string (to leave the field out, remove the key)"),
+		}},
+		{"no value for prefix", "upstreams:\n  - name: a\n    command: x\n    prefix:\n", nil, []config.Problem{
+			p(4, "upstreams[0].prefix", `no value: write prefix: "" to leave names unprefixed, or remove the key to use the name`),
+		}},
+		{"no value for allowed_origins", "upstreams: []\nallowed_origins:\n", nil, []config.Problem{
+			p(2, "allowed_origins", "no value: write [] to accept only requests without an Origin header, or remove the key for the loopback defaults"),
+		}},
+
+		// Variables.
+		{"unset variable", "upstreams:\n  - name: a\n    command: x\n    env: {TOKEN: \"Bearer ${TOKEN}\"}\n", nil, []config.Problem{
+			p(4, "upstreams[0].env.TOKEN", "environment variable TOKEN is not set: set it, or give a default with ${TOKEN:-default}"),
+		}},
+		{"two unset variables", "upstreams: []\nlisten: ${HOST}:${PORT}\n", nil, []config.Problem{
+			p(2, "listen", "environment variable HOST is not set: set it, or give a default with ${HOST:-default}"),
+			p(2, "listen", "environment variable PORT is not set: set it, or give a default with ${PORT:-default}"),
+		}},
+		{"bad reference", "upstreams: []\nlisten: ${PORT-80}\n", nil, []config.Problem{
+			p(2, "listen", `"${PORT-80}" is not a variable reference: write ${NAME} or ${NAME:-default}, or $$ for a literal $`),
+		}},
+		{"unterminated reference", "upstreams: []\nlisten: :${PORT\n", nil, []config.Problem{
+			p(2, "listen", "unterminated ${: close it with }, or write $$ for a literal $"),
+		}},
+		{"nested default", "upstreams: []\nlisten: ${A:-${B}}\n", nil, []config.Problem{
+			p(2, "listen", `"${A:-${B}": a default cannot refer to another variable`),
+		}},
+		{"variable expands to a bad number", "upstreams: []\nmax_sessions: ${MAX}\n", map[string]string{"MAX": "many"}, []config.Problem{
+			p(2, "max_sessions", `want a whole number like 1000, got "many"`),
+		}},
+
+		// Top-level values.
+		{"listen without port", "upstreams: []\nlisten: localhost\n", nil, []config.Problem{
+			p(2, "listen", `"localhost" is not host:port: write e.g. 127.0.0.1:8080, or :8080 for all interfaces`),
+		}},
+		{"listen with named port", "upstreams: []\nlisten: localhost:http\n", nil, []config.Problem{
+			p(2, "listen", `port "http" is not a number from 0 to 65535: write e.g. 127.0.0.1:8080`),
+		}},
+		{"separator", "upstreams: []\nseparator: \"/\"\n", nil, []config.Problem{
+			p(2, "separator", `"/" is not a valid separator: use 1 to 4 characters from A-Z a-z 0-9 _ . -, like __`),
+		}},
+		{"separator too long", "upstreams: []\nseparator: _____\n", nil, []config.Problem{
+			p(2, "separator", `"_____" is not a valid separator: use 1 to 4 characters from A-Z a-z 0-9 _ . -, like __`),
+		}},
+		{"empty separator", "upstreams: []\nseparator: \"\"\n", nil, []config.Problem{
+			p(2, "separator", `"" is not a valid separator: use 1 to 4 characters from A-Z a-z 0-9 _ . -, like __`),
+		}},
+		{"log level", "upstreams: []\nlog_level: INFO\n", nil, []config.Problem{
+			p(2, "log_level", `"INFO" is not a log level: use debug, info, warn or error`),
+		}},
+		{"origins", "upstreams: []\nallowed_origins:\n  - https://ok.example.com\n  - https://a.example.com/\n  - ftp://b.example.com\n  - https://*.example.com\n  - null\n", nil, []config.Problem{
+			p(4, "allowed_origins[1]", `"https://a.example.com/" is not an origin: write scheme://host, scheme://host:port or scheme://host:* (any port), with scheme http or https and no path`),
+			p(5, "allowed_origins[2]", `"ftp://b.example.com" is not an origin: write scheme://host, scheme://host:port or scheme://host:* (any port), with scheme http or https and no path`),
+			p(6, "allowed_origins[3]", `"https://*.example.com" is not an origin: write scheme://host, scheme://host:port or scheme://host:* (any port), with scheme http or https and no path`),
+			p(7, "allowed_origins[4]", "no value: want a string (to leave the field out, remove the key)"),
+		}},
+		{"numbers out of range", "upstreams: []\nmax_body_bytes: 0\nmax_sessions: -1\nsession_idle_timeout: 0s\npage_size: 1001\n", nil, []config.Problem{
+			p(2, "max_body_bytes", "must be greater than 0: it is the largest request body accepted, in bytes (default 4194304, 4 MiB)"),
+			p(3, "max_sessions", "must be greater than 0 (default 1000)"),
+			p(4, "session_idle_timeout", "must be greater than 0, like 30m"),
+			p(5, "page_size", "must be from 1 to 1000 (default 100)"),
+		}},
+		{"page size zero", "upstreams: []\npage_size: 0\n", nil, []config.Problem{
+			p(2, "page_size", "must be from 1 to 1000 (default 100)"),
+		}},
+
+		// Upstreams.
+		{"missing name and command", "upstreams:\n  - dir: /tmp\n", nil, []config.Problem{
+			p(2, "upstreams[0].name", "required: a unique name for this upstream, like github (it is also the default prefix of its tools)"),
+			p(2, "upstreams[0].command", noCommand),
+		}},
+		{"empty command", "upstreams:\n  - name: a\n    command: \"${CMD:-}\"\n", nil, []config.Problem{
+			p(3, "upstreams[0].command", noCommand),
+		}},
+		{"invalid names", "upstreams:\n  - {name: \"a b\", command: x}\n  - {name: \"\", command: x}\n  - {name: " + strings.Repeat("n", 65) + ", command: x}\n", nil, []config.Problem{
+			p(2, "upstreams[0].name", `"a b" is not a valid name: use 1 to 64 characters from A-Z a-z 0-9 _ -`),
+			p(3, "upstreams[1].name", `"" is not a valid name: use 1 to 64 characters from A-Z a-z 0-9 _ -`),
+			p(4, "upstreams[2].name", `"`+strings.Repeat("n", 65)+`" is not a valid name: use 1 to 64 characters from A-Z a-z 0-9 _ -`),
+		}},
+		{"duplicate names", "upstreams:\n  - {name: a, command: x}\n  - {name: b, command: x}\n  - {name: a, command: y, prefix: a2}\n", nil, []config.Problem{
+			p(4, "upstreams[2].name", `"a" is also the name of upstreams[0] (line 2): names must be unique`),
+		}},
+		{"names are case-sensitive", "upstreams:\n  - {name: a, command: x}\n  - {name: A, command: x}\n", nil, nil},
+		{"request timeout zero", "upstreams:\n  - {name: a, command: x, request_timeout: 0s}\n", nil, []config.Problem{
+			p(2, "upstreams[0].request_timeout", "must be greater than 0, like 60s"),
+		}},
+		{"env name with =", "upstreams:\n  - name: a\n    command: x\n    env: {\"A=B\": c}\n", nil, []config.Problem{
+			p(4, "upstreams[0].env.A=B", "not a valid environment variable name: it must be non-empty, without = or NUL"),
+		}},
+		{"invalid prefix", "upstreams:\n  - {name: a, command: x, prefix: \"a/b\"}\n  - {name: b, command: x, prefix: " + strings.Repeat("p", 33) + "}\n", nil, []config.Problem{
+			p(2, "upstreams[0].prefix", `"a/b" is not a valid prefix: use up to 32 characters from A-Z a-z 0-9 _ . -, or "" for none`),
+			p(3, "upstreams[1].prefix", `prefix "`+strings.Repeat("p", 33)+`" is longer than 32 characters: set a shorter prefix`),
+		}},
+		{"name too long to be the prefix", "upstreams:\n  - {name: " + strings.Repeat("n", 40) + ", command: x}\n", nil, []config.Problem{
+			p(2, "upstreams[0].name", `prefix "`+strings.Repeat("n", 40)+`" (taken from the name) is longer than 32 characters: set a shorter prefix`),
+		}},
+		{"duplicate prefix, set and taken from a name", "upstreams:\n  - {name: github, command: x}\n  - {name: gh, command: y, prefix: github}\n", nil, []config.Problem{
+			p(3, "upstreams[1].prefix", `prefix "github" is also the prefix of upstreams[0] "github" (line 2): give one of them a distinct prefix`),
+		}},
+		{"duplicate prefix taken from a name", "upstreams:\n  - {name: gh, command: y, prefix: github}\n  - {name: github, command: x}\n", nil, []config.Problem{
+			p(3, "upstreams[1].name", `prefix "github" (taken from the name) is also the prefix of upstreams[0] "gh" (line 2): give one of them a distinct prefix`),
+		}},
+		{"two unprefixed", "upstreams:\n  - {name: a, command: x, prefix: \"\"}\n  - {name: b, command: x, enabled: false, prefix: \"\"}\n", nil, []config.Problem{
+			p(3, "upstreams[1].prefix", `"" (unprefixed) is also the prefix of upstreams[0] "a" (line 2): at most one upstream can be unprefixed; give one of them a prefix`),
+		}},
+		{"prefix contains the separator", "upstreams:\n  - {name: my__server, command: x}\n  - {name: b, command: x, prefix: b_}\n", nil, []config.Problem{
+			p(2, "upstreams[0].name", `prefix "my__server" (taken from the name) clashes with the separator "__": in "my__server__tool" the separator is found too early; choose another prefix or separator`),
+			p(3, "upstreams[1].prefix", `prefix "b_" clashes with the separator "__": in "b___tool" the separator is found too early; choose another prefix or separator`),
+		}},
+		{"prefix is fine with another separator", "separator: \".\"\nupstreams:\n  - {name: my__server, command: x}\n", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse("gw.yaml", []byte(tt.yaml), env(tt.env))
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			var cerr *config.Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("Parse error = %v, want a *config.Error", err)
+			}
+			if diff := cmp.Diff(tt.want, cerr.Problems); diff != "" {
+				t.Errorf("problems mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestParseReportsAllProblems checks that one run reports every problem of a
+// file, from decoding and from validation, in line order.
+func TestParseReportsAllProblems(t *testing.T) {
+	const file = `upstreams:
+  - name: a
+    command: ./a
+    timout: 5s
+    request_timeout: 0s
+  - name: a
+    command: ""
+    args: foo
+listen: localhost
+max_sessions: lots
+`
+	want := []config.Problem{
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, prefix, request_timeout, enabled, include_instructions)"},
+		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
+		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
+		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: the program to start for this stdio upstream"},
+		{File: "all.yaml", Line: 8, Field: "upstreams[1].args", Message: `want a list of strings, like ["a", "b"]; got a single value`},
+		{File: "all.yaml", Line: 9, Field: "listen", Message: `"localhost" is not host:port: write e.g. 127.0.0.1:8080, or :8080 for all interfaces`},
+		{File: "all.yaml", Line: 10, Field: "max_sessions", Message: `want a whole number like 1000, got "lots"`},
+	}
+	c, err := config.Parse("all.yaml", []byte(file), nil)
+	if c != nil {
+		t.Errorf("Parse returned a Config along with an error")
+	}
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Parse error = %v, want a *config.Error", err)
+	}
+	if diff := cmp.Diff(want, cerr.Problems); diff != "" {
+		t.Errorf("problems mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestSyntaxErrorLine_yaml205 checks that a syntax error is reported on its
+// own line, not on the line before the enclosing block as yaml gives it
+// (go-yaml/yaml#205).
+func TestSyntaxErrorLine_yaml205(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("upstreams:\n")
+	for i := range 300 {
+		fmt.Fprintf(&b, "  - name: u%d\n    command: x\n", i)
+		if i == 200 {
+			b.WriteString("   dir: /tmp\n") // line 1 + 201*2 + 1
+		}
+	}
+	_, err := config.Parse("gw.yaml", []byte(b.String()), nil)
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Parse error = %v, want a *config.Error", err)
+	}
+	want := []config.Problem{{File: "gw.yaml", Line: 404, Message: "not valid YAML: did not find expected '-' indicator (check indentation and quoting)"}}
+	if diff := cmp.Diff(want, cerr.Problems); diff != "" {
+		t.Errorf("problems mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseExpandsVariables(t *testing.T) {
+	vars := map[string]string{
+		"TOKEN": `a"b: c`,
+		"EMPTY": "",
+		"PORT":  "9001",
+		"MAX":   "42",
+		"YAML":  "x\n- injected: true",
+	}
+	tests := []struct {
+		name  string
+		value string // YAML text of env value V
+		want  string
+	}{
+		{"plain", "${TOKEN}", `a"b: c`},
+		{"inside double quotes", `"Bearer ${TOKEN}"`, `Bearer a"b: c`},
+		{"inside single quotes", `'${TOKEN}'`, `a"b: c`},
+		{"YAML in a value stays text", "${YAML}", "x\n- injected: true"},
+		{"default when unset", "${NOPE:-fallback}", "fallback"},
+		{"default when empty", "${EMPTY:-fallback}", "fallback"},
+		{"empty default", "${NOPE:-}", ""},
+		{"default with colon and spaces", `"${NOPE:-a: b c}"`, "a: b c"},
+		{"set but empty", "${EMPTY}", ""},
+		{"dollar dollar", "$$HOME", "$HOME"},
+		{"escaped reference", "$${TOKEN}", "${TOKEN}"},
+		{"bare dollar name stays", "$TOKEN", "$TOKEN"},
+		{"lone dollar", "cost$", "cost$"},
+		{"several", "${PORT}/$${PORT}/${NOPE:-x}", "9001/${PORT}/x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yaml := "upstreams:\n  - name: a\n    command: x\n    env:\n      V: " + tt.value + "\n"
+			c, err := config.Parse("gw.yaml", []byte(yaml), env(vars))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got := c.Upstreams[0].Env["V"]; got != tt.want {
+				t.Errorf("env V = %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("typed fields and keys", func(t *testing.T) {
+		yaml := "listen: \"127.0.0.1:${PORT}\"\nmax_sessions: ${MAX}\nupstreams:\n  - name: a\n    command: x\n    env: {\"${TOKEN}\": v}\n"
+		c, err := config.Parse("gw.yaml", []byte(yaml), env(vars))
+		if err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+		if c.Listen != "127.0.0.1:9001" || c.MaxSessions != 42 {
+			t.Errorf("Listen, MaxSessions = %q, %d; want 127.0.0.1:9001, 42", c.Listen, c.MaxSessions)
+		}
+		if diff := cmp.Diff(map[string]string{"${TOKEN}": "v"}, c.Upstreams[0].Env); diff != "" {
+			t.Errorf("keys must not be expanded (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestLoadExample(t *testing.T) {
+	path := filepath.Join("testdata", "example.yaml")
+	got, err := config.Load(path, env(map[string]string{"GITHUB_TOKEN": "ghp_test"}))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := &config.Config{
+		File:               path,
+		Listen:             "127.0.0.1:8700",
+		Separator:          "__",
+		LogLevel:           "info",
+		AllowedOrigins:     []string{"http://localhost:*", "https://app.example.com"},
+		MaxBodyBytes:       4194304,
+		MaxSessions:        500,
+		SessionIdleTimeout: 15 * time.Minute,
+		PageSize:           50,
+		Upstreams: []config.Upstream{
+			{
+				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},
+				Env:    map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_test"},
+				Prefix: "github", RequestTimeout: 2 * time.Minute, Enabled: true, IncludeInstructions: true, Line: 23,
+			},
+			{
+				Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/workspace"},
+				Prefix: "fs", RequestTimeout: time.Minute, Enabled: true, Line: 32,
+			},
+			{
+				Name: "local-tools", Command: "./bin/local-tools", Dir: "/opt/manifold",
+				Prefix: "", RequestTimeout: time.Minute, Enabled: true, Line: 41,
+			},
+			{
+				Name: "experimental", Command: "python3", Args: []string{"-m", "experimental_server"},
+				Prefix: "experimental", RequestTimeout: time.Minute, Enabled: false, Line: 47,
+			},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load mismatch (-want +got):\n%s", diff)
+	}
+
+	var enabled []string
+	for _, u := range got.EnabledUpstreams() {
+		enabled = append(enabled, u.Name)
+	}
+	if diff := cmp.Diff([]string{"github", "filesystem", "local-tools"}, enabled); diff != "" {
+		t.Errorf("EnabledUpstreams mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := config.Load(filepath.Join(t.TempDir(), "absent.yaml"), nil)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load error = %v, want one wrapping fs.ErrNotExist", err)
+	}
+	var cerr *config.Error
+	if errors.As(err, &cerr) {
+		t.Errorf("Load error is a *config.Error; want an I/O error")
+	}
+}
+
+// TestInvalidGolden pins the text of Error for a file with many problems.
+// Run with -update to rewrite testdata/invalid.golden.
+func TestInvalidGolden(t *testing.T) {
+	path := filepath.Join("testdata", "invalid.yaml")
+	_, err := config.Load(path, nil)
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Load error = %v, want a *config.Error", err)
+	}
+	got := cerr.Error() + "\n"
+	golden := filepath.Join("testdata", "invalid.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("Error() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestProblemString(t *testing.T) {
+	tests := []struct {
+		p    config.Problem
+		want string
+	}{
+		{config.Problem{File: "gw.yaml", Line: 12, Field: "upstreams[1].command", Message: "required"}, "gw.yaml:12: upstreams[1].command: required"},
+		{config.Problem{File: "gw.yaml", Line: 3, Message: "not valid YAML"}, "gw.yaml:3: not valid YAML"},
+		{config.Problem{File: "gw.yaml", Message: "empty config"}, "gw.yaml: empty config"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"example.yaml", "invalid.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("upstreams: []\n"))
+	f.Add([]byte("upstreams:\n  - &a {name: a, command: x, env: {K: ${V:-$$}}}\n  - *a\n"))
+	f.Add([]byte("a: &a [*a]\nupstreams: *a\n"))
+	lookup := env(map[string]string{"V": "1", "EMPTY": ""})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := config.Parse("fuzz.yaml", data, lookup)
+		if (c == nil) == (err == nil) {
+			t.Fatalf("Parse returned config %v and error %v; want exactly one", c, err)
+		}
+		var cerr *config.Error
+		if errors.As(err, &cerr) && len(cerr.Problems) == 0 {
+			t.Fatalf("Parse returned an Error with no problems")
+		}
+	})
+}

@@ -1,0 +1,58 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Error is returned by Load and Parse when a config file cannot be used. It
+// lists every problem found, in file order; Problems is never empty. Get it
+// with errors.As.
+type Error struct {
+	Problems []Problem
+}
+
+// Error returns the problems one per line, each formatted as by
+// Problem.String.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Problem is one thing wrong with a config file.
+//
+// Messages never quote the values of env or args, which may hold secrets.
+type Problem struct {
+	// File is the file name given to Load or Parse.
+	File string
+	// Line is the 1-based line of the field, or of the mapping that lacks a
+	// required field; 0 when the problem concerns the whole file.
+	Line int
+	// Field is the path of the field in YAML key names with [i] list
+	// indexes, such as "upstreams[0].request_timeout"; empty when no field
+	// applies (a YAML syntax error, an empty file).
+	Field string
+	// Message says what is wrong and what to do about it.
+	Message string
+}
+
+// String formats p as FILE:LINE: FIELD: MESSAGE, leaving out LINE when it is
+// 0 and FIELD when it is empty.
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		b.WriteString(":")
+		b.WriteString(strconv.Itoa(p.Line))
+	}
+	b.WriteString(": ")
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
