@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/testupstream"
+)
+
+var runMarker = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+func TestMain(m *testing.M) {
+	testupstream.Main()
+	code := m.Run()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(testupstream.Leftovers(runMarker)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := testupstream.Leftovers(runMarker); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: processes left behind: %v\n", left)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestValidate(t *testing.T) {
+	good := writeFile(t, "good.yaml", "upstreams:\n  - name: a\n    command: a-server\n")
+	bad := writeFile(t, "bad.yaml", "listen: nowhere\nupstreams:\n  - name: a\n    comand: a-server\n")
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  []string
+	}{
+		{"good", []string{"validate", "-config", good}, 0, []string{"good.yaml: ok (1 upstreams enabled)"}},
+		{"every problem with file and line", []string{"validate", "-config", bad}, 1, []string{
+			"bad.yaml:1: listen:",
+			"bad.yaml:4: upstreams[0].comand: unknown field",
+			"bad.yaml:3: upstreams[0].command: required",
+		}},
+		{"missing file", []string{"validate", "-config", filepath.Join(t.TempDir(), "none.yaml")}, 1, []string{"none.yaml"}},
+		{"no -config", []string{"validate"}, 2, []string{"-config FILE is required"}},
+		{"unknown command", []string{"launch"}, 2, []string{`unknown command "launch"`}},
+		{"version", []string{"version"}, 0, []string{"manifold dev"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if code := run(tc.args, &out, &out); code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out.String())
+			}
+			for _, want := range tc.wantOut {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeDrainsAndStopsUpstreams runs the gateway as serve does, with a client holding a
+// standalone stream open, and stops it: the stream is closed by the server, serve returns
+// cleanly, and no upstream process is left.
+func TestServeDrainsAndStopsUpstreams(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	cfg, err := config.Parse("serve.yaml", []byte(fmt.Sprintf(`
+listen: %s
+upstreams:
+  - name: alpha
+    command: %q
+    env: {%s: alpha, %s: %s}
+`, addr, exe, testupstream.EnvFlavor, testupstream.EnvRun, runMarker)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- serveUntilDone(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+
+	url := "http://" + addr + "/mcp"
+	post := func(sid, body string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	var sid string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		if resp != nil {
+			sid = resp.Header.Get("Mcp-Session-Id")
+			if _, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"up"}}}`); strings.Contains(body, "alpha:up") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway never answered alpha__echo")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil || stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %v %v", err, stream)
+	}
+	streamEnded := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stream.Body)
+		stream.Body.Close()
+		close(streamEnded)
+	}()
+
+	cancel() // what SIGTERM does
+	select {
+	case <-streamEnded:
+	case <-time.After(shutdownGrace - time.Second):
+		t.Fatal("shutdown did not close the open stream")
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return")
+	}
+	if left := testupstream.Leftovers(runMarker); len(left) > 0 {
+		t.Errorf("upstream processes left after serve returned: %v", left)
+	}
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# fake_upstream.sh is a hand-written stdio MCP upstream for client_test.go, for behaviour a
+# well-mannered go-sdk server cannot show. It appends every line it reads to $FAKE_LOG, answers
+# initialize, tools/list and ping, and misbehaves as $FAKE_MODE asks:
+#
+#	hang      declares tools, lists tool "slow" and never answers tools/call
+#	stubborn  ignores SIGTERM, starts a grandchild (sleep), writes "PID GRANDCHILD_PID" to
+#	          $FAKE_PIDS, and keeps running after its stdin closes
+#	noisy     declares tools; writes a non-JSON line and a line of $FAKE_BIG bytes to stdout
+#	          before anything valid
+#	reverse   declares nothing; after notifications/initialized it sends the gateway
+#	          sampling/createMessage (id "s1") and ping (id "p1")
+#
+# It parses only what the gateway's compact encoder writes: "id" right after "jsonrpc", and
+# "method" before "params".
+set -u
+mode=${FAKE_MODE:?set FAKE_MODE}
+log=${FAKE_LOG:-/dev/null}
+
+send() { printf '%s\n' "$1"; }
+
+caps='{}'
+case $mode in
+hang) caps='{"tools":{}}' ;;
+stubborn)
+	trap '' TERM
+	sleep 1000 &
+	printf '%s %s\n' "$$" "$!" >"${FAKE_PIDS:?set FAKE_PIDS}"
+	;;
+noisy)
+	caps='{"tools":{}}'
+	send 'this is not JSON at all'
+	big=$(head -c "${FAKE_BIG:?set FAKE_BIG}" /dev/zero | tr '\0' x)
+	send "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"$big\"}}"
+	;;
+reverse) ;;
+*)
+	echo "fake_upstream: unknown mode $mode" >&2
+	exit 2
+	;;
+esac
+
+re_id='^\{"jsonrpc":"2.0","id":([0-9]+)'
+re_method='"method":"([^"]*)"'
+while IFS= read -r line; do
+	printf '%s\n' "$line" >>"$log"
+	id=
+	method=
+	[[ $line =~ $re_id ]] && id=${BASH_REMATCH[1]}
+	[[ $line =~ $re_method ]] && method=${BASH_REMATCH[1]}
+	case $method in
+	initialize)
+		send "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":$caps,\"serverInfo\":{\"name\":\"fake-$mode\",\"version\":\"1.0.0\"}}}"
+		;;
+	notifications/initialized)
+		if [[ $mode == reverse ]]; then
+			send '{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}'
+			send '{"jsonrpc":"2.0","id":"p1","method":"ping"}'
+		fi
+		;;
+	tools/list)
+		send "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"tools\":[{\"name\":\"slow\",\"inputSchema\":{\"type\":\"object\"}}]}}"
+		;;
+	ping)
+		send "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{}}"
+		;;
+	esac
+	# tools/call, notifications and responses get no answer.
+done
+
+if [[ $mode == stubborn ]]; then
+	# Outlive stdin; SIGTERM is ignored, so only SIGKILL ends this.
+	wait
+fi
