@@ -2,8 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,34 +22,8 @@ import (
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
-// runMarker tags every process this test binary starts, so that TestMain can prove none is
-// left behind.
-var runMarker = func() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}()
-
 func TestMain(m *testing.M) {
-	testupstream.Main()
-	code := m.Run()
-	closeShared()
-	if left := waitNoLeftovers(5 * time.Second); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: upstream processes left behind: %v\n", left)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func waitNoLeftovers(limit time.Duration) []int {
-	deadline := time.Now().Add(limit)
-	for {
-		left := testupstream.Leftovers(runMarker)
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	os.Exit(testupstream.RunTests(m, closeShared))
 }
 
 // upstreamYAML is one test upstream entry: the test binary re-executed as a go-sdk server.
@@ -66,7 +38,7 @@ func upstreamYAML(name, flavor, extra string) string {
     env:
       %s: %s
       %s: %s
-%s`, name, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, runMarker, extra)
+%s`, name, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, testupstream.Marker, extra)
 }
 
 // testGateway is a gateway serving real HTTP in front of real upstream processes.

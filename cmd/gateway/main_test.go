@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,24 +18,8 @@ import (
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
-var runMarker = func() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}()
-
 func TestMain(m *testing.M) {
-	testupstream.Main()
-	code := m.Run()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(testupstream.Leftovers(runMarker)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if left := testupstream.Leftovers(runMarker); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: processes left behind: %v\n", left)
-		code = 1
-	}
-	os.Exit(code)
+	os.Exit(testupstream.RunTests(m, nil))
 }
 
 func writeFile(t *testing.T, name, text string) string {
@@ -109,7 +91,7 @@ upstreams:
   - name: alpha
     command: %q
     env: {%s: alpha, %s: %s}
-`, addr, exe, testupstream.EnvFlavor, testupstream.EnvRun, runMarker)), nil)
+`, addr, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +160,7 @@ upstreams:
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not return")
 	}
-	if left := testupstream.Leftovers(runMarker); len(left) > 0 {
+	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
 		t.Errorf("upstream processes left after serve returned: %v", left)
 	}
 }

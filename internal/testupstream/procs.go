@@ -2,9 +2,14 @@ package testupstream
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"testing"
+	"time"
 )
 
 // EnvRun names the environment variable that marks every process a test run starts, so that
@@ -50,4 +55,32 @@ func isZombieChildOf(stat []byte, parent int) bool {
 	}
 	fields := bytes.Fields(stat[end+1:])
 	return len(fields) >= 2 && string(fields[0]) == "Z" && string(fields[1]) == strconv.Itoa(parent)
+}
+
+// Marker tags the processes this test binary starts: put EnvRun=Marker in their environment.
+var Marker = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+// RunTests is the body of a TestMain for tests that start upstream processes: it serves an
+// upstream when this process was started as one (see Main), else runs the tests, then
+// cleanup (may be nil), and fails the run if any process carrying Marker is still alive a
+// few seconds later. It returns the exit code.
+func RunTests(m *testing.M, cleanup func()) int {
+	Main()
+	code := m.Run()
+	if cleanup != nil {
+		cleanup()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(Leftovers(Marker)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := Leftovers(Marker); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: processes left behind: %v\n", left)
+		code = 1
+	}
+	return code
 }
