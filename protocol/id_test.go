@@ -131,7 +131,7 @@ func TestIDInt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := tt.id.Int()
-			if got != tt.want || ok != tt.wantOK {
+			if ok != tt.wantOK || (ok && got != tt.want) {
 				t.Errorf("%v.Int() = %d, %v; want %d, %v", tt.id, got, ok, tt.want, tt.wantOK)
 			}
 		})

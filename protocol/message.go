@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -144,7 +145,6 @@ func Encode(m Message) ([]byte, error) {
 // AppendEncode appends the encoding of m to buf, as Encode does.
 func AppendEncode(buf []byte, m Message) ([]byte, error) {
 	buf = append(buf, `{"jsonrpc":"2.0"`...)
-	var err error
 	switch m := m.(type) {
 	case *Request:
 		if m.ID.IsZero() {
@@ -161,12 +161,17 @@ func AppendEncode(buf []byte, m Message) ([]byte, error) {
 			buf = append(buf, m.ID.raw...)
 		}
 		if m.Error != nil {
-			buf = append(buf, `,"error":`...)
-			var b []byte
-			if b, err = json.Marshal(m.Error); err != nil {
-				return nil, fmt.Errorf("encode error response: %w", err)
+			// Written by hand rather than with json.Marshal, which would HTML-escape and so
+			// rewrite the raw data that Decode kept byte for byte.
+			buf = append(buf, `,"error":{"code":`...)
+			buf = strconv.AppendInt(buf, m.Error.Code, 10)
+			buf = append(buf, `,"message":`...)
+			buf = AppendString(buf, m.Error.Message)
+			if len(m.Error.Data) > 0 {
+				buf = append(buf, `,"data":`...)
+				buf = appendRaw(buf, m.Error.Data, "null")
 			}
-			buf = append(buf, b...)
+			buf = append(buf, '}')
 		} else {
 			buf = append(buf, `,"result":`...)
 			buf = appendRaw(buf, m.Result, "{}")

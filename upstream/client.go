@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,15 +46,37 @@ const (
 type Spec struct {
 	// Name identifies the upstream in logs and errors.
 	Name string
+	// Transport is TransportStdio, TransportStreamableHTTP, TransportSSE or TransportAuto.
+	// If empty, stdio when Command is set, else Streamable HTTP.
+	Transport string
 	// Command, Args, Env and Dir start a stdio server: Env is added to the gateway's own
 	// environment, and an empty Dir means the gateway's working directory.
 	Command string
 	Args    []string
 	Env     map[string]string
 	Dir     string
+	// URL is the endpoint of an HTTP server; Headers are sent with every request to it.
+	URL     string
+	Headers map[string]string
 	// RequestTimeout bounds each request to the upstream. If zero, 60 seconds.
 	RequestTimeout time.Duration
+	// InitializeTimeout bounds connecting: spawning or dialling, initialize and the first list
+	// fetch. If zero, 30 seconds.
+	InitializeTimeout time.Duration
+	// MaxMessageBytes caps one message read from the upstream (a stdio line, a JSON body, an
+	// SSE event); a larger answer fails its request. If zero, 16 MiB.
+	MaxMessageBytes int
 }
+
+// The transports of Spec.Transport.
+const (
+	TransportStdio          = "stdio"
+	TransportStreamableHTTP = "streamable-http"
+	TransportSSE            = "sse"
+	// TransportAuto tries Streamable HTTP and falls back to legacy SSE when the server
+	// rejects the POST with 400, 404 or 405 (mcp-notes §5.2).
+	TransportAuto = "auto"
+)
 
 // Options are a Client's optional settings and callbacks. Callbacks run on the Client's own
 // goroutines and must not block for long.
@@ -70,14 +93,13 @@ type Options struct {
 	// OnRequest answers a request the upstream sends to its client (sampling, elicitation,
 	// roots). It runs on its own goroutine; ctx ends when the connection does. If nil, such
 	// requests get a method-not-found error.
-	OnRequest func(ctx context.Context, c *Client, req *protocol.Request) (json.RawMessage, error)
+	// origin tells which call's response stream carried the request, when the transport says.
+	OnRequest func(ctx context.Context, c *Client, req *protocol.Request, origin Origin) (json.RawMessage, error)
 	// OnNotification receives the upstream's notifications other than list_changed.
-	OnNotification func(c *Client, n *protocol.Notification)
-	// InitializeTimeout bounds start-up: spawning, initialize and the first list fetch.
-	// If zero, 30 seconds.
-	InitializeTimeout time.Duration
-	// MaxMessageBytes caps one message read from the upstream. If zero, 16 MiB.
-	MaxMessageBytes int
+	OnNotification func(c *Client, n *protocol.Notification, origin Origin)
+	// HTTPClient makes the requests of HTTP upstreams. If nil, a client of its own with the
+	// default transport settings and no overall timeout (streams are long-lived).
+	HTTPClient *http.Client
 	// RestartDelay is the first wait before reconnecting a failed upstream; it doubles up to
 	// MaxRestartDelay, with jitter. If zero, 1 second and 30 seconds.
 	RestartDelay, MaxRestartDelay time.Duration
@@ -96,9 +118,14 @@ type Client struct {
 	logger *slog.Logger
 
 	// live is the current connection, nil while the upstream is not ready.
-	live    atomic.Pointer[connection]
-	catalog atomic.Pointer[Catalog]
-	state   atomic.Value // State
+	live atomic.Pointer[connection]
+	// liveChanged is closed and replaced whenever live is set, to wake waitLive.
+	liveMu      sync.Mutex
+	liveChanged chan struct{}
+	catalog     atomic.Pointer[Catalog]
+	state       atomic.Value // State
+	// status is the Status reported to operators; replaced whole on every state change.
+	status atomic.Pointer[Status]
 
 	// Lifecycle: Run starts once; Close cancels runCtx and waits for done.
 	runOnce   sync.Once
@@ -109,7 +136,7 @@ type Client struct {
 
 // New returns a Client for spec; call Run to connect. A nil opts uses the defaults.
 func New(spec Spec, opts *Options) *Client {
-	c := &Client{spec: spec, done: make(chan struct{})}
+	c := &Client{spec: spec, done: make(chan struct{}), liveChanged: make(chan struct{})}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -122,11 +149,20 @@ func New(spec Spec, opts *Options) *Client {
 	if c.opts.Capabilities == nil {
 		c.opts.Capabilities = defaultCapabilities
 	}
-	if c.opts.InitializeTimeout <= 0 {
-		c.opts.InitializeTimeout = 30 * time.Second
+	if c.spec.InitializeTimeout <= 0 {
+		c.spec.InitializeTimeout = 30 * time.Second
 	}
-	if c.opts.MaxMessageBytes <= 0 {
-		c.opts.MaxMessageBytes = 16 << 20
+	if c.spec.MaxMessageBytes <= 0 {
+		c.spec.MaxMessageBytes = 16 << 20
+	}
+	if c.spec.Transport == "" {
+		c.spec.Transport = TransportStdio
+		if c.spec.Command == "" {
+			c.spec.Transport = TransportStreamableHTTP
+		}
+	}
+	if c.opts.HTTPClient == nil {
+		c.opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	if c.opts.RestartDelay <= 0 {
 		c.opts.RestartDelay = time.Second
@@ -140,6 +176,7 @@ func New(spec Spec, opts *Options) *Client {
 	}
 	c.logger = logger.With("upstream", spec.Name)
 	c.state.Store(StateStarting)
+	c.status.Store(&Status{State: StateStarting, Since: time.Now()})
 	c.runCtx, c.cancelRun = context.WithCancel(context.Background())
 	return c
 }
@@ -149,6 +186,23 @@ func (c *Client) Name() string { return c.spec.Name }
 
 // State returns the upstream's current state.
 func (c *Client) State() State { return c.state.Load().(State) }
+
+// Status is an upstream's state as operators see it (the gateway's /readyz).
+type Status struct {
+	State State `json:"state"`
+	// Since is when the upstream entered the state.
+	Since time.Time `json:"since"`
+	// Error is why the upstream is down, when it is.
+	Error string `json:"error,omitempty"`
+}
+
+// Status returns the upstream's current state, since when, and why it is down.
+func (c *Client) Status() Status {
+	if s := c.status.Load(); s != nil {
+		return *s
+	}
+	return Status{State: c.State()}
+}
 
 // Catalog returns the upstream's lists as last fetched, or nil while it is not ready.
 func (c *Client) Catalog() *Catalog {
@@ -188,20 +242,29 @@ func (c *Client) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
+			was := c.State()
 			c.setState(StateDown, "upstream failed to start", "error", err.Error(), "retry_in", delay.String())
+			if was != StateDown {
+				c.changed()
+			}
 		} else {
 			delay = c.opts.RestartDelay
-			c.live.Store(cn)
+			c.setLive(cn)
 			c.setState(StateReady, "upstream ready", "protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name)
 			c.changed()
 			select {
 			case <-cn.done:
 			case <-ctx.Done():
 			}
-			c.live.Store(nil)
+			c.setLive(nil)
 			cn.close()
 			if ctx.Err() != nil {
 				break
+			}
+			if errors.Is(cn.failure(), ErrSessionExpired) {
+				// The upstream forgot the session: re-initialize at once, not after a backoff.
+				c.logger.Info("upstream session expired; re-initializing")
+				continue
 			}
 			c.setState(StateDown, "upstream connection lost", "error", cn.errString(), "retry_in", delay.String())
 			c.changed()
@@ -231,7 +294,18 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) setState(s State, msg string, attrs ...any) {
-	if c.state.Swap(s) == s && s == StateDown {
+	prev := c.state.Swap(s)
+	st := &Status{State: s, Since: time.Now()}
+	if old := c.status.Load(); old != nil && prev == s {
+		st.Since = old.Since
+	}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		if attrs[i] == "error" {
+			st.Error, _ = attrs[i+1].(string)
+		}
+	}
+	c.status.Store(st)
+	if prev == s && s == StateDown {
 		// Log a state once; a down upstream retrying is logged at debug level.
 		c.logger.Debug(msg, attrs...)
 		return
@@ -253,32 +327,65 @@ func (c *Client) changed() {
 // upstream is returned as a *protocol.Error. Call fails with ErrUnavailable when the upstream
 // is not connected and with ErrTimeout after the request timeout; when ctx ends first, the
 // upstream is told with notifications/cancelled.
+//
+// A request that an HTTP upstream refused because it forgot the session (404) never ran
+// there, so Call waits for the re-initialized connection and sends it once more.
 func (c *Client) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	cn := c.live.Load()
 	if cn == nil {
 		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
 	}
-	return cn.call(ctx, method, params, c.spec.RequestTimeout)
-}
-
-// connect starts the child, initializes it and fetches its lists.
-func (c *Client) connect(ctx context.Context) (*connection, error) {
-	startCtx, cancel := context.WithTimeout(ctx, c.opts.InitializeTimeout)
+	result, err := cn.call(ctx, method, params, c.spec.RequestTimeout)
+	if !errors.Is(err, ErrSessionExpired) {
+		return result, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
 	defer cancel()
-	raw, err := startStdio(c.spec.Name, stdioOptions{
-		Command:         c.spec.Command,
-		Args:            c.spec.Args,
-		Env:             c.spec.Env,
-		Dir:             c.spec.Dir,
-		MaxMessageBytes: c.opts.MaxMessageBytes,
-		Grace:           c.opts.StopGrace,
-	}, c.logger)
-	if err != nil {
+	next := c.waitLive(waitCtx, cn)
+	if next == nil {
 		return nil, err
 	}
-	cn := newConnection(c, raw)
-	if err := cn.initialize(startCtx); err != nil {
-		cn.close()
+	return next.call(ctx, method, params, c.spec.RequestTimeout)
+}
+
+func (c *Client) setLive(cn *connection) {
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	c.live.Store(cn)
+	close(c.liveChanged)
+	c.liveChanged = make(chan struct{})
+}
+
+// waitLive waits until a connection other than old is live, or ctx ends (then it returns nil).
+func (c *Client) waitLive(ctx context.Context, old *connection) *connection {
+	for {
+		c.liveMu.Lock()
+		cn, changed := c.live.Load(), c.liveChanged
+		c.liveMu.Unlock()
+		if cn != nil && cn != old {
+			return cn
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// connect reaches the upstream, initializes it and fetches its lists.
+func (c *Client) connect(ctx context.Context) (*connection, error) {
+	startCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
+	defer cancel()
+	cn, err := c.dialAndInitialize(startCtx, c.spec.Transport)
+	var reqErr *requestError
+	if c.spec.Transport == TransportAuto && errors.As(err, &reqErr) &&
+		(reqErr.Status == http.StatusBadRequest || reqErr.Status == http.StatusNotFound || reqErr.Status == http.StatusMethodNotAllowed) {
+		// The server rejects Streamable HTTP: try the legacy HTTP+SSE transport at the same URL.
+		c.logger.Info("upstream rejected a Streamable HTTP initialize; trying legacy SSE", "status", reqErr.Status)
+		cn, err = c.dialAndInitialize(startCtx, TransportSSE)
+	}
+	if err != nil {
 		return nil, err
 	}
 	catalog := &Catalog{}
@@ -299,18 +406,55 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	return cn, nil
 }
 
+// dialAndInitialize opens a connection over one transport and performs the handshake.
+func (c *Client) dialAndInitialize(ctx context.Context, transport string) (*connection, error) {
+	raw, err := c.dial(ctx, transport)
+	if err != nil {
+		return nil, err
+	}
+	cn := newConnection(c, raw)
+	if err := cn.initialize(ctx); err != nil {
+		cn.close()
+		return nil, err
+	}
+	cn.transport = transport
+	return cn, nil
+}
+
+func (c *Client) dial(ctx context.Context, transport string) (conn, error) {
+	httpOpts := httpOptions{URL: c.spec.URL, Headers: c.spec.Headers, MaxMessageBytes: c.spec.MaxMessageBytes, Client: c.opts.HTTPClient}
+	switch transport {
+	case TransportStdio:
+		return startStdio(c.spec.Name, stdioOptions{
+			Command:         c.spec.Command,
+			Args:            c.spec.Args,
+			Env:             c.spec.Env,
+			Dir:             c.spec.Dir,
+			MaxMessageBytes: c.spec.MaxMessageBytes,
+			Grace:           c.opts.StopGrace,
+		}, c.logger)
+	case TransportStreamableHTTP, TransportAuto:
+		return newStreamableConn(c.spec.Name, httpOpts, c.logger), nil
+	case TransportSSE:
+		return dialLegacySSE(ctx, c.spec.Name, httpOpts, c.logger)
+	}
+	return nil, fmt.Errorf("unknown transport %q", transport)
+}
+
 // connection is one live connection to the upstream: the request ids it has issued and the
 // requests waiting for answers.
 type connection struct {
 	client *Client
 	conn   conn
 	server *protocol.InitializeResult // set by initialize, then read-only
+	// transport is the transport in use (auto resolves to one of the others).
+	transport string
 
 	nextID atomic.Int64
 
 	mu sync.Mutex
 	// pending holds the calls waiting for a response, by upstream request id. Guarded by mu.
-	pending map[int64]chan *protocol.Response
+	pending map[int64]pendingCall
 	// err is why the connection ended; set once, with done closed. Guarded by mu.
 	err error
 
@@ -332,7 +476,7 @@ func newConnection(c *Client, raw conn) *connection {
 	cn := &connection{
 		client:  c,
 		conn:    raw,
-		pending: make(map[int64]chan *protocol.Response),
+		pending: make(map[int64]pendingCall),
 		done:    make(chan struct{}),
 		dirty:   make(chan struct{}, 1),
 	}
@@ -350,9 +494,9 @@ func (cn *connection) fail(err error) {
 		return
 	}
 	cn.err = err
-	for id, ch := range cn.pending {
+	for id, p := range cn.pending {
 		delete(cn.pending, id)
-		close(ch)
+		close(p.ch)
 	}
 	close(cn.done)
 	cn.cancel()
@@ -382,46 +526,95 @@ func (cn *connection) callFunc(timeout time.Duration) func(context.Context, stri
 	}
 }
 
+// pendingCall is a request waiting for its response.
+type pendingCall struct {
+	ch chan *protocol.Response
+	// caller is the value the caller attached with WithCaller, reported with the messages
+	// that arrive on this request's response stream.
+	caller any
+}
+
+type callerKey struct{}
+
+// WithCaller returns a context that makes Call remember caller: a message the upstream sends
+// on the response stream of that call (a Streamable HTTP upstream ties sampling, elicitation,
+// progress and logs to the request that caused them) reaches OnRequest or OnNotification
+// with Origin.Caller set to it.
+func WithCaller(ctx context.Context, caller any) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
+
+// Origin tells where a message from the upstream came from.
+type Origin struct {
+	// Caller is what WithCaller attached to the call on whose response stream the message
+	// arrived; nil when the transport does not tie it to a call (stdio, legacy SSE, the
+	// standalone stream).
+	Caller any
+}
+
 func (cn *connection) call(ctx context.Context, method string, params json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
 	name := cn.client.spec.Name
 	id := cn.nextID.Add(1)
-	ch := make(chan *protocol.Response, 1)
+	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: ctx.Value(callerKey{})}
 	cn.mu.Lock()
 	if cn.err != nil {
 		cn.mu.Unlock()
 		return nil, fmt.Errorf("%s %s: %w", name, method, ErrUnavailable)
 	}
-	cn.pending[id] = ch
+	cn.pending[id] = p
 	cn.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := protocol.Encode(&protocol.Request{ID: protocol.IntID(id), Method: method, Params: params})
-	if err == nil {
-		err = cn.conn.WriteMessage(ctx, data)
-	}
-	if err != nil {
+	if err := cn.conn.Write(ctx, &protocol.Request{ID: protocol.IntID(id), Method: method, Params: params}); err != nil {
 		cn.forget(id)
+		var reqErr *requestError
+		switch {
+		case errors.As(err, &reqErr):
+			// This request failed; the connection serves on.
+			return nil, fmt.Errorf("%s %s: %w", name, method, err)
+		case errors.Is(err, ErrSessionExpired):
+			cn.fail(err)
+			return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, err)
+		}
+		if ctx.Err() != nil {
+			return nil, cn.ended(ctx, id, method, timeout)
+		}
 		cn.fail(fmt.Errorf("write %s: %w", method, err))
 		return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, err)
 	}
 	select {
-	case resp, ok := <-ch:
+	case resp, ok := <-p.ch:
 		if !ok {
-			return nil, fmt.Errorf("%s %s: %w: connection lost", name, method, ErrUnavailable)
+			cause := errors.New("connection lost")
+			if err := cn.failure(); errors.Is(err, ErrSessionExpired) {
+				cause = err
+			}
+			return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, cause)
 		}
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
 		return resp.Result, nil
 	case <-ctx.Done():
-		cn.forget(id)
-		cn.notifyCancelled(id, ctx.Err())
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
-			return nil, fmt.Errorf("%s %s after %s: %w", name, method, timeout, ErrTimeout)
-		}
-		return nil, fmt.Errorf("%s %s: %w", name, method, ctx.Err())
+		return nil, cn.ended(ctx, id, method, timeout)
 	}
+}
+
+// ended gives up on request id because ctx ended, tells the upstream, and says why.
+func (cn *connection) ended(ctx context.Context, id int64, method string, timeout time.Duration) error {
+	cn.forget(id)
+	cn.notifyCancelled(id, ctx.Err())
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s %s after %s: %w", cn.client.spec.Name, method, timeout, ErrTimeout)
+	}
+	return fmt.Errorf("%s %s: %w", cn.client.spec.Name, method, ctx.Err())
+}
+
+func (cn *connection) failure() error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.err
 }
 
 func (cn *connection) forget(id int64) {
@@ -434,21 +627,13 @@ func (cn *connection) forget(id int64) {
 // best effort and bounded (mcp-notes §8.2).
 func (cn *connection) notifyCancelled(id int64, why error) {
 	params, _ := json.Marshal(map[string]any{"requestId": id, "reason": why.Error()})
-	data, err := protocol.Encode(&protocol.Notification{Method: protocol.NotificationCancelled, Params: params})
-	if err != nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = cn.conn.WriteMessage(ctx, data)
+	_ = cn.conn.Write(ctx, &protocol.Notification{Method: protocol.NotificationCancelled, Params: params})
 }
 
 func (cn *connection) notify(ctx context.Context, method string) error {
-	data, err := protocol.Encode(&protocol.Notification{Method: method})
-	if err != nil {
-		return err
-	}
-	return cn.conn.WriteMessage(ctx, data)
+	return cn.conn.Write(ctx, &protocol.Notification{Method: method})
 }
 
 // initialize performs the MCP handshake (mcp-notes §1.1–1.2).
@@ -461,7 +646,7 @@ func (cn *connection) initialize(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
-	raw, err := cn.call(ctx, protocol.MethodInitialize, params, cn.client.opts.InitializeTimeout)
+	raw, err := cn.call(ctx, protocol.MethodInitialize, params, cn.client.spec.InitializeTimeout)
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
@@ -473,8 +658,15 @@ func (cn *connection) initialize(ctx context.Context) error {
 		return fmt.Errorf("initialize: the upstream answered protocol version %q, which Manifold does not speak (it speaks %v)", res.ProtocolVersion, protocol.SupportedVersions)
 	}
 	cn.server = &res
+	ic, _ := cn.conn.(initializedConn)
+	if ic != nil {
+		ic.negotiated(res.ProtocolVersion)
+	}
 	if err := cn.notify(ctx, protocol.NotificationInitialized); err != nil {
 		return fmt.Errorf("initialized: %w", err)
+	}
+	if ic != nil {
+		ic.initialized()
 	}
 	return nil
 }
@@ -498,29 +690,46 @@ func (cn *connection) readLoop() {
 	defer cn.workers.Done()
 	logger := cn.client.logger
 	for {
-		data, err := cn.conn.ReadMessage()
-		if errors.Is(err, errMessageTooLarge) {
-			logger.Warn("upstream sent a message over the size limit; it was dropped", "limit_bytes", cn.client.opts.MaxMessageBytes)
+		msg, related, err := cn.conn.Read()
+		var skipped *skippedError
+		if errors.As(err, &skipped) {
+			if !errors.Is(err, errMessageTooLarge) {
+				logger.Warn("upstream wrote something that is not a JSON-RPC message; it was skipped", "error", err.Error())
+				continue
+			}
+			logger.Warn("upstream sent a message over the size limit; it was dropped", "limit_bytes", cn.client.spec.MaxMessageBytes)
+			if skipped.related != 0 {
+				// The answer to a call was dropped: that call fails now, not at its timeout.
+				cn.deliver(&protocol.Response{ID: protocol.IntID(skipped.related), Error: protocol.Errorf(protocol.CodeInternalError,
+					"the upstream's answer exceeds the gateway's max_response_bytes (%d)", cn.client.spec.MaxMessageBytes)})
+			}
 			continue
 		}
 		if err != nil {
 			cn.fail(fmt.Errorf("read: %w", err))
 			return
 		}
-		msg, err := protocol.Decode(data)
-		if err != nil {
-			logger.Warn("upstream wrote something that is not a JSON-RPC message; it was skipped", "error", err.Error())
-			continue
-		}
+		origin := cn.origin(related)
 		switch m := msg.(type) {
 		case *protocol.Response:
 			cn.deliver(m)
 		case *protocol.Notification:
-			cn.handleNotification(m)
+			cn.handleNotification(m, origin)
 		case *protocol.Request:
-			cn.handleRequest(m)
+			cn.handleRequest(m, origin)
 		}
 	}
+}
+
+// origin returns the Origin of a message that arrived on the response stream of request
+// related (0: none).
+func (cn *connection) origin(related int64) Origin {
+	if related == 0 {
+		return Origin{}
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return Origin{Caller: cn.pending[related].caller}
 }
 
 func (cn *connection) deliver(resp *protocol.Response) {
@@ -530,15 +739,15 @@ func (cn *connection) deliver(resp *protocol.Response) {
 		return
 	}
 	cn.mu.Lock()
-	ch, ok := cn.pending[id]
+	p, ok := cn.pending[id]
 	delete(cn.pending, id)
 	cn.mu.Unlock()
 	if ok {
-		ch <- resp
+		p.ch <- resp
 	}
 }
 
-func (cn *connection) handleNotification(n *protocol.Notification) {
+func (cn *connection) handleNotification(n *protocol.Notification, origin Origin) {
 	var k Kind
 	switch n.Method {
 	case protocol.NotificationToolsChanged:
@@ -550,7 +759,7 @@ func (cn *connection) handleNotification(n *protocol.Notification) {
 		k = Resources
 	default:
 		if cb := cn.client.opts.OnNotification; cb != nil {
-			cb(cn.client, n)
+			cb(cn.client, n, origin)
 		}
 		return
 	}
@@ -607,7 +816,7 @@ func (cn *connection) refreshLoop() {
 }
 
 // handleRequest answers a request the upstream sent to the gateway as its client.
-func (cn *connection) handleRequest(req *protocol.Request) {
+func (cn *connection) handleRequest(req *protocol.Request, origin Origin) {
 	if req.Method == protocol.MethodPing {
 		cn.respond(&protocol.Response{ID: req.ID, Result: json.RawMessage(`{}`)})
 		return
@@ -621,7 +830,7 @@ func (cn *connection) handleRequest(req *protocol.Request) {
 	cn.workers.Add(1)
 	go func() {
 		defer cn.workers.Done()
-		result, err := cb(cn.ctx, cn.client, req)
+		result, err := cb(cn.ctx, cn.client, req, origin)
 		resp := &protocol.Response{ID: req.ID, Result: result}
 		if err != nil {
 			var rpcErr *protocol.Error
@@ -635,14 +844,14 @@ func (cn *connection) handleRequest(req *protocol.Request) {
 }
 
 func (cn *connection) respond(resp *protocol.Response) {
-	data, err := protocol.Encode(resp)
-	if err != nil {
-		cn.client.logger.Error("encode response to upstream", "error", err.Error())
-		return
-	}
 	ctx, cancel := context.WithTimeout(cn.ctx, 10*time.Second)
 	defer cancel()
-	if err := cn.conn.WriteMessage(ctx, data); err != nil {
+	err := cn.conn.Write(ctx, resp)
+	var reqErr *requestError
+	switch {
+	case errors.As(err, &reqErr):
+		cn.client.logger.Warn("the upstream refused the gateway's answer to its request", "id", resp.ID.String(), "error", err.Error())
+	case err != nil:
 		cn.fail(err)
 	}
 }

@@ -10,24 +10,48 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
 )
 
-// conn is one live connection to an upstream server that moves framed JSON-RPC messages.
-// The Client is its only user; ReadMessage is called from one goroutine, WriteMessage from many.
+// conn is one live connection to an upstream server that moves JSON-RPC messages. The Client
+// is its only user; Read is called from one goroutine, Write from many.
 type conn interface {
-	// ReadMessage returns the next message's bytes, valid until the next call.
-	ReadMessage() ([]byte, error)
-	// WriteMessage sends one encoded message; ctx bounds how long it may block.
-	WriteMessage(ctx context.Context, data []byte) error
+	// Read returns the next message and, when the transport ties it to one, the upstream id of
+	// the gateway request whose response stream carried it (0 otherwise). Errors of type
+	// *skippedError report input that was skipped; the connection goes on.
+	Read() (protocol.Message, int64, error)
+	// Write sends one message; ctx bounds how long it may block. An error of type
+	// *requestError failed that message only; any other error means the connection is broken.
+	Write(ctx context.Context, m protocol.Message) error
 	// Close ends the connection and frees everything it holds; it may be called more than once.
 	Close() error
 }
 
-// errMessageTooLarge is returned by ReadMessage for a line over the size limit; the line is
-// skipped and the connection stays usable.
+// initializedConn is a conn that takes part in the handshake: it learns the negotiated
+// version as soon as initialize is answered (Streamable HTTP sends it on every later request),
+// and is told when the handshake is complete (it then opens its standalone stream).
+type initializedConn interface {
+	negotiated(protocolVersion string)
+	initialized()
+}
+
+// skippedError reports an input the transport skipped: a line that is not JSON-RPC, or a
+// message over the size limit. related is the request the skipped message answered, when its
+// id could be read, so that request fails instead of waiting for its timeout.
+type skippedError struct {
+	err     error
+	related int64
+}
+
+func (e *skippedError) Error() string { return e.err.Error() }
+func (e *skippedError) Unwrap() error { return e.err }
+
+// errMessageTooLarge is wrapped by the skippedError for a message over the size limit.
 var errMessageTooLarge = errors.New("message exceeds the size limit")
 
 // exitDrainTime is how long ReadMessage may still read what a child wrote before it exited.
@@ -146,28 +170,63 @@ func (c *stdioConn) waitChild() {
 	}
 }
 
-// pumpStderr copies the child's stderr into the log, a record per line.
+// maxStderrLine caps how much of one stderr line is logged; the rest of the line is dropped.
+const maxStderrLine = 64 << 10
+
+// pumpStderr copies the child's stderr into the log, a record per line, until stderr ends. It
+// keeps reading past an overlong line: a child blocked on a full stderr pipe would hang.
 func (c *stdioConn) pumpStderr() {
 	defer close(c.stderrDone)
-	sc := bufio.NewScanner(c.stderr)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for sc.Scan() {
-		if line := bytes.TrimRight(sc.Bytes(), "\r"); len(line) > 0 {
-			c.logger.Info("upstream stderr", "line", string(line))
+	r := bufio.NewReaderSize(c.stderr, 4096)
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk[:min(len(chunk), maxStderrLine-len(line))]...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if l := bytes.TrimRight(line, "\r\n"); len(l) > 0 {
+			c.logger.Info("upstream stderr", "line", string(l))
+		}
+		line = line[:0]
+		if err != nil {
+			return
 		}
 	}
 }
 
-// ReadMessage implements conn.
-func (c *stdioConn) ReadMessage() ([]byte, error) {
+// Read implements conn.
+func (c *stdioConn) Read() (protocol.Message, int64, error) {
+	line, err := c.readLine()
+	if err != nil {
+		return nil, 0, err
+	}
+	msg, err := protocol.Decode(line)
+	if err != nil {
+		return nil, 0, &skippedError{err: fmt.Errorf("a stdout line is not a JSON-RPC message: %w", err)}
+	}
+	return msg, 0, nil
+}
+
+// headSize is how much of an oversized line is kept to find the id it answers.
+const headSize = 256
+
+// readLine returns the next non-empty line, valid until the next call. A line over the limit
+// is skipped and reported as a *skippedError.
+func (c *stdioConn) readLine() ([]byte, error) {
 	for {
 		c.line = c.line[:0]
 		tooLarge := false
+		var head []byte
 		for {
 			chunk, err := c.reader.ReadSlice('\n')
 			if !tooLarge {
 				if c.max > 0 && len(c.line)+len(chunk) > c.max {
 					tooLarge = true
+					head = append(head, c.line[:min(len(c.line), headSize)]...)
+					if len(head) < headSize {
+						head = append(head, chunk[:min(len(chunk), headSize-len(head))]...)
+					}
 					c.line = c.line[:0]
 				} else {
 					c.line = append(c.line, chunk...)
@@ -185,7 +244,7 @@ func (c *stdioConn) ReadMessage() ([]byte, error) {
 			break
 		}
 		if tooLarge {
-			return nil, errMessageTooLarge
+			return nil, &skippedError{err: fmt.Errorf("%w (%d bytes)", errMessageTooLarge, c.max), related: idInHead(head)}
 		}
 		line := bytes.TrimSpace(c.line)
 		if len(line) == 0 {
@@ -195,8 +254,36 @@ func (c *stdioConn) ReadMessage() ([]byte, error) {
 	}
 }
 
-// WriteMessage implements conn.
-func (c *stdioConn) WriteMessage(ctx context.Context, data []byte) error {
+// idInHead finds the integer id near the start of a JSON-RPC message, where encoders put it,
+// or returns 0.
+func idInHead(head []byte) int64 {
+	i := bytes.Index(head, []byte(`"id"`))
+	if i < 0 {
+		return 0
+	}
+	rest := bytes.TrimLeft(head[i+4:], " \t")
+	if len(rest) == 0 || rest[0] != ':' {
+		return 0
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t")
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Write implements conn.
+func (c *stdioConn) Write(ctx context.Context, m protocol.Message) error {
+	data, err := protocol.Encode(m)
+	if err != nil {
+		return &requestError{Err: err}
+	}
+	data = append(data, '\n')
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
@@ -205,9 +292,6 @@ func (c *stdioConn) WriteMessage(ctx context.Context, data []byte) error {
 		_ = c.stdin.SetWriteDeadline(time.Time{})
 	}
 	if _, err := c.stdin.Write(data); err != nil {
-		return fmt.Errorf("write to %s: %w", c.name, err)
-	}
-	if _, err := c.stdin.Write([]byte{'\n'}); err != nil {
 		return fmt.Errorf("write to %s: %w", c.name, err)
 	}
 	return nil

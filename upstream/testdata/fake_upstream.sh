@@ -10,6 +10,8 @@
 #	          before anything valid
 #	reverse   declares nothing; after notifications/initialized it sends the gateway
 #	          sampling/createMessage (id "s1") and ping (id "p1")
+#	chatty    declares nothing; writes a stderr line of $FAKE_BIG bytes and then $FAKE_BIG
+#	          more bytes of short stderr lines before it reads anything
 #
 # It parses only what the gateway's compact encoder writes: "id" right after "jsonrpc", and
 # "method" before "params".
@@ -34,6 +36,11 @@ noisy)
 	send "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"$big\"}}"
 	;;
 reverse) ;;
+chatty)
+	head -c "${FAKE_BIG:?set FAKE_BIG}" /dev/zero | tr '\0' x >&2
+	echo >&2
+	yes 'short line' | head -c "$FAKE_BIG" >&2
+	;;
 *)
 	echo "fake_upstream: unknown mode $mode" >&2
 	exit 2

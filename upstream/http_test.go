@@ -1,0 +1,313 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// httpUpstream is a go-sdk server behind a real HTTP listener, with a record of what the
+// gateway's client sent it.
+type httpUpstream struct {
+	srv     *httptest.Server
+	server  *mcp.Server
+	handler atomic.Pointer[http.Handler]
+
+	mu       sync.Mutex
+	requests []seenRequest // guarded by mu
+	// refuseGET makes the upstream answer GET with 405.
+	refuseGET atomic.Bool
+}
+
+type seenRequest struct {
+	Method, SessionID, Version string
+}
+
+func (u *httpUpstream) seen() []seenRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seenRequest(nil), u.requests...)
+}
+
+func newHTTPUpstream(t *testing.T, legacy bool) *httpUpstream {
+	t.Helper()
+	u := &httpUpstream{server: mcp.NewServer(&mcp.Implementation{Name: "http-upstream", Version: "1"}, nil)}
+	mcp.AddTool(u.server, &mcp.Tool{Name: "echo", Description: "echo"},
+		func(_ context.Context, _ *mcp.CallToolRequest, in struct{ Text string }) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+		})
+	mcp.AddTool(u.server, &mcp.Tool{Name: "roots_inside", Description: "asks for roots during the call"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			res, err := req.Session.ListRoots(ctx, nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Roots[0].URI}}}, nil, nil
+		})
+	mcp.AddTool(u.server, &mcp.Tool{Name: "roots_later", Description: "asks for roots after the call returned"},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			session := req.Session
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, _ = session.ListRoots(ctx, nil)
+			}()
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "later"}}}, nil, nil
+		})
+	mcp.AddTool(u.server, &mcp.Tool{Name: "big", Description: "answers 100 kB"},
+		func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", 100_000)}}}, nil, nil
+		})
+	u.reset(legacy)
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.requests = append(u.requests, seenRequest{r.Method, r.Header.Get("Mcp-Session-Id"), r.Header.Get("Mcp-Protocol-Version")})
+		u.mu.Unlock()
+		if r.Method == http.MethodGet && u.refuseGET.Load() && !legacy {
+			http.Error(w, "no standalone stream", http.StatusMethodNotAllowed)
+			return
+		}
+		(*u.handler.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// reset replaces the handler: every session the upstream knew is forgotten.
+func (u *httpUpstream) reset(legacy bool) {
+	var h http.Handler
+	if legacy {
+		h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return u.server }, nil)
+	} else {
+		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.server }, &mcp.StreamableHTTPOptions{Stateless: false})
+	}
+	u.handler.Store(&h)
+}
+
+// reverseRecorder answers roots/list and records the origin of each request it saw.
+type reverseRecorder struct {
+	mu      sync.Mutex
+	callers []any
+	seen    chan struct{}
+}
+
+func (r *reverseRecorder) onRequest(_ context.Context, _ *Client, req *protocol.Request, origin Origin) (json.RawMessage, error) {
+	r.mu.Lock()
+	r.callers = append(r.callers, origin.Caller)
+	r.mu.Unlock()
+	select {
+	case r.seen <- struct{}{}:
+	default:
+	}
+	if req.Method != protocol.MethodListRoots {
+		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "no %s here", req.Method)
+	}
+	return json.RawMessage(`{"roots":[{"uri":"file:///work","name":"work"}]}`), nil
+}
+
+func (r *reverseRecorder) lastCaller() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.callers) == 0 {
+		return "none"
+	}
+	return r.callers[len(r.callers)-1]
+}
+
+func startHTTPClient(t *testing.T, spec Spec, rec *reverseRecorder) *Client {
+	t.Helper()
+	spec.Name = "http"
+	opts := &Options{RestartDelay: 20 * time.Millisecond, MaxRestartDelay: 50 * time.Millisecond}
+	if rec != nil {
+		opts.OnRequest = rec.onRequest
+	}
+	c := New(spec, opts)
+	start(t, c)
+	waitUntil(t, "state ready", func() bool { return c.State() == StateReady })
+	return c
+}
+
+func callText(t *testing.T, ctx context.Context, c *Client, tool string) string {
+	t.Helper()
+	args := `{}`
+	if tool == "echo" {
+		args = `{"Text":"hi"}`
+	}
+	raw, err := c.Call(ctx, protocol.MethodCallTool, json.RawMessage(`{"name":"`+tool+`","arguments":`+args+`}`))
+	if err != nil {
+		t.Fatalf("call %s: %v", tool, err)
+	}
+	var res struct {
+		Content []struct{ Text string } `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil || len(res.Content) == 0 {
+		t.Fatalf("call %s: result %s", tool, raw)
+	}
+	return res.Content[0].Text
+}
+
+func TestStreamableHTTPUpstream(t *testing.T) {
+	u := newHTTPUpstream(t, false)
+	rec := &reverseRecorder{seen: make(chan struct{}, 1)}
+	c := startHTTPClient(t, Spec{URL: u.srv.URL, Headers: map[string]string{"Authorization": "Bearer upstream-token"}}, rec)
+	ctx := context.Background()
+
+	if got := callText(t, ctx, c, "echo"); got != "hi" {
+		t.Errorf("echo = %q", got)
+	}
+	// A request the upstream sends during a call arrives on that call's POST stream: the
+	// client reports which call it belongs to.
+	if got := callText(t, WithCaller(ctx, "caller-A"), c, "roots_inside"); got != "file:///work" {
+		t.Errorf("roots_inside = %q", got)
+	}
+	if got := rec.lastCaller(); got != "caller-A" {
+		t.Errorf("reverse request during the call came with caller %v, want caller-A", got)
+	}
+	// One sent after the call returned travels on the standalone GET stream: no caller.
+	callText(t, WithCaller(ctx, "caller-B"), c, "roots_later")
+	waitUntil(t, "a reverse request on the standalone stream", func() bool { return rec.lastCaller() == nil })
+
+	// After initialize every request carries the session and the negotiated version.
+	var sawGET bool
+	for i, r := range u.seen() {
+		if i == 0 {
+			if r.SessionID != "" {
+				t.Errorf("initialize carried session %q", r.SessionID)
+			}
+			continue
+		}
+		if r.SessionID == "" || r.Version != "2025-11-25" {
+			t.Errorf("request %d (%s) carried session %q version %q", i, r.Method, r.SessionID, r.Version)
+		}
+		sawGET = sawGET || r.Method == http.MethodGet
+	}
+	if !sawGET {
+		t.Error("the client never opened the standalone GET stream")
+	}
+
+	// An answer over the size limit fails that call only.
+	small := startHTTPClient(t, Spec{URL: u.srv.URL, MaxMessageBytes: 10_000}, nil)
+	if _, err := small.Call(ctx, protocol.MethodCallTool, json.RawMessage(`{"name":"big"}`)); err == nil || !strings.Contains(err.Error(), "max_response_bytes") {
+		t.Errorf("big answer: err = %v, want a size error", err)
+	}
+	if got := callText(t, ctx, small, "echo"); got != "hi" {
+		t.Errorf("echo after a too-large answer = %q", got)
+	}
+
+	// Close ends the upstream session with DELETE.
+	c.Close()
+	small.Close()
+	var deletes int
+	for _, r := range u.seen() {
+		if r.Method == http.MethodDelete && r.SessionID != "" {
+			deletes++
+		}
+	}
+	if deletes != 2 {
+		t.Errorf("saw %d DELETEs, want one per client", deletes)
+	}
+}
+
+func TestStreamableHTTPUpstreamWithoutStandaloneStream(t *testing.T) {
+	u := newHTTPUpstream(t, false)
+	u.refuseGET.Store(true)
+	c := startHTTPClient(t, Spec{URL: u.srv.URL}, nil)
+	for range 3 {
+		if got := callText(t, context.Background(), c, "echo"); got != "hi" {
+			t.Errorf("echo = %q", got)
+		}
+	}
+	var gets int
+	for _, r := range u.seen() {
+		if r.Method == http.MethodGet {
+			gets++
+		}
+	}
+	if gets != 1 {
+		t.Errorf("the client tried the standalone stream %d times after a 405, want once", gets)
+	}
+}
+
+func TestStreamableHTTPUpstreamSessionExpiry(t *testing.T) {
+	u := newHTTPUpstream(t, false)
+	c := startHTTPClient(t, Spec{URL: u.srv.URL}, nil)
+	ctx := context.Background()
+	callText(t, ctx, c, "echo")
+	u.reset(false) // the upstream forgets every session: the next request gets 404
+	for i := range 3 {
+		if got := callText(t, ctx, c, "echo"); got != "hi" {
+			t.Errorf("call %d after the upstream lost the session = %q", i, got)
+		}
+	}
+	var inits int
+	for _, r := range u.seen() {
+		if r.Method == http.MethodPost && r.SessionID == "" {
+			inits++
+		}
+	}
+	if inits != 2 {
+		t.Errorf("saw %d initializes, want 2 (start, and once after the 404)", inits)
+	}
+}
+
+func TestLegacySSEUpstream(t *testing.T) {
+	u := newHTTPUpstream(t, true)
+	for _, transport := range []string{TransportSSE, TransportAuto} {
+		t.Run(transport, func(t *testing.T) {
+			rec := &reverseRecorder{seen: make(chan struct{}, 1)}
+			c := startHTTPClient(t, Spec{URL: u.srv.URL, Transport: transport}, rec)
+			if got := c.live.Load().transport; got != TransportSSE {
+				t.Errorf("transport in use %q, want sse", got)
+			}
+			ctx := context.Background()
+			if got := callText(t, ctx, c, "echo"); got != "hi" {
+				t.Errorf("echo = %q", got)
+			}
+			// Server requests work over the legacy stream too, though it cannot tell the call.
+			if got := callText(t, WithCaller(ctx, "x"), c, "roots_inside"); got != "file:///work" {
+				t.Errorf("roots_inside = %q", got)
+			}
+			if got := rec.lastCaller(); got != nil {
+				t.Errorf("legacy SSE reported caller %v; it cannot know it", got)
+			}
+		})
+	}
+}
+
+func TestAutoPrefersStreamableHTTP(t *testing.T) {
+	u := newHTTPUpstream(t, false)
+	c := startHTTPClient(t, Spec{URL: u.srv.URL, Transport: TransportAuto}, nil)
+	if got := c.live.Load().transport; got != TransportAuto && got != TransportStreamableHTTP {
+		t.Errorf("transport in use %q, want Streamable HTTP", got)
+	}
+	if got := callText(t, context.Background(), c, "echo"); got != "hi" {
+		t.Errorf("echo = %q", got)
+	}
+}
+
+func TestHTTPUpstreamDown(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	c := New(Spec{Name: "gone", URL: url}, &Options{RestartDelay: 10 * time.Millisecond, MaxRestartDelay: 20 * time.Millisecond})
+	start(t, c)
+	waitUntil(t, "state down", func() bool { return c.State() == StateDown })
+	if _, err := c.Call(context.Background(), protocol.MethodPing, nil); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("call to a down upstream: %v, want ErrUnavailable", err)
+	}
+	if st := c.Status(); st.Error == "" {
+		t.Errorf("status %+v names no error", st)
+	}
+}

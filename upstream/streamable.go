@@ -1,0 +1,444 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// ErrSessionExpired is returned when a Streamable HTTP upstream answered 404 for the
+// gateway's session: the upstream forgot it, and the Client re-initializes.
+var ErrSessionExpired = errors.New("upstream session expired")
+
+// requestError is a failure of one request that leaves the connection usable, such as an
+// HTTP error status for one POST.
+type requestError struct {
+	Status int // HTTP status, or 0
+	Err    error
+}
+
+func (e *requestError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("HTTP %d: %v", e.Status, e.Err)
+	}
+	return e.Err.Error()
+}
+func (e *requestError) Unwrap() error { return e.Err }
+
+// httpOptions are the settings shared by the HTTP transports.
+type httpOptions struct {
+	URL     string
+	Headers map[string]string
+	// MaxMessageBytes caps a JSON body or one SSE event.
+	MaxMessageBytes int
+	Client          *http.Client
+}
+
+// inboundMsg is a message read from the upstream and the id of the gateway request whose
+// response stream carried it (0 when the transport does not tie it to one).
+type inboundMsg struct {
+	msg     protocol.Message
+	related int64
+}
+
+// inbox is the queue of messages read by a transport's stream goroutines, and its end.
+type inbox struct {
+	ch       chan inboundMsg
+	failed   chan struct{}
+	failOnce sync.Once
+	err      error // set before failed is closed
+}
+
+func newInbox() *inbox {
+	return &inbox{ch: make(chan inboundMsg, 64), failed: make(chan struct{})}
+}
+
+func (b *inbox) fail(err error) {
+	b.failOnce.Do(func() {
+		b.err = err
+		close(b.failed)
+	})
+}
+
+// put queues a message; it gives up when the inbox has failed.
+func (b *inbox) put(ctx context.Context, m inboundMsg) {
+	select {
+	case b.ch <- m:
+	case <-b.failed:
+	case <-ctx.Done():
+	}
+}
+
+// read returns the next message, or the failure once every queued message was read.
+func (b *inbox) read() (protocol.Message, int64, error) {
+	select {
+	case m := <-b.ch:
+		return m.msg, m.related, nil
+	default:
+	}
+	select {
+	case m := <-b.ch:
+		return m.msg, m.related, nil
+	case <-b.failed:
+		return nil, 0, b.err
+	}
+}
+
+// streamableConn is a client connection over the Streamable HTTP transport (2025-11-25): each
+// message is a POST whose answer is JSON or an SSE stream; a standalone GET stream carries the
+// upstream's own notifications and requests. It keeps which POST stream a message arrived on,
+// sends Mcp-Session-Id and Mcp-Protocol-Version after initialize, resumes broken streams with
+// Last-Event-ID, re-initializes on 404, and sends DELETE on close.
+type streamableConn struct {
+	name   string
+	opts   httpOptions
+	logger *slog.Logger
+	in     *inbox
+
+	// ctx ends at Close; every stream goroutine runs under it and is counted in streams.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	streams sync.WaitGroup
+
+	mu sync.Mutex
+	// sessionID and version are learnt from initialize. Guarded by mu.
+	sessionID string
+	version   string
+	closeOnce sync.Once
+}
+
+var (
+	_ conn            = (*streamableConn)(nil)
+	_ initializedConn = (*streamableConn)(nil)
+)
+
+func newStreamableConn(name string, opts httpOptions, logger *slog.Logger) *streamableConn {
+	c := &streamableConn{name: name, opts: opts, logger: logger, in: newInbox()}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// Read implements conn.
+func (c *streamableConn) Read() (protocol.Message, int64, error) { return c.in.read() }
+
+func (c *streamableConn) headers(h http.Header) {
+	for k, v := range c.opts.Headers {
+		h.Set(k, v)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessionID != "" {
+		h.Set("Mcp-Session-Id", c.sessionID)
+	}
+	if c.version != "" {
+		h.Set("Mcp-Protocol-Version", c.version)
+	}
+}
+
+func (c *streamableConn) hasSession() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessionID != ""
+}
+
+// Write implements conn: one POST. A request's answer is read on its own goroutine when it
+// comes as a stream; Write returns once the POST was accepted.
+func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
+	data, err := protocol.Encode(m)
+	if err != nil {
+		return &requestError{Err: err}
+	}
+	var reqID int64
+	isInitialize := false
+	if r, ok := m.(*protocol.Request); ok {
+		reqID, _ = r.ID.Int()
+		isInitialize = r.Method == protocol.MethodInitialize
+	}
+	// The answer may outlive this call's wait but not the connection: the request runs under
+	// the connection's lifetime and ends early only when ctx does.
+	reqCtx, cancelReq := context.WithCancel(c.ctx)
+	stop := context.AfterFunc(ctx, cancelReq)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, c.opts.URL, bytes.NewReader(data))
+	if err != nil {
+		stop()
+		cancelReq()
+		return &requestError{Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	c.headers(req.Header)
+	resp, err := c.opts.Client.Do(req)
+	if err != nil {
+		stop()
+		cancelReq()
+		if c.ctx.Err() != nil {
+			return fmt.Errorf("connection closed: %w", c.ctx.Err())
+		}
+		return fmt.Errorf("POST %s: %w", c.name, err)
+	}
+	if isInitialize && resp.StatusCode == http.StatusOK {
+		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+			c.mu.Lock()
+			c.sessionID = sid
+			c.mu.Unlock()
+		}
+	}
+	done := func() {
+		resp.Body.Close()
+		stop()
+		cancelReq()
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
+		done()
+		return nil
+	case resp.StatusCode == http.StatusOK && mt == "text/event-stream":
+		c.streams.Add(1)
+		go func() {
+			defer c.streams.Done()
+			defer done()
+			c.readPostStream(reqCtx, resp.Body, reqID)
+		}()
+		return nil
+	case resp.StatusCode == http.StatusOK:
+		defer done()
+		body, err := readLimited(resp.Body, c.opts.MaxMessageBytes)
+		if err != nil {
+			return &requestError{Status: resp.StatusCode, Err: err}
+		}
+		if len(bytes.TrimSpace(body)) == 0 {
+			return nil
+		}
+		msg, err := protocol.Decode(body)
+		if err != nil {
+			return &requestError{Status: resp.StatusCode, Err: fmt.Errorf("malformed response: %w", err)}
+		}
+		c.in.put(ctx, inboundMsg{msg: msg, related: reqID})
+		return nil
+	case resp.StatusCode == http.StatusNotFound && c.hasSession():
+		done()
+		c.in.fail(ErrSessionExpired)
+		return ErrSessionExpired
+	}
+	defer done()
+	// An error status: a JSON-RPC error body answers the request; anything else fails it.
+	body, _ := readLimited(resp.Body, 64<<10)
+	if msg, err := protocol.Decode(body); err == nil {
+		if r, ok := msg.(*protocol.Response); ok && r.Error != nil && !r.ID.IsZero() {
+			c.in.put(ctx, inboundMsg{msg: r, related: reqID})
+			return nil
+		}
+	}
+	return &requestError{Status: resp.StatusCode, Err: fmt.Errorf("%s", bytes.TrimSpace(truncate(body, 200)))}
+}
+
+// readPostStream reads the SSE answer to request reqID: messages related to it, then its
+// response. When the stream breaks before the response, it is resumed with GET and
+// Last-Event-ID (mcp-notes §4.5); when it cannot be, the request fails.
+func (c *streamableConn) readPostStream(ctx context.Context, body io.ReadCloser, reqID int64) {
+	lastID, retry := "", time.Second
+	answered := false
+	for attempt := 0; ; attempt++ {
+		var err error
+		lastID, retry, answered, err = c.readEvents(ctx, body, reqID, lastID, retry)
+		body.Close()
+		if answered || ctx.Err() != nil {
+			return
+		}
+		if lastID == "" || attempt == 5 {
+			c.logger.Warn("the upstream ended a response stream before answering", "request", reqID, "error", errString(err))
+			c.in.put(ctx, inboundMsg{related: reqID, msg: &protocol.Response{ID: protocol.IntID(reqID),
+				Error: protocol.Errorf(protocol.CodeInternalError, "the upstream ended its response stream before answering")}})
+			return
+		}
+		select {
+		case <-time.After(retry):
+		case <-ctx.Done():
+			return
+		}
+		resp, err := c.get(ctx, lastID)
+		if err != nil {
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			continue
+		}
+		body = resp.Body
+	}
+}
+
+// readEvents reads events until the stream ends or, when reqID is not 0, until its response.
+func (c *streamableConn) readEvents(ctx context.Context, body io.Reader, reqID int64, lastID string, retry time.Duration) (string, time.Duration, bool, error) {
+	sr := newSSEReader(body, c.opts.MaxMessageBytes)
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			if errors.Is(err, errEventTooLarge) && reqID != 0 {
+				c.in.put(ctx, inboundMsg{related: reqID, msg: &protocol.Response{ID: protocol.IntID(reqID),
+					Error: protocol.Errorf(protocol.CodeInternalError, "the upstream's answer exceeds the gateway's max_response_bytes (%d)", c.opts.MaxMessageBytes)}})
+				return lastID, retry, true, err
+			}
+			return lastID, retry, false, err
+		}
+		if ev.ID != "" {
+			lastID = ev.ID
+		}
+		if ev.Retry > 0 {
+			retry = ev.Retry
+		}
+		if len(bytes.TrimSpace(ev.Data)) == 0 || (ev.Event != "" && ev.Event != "message") {
+			continue // a priming event, or not a message
+		}
+		msg, err := protocol.Decode(ev.Data)
+		if err != nil {
+			c.logger.Warn("the upstream sent an SSE event that is not a JSON-RPC message; it was skipped", "error", err.Error())
+			continue
+		}
+		c.in.put(ctx, inboundMsg{msg: msg, related: reqID})
+		if r, ok := msg.(*protocol.Response); ok && reqID != 0 {
+			if id, _ := r.ID.Int(); id == reqID {
+				return lastID, retry, true, nil
+			}
+		}
+	}
+}
+
+func (c *streamableConn) get(ctx context.Context, lastEventID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.opts.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	c.headers(req.Header)
+	return c.opts.Client.Do(req)
+}
+
+// negotiated implements initializedConn: from now on requests carry the version.
+func (c *streamableConn) negotiated(version string) {
+	c.mu.Lock()
+	c.version = version
+	c.mu.Unlock()
+}
+
+// initialized implements initializedConn: the standalone stream is opened.
+func (c *streamableConn) initialized() {
+	c.streams.Add(1)
+	go c.listen()
+}
+
+// listen keeps the standalone GET stream open (mcp-notes §4.3), resuming it after breaks.
+// An upstream that offers none (405) is fine: the connection goes on without it.
+func (c *streamableConn) listen() {
+	defer c.streams.Done()
+	lastID, retry := "", time.Second
+	backoff := time.Second
+	for c.ctx.Err() == nil {
+		resp, err := c.get(c.ctx, lastID)
+		switch {
+		case err != nil:
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.logger.Debug("opening the upstream's standalone stream failed", "error", err.Error())
+		case resp.StatusCode == http.StatusMethodNotAllowed:
+			resp.Body.Close()
+			c.logger.Debug("the upstream offers no standalone stream (405); going on without it")
+			return
+		case resp.StatusCode == http.StatusConflict:
+			resp.Body.Close()
+			c.logger.Debug("the upstream already has a standalone stream for this session (409)")
+			return
+		case resp.StatusCode == http.StatusNotFound:
+			resp.Body.Close()
+			c.in.fail(ErrSessionExpired)
+			return
+		case resp.StatusCode != http.StatusOK:
+			resp.Body.Close()
+			c.logger.Debug("the upstream refused the standalone stream", "status", resp.StatusCode)
+		default:
+			backoff = time.Second
+			lastID, retry, _, err = c.readEvents(c.ctx, resp.Body, 0, lastID, retry)
+			resp.Body.Close()
+			if errors.Is(err, errEventTooLarge) {
+				c.logger.Warn("the upstream sent an event over max_response_bytes on its standalone stream; reconnecting", "limit_bytes", c.opts.MaxMessageBytes)
+			}
+			select {
+			case <-time.After(retry):
+			case <-c.ctx.Done():
+			}
+			continue
+		}
+		select {
+		case <-time.After(backoff):
+		case <-c.ctx.Done():
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// Close implements conn: streams end, then the upstream session is ended with DELETE (best
+// effort; 405 is fine).
+func (c *streamableConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.in.fail(errors.New("connection closed"))
+		c.streams.Wait()
+		if !c.hasSession() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.opts.URL, nil)
+		if err != nil {
+			return
+		}
+		c.headers(req.Header)
+		if resp, err := c.opts.Client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	return nil
+}
+
+// readLimited reads at most max bytes; more is an error.
+func readLimited(r io.Reader, max int) ([]byte, error) {
+	if max <= 0 {
+		return io.ReadAll(r)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("the upstream's answer exceeds the gateway's max_response_bytes (%d)", max)
+	}
+	return b, nil
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
