@@ -36,11 +36,21 @@
 //
 // Unknown keys, duplicate keys, values of the wrong shape, YAML merge keys
 // (<<) and keys with no value are problems. A few fields accept no value as an
-// empty list or mapping (upstreams, args, env); fields where absence and
-// emptiness mean different things (prefix, allowed_origins) do not.
+// empty list or mapping (upstreams, args, env, headers); fields where absence
+// and emptiness mean different things (prefix, allowed_origins) do not.
+//
+// # Imported server lists
+//
+// Users often have their MCP servers listed already, for Claude Desktop,
+// Cursor or VS Code. Import reads such a list as upstreams, and Build joins a
+// config file and any number of lists into one Config, validated together,
+// reporting the problems of every file at once:
+//
+//	cfg, err := config.Build(configPath, importPaths, os.LookupEnv)
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -57,6 +67,16 @@ const (
 	defaultSessionIdleTimeout = 30 * time.Minute
 	defaultPageSize           = 100
 	defaultRequestTimeout     = 60 * time.Second
+	defaultInitializeTimeout  = 30 * time.Second
+	defaultMaxResponseBytes   = 16 << 20 // 16 MiB
+)
+
+// Transports of an upstream (Upstream.Transport).
+const (
+	TransportStdio          = "stdio"
+	TransportStreamableHTTP = "streamable-http"
+	TransportSSE            = "sse"
+	TransportAuto           = "auto"
 )
 
 // defaultAllowedOrigins returns a new slice holding the loopback origins
@@ -74,7 +94,8 @@ func defaultAllowedOrigins() []string {
 // concurrent reads.
 type Config struct {
 	// File is the path the config was loaded from (the file argument of
-	// Parse), for messages.
+	// Parse), for messages. When Build had no config file, it is the first
+	// imported server list.
 	File string
 
 	// Listen is the TCP address of the HTTP face, as host:port with a numeric
@@ -125,33 +146,76 @@ type Config struct {
 	PageSize int
 
 	// Upstreams are the upstream MCP servers, in file order (key
-	// `upstreams`). Names and effective prefixes are unique across all of
-	// them, enabled or not. The list may be empty: the gateway then starts
-	// with no upstreams.
+	// `upstreams`), followed by those of imported server lists (see Build).
+	// Names and effective prefixes are unique across all of them, enabled or
+	// not. The list may be empty: the gateway then starts with no upstreams.
 	Upstreams []Upstream
 }
 
-// Upstream configures one upstream MCP server, started as a child process
-// speaking MCP over stdio.
+// Upstream configures one upstream MCP server: a child process speaking MCP
+// over stdio (Command set), or a server reached over HTTP (URL set). Exactly
+// one of Command and URL is set.
 type Upstream struct {
 	// Name identifies the upstream in logs, policy rules and messages (key
 	// `name`). Required, unique (case-sensitive), 1 to 64 characters from
 	// A-Z a-z 0-9 _ -.
 	Name string
 
-	// Command is the program to run (key `command`). Required.
+	// Command is the program to run for a stdio upstream (key `command`).
+	// Either Command or URL is set, not both.
 	Command string
 
-	// Args are the program's arguments (key `args`). Nil when absent.
+	// Args are the program's arguments (key `args`). Nil when absent. Only
+	// with Command.
 	Args []string
 
 	// Env is added to the gateway's own environment for the child (key
-	// `env`), overriding variables of the same name. Nil when absent.
+	// `env`), overriding variables of the same name. Nil when absent. Only
+	// with Command.
 	Env map[string]string
 
 	// Dir is the child's working directory (key `dir`). Empty means the
-	// gateway's working directory; a relative path is relative to it.
+	// gateway's working directory; a relative path is relative to it. Only
+	// with Command.
 	Dir string
+
+	// URL is the endpoint of an upstream reached over HTTP, a Streamable
+	// HTTP or legacy SSE server (key `url`): an absolute URL with scheme
+	// http or https and a host. Either Command or URL is set, not both.
+	//
+	// Security: the URL may carry credentials (user info, a query token);
+	// messages never quote it.
+	URL string
+
+	// Headers are sent on every HTTP request to the upstream (key
+	// `headers`), typically an Authorization header whose value comes from
+	// ${ENV}. Nil when absent. Only with URL. Names are HTTP tokens, unique
+	// case-insensitively, and exclude those the transport sets itself
+	// (Accept, Content-Type, Content-Length, Host, Connection,
+	// Transfer-Encoding, Mcp-Session-Id, Mcp-Protocol-Version,
+	// Last-Event-ID); values hold no CR, LF or NUL. Messages never quote
+	// values.
+	Headers map[string]string
+
+	// Transport is how the gateway talks to the upstream (key `transport`):
+	// TransportStdio (needs Command), or TransportStreamableHTTP,
+	// TransportSSE (legacy HTTP+SSE, protocol 2024-11-05) or TransportAuto
+	// (need URL). Auto tries Streamable HTTP and falls back to legacy SSE
+	// when the server rejects the initialize POST with 400, 404 or 405. If
+	// the key is absent, defaults to "stdio" when Command is set and
+	// "streamable-http" when URL is set.
+	Transport string
+
+	// InitializeTimeout bounds connecting (or starting the child),
+	// initialize and the first fetch of the upstream's lists (key
+	// `initialize_timeout`, a duration); greater than 0. Defaults to 30
+	// seconds.
+	InitializeTimeout time.Duration
+
+	// MaxResponseBytes is the largest message accepted from this upstream,
+	// in bytes (key `max_response_bytes`): one stdio line, one HTTP JSON
+	// body or one SSE event. Greater than 0. Defaults to 16777216 (16 MiB).
+	MaxResponseBytes int64
 
 	// Prefix namespaces this upstream's tool and prompt names and resource
 	// URIs (key `prefix`): up to 32 characters from A-Z a-z 0-9 _ . -.
@@ -176,8 +240,12 @@ type Upstream struct {
 	// upstream injects into every client's context, so the default is false.
 	IncludeInstructions bool
 
-	// Line is the line of this upstream's entry in the file, for messages
-	// at run time.
+	// File is the file this upstream was read from: the config file, or an
+	// imported server list. With Line, for messages at run time.
+	File string
+
+	// Line is the line of this upstream's entry in File (for an imported
+	// server, the line of its key), for messages at run time.
 	Line int
 }
 
@@ -218,24 +286,148 @@ func Load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
 // every problem, in file order. An empty file is a problem; a file with only
 // `upstreams: []` is valid. Parse is safe for concurrent use.
 func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	return build(&source{path: file, data: data}, nil, lookupEnv)
+}
+
+// Build loads the config file at configPath and the server lists at
+// importPaths (see Import), and returns one Config: the config file's
+// settings and upstreams, followed by the imported upstreams, file by file in
+// the order given. Everything is validated together: names and prefixes are
+// unique across all files, and a clash is reported where it occurs, naming
+// the file and line of the other upstream.
+//
+// configPath may be "": the settings are then the defaults, as for a config
+// file with no keys, and Config.File is the first import path. It is an
+// error to give neither a config file nor an import.
+//
+// If any file cannot be read, the error joins one error per such file, each
+// wrapping the one from the file system (test with errors.Is), and nothing is
+// parsed. Otherwise, if any content cannot be used, the error is an *Error
+// listing the problems of all files: those of the config file first, then
+// those of each import, each file's in line order. lookupEnv resolves
+// variables in every file; nil means none is set. Build is safe for
+// concurrent use.
+func Build(configPath string, importPaths []string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if configPath == "" && len(importPaths) == 0 {
+		return nil, errors.New("build config: no config file and no server list to import")
+	}
+	// Read every file before parsing any: a file that cannot be read is an
+	// I/O error, not a problem with its content.
+	var errs []error
+	var cfg *source
+	if configPath != "" {
+		data, err := os.ReadFile(configPath)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load config: %w", err))
+		}
+		cfg = &source{path: configPath, data: data}
+	}
+	imports := make([]source, len(importPaths))
+	for i, path := range importPaths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("import server list: %w", err))
+		}
+		imports[i] = source{path: path, data: data}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return build(cfg, imports, lookupEnv)
+}
+
+// source is the content of one file, as read.
+type source struct {
+	path string
+	data []byte
+}
+
+// build decodes cfg (a config file, or nil for none) and the imported server
+// lists, applies defaults and validates everything together. See Build.
+func build(cfg *source, imports []source, lookupEnv func(string) (string, bool)) (*Config, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
-	root, problems := parseYAML(file, data)
-	if root == nil {
-		return nil, &Error{Problems: problems}
+	var (
+		c        *Config
+		top      *where // where the top-level settings were read; nil if not from a file
+		sites    []site
+		problems []Problem
+		sepKnown = true // whether c.Separator is the one the user meant
+	)
+	if cfg == nil {
+		c = new(Config)
+		applyDefaults(c, &index{})
+		c.File = imports[0].path
+	} else {
+		var ix *index
+		var ps []Problem
+		c, ix, ps = decodeConfig(cfg.path, cfg.data, lookupEnv)
+		problems = append(problems, ps...)
+		if c == nil { // nothing to decode; go on with the imports
+			c = new(Config)
+			ix = &index{}
+			applyDefaults(c, ix)
+			sepKnown = false
+		} else {
+			top = &where{file: cfg.path, ix: ix}
+		}
+		c.File = cfg.path
+		for i := range c.Upstreams {
+			sites = append(sites, site{where: where{file: cfg.path, ix: ix}, path: upstreamPath(i)})
+		}
+	}
+	for _, imp := range imports {
+		ups, ss, ps := decodeImport(imp.path, imp.data, lookupEnv)
+		c.Upstreams = append(c.Upstreams, ups...)
+		sites = append(sites, ss...)
+		problems = append(problems, ps...)
 	}
 
-	d := newDecoder(file, lookupEnv)
-	c := d.config(root)
-	c.File = file
-	applyDefaults(c, &d.index)
-	problems = append(d.problems, validate(c, file, &d.index)...)
+	sep := c.Separator
+	if !sepKnown {
+		sep = ""
+	}
+	problems = append(problems, validate(c, top, sites, sep)...)
 	if len(problems) > 0 {
-		slices.SortStableFunc(problems, func(a, b Problem) int { return a.Line - b.Line })
+		sortProblems(problems, cfg, imports)
 		return nil, &Error{Problems: problems}
 	}
 	return c, nil
+}
+
+// sortProblems puts problems in the order Build documents: by file, the
+// config file first and then the imports as given, and by line within a file.
+func sortProblems(problems []Problem, cfg *source, imports []source) {
+	rank := make(map[string]int)
+	if cfg != nil {
+		rank[cfg.path] = 0
+	}
+	for i, imp := range imports {
+		if _, ok := rank[imp.path]; !ok {
+			rank[imp.path] = i + 1
+		}
+	}
+	slices.SortStableFunc(problems, func(a, b Problem) int {
+		if r := rank[a.File] - rank[b.File]; r != 0 {
+			return r
+		}
+		return a.Line - b.Line
+	})
+}
+
+// decodeConfig decodes the YAML config file data and applies defaults. If
+// there is nothing to decode (a syntax error, an empty file), it returns a
+// nil Config.
+func decodeConfig(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, *index, []Problem) {
+	root, problems := parseYAML(file, data)
+	if root == nil {
+		return nil, nil, problems
+	}
+	d := newDecoder(file, lookupEnv)
+	c := d.config(root)
+	applyDefaults(c, &d.index)
+	return c, &d.index, d.problems
 }
 
 // applyDefaults sets every field the file left out. A field whose value could
@@ -271,13 +463,35 @@ func applyDefaults(c *Config, ix *index) {
 		if !ix.has(path + ".prefix") {
 			u.Prefix = u.Name
 		}
+		if !ix.has(path + ".transport") {
+			u.Transport = defaultTransport(u)
+		}
 		if !ix.has(path + ".request_timeout") {
 			u.RequestTimeout = defaultRequestTimeout
+		}
+		if !ix.has(path + ".initialize_timeout") {
+			u.InitializeTimeout = defaultInitializeTimeout
+		}
+		if !ix.has(path + ".max_response_bytes") {
+			u.MaxResponseBytes = defaultMaxResponseBytes
 		}
 		if !ix.has(path + ".enabled") {
 			u.Enabled = true
 		}
 	}
+}
+
+// defaultTransport returns the transport of u when none is given: stdio for
+// a command, Streamable HTTP for a URL, and "" if u has both or neither
+// (a problem reported by validation).
+func defaultTransport(u *Upstream) string {
+	switch {
+	case u.Command != "" && u.URL == "":
+		return TransportStdio
+	case u.URL != "" && u.Command == "":
+		return TransportStreamableHTTP
+	}
+	return ""
 }
 
 // upstreamPath returns the field path of the i'th upstream, "upstreams[i]".

@@ -31,9 +31,31 @@ var loopbackOrigins = []string{
 	"https://localhost:*", "https://127.0.0.1:*", "https://[::1]:*",
 }
 
-// withDefaults returns a Config holding the defaults, the given upstreams and
-// File "gw.yaml".
+// configUpstream returns u, an upstream read from the config file file,
+// with the defaults of the fields that are never zero after Parse filled in
+// where u leaves them zero; Transport defaults to stdio.
+func configUpstream(file string, u config.Upstream) config.Upstream {
+	if u.Transport == "" {
+		u.Transport = "stdio"
+	}
+	if u.InitializeTimeout == 0 {
+		u.InitializeTimeout = 30 * time.Second
+	}
+	if u.MaxResponseBytes == 0 {
+		u.MaxResponseBytes = 16 << 20
+	}
+	if u.File == "" {
+		u.File = file
+	}
+	return u
+}
+
+// withDefaults returns a Config holding the defaults, the given upstreams
+// (see configUpstream) and File "gw.yaml".
 func withDefaults(ups ...config.Upstream) *config.Config {
+	for i := range ups {
+		ups[i] = configUpstream("gw.yaml", ups[i])
+	}
 	return &config.Config{
 		File:               "gw.yaml",
 		Listen:             "127.0.0.1:8080",
@@ -82,8 +104,11 @@ upstreams:
     args: [-y, server]
     env: {TOKEN: abc, EMPTY: ""}
     dir: /tmp
+    transport: stdio
     prefix: github
     request_timeout: 5s
+    initialize_timeout: 10s
+    max_response_bytes: 1024
     enabled: false
     include_instructions: true
 `,
@@ -103,10 +128,14 @@ upstreams:
 					Args:                []string{"-y", "server"},
 					Env:                 map[string]string{"TOKEN": "abc", "EMPTY": ""},
 					Dir:                 "/tmp",
+					Transport:           "stdio",
 					Prefix:              "github",
 					RequestTimeout:      5 * time.Second,
+					InitializeTimeout:   10 * time.Second,
+					MaxResponseBytes:    1024,
 					Enabled:             false,
 					IncludeInstructions: true,
+					File:                "gw.yaml",
 					Line:                11,
 				}},
 			},
@@ -177,6 +206,44 @@ upstreams:
 			want: withDefaults([]config.Upstream{}...),
 		},
 		{
+			name: "HTTP upstreams",
+			yaml: `upstreams:
+  - name: remote
+    url: https://mcp.example.com/mcp
+    headers:
+      Authorization: Bearer ${TOKEN}
+      X-Empty: ""
+  - name: legacy
+    url: http://127.0.0.1:9000/sse
+    transport: sse
+    initialize_timeout: 5s
+    max_response_bytes: 1048576
+  - name: either
+    url: HTTPS://user@mcp.example.com:8443/mcp?x=1
+    transport: auto
+    headers:
+  - name: local
+    command: ./local
+    transport: stdio
+`,
+			env: map[string]string{"TOKEN": "t0k"},
+			want: withDefaults(
+				config.Upstream{
+					Name: "remote", URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer t0k", "X-Empty": ""},
+					Transport: "streamable-http", Prefix: "remote", RequestTimeout: time.Minute, Enabled: true, Line: 2,
+				},
+				config.Upstream{
+					Name: "legacy", URL: "http://127.0.0.1:9000/sse", Transport: "sse", InitializeTimeout: 5 * time.Second, MaxResponseBytes: 1 << 20,
+					Prefix: "legacy", RequestTimeout: time.Minute, Enabled: true, Line: 7,
+				},
+				config.Upstream{
+					Name: "either", URL: "HTTPS://user@mcp.example.com:8443/mcp?x=1", Transport: "auto",
+					Prefix: "either", RequestTimeout: time.Minute, Enabled: true, Line: 12,
+				},
+				config.Upstream{Name: "local", Command: "./local", Prefix: "local", RequestTimeout: time.Minute, Enabled: true, Line: 16},
+			),
+		},
+		{
 			name: "IPv6 listen address and bracketed origin",
 			yaml: "listen: \"[::1]:8080\"\nallowed_origins: [\"http://[::1]:*\"]\nupstreams: []\n",
 			want: func() *config.Config {
@@ -207,9 +274,9 @@ func TestParseProblems(t *testing.T) {
 	}
 	const (
 		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, upstreams)"
-		upstreamKeys = "unknown field (known: name, command, args, env, dir, prefix, request_timeout, enabled, include_instructions)"
+		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, enabled, include_instructions)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
-		noCommand    = "required: the program to start for this stdio upstream"
+		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
 	tests := []struct {
 		name string
@@ -285,7 +352,7 @@ func TestParseProblems(t *testing.T) {
 			p(2, "upstreams", "want a list of upstreams (lines starting with `- name:`), got a mapping"),
 		}},
 		{"upstream that is a string", "upstreams:\n  - github\n", nil, []config.Problem{
-			p(2, "upstreams[0]", "want a mapping with at least `name:` and `command:`, got a single value"),
+			p(2, "upstreams[0]", "want a mapping with at least `name:` and `command:` or `url:`, got a single value"),
 		}},
 		{"yes for a boolean", "upstreams:\n  - name: a\n    command: x\n    enabled: yes\n", nil, []config.Problem{
 			p(4, "upstreams[0].enabled", `want true or false, got "yes"`),
@@ -404,6 +471,82 @@ func TestParseProblems(t *testing.T) {
 			p(2, "upstreams[0].name", `prefix "my__server" (taken from the name) clashes with the separator "__": in "my__server__tool" the separator is found too early; choose another prefix or separator`),
 			p(3, "upstreams[1].prefix", `prefix "b_" clashes with the separator "__": in "b___tool" the separator is found too early; choose another prefix or separator`),
 		}},
+
+		// HTTP upstreams.
+		{"command and url", "upstreams:\n  - name: a\n    command: x\n    url: https://a.example.com/mcp\n", nil, []config.Problem{
+			p(2, "upstreams[0]", "both command and url are set: keep command for a stdio upstream, or url for an HTTP one"),
+		}},
+		{"stdio transport with url", "upstreams:\n  - {name: a, url: \"https://a.example.com\", transport: stdio}\n", nil, []config.Problem{
+			p(2, "upstreams[0].transport", `transport "stdio" needs command, and this upstream has url: use streamable-http, sse or auto, or remove transport`),
+		}},
+		{"HTTP transports with command", "upstreams:\n  - {name: a, command: x, transport: streamable-http}\n  - {name: b, command: x, transport: sse}\n  - {name: c, command: x, transport: auto}\n", nil, []config.Problem{
+			p(2, "upstreams[0].transport", `transport "streamable-http" needs url, and this upstream has command: use stdio, or remove transport`),
+			p(3, "upstreams[1].transport", `transport "sse" needs url, and this upstream has command: use stdio, or remove transport`),
+			p(4, "upstreams[2].transport", `transport "auto" needs url, and this upstream has command: use stdio, or remove transport`),
+		}},
+		{"unknown transport", "upstreams:\n  - {name: a, url: \"https://a.example.com\", transport: http}\n  - {name: b, command: x, transport: \"\"}\n", nil, []config.Problem{
+			p(2, "upstreams[0].transport", `"http" is not a transport: use stdio, streamable-http, sse or auto`),
+			p(3, "upstreams[1].transport", `"" is not a transport: use stdio, streamable-http, sse or auto`),
+		}},
+		{"stdio fields with url", "upstreams:\n  - name: a\n    url: https://a.example.com\n    args: []\n    env: {A: b}\n    dir: /tmp\n", nil, []config.Problem{
+			p(4, "upstreams[0].args", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
+			p(5, "upstreams[0].env", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
+			p(6, "upstreams[0].dir", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
+		}},
+		{"headers with command", "upstreams:\n  - name: a\n    command: x\n    headers: {Authorization: secret}\n", nil, []config.Problem{
+			p(4, "upstreams[0].headers", "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env"),
+		}},
+		{"bad urls", `upstreams:
+  - {name: a, url: mcp.example.com/mcp}
+  - {name: b, url: "ftp://files.example.com"}
+  - {name: c, url: "https:///mcp"}
+  - {name: d, url: "http://a b.example.com/?token=secret"}
+  - {name: e, url: "/mcp"}
+  - {name: f, url: "http://:8080/mcp"}
+  - {name: g, url: "localhost:8080/mcp"}
+`, nil, []config.Problem{
+			p(2, "upstreams[0].url", "no scheme: want an absolute http or https URL, like https://mcp.example.com/mcp"),
+			p(3, "upstreams[1].url", `scheme "ftp" is not supported: want an absolute http or https URL, like https://mcp.example.com/mcp`),
+			p(4, "upstreams[2].url", "no host: want an absolute http or https URL, like https://mcp.example.com/mcp"),
+			p(5, "upstreams[3].url", "not a valid URL: want an absolute http or https URL, like https://mcp.example.com/mcp (the value is not shown: it may hold a secret)"),
+			p(6, "upstreams[4].url", "no scheme: want an absolute http or https URL, like https://mcp.example.com/mcp"),
+			p(7, "upstreams[5].url", "no host: want an absolute http or https URL, like https://mcp.example.com/mcp"),
+			p(8, "upstreams[6].url", `scheme "localhost" is not supported: want an absolute http or https URL, like https://mcp.example.com/mcp`),
+		}},
+		{"bad headers", `upstreams:
+  - name: a
+    url: https://a.example.com
+    headers:
+      "X Token": a
+      "": b
+      Mcp-Session-Id: c
+      host: d
+      X-Key: e
+      x-key: f
+      X-Value: "${V}"
+`, map[string]string{"V": "secret\r\nInjected: yes"}, []config.Problem{
+			p(5, "upstreams[0].headers.X Token", `"X Token" is not a valid header name: use letters, digits and !#$%&'*+-.^_`+"`"+`|~`),
+			p(6, "upstreams[0].headers.", `"" is not a valid header name: use letters, digits and !#$%&'*+-.^_`+"`"+`|~`),
+			p(7, "upstreams[0].headers.Mcp-Session-Id", `"Mcp-Session-Id" is set by the gateway's transport: remove it`),
+			p(8, "upstreams[0].headers.host", `"host" is set by the gateway's transport: remove it`),
+			p(10, "upstreams[0].headers.x-key", `same header as "X-Key" (header names are case-insensitive): keep one`),
+			p(11, "upstreams[0].headers.X-Value", "the value holds a line break or NUL, which an HTTP header cannot carry (the value is not shown)"),
+		}},
+		{"header list", "upstreams:\n  - name: a\n    url: https://a.example.com\n    headers: [\"Authorization: x\"]\n", nil, []config.Problem{
+			p(4, "upstreams[0].headers", "want a mapping of NAME: value, got a list"),
+		}},
+		{"HTTP limits", "upstreams:\n  - name: a\n    url: https://a.example.com\n    initialize_timeout: 0s\n    max_response_bytes: -1\n  - {name: b, command: x, initialize_timeout: 3, max_response_bytes: 1MiB}\n", nil, []config.Problem{
+			p(4, "upstreams[0].initialize_timeout", "must be greater than 0, like 30s"),
+			p(5, "upstreams[0].max_response_bytes", "must be greater than 0: it is the largest message accepted from this upstream, in bytes (default 16777216, 16 MiB)"),
+			p(6, "upstreams[1].initialize_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "3"`),
+			p(6, "upstreams[1].max_response_bytes", `want a whole number like 1000, got "1MiB"`),
+		}},
+		{"a bad url value is not also reported as missing", "upstreams:\n  - {name: a, url: [x]}\n", nil, []config.Problem{
+			p(2, "upstreams[0].url", "want a string, got a list"),
+		}},
+		{"url from an unset variable", "upstreams:\n  - {name: a, url: \"${MCP_URL}\"}\n", nil, []config.Problem{
+			p(2, "upstreams[0].url", "environment variable MCP_URL is not set: set it, or give a default with ${MCP_URL:-default}"),
+		}},
 		{"prefix is fine with another separator", "separator: \".\"\nupstreams:\n  - {name: my__server, command: x}\n", nil, nil},
 	}
 	for _, tt := range tests {
@@ -441,10 +584,10 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, prefix, request_timeout, enabled, include_instructions)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, enabled, include_instructions)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
-		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: the program to start for this stdio upstream"},
+		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},
 		{File: "all.yaml", Line: 8, Field: "upstreams[1].args", Message: `want a list of strings, like ["a", "b"]; got a single value`},
 		{File: "all.yaml", Line: 9, Field: "listen", Message: `"localhost" is not host:port: write e.g. 127.0.0.1:8080, or :8080 for all interfaces`},
 		{File: "all.yaml", Line: 10, Field: "max_sessions", Message: `want a whole number like 1000, got "lots"`},
@@ -543,7 +686,7 @@ func TestParseExpandsVariables(t *testing.T) {
 
 func TestLoadExample(t *testing.T) {
 	path := filepath.Join("testdata", "example.yaml")
-	got, err := config.Load(path, env(map[string]string{"GITHUB_TOKEN": "ghp_test"}))
+	got, err := config.Load(path, env(map[string]string{"GITHUB_TOKEN": "ghp_test", "SEARCH_TOKEN": "s3cret"}))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -558,23 +701,29 @@ func TestLoadExample(t *testing.T) {
 		SessionIdleTimeout: 15 * time.Minute,
 		PageSize:           50,
 		Upstreams: []config.Upstream{
-			{
+			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},
 				Env:    map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_test"},
 				Prefix: "github", RequestTimeout: 2 * time.Minute, Enabled: true, IncludeInstructions: true, Line: 23,
-			},
-			{
+			}),
+			configUpstream(path, config.Upstream{
 				Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/workspace"},
 				Prefix: "fs", RequestTimeout: time.Minute, Enabled: true, Line: 32,
-			},
-			{
+			}),
+			configUpstream(path, config.Upstream{
 				Name: "local-tools", Command: "./bin/local-tools", Dir: "/opt/manifold",
 				Prefix: "", RequestTimeout: time.Minute, Enabled: true, Line: 41,
-			},
-			{
+			}),
+			configUpstream(path, config.Upstream{
 				Name: "experimental", Command: "python3", Args: []string{"-m", "experimental_server"},
 				Prefix: "experimental", RequestTimeout: time.Minute, Enabled: false, Line: 47,
-			},
+			}),
+			configUpstream(path, config.Upstream{
+				Name: "search", URL: "https://search.example.com/mcp", Transport: "auto",
+				Headers:           map[string]string{"Authorization": "Bearer s3cret"},
+				InitializeTimeout: 10 * time.Second, MaxResponseBytes: 8 << 20,
+				Prefix: "search", RequestTimeout: time.Minute, Enabled: true, Line: 54,
+			}),
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -585,7 +734,7 @@ func TestLoadExample(t *testing.T) {
 	for _, u := range got.EnabledUpstreams() {
 		enabled = append(enabled, u.Name)
 	}
-	if diff := cmp.Diff([]string{"github", "filesystem", "local-tools"}, enabled); diff != "" {
+	if diff := cmp.Diff([]string{"github", "filesystem", "local-tools", "search"}, enabled); diff != "" {
 		t.Errorf("EnabledUpstreams mismatch (-want +got):\n%s", diff)
 	}
 }

@@ -264,15 +264,20 @@ func upstreams(dst *[]Upstream) decodeFunc {
 
 func upstream(u *Upstream) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
-		u.Line = n.Line
-		return d.mapping(n, path, "a mapping with at least `name:` and `command:`", []field{
+		u.File, u.Line = d.file, n.Line
+		return d.mapping(n, path, "a mapping with at least `name:` and `command:` or `url:`", []field{
 			{"name", str(&u.Name)},
 			{"command", str(&u.Command)},
 			{"args", strList(&u.Args)},
 			{"env", strMap(&u.Env)},
 			{"dir", str(&u.Dir)},
+			{"url", str(&u.URL)},
+			{"headers", strMap(&u.Headers)},
+			{"transport", str(&u.Transport)},
 			{"prefix", notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
 			{"request_timeout", duration(&u.RequestTimeout)},
+			{"initialize_timeout", duration(&u.InitializeTimeout)},
+			{"max_response_bytes", integer(&u.MaxResponseBytes)},
 			{"enabled", boolean(&u.Enabled)},
 			{"include_instructions", boolean(&u.IncludeInstructions)},
 		})
@@ -448,8 +453,9 @@ func strList(dst *[]string) decodeFunc {
 	}
 }
 
-// strMap decodes a mapping of any keys to strings. No value means an empty
-// mapping. Keys are taken as written, without variable expansion.
+// strMap decodes a mapping of any keys to strings (env, headers). No value
+// means an empty mapping. Keys are taken as written, without variable
+// expansion.
 func strMap(dst *map[string]string) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		if isNull(resolve(n)) {

@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// Error is returned by Load and Parse when a config file cannot be used. It
-// lists every problem found, in file order; Problems is never empty. Get it
-// with errors.As.
+// Error is returned by Load, Parse, Import and Build when a config file or
+// server list cannot be used. It lists every problem found, in file order
+// (for Build, file by file); Problems is never empty. Get it with errors.As.
 type Error struct {
 	Problems []Problem
 }
@@ -24,16 +24,19 @@ func (e *Error) Error() string {
 
 // Problem is one thing wrong with a config file.
 //
-// Messages never quote the values of env or args, which may hold secrets.
+// Messages never quote the values of env, args, headers or url, which may
+// hold secrets.
 type Problem struct {
-	// File is the file name given to Load or Parse.
+	// File is the file name given to Load, Parse, Import or Build.
 	File string
 	// Line is the 1-based line of the field, or of the mapping that lacks a
 	// required field; 0 when the problem concerns the whole file.
 	Line int
-	// Field is the path of the field in YAML key names with [i] list
-	// indexes, such as "upstreams[0].request_timeout"; empty when no field
-	// applies (a YAML syntax error, an empty file).
+	// Field is the path of the field in key names with [i] list indexes,
+	// such as "upstreams[0].request_timeout", or in a server list
+	// "mcpServers.github.args[1]" (a key that is not a plain name is
+	// quoted: servers."my server".url); empty when no field applies (a
+	// syntax error, an empty file).
 	Field string
 	// Message says what is wrong and what to do about it.
 	Message string

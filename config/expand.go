@@ -9,6 +9,14 @@ import (
 // and $$ with $, as the package doc describes. It returns the expanded text
 // and one message for each reference it could not expand.
 func expand(s string, lookup func(string) (string, bool)) (string, []string) {
+	return expandRefs(s, func(ref string) (string, string) { return lookupRef(ref, lookup) })
+}
+
+// expandRefs replaces each reference ${...} in s with the value resolve
+// returns for it, and $$ with $. resolve gets the whole reference, braces
+// included, and returns its value or a message saying why it has none.
+// expandRefs returns the expanded text and the messages.
+func expandRefs(s string, resolve func(ref string) (string, string)) (string, []string) {
 	if !strings.Contains(s, "$") {
 		return s, nil
 	}
@@ -41,24 +49,38 @@ func expand(s string, lookup func(string) (string, bool)) (string, []string) {
 		}
 		ref := s[i : i+end+1] // ${...}
 		s = s[i+end+1:]
-		name, def, hasDef := strings.Cut(ref[2:len(ref)-1], ":-")
-		switch {
-		case !validVarName(name):
-			problems = append(problems, fmt.Sprintf("%q is not a variable reference: write ${NAME} or ${NAME:-default}, or $$ for a literal $", ref))
-			continue
-		case strings.Contains(def, "${"):
-			problems = append(problems, fmt.Sprintf("%q: a default cannot refer to another variable", ref))
+		val, problem := resolve(ref)
+		if problem != "" {
+			problems = append(problems, problem)
 			continue
 		}
-		val, ok := lookup(name)
-		switch {
-		case hasDef && val == "":
-			out.WriteString(def)
-		case ok:
-			out.WriteString(val)
-		default:
-			problems = append(problems, fmt.Sprintf("environment variable %s is not set: set it, or give a default with ${%s:-default}", name, name))
-		}
+		out.WriteString(val)
+	}
+}
+
+// lookupRef resolves ref, ${NAME} or ${NAME:-default}, with lookup.
+func lookupRef(ref string, lookup func(string) (string, bool)) (string, string) {
+	return lookupVar(ref, ref[2:len(ref)-1], lookup)
+}
+
+// lookupVar resolves body, the text NAME or NAME:-default of the reference
+// ref, with lookup.
+func lookupVar(ref, body string, lookup func(string) (string, bool)) (string, string) {
+	name, def, hasDef := strings.Cut(body, ":-")
+	switch {
+	case !validVarName(name):
+		return "", fmt.Sprintf("%q is not a variable reference: write ${NAME} or ${NAME:-default}, or $$ for a literal $", ref)
+	case strings.Contains(def, "${"):
+		return "", fmt.Sprintf("%q: a default cannot refer to another variable", ref)
+	}
+	val, ok := lookup(name)
+	switch {
+	case hasDef && val == "":
+		return def, ""
+	case ok:
+		return val, ""
+	default:
+		return "", fmt.Sprintf("environment variable %s is not set: set it, or give a default with ${%s:-default}", name, name)
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,109 +15,186 @@ const (
 	maxPageSize  = 1000
 )
 
-// validator collects the problems of a decoded Config with defaults applied.
+// where is a file and the index of its fields.
+type where struct {
+	file string
+	ix   *index
+}
+
+// site says where one upstream was written, for messages: in the config
+// file, or in an imported server list, whose keys differ.
+type site struct {
+	where
+	// path is the field path of the upstream's entry: "upstreams[2]", or
+	// "mcpServers.github" for an imported server, where it is also the
+	// path of the name (the server key).
+	path string
+	// imported is set for a server of an imported list.
+	imported bool
+	// key is the server key as written, for an imported server.
+	key string
+}
+
+// field returns the path of the upstream's field named key in the config
+// file (such as "dir"), as written in the upstream's own file.
+func (s *site) field(key string) string {
+	if s.imported {
+		switch key {
+		case "name":
+			return s.path
+		case "dir":
+			key = "cwd"
+		case "transport":
+			key = "type"
+		case "enabled":
+			key = "disabled"
+		}
+	}
+	return join(s.path, key)
+}
+
+// line returns the line of the upstream's entry.
+func (s *site) line() int { return s.ix.line(s.path) }
+
+// loc locates the upstream at s for a message about one at from: "line N",
+// or "FILE:N" if the two are in different files.
+func (s *site) loc(from *site) string {
+	if s.file == from.file {
+		return fmt.Sprintf("line %d", s.line())
+	}
+	return fmt.Sprintf("%s:%d", s.file, s.line())
+}
+
+// validator collects the problems of decoded upstreams and settings, with
+// defaults applied.
 type validator struct {
-	file     string
-	ix       *index
 	problems []Problem
 }
 
-// check records msg as a problem of the field at path unless msg is empty or
-// the field failed to decode (that problem is already reported).
-func (v *validator) check(path, msg string) {
-	if msg == "" || !v.ix.usable(path) {
+// check records msg as a problem of the field at path in w unless msg is
+// empty or the field failed to decode (that problem is already reported).
+func (v *validator) check(w where, path, msg string) {
+	if msg == "" || !w.ix.usable(path) {
 		return
 	}
-	v.problems = append(v.problems, Problem{File: v.file, Line: v.ix.line(path), Field: path, Message: msg})
+	v.problems = append(v.problems, Problem{File: w.file, Line: w.ix.line(path), Field: path, Message: msg})
 }
 
-// validate returns every problem of c. ix tells where fields were found and
-// which ones failed to decode.
-func validate(c *Config, file string, ix *index) []Problem {
-	v := &validator{file: file, ix: ix}
-	v.check("listen", checkListen(c.Listen))
-	v.check("separator", checkSeparator(c.Separator))
-	v.check("log_level", checkLogLevel(c.LogLevel))
-	for i, o := range c.AllowedOrigins {
-		v.check(fmt.Sprintf("allowed_origins[%d]", i), checkOrigin(o))
+// validate returns every problem of c. top tells where the top-level
+// settings were found and which failed to decode; nil means they are all
+// defaults, which need no check. sites[i] tells the same of c.Upstreams[i].
+// sep is the separator prefixes are checked against; "" skips that check.
+func validate(c *Config, top *where, sites []site, sep string) []Problem {
+	v := new(validator)
+	if top != nil {
+		v.settings(c, *top)
+		if !top.ix.usable("separator") || checkSeparator(c.Separator) != "" {
+			sep = ""
+		}
 	}
-	if c.MaxBodyBytes <= 0 {
-		v.check("max_body_bytes", "must be greater than 0: it is the largest request body accepted, in bytes (default 4194304, 4 MiB)")
-	}
-	if c.MaxSessions <= 0 {
-		v.check("max_sessions", "must be greater than 0 (default 1000)")
-	}
-	if c.SessionIdleTimeout <= 0 {
-		v.check("session_idle_timeout", "must be greater than 0, like 30m")
-	}
-	if c.PageSize < 1 || c.PageSize > maxPageSize {
-		v.check("page_size", fmt.Sprintf("must be from 1 to %d (default 100)", maxPageSize))
-	}
-	v.upstreams(c)
+	v.upstreams(c.Upstreams, sites, sep)
 	return v.problems
 }
 
-// upstreams checks each upstream, and that names and prefixes are unique.
-func (v *validator) upstreams(c *Config) {
-	sepOK := v.ix.usable("separator") && checkSeparator(c.Separator) == ""
+// settings checks the top-level settings of c.
+func (v *validator) settings(c *Config, w where) {
+	v.check(w, "listen", checkListen(c.Listen))
+	v.check(w, "separator", checkSeparator(c.Separator))
+	v.check(w, "log_level", checkLogLevel(c.LogLevel))
+	for i, o := range c.AllowedOrigins {
+		v.check(w, fmt.Sprintf("allowed_origins[%d]", i), checkOrigin(o))
+	}
+	if c.MaxBodyBytes <= 0 {
+		v.check(w, "max_body_bytes", "must be greater than 0: it is the largest request body accepted, in bytes (default 4194304, 4 MiB)")
+	}
+	if c.MaxSessions <= 0 {
+		v.check(w, "max_sessions", "must be greater than 0 (default 1000)")
+	}
+	if c.SessionIdleTimeout <= 0 {
+		v.check(w, "session_idle_timeout", "must be greater than 0, like 30m")
+	}
+	if c.PageSize < 1 || c.PageSize > maxPageSize {
+		v.check(w, "page_size", fmt.Sprintf("must be from 1 to %d (default 100)", maxPageSize))
+	}
+}
+
+// upstreams checks each upstream, and that names and prefixes are unique
+// across all of them, whatever file they come from.
+func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 	names := make(map[string]int)    // name → index of the first upstream with it
 	prefixes := make(map[string]int) // effective prefix → index of the first upstream with it
-	for i, u := range c.Upstreams {
-		path := upstreamPath(i)
-		if !v.ix.usable(path) {
+	for i := range ups {
+		u, s := &ups[i], &sites[i]
+		if !s.ix.usable(s.path) {
 			continue
 		}
 
 		// A name that is valid and unique can serve as the default prefix.
 		nameOK := false
+		namePath := s.field("name")
 		switch j, dup := names[u.Name]; {
-		case u.Name == "" && !v.ix.present(path+".name"):
-			v.check(path+".name", "required: a unique name for this upstream, like github (it is also the default prefix of its tools)")
+		case u.Name == "" && !s.ix.present(namePath):
+			v.check(s.where, namePath, "required: a unique name for this upstream, like github (it is also the default prefix of its tools)")
+		case s.imported && u.Name == "":
+			v.check(s.where, namePath, fmt.Sprintf("an empty server key cannot name an upstream: rename the server (1 to %d characters from A-Z a-z 0-9 _ -)", maxNameLen))
 		case !validName(u.Name):
-			v.check(path+".name", fmt.Sprintf("%q is not a valid name: use 1 to %d characters from A-Z a-z 0-9 _ -", u.Name, maxNameLen))
+			v.check(s.where, namePath, fmt.Sprintf("%q is not a valid name: use 1 to %d characters from A-Z a-z 0-9 _ -", u.Name, maxNameLen))
 		case dup:
-			v.check(path+".name", fmt.Sprintf("%q is also the name of %s (line %d): names must be unique", u.Name, upstreamPath(j), c.Upstreams[j].Line))
+			msg := fmt.Sprintf("%q%s is also the name of %s (%s): names must be unique", u.Name, s.sanitized(u.Name), sites[j].path, sites[j].loc(s))
+			if s.imported {
+				msg += "; rename one of them"
+			}
+			v.check(s.where, namePath, msg)
 		default:
 			names[u.Name] = i
 			nameOK = true
 		}
 
-		if u.Command == "" {
-			v.check(path+".command", "required: the program to start for this stdio upstream")
-		}
+		v.kind(u, s)
 		if u.RequestTimeout <= 0 {
-			v.check(path+".request_timeout", "must be greater than 0, like 60s")
+			v.check(s.where, s.field("request_timeout"), "must be greater than 0, like 60s")
 		}
-		envNames := make([]string, 0, len(u.Env))
-		for k := range u.Env {
-			envNames = append(envNames, k)
+		if u.InitializeTimeout <= 0 {
+			v.check(s.where, s.field("initialize_timeout"), "must be greater than 0, like 30s")
 		}
-		slices.Sort(envNames)
-		for _, k := range envNames {
+		if u.MaxResponseBytes <= 0 {
+			v.check(s.where, s.field("max_response_bytes"), "must be greater than 0: it is the largest message accepted from this upstream, in bytes (default 16777216, 16 MiB)")
+		}
+		envPath := s.field("env")
+		for _, k := range sortedKeys(u.Env) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
-				v.check(path+".env."+k, "not a valid environment variable name: it must be non-empty, without = or NUL")
+				v.check(s.where, join(envPath, k), "not a valid environment variable name: it must be non-empty, without = or NUL")
 			}
 		}
+		v.headers(u, s)
 
 		// A prefix taken from the name is reported at the name, where it
-		// is written; it is checked only if the name itself is fine.
-		prefixPath, from := path+".prefix", ""
-		if !v.ix.present(prefixPath) {
+		// is written; it is checked only if the name itself is fine. The
+		// prefix of an imported server always comes from its key.
+		prefixPath, from := s.field("prefix"), ""
+		if s.imported || !s.ix.present(prefixPath) {
 			if !nameOK {
 				continue
 			}
-			prefixPath, from = path+".name", " (taken from the name)"
+			prefixPath, from = namePath, " (taken from the name)"
+			if s.imported {
+				from = " (taken from the server key)"
+			}
 		}
-		if !v.ix.usable(prefixPath) {
+		if !s.ix.usable(prefixPath) {
 			continue
 		}
 		if msg := checkPrefix(u.Prefix, from); msg != "" {
-			v.check(prefixPath, msg)
+			v.check(s.where, prefixPath, msg)
 			continue
 		}
-		if sepOK && u.Prefix != "" && strings.Index(u.Prefix+c.Separator, c.Separator) != len(u.Prefix) {
-			v.check(prefixPath, fmt.Sprintf("prefix %q%s clashes with the separator %q: in %q the separator is found too early; choose another prefix or separator",
-				u.Prefix, from, c.Separator, u.Prefix+c.Separator+"tool"))
+		if sep != "" && u.Prefix != "" && strings.Index(u.Prefix+sep, sep) != len(u.Prefix) {
+			fix := "choose another prefix or separator"
+			if s.imported {
+				fix = "rename the server, or choose another separator"
+			}
+			v.check(s.where, prefixPath, fmt.Sprintf("prefix %q%s clashes with the separator %q: in %q the separator is found too early; %s",
+				u.Prefix, from, sep, u.Prefix+sep+"tool", fix))
 			continue
 		}
 		j, dup := prefixes[u.Prefix]
@@ -124,13 +202,135 @@ func (v *validator) upstreams(c *Config) {
 		case !dup:
 			prefixes[u.Prefix] = i
 		case u.Prefix == "":
-			v.check(prefixPath, fmt.Sprintf(`"" (unprefixed) is also the prefix of %s %q (line %d): at most one upstream can be unprefixed; give one of them a prefix`,
-				upstreamPath(j), c.Upstreams[j].Name, c.Upstreams[j].Line))
+			v.check(s.where, prefixPath, fmt.Sprintf(`"" (unprefixed) is also the prefix of %s %q (%s): at most one upstream can be unprefixed; give one of them a prefix`,
+				sites[j].path, ups[j].Name, sites[j].loc(s)))
 		default:
-			v.check(prefixPath, fmt.Sprintf("prefix %q%s is also the prefix of %s %q (line %d): give one of them a distinct prefix",
-				u.Prefix, from, upstreamPath(j), c.Upstreams[j].Name, c.Upstreams[j].Line))
+			fix := "give one of them a distinct prefix"
+			switch {
+			case s.imported && sites[j].imported:
+				fix = "rename one of them"
+			case s.imported:
+				fix = "rename the server, or give the other a distinct prefix"
+			}
+			v.check(s.where, prefixPath, fmt.Sprintf("prefix %q%s is also the prefix of %s %q (%s): %s",
+				u.Prefix, from, sites[j].path, ups[j].Name, sites[j].loc(s), fix))
 		}
 	}
+}
+
+// sanitized returns a note for messages if name was made from an imported
+// server key that is not a valid name as it stands.
+func (s *site) sanitized(name string) string {
+	if !s.imported || s.key == name {
+		return ""
+	}
+	return fmt.Sprintf(" (made from the server key %q)", s.key)
+}
+
+// kind checks that u has exactly one of command and url, a transport that
+// fits, and only the fields that go with it.
+func (v *validator) kind(u *Upstream, s *site) {
+	cmdPath, urlPath, transportPath := s.field("command"), s.field("url"), s.field("transport")
+	if !s.ix.usable(cmdPath) || !s.ix.usable(urlPath) {
+		return // the decoding problem says enough
+	}
+	stdio := u.Command != ""
+	switch {
+	case !stdio && u.URL == "":
+		v.check(s.where, cmdPath, "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream")
+		return
+	case stdio && u.URL != "":
+		v.check(s.where, s.path, "both command and url are set: keep command for a stdio upstream, or url for an HTTP one")
+		return
+	}
+
+	switch t := u.Transport; t {
+	case TransportStdio:
+		if !stdio {
+			v.check(s.where, transportPath, `transport "stdio" needs command, and this upstream has url: use streamable-http, sse or auto, or remove transport`)
+		}
+	case TransportStreamableHTTP, TransportSSE, TransportAuto:
+		if stdio {
+			v.check(s.where, transportPath, fmt.Sprintf("transport %q needs url, and this upstream has command: use stdio, or remove transport", t))
+		}
+	default:
+		v.check(s.where, transportPath, fmt.Sprintf("%s is not a transport: use stdio, streamable-http, sse or auto", quote(t)))
+	}
+
+	if stdio {
+		if p := s.field("headers"); s.ix.present(p) {
+			v.check(s.where, p, "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env")
+		}
+	} else {
+		for _, key := range []string{"args", "env", "dir"} {
+			if p := s.field(key); s.ix.present(p) {
+				v.check(s.where, p, "only for a stdio upstream (with command): remove it from this HTTP upstream")
+			}
+		}
+		v.check(s.where, urlPath, checkURL(u.URL))
+	}
+}
+
+// headers checks the names and values of u's HTTP headers. Messages never
+// quote values.
+func (v *validator) headers(u *Upstream, s *site) {
+	path := s.field("headers")
+	seen := make(map[string]string) // lower-case name → name as written
+	for _, name := range sortedKeys(u.Headers) {
+		p := join(path, name)
+		lower := strings.ToLower(name)
+		switch {
+		case !validToken(name):
+			v.check(s.where, p, fmt.Sprintf("%s is not a valid header name: use letters, digits and !#$%%&'*+-.^_`|~", quote(name)))
+		case transportHeaders[lower]:
+			v.check(s.where, p, fmt.Sprintf("%s is set by the gateway's transport: remove it", quote(name)))
+		case seen[lower] != "":
+			v.check(s.where, p, fmt.Sprintf("same header as %s (header names are case-insensitive): keep one", quote(seen[lower])))
+		default:
+			seen[lower] = name
+		}
+		if strings.ContainsAny(u.Headers[name], "\r\n\x00") {
+			v.check(s.where, p, "the value holds a line break or NUL, which an HTTP header cannot carry (the value is not shown)")
+		}
+	}
+}
+
+// transportHeaders are the headers, in lower case, that the HTTP transports
+// set themselves and a config must not override.
+var transportHeaders = map[string]bool{
+	"accept":               true,
+	"connection":           true,
+	"content-length":       true,
+	"content-type":         true,
+	"host":                 true,
+	"last-event-id":        true,
+	"mcp-protocol-version": true,
+	"mcp-session-id":       true,
+	"transfer-encoding":    true,
+}
+
+// validToken reports whether s is an HTTP token (RFC 9110, section 5.6.2),
+// as a header name must be.
+func validToken(s string) bool {
+	return s != "" && onlyChars(s, "!#$%&'*+-.^_`|~")
+}
+
+// checkURL checks the url of an HTTP upstream. Messages do not quote it: it
+// may hold a token.
+func checkURL(s string) string {
+	const want = "want an absolute http or https URL, like https://mcp.example.com/mcp"
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "not a valid URL: " + want + " (the value is not shown: it may hold a secret)"
+	case u.Scheme == "":
+		return "no scheme: " + want
+	case !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https"):
+		return fmt.Sprintf("scheme %s is not supported: %s", quote(u.Scheme), want)
+	case u.Host == "" || u.Hostname() == "":
+		return "no host: " + want
+	}
+	return ""
 }
 
 func checkListen(s string) string {
@@ -191,4 +391,14 @@ func onlyChars(s, extra string) bool {
 		}
 	}
 	return true
+}
+
+// sortedKeys returns the keys of m in order, for messages in a stable order.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

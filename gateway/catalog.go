@@ -51,6 +51,18 @@ type snapshot struct {
 	schemes      map[string]*route
 	unprefixed   *route
 	instructions string
+	// collisions lists the items left out because an earlier upstream exposes the same name.
+	collisions []Collision
+}
+
+// Collision is an item left out of the merged catalog because an upstream listed earlier in
+// the config exposes the same final name or URI.
+type Collision struct {
+	Kind            string `json:"kind"`
+	Name            string `json:"name"`
+	KeptUpstream    string `json:"keptUpstream"`
+	DroppedUpstream string `json:"droppedUpstream"`
+	DroppedOriginal string `json:"droppedOriginal"`
 }
 
 // catalogBuilder merges the upstreams' lists into snapshots. Build is called whenever an
@@ -84,6 +96,7 @@ func (b *catalogBuilder) build() *snapshot {
 		schemes:   map[string]*route{},
 	}
 	var instructions []string
+	templates := map[string]*entry{}
 	for _, r := range b.routes {
 		if r.scheme == "" {
 			s.unprefixed = r
@@ -100,7 +113,7 @@ func (b *catalogBuilder) build() *snapshot {
 			}
 		}
 		for _, k := range upstream.Kinds {
-			seen := map[string]*entry{}
+			var seen map[string]*entry
 			switch k {
 			case upstream.Tools:
 				seen = s.tools
@@ -108,6 +121,8 @@ func (b *catalogBuilder) build() *snapshot {
 				seen = s.prompts
 			case upstream.Resources:
 				seen = s.resources
+			case upstream.ResourceTemplates:
+				seen = templates
 			}
 			for _, it := range cat.List(k) {
 				var exposed string
@@ -119,6 +134,7 @@ func (b *catalogBuilder) build() *snapshot {
 				}
 				if prev, dup := seen[exposed]; dup {
 					b.warnCollision(k, exposed, prev, r, it.Key)
+					s.collisions = append(s.collisions, Collision{Kind: kindLabels[k], Name: exposed, KeptUpstream: prev.route.name, DroppedUpstream: r.name, DroppedOriginal: it.Key})
 					continue
 				}
 				raw, err := rewriteField(it.Raw, k.KeyField(), exposed)
@@ -253,4 +269,40 @@ func (s *snapshot) page(k upstream.Kind, cursorParam string, pageSize int) (json
 	}
 	buf = append(buf, '}')
 	return buf, nil
+}
+
+// kindLabels name the kinds in CatalogView.
+var kindLabels = [upstream.NumKinds]string{
+	upstream.Tools:             "tool",
+	upstream.Resources:         "resource",
+	upstream.ResourceTemplates: "template",
+	upstream.Prompts:           "prompt",
+}
+
+// CatalogItem is one item of the merged catalog as clients see it.
+type CatalogItem struct {
+	// Kind is "tool", "resource", "template" or "prompt".
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Upstream string `json:"upstream"`
+	Original string `json:"original"`
+}
+
+// CatalogView is the merged catalog at one moment: every item with its owner, and what name
+// collisions left out.
+type CatalogView struct {
+	Items      []CatalogItem `json:"items"`
+	Collisions []Collision   `json:"collisions"`
+}
+
+// Catalog returns the merged catalog as clients see it now.
+func (g *Gateway) Catalog() CatalogView {
+	snap := g.snapshot.Load()
+	view := CatalogView{Items: []CatalogItem{}, Collisions: append([]Collision{}, snap.collisions...)}
+	for _, k := range upstream.Kinds {
+		for _, e := range snap.lists[k] {
+			view.Items = append(view.Items, CatalogItem{Kind: kindLabels[k], Name: e.exposed, Upstream: e.route.name, Original: e.original})
+		}
+	}
+	return view
 }

@@ -50,7 +50,12 @@ type testGateway struct {
 
 func startGateway(t testing.TB, yaml string, opts *gateway.Options) *testGateway {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(yaml), nil)
+	return startGatewayWith(t, yaml, opts, true)
+}
+
+func startGatewayWith(t testing.TB, yaml string, opts *gateway.Options, waitForUpstreams bool) *testGateway {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -70,7 +75,9 @@ func startGateway(t testing.TB, yaml string, opts *gateway.Options) *testGateway
 	gw.Start()
 	srv := httptest.NewServer(gw.Handler())
 	tg := &testGateway{gw: gw, srv: srv, url: srv.URL + "/mcp"}
-	waitReady(t, gw, len(cfg.EnabledUpstreams()))
+	if waitForUpstreams {
+		waitReady(t, gw, len(cfg.EnabledUpstreams()))
+	}
 	return tg
 }
 

@@ -115,12 +115,17 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
 		base.OnChange = func(*upstream.Client) { g.rebuild() }
 		client := upstream.New(upstream.Spec{
-			Name:           u.Name,
-			Command:        u.Command,
-			Args:           u.Args,
-			Env:            u.Env,
-			Dir:            u.Dir,
-			RequestTimeout: u.RequestTimeout,
+			Name:              u.Name,
+			Transport:         u.Transport,
+			Command:           u.Command,
+			Args:              u.Args,
+			Env:               u.Env,
+			Dir:               u.Dir,
+			URL:               u.URL,
+			Headers:           u.Headers,
+			RequestTimeout:    u.RequestTimeout,
+			InitializeTimeout: u.InitializeTimeout,
+			MaxMessageBytes:   int(u.MaxResponseBytes),
 		}, &base)
 		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions}
 		// Prefixes are unique, but two may reduce to the same URI scheme ("a_b", "a-b"):
@@ -298,4 +303,13 @@ func (g *Gateway) hasOpenStream(id string) bool {
 	ls := g.live[id]
 	g.mu.Unlock()
 	return ls != nil && ls.hasStream()
+}
+
+// UpstreamStatuses returns each enabled upstream's status, by name.
+func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
+	statuses := make(map[string]upstream.Status, len(g.routes))
+	for _, r := range g.routes {
+		statuses[r.name] = r.client.Status()
+	}
+	return statuses
 }

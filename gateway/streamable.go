@@ -31,12 +31,15 @@ const keepAliveInterval = 25 * time.Second
 // decision 11).
 var serverCapabilities = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true},"tools":{"listChanged":true}}`)
 
-// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp, behind the origin
-// checks. Mount it at the root of a server.
+// Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp behind the origin
+// checks, and the probes /healthz and /readyz, which change nothing and answer any host.
+// Mount it at the root of a server.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", http.HandlerFunc(g.serveMCP))
-	return checkOrigin(g.cfg.AllowedOrigins, isLoopbackListen(g.cfg.Listen), mux)
+	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, isLoopbackListen(g.cfg.Listen), http.HandlerFunc(g.serveMCP)))
+	mux.HandleFunc("GET /healthz", g.serveHealthz)
+	mux.HandleFunc("GET /readyz", g.serveReadyz)
+	return mux
 }
 
 // serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).

@@ -1,10 +1,6 @@
 // Command gateway runs Manifold, a multiplexing gateway for the Model Context Protocol: one
 // MCP server face for clients over Streamable HTTP, one client connection to each upstream
-// server.
-//
-//	gateway serve -config FILE      run the gateway
-//	gateway validate -config FILE   check a config file and print every problem
-//	gateway version                 print the version
+// server. It only wires: flags, config, components, signals and drain.
 package main
 
 import (
@@ -37,9 +33,15 @@ func main() {
 }
 
 const usage = `usage:
-  gateway serve -config FILE      run the gateway
-  gateway validate -config FILE   check a config file and print every problem
-  gateway version                 print the version
+  gateway serve    -config FILE [-mcp-servers FILE]...   run the gateway
+  gateway validate -config FILE [-mcp-servers FILE]...   check the config; print every problem
+  gateway catalog  -config FILE [-mcp-servers FILE]... [-json]
+                                                         connect, print the merged catalog, exit
+  gateway health   [-url URL]                            probe a running gateway's /healthz
+  gateway version                                        print the version
+
+-mcp-servers reads a server list in the format of Claude Desktop or Cursor ("mcpServers")
+or VS Code ("servers", JSONC); it may be repeated, and -config may then be left out.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -52,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
+	case "catalog":
+		return catalog(args[1:], stdout, stderr)
+	case "health":
+		return health(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "manifold", version)
 		return 0
@@ -63,28 +69,52 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// loadConfig parses the -config flag of a subcommand and loads the file.
-func loadConfig(name string, args []string, stderr io.Writer) (*config.Config, int) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// configFlags declares -config and -mcp-servers on fs; the function it returns loads what
+// they name, reporting every problem of every file at once.
+func configFlags(fs *flag.FlagSet) func(stderr io.Writer) (*config.Config, int) {
 	path := fs.String("config", "", "path of the YAML config file")
+	var imports listFlag
+	fs.Var(&imports, "mcp-servers", "a Claude Desktop, Cursor or VS Code server list to import (repeatable)")
+	return func(stderr io.Writer) (*config.Config, int) {
+		if *path == "" && len(imports) == 0 {
+			fmt.Fprintf(stderr, "gateway %s: -config FILE (or -mcp-servers FILE) is required\n", fs.Name())
+			return nil, 2
+		}
+		cfg, err := config.Build(*path, imports, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return nil, 1
+		}
+		return cfg, 0
+	}
+}
+
+// parse parses a subcommand's flags; ok=false means the caller returns code.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
-		return nil, 2
+		return 2, false
 	}
-	if *path == "" {
-		fmt.Fprintf(stderr, "gateway %s: -config FILE is required\n", name)
-		return nil, 2
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gateway %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
 	}
-	cfg, err := config.Load(*path, os.LookupEnv)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 1
-	}
-	return cfg, 0
+	return 0, true
 }
 
 func validate(args []string, stdout, stderr io.Writer) int {
-	cfg, code := loadConfig("validate", args, stderr)
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	load := configFlags(fs)
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	cfg, code := load(stderr)
 	if cfg == nil {
 		return code
 	}
@@ -93,11 +123,16 @@ func validate(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(args []string, stderr io.Writer) int {
-	cfg, code := loadConfig("serve", args, stderr)
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	load := configFlags(fs)
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	cfg, code := load(stderr)
 	if cfg == nil {
 		return code
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	logger := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveUntilDone(ctx, cfg, logger); err != nil {
@@ -105,6 +140,10 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
 }
 
 // serveUntilDone runs the gateway until ctx ends, then drains: new requests are refused,

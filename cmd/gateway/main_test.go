@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,7 +48,7 @@ func TestValidate(t *testing.T) {
 			"bad.yaml:3: upstreams[0].command: required",
 		}},
 		{"missing file", []string{"validate", "-config", filepath.Join(t.TempDir(), "none.yaml")}, 1, []string{"none.yaml"}},
-		{"no -config", []string{"validate"}, 2, []string{"-config FILE is required"}},
+		{"no -config", []string{"validate"}, 2, []string{"-config FILE (or -mcp-servers FILE) is required"}},
 		{"unknown command", []string{"launch"}, 2, []string{`unknown command "launch"`}},
 		{"version", []string{"version"}, 0, []string{"manifold dev"}},
 	}
@@ -162,5 +163,95 @@ upstreams:
 	}
 	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
 		t.Errorf("upstream processes left after serve returned: %v", left)
+	}
+}
+
+func TestImportedServerLists(t *testing.T) {
+	claude := writeFile(t, "claude_desktop_config.json", `{
+  "mcpServers": {
+    "files": {"command": "mcp-files", "args": ["--root", "/srv"], "env": {"LEVEL": "debug"}},
+    "remote": {"url": "https://mcp.example.com/mcp"}
+  }
+}`)
+	vscode := writeFile(t, "mcp.json", `{
+  // VS Code's format: JSONC
+  "servers": {
+    "search": {"type": "http", "url": "https://search.example.com/mcp",},
+    "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
+  },
+}`)
+	var out bytes.Buffer
+	if code := run([]string{"validate", "-mcp-servers", claude, "-mcp-servers", vscode}, &out, &out); code != 0 {
+		t.Fatalf("validate: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "ok (4 upstreams enabled)") {
+		t.Errorf("output %q, want 4 upstreams", out.String())
+	}
+	dup := writeFile(t, "dup.json", `{"mcpServers": {"files": {"command": "other"}}}`)
+	out.Reset()
+	if code := run([]string{"validate", "-mcp-servers", claude, "-mcp-servers", dup}, &out, &out); code != 1 {
+		t.Fatalf("duplicate name across files: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "dup.json:1:") || !strings.Contains(out.String(), "claude_desktop_config.json") {
+		t.Errorf("the duplicate is not reported with both files:\n%s", out.String())
+	}
+}
+
+func TestCatalogCommand(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "catalog.yaml", fmt.Sprintf(`
+upstreams:
+  - name: alpha
+    command: %[1]q
+    prefix: ""
+    env: {%[2]s: alpha, %[3]s: %[4]s}
+  - name: beta
+    command: %[1]q
+    prefix: "b"
+    env: {%[2]s: beta, %[3]s: %[4]s}
+  - name: gamma
+    command: %[1]q
+    prefix: "g"
+    env: {%[2]s: alpha, %[3]s: %[4]s}
+  - name: broken
+    command: /nonexistent/mcp-server
+`, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker))
+	var out, errOut bytes.Buffer
+	if code := run([]string{"catalog", "-config", cfg}, &out, &errOut); code != 0 {
+		t.Fatalf("catalog: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{
+		"tool      echo ", // alpha's, unprefixed
+		"b__echo",
+		"g__whoami",
+		"resource  file:///readme.txt",
+		"template  g+file:///notes/{id}",
+		"alpha: ready",
+		"broken: down",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("catalog output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	out.Reset()
+	if code := run([]string{"catalog", "-json", "-config", cfg}, &out, io.Discard); code != 0 {
+		t.Fatalf("catalog -json: exit %d", code)
+	}
+	var view struct {
+		Items []struct{ Kind, Name, Upstream, Original string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &view); err != nil {
+		t.Fatalf("catalog -json is not JSON: %v\n%s", err, out.String())
+	}
+	owners := map[string]string{}
+	for _, it := range view.Items {
+		owners[it.Name] = it.Upstream
+	}
+	if owners["echo"] != "alpha" || owners["b__add"] != "beta" || owners["g__echo"] != "gamma" {
+		t.Errorf("owners %v", owners)
 	}
 }

@@ -58,6 +58,7 @@ func text(s string) *mcp.CallToolResult {
 //     beta also has tool "add" with structured output.
 //   - "many": 25 tools "tool_00"…"tool_24" and "add_tool", which adds "added_N" (list_changed).
 //   - "fragile": tool "crash", which makes the process exit, and tool "ok".
+//   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
 func New(flavor string) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
 		Instructions: "instructions of " + flavor,
@@ -118,6 +119,11 @@ func New(flavor string) (*mcp.Server, error) {
 		mcp.AddTool(server, &mcp.Tool{Name: "ok", Description: "answers ok"},
 			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 				return text("ok"), nil, nil
+			})
+	case "collide":
+		mcp.AddTool(server, &mcp.Tool{Name: "beta__echo", Description: "a name that collides with beta's echo under prefix beta"},
+			func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+				return text("collide:" + in.Text), nil, nil
 			})
 	default:
 		return nil, fmt.Errorf("unknown test upstream flavor %q", flavor)

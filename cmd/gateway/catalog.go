@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// catalog connects every upstream, prints the merged catalog with each item's owner and the
+// name collisions, and exits: a dry run of what clients would see.
+func catalog(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("catalog", flag.ContinueOnError)
+	load := configFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	cfg, code := load(stderr)
+	if cfg == nil {
+		return code
+	}
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: newLogger(cfg, stderr), Version: version})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer gw.Close()
+	gw.Start()
+
+	// Wait until every upstream has answered or failed its first attempt.
+	wait := 5 * time.Second
+	for _, u := range cfg.EnabledUpstreams() {
+		wait = max(wait, u.InitializeTimeout+5*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for !settled(gw.UpstreamStates()) && ctx.Err() == nil {
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	view := gw.Catalog()
+	statuses := gw.UpstreamStatuses()
+	if *asJSON {
+		out, _ := json.MarshalIndent(struct {
+			gateway.CatalogView
+			Upstreams map[string]upstream.Status `json:"upstreams"`
+		}{view, statuses}, "", "  ")
+		fmt.Fprintln(stdout, string(out))
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tUPSTREAM\tORIGINAL")
+	for _, it := range view.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.Kind, it.Name, it.Upstream, it.Original)
+	}
+	tw.Flush()
+	if len(view.Collisions) > 0 {
+		fmt.Fprintln(stdout, "\ncollisions (the upstream listed first in the config wins):")
+		for _, c := range view.Collisions {
+			fmt.Fprintf(stdout, "  %s %s: kept from %s, dropped from %s (its %q)\n", c.Kind, c.Name, c.KeptUpstream, c.DroppedUpstream, c.DroppedOriginal)
+		}
+	}
+	fmt.Fprintln(stdout, "\nupstreams:")
+	names := make([]string, 0, len(statuses))
+	for name := range statuses {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		st := statuses[name]
+		line := fmt.Sprintf("  %s: %s", name, st.State)
+		if st.Error != "" {
+			line += " (" + st.Error + ")"
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	return 0
+}
+
+// settled reports whether no upstream is still making its first attempt.
+func settled(states map[string]upstream.State) bool {
+	for _, s := range states {
+		if s == upstream.StateStarting {
+			return false
+		}
+	}
+	return true
+}
+
+// health probes a running gateway's /healthz: exit 0 when it answers 200. Container images
+// without a shell or curl use it as their HEALTHCHECK.
+func health(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("health", flag.ContinueOnError)
+	url := fs.String("url", "http://127.0.0.1:8080/healthz", "the gateway's /healthz URL")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get(*url)
+	if err != nil {
+		fmt.Fprintln(stderr, "unhealthy:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(stderr, "unhealthy: HTTP", resp.StatusCode)
+		return 1
+	}
+	fmt.Fprintln(stdout, "healthy")
+	return 0
+}

@@ -1,0 +1,48 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// serveHealthz answers liveness probes: the process is up and serving HTTP.
+func (g *Gateway) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readiness is the body of /readyz.
+type readiness struct {
+	Status    string                     `json:"status"`
+	Upstreams map[string]upstream.Status `json:"upstreams"`
+}
+
+// serveReadyz answers readiness probes: the config is loaded and the listener is up, so the
+// gateway serves. Each upstream's state is reported, but one that is down does not make the
+// gateway unready — its other upstreams still serve. Only a draining gateway is unready.
+func (g *Gateway) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	body := readiness{Status: "ready", Upstreams: make(map[string]upstream.Status, len(g.routes))}
+	for _, r := range g.routes {
+		body.Upstreams[r.name] = r.client.Status()
+	}
+	status := http.StatusOK
+	select {
+	case <-g.draining:
+		body.Status, status = "draining", http.StatusServiceUnavailable
+	default:
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encoding failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}

@@ -1,0 +1,276 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// fastRestart makes a failed upstream come back within a second.
+var fastRestart = &gateway.Options{UpstreamOptions: &upstream.Options{RestartDelay: 100 * time.Millisecond, MaxRestartDelay: 400 * time.Millisecond}}
+
+// goSDKHandler serves a go-sdk server of a test flavor over Streamable HTTP or legacy SSE.
+func goSDKHandler(t *testing.T, flavor string, legacy bool) http.Handler {
+	t.Helper()
+	server, err := testupstream.New(flavor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if legacy {
+		return mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	}
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+}
+
+func TestHTTPAndSSEUpstreams(t *testing.T) {
+	streamable := httptest.NewServer(goSDKHandler(t, "alpha", false))
+	defer streamable.Close()
+	legacy := httptest.NewServer(goSDKHandler(t, "beta", true))
+	defer legacy.Close()
+	tg := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+upstreams:
+  - name: remote
+    url: %s
+    headers: {X-Api-Key: "${API_KEY:-k}"}
+  - name: old
+    url: %s
+    transport: auto
+`, streamable.URL, legacy.URL), nil)
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	ctx := ctxT(t)
+	for _, tc := range []struct{ tool, want string }{
+		{"remote__echo", "alpha:x"},
+		{"old__echo", "beta:x"},
+	} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: map[string]any{"text": "x"}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tool, err)
+		}
+		if got := textOf(t, res); got != tc.want {
+			t.Errorf("%s = %q, want %q", tc.tool, got, tc.want)
+		}
+	}
+	res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "old+file:///notes/9"})
+	if err != nil || res.Contents[0].Text != "beta note 9" {
+		t.Errorf("template read over legacy SSE: %v %v", res, err)
+	}
+}
+
+// TestLateUpstreamAppears starts an HTTP upstream three seconds after the gateway: the
+// gateway serves meanwhile, and the client learns of the new tools by list_changed.
+func TestLateUpstreamAppears(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there until the upstream starts
+
+	tg := startGatewayNoWait(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: late\n    url: http://%s/mcp\n", addr), fastRestart)
+	defer tg.close()
+	changed := make(chan struct{}, 4)
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	ctx := ctxT(t)
+	if list, err := cs.ListTools(ctx, nil); err != nil || len(list.Tools) != 0 {
+		t.Fatalf("before the upstream is up: %v %v, want an empty list", list, err)
+	}
+	if st := tg.gw.UpstreamStates()["late"]; st != upstream.StateDown {
+		t.Errorf("state %q before the upstream is up, want down", st)
+	}
+
+	time.Sleep(3 * time.Second) // the upstream starts late; this is the scenario, not an assertion
+	upLn, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s again: %v", addr, err)
+	}
+	srv := &http.Server{Handler: goSDKHandler(t, "alpha", false)}
+	go srv.Serve(upLn)
+	defer srv.Close()
+
+	select {
+	case <-changed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no tools/list_changed after the upstream came up")
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "late__echo", Arguments: map[string]any{"text": "hello"}})
+	if err != nil || textOf(t, res) != "alpha:hello" {
+		t.Fatalf("late__echo: %v %v", res, err)
+	}
+}
+
+// startGatewayNoWait is startGateway without waiting for the upstreams to be ready.
+func startGatewayNoWait(t *testing.T, yaml string, opts *gateway.Options) *testGateway {
+	t.Helper()
+	return startGatewayWith(t, yaml, opts, false)
+}
+
+// TestKilledUpstreamComesBack kills a stdio upstream's whole process group — a wrapper
+// script, the server it runs and a grandchild — in the middle of a run: only its calls fail,
+// it is restarted, and nothing is left behind (TestMain checks that at the end).
+func TestKilledUpstreamComesBack(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "wrapper.sh")
+	// "; exit" keeps the shell from exec'ing the server: it stays a grandchild, like the sleep.
+	script := "#!/bin/sh\nsleep 300 &\n\"$UPSTREAM_EXE\"; exit $?\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tg := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+upstreams:
+  - name: wrapped
+    command: %s
+    env: {UPSTREAM_EXE: %q, %s: beta, %s: %s}
+%s`, wrapper, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker, upstreamYAML("alpha", "alpha", "")), fastRestart)
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	ctx := ctxT(t)
+	call := func(tool string) *mcp.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "x"}})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		return res
+	}
+	if got := textOf(t, call("wrapped__echo")); got != "beta:x" {
+		t.Fatalf("wrapped__echo = %q", got)
+	}
+
+	pgid := wrapperGroup(t, wrapper)
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the upstream's group: %v", err)
+	}
+	// Until it is back, its calls fail as unavailable; the other upstream is untouched.
+	sawDown := false
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		res := call("wrapped__echo")
+		if !res.IsError && textOf(t, res) == "beta:x" && sawDown {
+			break
+		}
+		if res.IsError {
+			sawDown = true
+			if !strings.Contains(textOf(t, res), "unavailable") {
+				t.Errorf("while down: %q, want unavailable", textOf(t, res))
+			}
+		}
+		if got := textOf(t, call("alpha__echo")); got != "alpha:x" {
+			t.Errorf("alpha__echo while wrapped is down = %q", got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed upstream did not come back (saw it down: %v)", sawDown)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wrapperGroup finds the process group of the running wrapper script.
+func wrapperGroup(t *testing.T, wrapper string) int {
+	t.Helper()
+	for _, pid := range testupstream.Leftovers(testupstream.Marker) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), wrapper) {
+			pgid, err := syscall.Getpgid(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pgid
+		}
+	}
+	t.Fatal("the wrapper script is not running")
+	return 0
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close()
+	tg := startGatewayNoWait(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("alpha", "alpha", "")+
+		"\n  - name: gone\n    url: "+downURL+"\n", fastRestart)
+	defer tg.close()
+	base := strings.TrimSuffix(tg.url, "/mcp")
+
+	resp, err := http.Get(base + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	var ready struct {
+		Status    string `json:"status"`
+		Upstreams map[string]struct {
+			State string `json:"state"`
+			Error string `json:"error"`
+		} `json:"upstreams"`
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/readyz answered %d with one upstream down: %s", resp.StatusCode, body)
+		}
+		if err := json.Unmarshal(body, &ready); err != nil {
+			t.Fatal(err)
+		}
+		if ready.Upstreams["alpha"].State == "ready" && ready.Upstreams["gone"].State == "down" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never showed alpha ready and gone down: %s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ready.Status != "ready" || ready.Upstreams["gone"].Error == "" {
+		t.Errorf("readyz %+v: want status ready and an error for the down upstream", ready)
+	}
+	if !slices.Contains([]string{"ready"}, ready.Upstreams["alpha"].State) {
+		t.Errorf("alpha %+v", ready.Upstreams["alpha"])
+	}
+}
+
+func TestNameCollisionConfigOrderWins(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+
+		upstreamYAML("collide", "collide", "    prefix: \"\"\n")+upstreamYAML("beta", "beta", ""), nil)
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	res, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "beta__echo", Arguments: map[string]any{"text": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(t, res); got != "collide:x" {
+		t.Errorf("beta__echo answered %q: the upstream listed first must win", got)
+	}
+	view := tg.gw.Catalog()
+	want := gateway.Collision{Kind: "tool", Name: "beta__echo", KeptUpstream: "collide", DroppedUpstream: "beta", DroppedOriginal: "echo"}
+	if !slices.Contains(view.Collisions, want) {
+		t.Errorf("collisions %+v, want %+v", view.Collisions, want)
+	}
+}
