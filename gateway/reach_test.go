@@ -274,3 +274,23 @@ func TestNameCollisionConfigOrderWins(t *testing.T) {
 		t.Errorf("collisions %+v, want %+v", view.Collisions, want)
 	}
 }
+
+// TestOversizedAnswerFailsOnlyItsCall: an answer over max_response_bytes is an error for that
+// call; the stdio upstream serves on.
+func TestOversizedAnswerFailsOnlyItsCall(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("fragile", "fragile", "    max_response_bytes: 10000\n"), nil)
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	ctx := ctxT(t)
+	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fragile__big"})
+	if err == nil || !strings.Contains(err.Error(), "max_response_bytes") {
+		t.Fatalf("big answer: err = %v, want a max_response_bytes error", err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fragile__ok"})
+	if err != nil || textOf(t, res) != "ok" {
+		t.Errorf("after the oversized answer: %v %v", res, err)
+	}
+	if st := tg.gw.UpstreamStates()["fragile"]; st != upstream.StateReady {
+		t.Errorf("upstream state %q, want ready", st)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +181,14 @@ func TestStreamableHTTPUpstream(t *testing.T) {
 	callText(t, WithCaller(ctx, "caller-B"), c, "roots_later")
 	waitUntil(t, "a reverse request on the standalone stream", func() bool { return rec.lastCaller() == nil })
 
+	// A notification outside any call comes on the standalone stream: a tool added upstream
+	// reaches the catalog through list_changed.
+	u.server.AddTool(&mcp.Tool{Name: "added", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+	waitUntil(t, "the added tool in the catalog", func() bool {
+		return slices.ContainsFunc(c.Catalog().List(Tools), func(it Item) bool { return it.Key == "added" })
+	})
+
 	// After initialize every request carries the session and the negotiated version.
 	var sawGET bool
 	for i, r := range u.seen() {
@@ -309,5 +319,113 @@ func TestHTTPUpstreamDown(t *testing.T) {
 	}
 	if st := c.Status(); st.Error == "" {
 		t.Errorf("status %+v names no error", st)
+	}
+}
+
+// resumingUpstream is a hand-written Streamable HTTP server that breaks its streams on
+// purpose: the answer to tools/call comes only on a GET that resumes the POST stream with
+// Last-Event-ID, and its standalone stream ends after each event.
+type resumingUpstream struct {
+	mu          sync.Mutex
+	callID      json.RawMessage // id of the tools/call in flight. Guarded by mu.
+	lastEventID []string        // Last-Event-ID of every GET. Guarded by mu.
+	standalone  int             // standalone streams opened. Guarded by mu.
+}
+
+func (u *resumingUpstream) lastEventIDs() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.lastEventID...)
+}
+
+func (u *resumingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sse := func() {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+	}
+	flush := func() { w.(http.Flusher).Flush() }
+	switch r.Method {
+	case http.MethodDelete:
+		return
+	case http.MethodGet:
+		last := r.Header.Get("Last-Event-ID")
+		u.mu.Lock()
+		u.lastEventID = append(u.lastEventID, last)
+		callID := u.callID
+		n := u.standalone
+		if last == "" || strings.HasPrefix(last, "g") {
+			u.standalone++
+		}
+		u.mu.Unlock()
+		sse()
+		if last == "call-1" {
+			// Resume the broken POST stream: the response to the call.
+			fmt.Fprintf(w, "id: call-2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"resumed\"}]}}\n\n", callID)
+			flush()
+			return
+		}
+		// The standalone stream: one event with an id and a short retry, then it ends.
+		fmt.Fprintf(w, "id: g%d\nretry: 20\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"hello\"}}\n\n", n+1)
+		flush()
+		return
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&msg)
+	switch msg.Method {
+	case "initialize":
+		w.Header().Set("Mcp-Session-Id", "s-1")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"resuming","version":"1"}}}`, msg.ID)
+	case "tools/list":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"slow","inputSchema":{"type":"object"}}]}}`, msg.ID)
+	case "tools/call":
+		u.mu.Lock()
+		u.callID = msg.ID
+		u.mu.Unlock()
+		sse()
+		// A priming event with an id and a retry, then the connection closes: the client
+		// must resume with GET and Last-Event-ID.
+		fmt.Fprint(w, "id: call-1\nretry: 20\ndata: \n\n")
+		flush()
+	default:
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+func TestStreamableHTTPResumesStreams(t *testing.T) {
+	u := &resumingUpstream{}
+	srv := httptest.NewServer(u)
+	defer srv.Close()
+	var notes atomic.Int64
+	c := New(Spec{Name: "resuming", URL: srv.URL}, &Options{
+		OnNotification: func(_ *Client, n *protocol.Notification, _ Origin) {
+			if n.Method == protocol.NotificationMessage {
+				notes.Add(1)
+			}
+		},
+	})
+	start(t, c)
+	waitUntil(t, "state ready", func() bool { return c.State() == StateReady })
+
+	raw, err := c.Call(context.Background(), protocol.MethodCallTool, json.RawMessage(`{"name":"slow"}`))
+	if err != nil {
+		t.Fatalf("call over a broken POST stream: %v", err)
+	}
+	if !strings.Contains(string(raw), "resumed") {
+		t.Errorf("result %s, want the resumed answer", raw)
+	}
+	// The standalone stream ends after every event; the client reconnects each time with the
+	// id of the last event it saw.
+	waitUntil(t, "three standalone notifications", func() bool { return notes.Load() >= 3 })
+	ids := u.lastEventIDs()
+	if !slices.Contains(ids, "call-1") {
+		t.Errorf("GETs carried Last-Event-ID %v; none resumed the POST stream (call-1)", ids)
+	}
+	if !slices.Contains(ids, "g1") || !slices.Contains(ids, "g2") {
+		t.Errorf("GETs carried Last-Event-ID %v; the standalone stream was not resumed from its last event", ids)
 	}
 }

@@ -57,7 +57,7 @@ func text(s string) *mcp.CallToolResult {
 //     tool "whoami", resource file:///readme.txt, template file:///notes/{id} and prompt "greet";
 //     beta also has tool "add" with structured output.
 //   - "many": 25 tools "tool_00"…"tool_24" and "add_tool", which adds "added_N" (list_changed).
-//   - "fragile": tool "crash", which makes the process exit, and tool "ok".
+//   - "fragile": tool "crash", which makes the process exit, tool "big" (100 kB) and tool "ok".
 //   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
 func New(flavor string) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
@@ -115,6 +115,10 @@ func New(flavor string) (*mcp.Server, error) {
 			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 				os.Exit(3)
 				return nil, nil, nil
+			})
+		mcp.AddTool(server, &mcp.Tool{Name: "big", Description: "answers 100 kB of text"},
+			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				return text(strings.Repeat("x", 100_000)), nil, nil
 			})
 		mcp.AddTool(server, &mcp.Tool{Name: "ok", Description: "answers ok"},
 			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
