@@ -184,7 +184,9 @@ func TestStreamableHTTPUpstream(t *testing.T) {
 	// A notification outside any call comes on the standalone stream: a tool added upstream
 	// reaches the catalog through list_changed.
 	u.server.AddTool(&mcp.Tool{Name: "added", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
 	waitUntil(t, "the added tool in the catalog", func() bool {
 		return slices.ContainsFunc(c.Catalog().List(Tools), func(it Item) bool { return it.Key == "added" })
 	})
