@@ -1,7 +1,7 @@
 package gateway
 
 import (
-	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -15,13 +15,28 @@ import (
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
+// upstreamClient is what the gateway needs of a connection to one upstream; *upstream.Client
+// is the real one.
+type upstreamClient interface {
+	Name() string
+	Catalog() *upstream.Catalog
+	Server() *protocol.InitializeResult
+	Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	State() upstream.State
+	Status() upstream.Status
+	Run(ctx context.Context)
+	Close() error
+}
+
+var _ upstreamClient = (*upstream.Client)(nil)
+
 // route is one upstream as the catalog sees it, in config order.
 type route struct {
 	index  int
 	name   string
 	prefix string // for tool and prompt names; "" = unprefixed
 	scheme string // for resource URIs; "" = unprefixed
-	client *upstream.Client
+	client upstreamClient
 	// includeInstructions says whether the upstream's instructions reach clients.
 	includeInstructions bool
 }
@@ -180,18 +195,15 @@ func (b *catalogBuilder) formerOwner(k upstream.Kind, exposed string) *route {
 	return b.former[k.String()+"\x00"+exposed]
 }
 
-// rewriteField returns obj with its string field set to value; every other member is kept.
+// rewriteField returns obj with its string field set to value; every other member keeps
+// its bytes and place.
 func rewriteField(obj json.RawMessage, field, value string) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &m); err != nil {
+	if current, ok, err := protocol.StringMember(obj, field); err != nil {
 		return nil, err
-	}
-	v, _ := json.Marshal(value)
-	if bytes.Equal(m[field], v) {
+	} else if ok && current == value {
 		return obj, nil
 	}
-	m[field] = v
-	return json.Marshal(m)
+	return protocol.SetMember(obj, field, protocol.AppendString(nil, value))
 }
 
 // resolveURI finds the upstream of an exposed resource URI and the URI in its own terms:

@@ -85,22 +85,24 @@ func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params jso
 }
 
 // nameParams reads the name a tools/call or prompts/get addresses.
-func nameParams(params json.RawMessage) (map[string]json.RawMessage, string, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(params, &m); err != nil {
-		return nil, "", invalidParams(err)
+func nameParams(params json.RawMessage) (string, error) {
+	name, ok, err := protocol.StringMember(params, "name")
+	if err != nil {
+		return "", invalidParams(err)
 	}
-	var name string
-	if err := json.Unmarshal(m["name"], &name); err != nil || name == "" {
-		return nil, "", protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"name\" must be a non-empty string")
+	if !ok || name == "" {
+		return "", protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"name\" must be a non-empty string")
 	}
-	return m, name, nil
+	return name, nil
 }
 
-// withName returns params with "name" set to the upstream's own name.
-func withName(m map[string]json.RawMessage, name string) (json.RawMessage, error) {
-	m["name"], _ = json.Marshal(name)
-	return json.Marshal(m)
+// withMember returns params with the string member key set to value; the rest keeps its bytes.
+func withMember(params json.RawMessage, key, value string) (json.RawMessage, error) {
+	out, err := protocol.SetMember(params, key, protocol.AppendString(nil, value))
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	return out, nil
 }
 
 // unavailableError is a call to an item whose upstream is not connected.
@@ -115,7 +117,7 @@ func (e *unavailableError) Error() string {
 func (e *unavailableError) Unwrap() error { return e.cause }
 
 func (g *Gateway) callTool(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
-	m, name, err := nameParams(params)
+	name, err := nameParams(params)
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +129,9 @@ func (g *Gateway) callTool(ctx context.Context, snap *snapshot, params json.RawM
 		}
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown tool: %s", name)
 	}
-	forward, err := withName(m, e.original)
+	forward, err := withMember(params, "name", e.original)
 	if err != nil {
-		return nil, invalidParams(err)
+		return nil, err
 	}
 	result, err := e.route.client.Call(ctx, protocol.MethodCallTool, forward)
 	switch {
@@ -165,7 +167,7 @@ const (
 )
 
 func (g *Gateway) getPrompt(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
-	m, name, err := nameParams(params)
+	name, err := nameParams(params)
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +178,9 @@ func (g *Gateway) getPrompt(ctx context.Context, snap *snapshot, params json.Raw
 		}
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
 	}
-	forward, err := withName(m, e.original)
+	forward, err := withMember(params, "name", e.original)
 	if err != nil {
-		return nil, invalidParams(err)
+		return nil, err
 	}
 	return g.forward(ctx, e.route, protocol.MethodGetPrompt, forward)
 }
@@ -193,22 +195,20 @@ func (g *Gateway) forward(ctx context.Context, r *route, method string, params j
 }
 
 func (g *Gateway) readResource(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(params, &m); err != nil {
+	uri, ok, err := protocol.StringMember(params, "uri")
+	if err != nil {
 		return nil, invalidParams(err)
 	}
-	var uri string
-	if err := json.Unmarshal(m["uri"], &uri); err != nil || uri == "" {
+	if !ok || uri == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
 	}
 	r, original, ok := snap.resolveURI(uri)
 	if !ok {
 		return nil, resourceNotFound(uri)
 	}
-	m["uri"], _ = json.Marshal(original)
-	forward, err := json.Marshal(m)
+	forward, err := withMember(params, "uri", original)
 	if err != nil {
-		return nil, invalidParams(err)
+		return nil, err
 	}
 	result, err := g.forward(ctx, r, protocol.MethodReadResource, forward)
 	if err != nil {

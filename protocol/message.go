@@ -41,16 +41,6 @@ func (*Request) isMessage()      {}
 func (*Notification) isMessage() {}
 func (*Response) isMessage()     {}
 
-// wireMessage is the JSON shape of every message kind.
-type wireMessage struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  *string         `json:"method"`
-	Params  json.RawMessage `json:"params"`
-	Result  json.RawMessage `json:"result"`
-	Error   json.RawMessage `json:"error"`
-}
-
 // ErrParse is wrapped by Decode when the input is not JSON; it maps to CodeParseError.
 var ErrParse = errors.New("parse error")
 
@@ -64,61 +54,98 @@ func IsBatch(data []byte) bool {
 	return len(data) > 0 && data[0] == '['
 }
 
-// Decode parses one JSON-RPC message. Params, results and error data are kept byte for byte.
-// Errors wrap ErrParse or ErrInvalidMessage.
+// Decode parses one JSON-RPC message. Params, results and error data are kept byte for byte;
+// they share memory with data, which the caller must not modify afterwards. Member names are
+// matched exactly, as JSON-RPC spells them; of a repeated member the last counts. Errors wrap
+// ErrParse or ErrInvalidMessage.
 func Decode(data []byte) (Message, error) {
-	var w wireMessage
-	if err := json.Unmarshal(data, &w); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return nil, fmt.Errorf("%w: field %q has the wrong type", ErrInvalidMessage, typeErr.Field)
+	if !json.Valid(data) {
+		var probe json.RawMessage
+		err := json.Unmarshal(data, &probe)
+		if err == nil {
+			err = errors.New("invalid JSON")
 		}
 		return nil, fmt.Errorf("%w: %v", ErrParse, err)
 	}
-	if w.JSONRPC != "2.0" {
+	var (
+		version, rawID, rawMethod, params, result, rawError []byte
+		hasResult                                           bool
+	)
+	err := eachMember(data, func(key []byte, escaped bool, start, end int) bool {
+		v := data[start:end]
+		if escaped {
+			return true // no JSON-RPC member name needs escapes
+		}
+		switch string(key) {
+		case "jsonrpc":
+			version = v
+		case "id":
+			rawID = v
+		case "method":
+			rawMethod = v
+		case "params":
+			params = v
+		case "result":
+			result, hasResult = v, true
+		case "error":
+			rawError = v
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: a message must be a JSON object", ErrInvalidMessage)
+	}
+	if string(version) != `"2.0"` {
 		return nil, fmt.Errorf("%w: \"jsonrpc\" must be \"2.0\"", ErrInvalidMessage)
 	}
-	hasID := len(w.ID) > 0 && !bytes.Equal(w.ID, []byte("null"))
+	hasID := len(rawID) > 0 && string(rawID) != "null"
 	var id ID
 	if hasID {
-		var err error
-		if id, err = ParseID(w.ID); err != nil {
+		if id, err = ParseID(rawID); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 		}
 	}
-	params, err := objectOrAbsent("params", w.Params)
-	if err != nil {
+	if params, err = objectOrAbsent("params", params); err != nil {
 		return nil, err
 	}
-	if w.Method != nil {
-		if *w.Method == "" {
+	if rawMethod != nil {
+		var method string
+		if len(rawMethod) < 2 || rawMethod[0] != '"' {
+			return nil, fmt.Errorf("%w: \"method\" must be a string", ErrInvalidMessage)
+		}
+		if bytes.IndexByte(rawMethod, '\\') < 0 && utf8.Valid(rawMethod) {
+			method = string(rawMethod[1 : len(rawMethod)-1])
+		} else if err := json.Unmarshal(rawMethod, &method); err != nil {
+			return nil, fmt.Errorf("%w: \"method\" must be a string", ErrInvalidMessage)
+		}
+		if method == "" {
 			return nil, fmt.Errorf("%w: \"method\" must not be empty", ErrInvalidMessage)
 		}
-		if w.Result != nil || w.Error != nil {
+		if hasResult || rawError != nil {
 			return nil, fmt.Errorf("%w: a request cannot carry \"result\" or \"error\"", ErrInvalidMessage)
 		}
-		if len(w.ID) > 0 && !hasID {
+		if len(rawID) > 0 && !hasID {
 			return nil, fmt.Errorf("%w: a request id must not be null", ErrInvalidMessage)
 		}
 		if hasID {
-			return &Request{ID: id, Method: *w.Method, Params: params}, nil
+			return &Request{ID: id, Method: method, Params: params}, nil
 		}
-		return &Notification{Method: *w.Method, Params: params}, nil
+		return &Notification{Method: method, Params: params}, nil
 	}
 	switch {
-	case w.Result != nil && w.Error != nil:
+	case hasResult && rawError != nil:
 		return nil, fmt.Errorf("%w: a response cannot carry both \"result\" and \"error\"", ErrInvalidMessage)
-	case w.Error != nil:
+	case rawError != nil:
 		var e Error
-		if err := json.Unmarshal(w.Error, &e); err != nil {
+		if err := json.Unmarshal(rawError, &e); err != nil {
 			return nil, fmt.Errorf("%w: malformed \"error\": %v", ErrInvalidMessage, err)
 		}
 		return &Response{ID: id, Error: &e}, nil
-	case w.Result != nil:
+	case hasResult:
 		if !hasID {
 			return nil, fmt.Errorf("%w: a result response needs an id", ErrInvalidMessage)
 		}
-		return &Response{ID: id, Result: w.Result}, nil
+		return &Response{ID: id, Result: result}, nil
 	}
 	return nil, fmt.Errorf("%w: neither \"method\" nor \"result\" nor \"error\" is present", ErrInvalidMessage)
 }

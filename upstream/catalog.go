@@ -134,3 +134,13 @@ func fetchList(ctx context.Context, k Kind, call func(ctx context.Context, metho
 		cursor = next
 	}
 }
+
+// NewCatalog returns a catalog holding the given lists, for tests and benchmarks of the
+// catalog's users.
+func NewCatalog(lists map[Kind][]Item) *Catalog {
+	c := &Catalog{}
+	for k, items := range lists {
+		c.lists[k] = items
+	}
+	return c
+}

@@ -201,7 +201,8 @@ func (c *stdioConn) Read() (protocol.Message, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	msg, err := protocol.Decode(line)
+	// The line buffer is reused; the message keeps its own copy.
+	msg, err := protocol.Decode(bytes.Clone(line))
 	if err != nil {
 		return nil, 0, &skippedError{err: fmt.Errorf("a stdout line is not a JSON-RPC message: %w", err)}
 	}

@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// fakeUpstream serves a fixed catalog and answers every call at once, so that benchmarks
+// measure the gateway alone.
+type fakeUpstream struct {
+	name    string
+	catalog *upstream.Catalog
+	server  *protocol.InitializeResult
+	result  json.RawMessage
+}
+
+func (f *fakeUpstream) Name() string                       { return f.name }
+func (f *fakeUpstream) Catalog() *upstream.Catalog         { return f.catalog }
+func (f *fakeUpstream) Server() *protocol.InitializeResult { return f.server }
+func (f *fakeUpstream) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return f.result, nil
+}
+func (f *fakeUpstream) State() upstream.State   { return upstream.StateReady }
+func (f *fakeUpstream) Status() upstream.Status { return upstream.Status{State: upstream.StateReady} }
+func (f *fakeUpstream) Run(ctx context.Context) { <-ctx.Done() }
+func (f *fakeUpstream) Close() error            { return nil }
+
+// toolJSON is a typical tool entry: a name, a description and a small input schema.
+func toolJSON(name string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"name":%q,"description":"Echoes the text it is given, for benchmarks of the gateway's catalog.","inputSchema":{"type":"object","properties":{"text":{"type":"string","description":"the text"}},"required":["text"]}}`, name))
+}
+
+// benchGateway is a gateway over fake upstreams of `tools` tools each, serving through its
+// real HTTP handler.
+func benchGateway(b *testing.B, upstreams, tools int) *Gateway {
+	b.Helper()
+	cfg, err := config.Parse("bench.yaml", []byte("max_sessions: 100000\nupstreams: []\n"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for u := range upstreams {
+		items := make([]upstream.Item, tools)
+		for i := range items {
+			name := fmt.Sprintf("tool_%03d", i)
+			items[i] = upstream.Item{Key: name, Raw: toolJSON(name)}
+		}
+		name := fmt.Sprintf("up%02d", u)
+		f := &fakeUpstream{
+			name:    name,
+			catalog: upstream.NewCatalog(map[upstream.Kind][]upstream.Item{upstream.Tools: items}),
+			server:  &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion},
+			result:  json.RawMessage(`{"content":[{"type":"text","text":"hello"}]}`),
+		}
+		g.routes = append(g.routes, &route{index: u, name: name, prefix: name, scheme: uriScheme(name), client: f})
+	}
+	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
+	g.snapshot.Store(g.builder.build())
+	b.Cleanup(func() { g.Close() })
+	return g
+}
+
+// post sends one JSON-RPC message through the handler.
+func post(h http.Handler, sid, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+const benchInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"bench","version":"1.0.0"}}}`
+
+func initSession(b *testing.B, h http.Handler) string {
+	rec := post(h, "", benchInit)
+	sid := rec.Header().Get("Mcp-Session-Id")
+	if rec.Code != http.StatusOK || sid == "" {
+		b.Fatalf("initialize: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post(h, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); rec.Code != http.StatusAccepted {
+		b.Fatalf("initialized: %d", rec.Code)
+	}
+	return sid
+}
+
+func BenchmarkExposedName(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = exposedName("github", "__", "create_pull_request")
+	}
+}
+
+func BenchmarkResolveURI(b *testing.B) {
+	g := benchGateway(b, 20, 1)
+	snap := g.snapshot.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := snap.resolveURI("up07+file:///srv/data/report.csv"); !ok {
+			b.Fatal("not resolved")
+		}
+	}
+}
+
+func BenchmarkToolLookup(b *testing.B) {
+	g := benchGateway(b, 20, 100)
+	snap := g.snapshot.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := snap.tools["up13__tool_042"]; !ok {
+			b.Fatal("missing")
+		}
+	}
+}
+
+// BenchmarkToolsListPage is the first page (default size) of tools/list over 20 upstreams ×
+// 100 tools, served from the merged catalog with no upstream round trip.
+func BenchmarkToolsListPage(b *testing.B) {
+	g := benchGateway(b, 20, 100)
+	snap := g.snapshot.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := snap.page(upstream.Tools, "", g.cfg.PageSize); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCallToolThroughHandler is one tools/call through the whole HTTP handler (session
+// lookup, decode, routing, params rewrite, encode) against an upstream that answers at once.
+func BenchmarkCallToolThroughHandler(b *testing.B) {
+	g := benchGateway(b, 20, 100)
+	h := g.Handler()
+	sid := initSession(b, h)
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up13__tool_042","arguments":{"text":"hello"},"_meta":{"progressToken":"p1"}}}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if rec := post(h, sid, body); rec.Code != http.StatusOK {
+			b.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+}
+
+// BenchmarkCatalogRebuild merges 20 upstreams × 100 tools, as after any list_changed.
+func BenchmarkCatalogRebuild(b *testing.B) {
+	g := benchGateway(b, 20, 100)
+	b.ReportAllocs()
+	for b.Loop() {
+		g.builder.build()
+	}
+}
+
+// BenchmarkCatalogHeap reports the heap that the merged catalog of 20 upstreams × 100 tools
+// holds (the upstreams' own lists included).
+func BenchmarkCatalogHeap(b *testing.B) {
+	for b.Loop() {
+		before := heapInUse()
+		g := benchGateway(b, 20, 100)
+		after := heapInUse()
+		b.ReportMetric(float64(after-before), "heap-bytes")
+		runtime.KeepAlive(g)
+	}
+}
+
+// BenchmarkSessionHeap creates 5,000 initialized sessions through the handler (no sockets)
+// and reports the heap each holds; the "stream" case also holds each session's standalone
+// GET stream open, and reports the goroutine stacks those streams use.
+func BenchmarkSessionHeap(b *testing.B) {
+	const sessions = 5000
+	for _, withStream := range []bool{false, true} {
+		name := "no-stream"
+		if withStream {
+			name = "with-stream"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				g := benchGateway(b, 1, 10)
+				h := g.Handler()
+				initSession(b, h) // warm up lazily built state
+				heapBefore, stackBefore := heapInUse(), stackInUse()
+				ids := make([]string, sessions)
+				for i := range ids {
+					ids[i] = initSession(b, h)
+				}
+				var wg sync.WaitGroup
+				ctx, cancel := context.WithCancel(context.Background())
+				if withStream {
+					for _, sid := range ids {
+						ls, err := g.localSession(sid)
+						if err != nil {
+							b.Fatal(err)
+						}
+						wg.Go(func() {
+							req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:8080/mcp", nil)
+							req.Header.Set("Accept", "text/event-stream")
+							req.Header.Set("Mcp-Session-Id", sid)
+							h.ServeHTTP(httptest.NewRecorder(), req)
+						})
+						for !ls.hasStream() {
+							runtime.Gosched()
+						}
+					}
+				}
+				heapAfter, stackAfter := heapInUse(), stackInUse()
+				b.ReportMetric(float64(heapAfter-heapBefore)/sessions, "heap-bytes/session")
+				if withStream {
+					b.ReportMetric(float64(stackAfter-stackBefore)/sessions, "stack-bytes/session")
+				}
+				cancel()
+				wg.Wait()
+			}
+		})
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond)
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func stackInUse() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.StackInuse
+}
