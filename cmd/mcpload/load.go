@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Config describes one load run. Exactly one of URL and Command is set, and at least one
+// of Calls and Duration; with both, workers stop at whichever comes first.
+type Config struct {
+	// URL is the Streamable HTTP endpoint. Each worker opens its own MCP session.
+	URL string
+	// Command is a stdio server command and its arguments. It is started once and all
+	// workers share its one session, demultiplexed by request id.
+	Command []string
+
+	// Workers is the number of concurrent workers, each with one call in flight. If zero,
+	// defaults to 1.
+	Workers int
+	// Calls is the number of measured calls per worker. If zero, there is no such limit.
+	Calls int
+	// Duration is the measured time, shared by all workers. If zero, there is no such
+	// limit.
+	Duration time.Duration
+	// Warmup is a time, before measuring starts, during which calls are made but not
+	// measured (their errors are still counted). If zero, there is none.
+	Warmup time.Duration
+
+	// Tool is the tool to call. If empty, defaults to "echo".
+	Tool string
+	// Text is the start of each call's text argument, "<Text>-<worker>-<seq>"; the answer
+	// must echo it. If empty, defaults to "hello".
+	Text string
+	// Timeout bounds each call, and each initialize. If zero, defaults to 30s.
+	Timeout time.Duration
+	// Delete makes each HTTP worker DELETE its session at the end.
+	Delete bool
+	// Stderr receives the stdio server's stderr. If nil, it goes to the null device.
+	Stderr io.Writer
+}
+
+// Result is what a run measured. Latencies are of successful measured calls only.
+type Result struct {
+	Target   string // the URL, or the command line
+	Workers  int
+	Sessions int // sessions initialized (stdio: at most 1)
+	// Calls counts successful measured calls.
+	Calls int64
+	// Errors counts failed calls and initializations by kind (see checkEcho). Never nil.
+	Errors map[string]int64
+	// Samples holds one error message per kind in Errors.
+	Samples map[string]string
+	// Duration is the measured time: from the end of the warm-up to the last answer.
+	Duration time.Duration
+	// Latency holds the latencies of successful measured calls.
+	Latency histogram
+	// Init holds the initialize latencies, sorted.
+	Init []time.Duration
+}
+
+// ErrorCount returns the number of errors of every kind.
+func (r *Result) ErrorCount() int64 {
+	var n int64
+	for _, c := range r.Errors {
+		n += c
+	}
+	return n
+}
+
+// CallsPerSecond returns the rate of successful measured calls.
+func (r *Result) CallsPerSecond() float64 {
+	if r.Duration <= 0 {
+		return 0
+	}
+	return float64(r.Calls) / r.Duration.Seconds()
+}
+
+// errNoTarget and errNoStop report incomplete configs.
+var (
+	errNoTarget = errors.New("need exactly one of a URL and a stdio command")
+	errNoStop   = errors.New("need a number of calls or a duration")
+)
+
+// withDefaults returns cfg with its zero fields defaulted, or an error when it cannot run.
+func (cfg Config) withDefaults() (Config, error) {
+	if (cfg.URL == "") == (len(cfg.Command) == 0) {
+		return cfg, errNoTarget
+	}
+	if cfg.Calls <= 0 && cfg.Duration <= 0 {
+		return cfg, errNoStop
+	}
+	cfg.Workers = max(cfg.Workers, 1)
+	if cfg.Tool == "" {
+		cfg.Tool = "echo"
+	}
+	if cfg.Text == "" {
+		cfg.Text = "hello"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	return cfg, nil
+}
+
+// Run performs one load run and returns what it measured. Failed calls are counted in
+// the result, not returned; the error reports a run that could not start (a bad config, a
+// command that does not start). Run stops early, with the calls so far, when ctx ends.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.URL != "" {
+		return runHTTP(ctx, &cfg)
+	}
+	return runStdio(ctx, &cfg)
+}
+
+// kindCanceled is the pseudo-kind of a call cut short because the run's ctx ended; such
+// calls are not counted.
+const kindCanceled = "canceled"
+
+// caller makes calls for one worker. Implementations: *httpSession, *stdioWorker.
+type caller interface {
+	// call sends req, the tools/call with the given id, and checks that its answer
+	// echoes text. start is when the call began (for deadlines). It returns "" on success,
+	// else an error kind and a description; kindCanceled when ctx ended.
+	call(ctx context.Context, req []byte, id int64, text []byte, start time.Time) (kind string, err error)
+}
+
+// stats is what one worker (or the initialization phase) counted.
+type stats struct {
+	ok      int64
+	latency histogram
+	errors  map[string]int64
+	samples map[string]string
+}
+
+// fail counts one error.
+func (s *stats) fail(kind string, err error) {
+	if s.errors == nil {
+		s.errors = make(map[string]int64)
+		s.samples = make(map[string]string)
+	}
+	s.errors[kind]++
+	if _, ok := s.samples[kind]; !ok && err != nil {
+		s.samples[kind] = err.Error()
+	}
+}
+
+// addTo merges s into r.
+func (s *stats) addTo(r *Result) {
+	r.Calls += s.ok
+	r.Latency.merge(&s.latency)
+	for k, n := range s.errors {
+		r.Errors[k] += n
+		if _, ok := r.Samples[k]; !ok {
+			r.Samples[k] = s.samples[k]
+		}
+	}
+}
+
+// newResult returns an empty result for cfg.
+func newResult(cfg *Config, target string) *Result {
+	return &Result{
+		Target:  target,
+		Workers: cfg.Workers,
+		Errors:  make(map[string]int64),
+		Samples: make(map[string]string),
+	}
+}
+
+// drive runs the call phase: callers[w] (nil for a worker whose session failed) makes
+// calls as worker w until the config's stop condition, and the counts are merged into r.
+// Each worker writes only its own stats slot, so a failing worker does not stop the others.
+func drive(ctx context.Context, cfg *Config, callers []caller, r *Result) {
+	all := make([]stats, len(callers))
+	start := time.Now()
+	measureFrom := start.Add(cfg.Warmup)
+	var wg sync.WaitGroup
+	for w, c := range callers {
+		if c == nil {
+			continue
+		}
+		wg.Go(func() { callLoop(ctx, cfg, w, c, measureFrom, &all[w]) })
+	}
+	wg.Wait()
+	r.Duration = max(time.Since(measureFrom), 0)
+	for i := range all {
+		all[i].addTo(r)
+	}
+}
+
+// callLoop makes worker w's calls through c.
+func callLoop(ctx context.Context, cfg *Config, w int, c caller, measureFrom time.Time, st *stats) {
+	b := newRequestBuilder(cfg.Tool, cfg.Text, w)
+	end := measureFrom.Add(cfg.Duration)
+	measured := 0
+	for seq := 1; ctx.Err() == nil; seq++ {
+		start := time.Now()
+		warm := start.Before(measureFrom)
+		if !warm && (cfg.Calls > 0 && measured >= cfg.Calls || cfg.Duration > 0 && !start.Before(end)) {
+			return
+		}
+		// Ids are unique across workers, so stdio answers can be routed by id alone.
+		id := int64(seq)*int64(cfg.Workers) + int64(w)
+		b.build(id, seq)
+		kind, err := c.call(ctx, b.req, id, b.text, start)
+		elapsed := time.Since(start)
+		switch {
+		case kind == kindCanceled:
+			return
+		case kind != "":
+			st.fail(kind, err)
+		case !warm:
+			st.ok++
+			st.latency.record(elapsed)
+		}
+		if !warm {
+			measured++
+		}
+	}
+}
+
+// requestBuilder writes one worker's tools/call requests into a reused buffer.
+type requestBuilder struct {
+	mid      []byte // from after the id to the text argument's "<worker>-", JSON-escaped
+	textHead []byte // "<text>-<worker>-", unescaped
+	req      []byte // the last request built
+	text     []byte // the text argument of the last request built
+}
+
+// newRequestBuilder returns the builder of worker w's calls of tool.
+func newRequestBuilder(tool, text string, w int) *requestBuilder {
+	name, _ := json.Marshal(tool) // marshaling a string cannot fail
+	quoted, _ := json.Marshal(text)
+	head := strconv.Itoa(w) + "-"
+	mid := `,"method":"tools/call","params":{"name":` + string(name) +
+		`,"arguments":{"text":` + string(quoted[:len(quoted)-1]) + "-" + head
+	return &requestBuilder{mid: []byte(mid), textHead: []byte(text + "-" + head)}
+}
+
+// build writes the request with id and sequence number seq into b.req, and its text into
+// b.text. The suffix "-<worker>-<seq>" needs no JSON escaping.
+func (b *requestBuilder) build(id int64, seq int) {
+	b.req = append(b.req[:0], `{"jsonrpc":"2.0","id":`...)
+	b.req = strconv.AppendInt(b.req, id, 10)
+	b.req = append(b.req, b.mid...)
+	b.req = strconv.AppendInt(b.req, int64(seq), 10)
+	b.req = append(b.req, `"}}}`...)
+	b.text = strconv.AppendInt(append(b.text[:0], b.textHead...), int64(seq), 10)
+}
+
+// initializeRequest returns the initialize request with the given id.
+func initializeRequest(id int64) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":` + strconv.FormatInt(id, 10) +
+		`,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},` +
+		`"clientInfo":{"name":"mcpload","version":"` + version + `"}}}`)
+}
+
+// initializedNotification is sent after a successful initialize (mcp-notes §1.1).
+var initializedNotification = []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+// sortedDurations returns ds sorted.
+func sortedDurations(ds []time.Duration) []time.Duration {
+	slices.Sort(ds)
+	return ds
+}
