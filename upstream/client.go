@@ -97,8 +97,9 @@ type Options struct {
 	OnRequest func(ctx context.Context, c *Client, req *protocol.Request, origin Origin) (json.RawMessage, error)
 	// OnNotification receives the upstream's notifications other than list_changed.
 	OnNotification func(c *Client, n *protocol.Notification, origin Origin)
-	// HTTPClient makes the requests of HTTP upstreams. If nil, a client of its own with the
-	// default transport settings and no overall timeout (streams are long-lived).
+	// HTTPClient makes the requests of HTTP upstreams. If nil, a client of its own that keeps
+	// up to 256 idle connections to the upstream and has no overall timeout (streams are
+	// long-lived).
 	HTTPClient *http.Client
 	// RestartDelay is the first wait before reconnecting a failed upstream; it doubles up to
 	// MaxRestartDelay, with jitter. If zero, 1 second and 30 seconds.
@@ -162,7 +163,12 @@ func New(spec Spec, opts *Options) *Client {
 		}
 	}
 	if c.opts.HTTPClient == nil {
-		c.opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Many client sessions share this upstream: keep enough idle connections for
+		// concurrent calls, or each one past the default two pays for a new connection.
+		t.MaxIdleConnsPerHost = 256
+		t.MaxIdleConns = 1024
+		c.opts.HTTPClient = &http.Client{Transport: t}
 	}
 	if c.opts.RestartDelay <= 0 {
 		c.opts.RestartDelay = time.Second

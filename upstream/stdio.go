@@ -71,6 +71,8 @@ type stdioConn struct {
 	logger *slog.Logger
 
 	writeMu sync.Mutex // serializes writes to stdin
+	// writeDeadline is the deadline set on stdin. Guarded by writeMu.
+	writeDeadline time.Time
 
 	// exited is closed by waitChild once the child has been reaped.
 	exited chan struct{}
@@ -287,15 +289,27 @@ func (c *stdioConn) Write(ctx context.Context, m protocol.Message) error {
 	data = append(data, '\n')
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.stdin.SetWriteDeadline(dl)
-	} else {
-		_ = c.stdin.SetWriteDeadline(time.Time{})
-	}
+	c.extendWriteDeadlineLocked(ctx)
 	if _, err := c.stdin.Write(data); err != nil {
 		return fmt.Errorf("write to %s: %w", c.name, err)
 	}
 	return nil
+}
+
+// extendWriteDeadlineLocked bounds how long a write may block when the child stops reading.
+// Setting a deadline costs a timer update, too much for every message, so the deadline is
+// moved only when ctx's own deadline lies beyond it: a write blocks at most until then, and a
+// healthy child never meets it.
+func (c *stdioConn) extendWriteDeadlineLocked(ctx context.Context) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(time.Minute)
+	}
+	if dl.After(c.writeDeadline) {
+		// Round up, so that calls with nearly the same deadline share one update.
+		c.writeDeadline = dl.Add(time.Second)
+		_ = c.stdin.SetWriteDeadline(c.writeDeadline)
+	}
 }
 
 // Close implements conn: it closes stdin, waits for the child to exit, then sends SIGTERM and
