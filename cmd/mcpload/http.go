@@ -184,17 +184,13 @@ func (s *httpSession) initialize(ctx context.Context) (time.Duration, string, er
 	return elapsed, "", nil
 }
 
-// call implements caller.
-func (s *httpSession) call(ctx context.Context, req []byte, id int64, text []byte, _ time.Time) (string, error) {
+// roundTrip implements caller.
+func (s *httpSession) roundTrip(ctx context.Context, req []byte, _ int64, _ time.Time) ([]byte, string, error) {
 	resp, err := s.send(req)
 	if err != nil {
-		return classify(ctx, err), err
+		return nil, classify(ctx, err), err
 	}
-	msg, kind, err := s.answer(ctx, resp)
-	if kind != "" {
-		return kind, err
-	}
-	return checkEcho(msg, id, text)
+	return s.answer(ctx, resp)
 }
 
 // answer reads the JSON-RPC answer of a POSTed request from resp, which is either one

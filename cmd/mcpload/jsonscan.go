@@ -179,6 +179,27 @@ func firstElement(arr []byte) []byte {
 	return arr[i:end]
 }
 
+// countElements returns the number of elements of the JSON array arr, and false when arr
+// is not an array. arr must be valid JSON (as it is after readResponse).
+func countElements(arr []byte) (int, bool) {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return 0, false
+	}
+	n := 0
+	for i = skipSpace(arr, i+1); i < len(arr) && arr[i] != ']'; n++ {
+		end := skipValue(arr, i)
+		if end < 0 {
+			return n, false
+		}
+		i = skipSpace(arr, end)
+		if i < len(arr) && arr[i] == ',' {
+			i = skipSpace(arr, i+1)
+		}
+	}
+	return n, i < len(arr)
+}
+
 // keyIs reports whether the raw key token names name.
 func keyIs(key []byte, name string) bool {
 	if len(key) == len(name)+2 && string(key[1:len(key)-1]) == name {
@@ -281,7 +302,8 @@ func routeID(line []byte) (id int64, ok bool) {
 // further kinds: "http-<status>" (e.g. "http-500") and "rpc<signed code>" (e.g.
 // "rpc-32601"; see rpcKind).
 const (
-	kindWrongEcho = "wrong-echo" // the answer is for another id, has no result, or echoes other text
+	kindWrongEcho = "wrong-echo" // the answer is for another id, has no result, echoes other text, or lists no tools array
+	kindShortList = "short-list" // a tools/list answer lists fewer tools than required
 	kindTransport = "transport"  // connection-level failure
 	kindTimeout   = "timeout"    // no answer within the per-call timeout
 	kindDecode    = "decode"     // the answer is not a JSON-RPC message (or not where it should be)
@@ -318,6 +340,24 @@ func checkEcho(msg []byte, id int64, text []byte) (string, error) {
 	got := member(firstElement(member(r.result, "content")), "text")
 	if !stringEquals(got, text) {
 		return kindWrongEcho, fmt.Errorf("echoed %.100s, want %.100q", got, text)
+	}
+	return "", nil
+}
+
+// checkList checks that msg answers the tools/list id with a result whose tools member is
+// an array of at least `least` elements. On failure it returns the error kind and a
+// description.
+func checkList(msg []byte, id int64, least int) (string, error) {
+	r, kind, err := checkResult(msg, id)
+	if kind != "" {
+		return kind, err
+	}
+	n, ok := countElements(member(r.result, "tools"))
+	switch {
+	case !ok:
+		return kindWrongEcho, fmt.Errorf("result has no tools array: %.200s", r.result)
+	case n < least:
+		return kindShortList, fmt.Errorf("listed %d tools, want at least %d", n, least)
 	}
 	return "", nil
 }

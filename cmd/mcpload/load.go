@@ -32,11 +32,17 @@ type Config struct {
 	// measured (their errors are still counted). If zero, there is none.
 	Warmup time.Duration
 
-	// Tool is the tool to call. If empty, defaults to "echo".
+	// Method is the JSON-RPC method measured: MethodCall or MethodList. If empty,
+	// defaults to MethodCall.
+	Method string
+	// Tool is the tool to call (tools/call only). If empty, defaults to "echo".
 	Tool string
 	// Text is the start of each call's text argument, "<Text>-<worker>-<seq>"; the answer
-	// must echo it. If empty, defaults to "hello".
+	// must echo it (tools/call only). If empty, defaults to "hello".
 	Text string
+	// MinTools is the least number of tools a tools/list answer must list. If zero,
+	// defaults to 1; a negative value accepts any tools array, an empty one included.
+	MinTools int
 	// Timeout bounds each call, and each initialize. If zero, defaults to 30s.
 	Timeout time.Duration
 	// Delete makes each HTTP worker DELETE its session at the end.
@@ -48,11 +54,13 @@ type Config struct {
 // Result is what a run measured. Latencies are of successful measured calls only.
 type Result struct {
 	Target   string // the URL, or the command line
+	Method   string // the method measured
 	Workers  int
 	Sessions int // sessions initialized (stdio: at most 1)
 	// Calls counts successful measured calls.
 	Calls int64
-	// Errors counts failed calls and initializations by kind (see checkEcho). Never nil.
+	// Errors counts failed calls and initializations by kind (see checkEcho, checkList).
+	// Never nil.
 	Errors map[string]int64
 	// Samples holds one error message per kind in Errors.
 	Samples map[string]string
@@ -81,10 +89,17 @@ func (r *Result) CallsPerSecond() float64 {
 	return float64(r.Calls) / r.Duration.Seconds()
 }
 
-// errNoTarget and errNoStop report incomplete configs.
+// The methods a run can measure.
+const (
+	MethodCall = "tools/call"
+	MethodList = "tools/list"
+)
+
+// errNoTarget, errNoStop and errMethod report incomplete or bad configs.
 var (
 	errNoTarget = errors.New("need exactly one of a URL and a stdio command")
 	errNoStop   = errors.New("need a number of calls or a duration")
+	errMethod   = errors.New("method must be " + MethodCall + " or " + MethodList)
 )
 
 // withDefaults returns cfg with its zero fields defaulted, or an error when it cannot run.
@@ -95,7 +110,17 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Calls <= 0 && cfg.Duration <= 0 {
 		return cfg, errNoStop
 	}
+	switch cfg.Method {
+	case "":
+		cfg.Method = MethodCall
+	case MethodCall, MethodList:
+	default:
+		return cfg, errMethod
+	}
 	cfg.Workers = max(cfg.Workers, 1)
+	if cfg.MinTools == 0 {
+		cfg.MinTools = 1
+	}
 	if cfg.Tool == "" {
 		cfg.Tool = "echo"
 	}
@@ -128,10 +153,29 @@ const kindCanceled = "canceled"
 
 // caller makes calls for one worker. Implementations: *httpSession, *stdioWorker.
 type caller interface {
-	// call sends req, the tools/call with the given id, and checks that its answer
-	// echoes text. start is when the call began (for deadlines). It returns "" on success,
-	// else an error kind and a description; kindCanceled when ctx ended.
-	call(ctx context.Context, req []byte, id int64, text []byte, start time.Time) (kind string, err error)
+	// roundTrip sends req, the request with the given id, and returns its answer, valid
+	// until the next roundTrip. start is when the call began (for deadlines). On failure
+	// it returns an error kind and a description; kindCanceled when ctx ended.
+	roundTrip(ctx context.Context, req []byte, id int64, start time.Time) (msg []byte, kind string, err error)
+}
+
+// workload writes one worker's requests and checks their answers, without allocating on
+// success. Implementations: *requestBuilder (tools/call), *listBuilder (tools/list).
+type workload interface {
+	// build returns the request with id and sequence number seq, valid until the next
+	// build.
+	build(id int64, seq int) []byte
+	// check checks msg, the answer to the last request built, whose id is id. It returns
+	// "" on success, else an error kind and a description.
+	check(msg []byte, id int64) (kind string, err error)
+}
+
+// newWorkload returns worker w's workload for cfg, which has its defaults.
+func newWorkload(cfg *Config, w int) workload {
+	if cfg.Method == MethodList {
+		return &listBuilder{min: cfg.MinTools}
+	}
+	return newRequestBuilder(cfg.Tool, cfg.Text, w)
 }
 
 // stats is what one worker (or the initialization phase) counted.
@@ -170,6 +214,7 @@ func (s *stats) addTo(r *Result) {
 func newResult(cfg *Config, target string) *Result {
 	return &Result{
 		Target:  target,
+		Method:  cfg.Method,
 		Workers: cfg.Workers,
 		Errors:  make(map[string]int64),
 		Samples: make(map[string]string),
@@ -199,7 +244,7 @@ func drive(ctx context.Context, cfg *Config, callers []caller, r *Result) {
 
 // callLoop makes worker w's calls through c.
 func callLoop(ctx context.Context, cfg *Config, w int, c caller, measureFrom time.Time, st *stats) {
-	b := newRequestBuilder(cfg.Tool, cfg.Text, w)
+	wl := newWorkload(cfg, w)
 	end := measureFrom.Add(cfg.Duration)
 	measured := 0
 	for seq := 1; ctx.Err() == nil; seq++ {
@@ -210,9 +255,11 @@ func callLoop(ctx context.Context, cfg *Config, w int, c caller, measureFrom tim
 		}
 		// Ids are unique across workers, so stdio answers can be routed by id alone.
 		id := int64(seq)*int64(cfg.Workers) + int64(w)
-		b.build(id, seq)
-		kind, err := c.call(ctx, b.req, id, b.text, start)
-		elapsed := time.Since(start)
+		msg, kind, err := c.roundTrip(ctx, wl.build(id, seq), id, start)
+		elapsed := time.Since(start) // the answer is in; checking it is not the server's time
+		if kind == "" {
+			kind, err = wl.check(msg, id)
+		}
 		switch {
 		case kind == kindCanceled:
 			return
@@ -246,15 +293,41 @@ func newRequestBuilder(tool, text string, w int) *requestBuilder {
 	return &requestBuilder{mid: []byte(mid), textHead: []byte(text + "-" + head)}
 }
 
-// build writes the request with id and sequence number seq into b.req, and its text into
-// b.text. The suffix "-<worker>-<seq>" needs no JSON escaping.
-func (b *requestBuilder) build(id int64, seq int) {
+// build implements workload: it writes the request with id and sequence number seq into
+// b.req, and its text into b.text. The suffix "-<worker>-<seq>" needs no JSON escaping.
+func (b *requestBuilder) build(id int64, seq int) []byte {
 	b.req = append(b.req[:0], `{"jsonrpc":"2.0","id":`...)
 	b.req = strconv.AppendInt(b.req, id, 10)
 	b.req = append(b.req, b.mid...)
 	b.req = strconv.AppendInt(b.req, int64(seq), 10)
 	b.req = append(b.req, `"}}}`...)
 	b.text = strconv.AppendInt(append(b.text[:0], b.textHead...), int64(seq), 10)
+	return b.req
+}
+
+// check implements workload: the answer must echo the last text built.
+func (b *requestBuilder) check(msg []byte, id int64) (string, error) {
+	return checkEcho(msg, id, b.text)
+}
+
+// listBuilder writes one worker's tools/list requests (no params: the first page) into a
+// reused buffer.
+type listBuilder struct {
+	min int    // the least number of tools an answer must list
+	req []byte // the last request built
+}
+
+// build implements workload.
+func (b *listBuilder) build(id int64, _ int) []byte {
+	b.req = append(b.req[:0], `{"jsonrpc":"2.0","id":`...)
+	b.req = strconv.AppendInt(b.req, id, 10)
+	b.req = append(b.req, `,"method":"tools/list"}`...)
+	return b.req
+}
+
+// check implements workload: the answer must list at least b.min tools.
+func (b *listBuilder) check(msg []byte, id int64) (string, error) {
+	return checkList(msg, id, b.min)
 }
 
 // initializeRequest returns the initialize request with the given id.

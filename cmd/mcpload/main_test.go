@@ -64,6 +64,7 @@ type fakeServer struct {
 	t     *testing.T
 	sse   bool                 // answer with SSE streams instead of JSON
 	fault func(n int64) string // "", "wrong", "rpc", "500" or "hang"; nil means none
+	tools int                  // the number of tools tools/list lists
 
 	calls   atomic.Int64
 	opened  atomic.Int64
@@ -104,13 +105,18 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var msg struct {
 		ID     json.RawMessage
 		Method string
-		Params struct {
+		Params *struct {
 			Name      string
 			Arguments struct{ Text string }
 		}
 	}
 	if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if msg.Params == nil && msg.Method != "tools/list" && msg.Method != "notifications/initialized" ||
+		msg.Params != nil && msg.Method == "tools/list" {
+		http.Error(w, "params missing, or given to tools/list", http.StatusBadRequest)
 		return
 	}
 	if r.Header.Get("Content-Type") != "application/json" || !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
@@ -134,7 +140,6 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	text := msg.Params.Arguments.Text
 	n := f.calls.Add(1)
 	var fault string
 	if f.fault != nil {
@@ -151,7 +156,28 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"internal"}}`, msg.ID)
 		return
-	case "wrong":
+	}
+	if msg.Method == "tools/list" {
+		tools := `{"tools":[`
+		if fault == "wrong" {
+			tools = `{"tools":{"echo":[`
+		}
+		for i := range f.tools {
+			if i > 0 {
+				tools += ","
+			}
+			// Brackets, braces and commas in strings must not confuse the count.
+			tools += fmt.Sprintf(`{"name":"tool_%d","description":"a [tool], {really}\"]","inputSchema":{"type":"object","required":["a","b"]}}`, i)
+		}
+		tools += "]"
+		if fault == "wrong" {
+			tools += "}"
+		}
+		f.answer(w, msg.ID, tools+`,"nextCursor":"c1"}`)
+		return
+	}
+	text := msg.Params.Arguments.Text
+	if fault == "wrong" {
 		text += "!"
 	}
 	quoted, _ := json.Marshal(text)

@@ -62,6 +62,7 @@ func writeJSON(w io.Writer, r *Result) error {
 func writeSummary(w io.Writer, r *Result) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "target      %s\n", r.Target)
+	fmt.Fprintf(&b, "method      %s\n", r.Method)
 	fmt.Fprintf(&b, "workers     %d\n", r.Workers)
 	fmt.Fprintf(&b, "sessions    %d initialized\n", r.Sessions)
 	fmt.Fprintf(&b, "calls       %d ok, %d errors\n", r.Calls, r.ErrorCount())

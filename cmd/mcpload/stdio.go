@@ -268,18 +268,9 @@ type stdioWorker struct {
 	s *slot
 }
 
-// call implements caller.
-func (w *stdioWorker) call(ctx context.Context, req []byte, id int64, text []byte, start time.Time) (string, error) {
-	msg, kind, err := w.roundTrip(ctx, req, id, start)
-	if kind != "" {
-		return kind, err
-	}
-	return checkEcho(msg, id, text)
-}
-
-// roundTrip sends req, the request with id, and waits for its answer until the call
-// timeout (counted from start), the pipe's failure or ctx's end. The answer is valid
-// until the worker's next call.
+// roundTrip implements caller: it sends req, the request with id, and waits for its
+// answer until the call timeout (counted from start), the pipe's failure or ctx's end. The
+// answer is valid until the worker's next call.
 func (w *stdioWorker) roundTrip(ctx context.Context, req []byte, id int64, start time.Time) ([]byte, string, error) {
 	s := w.s
 	s.expect.Store(id)
