@@ -52,8 +52,16 @@ func main() {
 	errorsCalls := flag.Int("errors-calls", 20, "calls per session in the errors-only check")
 	other := flag.String("other", "", "command line of another MCP proxy to compare, serving the echo upstream over stdio at the URL given by -other-url (optional)")
 	otherURL := flag.String("other-url", "", "MCP endpoint of -other")
+	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	flag.Parse()
 	if err := run(*bin, *rounds, *duration, *warmup, *concurrency, *errorsN, *errorsCalls, *other, *otherURL); err != nil {
+		fmt.Fprintln(os.Stderr, "sidebyside:", err)
+		os.Exit(1)
+	}
+	if !*lists {
+		return
+	}
+	if err := runLists(*bin, *rounds, *duration, *warmup, *concurrency); err != nil {
 		fmt.Fprintln(os.Stderr, "sidebyside:", err)
 		os.Exit(1)
 	}
@@ -300,4 +308,94 @@ func waitUp(url string, limit time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// runLists compares the first page of tools/list: the gateway merging 20 stdio upstreams of
+// 100 tools each (served from its catalog, no upstream round trip) against one 100-tool
+// upstream asked directly over HTTP.
+func runLists(bin string, rounds int, duration, warmup time.Duration, concurrency string) error {
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "sidebyside-lists")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			stop(p)
+		}
+	}()
+	echo := filepath.Join(bin, "echo-server")
+	echoAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	p, err := start(filepath.Join(tmp, "echo.log"), echo, "-http", echoAddr, "-tools", "99")
+	if err != nil {
+		return err
+	}
+	procs = append(procs, p)
+	gwAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "listen: %s\nlog_level: warn\nmax_sessions: 10000\nupstreams:\n", gwAddr)
+	for i := range 20 {
+		fmt.Fprintf(&cfg, "  - name: up%02d\n    command: %q\n    args: [-tools, \"99\"]\n", i, echo)
+	}
+	cfgPath := filepath.Join(tmp, "gateway.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+		return err
+	}
+	p, err = start(filepath.Join(tmp, "gateway.log"), filepath.Join(bin, "gateway"), "serve", "-config", cfgPath)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, p)
+	targets := []target{{"direct", "http://" + echoAddr + "/mcp"}, {"gateway-20x100", "http://" + gwAddr + "/mcp"}}
+	for _, t := range targets {
+		if err := waitUp(t.url, 60*time.Second); err != nil {
+			return fmt.Errorf("%s: %w (logs in %s)", t.name, err, tmp)
+		}
+	}
+	// The gateway answers before its upstreams are connected; wait for the whole catalog.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := load(filepath.Join(bin, "mcpload"), targets[1].url, 1, "-method", "tools/list", "-min-tools", "100", "-calls", "1")
+		if err == nil && sum(res.Errors) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway never listed 100 tools (logs in %s)", tmp)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Printf("tools/list, first page (100 tools): gateway over 20 upstreams × 100 tools vs one 100-tool upstream directly\n\n")
+	for n := range strings.SplitSeq(concurrency, ",") {
+		nn, _ := strconv.Atoi(strings.TrimSpace(n))
+		samples := map[string][]result{}
+		for r := range rounds {
+			order := slices.Clone(targets)
+			if r%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, t := range order {
+				res, err := load(filepath.Join(bin, "mcpload"), t.url, nn, "-method", "tools/list", "-min-tools", "100", "-duration", duration.String(), "-warmup", warmup.String())
+				if err != nil {
+					return fmt.Errorf("%s n=%d: %w", t.name, nn, err)
+				}
+				if sum(res.Errors) > 0 {
+					return fmt.Errorf("%s n=%d: errors %v", t.name, nn, res.Errors)
+				}
+				samples[t.name] = append(samples[t.name], res)
+			}
+		}
+		report(nn, targets, samples)
+	}
+	return nil
 }
