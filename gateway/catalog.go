@@ -39,6 +39,8 @@ type route struct {
 	client upstreamClient
 	// includeInstructions says whether the upstream's instructions reach clients.
 	includeInstructions bool
+	// noOwnerOnce logs once that requests of this upstream cannot be routed to one client.
+	noOwnerOnce sync.Once
 }
 
 // entry is one item of the merged catalog.

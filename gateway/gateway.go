@@ -64,6 +64,17 @@ type Gateway struct {
 
 	requestSeq atomic.Uint64
 
+	// inflight knows which client requests have calls in flight on each upstream.
+	inflight  inflightTable
+	reverseMu sync.Mutex
+	// reverse holds the cancel funcs of requests forwarded from upstreams to clients, by the
+	// upstream's id. Guarded by reverseMu.
+	reverse    map[reverseKey]context.CancelFunc
+	progressMu sync.Mutex
+	// progress maps the gateway's progress tokens back to their callers. Guarded by progressMu.
+	progress    map[progressKey]progressEntry
+	progressSeq atomic.Uint64
+
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -79,7 +90,13 @@ type Gateway struct {
 // New builds a Gateway for cfg, which must have passed config validation and is not modified.
 // Nothing is started until Start.
 func New(cfg *config.Config, opts *Options) (*Gateway, error) {
-	g := &Gateway{cfg: cfg, live: map[string]*liveSession{}, draining: make(chan struct{})}
+	g := &Gateway{
+		cfg:      cfg,
+		live:     map[string]*liveSession{},
+		draining: make(chan struct{}),
+		reverse:  map[reverseKey]context.CancelFunc{},
+		progress: map[progressKey]progressEntry{},
+	}
 	if opts != nil {
 		g.opts = *opts
 	}
@@ -114,6 +131,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		base.Logger = g.logger
 		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
 		base.OnChange = func(*upstream.Client) { g.rebuild() }
+		base.OnRequest = g.onUpstreamRequest
+		base.OnNotification = g.onUpstreamNotification
 		client := upstream.New(upstream.Spec{
 			Name:              u.Name,
 			Transport:         u.Transport,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/manifold-mcp/manifold/protocol"
 )
@@ -25,10 +26,15 @@ type liveSession struct {
 	stream chan []byte
 	// inflight holds a cancel func per client request id being served. Guarded by mu.
 	inflight map[protocol.ID]context.CancelFunc
+	// pending holds the requests sent to the client on an upstream's behalf, waiting for its
+	// answer, by the gateway's id. Guarded by mu.
+	pending map[protocol.ID]chan *protocol.Response
+	// reverseSeq numbers the requests sent to the client over the session's whole life.
+	reverseSeq atomic.Uint64
 }
 
 func newLiveSession(parent context.Context, id string) *liveSession {
-	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelFunc{}}
+	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelFunc{}, pending: map[protocol.ID]chan *protocol.Response{}}
 	ls.ctx, ls.cancel = context.WithCancel(parent)
 	return ls
 }

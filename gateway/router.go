@@ -19,6 +19,8 @@ type clientContext struct {
 	ProtocolVersion string
 	Capabilities    json.RawMessage
 	LogLevel        string
+	// owner is the client request being served, for routing what upstreams send about it.
+	owner *callOwner
 }
 
 // dispatch serves one client request after the session checks, and returns its result or an
@@ -41,13 +43,13 @@ func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol
 	case protocol.MethodListPrompts:
 		return listPage(snap, upstream.Prompts, req.Params, g.cfg.PageSize)
 	case protocol.MethodCallTool:
-		return g.callTool(ctx, snap, req.Params)
+		return g.callTool(ctx, cc, snap, req.Params)
 	case protocol.MethodGetPrompt:
-		return g.getPrompt(ctx, snap, req.Params)
+		return g.getPrompt(ctx, cc, snap, req.Params)
 	case protocol.MethodReadResource:
-		return g.readResource(ctx, snap, req.Params)
+		return g.readResource(ctx, cc, snap, req.Params)
 	case protocol.MethodComplete:
-		return g.complete(ctx, snap, req.Params)
+		return g.complete(ctx, cc, snap, req.Params)
 	}
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", req.Method)
 }
@@ -116,7 +118,7 @@ func (e *unavailableError) Error() string {
 }
 func (e *unavailableError) Unwrap() error { return e.cause }
 
-func (g *Gateway) callTool(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
 	name, err := nameParams(params)
 	if err != nil {
 		return nil, err
@@ -133,7 +135,7 @@ func (g *Gateway) callTool(ctx context.Context, snap *snapshot, params json.RawM
 	if err != nil {
 		return nil, err
 	}
-	result, err := e.route.client.Call(ctx, protocol.MethodCallTool, forward)
+	result, err := g.call(ctx, cc, e.route, protocol.MethodCallTool, forward)
 	switch {
 	case err == nil:
 		return result, nil
@@ -166,7 +168,7 @@ const (
 	metaUpstream = "dev.manifold/upstream"
 )
 
-func (g *Gateway) getPrompt(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
 	name, err := nameParams(params)
 	if err != nil {
 		return nil, err
@@ -182,19 +184,19 @@ func (g *Gateway) getPrompt(ctx context.Context, snap *snapshot, params json.Raw
 	if err != nil {
 		return nil, err
 	}
-	return g.forward(ctx, e.route, protocol.MethodGetPrompt, forward)
+	return g.forward(ctx, cc, e.route, protocol.MethodGetPrompt, forward)
 }
 
 // forward calls an upstream for a method other than tools/call, typing its failures.
-func (g *Gateway) forward(ctx context.Context, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
-	result, err := r.client.Call(ctx, method, params)
+func (g *Gateway) forward(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
+	result, err := g.call(ctx, cc, r, method, params)
 	if errors.Is(err, upstream.ErrUnavailable) {
 		return nil, &unavailableError{upstream: r.name, cause: err}
 	}
 	return result, err
 }
 
-func (g *Gateway) readResource(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
 	uri, ok, err := protocol.StringMember(params, "uri")
 	if err != nil {
 		return nil, invalidParams(err)
@@ -210,7 +212,7 @@ func (g *Gateway) readResource(ctx context.Context, snap *snapshot, params json.
 	if err != nil {
 		return nil, err
 	}
-	result, err := g.forward(ctx, r, protocol.MethodReadResource, forward)
+	result, err := g.forward(ctx, cc, r, protocol.MethodReadResource, forward)
 	if err != nil {
 		var rpcErr *protocol.Error
 		if errors.As(err, &rpcErr) && rpcErr.Code == protocol.CodeResourceNotFound {
@@ -250,7 +252,7 @@ func exposeContentsURIs(result json.RawMessage, scheme string) (json.RawMessage,
 	return json.Marshal(m)
 }
 
-func (g *Gateway) complete(ctx context.Context, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(params, &m); err != nil {
 		return nil, invalidParams(err)
@@ -293,5 +295,23 @@ func (g *Gateway) complete(ctx context.Context, snap *snapshot, params json.RawM
 	if err != nil {
 		return nil, invalidParams(err)
 	}
-	return g.forward(ctx, r, protocol.MethodComplete, forward)
+	return g.forward(ctx, cc, r, protocol.MethodComplete, forward)
+}
+
+// call sends a client's request to an upstream on that client's behalf: the call is known to
+// be in flight for the client (so that what the upstream sends about it can be routed), it
+// carries its owner to the transport, and its progress token is replaced by one of the
+// gateway's own.
+func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
+	if cc.owner == nil {
+		return r.client.Call(ctx, method, params)
+	}
+	done := g.inflight.add(r, cc.owner)
+	defer done()
+	params, forget, err := g.remapProgress(r, cc.owner, params)
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	defer forget()
+	return r.client.Call(upstream.WithCaller(ctx, cc.owner), method, params)
 }

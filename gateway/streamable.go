@@ -130,7 +130,10 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		g.handleNotification(r, rec, ls, m)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Response:
-		// Answers to requests the gateway sent the client; none are sent yet.
+		// The client's answer to a request the gateway sent it for an upstream.
+		if !ls.answer(m) {
+			g.logger.Debug("a client answered a request that is no longer pending", "session_id", rec.ID, "id", m.ID.String())
+		}
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
 		g.serveRequest(w, r, rec, ls, m, requestID)
@@ -282,6 +285,8 @@ func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *sess
 		LogLevel:        rec.LogLevel,
 	}
 	out := &responder{w: w, flusher: http.NewResponseController(w)}
+	defer out.close() // nothing may write to w once this handler returns
+	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities), out: out, ctx: ctx}
 	result, err := g.dispatch(ctx, cc, req)
 	resp := &protocol.Response{ID: req.ID, Result: result}
 	if err != nil {
@@ -304,7 +309,13 @@ type responder struct {
 
 	mu  sync.Mutex
 	sse bool // set once the SSE stream has started. Guarded by mu.
+	// done is set once the response was written; later messages have nowhere to go.
+	// Guarded by mu.
+	done bool
 }
+
+// errStreamDone is returned by responder.send after the response was written.
+var errStreamDone = errors.New("the request's stream has ended")
 
 // send writes a request-related notification or request on the stream, starting it if needed.
 func (o *responder) send(m protocol.Message) error {
@@ -314,11 +325,21 @@ func (o *responder) send(m protocol.Message) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.done {
+		return errStreamDone
+	}
 	if !o.sse {
 		o.sse = true
 		startSSE(o.w)
 	}
 	return writeEvent(o.w, o.flusher, data)
+}
+
+// close ends the stream without a response; later sends fail.
+func (o *responder) close() {
+	o.mu.Lock()
+	o.done = true
+	o.mu.Unlock()
 }
 
 // respond writes the response: as JSON, or as the last event of the stream.
@@ -329,6 +350,7 @@ func (o *responder) respond(resp *protocol.Response) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.done = true
 	if o.sse {
 		return writeEvent(o.w, o.flusher, data)
 	}

@@ -1,0 +1,342 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// callOwner is one client request being served: the session it belongs to and the POST
+// stream its related messages go on. It rides with the upstream call (upstream.WithCaller),
+// so that the upstream's requests and notifications about that call reach this client only
+// (design decision 4).
+type callOwner struct {
+	session *liveSession
+	// caps are the client capabilities the session declared at initialize.
+	caps clientCaps
+	out  *responder
+	// ctx ends when the client request does.
+	ctx context.Context
+}
+
+// clientCaps are the client capabilities a reverse request needs.
+type clientCaps struct {
+	sampling, samplingTools, elicitForm, elicitURL, roots bool
+}
+
+func parseClientCaps(raw json.RawMessage) clientCaps {
+	var c struct {
+		Sampling *struct {
+			Tools *struct{} `json:"tools"`
+		} `json:"sampling"`
+		Elicitation *struct {
+			Form *struct{} `json:"form"`
+			URL  *struct{} `json:"url"`
+		} `json:"elicitation"`
+		Roots *struct{} `json:"roots"`
+	}
+	_ = json.Unmarshal(raw, &c)
+	caps := clientCaps{sampling: c.Sampling != nil, roots: c.Roots != nil}
+	if c.Sampling != nil {
+		caps.samplingTools = c.Sampling.Tools != nil
+	}
+	if e := c.Elicitation; e != nil {
+		// An empty elicitation capability means form mode only (mcp-notes §1.3).
+		caps.elicitForm = e.Form != nil || e.URL == nil
+		caps.elicitURL = e.URL != nil
+	}
+	return caps
+}
+
+// inflightTable tracks, per upstream, which client requests have calls in flight there: over
+// a transport that does not tie a server request to a call (stdio, legacy SSE), the owner is
+// known only while exactly one session has calls in flight on that connection.
+type inflightTable struct {
+	mu sync.Mutex
+	// calls holds the owners of calls in flight, per upstream. Guarded by mu.
+	calls map[*route]map[*callOwner]int
+}
+
+func (t *inflightTable) add(r *route, o *callOwner) func() {
+	t.mu.Lock()
+	if t.calls == nil {
+		t.calls = map[*route]map[*callOwner]int{}
+	}
+	if t.calls[r] == nil {
+		t.calls[r] = map[*callOwner]int{}
+	}
+	t.calls[r][o]++
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.calls[r][o]--; t.calls[r][o] <= 0 {
+			delete(t.calls[r], o)
+		}
+	}
+}
+
+// soleOwner returns the owner of the calls in flight on r when they all belong to one
+// session, and how many sessions have calls there.
+func (t *inflightTable) soleOwner(r *route) (*callOwner, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var owner *callOwner
+	sessions := map[*liveSession]bool{}
+	for o := range t.calls[r] {
+		sessions[o.session] = true
+		if owner == nil {
+			owner = o
+		}
+	}
+	if len(sessions) != 1 {
+		return nil, len(sessions)
+	}
+	return owner, 1
+}
+
+// replicaTag makes the ids of requests the gateway sends to clients unique across replicas.
+var replicaTag = func() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}()
+
+// errNoOwner is the error an upstream gets for a request whose client cannot be known.
+func errNoOwner(r *route, method string, sessions int) *protocol.Error {
+	return protocol.Errorf(protocol.CodeInternalError,
+		"the gateway cannot tell which client %s is for: %d client sessions have calls in flight on this shared connection to upstream %q (set isolation: session for it to route such requests)",
+		method, sessions, r.name)
+}
+
+// onUpstreamRequest routes a request from an upstream to the client session whose call caused
+// it: the call the transport names, else the only session with calls in flight there. Never a
+// guess: without an owner the upstream gets an error.
+func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
+	r := g.routeOf(c)
+	if r == nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
+	}
+	owner, _ := origin.Caller.(*callOwner)
+	if owner == nil {
+		var sessions int
+		owner, sessions = g.inflight.soleOwner(r)
+		if owner == nil {
+			if req.Method == protocol.MethodListRoots {
+				// roots/list outside any call of a shared upstream: the gateway's own roots,
+				// never an arbitrary client's.
+				return json.RawMessage(`{"roots":[]}`), nil
+			}
+			r.noOwnerOnce.Do(func() {
+				g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
+					"upstream", r.name, "method", req.Method, "sessions_in_flight", sessions)
+			})
+			return nil, errNoOwner(r, req.Method, sessions)
+		}
+	}
+	params := req.Params
+	switch req.Method {
+	case protocol.MethodCreateMessage:
+		if !owner.caps.sampling {
+			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the sampling capability")
+		}
+		params = narrowIncludeContext(params)
+	case protocol.MethodElicit:
+		mode, _, _ := protocol.StringMember(params, "mode")
+		if mode == "url" && !owner.caps.elicitURL || mode != "url" && !owner.caps.elicitForm {
+			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the elicitation capability for this mode")
+		}
+	case protocol.MethodListRoots:
+		if !owner.caps.roots {
+			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the roots capability")
+		}
+	default:
+		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the gateway does not forward %s to clients", req.Method)
+	}
+	return owner.session.ask(ctx, owner, g.reverseCancels(r, req.ID), req.Method, params)
+}
+
+// narrowIncludeContext turns includeContext thisServer/allServers into none: through a
+// gateway they would hand one upstream the context of others.
+func narrowIncludeContext(params json.RawMessage) json.RawMessage {
+	v, ok, err := protocol.StringMember(params, "includeContext")
+	if err != nil || !ok || v == "none" {
+		return params
+	}
+	out, err := protocol.SetMember(params, "includeContext", []byte(`"none"`))
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// reverseCancels registers the upstream's id of a reverse request, so that its
+// notifications/cancelled can cancel the request at the client; it returns the context to
+// run the request under and a func to unregister it.
+func (g *Gateway) reverseCancels(r *route, upstreamID protocol.ID) func(ctx context.Context) (context.Context, func()) {
+	return func(ctx context.Context) (context.Context, func()) {
+		ctx, cancel := context.WithCancel(ctx)
+		key := reverseKey{r, upstreamID}
+		g.reverseMu.Lock()
+		g.reverse[key] = cancel
+		g.reverseMu.Unlock()
+		return ctx, func() {
+			g.reverseMu.Lock()
+			delete(g.reverse, key)
+			g.reverseMu.Unlock()
+			cancel()
+		}
+	}
+}
+
+type reverseKey struct {
+	route *route
+	id    protocol.ID
+}
+
+// ask sends a request to this session's client on the owner's POST stream and waits for its
+// answer, for the upstream's cancel, or for the client's call to end.
+func (ls *liveSession) ask(ctx context.Context, owner *callOwner, register func(context.Context) (context.Context, func()), method string, params json.RawMessage) (json.RawMessage, error) {
+	ctx, unregister := register(ctx)
+	defer unregister()
+	id := protocol.StringID(replicaTag + "-" + strconv.FormatUint(ls.reverseSeq.Add(1), 10))
+	ch := make(chan *protocol.Response, 1)
+	ls.mu.Lock()
+	ls.pending[id] = ch
+	ls.mu.Unlock()
+	defer func() {
+		ls.mu.Lock()
+		delete(ls.pending, id)
+		ls.mu.Unlock()
+	}()
+	if err := owner.out.send(&protocol.Request{ID: id, Method: method, Params: params}); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
+	}
+	select {
+	case resp := <-ch:
+		if resp.Error != nil {
+			return nil, resp.Error
+		}
+		return resp.Result, nil
+	case <-ctx.Done():
+	case <-owner.ctx.Done():
+	}
+	// Tell the client to stop (mcp-notes §8.2); best effort on the same stream.
+	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the upstream no longer needs the answer"})
+	_ = owner.out.send(&protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
+	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
+}
+
+// answer delivers a client's response to a request the gateway sent it; it reports whether
+// one was waiting.
+func (ls *liveSession) answer(resp *protocol.Response) bool {
+	ls.mu.Lock()
+	ch, ok := ls.pending[resp.ID]
+	delete(ls.pending, resp.ID)
+	ls.mu.Unlock()
+	if ok {
+		ch <- resp
+	}
+	return ok
+}
+
+// onUpstreamNotification routes an upstream's notification about a call to its client:
+// progress by the gateway's token, a cancel of a reverse request by the upstream's id.
+func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notification, origin upstream.Origin) {
+	r := g.routeOf(c)
+	if r == nil {
+		return
+	}
+	switch n.Method {
+	case protocol.NotificationProgress:
+		token, ok, err := protocol.Member(n.Params, "progressToken")
+		if err != nil || !ok {
+			return
+		}
+		g.progressMu.Lock()
+		p, ok := g.progress[progressKey{r, string(token)}]
+		g.progressMu.Unlock()
+		if !ok {
+			return
+		}
+		params, err := protocol.SetMember(n.Params, "progressToken", p.original)
+		if err != nil {
+			return
+		}
+		_ = p.owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
+	case protocol.NotificationCancelled:
+		raw, ok, err := protocol.Member(n.Params, "requestId")
+		if err != nil || !ok {
+			return
+		}
+		id, err := protocol.ParseID(raw)
+		if err != nil {
+			return
+		}
+		g.reverseMu.Lock()
+		cancel := g.reverse[reverseKey{r, id}]
+		g.reverseMu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	}
+}
+
+type progressKey struct {
+	route *route
+	token string // the gateway's token, as raw JSON
+}
+
+type progressEntry struct {
+	owner    *callOwner
+	original json.RawMessage // the client's token, with its JSON type
+}
+
+// remapProgress replaces a request's _meta.progressToken by a gateway token unique on the
+// upstream connection, so that two sessions' tokens never meet there; it returns the new
+// params and a func that forgets the mapping when the call ends.
+func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessage) (json.RawMessage, func(), error) {
+	meta, ok, err := protocol.Member(params, "_meta")
+	if err != nil || !ok || len(meta) == 0 || meta[0] != '{' {
+		return params, func() {}, nil
+	}
+	original, ok, err := protocol.Member(meta, "progressToken")
+	if err != nil || !ok {
+		return params, func() {}, nil
+	}
+	token := protocol.AppendString(nil, "mf-p-"+replicaTag+"-"+strconv.FormatUint(g.progressSeq.Add(1), 10))
+	newMeta, err := protocol.SetMember(meta, "progressToken", token)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
+	}
+	out, err := protocol.SetMember(params, "_meta", newMeta)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
+	}
+	key := progressKey{r, string(token)}
+	g.progressMu.Lock()
+	g.progress[key] = progressEntry{owner: owner, original: append(json.RawMessage(nil), original...)}
+	g.progressMu.Unlock()
+	return out, func() {
+		g.progressMu.Lock()
+		delete(g.progress, key)
+		g.progressMu.Unlock()
+	}, nil
+}
+
+// routeOf finds the route of an upstream client.
+func (g *Gateway) routeOf(c *upstream.Client) *route {
+	for _, r := range g.routes {
+		if r.client == upstreamClient(c) {
+			return r
+		}
+	}
+	return nil
+}
