@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -59,6 +60,7 @@ func text(s string) *mcp.CallToolResult {
 //   - "many": 25 tools "tool_00"…"tool_24" and "add_tool", which adds "added_N" (list_changed).
 //   - "fragile": tool "crash", which makes the process exit, tool "big" (100 kB) and tool "ok".
 //   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
+//   - "reverse": tools that ask the client mid-call (see addReverseTools).
 func New(flavor string) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
 		Instructions: "instructions of " + flavor,
@@ -124,6 +126,8 @@ func New(flavor string) (*mcp.Server, error) {
 			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 				return text("ok"), nil, nil
 			})
+	case "reverse":
+		addReverseTools(server)
 	case "collide":
 		mcp.AddTool(server, &mcp.Tool{Name: "beta__echo", Description: "a name that collides with beta's echo under prefix beta"},
 			func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
@@ -133,4 +137,75 @@ func New(flavor string) (*mcp.Server, error) {
 		return nil, fmt.Errorf("unknown test upstream flavor %q", flavor)
 	}
 	return server, nil
+}
+
+// addReverseTools adds the tools of the "reverse" flavor:
+//   - "ask" {text}: samples (the prompt is the text), then elicits a form, and answers
+//     "sampled=<model's text>;elicited=<content.answer>";
+//   - "slow_ask": waits 300 ms, then samples, so that calls of two clients overlap;
+//   - "progress": sends three progress notifications with the caller's token, then answers
+//     the token it saw;
+//   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count.
+func addReverseTools(server *mcp.Server) {
+	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
+		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
+			MaxTokens: 10,
+			Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
+		})
+		if err != nil {
+			return "", err
+		}
+		tc, _ := res.Content.(*mcp.TextContent)
+		if tc == nil {
+			return "", fmt.Errorf("sampling answered %T", res.Content)
+		}
+		return tc.Text, nil
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "ask", Description: "samples and elicits mid-call"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			sampled, err := sample(ctx, req.Session, in.Text)
+			if err != nil {
+				return nil, nil, err
+			}
+			el, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+				Message: "answer for " + in.Text,
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{
+					"answer": map[string]any{"type": "string"}}},
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			return text(fmt.Sprintf("sampled=%s;elicited=%v", sampled, el.Content["answer"])), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "slow_ask", Description: "waits, then samples"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			time.Sleep(300 * time.Millisecond)
+			sampled, err := sample(ctx, req.Session, in.Text)
+			if err != nil {
+				return nil, nil, err
+			}
+			return text("sampled=" + sampled), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "progress", Description: "reports progress three times"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			token := req.Params.GetProgressToken()
+			for i := range 3 {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i + 1), Total: 3}); err != nil {
+					return nil, nil, err
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			return text(fmt.Sprintf("token=%v", token)), nil, nil
+		})
+	var cancels atomic.Int64
+	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			<-ctx.Done()
+			cancels.Add(1)
+			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "cancels", Description: "how many block calls were cancelled"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(fmt.Sprint(cancels.Load())), nil, nil
+		})
 }

@@ -1,0 +1,257 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// markedClient connects a client whose sampling and elicitation handlers answer with its own
+// marker, and records every reverse request it receives.
+func markedClient(t *testing.T, url, marker string, elicitation bool) (*mcp.ClientSession, *[]string, *sync.Mutex) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	opts := &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			prompt := req.Params.Messages[0].Content.(*mcp.TextContent).Text
+			mu.Lock()
+			seen = append(seen, "sampling:"+prompt)
+			mu.Unlock()
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: marker + "/" + prompt}}, nil
+		},
+	}
+	if elicitation {
+		opts.ElicitationHandler = func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			mu.Lock()
+			seen = append(seen, "elicitation:"+req.Params.Message)
+			mu.Unlock()
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": marker}}, nil
+		}
+	}
+	return connect(t, url, opts), &seen, &mu
+}
+
+// TestReverseRequestsReachTheirOwnClient: two sessions call tools at the same time on one
+// shared Streamable HTTP upstream whose tools sample and elicit mid-call; each client gets
+// only its own requests and its own marker back, round after round.
+func TestReverseRequestsReachTheirOwnClient(t *testing.T) {
+	upstreamSrv := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	defer upstreamSrv.Close()
+	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: r\n    url: %s\n", upstreamSrv.URL), nil)
+	defer tg.close()
+
+	clients := map[string]*mcp.ClientSession{}
+	seen := map[string]*[]string{}
+	for _, m := range []string{"A", "B"} {
+		cs, s, _ := markedClient(t, tg.url, m, true)
+		clients[m], seen[m] = cs, s
+	}
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for _, m := range []string{"A", "B"} {
+		wg.Go(func() {
+			for round := range 15 {
+				text := fmt.Sprintf("%s-%d", m, round)
+				res, err := clients[m].CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
+				if err != nil {
+					t.Errorf("client %s round %d: %v", m, round, err)
+					return
+				}
+				want := fmt.Sprintf("sampled=%s/%s;elicited=%s", m, text, m)
+				if got := textOf(t, res); got != want {
+					t.Errorf("client %s round %d: %q, want %q", m, round, got, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, m := range []string{"A", "B"} {
+		for _, s := range *seen[m] {
+			if !strings.Contains(s, ":"+m+"-") && !strings.Contains(s, " "+m+"-") {
+				t.Errorf("client %s received another session's request: %q", m, s)
+			}
+		}
+		if len(*seen[m]) != 30 {
+			t.Errorf("client %s saw %d reverse requests, want 30", m, len(*seen[m]))
+		}
+	}
+}
+
+// TestSharedStdioRoutesOnlyWhenUnambiguous: over a shared stdio upstream nothing ties a
+// server request to a call. With one session in flight the request is routed; with two, the
+// upstream gets the routing error and neither client receives anything.
+func TestSharedStdioRoutesOnlyWhenUnambiguous(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), nil)
+	defer tg.close()
+	a, seenA, muA := markedClient(t, tg.url, "A", true)
+	b, seenB, muB := markedClient(t, tg.url, "B", true)
+	ctx := ctxT(t)
+
+	res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "alone"}})
+	if err != nil || textOf(t, res) != "sampled=A/alone;elicited=A" {
+		t.Fatalf("a single session in flight: %v %v", res, err)
+	}
+
+	muA.Lock()
+	before := len(*seenA)
+	muA.Unlock()
+	results := make([]*mcp.CallToolResult, 2)
+	var wg sync.WaitGroup
+	for i, cs := range []*mcp.ClientSession{a, b} {
+		wg.Go(func() {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__slow_ask", Arguments: map[string]any{"text": "both"}})
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r == nil {
+			continue
+		}
+		if !r.IsError || !strings.Contains(textOf(t, r), "isolation: session") {
+			t.Errorf("call %d with two sessions in flight: %q, want the routing error naming isolation: session", i, textOf(t, r))
+		}
+	}
+	muA.Lock()
+	muB.Lock()
+	defer muA.Unlock()
+	defer muB.Unlock()
+	if len(*seenA) != before || len(*seenB) != 0 {
+		t.Errorf("a request crossed: A saw %v, B saw %v", (*seenA)[before:], *seenB)
+	}
+}
+
+// TestProgressTokensStayWithTheirOwner: two sessions use the same progress token "1"; each
+// receives only its own notifications, with its token as it sent it.
+func TestProgressTokensStayWithTheirOwner(t *testing.T) {
+	upstreamSrv := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	defer upstreamSrv.Close()
+	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: r\n    url: %s\n", upstreamSrv.URL)+upstreamYAML("s", "reverse", ""), nil)
+	defer tg.close()
+	for _, tool := range []string{"r__progress", "s__progress"} {
+		t.Run(tool, func(t *testing.T) {
+			type note struct {
+				token    any
+				progress float64
+			}
+			var mu sync.Mutex
+			got := map[string][]note{}
+			sessions := map[string]*mcp.ClientSession{}
+			for _, m := range []string{"A", "B"} {
+				sessions[m] = connect(t, tg.url, &mcp.ClientOptions{
+					ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+						mu.Lock()
+						got[m] = append(got[m], note{req.Params.ProgressToken, req.Params.Progress})
+						mu.Unlock()
+					},
+				})
+			}
+			ctx := ctxT(t)
+			var wg sync.WaitGroup
+			for _, m := range []string{"A", "B"} {
+				wg.Go(func() {
+					params := &mcp.CallToolParams{Name: tool}
+					params.SetProgressToken("1")
+					res, err := sessions[m].CallTool(ctx, params)
+					if err != nil {
+						t.Errorf("%s: %v", m, err)
+						return
+					}
+					if text := textOf(t, res); strings.Contains(text, "token=1") {
+						t.Errorf("%s: the upstream saw the client's own token (%q); it must see the gateway's", m, text)
+					}
+				})
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range []string{"A", "B"} {
+				if len(got[m]) != 3 {
+					t.Errorf("session %s got %d progress notifications, want its own 3: %v", m, len(got[m]), got[m])
+				}
+				for _, n := range got[m] {
+					if n.token != "1" {
+						t.Errorf("session %s got token %v (%T), want \"1\" as sent", m, n.token, n.token)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCancelStopsOnlyItsOwnCall: a client cancels a long call; the upstream sees the cancel,
+// and another session's call completes.
+func TestCancelStopsOnlyItsOwnCall(t *testing.T) {
+	upstreamSrv := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	defer upstreamSrv.Close()
+	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: r\n    url: %s\n", upstreamSrv.URL), nil)
+	defer tg.close()
+	a := connect(t, tg.url, nil)
+	b, _, _ := markedClient(t, tg.url, "B", true)
+
+	callCtx, cancel := context.WithCancel(context.Background())
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := a.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
+		blocked <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let the call reach the upstream
+	cancel()                           // the go-sdk client sends notifications/cancelled
+	if err := <-blocked; err == nil {
+		t.Error("the cancelled call returned no error")
+	}
+	ctx := ctxT(t)
+	res, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}})
+	if err != nil || textOf(t, res) != "sampled=B/x;elicited=B" {
+		t.Errorf("the other session's call: %v %v", res, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "r__cancels"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if textOf(t, res) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream saw %s cancels, want 1", textOf(t, res))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestUndeclaredCapabilityIsNeverForwarded: a client without elicitation never receives an
+// elicitation request; the upstream gets an error instead.
+func TestUndeclaredCapabilityIsNeverForwarded(t *testing.T) {
+	upstreamSrv := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	defer upstreamSrv.Close()
+	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: r\n    url: %s\n", upstreamSrv.URL), nil)
+	defer tg.close()
+	cs, seen, mu := markedClient(t, tg.url, "A", false)
+	res, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(textOf(t, res), "elicitation") {
+		t.Errorf("result %q, want the tool to fail on the refused elicitation", textOf(t, res))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range *seen {
+		if strings.HasPrefix(s, "elicitation:") {
+			t.Errorf("the client received %q without declaring elicitation", s)
+		}
+	}
+}
