@@ -67,6 +67,9 @@ const (
 	defaultSessionIdleTimeout = 30 * time.Minute
 	defaultPageSize           = 100
 	defaultRequestTimeout     = 60 * time.Second
+	defaultIsolation          = IsolationShared
+	defaultIsolationIdle      = 5 * time.Minute
+	defaultMaxConnections     = 100
 	defaultInitializeTimeout  = 30 * time.Second
 	defaultMaxResponseBytes   = 16 << 20 // 16 MiB
 )
@@ -225,6 +228,26 @@ type Upstream struct {
 	// followed by the separator must not contain the separator earlier, so
 	// that a namespaced name splits back in one way only.
 	Prefix string
+
+	// Isolation says how client sessions share this upstream (key `isolation`):
+	// IsolationShared (one connection for all sessions; the default),
+	// IsolationPrincipal (one per authenticated user; until authentication
+	// exists, one per session) or IsolationSession (one per client session,
+	// opened on its first call and closed with the session or after
+	// IsolationIdleTimeout). Upstreams that keep per-client state, or send
+	// sampling, elicitation or roots requests while several sessions call them
+	// over stdio, need principal or session.
+	Isolation string
+
+	// IsolationIdleTimeout closes a per-session or per-principal connection
+	// unused this long (key `isolation_idle_timeout`); greater than 0.
+	// Defaults to 5 minutes.
+	IsolationIdleTimeout time.Duration
+
+	// MaxConnections caps the per-session or per-principal connections (for a
+	// stdio upstream: child processes) open at once (key `max_connections`);
+	// greater than 0. Defaults to 100.
+	MaxConnections int
 
 	// RequestTimeout bounds each request forwarded to this upstream (key
 	// `request_timeout`, a duration such as "60s"); greater than 0. Defaults
@@ -478,8 +501,29 @@ func applyDefaults(c *Config, ix *index) {
 		if !ix.has(path + ".enabled") {
 			u.Enabled = true
 		}
+		applyIsolationDefaults(u, ix, path)
 	}
 }
+
+// applyIsolationDefaults fills the isolation keys an upstream leaves out.
+func applyIsolationDefaults(u *Upstream, ix *index, path string) {
+	if !ix.has(path + ".isolation") {
+		u.Isolation = defaultIsolation
+	}
+	if !ix.has(path + ".isolation_idle_timeout") {
+		u.IsolationIdleTimeout = defaultIsolationIdle
+	}
+	if !ix.has(path + ".max_connections") {
+		u.MaxConnections = defaultMaxConnections
+	}
+}
+
+// The values of Upstream.Isolation.
+const (
+	IsolationShared    = "shared"
+	IsolationPrincipal = "principal"
+	IsolationSession   = "session"
+)
 
 // defaultTransport returns the transport of u when none is given: stdio for
 // a command, Streamable HTTP for a URL, and "" if u has both or neither

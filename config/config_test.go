@@ -44,6 +44,15 @@ func configUpstream(file string, u config.Upstream) config.Upstream {
 	if u.MaxResponseBytes == 0 {
 		u.MaxResponseBytes = 16 << 20
 	}
+	if u.Isolation == "" {
+		u.Isolation = "shared"
+	}
+	if u.IsolationIdleTimeout == 0 {
+		u.IsolationIdleTimeout = 5 * time.Minute
+	}
+	if u.MaxConnections == 0 {
+		u.MaxConnections = 100
+	}
 	if u.File == "" {
 		u.File = file
 	}
@@ -109,6 +118,9 @@ upstreams:
     request_timeout: 5s
     initialize_timeout: 10s
     max_response_bytes: 1024
+    isolation: session
+    isolation_idle_timeout: 2m
+    max_connections: 7
     enabled: false
     include_instructions: true
 `,
@@ -123,20 +135,23 @@ upstreams:
 				SessionIdleTimeout: 90 * time.Minute,
 				PageSize:           1000,
 				Upstreams: []config.Upstream{{
-					Name:                "gh",
-					Command:             "npx",
-					Args:                []string{"-y", "server"},
-					Env:                 map[string]string{"TOKEN": "abc", "EMPTY": ""},
-					Dir:                 "/tmp",
-					Transport:           "stdio",
-					Prefix:              "github",
-					RequestTimeout:      5 * time.Second,
-					InitializeTimeout:   10 * time.Second,
-					MaxResponseBytes:    1024,
-					Enabled:             false,
-					IncludeInstructions: true,
-					File:                "gw.yaml",
-					Line:                11,
+					Name:                 "gh",
+					Command:              "npx",
+					Args:                 []string{"-y", "server"},
+					Env:                  map[string]string{"TOKEN": "abc", "EMPTY": ""},
+					Dir:                  "/tmp",
+					Transport:            "stdio",
+					Prefix:               "github",
+					RequestTimeout:       5 * time.Second,
+					InitializeTimeout:    10 * time.Second,
+					MaxResponseBytes:     1024,
+					Isolation:            "session",
+					IsolationIdleTimeout: 2 * time.Minute,
+					MaxConnections:       7,
+					Enabled:              false,
+					IncludeInstructions:  true,
+					File:                 "gw.yaml",
+					Line:                 11,
 				}},
 			},
 		},
@@ -274,7 +289,7 @@ func TestParseProblems(t *testing.T) {
 	}
 	const (
 		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, upstreams)"
-		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, enabled, include_instructions)"
+		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
@@ -584,7 +599,7 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, enabled, include_instructions)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
 		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},

@@ -278,6 +278,9 @@ func upstream(u *Upstream) decodeFunc {
 			{"request_timeout", duration(&u.RequestTimeout)},
 			{"initialize_timeout", duration(&u.InitializeTimeout)},
 			{"max_response_bytes", integer(&u.MaxResponseBytes)},
+			{"isolation", str(&u.Isolation)},
+			{"isolation_idle_timeout", duration(&u.IsolationIdleTimeout)},
+			{"max_connections", integer(&u.MaxConnections)},
 			{"enabled", boolean(&u.Enabled)},
 			{"include_instructions", boolean(&u.IncludeInstructions)},
 		})

@@ -141,14 +141,17 @@ func (im *importer) servers(m jsonMember) {
 func (im *importer) server(sm jsonMember, path string) {
 	name := sanitizeName(sm.key)
 	u := Upstream{
-		Name:              name,
-		Prefix:            name[:min(len(name), maxPrefixLen)],
-		RequestTimeout:    defaultRequestTimeout,
-		InitializeTimeout: defaultInitializeTimeout,
-		MaxResponseBytes:  defaultMaxResponseBytes,
-		Enabled:           true,
-		File:              im.file,
-		Line:              sm.line,
+		Name:                 name,
+		Prefix:               name[:min(len(name), maxPrefixLen)],
+		RequestTimeout:       defaultRequestTimeout,
+		InitializeTimeout:    defaultInitializeTimeout,
+		MaxResponseBytes:     defaultMaxResponseBytes,
+		Isolation:            defaultIsolation,
+		IsolationIdleTimeout: defaultIsolationIdle,
+		MaxConnections:       defaultMaxConnections,
+		Enabled:              true,
+		File:                 im.file,
+		Line:                 sm.line,
 	}
 	im.lines[path] = sm.line
 	defer func() {

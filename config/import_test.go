@@ -30,6 +30,15 @@ func imported(file string, u config.Upstream) config.Upstream {
 	if u.MaxResponseBytes == 0 {
 		u.MaxResponseBytes = 16 << 20
 	}
+	if u.Isolation == "" {
+		u.Isolation = "shared"
+	}
+	if u.IsolationIdleTimeout == 0 {
+		u.IsolationIdleTimeout = 5 * time.Minute
+	}
+	if u.MaxConnections == 0 {
+		u.MaxConnections = 100
+	}
 	u.File = file
 	return u
 }

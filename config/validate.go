@@ -154,6 +154,17 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 		if u.RequestTimeout <= 0 {
 			v.check(s.where, s.field("request_timeout"), "must be greater than 0, like 60s")
 		}
+		switch u.Isolation {
+		case IsolationShared, IsolationPrincipal, IsolationSession:
+		default:
+			v.check(s.where, s.field("isolation"), fmt.Sprintf("%q is not an isolation mode: use shared, principal or session", u.Isolation))
+		}
+		if u.IsolationIdleTimeout <= 0 {
+			v.check(s.where, s.field("isolation_idle_timeout"), "must be greater than 0, like 5m")
+		}
+		if u.MaxConnections <= 0 {
+			v.check(s.where, s.field("max_connections"), "must be greater than 0, like 100")
+		}
 		if u.InitializeTimeout <= 0 {
 			v.check(s.where, s.field("initialize_timeout"), "must be greater than 0, like 30s")
 		}

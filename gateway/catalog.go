@@ -41,6 +41,8 @@ type route struct {
 	includeInstructions bool
 	// noOwnerOnce logs once that requests of this upstream cannot be routed to one client.
 	noOwnerOnce sync.Once
+	// pool holds per-session connections when the upstream is isolated; nil when shared.
+	pool *connPool
 }
 
 // entry is one item of the merged catalog.

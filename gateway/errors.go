@@ -24,6 +24,9 @@ func toWireError(err error, logger *slog.Logger, requestID string) *protocol.Err
 	case errors.As(err, &unavailable):
 		logger.Warn("request to an unavailable upstream", "request_id", requestID, "error", err.Error())
 		return protocol.Errorf(protocol.CodeUpstreamUnavailable, "upstream %s is unavailable; try again later", unavailable.upstream)
+	case errors.Is(err, errConnectionLimit):
+		logger.Warn("request refused: the upstream's isolated connections are all in use", "request_id", requestID, "error", err.Error())
+		return protocol.Errorf(protocol.CodeUpstreamUnavailable, "the upstream has its maximum of connections open for other sessions; try again later")
 	case errors.Is(err, upstream.ErrTimeout):
 		logger.Warn("upstream request timed out", "request_id", requestID, "error", err.Error())
 		return protocol.Errorf(protocol.CodeUpstreamTimeout, "the upstream did not answer in time; try again later")

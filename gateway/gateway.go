@@ -64,6 +64,9 @@ type Gateway struct {
 
 	requestSeq atomic.Uint64
 
+	// clientRoutes finds the route of an upstream client, shared or per session.
+	clientRoutes sync.Map // upstreamClient → *route
+
 	// inflight knows which client requests have calls in flight on each upstream.
 	inflight  inflightTable
 	reverseMu sync.Mutex
@@ -159,6 +162,11 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			}
 			schemes[r.scheme] = u.Name
 		}
+		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
+			spec := client.Spec()
+			r.pool = &connPool{g: g, base: r, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
+		}
+		g.clientRoutes.Store(upstreamClient(client), r)
 		g.routes = append(g.routes, r)
 	}
 	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
@@ -203,6 +211,9 @@ func (g *Gateway) Close() error {
 			ls.end()
 		}
 		for _, r := range g.routes {
+			if r.pool != nil {
+				r.pool.closeAll()
+			}
 			r.client.Close()
 		}
 		g.workers.Wait()
@@ -282,6 +293,11 @@ func (g *Gateway) expireSessions() {
 			g.logger.Info("session expired after being idle", "session_id", id, "idle_timeout", g.cfg.SessionIdleTimeout.String())
 			g.endLocal(id)
 		}
+		for _, r := range g.routes {
+			if r.pool != nil {
+				r.pool.sweep(g.opts.Now())
+			}
+		}
 	}
 }
 
@@ -299,6 +315,11 @@ func (g *Gateway) endLocal(id string) {
 	g.mu.Unlock()
 	if ls != nil {
 		ls.end()
+	}
+	for _, r := range g.routes {
+		if r.pool != nil {
+			r.pool.closeSession(id)
+		}
 	}
 }
 
@@ -331,4 +352,15 @@ func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
 		statuses[r.name] = r.client.Status()
 	}
 	return statuses
+}
+
+// IsolatedConnections reports how many per-session connections the named upstream has open
+// (0 for a shared upstream).
+func (g *Gateway) IsolatedConnections(upstreamName string) int {
+	for _, r := range g.routes {
+		if r.name == upstreamName && r.pool != nil {
+			return r.pool.open()
+		}
+	}
+	return 0
 }

@@ -331,12 +331,10 @@ func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessa
 	}, nil
 }
 
-// routeOf finds the route of an upstream client.
+// routeOf finds the route of an upstream client, shared or a session's own.
 func (g *Gateway) routeOf(c *upstream.Client) *route {
-	for _, r := range g.routes {
-		if r.client == upstreamClient(c) {
-			return r
-		}
+	if r, ok := g.clientRoutes.Load(upstreamClient(c)); ok {
+		return r.(*route)
 	}
 	return nil
 }

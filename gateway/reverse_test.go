@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/gateway"
 )
 
 // markedClient connects a client whose sampling and elicitation handlers answer with its own
@@ -254,4 +256,83 @@ func TestUndeclaredCapabilityIsNeverForwarded(t *testing.T) {
 			t.Errorf("the client received %q without declaring elicitation", s)
 		}
 	}
+}
+
+// TestSessionIsolation: with isolation: session each client session gets its own stdio
+// child, so requests the upstream sends mid-call route even when sessions overlap; the
+// children end with their sessions, and max_connections caps them.
+func TestSessionIsolation(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", "    isolation: session\n    max_connections: 2\n"), nil)
+	defer tg.close()
+	a, _, _ := markedClient(t, tg.url, "A", true)
+	b, _, _ := markedClient(t, tg.url, "B", true)
+	ctx := ctxT(t)
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for m, cs := range map[string]*mcp.ClientSession{"A": a, "B": b} {
+			wg.Go(func() {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__slow_ask", Arguments: map[string]any{"text": "t"}})
+				if err != nil {
+					t.Errorf("round %d, %s: %v", round, m, err)
+					return
+				}
+				if got, want := textOf(t, res), "sampled="+m+"/t"; got != want {
+					t.Errorf("round %d, %s: %q, want %q", round, m, got, want)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := tg.gw.IsolatedConnections("r"); n != 2 {
+		t.Errorf("%d session connections open, want 2", n)
+	}
+
+	// A third session is refused past max_connections, with a tool result that says so.
+	c, _, _ := markedClient(t, tg.url, "C", true)
+	res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || res.Meta["dev.manifold/reason"] != "connection_limit" {
+		t.Errorf("third session: %q %v, want a connection_limit tool error", textOf(t, res), res.Meta)
+	}
+
+	// Ending a session ends its child; then C gets one.
+	a.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for tg.gw.IsolatedConnections("r") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections after a session ended, want 1", tg.gw.IsolatedConnections("r"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err = c.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}})
+	if err != nil || textOf(t, res) != "sampled=C/x;elicited=C" {
+		t.Errorf("C after A left: %v %v", res, err)
+	}
+}
+
+// TestIsolatedConnectionClosesWhenIdle: a session's own connection closes after
+// isolation_idle_timeout without calls, and reopens on the next call.
+func TestIsolatedConnectionClosesWhenIdle(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", "    isolation: session\n    isolation_idle_timeout: 200ms\n"),
+		&gateway.Options{ExpiryInterval: 50 * time.Millisecond})
+	defer tg.close()
+	a, _, _ := markedClient(t, tg.url, "A", true)
+	ctx := ctxT(t)
+	call := func() {
+		res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "i"}})
+		if err != nil || textOf(t, res) != "sampled=A/i;elicited=A" {
+			t.Fatalf("call: %v %v", res, err)
+		}
+	}
+	call()
+	deadline := time.Now().Add(10 * time.Second)
+	for tg.gw.IsolatedConnections("r") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session connection was not closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	call()
 }

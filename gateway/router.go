@@ -143,6 +143,10 @@ func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *snapsho
 		g.logger.Warn("tools/call to an unavailable upstream", "upstream", e.route.name, "tool", name, "error", err.Error())
 		return unavailableResult(e.route.name, "upstream_unavailable",
 			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, e.route.name)), nil
+	case errors.Is(err, errConnectionLimit):
+		g.logger.Warn("tools/call refused: the upstream's isolated connections are all in use", "upstream", e.route.name, "tool", name)
+		return unavailableResult(e.route.name, "connection_limit",
+			fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", name, e.route.name)), nil
 	case errors.Is(err, upstream.ErrTimeout):
 		g.logger.Warn("tools/call timed out", "upstream", e.route.name, "tool", name, "error", err.Error())
 		return unavailableResult(e.route.name, "upstream_timeout",
@@ -305,6 +309,14 @@ func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *snapsho
 func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
 	if cc.owner == nil {
 		return r.client.Call(ctx, method, params)
+	}
+	if r.pool != nil {
+		pc, err := r.pool.get(ctx, cc.owner.session.id)
+		if err != nil {
+			return nil, err
+		}
+		defer r.pool.release(pc)
+		r = pc.route
 	}
 	done := g.inflight.add(r, cc.owner)
 	defer done()

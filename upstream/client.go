@@ -861,3 +861,6 @@ func (cn *connection) respond(resp *protocol.Response) {
 		cn.fail(err)
 	}
 }
+
+// Spec returns the upstream's spec, with its defaults applied.
+func (c *Client) Spec() Spec { return c.spec }

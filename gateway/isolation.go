@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// errConnectionLimit is returned when an isolated upstream already has its maximum of
+// connections open.
+var errConnectionLimit = errors.New("connection limit reached")
+
+// connPool holds the connections of an upstream configured with isolation session (or
+// principal, which is per session until authentication exists): one per client session,
+// opened on its first call, closed with the session or when idle. The upstream's shared
+// connection still serves the catalog.
+type connPool struct {
+	g    *Gateway
+	base *route
+	spec upstream.Spec
+	opts upstream.Options
+	idle time.Duration
+	max  int
+
+	mu sync.Mutex
+	// conns holds the open connections by client session id. Guarded by mu.
+	conns map[string]*pooledConn
+}
+
+// pooledConn is one session's own connection to the upstream.
+type pooledConn struct {
+	route *route
+	ready chan struct{} // closed once the connection is ready
+	// lastUsed is the unix nano time of the last call; inUse counts calls in flight.
+	lastUsed atomic.Int64
+	inUse    atomic.Int32
+}
+
+// get returns the session's own route to the upstream, opening its connection on first use.
+// The caller must call release when its call is done.
+func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, error) {
+	p.mu.Lock()
+	pc, ok := p.conns[sessionID]
+	if !ok {
+		if len(p.conns) >= p.max {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.name, errConnectionLimit, p.max)
+		}
+		pc = p.openLocked(sessionID)
+	}
+	pc.inUse.Add(1)
+	pc.lastUsed.Store(time.Now().UnixNano())
+	p.mu.Unlock()
+
+	wait, cancel := context.WithTimeout(ctx, p.spec.InitializeTimeout)
+	defer cancel()
+	select {
+	case <-pc.ready:
+		return pc, nil
+	case <-wait.Done():
+		p.release(pc)
+		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.base.name, upstream.ErrUnavailable)
+	}
+}
+
+func (p *connPool) release(pc *pooledConn) {
+	pc.lastUsed.Store(time.Now().UnixNano())
+	pc.inUse.Add(-1)
+}
+
+// openLocked starts a connection for the session; it runs on a goroutine the gateway owns.
+func (p *connPool) openLocked(sessionID string) *pooledConn {
+	pc := &pooledConn{ready: make(chan struct{})}
+	var readyOnce sync.Once
+	opts := p.opts
+	opts.OnChange = func(c *upstream.Client) {
+		if c.State() == upstream.StateReady {
+			readyOnce.Do(func() { close(pc.ready) })
+		}
+	}
+	client := upstream.New(p.spec, &opts)
+	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client}
+	pc.route = r
+	p.conns[sessionID] = pc
+	p.g.clientRoutes.Store(client, r)
+	p.g.workers.Add(1)
+	go func() {
+		defer p.g.workers.Done()
+		client.Run(p.g.ctx)
+	}()
+	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.name, "session_id", sessionID)
+	return pc
+}
+
+// closeSession closes the session's connection, if any, in the background.
+func (p *connPool) closeSession(sessionID string) {
+	p.mu.Lock()
+	pc, ok := p.conns[sessionID]
+	delete(p.conns, sessionID)
+	p.mu.Unlock()
+	if ok {
+		p.closeConn(pc, sessionID)
+	}
+}
+
+func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
+	p.g.workers.Add(1)
+	go func() {
+		defer p.g.workers.Done()
+		pc.route.client.Close()
+		p.g.clientRoutes.Delete(pc.route.client)
+		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.name, "session_id", sessionID)
+	}()
+}
+
+// sweep closes connections idle for longer than the idle time.
+func (p *connPool) sweep(now time.Time) {
+	cutoff := now.Add(-p.idle).UnixNano()
+	p.mu.Lock()
+	var idle []string
+	for id, pc := range p.conns {
+		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff {
+			idle = append(idle, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range idle {
+		p.closeSession(id)
+	}
+}
+
+// closeAll closes every connection; used at shutdown.
+func (p *connPool) closeAll() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[string]*pooledConn{}
+	p.mu.Unlock()
+	for id, pc := range conns {
+		p.closeConn(pc, id)
+	}
+}
+
+// open reports how many connections are open.
+func (p *connPool) open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
