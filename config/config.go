@@ -153,6 +153,12 @@ type Config struct {
 	// Names and effective prefixes are unique across all of them, enabled or
 	// not. The list may be empty: the gateway then starts with no upstreams.
 	Upstreams []Upstream
+
+	// Roots are the root URIs the gateway itself answers to roots/list from a shared
+	// upstream outside any client's call (key `roots`), e.g. file:///srv/data. Such a
+	// request cannot be attributed to one client, so no client's roots are used. Nil (the
+	// default) answers no roots.
+	Roots []string
 }
 
 // Upstream configures one upstream MCP server: a child process speaking MCP

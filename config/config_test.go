@@ -288,7 +288,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, upstreams)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, roots, upstreams)"
 		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"

@@ -237,6 +237,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{"max_sessions", integer(&c.MaxSessions)},
 		{"session_idle_timeout", duration(&c.SessionIdleTimeout)},
 		{"page_size", integer(&c.PageSize)},
+		{"roots", strList(&c.Roots)},
 		{"upstreams", upstreams(&c.Upstreams)},
 	})
 	return c

@@ -43,6 +43,8 @@ type route struct {
 	noOwnerOnce sync.Once
 	// pool holds per-session connections when the upstream is isolated; nil when shared.
 	pool *connPool
+	// boundSession is the session a per-session connection belongs to; nil when shared.
+	boundSession *liveSession
 }
 
 // entry is one item of the merged catalog.

@@ -11,6 +11,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -77,6 +78,8 @@ type Gateway struct {
 	// progress maps the gateway's progress tokens back to their callers. Guarded by progressMu.
 	progress    map[progressKey]progressEntry
 	progressSeq atomic.Uint64
+	// rootsResult answers roots/list for shared upstreams outside any call: the config's roots.
+	rootsResult json.RawMessage
 
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
@@ -124,6 +127,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.rootsResult = rootsResult(cfg.Roots)
 
 	schemes := map[string]string{}
 	for i, u := range cfg.EnabledUpstreams() {
@@ -363,4 +367,14 @@ func (g *Gateway) IsolatedConnections(upstreamName string) int {
 		}
 	}
 	return 0
+}
+
+// rootsResult is the roots/list result for the configured root URIs.
+func rootsResult(uris []string) json.RawMessage {
+	roots := make([]map[string]string, 0, len(uris))
+	for _, u := range uris {
+		roots = append(roots, map[string]string{"uri": u})
+	}
+	out, _ := json.Marshal(map[string]any{"roots": roots})
+	return out
 }

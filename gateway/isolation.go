@@ -43,7 +43,8 @@ type pooledConn struct {
 
 // get returns the session's own route to the upstream, opening its connection on first use.
 // The caller must call release when its call is done.
-func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, error) {
+func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, error) {
+	sessionID := session.id
 	p.mu.Lock()
 	pc, ok := p.conns[sessionID]
 	if !ok {
@@ -51,7 +52,7 @@ func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, erro
 			p.mu.Unlock()
 			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.name, errConnectionLimit, p.max)
 		}
-		pc = p.openLocked(sessionID)
+		pc = p.openLocked(session)
 	}
 	pc.inUse.Add(1)
 	pc.lastUsed.Store(time.Now().UnixNano())
@@ -74,7 +75,8 @@ func (p *connPool) release(pc *pooledConn) {
 }
 
 // openLocked starts a connection for the session; it runs on a goroutine the gateway owns.
-func (p *connPool) openLocked(sessionID string) *pooledConn {
+func (p *connPool) openLocked(session *liveSession) *pooledConn {
+	sessionID := session.id
 	pc := &pooledConn{ready: make(chan struct{})}
 	var readyOnce sync.Once
 	opts := p.opts
@@ -84,7 +86,7 @@ func (p *connPool) openLocked(sessionID string) *pooledConn {
 		}
 	}
 	client := upstream.New(p.spec, &opts)
-	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client}
+	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client, boundSession: session}
 	pc.route = r
 	p.conns[sessionID] = pc
 	p.g.clientRoutes.Store(client, r)

@@ -69,16 +69,18 @@ func (ls *liveSession) hasStream() bool {
 
 // notify queues a message for the standalone stream; without one, or when it is full, the
 // message is dropped (list_changed needs no redelivery: the next list shows the change).
-func (ls *liveSession) notify(data []byte, logger *slog.Logger) {
+func (ls *liveSession) notify(data []byte, logger *slog.Logger) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.stream == nil {
-		return
+		return false
 	}
 	select {
 	case ls.stream <- data:
+		return true
 	default:
 		logger.Warn("a session's stream is not reading; a notification was dropped", "session_id", ls.id)
+		return false
 	}
 }
 

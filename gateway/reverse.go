@@ -21,9 +21,46 @@ type callOwner struct {
 	session *liveSession
 	// caps are the client capabilities the session declared at initialize.
 	caps clientCaps
-	out  *responder
-	// ctx ends when the client request does.
+	// out is where messages about the call go: the request's POST stream, or the session's
+	// standalone stream for a session-bound upstream's messages outside any call.
+	out messageSink
+	// ctx ends when the client request does (or the session, for the standalone stream).
 	ctx context.Context
+}
+
+// messageSink takes messages for a client.
+type messageSink interface {
+	send(protocol.Message) error
+}
+
+// standaloneSink sends on a session's standalone GET stream.
+type standaloneSink struct {
+	session *liveSession
+	g       *Gateway
+}
+
+func (s standaloneSink) send(m protocol.Message) error {
+	data, err := protocol.Encode(m)
+	if err != nil {
+		return err
+	}
+	if !s.session.notify(data, s.g.logger) {
+		return errStreamDone
+	}
+	return nil
+}
+
+// boundOwner is the owner of a message from a session's own upstream connection that came
+// outside any call: that session, on its standalone stream.
+func (g *Gateway) boundOwner(r *route) *callOwner {
+	if r.boundSession == nil {
+		return nil
+	}
+	rec, err := g.store.Get(r.boundSession.ctx, r.boundSession.id)
+	if err != nil {
+		return nil
+	}
+	return &callOwner{session: r.boundSession, caps: parseClientCaps(rec.ClientCapabilities), out: standaloneSink{r.boundSession, g}, ctx: r.boundSession.ctx}
 }
 
 // clientCaps are the client capabilities a reverse request needs.
@@ -124,28 +161,27 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 	if r == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
 	}
-	owner, _ := origin.Caller.(*callOwner)
+	owner, sessions := g.ownerOf(r, origin)
 	if owner == nil {
-		var sessions int
-		owner, sessions = g.inflight.soleOwner(r)
-		if owner == nil {
-			if req.Method == protocol.MethodListRoots {
-				// roots/list outside any call of a shared upstream: the gateway's own roots,
-				// never an arbitrary client's.
-				return json.RawMessage(`{"roots":[]}`), nil
-			}
-			r.noOwnerOnce.Do(func() {
-				g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
-					"upstream", r.name, "method", req.Method, "sessions_in_flight", sessions)
-			})
-			return nil, errNoOwner(r, req.Method, sessions)
+		if req.Method == protocol.MethodListRoots && sessions == 0 {
+			// roots/list outside any call of a shared upstream: the gateway's own roots
+			// (the config's), never an arbitrary client's.
+			return g.rootsResult, nil
 		}
+		r.noOwnerOnce.Do(func() {
+			g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
+				"upstream", r.name, "method", req.Method, "sessions_in_flight", sessions)
+		})
+		return nil, errNoOwner(r, req.Method, sessions)
 	}
 	params := req.Params
 	switch req.Method {
 	case protocol.MethodCreateMessage:
 		if !owner.caps.sampling {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the sampling capability")
+		}
+		if _, hasTools, _ := protocol.Member(params, "tools"); hasTools && !owner.caps.samplingTools {
+			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare sampling with tools")
 		}
 		params = narrowIncludeContext(params)
 	case protocol.MethodElicit:
@@ -161,6 +197,20 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the gateway does not forward %s to clients", req.Method)
 	}
 	return owner.session.ask(ctx, owner, g.reverseCancels(r, req.ID), req.Method, params)
+}
+
+// ownerOf finds whom a message from upstream r is for: the call the transport names, else
+// the only session with calls in flight there, else — for a session's own connection — that
+// session's standalone stream. It also returns how many sessions have calls in flight.
+func (g *Gateway) ownerOf(r *route, origin upstream.Origin) (*callOwner, int) {
+	if owner, ok := origin.Caller.(*callOwner); ok && owner != nil {
+		return owner, 1
+	}
+	owner, sessions := g.inflight.soleOwner(r)
+	if owner == nil && sessions == 0 {
+		owner = g.boundOwner(r)
+	}
+	return owner, sessions
 }
 
 // narrowIncludeContext turns includeContext thisServer/allServers into none: through a
@@ -271,6 +321,13 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 			return
 		}
 		_ = p.owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
+	case protocol.NotificationElicitationComplete:
+		// A URL-mode elicitation finished: tell the client it was for.
+		if owner, _ := g.ownerOf(r, origin); owner != nil && owner.caps.elicitURL {
+			if err := owner.out.send(n); err != nil {
+				_ = standaloneSink{owner.session, g}.send(n)
+			}
+		}
 	case protocol.NotificationCancelled:
 		raw, ok, err := protocol.Member(n.Params, "requestId")
 		if err != nil || !ok {

@@ -336,3 +336,45 @@ func TestIsolatedConnectionClosesWhenIdle(t *testing.T) {
 	}
 	call()
 }
+
+// TestRootsOutsideACall: a shared upstream asking for roots outside any call gets the
+// config's roots, never a client's; a session's own connection asks its own client, on
+// the session's standalone stream.
+func TestRootsOutsideACall(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nroots: [file:///srv/shared]\nupstreams:"+
+		upstreamYAML("shared", "reverse", "")+upstreamYAML("own", "reverse", "    isolation: session\n"), nil)
+	defer tg.close()
+	client := mcp.NewClient(&mcp.Implementation{Name: "roots", Version: "1"}, nil)
+	client.AddRoots(&mcp.Root{URI: "file:///home/client", Name: "mine"})
+	cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: tg.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx := ctxT(t)
+	for _, tc := range []struct{ upstream, want string }{
+		{"shared", "file:///srv/shared"},
+		{"own", "file:///home/client"},
+	} {
+		t.Run(tc.upstream, func(t *testing.T) {
+			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.upstream + "__roots_later"}); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.upstream + "__last_roots"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := textOf(t, res)
+				if got == tc.want {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the upstream got roots %q, want %q", got, tc.want)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}

@@ -311,7 +311,7 @@ func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method 
 		return r.client.Call(ctx, method, params)
 	}
 	if r.pool != nil {
-		pc, err := r.pool.get(ctx, cc.owner.session.id)
+		pc, err := r.pool.get(ctx, cc.owner.session)
 		if err != nil {
 			return nil, err
 		}

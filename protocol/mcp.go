@@ -62,6 +62,8 @@ const (
 	NotificationPromptsChanged   = "notifications/prompts/list_changed"
 	NotificationResourceUpdated  = "notifications/resources/updated"
 	NotificationRootsChanged     = "notifications/roots/list_changed"
+	// NotificationElicitationComplete ends a URL-mode elicitation (2025-11-25).
+	NotificationElicitationComplete = "notifications/elicitation/complete"
 )
 
 // LogLevels are the RFC 5424 levels of logging/setLevel, least severe first.

@@ -145,7 +145,9 @@ func New(flavor string) (*mcp.Server, error) {
 //   - "slow_ask": waits 300 ms, then samples, so that calls of two clients overlap;
 //   - "progress": sends three progress notifications with the caller's token, then answers
 //     the token it saw;
-//   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count.
+//   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count;
+//   - "roots_later": asks for roots after its call returned; "last_roots" answers the first
+//     root's URI (or "no roots", or the error).
 func addReverseTools(server *mcp.Server) {
 	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
 		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
@@ -196,6 +198,32 @@ func addReverseTools(server *mcp.Server) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			return text(fmt.Sprintf("token=%v", token)), nil, nil
+		})
+	// "roots_later" asks for roots after its call returned; "last_roots" answers what came.
+	var lastRoots atomic.Value
+	lastRoots.Store("none yet")
+	mcp.AddTool(server, &mcp.Tool{Name: "roots_later", Description: "asks for roots after returning"},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			session := req.Session
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				res, err := session.ListRoots(ctx, nil)
+				switch {
+				case err != nil:
+					lastRoots.Store("error: " + err.Error())
+				case len(res.Roots) == 0:
+					lastRoots.Store("no roots")
+				default:
+					lastRoots.Store(res.Roots[0].URI)
+				}
+			}()
+			return text("asked"), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "last_roots", Description: "what roots_later got"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(lastRoots.Load().(string)), nil, nil
 		})
 	var cancels atomic.Int64
 	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
