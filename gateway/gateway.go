@@ -69,14 +69,8 @@ type Gateway struct {
 	clientRoutes sync.Map // upstreamClient → *route
 
 	// inflight knows which client requests have calls in flight on each upstream.
-	inflight  inflightTable
-	reverseMu sync.Mutex
-	// reverse holds the cancel funcs of requests forwarded from upstreams to clients, by the
-	// upstream's id. Guarded by reverseMu.
-	reverse    map[reverseKey]context.CancelFunc
-	progressMu sync.Mutex
-	// progress maps the gateway's progress tokens back to their callers. Guarded by progressMu.
-	progress    map[progressKey]progressEntry
+	inflight inflightTable
+	// progressSeq numbers the progress tokens the gateway gives upstreams.
 	progressSeq atomic.Uint64
 	// rootsResult answers roots/list for shared upstreams outside any call: the config's roots.
 	rootsResult json.RawMessage
@@ -100,8 +94,6 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		cfg:      cfg,
 		live:     map[string]*liveSession{},
 		draining: make(chan struct{}),
-		reverse:  map[reverseKey]context.CancelFunc{},
-		progress: map[progressKey]progressEntry{},
 	}
 	if opts != nil {
 		g.opts = *opts

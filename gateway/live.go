@@ -28,13 +28,15 @@ type liveSession struct {
 	inflight map[protocol.ID]context.CancelFunc
 	// pending holds the requests sent to the client on an upstream's behalf, waiting for its
 	// answer, by the gateway's id. Guarded by mu.
-	pending map[protocol.ID]chan *protocol.Response
+	pending map[protocol.ID]pendingReverse
+	// calls holds the owners of the client requests being served, by client id. Guarded by mu.
+	calls map[protocol.ID]*callOwner
 	// reverseSeq numbers the requests sent to the client over the session's whole life.
 	reverseSeq atomic.Uint64
 }
 
 func newLiveSession(parent context.Context, id string) *liveSession {
-	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelFunc{}, pending: map[protocol.ID]chan *protocol.Response{}}
+	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelFunc{}, pending: map[protocol.ID]pendingReverse{}, calls: map[protocol.ID]*callOwner{}}
 	ls.ctx, ls.cancel = context.WithCancel(parent)
 	return ls
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -26,6 +27,8 @@ type callOwner struct {
 	out messageSink
 	// ctx ends when the client request does (or the session, for the standalone stream).
 	ctx context.Context
+	// clientID is the id of the client request; zero for the standalone stream.
+	clientID protocol.ID
 }
 
 // messageSink takes messages for a client.
@@ -196,7 +199,7 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 	default:
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the gateway does not forward %s to clients", req.Method)
 	}
-	return owner.session.ask(ctx, owner, g.reverseCancels(r, req.ID), req.Method, params)
+	return g.ask(ctx, owner, r, req.ID, req.Method, params)
 }
 
 // ownerOf finds whom a message from upstream r is for: the call the transport names, else
@@ -227,45 +230,29 @@ func narrowIncludeContext(params json.RawMessage) json.RawMessage {
 	return out
 }
 
-// reverseCancels registers the upstream's id of a reverse request, so that its
-// notifications/cancelled can cancel the request at the client; it returns the context to
-// run the request under and a func to unregister it.
-func (g *Gateway) reverseCancels(r *route, upstreamID protocol.ID) func(ctx context.Context) (context.Context, func()) {
-	return func(ctx context.Context) (context.Context, func()) {
-		ctx, cancel := context.WithCancel(ctx)
-		key := reverseKey{r, upstreamID}
-		g.reverseMu.Lock()
-		g.reverse[key] = cancel
-		g.reverseMu.Unlock()
-		return ctx, func() {
-			g.reverseMu.Lock()
-			delete(g.reverse, key)
-			g.reverseMu.Unlock()
-			cancel()
-		}
-	}
-}
-
-type reverseKey struct {
-	route *route
-	id    protocol.ID
-}
-
-// ask sends a request to this session's client on the owner's POST stream and waits for its
-// answer, for the upstream's cancel, or for the client's call to end.
-func (ls *liveSession) ask(ctx context.Context, owner *callOwner, register func(context.Context) (context.Context, func()), method string, params json.RawMessage) (json.RawMessage, error) {
-	ctx, unregister := register(ctx)
-	defer unregister()
+// ask sends a request to this session's client on the owner's stream and waits for its
+// answer, for the upstream's cancel, or for the client's call to end. The request is
+// recorded in the session's routing tables, so that the client's answer and the upstream's
+// cancel find it.
+func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *route, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
+	ls := owner.session
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	id := protocol.StringID(replicaTag + "-" + strconv.FormatUint(ls.reverseSeq.Add(1), 10))
 	ch := make(chan *protocol.Response, 1)
 	ls.mu.Lock()
-	ls.pending[id] = ch
+	ls.pending[id] = pendingReverse{answer: ch, cancel: cancel}
 	ls.mu.Unlock()
 	defer func() {
 		ls.mu.Lock()
 		delete(ls.pending, id)
 		ls.mu.Unlock()
 	}()
+	rec := session.ReverseRecord{SessionID: ls.id, ID: id.String(), Method: method, Upstream: r.name, UpstreamID: upstreamID.String(), Sent: g.opts.Now()}
+	if err := g.store.PutReverse(ctx, rec); err != nil {
+		return nil, fmt.Errorf("record the request to the client: %w", err)
+	}
+	defer func() { _, _ = g.store.TakeReverse(context.WithoutCancel(ctx), ls.id, rec.ID) }()
 	if err := owner.out.send(&protocol.Request{ID: id, Method: method, Params: params}); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
 	}
@@ -284,17 +271,34 @@ func (ls *liveSession) ask(ctx context.Context, owner *callOwner, register func(
 	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
 }
 
-// answer delivers a client's response to a request the gateway sent it; it reports whether
-// one was waiting.
+// pendingReverse is the live side of a request sent to a client: where its answer goes, and
+// how to give up on it.
+type pendingReverse struct {
+	answer chan *protocol.Response
+	cancel context.CancelFunc
+}
+
+// answer delivers a client's answer to a request the gateway sent it; it reports whether
+// one was waiting here.
 func (ls *liveSession) answer(resp *protocol.Response) bool {
 	ls.mu.Lock()
-	ch, ok := ls.pending[resp.ID]
+	p, ok := ls.pending[resp.ID]
 	delete(ls.pending, resp.ID)
 	ls.mu.Unlock()
 	if ok {
-		ch <- resp
+		p.answer <- resp
 	}
 	return ok
+}
+
+// cancelReverse gives up on a request sent to the client.
+func (ls *liveSession) cancelReverse(id protocol.ID) {
+	ls.mu.Lock()
+	p, ok := ls.pending[id]
+	ls.mu.Unlock()
+	if ok {
+		p.cancel()
+	}
 }
 
 // onUpstreamNotification routes an upstream's notification about a call to its client:
@@ -310,17 +314,19 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		if err != nil || !ok {
 			return
 		}
-		g.progressMu.Lock()
-		p, ok := g.progress[progressKey{r, string(token)}]
-		g.progressMu.Unlock()
-		if !ok {
-			return
-		}
-		params, err := protocol.SetMember(n.Params, "progressToken", p.original)
+		rec, err := g.store.Progress(g.ctx, r.name, string(token))
 		if err != nil {
 			return
 		}
-		_ = p.owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
+		owner := g.callOf(rec.SessionID, rec.ClientID)
+		if owner == nil {
+			return
+		}
+		params, err := protocol.SetMember(n.Params, "progressToken", []byte(rec.ClientToken))
+		if err != nil {
+			return
+		}
+		_ = owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
 	case protocol.NotificationElicitationComplete:
 		// A URL-mode elicitation finished: tell the client it was for.
 		if owner, _ := g.ownerOf(r, origin); owner != nil && owner.caps.elicitURL {
@@ -337,23 +343,19 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		if err != nil {
 			return
 		}
-		g.reverseMu.Lock()
-		cancel := g.reverse[reverseKey{r, id}]
-		g.reverseMu.Unlock()
-		if cancel != nil {
-			cancel()
+		rec, err := g.store.ReverseByUpstream(g.ctx, r.name, id.String())
+		if err != nil {
+			return
+		}
+		g.mu.Lock()
+		ls := g.live[rec.SessionID]
+		g.mu.Unlock()
+		if ls != nil {
+			if pid, err := protocol.ParseID([]byte(rec.ID)); err == nil {
+				ls.cancelReverse(pid)
+			}
 		}
 	}
-}
-
-type progressKey struct {
-	route *route
-	token string // the gateway's token, as raw JSON
-}
-
-type progressEntry struct {
-	owner    *callOwner
-	original json.RawMessage // the client's token, with its JSON type
 }
 
 // remapProgress replaces a request's _meta.progressToken by a gateway token unique on the
@@ -377,15 +379,28 @@ func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessa
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
 	}
-	key := progressKey{r, string(token)}
-	g.progressMu.Lock()
-	g.progress[key] = progressEntry{owner: owner, original: append(json.RawMessage(nil), original...)}
-	g.progressMu.Unlock()
-	return out, func() {
-		g.progressMu.Lock()
-		delete(g.progress, key)
-		g.progressMu.Unlock()
-	}, nil
+	rec := session.ProgressRecord{Upstream: r.name, Token: string(token), SessionID: owner.session.id, ClientID: owner.clientID.String(), ClientToken: string(original)}
+	if err := g.store.PutProgress(g.ctx, rec); err != nil {
+		return nil, nil, fmt.Errorf("record the progress token: %w", err)
+	}
+	return out, func() { _ = g.store.DeleteProgress(context.WithoutCancel(g.ctx), rec.Upstream, rec.Token) }, nil
+}
+
+// callOf returns the live owner of a session's client request, when this process serves it.
+func (g *Gateway) callOf(sessionID, clientID string) *callOwner {
+	g.mu.Lock()
+	ls := g.live[sessionID]
+	g.mu.Unlock()
+	if ls == nil {
+		return nil
+	}
+	id, err := protocol.ParseID([]byte(clientID))
+	if err != nil {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.calls[id]
 }
 
 // routeOf finds the route of an upstream client, shared or a session's own.

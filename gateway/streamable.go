@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -131,7 +132,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Response:
 		// The client's answer to a request the gateway sent it for an upstream.
-		if !ls.answer(m) {
+		if _, err := g.store.TakeReverse(r.Context(), rec.ID, m.ID.String()); err != nil || !ls.answer(m) {
 			g.logger.Debug("a client answered a request that is no longer pending", "session_id", rec.ID, "id", m.ID.String())
 		}
 		w.WriteHeader(http.StatusAccepted)
@@ -286,7 +287,9 @@ func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *sess
 	}
 	out := &responder{w: w, flusher: http.NewResponseController(w)}
 	defer out.close() // nothing may write to w once this handler returns
-	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities), out: out, ctx: ctx}
+	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities), out: out, ctx: ctx, clientID: req.ID}
+	forget := g.recordCall(r.Context(), ls, cc.owner, req.Method)
+	defer forget()
 	result, err := g.dispatch(ctx, cc, req)
 	resp := &protocol.Response{ID: req.ID, Result: result}
 	if err != nil {
@@ -498,4 +501,22 @@ func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *proto
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(data)
+}
+
+// recordCall notes a client request in flight, in the session's routing tables and among its
+// live calls here; the func it returns forgets it.
+func (g *Gateway) recordCall(ctx context.Context, ls *liveSession, owner *callOwner, method string) func() {
+	rec := session.CallRecord{SessionID: ls.id, ClientID: owner.clientID.String(), Method: method, Started: g.opts.Now()}
+	if err := g.store.PutCall(ctx, rec); err != nil {
+		g.logger.Warn("recording a call in flight failed", "session_id", ls.id, "error", err.Error())
+	}
+	ls.mu.Lock()
+	ls.calls[owner.clientID] = owner
+	ls.mu.Unlock()
+	return func() {
+		ls.mu.Lock()
+		delete(ls.calls, owner.clientID)
+		ls.mu.Unlock()
+		_ = g.store.DeleteCall(context.WithoutCancel(ctx), ls.id, rec.ClientID)
+	}
 }

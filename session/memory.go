@@ -23,6 +23,9 @@ type MemoryStore struct {
 	mu sync.RWMutex
 	// sessions holds the live sessions by id. Guarded by mu.
 	sessions map[string]*memoryEntry
+
+	// routes are the sessions' routing tables (Routes).
+	routes *memoryRoutes
 }
 
 // memoryEntry must not be copied (it holds an atomic).
@@ -37,7 +40,7 @@ var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty MemoryStore. A nil opts means no cap.
 func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
-	s := &MemoryStore{sessions: make(map[string]*memoryEntry)}
+	s := &MemoryStore{sessions: make(map[string]*memoryEntry), routes: newMemoryRoutes()}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -102,6 +105,7 @@ func (s *MemoryStore) Delete(_ context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.sessions, id)
 	s.mu.Unlock()
+	s.routes.dropSession(id)
 	return nil
 }
 
@@ -121,6 +125,9 @@ func (s *MemoryStore) Expire(_ context.Context, cutoff time.Time, keep func(id s
 		}
 		delete(s.sessions, id)
 		expired = append(expired, id)
+	}
+	for _, id := range expired {
+		s.routes.dropSession(id)
 	}
 	return expired, nil
 }

@@ -60,3 +60,56 @@ func TestMemoryStore(t *testing.T) {
 		t.Errorf("second Delete: %v", err)
 	}
 }
+
+func TestMemoryRoutes(t *testing.T) {
+	ctx := context.Background()
+	s := NewMemoryStore(nil)
+	a, _ := s.Create(ctx, Record{})
+	b, _ := s.Create(ctx, Record{})
+
+	if err := s.PutCall(ctx, CallRecord{SessionID: a.ID, ClientID: "7", Method: "tools/call"}); err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := s.Calls(ctx, a.ID)
+	if len(calls) != 1 || calls[0].ClientID != "7" {
+		t.Errorf("Calls = %+v", calls)
+	}
+	_ = s.DeleteCall(ctx, a.ID, "7")
+	if calls, _ := s.Calls(ctx, a.ID); len(calls) != 0 {
+		t.Errorf("after DeleteCall: %+v", calls)
+	}
+
+	// Two sessions' tokens are told apart by the gateway's token, not the client's.
+	_ = s.PutProgress(ctx, ProgressRecord{Upstream: "u", Token: `"g1"`, SessionID: a.ID, ClientID: "1", ClientToken: `"1"`})
+	_ = s.PutProgress(ctx, ProgressRecord{Upstream: "u", Token: `"g2"`, SessionID: b.ID, ClientID: "1", ClientToken: `"1"`})
+	if p, err := s.Progress(ctx, "u", `"g2"`); err != nil || p.SessionID != b.ID {
+		t.Errorf("Progress g2 = %+v, %v", p, err)
+	}
+
+	_ = s.PutReverse(ctx, ReverseRecord{SessionID: a.ID, ID: `"r-1"`, Upstream: "u", UpstreamID: "5"})
+	if r, err := s.ReverseByUpstream(ctx, "u", "5"); err != nil || r.ID != `"r-1"` {
+		t.Errorf("ReverseByUpstream = %+v, %v", r, err)
+	}
+	if _, err := s.TakeReverse(ctx, b.ID, `"r-1"`); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another session took a's request: %v", err)
+	}
+	if _, err := s.TakeReverse(ctx, a.ID, `"r-1"`); err != nil {
+		t.Errorf("TakeReverse: %v", err)
+	}
+	if _, err := s.TakeReverse(ctx, a.ID, `"r-1"`); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a request answered twice: %v", err)
+	}
+
+	// Deleting a session drops its records, and only its.
+	_ = s.PutReverse(ctx, ReverseRecord{SessionID: a.ID, ID: `"r-2"`, Upstream: "u", UpstreamID: "6"})
+	_ = s.Delete(ctx, a.ID)
+	if _, err := s.Progress(ctx, "u", `"g1"`); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a's progress record outlived the session: %v", err)
+	}
+	if _, err := s.ReverseByUpstream(ctx, "u", "6"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a's reverse record outlived the session: %v", err)
+	}
+	if _, err := s.Progress(ctx, "u", `"g2"`); err != nil {
+		t.Errorf("b's progress record went with a: %v", err)
+	}
+}

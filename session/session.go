@@ -41,8 +41,10 @@ type Record struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// Store keeps session records. Implementations are safe for concurrent use.
+// Store keeps session records and their routing tables. Implementations are safe for
+// concurrent use.
 type Store interface {
+	Routes
 	// Create stores a new session with a fresh random ID (rec.ID is ignored) and returns it.
 	// It fails with ErrLimit when the store is full.
 	Create(ctx context.Context, rec Record) (*Record, error)
