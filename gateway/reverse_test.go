@@ -280,6 +280,16 @@ func TestSessionIsolation(t *testing.T) {
 					t.Errorf("round %d, %s: %q, want %q", round, m, got, want)
 				}
 			})
+			wg.Go(func() {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "e"}})
+				if err != nil {
+					t.Errorf("round %d, %s ask: %v", round, m, err)
+					return
+				}
+				if got, want := textOf(t, res), "sampled="+m+"/e;elicited="+m; got != want {
+					t.Errorf("round %d, %s ask: %q, want %q", round, m, got, want)
+				}
+			})
 		}
 		wg.Wait()
 	}

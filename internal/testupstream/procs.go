@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,5 +84,36 @@ func RunTests(m *testing.M, cleanup func()) int {
 		fmt.Fprintf(os.Stderr, "FAIL: processes left behind: %v\n", left)
 		code = 1
 	}
+	if leaked := waitGoroutines(5 * time.Second); leaked != "" {
+		fmt.Fprintf(os.Stderr, "FAIL: goroutines of Manifold's packages still running after the tests:\n%s\n", leaked)
+		code = 1
+	}
 	return code
+}
+
+// waitGoroutines waits until no goroutine runs code of Manifold's own packages (besides the
+// caller) and returns the stacks of those still running at the limit.
+func waitGoroutines(limit time.Duration) string {
+	deadline := time.Now().Add(limit)
+	for {
+		leaked := ownGoroutines()
+		if leaked == "" || time.Now().After(deadline) {
+			return leaked
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func ownGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var leaked []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "github.com/manifold-mcp/manifold/") ||
+			strings.Contains(g, "testupstream.RunTests") || strings.Contains(g, "testupstream.ownGoroutines") {
+			continue
+		}
+		leaked = append(leaked, g)
+	}
+	return strings.Join(leaked, "\n\n")
 }
