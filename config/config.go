@@ -269,6 +269,11 @@ type Upstream struct {
 	// upstream injects into every client's context, so the default is false.
 	IncludeInstructions bool
 
+	// BroadcastLogs sends this upstream's log messages that cannot be attributed to one
+	// client's call to every session (key `broadcast_logs`). Off by default: they may carry one
+	// user's context to others.
+	BroadcastLogs bool
+
 	// File is the file this upstream was read from: the config file, or an
 	// imported server list. With Line, for messages at run time.
 	File string

@@ -289,7 +289,7 @@ func TestParseProblems(t *testing.T) {
 	}
 	const (
 		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, roots, upstreams)"
-		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions)"
+		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions, broadcast_logs)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
@@ -599,7 +599,7 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions, broadcast_logs)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
 		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},

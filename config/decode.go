@@ -284,6 +284,7 @@ func upstream(u *Upstream) decodeFunc {
 			{"max_connections", integer(&u.MaxConnections)},
 			{"enabled", boolean(&u.Enabled)},
 			{"include_instructions", boolean(&u.IncludeInstructions)},
+			{"broadcast_logs", boolean(&u.BroadcastLogs)},
 		})
 	}
 }

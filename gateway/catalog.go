@@ -45,6 +45,14 @@ type route struct {
 	pool *connPool
 	// boundSession is the session a per-session connection belongs to; nil when shared.
 	boundSession *liveSession
+	// broadcastLogs sends log messages that belong to no call to every session.
+	broadcastLogs bool
+
+	logMu sync.Mutex
+	// sentLevel is the log level last set on the upstream, and sentTo the connection (its
+	// initialize result) it was set on. Guarded by logMu.
+	sentLevel string
+	sentTo    *protocol.InitializeResult
 }
 
 // entry is one item of the merged catalog.

@@ -70,6 +70,8 @@ type Gateway struct {
 
 	// inflight knows which client requests have calls in flight on each upstream.
 	inflight inflightTable
+	// subs fans resource updates out to subscribed sessions.
+	subs subscriptions
 	// progressSeq numbers the progress tokens the gateway gives upstreams.
 	progressSeq atomic.Uint64
 	// rootsResult answers roots/list for shared upstreams outside any call: the config's roots.
@@ -120,6 +122,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rootsResult = rootsResult(cfg.Roots)
+	g.subs.byURI = map[subKey]map[string]bool{}
 
 	schemes := map[string]string{}
 	for i, u := range cfg.EnabledUpstreams() {
@@ -129,7 +132,12 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		base.Logger = g.logger
 		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
-		base.OnChange = func(*upstream.Client) { g.rebuild() }
+		base.OnChange = func(c *upstream.Client) {
+			g.rebuild()
+			if c.State() == upstream.StateReady {
+				g.resyncLogLevels()
+			}
+		}
 		base.OnRequest = g.onUpstreamRequest
 		base.OnNotification = g.onUpstreamNotification
 		client := upstream.New(upstream.Spec{
@@ -145,7 +153,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			InitializeTimeout: u.InitializeTimeout,
 			MaxMessageBytes:   int(u.MaxResponseBytes),
 		}, &base)
-		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions}
+		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions, broadcastLogs: u.BroadcastLogs}
 		// Prefixes are unique, but two may reduce to the same URI scheme ("a_b", "a-b"):
 		// later ones get a number, in config order.
 		if r.scheme != "" {
@@ -317,6 +325,21 @@ func (g *Gateway) endLocal(id string) {
 			r.pool.closeSession(id)
 		}
 	}
+	g.dropSubscriptions(id)
+}
+
+// resyncLogLevels sets the log levels of upstreams in the background, after one (re)connected.
+func (g *Gateway) resyncLogLevels() {
+	if g.ctx.Err() != nil {
+		return
+	}
+	g.workers.Add(1)
+	go func() {
+		defer g.workers.Done()
+		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+		defer cancel()
+		g.syncLogLevels(ctx)
+	}()
 }
 
 // localSession returns this process's part of session id, creating it on first use.

@@ -29,6 +29,8 @@ type callOwner struct {
 	ctx context.Context
 	// clientID is the id of the client request; zero for the standalone stream.
 	clientID protocol.ID
+	// logLevel is the session's log level when the request came; "" for none set.
+	logLevel string
 }
 
 // messageSink takes messages for a client.
@@ -63,7 +65,7 @@ func (g *Gateway) boundOwner(r *route) *callOwner {
 	if err != nil {
 		return nil
 	}
-	return &callOwner{session: r.boundSession, caps: parseClientCaps(rec.ClientCapabilities), out: standaloneSink{r.boundSession, g}, ctx: r.boundSession.ctx}
+	return &callOwner{session: r.boundSession, caps: parseClientCaps(rec.ClientCapabilities), out: standaloneSink{r.boundSession, g}, ctx: r.boundSession.ctx, logLevel: rec.LogLevel}
 }
 
 // clientCaps are the client capabilities a reverse request needs.
@@ -327,6 +329,10 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 			return
 		}
 		_ = owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
+	case protocol.NotificationMessage:
+		g.deliverLog(r, n, origin)
+	case protocol.NotificationResourceUpdated:
+		g.deliverUpdated(r, n)
 	case protocol.NotificationElicitationComplete:
 		// A URL-mode elicitation finished: tell the client it was for.
 		if owner, _ := g.ownerOf(r, origin); owner != nil && owner.caps.elicitURL {

@@ -50,6 +50,10 @@ func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol
 		return g.readResource(ctx, cc, snap, req.Params)
 	case protocol.MethodComplete:
 		return g.complete(ctx, cc, snap, req.Params)
+	case protocol.MethodSubscribe:
+		return g.subscribe(ctx, cc, snap, req.Params, true)
+	case protocol.MethodUnsubscribe:
+		return g.subscribe(ctx, cc, snap, req.Params, false)
 	}
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", req.Method)
 }
@@ -83,6 +87,7 @@ func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params jso
 	if _, err := g.store.Update(ctx, cc.SessionID, func(r *session.Record) { r.LogLevel = p.Level }); err != nil {
 		return nil, fmt.Errorf("store log level: %w", err)
 	}
+	g.syncLogLevels(ctx)
 	return json.RawMessage(`{}`), nil
 }
 
@@ -138,7 +143,7 @@ func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *snapsho
 	result, err := g.call(ctx, cc, e.route, protocol.MethodCallTool, forward)
 	switch {
 	case err == nil:
-		return result, nil
+		return exposeContentURIs(result, e.route.scheme), nil
 	case errors.Is(err, upstream.ErrUnavailable):
 		g.logger.Warn("tools/call to an unavailable upstream", "upstream", e.route.name, "tool", name, "error", err.Error())
 		return unavailableResult(e.route.name, "upstream_unavailable",
@@ -188,7 +193,11 @@ func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *snapsh
 	if err != nil {
 		return nil, err
 	}
-	return g.forward(ctx, cc, e.route, protocol.MethodGetPrompt, forward)
+	result, err := g.forward(ctx, cc, e.route, protocol.MethodGetPrompt, forward)
+	if err != nil {
+		return nil, err
+	}
+	return exposeContentURIs(result, e.route.scheme), nil
 }
 
 // forward calls an upstream for a method other than tools/call, typing its failures.

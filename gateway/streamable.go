@@ -30,7 +30,7 @@ const keepAliveInterval = 25 * time.Second
 // serverCapabilities are declared from the configuration, not from the upstreams connected at
 // initialize, so that a late upstream's items still reach clients by list_changed (design
 // decision 11).
-var serverCapabilities = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true},"tools":{"listChanged":true}}`)
+var serverCapabilities = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true,"subscribe":true},"tools":{"listChanged":true}}`)
 
 // Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp behind the origin
 // checks, and the probes /healthz and /readyz, which change nothing and answer any host.
@@ -287,7 +287,7 @@ func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *sess
 	}
 	out := &responder{w: w, flusher: http.NewResponseController(w)}
 	defer out.close() // nothing may write to w once this handler returns
-	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities), out: out, ctx: ctx, clientID: req.ID}
+	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	forget := g.recordCall(r.Context(), ls, cc.owner, req.Method)
 	defer forget()
 	result, err := g.dispatch(ctx, cc, req)
