@@ -65,7 +65,7 @@ func (g *Gateway) boundOwner(r *route) *callOwner {
 	if err != nil {
 		return nil
 	}
-	return &callOwner{session: r.boundSession, caps: parseClientCaps(rec.ClientCapabilities), out: standaloneSink{r.boundSession, g}, ctx: r.boundSession.ctx, logLevel: rec.LogLevel}
+	return &callOwner{session: r.boundSession, caps: parseClientCaps(rec.ClientCapabilities, rec.ProtocolVersion), out: standaloneSink{r.boundSession, g}, ctx: r.boundSession.ctx, logLevel: rec.LogLevel}
 }
 
 // clientCaps are the client capabilities a reverse request needs.
@@ -73,7 +73,9 @@ type clientCaps struct {
 	sampling, samplingTools, elicitForm, elicitURL, roots bool
 }
 
-func parseClientCaps(raw json.RawMessage) clientCaps {
+// parseClientCaps reads what a client declared, narrowed to what its protocol version has:
+// elicitation from 2025-06-18, its URL mode from 2025-11-25.
+func parseClientCaps(raw json.RawMessage, version string) clientCaps {
 	var c struct {
 		Sampling *struct {
 			Tools *struct{} `json:"tools"`
@@ -93,6 +95,12 @@ func parseClientCaps(raw json.RawMessage) clientCaps {
 		// An empty elicitation capability means form mode only (mcp-notes §1.3).
 		caps.elicitForm = e.Form != nil || e.URL == nil
 		caps.elicitURL = e.URL != nil
+	}
+	if olderThan(version, protocol.Version20250618) {
+		caps.elicitForm, caps.elicitURL = false, false
+	}
+	if olderThan(version, protocol.Version20251125) {
+		caps.elicitURL = false
 	}
 	return caps
 }

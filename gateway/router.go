@@ -35,7 +35,11 @@ func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol
 	case protocol.MethodSetLogLevel:
 		return g.setLogLevel(ctx, cc, req.Params)
 	case protocol.MethodListTools:
-		return listPage(snap, upstream.Tools, req.Params, g.cfg.PageSize)
+		page, err := listPage(snap, upstream.Tools, req.Params, g.cfg.PageSize)
+		if err != nil {
+			return nil, err
+		}
+		return bridgeListPage(page, upstream.Tools, cc.ProtocolVersion), nil
 	case protocol.MethodListResources:
 		return listPage(snap, upstream.Resources, req.Params, g.cfg.PageSize)
 	case protocol.MethodListResourceTemplates:
@@ -143,7 +147,7 @@ func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *snapsho
 	result, err := g.call(ctx, cc, e.route, protocol.MethodCallTool, forward)
 	switch {
 	case err == nil:
-		return exposeContentURIs(result, e.route.scheme), nil
+		return bridgeToolResult(exposeContentURIs(result, e.route.scheme), cc.ProtocolVersion), nil
 	case errors.Is(err, upstream.ErrUnavailable):
 		g.logger.Warn("tools/call to an unavailable upstream", "upstream", e.route.name, "tool", name, "error", err.Error())
 		return unavailableResult(e.route.name, "upstream_unavailable",
@@ -197,7 +201,7 @@ func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *snapsh
 	if err != nil {
 		return nil, err
 	}
-	return exposeContentURIs(result, e.route.scheme), nil
+	return bridgePromptResult(exposeContentURIs(result, e.route.scheme), cc.ProtocolVersion), nil
 }
 
 // forward calls an upstream for a method other than tools/call, typing its failures.

@@ -287,7 +287,7 @@ func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *sess
 	}
 	out := &responder{w: w, flusher: http.NewResponseController(w)}
 	defer out.close() // nothing may write to w once this handler returns
-	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
+	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities, rec.ProtocolVersion), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	forget := g.recordCall(r.Context(), ls, cc.owner, req.Method)
 	defer forget()
 	result, err := g.dispatch(ctx, cc, req)

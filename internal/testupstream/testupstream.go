@@ -5,6 +5,7 @@ package testupstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -61,6 +62,7 @@ func text(s string) *mcp.CallToolResult {
 //   - "fragile": tool "crash", which makes the process exit, tool "big" (100 kB) and tool "ok".
 //   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
 //   - "reverse": tools that ask the client mid-call (see addReverseTools).
+//   - "semantics": logging, subscriptions, links and structured output (see newSemantics).
 func New(flavor string) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
 		Instructions: "instructions of " + flavor,
@@ -128,6 +130,8 @@ func New(flavor string) (*mcp.Server, error) {
 			})
 	case "reverse":
 		addReverseTools(server)
+	case "semantics":
+		return newSemantics(), nil
 	case "collide":
 		mcp.AddTool(server, &mcp.Tool{Name: "beta__echo", Description: "a name that collides with beta's echo under prefix beta"},
 			func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
@@ -236,4 +240,62 @@ func addReverseTools(server *mcp.Server) {
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return text(fmt.Sprint(cancels.Load())), nil, nil
 		})
+}
+
+// newSemantics is the "semantics" flavor:
+//   - tool "log" {text}: logs "<text>" at debug, info and warning during the call;
+//     "log_later" logs once after its call returned (no call to attribute it to);
+//   - resource file:///watched.txt, subscribable; tool "touch" announces it updated;
+//     tool "sub_counts" answers "subscribe=N unsubscribe=M" as the server saw them;
+//   - tool "link": a resource_link to file:///linked.txt, a readable resource;
+//   - tool "structured": structuredContent {"n":42} and no content blocks.
+func newSemantics() *mcp.Server {
+	var subs, unsubs atomic.Int64
+	server := mcp.NewServer(&mcp.Implementation{Name: "test-semantics", Version: "1.0.0"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { subs.Add(1); return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { unsubs.Add(1); return nil },
+	})
+	read := func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "content of " + req.Params.URI}}}, nil
+	}
+	server.AddResource(&mcp.Resource{URI: "file:///watched.txt", Name: "watched", MIMEType: "text/plain"}, read)
+	server.AddResource(&mcp.Resource{URI: "file:///linked.txt", Name: "linked", MIMEType: "text/plain"}, read)
+	mcp.AddTool(server, &mcp.Tool{Name: "log", Description: "logs at three levels"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			for _, level := range []mcp.LoggingLevel{"debug", "info", "warning"} {
+				if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: level, Data: in.Text + "@" + string(level)}); err != nil {
+					return nil, nil, err
+				}
+			}
+			return text("logged"), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "log_later", Description: "logs after returning"},
+		func(_ context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			session := req.Session
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_ = session.Log(context.Background(), &mcp.LoggingMessageParams{Level: "warning", Data: in.Text + "@later"})
+			}()
+			return text("will log"), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "touch", Description: "announces file:///watched.txt updated"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if err := server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "file:///watched.txt"}); err != nil {
+				return nil, nil, err
+			}
+			return text("touched"), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "sub_counts", Description: "subscriptions seen"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(fmt.Sprintf("subscribe=%d unsubscribe=%d", subs.Load(), unsubs.Load())), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "link", Description: "links a resource"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ResourceLink{URI: "file:///linked.txt", Name: "linked"}}}, nil, nil
+		})
+	server.AddTool(&mcp.Tool{Name: "structured", Description: "structured output only", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{}, StructuredContent: map[string]any{"n": 42}}, nil
+		})
+	return server
 }
