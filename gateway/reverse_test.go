@@ -176,6 +176,17 @@ func TestProgressTokensStayWithTheirOwner(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			// The client may run its notification handler after the call has returned.
+			waitFor := time.Now().Add(5 * time.Second)
+			for time.Now().Before(waitFor) {
+				mu.Lock()
+				done := len(got["A"]) >= 3 && len(got["B"]) >= 3
+				mu.Unlock()
+				if done {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range []string{"A", "B"} {

@@ -66,6 +66,11 @@ func TestLogLevelsPerSession(t *testing.T) {
 			}
 			wg.Wait()
 			want := map[string][]string{"A": {"A@debug", "A@info", "A@warning"}, "B": {"B@warning"}}
+			// The client may run its notification handler after the call has returned.
+			waitFor := time.Now().Add(5 * time.Second)
+			for (len(logs["A"].got()) < 3 || len(logs["B"].got()) < 1) && time.Now().Before(waitFor) {
+				time.Sleep(10 * time.Millisecond)
+			}
 			for m := range levels {
 				if got := logs[m].got(); strings.Join(got, ",") != strings.Join(want[m], ",") {
 					t.Errorf("session %s received %v, want %v", m, got, want[m])
