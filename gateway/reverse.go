@@ -339,6 +339,8 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		_ = owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
 	case protocol.NotificationMessage:
 		g.deliverLog(r, n, origin)
+	case notificationStatus:
+		g.deliverTaskStatus(r, n)
 	case protocol.NotificationResourceUpdated:
 		g.deliverUpdated(r, n)
 	case protocol.NotificationElicitationComplete:

@@ -39,6 +39,9 @@ func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol
 		if err != nil {
 			return nil, err
 		}
+		if !clientDeclaresTasks(cc) {
+			page = hideTaskSupport(page, upstream.Tools)
+		}
 		return bridgeListPage(page, upstream.Tools, cc.ProtocolVersion), nil
 	case protocol.MethodListResources:
 		return listPage(snap, upstream.Resources, req.Params, g.cfg.PageSize)
@@ -54,6 +57,14 @@ func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol
 		return g.readResource(ctx, cc, snap, req.Params)
 	case protocol.MethodComplete:
 		return g.complete(ctx, cc, snap, req.Params)
+	case methodTasksGet, methodTasksResult, methodTasksCancel, methodTasksList:
+		if olderThan(cc.ProtocolVersion, protocol.Version20251125) {
+			break // tasks exist from 2025-11-25 on
+		}
+		if req.Method == methodTasksList {
+			return g.listTasks(ctx, cc)
+		}
+		return g.taskRequest(ctx, cc, req.Method, req.Params)
 	case protocol.MethodSubscribe:
 		return g.subscribe(ctx, cc, snap, req.Params, true)
 	case protocol.MethodUnsubscribe:
@@ -144,8 +155,14 @@ func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *snapsho
 	if err != nil {
 		return nil, err
 	}
+	_, asTask, _ := protocol.Member(params, "task")
+	if asTask && !upstreamTaskCaps(e.route).callsAsTasks() {
+		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
+	}
 	result, err := g.call(ctx, cc, e.route, protocol.MethodCallTool, forward)
 	switch {
+	case err == nil && asTask:
+		return g.startTask(ctx, cc, e.route, result)
 	case err == nil:
 		return bridgeToolResult(exposeContentURIs(result, e.route.scheme), cc.ProtocolVersion), nil
 	case errors.Is(err, upstream.ErrUnavailable):
@@ -339,4 +356,14 @@ func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method 
 	}
 	defer forget()
 	return r.client.Call(upstream.WithCaller(ctx, cc.owner), method, params)
+}
+
+// clientDeclaresTasks reports whether the client declared the tasks capability (and speaks a
+// version that has tasks).
+func clientDeclaresTasks(cc *clientContext) bool {
+	if olderThan(cc.ProtocolVersion, protocol.Version20251125) {
+		return false
+	}
+	_, ok, _ := protocol.Member(cc.Capabilities, "tasks")
+	return ok
 }

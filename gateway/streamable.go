@@ -32,6 +32,10 @@ const keepAliveInterval = 25 * time.Second
 // decision 11).
 var serverCapabilities = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true,"subscribe":true},"tools":{"listChanged":true}}`)
 
+// serverCapabilitiesWithTasks adds tasks (2025-11-25 only): the gateway maps task ids for
+// upstreams that run tools as tasks.
+var serverCapabilitiesWithTasks = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true,"subscribe":true},"tasks":{"cancel":{},"list":{},"requests":{"tools":{"call":{}}}},"tools":{"listChanged":true}}`)
+
 // Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp behind the origin
 // checks, and the probes /healthz and /readyz, which change nothing and answer any host.
 // Mount it at the root of a server.
@@ -235,7 +239,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	}
 	result := map[string]any{
 		"protocolVersion": version,
-		"capabilities":    serverCapabilities,
+		"capabilities":    capabilitiesFor(version),
 		"serverInfo":      protocol.Implementation{Name: "manifold", Title: "Manifold MCP gateway", Version: g.opts.Version},
 	}
 	// instructions exist from 2025-03-26 on (mcp-notes §13, row 6).
@@ -519,4 +523,11 @@ func (g *Gateway) recordCall(ctx context.Context, ls *liveSession, owner *callOw
 		ls.mu.Unlock()
 		_ = g.store.DeleteCall(context.WithoutCancel(ctx), ls.id, rec.ClientID)
 	}
+}
+
+func capabilitiesFor(version string) json.RawMessage {
+	if olderThan(version, protocol.Version20251125) {
+		return serverCapabilities
+	}
+	return serverCapabilitiesWithTasks
 }

@@ -14,6 +14,8 @@ type memoryRoutes struct {
 	reverse   map[[2]string]ReverseRecord      // (session, id) → record
 	byUpRev   map[[2]string][2]string          // (upstream, upstream id) → (session, id)
 	bySession map[string]map[[2]string]bool    // session → progress keys, to drop them with it
+	tasks     map[string]TaskRecord            // gateway task id → record
+	tasksByUp map[[2]string]string             // (upstream, upstream task id) → gateway id
 }
 
 func newMemoryRoutes() *memoryRoutes {
@@ -23,6 +25,8 @@ func newMemoryRoutes() *memoryRoutes {
 		reverse:   map[[2]string]ReverseRecord{},
 		byUpRev:   map[[2]string][2]string{},
 		bySession: map[string]map[[2]string]bool{},
+		tasks:     map[string]TaskRecord{},
+		tasksByUp: map[[2]string]string{},
 	}
 }
 
@@ -152,10 +156,66 @@ func (r *memoryRoutes) dropSession(sessionID string) {
 		delete(r.progress, key)
 	}
 	delete(r.bySession, sessionID)
+	for id, t := range r.tasks {
+		if t.SessionID == sessionID {
+			delete(r.tasks, id)
+			delete(r.tasksByUp, [2]string{t.Upstream, t.UpstreamID})
+		}
+	}
 	for key, rec := range r.reverse {
 		if key[0] == sessionID {
 			delete(r.reverse, key)
 			delete(r.byUpRev, [2]string{rec.Upstream, rec.UpstreamID})
 		}
 	}
+}
+
+var _ Tasks = (*MemoryStore)(nil)
+
+// PutTask implements Tasks.
+func (s *MemoryStore) PutTask(_ context.Context, t TaskRecord) error {
+	r := s.routes
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tasks[t.ID] = t
+	r.tasksByUp[[2]string{t.Upstream, t.UpstreamID}] = t.ID
+	return nil
+}
+
+// Task implements Tasks.
+func (s *MemoryStore) Task(_ context.Context, id string) (TaskRecord, error) {
+	r := s.routes
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.tasks[id]
+	if !ok {
+		return TaskRecord{}, ErrNotFound
+	}
+	return t, nil
+}
+
+// TaskByUpstream implements Tasks.
+func (s *MemoryStore) TaskByUpstream(_ context.Context, upstream, upstreamID string) (TaskRecord, error) {
+	r := s.routes
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.tasksByUp[[2]string{upstream, upstreamID}]
+	if !ok {
+		return TaskRecord{}, ErrNotFound
+	}
+	return r.tasks[id], nil
+}
+
+// TasksOf implements Tasks.
+func (s *MemoryStore) TasksOf(_ context.Context, sessionID string) ([]TaskRecord, error) {
+	r := s.routes
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []TaskRecord
+	for _, t := range r.tasks {
+		if t.SessionID == sessionID {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }

@@ -65,3 +65,24 @@ type Routes interface {
 	// ReverseByUpstream finds the record of an upstream's request id, or ErrNotFound.
 	ReverseByUpstream(ctx context.Context, upstream, upstreamID string) (ReverseRecord, error)
 }
+
+// TaskRecord binds a gateway task id to the session that created the task and to the
+// upstream's own task.
+type TaskRecord struct {
+	// ID is the gateway's task id, the only one clients see.
+	ID         string `json:"id"`
+	SessionID  string `json:"sessionId"`
+	Upstream   string `json:"upstream"`
+	UpstreamID string `json:"upstreamId"`
+}
+
+// Tasks keeps task records; they go with their session.
+type Tasks interface {
+	PutTask(ctx context.Context, t TaskRecord) error
+	// Task finds a task by the gateway's id, or ErrNotFound.
+	Task(ctx context.Context, id string) (TaskRecord, error)
+	// TaskByUpstream finds a task by the upstream's id, or ErrNotFound.
+	TaskByUpstream(ctx context.Context, upstream, upstreamID string) (TaskRecord, error)
+	// TasksOf lists a session's tasks.
+	TasksOf(ctx context.Context, sessionID string) ([]TaskRecord, error)
+}

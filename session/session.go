@@ -45,6 +45,7 @@ type Record struct {
 // concurrent use.
 type Store interface {
 	Routes
+	Tasks
 	// Create stores a new session with a fresh random ID (rec.ID is ignored) and returns it.
 	// It fails with ErrLimit when the store is full.
 	Create(ctx context.Context, rec Record) (*Record, error)

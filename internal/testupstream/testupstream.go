@@ -25,6 +25,12 @@ func Main() {
 	if flavor == "" {
 		return
 	}
+	if flavor == "tasks" {
+		if err := serveTasks(); err != nil {
+			fmt.Fprintln(os.Stderr, "test upstream:", err)
+		}
+		os.Exit(0)
+	}
 	server, err := New(flavor)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -63,6 +69,8 @@ func text(s string) *mcp.CallToolResult {
 //   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
 //   - "reverse": tools that ask the client mid-call (see addReverseTools).
 //   - "semantics": logging, subscriptions, links and structured output (see newSemantics).
+//
+// The "tasks" flavor is an mcp-go server and is served by Main only (see serveTasks).
 func New(flavor string) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
 		Instructions: "instructions of " + flavor,
