@@ -22,32 +22,21 @@ func bridgeToolResult(result json.RawMessage, version string) json.RawMessage {
 	if !olderThan(version, protocol.Version20250618) {
 		return result
 	}
+	result = mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return bridgeBlock(b, version) })
+	structured, ok, _ := protocol.Member(result, "structuredContent")
+	if !ok {
+		return result
+	}
 	content, _, _ := protocol.Member(result, "content")
 	var blocks []json.RawMessage
 	_ = json.Unmarshal(content, &blocks)
-	changed := false
-	for i, b := range blocks {
-		if out, ok := bridgeBlock(b, version); ok {
-			blocks[i], changed = out, true
-		}
-	}
-	if structured, ok, _ := protocol.Member(result, "structuredContent"); ok && !hasTextBlock(blocks) {
-		// A 2025-06-18 server SHOULD also return the JSON as text; when it did not, older
-		// clients would see nothing (mcp-notes §13, row 13).
-		text, _ := json.Marshal(map[string]string{"type": "text", "text": string(compactJSON(structured))})
-		blocks, changed = append(blocks, text), true
-	}
-	if !changed {
+	if hasTextBlock(blocks) {
 		return result
 	}
-	out, err := json.Marshal(blocks)
-	if err != nil {
-		return result
-	}
-	if r, err := protocol.SetMember(result, "content", out); err == nil {
-		return r
-	}
-	return result
+	// A 2025-06-18 server SHOULD also return the JSON as text; when it did not, older clients
+	// would see nothing (mcp-notes §13, row 13).
+	text, _ := json.Marshal(map[string]string{"type": "text", "text": string(compactJSON(structured))})
+	return setMarshalled(result, "content", append(blocks, text))
 }
 
 // bridgePromptResult converts the prompt messages' content blocks an older client lacks.
@@ -55,34 +44,7 @@ func bridgePromptResult(result json.RawMessage, version string) json.RawMessage 
 	if !olderThan(version, protocol.Version20250618) {
 		return result
 	}
-	messages, ok, _ := protocol.Member(result, "messages")
-	if !ok {
-		return result
-	}
-	var msgs []json.RawMessage
-	if json.Unmarshal(messages, &msgs) != nil {
-		return result
-	}
-	changed := false
-	for i, m := range msgs {
-		block, ok, _ := protocol.Member(m, "content")
-		if !ok {
-			continue
-		}
-		if out, ok := bridgeBlock(block, version); ok {
-			if nm, err := protocol.SetMember(m, "content", out); err == nil {
-				msgs[i], changed = nm, true
-			}
-		}
-	}
-	if !changed {
-		return result
-	}
-	out, _ := json.Marshal(msgs)
-	if r, err := protocol.SetMember(result, "messages", out); err == nil {
-		return r
-	}
-	return result
+	return mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return bridgeBlock(b, version) })
 }
 
 // bridgeBlock converts one content block a client's version lacks: resource_link (from
@@ -130,29 +92,11 @@ func compactJSON(raw json.RawMessage) []byte {
 // bridgeListPage removes from a tools/list page what an older client's schema does not know:
 // outputSchema before 2025-06-18, annotations before 2025-03-26.
 func bridgeListPage(page json.RawMessage, k upstream.Kind, version string) json.RawMessage {
-	if k != upstream.Tools || !olderThan(version, protocol.Version20250618) {
+	switch {
+	case k != upstream.Tools || !olderThan(version, protocol.Version20250618):
 		return page
+	case olderThan(version, protocol.Version20250326):
+		return dropToolFields(page, "outputSchema", "annotations")
 	}
-	tools, ok, _ := protocol.Member(page, "tools")
-	if !ok {
-		return page
-	}
-	var items []map[string]json.RawMessage
-	if json.Unmarshal(tools, &items) != nil {
-		return page
-	}
-	for _, it := range items {
-		delete(it, "outputSchema")
-		if olderThan(version, protocol.Version20250326) {
-			delete(it, "annotations")
-		}
-	}
-	out, err := json.Marshal(items)
-	if err != nil {
-		return page
-	}
-	if r, err := protocol.SetMember(page, "tools", out); err == nil {
-		return r
-	}
-	return page
+	return dropToolFields(page, "outputSchema")
 }

@@ -263,15 +263,20 @@ func (g *Gateway) broadcast(method string) {
 		g.logger.Error("encode notification", "method", method, "error", err.Error())
 		return
 	}
+	for _, ls := range g.liveSessions() {
+		ls.notify(data, g.logger)
+	}
+}
+
+// liveSessions returns this process's sessions at this moment.
+func (g *Gateway) liveSessions() []*liveSession {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	sessions := make([]*liveSession, 0, len(g.live))
 	for _, ls := range g.live {
 		sessions = append(sessions, ls)
 	}
-	g.mu.Unlock()
-	for _, ls := range sessions {
-		ls.notify(data, g.logger)
-	}
+	return sessions
 }
 
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that

@@ -27,15 +27,9 @@ func levelAllows(min, level string) bool {
 // syncLogLevels sets each shared upstream that logs to the most verbose level any live
 // session asked for, when that changed.
 func (g *Gateway) syncLogLevels(ctx context.Context) {
-	g.mu.Lock()
-	ids := make([]string, 0, len(g.live))
-	for id := range g.live {
-		ids = append(ids, id)
-	}
-	g.mu.Unlock()
 	want := ""
-	for _, id := range ids {
-		rec, err := g.store.Get(ctx, id)
+	for _, ls := range g.liveSessions() {
+		rec, err := g.store.Get(ctx, ls.id)
 		if err != nil || rec.LogLevel == "" {
 			continue
 		}
@@ -90,13 +84,7 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 	if err != nil {
 		return
 	}
-	g.mu.Lock()
-	sessions := make([]*liveSession, 0, len(g.live))
-	for _, ls := range g.live {
-		sessions = append(sessions, ls)
-	}
-	g.mu.Unlock()
-	for _, ls := range sessions {
+	for _, ls := range g.liveSessions() {
 		rec, err := g.store.Get(g.ctx, ls.id)
 		if err == nil && levelAllows(rec.LogLevel, level) {
 			ls.notify(data, g.logger)
@@ -250,59 +238,7 @@ func exposeContentURIs(result json.RawMessage, scheme string) json.RawMessage {
 	if scheme == "" || !bytes.Contains(result, []byte(`"resource`)) {
 		return result
 	}
-	if content, ok, _ := protocol.Member(result, "content"); ok {
-		if out, changed := exposeBlocks(content, scheme); changed {
-			if r, err := protocol.SetMember(result, "content", out); err == nil {
-				return r
-			}
-		}
-	}
-	if messages, ok, _ := protocol.Member(result, "messages"); ok {
-		var msgs []json.RawMessage
-		if json.Unmarshal(messages, &msgs) != nil {
-			return result
-		}
-		changed := false
-		for i, m := range msgs {
-			block, ok, _ := protocol.Member(m, "content")
-			if !ok {
-				continue
-			}
-			if out, ok := exposeBlock(block, scheme); ok {
-				if nm, err := protocol.SetMember(m, "content", out); err == nil {
-					msgs[i], changed = nm, true
-				}
-			}
-		}
-		if changed {
-			out, _ := json.Marshal(msgs)
-			if r, err := protocol.SetMember(result, "messages", out); err == nil {
-				return r
-			}
-		}
-	}
-	return result
-}
-
-func exposeBlocks(content json.RawMessage, scheme string) (json.RawMessage, bool) {
-	var blocks []json.RawMessage
-	if json.Unmarshal(content, &blocks) != nil {
-		return content, false
-	}
-	changed := false
-	for i, b := range blocks {
-		if out, ok := exposeBlock(b, scheme); ok {
-			blocks[i], changed = out, true
-		}
-	}
-	if !changed {
-		return content, false
-	}
-	out, err := json.Marshal(blocks)
-	if err != nil {
-		return content, false
-	}
-	return out, true
+	return mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return exposeBlock(b, scheme) })
 }
 
 // exposeBlock rewrites one content block's URI, reporting whether it changed.

@@ -222,30 +222,8 @@ func (g *Gateway) deliverTaskStatus(r *route, n *protocol.Notification) {
 // hideTaskSupport removes tools' execution (taskSupport) from a tools/list page for clients
 // that did not declare tasks, which must not see them (mcp-notes §13).
 func hideTaskSupport(page json.RawMessage, k upstream.Kind) json.RawMessage {
-	if k != upstream.Tools || !containsKey(page, "execution") {
+	if k != upstream.Tools || !bytes.Contains(page, []byte(`"execution"`)) {
 		return page
 	}
-	tools, ok, _ := protocol.Member(page, "tools")
-	if !ok {
-		return page
-	}
-	var items []map[string]json.RawMessage
-	if json.Unmarshal(tools, &items) != nil {
-		return page
-	}
-	for _, it := range items {
-		delete(it, "execution")
-	}
-	out, err := json.Marshal(items)
-	if err != nil {
-		return page
-	}
-	if r, err := protocol.SetMember(page, "tools", out); err == nil {
-		return r
-	}
-	return page
-}
-
-func containsKey(b []byte, key string) bool {
-	return bytes.Contains(b, []byte(`"`+key+`"`))
+	return dropToolFields(page, "execution")
 }
