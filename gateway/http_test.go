@@ -329,3 +329,62 @@ func TestUnavailableUpstream(t *testing.T) {
 		t.Errorf("a name never seen: err = %v, want unknown tool", err)
 	}
 }
+
+// TestBatchesFor20250326: a 2025-03-26 session may send JSON-RPC batches (mcp-notes §2.2):
+// every request is answered on one SSE stream, a bad entry gets its error, and a batch of
+// notifications only gets 202. Later versions have no batches.
+func TestBatchesFor20250326(t *testing.T) {
+	c := bareGateway(t, "", nil)
+	r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`, nil)
+	sid := r.header.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: %s", r.body)
+	}
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":"two","method":"tools/list"},{"jsonrpc":"1.0","id":3,"method":"ping"}]`
+	req, _ := http.NewRequest(http.MethodPost, c.url, strings.NewReader(batch))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("batch: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	var ids []string
+	errors := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var m struct {
+			ID    json.RawMessage `json:"id"`
+			Error *struct{}       `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &m); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		if m.Error != nil {
+			errors++
+			continue
+		}
+		ids = append(ids, string(m.ID))
+	}
+	slices.Sort(ids)
+	if strings.Join(ids, ",") != `"two",1` || errors != 1 {
+		t.Errorf("answers %v with %d errors, want results for 1 and \"two\" and one error:\n%s", ids, errors, body)
+	}
+
+	r = c.do(http.MethodPost, `[{"jsonrpc":"2.0","method":"notifications/initialized"}]`, map[string]string{"Mcp-Session-Id": sid})
+	if r.status != http.StatusAccepted {
+		t.Errorf("notifications-only batch: %d %s, want 202", r.status, r.body)
+	}
+	r = c.do(http.MethodPost, `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]`, map[string]string{"Mcp-Session-Id": sid})
+	if r.status != http.StatusOK {
+		t.Errorf("batched initialize: %d, want an error on the stream", r.status)
+	}
+}

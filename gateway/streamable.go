@@ -97,8 +97,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		return
 	}
 	if protocol.IsBatch(body) {
-		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
-			"JSON-RPC batches are not supported: send one message per POST"))
+		g.serveBatch(w, r, body, requestID)
 		return
 	}
 	msg, err := protocol.Decode(body)
@@ -141,8 +140,72 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		}
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
-		g.serveRequest(w, r, rec, ls, m, requestID)
+		out := newResponder(w, 1)
+		defer out.close() // nothing may write to w once this handler returns
+		g.serveRequest(out, r, rec, ls, m, requestID)
 	}
+}
+
+// serveBatch serves a JSON-RPC batch, which only 2025-03-26 has (mcp-notes §2.2): its
+// notifications and responses are taken like single ones, and its requests are served
+// concurrently, their messages and responses all on one SSE stream. An entry that is not a
+// valid message gets an error response; a batch of only notifications and responses gets 202.
+func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte, requestID string) {
+	rec, ok := g.sessionFor(w, r, nil)
+	if !ok {
+		return
+	}
+	if rec.ProtocolVersion != protocol.Version20250326 {
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
+			"JSON-RPC batches exist only in protocol 2025-03-26; this session speaks %s: send one message per POST", rec.ProtocolVersion))
+		return
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(body, &entries); err != nil || len(entries) == 0 {
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest, "a batch must be a non-empty JSON array of messages"))
+		return
+	}
+	ls, err := g.localSession(rec.ID)
+	if err != nil {
+		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		return
+	}
+	var requests []*protocol.Request
+	var refused []*protocol.Response
+	for _, raw := range entries {
+		msg, err := protocol.Decode(raw)
+		switch m := msg.(type) {
+		case nil:
+			refused = append(refused, &protocol.Response{Error: protocol.Errorf(protocol.CodeInvalidRequest, "%v", err)})
+		case *protocol.Notification:
+			g.handleNotification(r, rec, ls, m)
+		case *protocol.Response:
+			if _, err := g.store.TakeReverse(r.Context(), rec.ID, m.ID.String()); err == nil {
+				ls.answer(m)
+			}
+		case *protocol.Request:
+			if m.Method == protocol.MethodInitialize {
+				refused = append(refused, &protocol.Response{ID: m.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest, "initialize must not be part of a batch")})
+				continue
+			}
+			requests = append(requests, m)
+		}
+	}
+	if len(requests)+len(refused) == 0 {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	out := newResponder(w, len(requests)+len(refused))
+	defer out.close()
+	out.startStream()
+	for _, resp := range refused {
+		_ = out.respond(resp)
+	}
+	var wg sync.WaitGroup
+	for _, req := range requests {
+		wg.Go(func() { g.serveRequest(out, r, rec, ls, req, requestID) })
+	}
+	wg.Wait()
 }
 
 func idOf(m protocol.Message) *protocol.ID {
@@ -275,10 +338,10 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 	}
 }
 
-func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
+func (g *Gateway) serveRequest(out *responder, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
 	ctx, done, ok := ls.begin(req.ID)
 	if !ok {
-		writeJSONResponse(w, "", &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest,
+		_ = out.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest,
 			"request id %s is already in use by a request in flight", req.ID)})
 		return
 	}
@@ -289,8 +352,6 @@ func (g *Gateway) serveRequest(w http.ResponseWriter, r *http.Request, rec *sess
 		Capabilities:    rec.ClientCapabilities,
 		LogLevel:        rec.LogLevel,
 	}
-	out := &responder{w: w, flusher: http.NewResponseController(w)}
-	defer out.close() // nothing may write to w once this handler returns
 	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities, rec.ProtocolVersion), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	forget := g.recordCall(r.Context(), ls, cc.owner, req.Method)
 	defer forget()
@@ -316,9 +377,26 @@ type responder struct {
 
 	mu  sync.Mutex
 	sse bool // set once the SSE stream has started. Guarded by mu.
-	// done is set once the response was written; later messages have nowhere to go.
+	// awaiting counts the responses still to be written: 1, or a batch's requests. Guarded
+	// by mu.
+	awaiting int
+	// done is set once the last response was written; later messages have nowhere to go.
 	// Guarded by mu.
 	done bool
+}
+
+func newResponder(w http.ResponseWriter, responses int) *responder {
+	return &responder{w: w, flusher: http.NewResponseController(w), awaiting: responses}
+}
+
+// startStream starts the SSE stream now (a batch answers on one).
+func (o *responder) startStream() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.sse {
+		o.sse = true
+		startSSE(o.w)
+	}
 }
 
 // errStreamDone is returned by responder.send after the response was written.
@@ -357,7 +435,12 @@ func (o *responder) respond(resp *protocol.Response) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.done = true
+	if o.done {
+		return errStreamDone
+	}
+	if o.awaiting--; o.awaiting <= 0 {
+		o.done = true
+	}
 	if o.sse {
 		return writeEvent(o.w, o.flusher, data)
 	}
