@@ -39,6 +39,15 @@ type pooledConn struct {
 	// lastUsed is the unix nano time of the last call; inUse counts calls in flight.
 	lastUsed atomic.Int64
 	inUse    atomic.Int32
+	// levelOnce sets the session's log level on the connection once it is ready.
+	levelOnce sync.Once
+}
+
+// existing returns the session's connection if it has one.
+func (p *connPool) existing(sessionID string) *pooledConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conns[sessionID]
 }
 
 // get returns the session's own route to the upstream, opening its connection on first use.
@@ -62,6 +71,12 @@ func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, 
 	defer cancel()
 	select {
 	case <-pc.ready:
+		pc.levelOnce.Do(func() {
+			// A new connection starts at the session's log level.
+			if rec, err := p.g.store.Get(ctx, sessionID); err == nil && rec.LogLevel != "" {
+				p.g.setUpstreamLevel(ctx, pc.route, rec.LogLevel)
+			}
+		})
 		return pc, nil
 	case <-wait.Done():
 		p.release(pc)

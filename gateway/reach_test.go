@@ -94,6 +94,10 @@ func TestLateUpstreamAppears(t *testing.T) {
 	if list, err := cs.ListTools(ctx, nil); err != nil || len(list.Tools) != 0 {
 		t.Fatalf("before the upstream is up: %v %v, want an empty list", list, err)
 	}
+	// The first attempt fails as soon as the connection is refused.
+	for deadline := time.Now().Add(5 * time.Second); tg.gw.UpstreamStates()["late"] == upstream.StateStarting && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if st := tg.gw.UpstreamStates()["late"]; st != upstream.StateDown {
 		t.Errorf("state %q before the upstream is up, want down", st)
 	}

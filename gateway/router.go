@@ -103,6 +103,7 @@ func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params jso
 		return nil, fmt.Errorf("store log level: %w", err)
 	}
 	g.syncLogLevels(ctx)
+	g.syncSessionLogLevel(ctx, cc.owner.session, p.Level)
 	return json.RawMessage(`{}`), nil
 }
 

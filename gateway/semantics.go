@@ -45,6 +45,19 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 	}
 }
 
+// syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
+// session's level.
+func (g *Gateway) syncSessionLogLevel(ctx context.Context, ls *liveSession, level string) {
+	for _, r := range g.routes {
+		if r.pool == nil {
+			continue
+		}
+		if pc := r.pool.existing(ls.id); pc != nil {
+			g.setUpstreamLevel(ctx, pc.route, level)
+		}
+	}
+}
+
 // setUpstreamLevel sends logging/setLevel to one upstream when its level differs.
 func (g *Gateway) setUpstreamLevel(ctx context.Context, r *route, level string) {
 	info := r.client.Server()
