@@ -129,6 +129,9 @@ func (t *inflightTable) add(r *route, o *callOwner) func() {
 		defer t.mu.Unlock()
 		if t.calls[r][o]--; t.calls[r][o] <= 0 {
 			delete(t.calls[r], o)
+			if len(t.calls[r]) == 0 {
+				delete(t.calls, r) // a session's own connection's route goes away with it
+			}
 		}
 	}
 }
