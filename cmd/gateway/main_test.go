@@ -255,3 +255,68 @@ upstreams:
 		t.Errorf("owners %v", owners)
 	}
 }
+
+// TestExampleConfigServesTheDemo runs what the README's first command runs: the gateway with
+// config.example.yaml (on a free port), which starts the demo server twice with `go run`;
+// a client reaches demo__echo through /mcp.
+func TestExampleConfigServesTheDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the demo server")
+	}
+	cfg, err := config.Load(filepath.Join("..", "..", "config.example.yaml"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	cfg.Listen = addr
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	for i := range cfg.Upstreams {
+		u := &cfg.Upstreams[i]
+		u.Dir = root // the README runs it from the repository root
+		if u.Env == nil {
+			u.Env = map[string]string{}
+		}
+		u.Env[testupstream.EnvRun] = testupstream.Marker
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- serveUntilDone(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+
+	url := "http://" + addr + "/mcp"
+	post := func(sid, body string) (string, string) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.Header.Get("Mcp-Session-Id"), string(b)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		sid, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		if sid != "" {
+			if _, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`); strings.Contains(body, "hello demo") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the example config never served demo__echo")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
+		t.Errorf("demo processes left: %v", left)
+	}
+}
