@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
 	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
 )
 
 // streamBuffer is how many messages may wait for a slow standalone stream before newer ones
@@ -25,7 +27,7 @@ type liveSession struct {
 	// stream is the outbox of the open standalone GET stream, nil when none. Guarded by mu.
 	stream chan []byte
 	// inflight holds a cancel func per client request id being served. Guarded by mu.
-	inflight map[protocol.ID]context.CancelFunc
+	inflight map[protocol.ID]context.CancelCauseFunc
 	// pending holds the requests sent to the client on an upstream's behalf, waiting for its
 	// answer, by the gateway's id. Guarded by mu.
 	pending map[protocol.ID]pendingReverse
@@ -33,10 +35,13 @@ type liveSession struct {
 	calls map[protocol.ID]*callOwner
 	// reverseSeq numbers the requests sent to the client over the session's whole life.
 	reverseSeq atomic.Uint64
+	// caps are the capabilities the client declared at initialize; set once by capsFor.
+	caps     clientCaps
+	capsOnce sync.Once
 }
 
 func newLiveSession(parent context.Context, id string) *liveSession {
-	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelFunc{}, pending: map[protocol.ID]pendingReverse{}, calls: map[protocol.ID]*callOwner{}}
+	ls := &liveSession{id: id, inflight: map[protocol.ID]context.CancelCauseFunc{}, pending: map[protocol.ID]pendingReverse{}, calls: map[protocol.ID]*callOwner{}}
 	ls.ctx, ls.cancel = context.WithCancel(parent)
 	return ls
 }
@@ -94,13 +99,13 @@ func (ls *liveSession) begin(id protocol.ID) (context.Context, func(), bool) {
 	if _, dup := ls.inflight[id]; dup {
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithCancel(ls.ctx)
+	ctx, cancel := context.WithCancelCause(ls.ctx)
 	ls.inflight[id] = cancel
 	return ctx, func() {
 		ls.mu.Lock()
 		delete(ls.inflight, id)
 		ls.mu.Unlock()
-		cancel()
+		cancel(nil)
 	}, true
 }
 
@@ -110,7 +115,16 @@ func (ls *liveSession) cancelRequest(id protocol.ID) bool {
 	cancel, ok := ls.inflight[id]
 	ls.mu.Unlock()
 	if ok {
-		cancel()
+		cancel(errClientCancelled)
 	}
 	return ok
+}
+
+// errClientCancelled is the cause of a request context the client cancelled.
+var errClientCancelled = errors.New("cancelled by the client")
+
+// capsFor returns the client capabilities the session declared, read once.
+func (ls *liveSession) capsFor(rec *session.Record) clientCaps {
+	ls.capsOnce.Do(func() { ls.caps = parseClientCaps(rec.ClientCapabilities, rec.ProtocolVersion) })
+	return ls.caps
 }

@@ -352,7 +352,7 @@ func (g *Gateway) serveRequest(out *responder, r *http.Request, rec *session.Rec
 		Capabilities:    rec.ClientCapabilities,
 		LogLevel:        rec.LogLevel,
 	}
-	cc.owner = &callOwner{session: ls, caps: parseClientCaps(rec.ClientCapabilities, rec.ProtocolVersion), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
+	cc.owner = &callOwner{session: ls, caps: ls.capsFor(rec), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	forget := g.recordCall(r.Context(), ls, cc.owner, req.Method)
 	defer forget()
 	result, err := g.dispatch(ctx, cc, req)
@@ -360,6 +360,11 @@ func (g *Gateway) serveRequest(out *responder, r *http.Request, rec *session.Rec
 	if err != nil {
 		if ctx.Err() != nil && ls.ctx.Err() != nil {
 			// The session ended while the call ran; nobody is waiting for the answer.
+			return
+		}
+		if errors.Is(context.Cause(ctx), errClientCancelled) {
+			// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2).
+			g.logger.Debug("request cancelled by the client", "session_id", rec.ID, "request_id", requestID)
 			return
 		}
 		resp = &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session_id", rec.ID, "method", req.Method), requestID)}
