@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -836,7 +837,7 @@ func (cn *connection) handleRequest(req *protocol.Request, origin Origin) {
 	cn.workers.Add(1)
 	go func() {
 		defer cn.workers.Done()
-		result, err := cb(cn.ctx, cn.client, req, origin)
+		result, err := cn.answerSafely(cb, req, origin)
 		resp := &protocol.Response{ID: req.ID, Result: result}
 		if err != nil {
 			var rpcErr *protocol.Error
@@ -847,6 +848,18 @@ func (cn *connection) handleRequest(req *protocol.Request, origin Origin) {
 		}
 		cn.respond(resp)
 	}()
+}
+
+// answerSafely runs the OnRequest callback; a panic in it becomes an internal error for the
+// upstream and a log record, never a crash of the gateway.
+func (cn *connection) answerSafely(cb func(context.Context, *Client, *protocol.Request, Origin) (json.RawMessage, error), req *protocol.Request, origin Origin) (result json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cn.client.logger.Error("panic answering an upstream's request", "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			result, err = nil, protocol.Errorf(protocol.CodeInternalError, "internal error in the gateway")
+		}
+	}()
+	return cb(cn.ctx, cn.client, req, origin)
 }
 
 func (cn *connection) respond(resp *protocol.Response) {
