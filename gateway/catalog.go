@@ -30,6 +30,19 @@ type upstreamClient interface {
 
 var _ upstreamClient = (*upstream.Client)(nil)
 
+// connKey names the connection a route's messages travel on, for the routing records: the
+// upstream's name for a shared connection, and name plus session for a session's own one, so
+// that ids two children hand out alike never meet.
+func (r *route) connKey(sessionID string) string {
+	switch {
+	case r.boundSession != nil:
+		return r.name + "\x00" + r.boundSession.id
+	case r.pool != nil && sessionID != "":
+		return r.name + "\x00" + sessionID
+	}
+	return r.name
+}
+
 // route is one upstream as the catalog sees it, in config order.
 type route struct {
 	index  int

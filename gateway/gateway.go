@@ -12,6 +12,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -62,6 +63,9 @@ type Gateway struct {
 	// live holds this process's part of each session: its streams and in-flight calls.
 	// Guarded by mu.
 	live map[string]*liveSession
+	// ended remembers recently ended sessions, so that a request that raced their end does
+	// not bring them back to life here. Pruned by expireSessions. Guarded by mu.
+	ended map[string]time.Time
 
 	requestSeq atomic.Uint64
 
@@ -95,6 +99,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g := &Gateway{
 		cfg:      cfg,
 		live:     map[string]*liveSession{},
+		ended:    map[string]time.Time{},
 		draining: make(chan struct{}),
 	}
 	if opts != nil {
@@ -307,6 +312,7 @@ func (g *Gateway) expireSessions() {
 				r.pool.sweep(g.opts.Now())
 			}
 		}
+		g.pruneEnded(g.opts.Now().Add(-time.Minute))
 	}
 }
 
@@ -321,6 +327,7 @@ func (g *Gateway) endLocal(id string) {
 	g.mu.Lock()
 	ls := g.live[id]
 	delete(g.live, id)
+	g.ended[id] = g.opts.Now()
 	g.mu.Unlock()
 	if ls != nil {
 		ls.end()
@@ -356,6 +363,9 @@ func (g *Gateway) localSession(id string) (*liveSession, error) {
 	}
 	ls, ok := g.live[id]
 	if !ok {
+		if _, ended := g.ended[id]; ended {
+			return nil, errSessionEnded
+		}
 		ls = newLiveSession(g.ctx, id)
 		g.live[id] = ls
 	}
@@ -397,4 +407,19 @@ func rootsResult(uris []string) json.RawMessage {
 	}
 	out, _ := json.Marshal(map[string]any{"roots": roots})
 	return out
+}
+
+// errSessionEnded is returned by localSession for a session that ended meanwhile.
+var errSessionEnded = errors.New("session ended")
+
+// pruneEnded forgets sessions that ended before cutoff: no request that started before they
+// ended can still be on its way.
+func (g *Gateway) pruneEnded(cutoff time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, at := range g.ended {
+		if at.Before(cutoff) {
+			delete(g.ended, id)
+		}
+	}
 }

@@ -135,19 +135,21 @@ func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 	}()
 }
 
-// sweep closes connections idle for longer than the idle time.
+// sweep closes connections idle for longer than the idle time. Idleness is decided and the
+// connection removed in one critical section, so a call cannot pick it up meanwhile.
 func (p *connPool) sweep(now time.Time) {
 	cutoff := now.Add(-p.idle).UnixNano()
 	p.mu.Lock()
-	var idle []string
+	idle := map[string]*pooledConn{}
 	for id, pc := range p.conns {
 		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff {
-			idle = append(idle, id)
+			idle[id] = pc
+			delete(p.conns, id)
 		}
 	}
 	p.mu.Unlock()
-	for _, id := range idle {
-		p.closeSession(id)
+	for id, pc := range idle {
+		p.closeConn(pc, id)
 	}
 }
 

@@ -261,7 +261,7 @@ func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *route, upstreamI
 		delete(ls.pending, id)
 		ls.mu.Unlock()
 	}()
-	rec := session.ReverseRecord{SessionID: ls.id, ID: id.String(), Method: method, Upstream: r.name, UpstreamID: upstreamID.String(), Sent: g.opts.Now()}
+	rec := session.ReverseRecord{SessionID: ls.id, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: g.opts.Now()}
 	if err := g.store.PutReverse(ctx, rec); err != nil {
 		return nil, fmt.Errorf("record the request to the client: %w", err)
 	}
@@ -327,7 +327,7 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		if err != nil || !ok {
 			return
 		}
-		rec, err := g.store.Progress(g.ctx, r.name, string(token))
+		rec, err := g.store.Progress(g.ctx, r.connKey(""), string(token))
 		if err != nil {
 			return
 		}
@@ -362,7 +362,7 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		if err != nil {
 			return
 		}
-		rec, err := g.store.ReverseByUpstream(g.ctx, r.name, id.String())
+		rec, err := g.store.ReverseByUpstream(g.ctx, r.connKey(""), id.String())
 		if err != nil {
 			return
 		}
@@ -398,7 +398,7 @@ func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessa
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
 	}
-	rec := session.ProgressRecord{Upstream: r.name, Token: string(token), SessionID: owner.session.id, ClientID: owner.clientID.String(), ClientToken: string(original)}
+	rec := session.ProgressRecord{Upstream: r.connKey(""), Token: string(token), SessionID: owner.session.id, ClientID: owner.clientID.String(), ClientToken: string(original)}
 	if err := g.store.PutProgress(g.ctx, rec); err != nil {
 		return nil, nil, fmt.Errorf("record the progress token: %w", err)
 	}

@@ -108,9 +108,10 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 // subscriptions fans resources/updated out to the sessions that subscribed: one upstream
 // subscription per URI, dropped when its last subscriber leaves.
 type subscriptions struct {
-	// mu is held across the upstream subscribe and unsubscribe calls, so that a URI is
+	// callMu is held across the upstream subscribe and unsubscribe calls, so that a URI is
 	// subscribed upstream once; subscriptions change rarely.
-	mu sync.Mutex
+	callMu sync.Mutex
+	mu     sync.Mutex
 	// byURI holds the subscribers of each upstream URI. Guarded by mu.
 	byURI map[subKey]map[string]bool
 }
@@ -141,24 +142,32 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	}
 	key := subKey{r, original}
 	s := &g.subs
+	// callMu serializes the upstream calls; mu guards the table only briefly, so that the
+	// upstream's read loop, delivering updates, never waits for an upstream call.
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	subscribers := s.byURI[key]
+	count := len(s.byURI[key])
+	mine := s.byURI[key][cc.SessionID]
+	s.mu.Unlock()
 	switch {
-	case on && len(subscribers) == 0:
+	case on && count == 0:
 		if _, err := r.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
 			return nil, err
 		}
-		subscribers = map[string]bool{}
-		s.byURI[key] = subscribers
-	case !on && subscribers[cc.SessionID] && len(subscribers) == 1:
+	case !on && mine && count == 1:
 		if _, err := r.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
 			return nil, err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if on {
-		subscribers[cc.SessionID] = true
-	} else if subscribers != nil {
+		if s.byURI[key] == nil {
+			s.byURI[key] = map[string]bool{}
+		}
+		s.byURI[key][cc.SessionID] = true
+	} else if subscribers := s.byURI[key]; subscribers != nil {
 		delete(subscribers, cc.SessionID)
 		if len(subscribers) == 0 {
 			delete(s.byURI, key)
@@ -191,7 +200,15 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 		defer g.workers.Done()
 		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
 		defer cancel()
+		s.callMu.Lock()
+		defer s.callMu.Unlock()
 		for _, key := range last {
+			s.mu.Lock()
+			resubscribed := len(s.byURI[key]) > 0
+			s.mu.Unlock()
+			if resubscribed {
+				continue // another session subscribed again meanwhile
+			}
 			params, _ := json.Marshal(map[string]string{"uri": key.uri})
 			if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
 				g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -126,7 +127,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	}
 	ls, err := g.localSession(rec.ID)
 	if err != nil {
-		writeHTTPError(w, http.StatusServiceUnavailable, idOf(msg), protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		writeLocalSessionError(w, idOf(msg), err)
 		return
 	}
 	switch m := msg.(type) {
@@ -167,7 +168,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	ls, err := g.localSession(rec.ID)
 	if err != nil {
-		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		writeLocalSessionError(w, nil, err)
 		return
 	}
 	var requests []*protocol.Request
@@ -203,7 +204,16 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	var wg sync.WaitGroup
 	for _, req := range requests {
-		wg.Go(func() { g.serveRequest(out, r, rec, ls, req, requestID) })
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					g.logger.Error("panic serving a batched request", "request_id", requestID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+					_ = out.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInternalError,
+						"internal error (request %s); the gateway's log has the details", requestID)})
+				}
+			}()
+			g.serveRequest(out, r, rec, ls, req, requestID)
+		})
 	}
 	wg.Wait()
 }
@@ -462,8 +472,13 @@ func startSSE(w http.ResponseWriter) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// eventWriteTimeout bounds writing one event to a client: a client that stops reading must not
+// hold up the upstream connection whose messages reach it.
+const eventWriteTimeout = 10 * time.Second
+
 // writeEvent writes one SSE message event and flushes it.
 func writeEvent(w io.Writer, f *http.ResponseController, data []byte) error {
+	_ = f.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
 	buf := make([]byte, 0, len(data)+24)
 	buf = append(buf, "event: message\ndata: "...)
 	buf = append(buf, data...)
@@ -488,7 +503,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	ls, err := g.localSession(rec.ID)
 	if err != nil {
-		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
+		writeLocalSessionError(w, nil, err)
 		return
 	}
 	select {
@@ -618,4 +633,15 @@ func capabilitiesFor(version string) json.RawMessage {
 		return serverCapabilities
 	}
 	return serverCapabilitiesWithTasks
+}
+
+// writeLocalSessionError answers a request whose session cannot be served here: it ended
+// meanwhile (404, as for any ended session), or the gateway is shutting down (503).
+func writeLocalSessionError(w http.ResponseWriter, id *protocol.ID, err error) {
+	if errors.Is(err, errSessionEnded) {
+		writeHTTPError(w, http.StatusNotFound, id, protocol.Errorf(protocol.CodeSessionNotFound,
+			"session not found: it ended or never existed; send initialize to start a new one"))
+		return
+	}
+	writeHTTPError(w, http.StatusServiceUnavailable, id, protocol.Errorf(protocol.CodeRequestRejected, "the gateway is shutting down; retry"))
 }

@@ -69,7 +69,7 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, r *route, re
 	if !ok {
 		return nil, fmt.Errorf("upstream %s created a task without a taskId", r.name)
 	}
-	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.name, UpstreamID: upstreamID}
+	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.connKey(cc.SessionID), UpstreamID: upstreamID}
 	if err := g.store.PutTask(ctx, rec); err != nil {
 		return nil, fmt.Errorf("record task: %w", err)
 	}
@@ -92,7 +92,7 @@ func (g *Gateway) taskFor(ctx context.Context, cc *clientContext, params json.Ra
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
 	}
 	for _, r := range g.routes {
-		if r.name == rec.Upstream {
+		if r.connKey(cc.SessionID) == rec.Upstream {
 			return rec, r, nil
 		}
 	}
@@ -156,7 +156,7 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 	}
 	tasks := []json.RawMessage{}
 	for _, r := range g.routes {
-		own := byUpstream[r.name]
+		own := byUpstream[r.connKey(cc.SessionID)]
 		if len(own) == 0 || upstreamTaskCaps(r).List == nil {
 			continue
 		}
@@ -199,7 +199,7 @@ func (g *Gateway) deliverTaskStatus(r *route, n *protocol.Notification) {
 	if !ok {
 		return
 	}
-	rec, err := g.store.TaskByUpstream(g.ctx, r.name, id)
+	rec, err := g.store.TaskByUpstream(g.ctx, r.connKey(""), id)
 	if err != nil {
 		return
 	}

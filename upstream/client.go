@@ -766,7 +766,7 @@ func (cn *connection) handleNotification(n *protocol.Notification, origin Origin
 		k = Resources
 	default:
 		if cb := cn.client.opts.OnNotification; cb != nil {
-			cb(cn.client, n, origin)
+			cn.notifySafely(cb, n, origin)
 		}
 		return
 	}
@@ -848,6 +848,17 @@ func (cn *connection) handleRequest(req *protocol.Request, origin Origin) {
 		}
 		cn.respond(resp)
 	}()
+}
+
+// notifySafely runs the OnNotification callback; a panic in it is logged, and the read loop
+// goes on.
+func (cn *connection) notifySafely(cb func(*Client, *protocol.Notification, Origin), n *protocol.Notification, origin Origin) {
+	defer func() {
+		if p := recover(); p != nil {
+			cn.client.logger.Error("panic handling an upstream's notification", "method", n.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	cb(cn.client, n, origin)
 }
 
 // answerSafely runs the OnRequest callback; a panic in it becomes an internal error for the
