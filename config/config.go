@@ -500,31 +500,32 @@ func applyDefaults(c *Config, ix *index) {
 		if !ix.has(path + ".transport") {
 			u.Transport = defaultTransport(u)
 		}
-		if !ix.has(path + ".request_timeout") {
-			u.RequestTimeout = defaultRequestTimeout
-		}
-		if !ix.has(path + ".initialize_timeout") {
-			u.InitializeTimeout = defaultInitializeTimeout
-		}
-		if !ix.has(path + ".max_response_bytes") {
-			u.MaxResponseBytes = defaultMaxResponseBytes
-		}
-		if !ix.has(path + ".enabled") {
-			u.Enabled = true
-		}
-		applyIsolationDefaults(u, ix, path)
+		applyUpstreamDefaults(u, func(key string) bool { return ix.has(path + "." + key) })
 	}
 }
 
-// applyIsolationDefaults fills the isolation keys an upstream leaves out.
-func applyIsolationDefaults(u *Upstream, ix *index, path string) {
-	if !ix.has(path + ".isolation") {
+// applyUpstreamDefaults fills the settings an upstream entry leaves out, for the config file
+// and imported server lists alike; has reports whether the entry set a key.
+func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
+	if !has("request_timeout") {
+		u.RequestTimeout = defaultRequestTimeout
+	}
+	if !has("initialize_timeout") {
+		u.InitializeTimeout = defaultInitializeTimeout
+	}
+	if !has("max_response_bytes") {
+		u.MaxResponseBytes = defaultMaxResponseBytes
+	}
+	if !has("enabled") {
+		u.Enabled = true
+	}
+	if !has("isolation") {
 		u.Isolation = defaultIsolation
 	}
-	if !ix.has(path + ".isolation_idle_timeout") {
+	if !has("isolation_idle_timeout") {
 		u.IsolationIdleTimeout = defaultIsolationIdle
 	}
-	if !ix.has(path + ".max_connections") {
+	if !has("max_connections") {
 		u.MaxConnections = defaultMaxConnections
 	}
 }

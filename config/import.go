@@ -141,18 +141,13 @@ func (im *importer) servers(m jsonMember) {
 func (im *importer) server(sm jsonMember, path string) {
 	name := sanitizeName(sm.key)
 	u := Upstream{
-		Name:                 name,
-		Prefix:               name[:min(len(name), maxPrefixLen)],
-		RequestTimeout:       defaultRequestTimeout,
-		InitializeTimeout:    defaultInitializeTimeout,
-		MaxResponseBytes:     defaultMaxResponseBytes,
-		Isolation:            defaultIsolation,
-		IsolationIdleTimeout: defaultIsolationIdle,
-		MaxConnections:       defaultMaxConnections,
-		Enabled:              true,
-		File:                 im.file,
-		Line:                 sm.line,
+		Name:   name,
+		Prefix: name[:min(len(name), maxPrefixLen)],
+		File:   im.file,
+		Line:   sm.line,
 	}
+	// Server lists have none of the gateway's own settings: all take their defaults.
+	applyUpstreamDefaults(&u, func(string) bool { return false })
 	im.lines[path] = sm.line
 	defer func() {
 		im.ups = append(im.ups, u)
