@@ -20,6 +20,7 @@ import (
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/upstream"
 )
 
 func TestMain(m *testing.M) {
@@ -92,8 +93,8 @@ func waitReady(t testing.TB, gw *gateway.Gateway, n int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		ready := 0
-		for _, s := range gw.UpstreamStates() {
-			if s == "ready" {
+		for _, s := range gw.UpstreamStatuses() {
+			if s.State == upstream.StateReady {
 				ready++
 			}
 		}
@@ -102,7 +103,7 @@ func waitReady(t testing.TB, gw *gateway.Gateway, n int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("upstreams not ready: %v", gw.UpstreamStates())
+	t.Fatalf("upstreams not ready: %v", gw.UpstreamStatuses())
 }
 
 var (

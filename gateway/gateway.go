@@ -230,15 +230,6 @@ func (g *Gateway) Close() error {
 	return nil
 }
 
-// UpstreamStates returns each enabled upstream's state, in config order.
-func (g *Gateway) UpstreamStates() map[string]upstream.State {
-	states := make(map[string]upstream.State, len(g.routes))
-	for _, r := range g.routes {
-		states[r.name] = r.client.State()
-	}
-	return states
-}
-
 // rebuild merges the catalog anew and tells every client whose lists changed.
 func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()

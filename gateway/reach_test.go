@@ -95,10 +95,10 @@ func TestLateUpstreamAppears(t *testing.T) {
 		t.Fatalf("before the upstream is up: %v %v, want an empty list", list, err)
 	}
 	// The first attempt fails as soon as the connection is refused.
-	for deadline := time.Now().Add(5 * time.Second); tg.gw.UpstreamStates()["late"] == upstream.StateStarting && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); tg.gw.UpstreamStatuses()["late"].State == upstream.StateStarting && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st := tg.gw.UpstreamStates()["late"]; st != upstream.StateDown {
+	if st := tg.gw.UpstreamStatuses()["late"].State; st != upstream.StateDown {
 		t.Errorf("state %q before the upstream is up, want down", st)
 	}
 
@@ -294,7 +294,7 @@ func TestOversizedAnswerFailsOnlyItsCall(t *testing.T) {
 	if err != nil || textOf(t, res) != "ok" {
 		t.Errorf("after the oversized answer: %v %v", res, err)
 	}
-	if st := tg.gw.UpstreamStates()["fragile"]; st != upstream.StateReady {
+	if st := tg.gw.UpstreamStatuses()["fragile"].State; st != upstream.StateReady {
 		t.Errorf("upstream state %q, want ready", st)
 	}
 }

@@ -54,139 +54,243 @@ func main() {
 	otherURL := flag.String("other-url", "", "MCP endpoint of -other")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	flag.Parse()
-	if err := run(*bin, *rounds, *duration, *warmup, *concurrency, *errorsN, *errorsCalls, *other, *otherURL); err != nil {
+	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "sidebyside:", err)
 		os.Exit(1)
 	}
-	if !*lists {
-		return
+	ns, err := parseConcurrency(*concurrency)
+	if err != nil {
+		fail(err)
 	}
-	if err := runLists(*bin, *rounds, *duration, *warmup, *concurrency); err != nil {
-		fmt.Fprintln(os.Stderr, "sidebyside:", err)
-		os.Exit(1)
+	absBin, err := filepath.Abs(*bin)
+	if err != nil {
+		fail(err)
+	}
+	m := measurer{mcpload: filepath.Join(absBin, "mcpload"), rounds: *rounds, args: []string{"-duration", duration.String(), "-warmup", warmup.String()}}
+	fmt.Printf("side by side: %d rounds of %s per target and concurrency, alternating; echo tool, prefix \"\"\n\n", *rounds, *duration)
+	if err := run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL); err != nil {
+		fail(err)
+	}
+	if *lists {
+		if err := runLists(absBin, m, ns); err != nil {
+			fail(err)
+		}
 	}
 }
 
-func run(bin string, rounds int, duration, warmup time.Duration, concurrency string, errorsN, errorsCalls int, other, otherURL string) error {
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "sidebyside")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			stop(p)
+func parseConcurrency(s string) ([]int, error) {
+	var ns []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad -n %q: want positive integers separated by commas", s)
 		}
-	}()
-	echo := filepath.Join(bin, "echo-server")
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
 
+// fleet owns the processes of one comparison and their logs; close stops them all.
+type fleet struct {
+	dir   string
+	procs []*exec.Cmd
+}
+
+func newFleet() (*fleet, error) {
+	dir, err := os.MkdirTemp("", "sidebyside")
+	if err != nil {
+		return nil, err
+	}
+	return &fleet{dir: dir}, nil
+}
+
+// start runs a process with its output in dir/logName.
+func (f *fleet) start(logName, name string, args ...string) error {
+	p, err := start(filepath.Join(f.dir, logName), name, args...)
+	if err != nil {
+		return err
+	}
+	f.procs = append(f.procs, p)
+	return nil
+}
+
+// gateway writes a config with the given upstream entries and starts a gateway on it.
+func (f *fleet) gateway(bin, name, upstreams string) (string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	cfg := filepath.Join(f.dir, "gateway-"+name+".yaml")
+	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\nupstreams:\n%s", addr, upstreams)
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		return "", err
+	}
+	if err := f.start("gateway-"+name+".log", filepath.Join(bin, "gateway"), "serve", "-config", cfg); err != nil {
+		return "", err
+	}
+	return "http://" + addr + "/mcp", nil
+}
+
+// waitUp waits for every target to answer initialize.
+func (f *fleet) waitUp(targets []target) error {
+	for _, t := range targets {
+		if err := waitUp(t.url, 60*time.Second); err != nil {
+			return fmt.Errorf("%s: %w (logs in %s)", t.name, err, f.dir)
+		}
+	}
+	return nil
+}
+
+func (f *fleet) close() {
+	for _, p := range f.procs {
+		stop(p)
+	}
+	os.RemoveAll(f.dir)
+}
+
+// measurer runs the load tool against targets in alternating rounds.
+type measurer struct {
+	mcpload string
+	rounds  int
+	args    []string // the length of each run
+}
+
+// compare measures every target at concurrency n, round after round, alternating the order
+// so that no target always runs right after another, and prints the report. It reports
+// whether any call failed.
+func (m measurer) compare(targets []target, n int, extra ...string) (bool, error) {
+	samples := map[string][]result{}
+	failed := false
+	for r := range m.rounds {
+		order := slices.Clone(targets)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, t := range order {
+			res, err := load(m.mcpload, t.url, n, append(slices.Clone(m.args), extra...)...)
+			if err != nil {
+				return failed, fmt.Errorf("%s n=%d: %w", t.name, n, err)
+			}
+			if sum(res.Errors) > 0 {
+				failed = true
+				fmt.Printf("  %s n=%d round %d: errors %v\n", t.name, n, r+1, res.Errors)
+			}
+			samples[t.name] = append(samples[t.name], res)
+		}
+	}
+	report(n, targets, samples)
+	return failed, nil
+}
+
+// run compares the echo tool directly and through the gateway over stdio and HTTP.
+func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL string) error {
+	f, err := newFleet()
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	echo := filepath.Join(bin, "echo-server")
 	echoAddr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	p, err := start(filepath.Join(tmp, "echo.log"), echo, "-http", echoAddr)
+	if err := f.start("echo.log", echo, "-http", echoAddr); err != nil {
+		return err
+	}
+	gwStdio, err := f.gateway(bin, "stdio", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
 	if err != nil {
 		return err
 	}
-	procs = append(procs, p)
-
-	gwStdio, gwHTTP := "", ""
-	for _, g := range []struct {
-		name     string
-		upstream string
-		addr     *string
-	}{
-		{"stdio", fmt.Sprintf("    command: %q\n", echo), &gwStdio},
-		{"http", fmt.Sprintf("    url: http://%s/mcp\n", echoAddr), &gwHTTP},
-	} {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		cfg := filepath.Join(tmp, "gateway-"+g.name+".yaml")
-		text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\nupstreams:\n  - name: echo\n    prefix: \"\"\n%s", addr, g.upstream)
-		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-			return err
-		}
-		p, err := start(filepath.Join(tmp, "gateway-"+g.name+".log"), filepath.Join(bin, "gateway"), "serve", "-config", cfg)
-		if err != nil {
-			return err
-		}
-		procs = append(procs, p)
-		*g.addr = "http://" + addr + "/mcp"
+	gwHTTP, err := f.gateway(bin, "http", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    url: http://%s/mcp\n", echoAddr))
+	if err != nil {
+		return err
 	}
-	targets := []target{
-		{"direct", "http://" + echoAddr + "/mcp"},
-		{"gateway-stdio", gwStdio},
-		{"gateway-http", gwHTTP},
-	}
+	targets := []target{{"direct", "http://" + echoAddr + "/mcp"}, {"gateway-stdio", gwStdio}, {"gateway-http", gwHTTP}}
 	if other != "" {
 		fields := strings.Fields(other)
-		p, err := start(filepath.Join(tmp, "other.log"), fields[0], fields[1:]...)
+		if err := f.start("other.log", fields[0], fields[1:]...); err != nil {
+			return err
+		}
+		targets = append(targets, target{"other-proxy", otherURL})
+	}
+	if err := f.waitUp(targets); err != nil {
+		return err
+	}
+	failed := false
+	for _, n := range ns {
+		bad, err := m.compare(targets, n)
 		if err != nil {
 			return err
 		}
-		procs = append(procs, p)
-		targets = append(targets, target{"other-proxy", otherURL})
-	}
-	for _, t := range targets {
-		if err := waitUp(t.url, 60*time.Second); err != nil {
-			return fmt.Errorf("%s: %w (logs in %s)", t.name, err, tmp)
-		}
-	}
-
-	var ns []int
-	for f := range strings.SplitSeq(concurrency, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("bad -n %q", concurrency)
-		}
-		ns = append(ns, n)
-	}
-	mcpload := filepath.Join(bin, "mcpload")
-	fmt.Printf("side by side: %d rounds of %s per target and concurrency, alternating; echo tool, prefix \"\"\n\n", rounds, duration)
-	failed := false
-	for _, n := range ns {
-		samples := map[string][]result{}
-		for r := range rounds {
-			// Alternate the order too, so no target always runs right after another.
-			order := slices.Clone(targets)
-			if r%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, t := range order {
-				res, err := load(mcpload, t.url, n, "-duration", duration.String(), "-warmup", warmup.String())
-				if err != nil {
-					return fmt.Errorf("%s n=%d: %w", t.name, n, err)
-				}
-				if sum(res.Errors) > 0 {
-					failed = true
-					fmt.Printf("  %s n=%d round %d: errors %v\n", t.name, n, r+1, res.Errors)
-				}
-				samples[t.name] = append(samples[t.name], res)
-			}
-		}
-		report(n, targets, samples)
+		failed = failed || bad
 	}
 	if errorsN > 0 {
 		for _, t := range targets {
-			res, err := load(mcpload, t.url, errorsN, "-calls", strconv.Itoa(errorsCalls))
+			res, err := load(m.mcpload, t.url, errorsN, "-calls", strconv.Itoa(errorsCalls))
 			if err != nil {
 				return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
 			}
 			fmt.Printf("errors at n=%d, %d calls per session: %-14s %d errors of %d calls %v\n", errorsN, errorsCalls, t.name, sum(res.Errors), res.Calls+sum(res.Errors), res.Errors)
-			if sum(res.Errors) > 0 {
-				failed = true
-			}
+			failed = failed || sum(res.Errors) > 0
 		}
 	}
 	if failed {
 		return errors.New("some calls failed")
+	}
+	return nil
+}
+
+// runLists compares the first page of tools/list: the gateway merging 20 stdio upstreams of
+// 100 tools each (served from its catalog, no upstream round trip) against one 100-tool
+// upstream asked directly over HTTP.
+func runLists(bin string, m measurer, ns []int) error {
+	f, err := newFleet()
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	echo := filepath.Join(bin, "echo-server")
+	echoAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if err := f.start("echo.log", echo, "-http", echoAddr, "-tools", "99"); err != nil {
+		return err
+	}
+	var ups strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&ups, "  - name: up%02d\n    command: %q\n    args: [-tools, \"99\"]\n", i, echo)
+	}
+	gw, err := f.gateway(bin, "20x100", ups.String())
+	if err != nil {
+		return err
+	}
+	targets := []target{{"direct", "http://" + echoAddr + "/mcp"}, {"gateway-20x100", gw}}
+	if err := f.waitUp(targets); err != nil {
+		return err
+	}
+	// The gateway answers before its upstreams are connected; wait for the whole catalog.
+	list := []string{"-method", "tools/list", "-min-tools", "100"}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := load(m.mcpload, gw, 1, append(slices.Clone(list), "-calls", "1")...)
+		if err == nil && sum(res.Errors) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway never listed 100 tools (logs in %s)", f.dir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Printf("tools/list, first page (100 tools): gateway over 20 upstreams × 100 tools vs one 100-tool upstream directly\n\n")
+	for _, n := range ns {
+		failed, err := m.compare(targets, n, list...)
+		if err != nil {
+			return err
+		}
+		if failed {
+			return errors.New("some tools/list calls failed")
+		}
 	}
 	return nil
 }
@@ -308,94 +412,4 @@ func waitUp(url string, limit time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// runLists compares the first page of tools/list: the gateway merging 20 stdio upstreams of
-// 100 tools each (served from its catalog, no upstream round trip) against one 100-tool
-// upstream asked directly over HTTP.
-func runLists(bin string, rounds int, duration, warmup time.Duration, concurrency string) error {
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "sidebyside-lists")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			stop(p)
-		}
-	}()
-	echo := filepath.Join(bin, "echo-server")
-	echoAddr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	p, err := start(filepath.Join(tmp, "echo.log"), echo, "-http", echoAddr, "-tools", "99")
-	if err != nil {
-		return err
-	}
-	procs = append(procs, p)
-	gwAddr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "listen: %s\nlog_level: warn\nmax_sessions: 10000\nupstreams:\n", gwAddr)
-	for i := range 20 {
-		fmt.Fprintf(&cfg, "  - name: up%02d\n    command: %q\n    args: [-tools, \"99\"]\n", i, echo)
-	}
-	cfgPath := filepath.Join(tmp, "gateway.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
-		return err
-	}
-	p, err = start(filepath.Join(tmp, "gateway.log"), filepath.Join(bin, "gateway"), "serve", "-config", cfgPath)
-	if err != nil {
-		return err
-	}
-	procs = append(procs, p)
-	targets := []target{{"direct", "http://" + echoAddr + "/mcp"}, {"gateway-20x100", "http://" + gwAddr + "/mcp"}}
-	for _, t := range targets {
-		if err := waitUp(t.url, 60*time.Second); err != nil {
-			return fmt.Errorf("%s: %w (logs in %s)", t.name, err, tmp)
-		}
-	}
-	// The gateway answers before its upstreams are connected; wait for the whole catalog.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := load(filepath.Join(bin, "mcpload"), targets[1].url, 1, "-method", "tools/list", "-min-tools", "100", "-calls", "1")
-		if err == nil && sum(res.Errors) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the gateway never listed 100 tools (logs in %s)", tmp)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	fmt.Printf("tools/list, first page (100 tools): gateway over 20 upstreams × 100 tools vs one 100-tool upstream directly\n\n")
-	for n := range strings.SplitSeq(concurrency, ",") {
-		nn, _ := strconv.Atoi(strings.TrimSpace(n))
-		samples := map[string][]result{}
-		for r := range rounds {
-			order := slices.Clone(targets)
-			if r%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, t := range order {
-				res, err := load(filepath.Join(bin, "mcpload"), t.url, nn, "-method", "tools/list", "-min-tools", "100", "-duration", duration.String(), "-warmup", warmup.String())
-				if err != nil {
-					return fmt.Errorf("%s n=%d: %w", t.name, nn, err)
-				}
-				if sum(res.Errors) > 0 {
-					return fmt.Errorf("%s n=%d: errors %v", t.name, nn, res.Errors)
-				}
-				samples[t.name] = append(samples[t.name], res)
-			}
-		}
-		report(nn, targets, samples)
-	}
-	return nil
 }

@@ -43,7 +43,7 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	for !settled(gw.UpstreamStates()) && ctx.Err() == nil {
+	for !settled(gw.UpstreamStatuses()) && ctx.Err() == nil {
 		select {
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
@@ -89,9 +89,9 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 }
 
 // settled reports whether no upstream is still making its first attempt.
-func settled(states map[string]upstream.State) bool {
-	for _, s := range states {
-		if s == upstream.StateStarting {
+func settled(statuses map[string]upstream.Status) bool {
+	for _, s := range statuses {
+		if s.State == upstream.StateStarting {
 			return false
 		}
 	}
