@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -54,6 +55,11 @@ func main() {
 	otherURL := flag.String("other-url", "", "MCP endpoint of -other")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	flag.Parse()
+	// An interrupted run still stops every process it started: a signal ends the current load
+	// and the deferred clean-up runs; a closed stdout is an error, not a silent death.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stopSignals()
+	signal.Ignore(syscall.SIGPIPE)
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "sidebyside:", err)
 		os.Exit(1)
@@ -66,12 +72,12 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	m := measurer{mcpload: filepath.Join(absBin, "mcpload"), rounds: *rounds, args: []string{"-duration", duration.String(), "-warmup", warmup.String()}}
+	m := measurer{ctx: ctx, mcpload: filepath.Join(absBin, "mcpload"), rounds: *rounds, args: []string{"-duration", duration.String(), "-warmup", warmup.String()}}
 	fmt.Printf("side by side: %d rounds of %s per target and concurrency, alternating; echo tool, prefix \"\"\n\n", *rounds, *duration)
 	if err := run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL); err != nil {
 		fail(err)
 	}
-	if *lists {
+	if *lists && ctx.Err() == nil {
 		if err := runLists(absBin, m, ns); err != nil {
 			fail(err)
 		}
@@ -150,6 +156,7 @@ func (f *fleet) close() {
 
 // measurer runs the load tool against targets in alternating rounds.
 type measurer struct {
+	ctx     context.Context // ends the runs early on a signal
 	mcpload string
 	rounds  int
 	args    []string // the length of each run
@@ -167,7 +174,7 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 			slices.Reverse(order)
 		}
 		for _, t := range order {
-			res, err := load(m.mcpload, t.url, n, append(slices.Clone(m.args), extra...)...)
+			res, err := load(m.ctx, m.mcpload, t.url, n, append(slices.Clone(m.args), extra...)...)
 			if err != nil {
 				return failed, fmt.Errorf("%s n=%d: %w", t.name, n, err)
 			}
@@ -218,6 +225,9 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	}
 	failed := false
 	for _, n := range ns {
+		if m.ctx.Err() != nil {
+			return m.ctx.Err()
+		}
 		bad, err := m.compare(targets, n)
 		if err != nil {
 			return err
@@ -226,7 +236,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	}
 	if errorsN > 0 {
 		for _, t := range targets {
-			res, err := load(m.mcpload, t.url, errorsN, "-calls", strconv.Itoa(errorsCalls))
+			res, err := load(m.ctx, m.mcpload, t.url, errorsN, "-calls", strconv.Itoa(errorsCalls))
 			if err != nil {
 				return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
 			}
@@ -273,9 +283,12 @@ func runLists(bin string, m measurer, ns []int) error {
 	list := []string{"-method", "tools/list", "-min-tools", "100"}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		res, err := load(m.mcpload, gw, 1, append(slices.Clone(list), "-calls", "1")...)
+		res, err := load(m.ctx, m.mcpload, gw, 1, append(slices.Clone(list), "-calls", "1")...)
 		if err == nil && sum(res.Errors) == 0 {
 			break
+		}
+		if m.ctx.Err() != nil {
+			return m.ctx.Err()
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the gateway never listed 100 tools (logs in %s)", f.dir)
@@ -284,6 +297,9 @@ func runLists(bin string, m measurer, ns []int) error {
 	}
 	fmt.Printf("tools/list, first page (100 tools): gateway over 20 upstreams × 100 tools vs one 100-tool upstream directly\n\n")
 	for _, n := range ns {
+		if m.ctx.Err() != nil {
+			return m.ctx.Err()
+		}
 		failed, err := m.compare(targets, n, list...)
 		if err != nil {
 			return err
@@ -324,8 +340,8 @@ func report(n int, targets []target, samples map[string][]result) {
 	fmt.Println()
 }
 
-func load(mcpload, url string, n int, args ...string) (result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+func load(ctx context.Context, mcpload, url string, n int, args ...string) (result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mcpload, append([]string{"-url", url, "-n", strconv.Itoa(n), "-json"}, args...)...)
 	var out, errOut bytes.Buffer
