@@ -425,6 +425,9 @@ func (c *Client) dialAndInitialize(ctx context.Context, transport string) (*conn
 		return nil, err
 	}
 	cn.transport = transport
+	if transport == TransportAuto {
+		cn.transport = TransportStreamableHTTP // auto got this far over Streamable HTTP
+	}
 	return cn, nil
 }
 

@@ -301,7 +301,7 @@ func TestLegacySSEUpstream(t *testing.T) {
 func TestAutoPrefersStreamableHTTP(t *testing.T) {
 	u := newHTTPUpstream(t, false)
 	c := startHTTPClient(t, Spec{URL: u.srv.URL, Transport: TransportAuto}, nil)
-	if got := c.live.Load().transport; got != TransportAuto && got != TransportStreamableHTTP {
+	if got := c.live.Load().transport; got != TransportStreamableHTTP {
 		t.Errorf("transport in use %q, want Streamable HTTP", got)
 	}
 	if got := callText(t, context.Background(), c, "echo"); got != "hi" {
