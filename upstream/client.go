@@ -67,6 +67,10 @@ type Spec struct {
 	// MaxMessageBytes caps one message read from the upstream (a stdio line, a JSON body, an
 	// SSE event); a larger answer fails its request. If zero, 16 MiB.
 	MaxMessageBytes int
+	// AttributionWindow is how long, over a transport that does not tie a server request to
+	// a call (stdio, legacy SSE), a party whose call ended still counts as a possible owner of
+	// what the upstream sends (see Origin.Parties). Zero turns the window off.
+	AttributionWindow time.Duration
 }
 
 // The transports of Spec.Transport.
@@ -108,6 +112,8 @@ type Options struct {
 	// StopGrace is how long a stdio child gets to exit after its stdin closes, and again after
 	// SIGTERM, before SIGKILL. If zero, 2 seconds.
 	StopGrace time.Duration
+	// Now returns the current time, for the attribution window. If nil, time.Now.
+	Now func() time.Time
 }
 
 // defaultCapabilities are the client capabilities the gateway can route to its clients.
@@ -176,6 +182,9 @@ func New(spec Spec, opts *Options) *Client {
 	}
 	if c.opts.MaxRestartDelay <= 0 {
 		c.opts.MaxRestartDelay = 30 * time.Second
+	}
+	if c.opts.Now == nil {
+		c.opts.Now = time.Now
 	}
 	logger := c.opts.Logger
 	if logger == nil {
@@ -336,14 +345,15 @@ func (c *Client) changed() {
 // upstream is told with notifications/cancelled.
 //
 // A request that an HTTP upstream refused because it forgot the session (404) never ran
-// there, so Call waits for the re-initialized connection and sends it once more.
+// there, so Call waits for the re-initialized connection and sends it once more. Requests
+// already accepted when the session ended may have run: they fail, and are never sent again.
 func (c *Client) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	cn := c.live.Load()
 	if cn == nil {
 		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
 	}
 	result, err := cn.call(ctx, method, params, c.spec.RequestTimeout)
-	if !errors.Is(err, ErrSessionExpired) {
+	if !errors.Is(err, errRefusedUnsent) {
 		return result, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
@@ -459,6 +469,9 @@ type connection struct {
 	server *protocol.InitializeResult // set by initialize, then read-only
 	// transport is the transport in use (auto resolves to one of the others).
 	transport string
+	// unattributed is set for transports that do not tie a server request to a call (stdio,
+	// legacy SSE): ended calls are then remembered for the attribution window.
+	unattributed bool
 
 	nextID atomic.Int64
 
@@ -467,6 +480,9 @@ type connection struct {
 	pending map[int64]pendingCall
 	// err is why the connection ended; set once, with done closed. Guarded by mu.
 	err error
+	// lastEnded holds when each party's last call ended, for the attribution window. Guarded by
+	// mu.
+	lastEnded map[any]time.Time
 
 	// done is closed when the connection has ended (read failure or close).
 	done chan struct{}
@@ -484,11 +500,16 @@ type connection struct {
 
 func newConnection(c *Client, raw conn) *connection {
 	cn := &connection{
-		client:  c,
-		conn:    raw,
-		pending: make(map[int64]pendingCall),
-		done:    make(chan struct{}),
-		dirty:   make(chan struct{}, 1),
+		client:    c,
+		conn:      raw,
+		pending:   make(map[int64]pendingCall),
+		lastEnded: make(map[any]time.Time),
+		done:      make(chan struct{}),
+		dirty:     make(chan struct{}, 1),
+	}
+	switch raw.(type) {
+	case *stdioConn, *legacySSEConn:
+		cn.unattributed = true
 	}
 	cn.ctx, cn.cancel = context.WithCancel(c.runCtx)
 	cn.workers.Add(1)
@@ -506,6 +527,7 @@ func (cn *connection) fail(err error) {
 	cn.err = err
 	for id, p := range cn.pending {
 		delete(cn.pending, id)
+		cn.endedLocked(p.caller)
 		close(p.ch)
 	}
 	close(cn.done)
@@ -539,33 +561,18 @@ func (cn *connection) callFunc(timeout time.Duration) func(context.Context, stri
 // pendingCall is a request waiting for its response.
 type pendingCall struct {
 	ch chan *protocol.Response
-	// caller is the value the caller attached with WithCaller, reported with the messages
-	// that arrive on this request's response stream.
-	caller any
+	// caller is what the caller attached with WithCaller, for the messages about this call.
+	caller caller
 }
 
-type callerKey struct{}
-
-// WithCaller returns a context that makes Call remember caller: a message the upstream sends
-// on the response stream of that call (a Streamable HTTP upstream ties sampling, elicitation,
-// progress and logs to the request that caused them) reaches OnRequest or OnNotification
-// with Origin.Caller set to it.
-func WithCaller(ctx context.Context, caller any) context.Context {
-	return context.WithValue(ctx, callerKey{}, caller)
-}
-
-// Origin tells where a message from the upstream came from.
-type Origin struct {
-	// Caller is what WithCaller attached to the call on whose response stream the message
-	// arrived; nil when the transport does not tie it to a call (stdio, legacy SSE, the
-	// standalone stream).
-	Caller any
-}
+// errRefusedUnsent marks a request that the upstream refused because it forgot the session:
+// it never ran, so it may be sent again on the next connection.
+var errRefusedUnsent = fmt.Errorf("refused before it ran: %w", ErrSessionExpired)
 
 func (cn *connection) call(ctx context.Context, method string, params json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
 	name := cn.client.spec.Name
 	id := cn.nextID.Add(1)
-	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: ctx.Value(callerKey{})}
+	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: callerOf(ctx)}
 	cn.mu.Lock()
 	if cn.err != nil {
 		cn.mu.Unlock()
@@ -585,7 +592,7 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 			return nil, fmt.Errorf("%s %s: %w", name, method, err)
 		case errors.Is(err, ErrSessionExpired):
 			cn.fail(err)
-			return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, err)
+			return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, errRefusedUnsent)
 		}
 		if ctx.Err() != nil {
 			return nil, cn.ended(ctx, id, method, timeout)
@@ -596,11 +603,13 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 	select {
 	case resp, ok := <-p.ch:
 		if !ok {
-			cause := errors.New("connection lost")
+			// The request was sent and may have run: it is not sent again, even when the
+			// connection ended because the upstream forgot the session.
+			cause := "connection lost"
 			if err := cn.failure(); errors.Is(err, ErrSessionExpired) {
-				cause = err
+				cause = "the upstream forgot the session while the request ran"
 			}
-			return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, cause)
+			return nil, fmt.Errorf("%s %s: %w: %s", name, method, ErrUnavailable, cause)
 		}
 		if resp.Error != nil {
 			return nil, resp.Error
@@ -629,7 +638,10 @@ func (cn *connection) failure() error {
 
 func (cn *connection) forget(id int64) {
 	cn.mu.Lock()
-	delete(cn.pending, id)
+	if p, ok := cn.pending[id]; ok {
+		delete(cn.pending, id)
+		cn.endedLocked(p.caller)
+	}
 	cn.mu.Unlock()
 }
 
@@ -700,7 +712,7 @@ func (cn *connection) readLoop() {
 	defer cn.workers.Done()
 	logger := cn.client.logger
 	for {
-		msg, related, err := cn.conn.Read()
+		msg, from, err := cn.conn.Read()
 		var skipped *skippedError
 		if errors.As(err, &skipped) {
 			if !errors.Is(err, errMessageTooLarge) {
@@ -719,27 +731,22 @@ func (cn *connection) readLoop() {
 			cn.fail(fmt.Errorf("read: %w", err))
 			return
 		}
-		origin := cn.origin(related)
 		switch m := msg.(type) {
 		case *protocol.Response:
 			cn.deliver(m)
 		case *protocol.Notification:
-			cn.handleNotification(m, origin)
+			cn.handleNotification(m, from)
 		case *protocol.Request:
-			cn.handleRequest(m, origin)
+			cn.handleRequest(m, cn.origin(from))
 		}
 	}
 }
 
-// origin returns the Origin of a message that arrived on the response stream of request
-// related (0: none).
-func (cn *connection) origin(related int64) Origin {
-	if related == 0 {
-		return Origin{}
-	}
+// origin decides whom a message that arrived as from may be for, now, as it is read.
+func (cn *connection) origin(from arrival) Origin {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	return Origin{Caller: cn.pending[related].caller}
+	return cn.originLocked(from)
 }
 
 func (cn *connection) deliver(resp *protocol.Response) {
@@ -750,14 +757,17 @@ func (cn *connection) deliver(resp *protocol.Response) {
 	}
 	cn.mu.Lock()
 	p, ok := cn.pending[id]
-	delete(cn.pending, id)
+	if ok {
+		delete(cn.pending, id)
+		cn.endedLocked(p.caller)
+	}
 	cn.mu.Unlock()
 	if ok {
 		p.ch <- resp
 	}
 }
 
-func (cn *connection) handleNotification(n *protocol.Notification, origin Origin) {
+func (cn *connection) handleNotification(n *protocol.Notification, from arrival) {
 	var k Kind
 	switch n.Method {
 	case protocol.NotificationToolsChanged:
@@ -769,7 +779,7 @@ func (cn *connection) handleNotification(n *protocol.Notification, origin Origin
 		k = Resources
 	default:
 		if cb := cn.client.opts.OnNotification; cb != nil {
-			cn.notifySafely(cb, n, origin)
+			cn.notifySafely(cb, n, cn.origin(from))
 		}
 		return
 	}

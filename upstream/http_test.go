@@ -30,6 +30,10 @@ type httpUpstream struct {
 	requests []seenRequest // guarded by mu
 	// refuseGET makes the upstream answer GET with 405.
 	refuseGET atomic.Bool
+	// held releases the runs of tool "held"; heldRuns counts them, heldStarted hears of them.
+	held        chan struct{}
+	heldRuns    atomic.Int64
+	heldStarted chan struct{}
 }
 
 type seenRequest struct {
@@ -72,6 +76,25 @@ func newHTTPUpstream(t *testing.T, legacy bool) *httpUpstream {
 		func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", 100_000)}}}, nil, nil
 		})
+	u.held = make(chan struct{})
+	mcp.AddTool(u.server, &mcp.Tool{Name: "held", Description: "counts its runs, reports progress, then waits until the test releases it"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			u.heldRuns.Add(1)
+			// The progress notification opens the response stream: the call is accepted.
+			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1}); err != nil {
+				return nil, nil, err
+			}
+			select {
+			case u.heldStarted <- struct{}{}:
+			default:
+			}
+			select {
+			case <-u.held:
+			case <-ctx.Done():
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil, nil
+		})
+	u.heldStarted = make(chan struct{}, 1)
 	u.reset(legacy)
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
@@ -102,12 +125,14 @@ func (u *httpUpstream) reset(legacy bool) {
 type reverseRecorder struct {
 	mu      sync.Mutex
 	callers []any
+	last    Arrival
 	seen    chan struct{}
 }
 
 func (r *reverseRecorder) onRequest(_ context.Context, _ *Client, req *protocol.Request, origin Origin) (json.RawMessage, error) {
 	r.mu.Lock()
 	r.callers = append(r.callers, origin.Caller)
+	r.last = origin.Arrival
 	r.mu.Unlock()
 	select {
 	case r.seen <- struct{}{}:
@@ -171,15 +196,19 @@ func TestStreamableHTTPUpstream(t *testing.T) {
 	}
 	// A request the upstream sends during a call arrives on that call's POST stream: the
 	// client reports which call it belongs to.
-	if got := callText(t, WithCaller(ctx, "caller-A"), c, "roots_inside"); got != "file:///work" {
+	if got := callText(t, WithCaller(ctx, "caller-A", "A"), c, "roots_inside"); got != "file:///work" {
 		t.Errorf("roots_inside = %q", got)
 	}
 	if got := rec.lastCaller(); got != "caller-A" {
 		t.Errorf("reverse request during the call came with caller %v, want caller-A", got)
 	}
 	// One sent after the call returned travels on the standalone GET stream: no caller.
-	callText(t, WithCaller(ctx, "caller-B"), c, "roots_later")
-	waitUntil(t, "a reverse request on the standalone stream", func() bool { return rec.lastCaller() == nil })
+	callText(t, WithCaller(ctx, "caller-B", "B"), c, "roots_later")
+	waitUntil(t, "a reverse request on the standalone stream", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.callers) == 2 && rec.callers[1] == nil && rec.last == OnStandalone
+	})
 
 	// A notification outside any call comes on the standalone stream: a tool added upstream
 	// reaches the catalog through list_changed.
@@ -274,6 +303,43 @@ func TestStreamableHTTPUpstreamSessionExpiry(t *testing.T) {
 	}
 }
 
+// TestToolNeverRunsTwiceAfterSessionExpiry: when an HTTP upstream forgets the session, only
+// the request that got the 404 (which never ran) is sent again; a call that was already
+// running fails instead of being sent a second time.
+func TestToolNeverRunsTwiceAfterSessionExpiry(t *testing.T) {
+	u := newHTTPUpstream(t, false)
+	progressed := make(chan struct{}, 1)
+	c := New(Spec{Name: "http", URL: u.srv.URL}, &Options{OnNotification: func(_ *Client, n *protocol.Notification, _ Origin) {
+		if n.Method == protocol.NotificationProgress {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		}
+	}})
+	start(t, c)
+	waitUntil(t, "state ready", func() bool { return c.State() == StateReady })
+	ctx := context.Background()
+	heldErr := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctx, protocol.MethodCallTool, json.RawMessage(`{"name":"held","arguments":{},"_meta":{"progressToken":"p"}}`))
+		heldErr <- err
+	}()
+	<-progressed   // the call runs upstream and its response stream is open
+	u.reset(false) // the upstream forgets the session: the next request gets 404
+	if got := callText(t, ctx, c, "echo"); got != "hi" {
+		t.Errorf("the refused call, sent again = %q", got)
+	}
+	close(u.held)
+	err := <-heldErr
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("the call that was running when the session ended: %v, want ErrUnavailable", err)
+	}
+	if runs := u.heldRuns.Load(); runs != 1 {
+		t.Errorf("the tool ran %d times, want once", runs)
+	}
+}
+
 func TestLegacySSEUpstream(t *testing.T) {
 	u := newHTTPUpstream(t, true)
 	for _, transport := range []string{TransportSSE, TransportAuto} {
@@ -287,12 +353,15 @@ func TestLegacySSEUpstream(t *testing.T) {
 			if got := callText(t, ctx, c, "echo"); got != "hi" {
 				t.Errorf("echo = %q", got)
 			}
-			// Server requests work over the legacy stream too, though it cannot tell the call.
-			if got := callText(t, WithCaller(ctx, "x"), c, "roots_inside"); got != "file:///work" {
+			// Server requests work over the legacy stream too. It cannot tell the call, so the
+			// caller is the only one in flight, reported as unattributed.
+			if got := callText(t, WithCaller(ctx, "x", "X"), c, "roots_inside"); got != "file:///work" {
 				t.Errorf("roots_inside = %q", got)
 			}
-			if got := rec.lastCaller(); got != nil {
-				t.Errorf("legacy SSE reported caller %v; it cannot know it", got)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if got := rec.callers[len(rec.callers)-1]; got != "x" || rec.last != Unattributed {
+				t.Errorf("legacy SSE reported caller %v, arrival %v; want the only call in flight, unattributed", got, rec.last)
 			}
 		})
 	}

@@ -127,7 +127,7 @@ func (c *legacySSEConn) readStream(body io.ReadCloser, sr *sseReader) {
 }
 
 // Read implements conn. The legacy transport ties no message to a request's stream.
-func (c *legacySSEConn) Read() (protocol.Message, int64, error) { return c.in.read() }
+func (c *legacySSEConn) Read() (protocol.Message, arrival, error) { return c.in.read() }
 
 // Write implements conn: a POST to the endpoint; the answer comes on the stream.
 func (c *legacySSEConn) Write(ctx context.Context, m protocol.Message) error {

@@ -21,10 +21,10 @@ import (
 // conn is one live connection to an upstream server that moves JSON-RPC messages. The Client
 // is its only user; Read is called from one goroutine, Write from many.
 type conn interface {
-	// Read returns the next message and, when the transport ties it to one, the upstream id of
-	// the gateway request whose response stream carried it (0 otherwise). Errors of type
-	// *skippedError report input that was skipped; the connection goes on.
-	Read() (protocol.Message, int64, error)
+	// Read returns the next message and where it arrived: on the response stream of a gateway
+	// request (and which), on the standalone stream, or where the transport cannot tell.
+	// Errors of type *skippedError report input that was skipped; the connection goes on.
+	Read() (protocol.Message, arrival, error)
 	// Write sends one message; ctx bounds how long it may block. An error of type
 	// *requestError failed that message only; any other error means the connection is broken.
 	Write(ctx context.Context, m protocol.Message) error
@@ -197,18 +197,18 @@ func (c *stdioConn) pumpStderr() {
 	}
 }
 
-// Read implements conn.
-func (c *stdioConn) Read() (protocol.Message, int64, error) {
+// Read implements conn. Nothing on a stdio pipe ties a message to a call.
+func (c *stdioConn) Read() (protocol.Message, arrival, error) {
 	line, err := c.readLine()
 	if err != nil {
-		return nil, 0, err
+		return nil, arrival{}, err
 	}
 	// The line buffer is reused; the message keeps its own copy.
 	msg, err := protocol.Decode(bytes.Clone(line))
 	if err != nil {
-		return nil, 0, &skippedError{err: fmt.Errorf("a stdout line is not a JSON-RPC message: %w", err)}
+		return nil, arrival{}, &skippedError{err: fmt.Errorf("a stdout line is not a JSON-RPC message: %w", err)}
 	}
-	return msg, 0, nil
+	return msg, arrival{}, nil
 }
 
 // headSize is how much of an oversized line is kept to find the id it answers.

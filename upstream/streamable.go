@@ -43,11 +43,10 @@ type httpOptions struct {
 	Client          *http.Client
 }
 
-// inboundMsg is a message read from the upstream and the id of the gateway request whose
-// response stream carried it (0 when the transport does not tie it to one).
+// inboundMsg is a message read from the upstream and where it arrived.
 type inboundMsg struct {
-	msg     protocol.Message
-	related int64
+	msg  protocol.Message
+	from arrival
 }
 
 // inbox is the queue of messages read by a transport's stream goroutines, and its end.
@@ -79,17 +78,17 @@ func (b *inbox) put(ctx context.Context, m inboundMsg) {
 }
 
 // read returns the next message, or the failure once every queued message was read.
-func (b *inbox) read() (protocol.Message, int64, error) {
+func (b *inbox) read() (protocol.Message, arrival, error) {
 	select {
 	case m := <-b.ch:
-		return m.msg, m.related, nil
+		return m.msg, m.from, nil
 	default:
 	}
 	select {
 	case m := <-b.ch:
-		return m.msg, m.related, nil
+		return m.msg, m.from, nil
 	case <-b.failed:
-		return nil, 0, b.err
+		return nil, arrival{}, b.err
 	}
 }
 
@@ -128,7 +127,16 @@ func newStreamableConn(name string, opts httpOptions, logger *slog.Logger) *stre
 }
 
 // Read implements conn.
-func (c *streamableConn) Read() (protocol.Message, int64, error) { return c.in.read() }
+func (c *streamableConn) Read() (protocol.Message, arrival, error) { return c.in.read() }
+
+// onStream returns the arrival of messages on the response stream of request reqID, or on
+// the standalone stream when reqID is 0.
+func onStream(reqID int64) arrival {
+	if reqID == 0 {
+		return arrival{kind: OnStandalone}
+	}
+	return arrival{kind: OnCall, call: reqID}
+}
 
 func (c *streamableConn) headers(h http.Header) {
 	for k, v := range c.opts.Headers {
@@ -223,7 +231,7 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 		if err != nil {
 			return &requestError{Status: resp.StatusCode, Err: fmt.Errorf("malformed response: %w", err)}
 		}
-		c.in.put(ctx, inboundMsg{msg: msg, related: reqID})
+		c.in.put(ctx, inboundMsg{msg: msg, from: onStream(reqID)})
 		return nil
 	case resp.StatusCode == http.StatusNotFound && c.hasSession():
 		done()
@@ -235,7 +243,7 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 	body, _ := readLimited(resp.Body, 64<<10)
 	if msg, err := protocol.Decode(body); err == nil {
 		if r, ok := msg.(*protocol.Response); ok && r.Error != nil && !r.ID.IsZero() {
-			c.in.put(ctx, inboundMsg{msg: r, related: reqID})
+			c.in.put(ctx, inboundMsg{msg: r, from: onStream(reqID)})
 			return nil
 		}
 	}
@@ -257,7 +265,7 @@ func (c *streamableConn) readPostStream(ctx context.Context, body io.ReadCloser,
 		}
 		if lastID == "" || attempt == 5 {
 			c.logger.Warn("the upstream ended a response stream before answering", "request", reqID, "error", errString(err))
-			c.in.put(ctx, inboundMsg{related: reqID, msg: &protocol.Response{ID: protocol.IntID(reqID),
+			c.in.put(ctx, inboundMsg{from: onStream(reqID), msg: &protocol.Response{ID: protocol.IntID(reqID),
 				Error: protocol.Errorf(protocol.CodeInternalError, "the upstream ended its response stream before answering")}})
 			return
 		}
@@ -285,7 +293,7 @@ func (c *streamableConn) readEvents(ctx context.Context, body io.Reader, reqID i
 		ev, err := sr.Next()
 		if err != nil {
 			if errors.Is(err, errEventTooLarge) && reqID != 0 {
-				c.in.put(ctx, inboundMsg{related: reqID, msg: &protocol.Response{ID: protocol.IntID(reqID),
+				c.in.put(ctx, inboundMsg{from: onStream(reqID), msg: &protocol.Response{ID: protocol.IntID(reqID),
 					Error: protocol.Errorf(protocol.CodeInternalError, "the upstream's answer exceeds the gateway's max_response_bytes (%d)", c.opts.MaxMessageBytes)}})
 				return lastID, retry, true, err
 			}
@@ -305,7 +313,7 @@ func (c *streamableConn) readEvents(ctx context.Context, body io.Reader, reqID i
 			c.logger.Warn("the upstream sent an SSE event that is not a JSON-RPC message; it was skipped", "error", err.Error())
 			continue
 		}
-		c.in.put(ctx, inboundMsg{msg: msg, related: reqID})
+		c.in.put(ctx, inboundMsg{msg: msg, from: onStream(reqID)})
 		if r, ok := msg.(*protocol.Response); ok && reqID != 0 {
 			if id, _ := r.ID.Int(); id == reqID {
 				return lastID, retry, true, nil
