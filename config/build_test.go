@@ -31,8 +31,13 @@ func TestBuild(t *testing.T) {
 		LogLevel:           "info",
 		AllowedOrigins:     loopbackOrigins,
 		MaxBodyBytes:       4194304,
+		BodyReadTimeout:    30 * time.Second,
+		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,
+		MaxBatchEntries:    64,
+		MaxCallsPerSession: 64,
+		MaxCalls:           4096,
 		PageSize:           100,
 		Upstreams: []config.Upstream{
 			configUpstream(buildConfig, config.Upstream{

@@ -36,8 +36,9 @@
 //
 // Unknown keys, duplicate keys, values of the wrong shape, YAML merge keys
 // (<<) and keys with no value are problems. A few fields accept no value as an
-// empty list or mapping (upstreams, args, env, headers); fields where absence
-// and emptiness mean different things (prefix, allowed_origins) do not.
+// empty list or mapping (upstreams, args, env, inherit_env, headers); fields
+// where absence and emptiness mean different things (prefix, allowed_origins)
+// do not.
 //
 // # Imported server lists
 //
@@ -72,6 +73,12 @@ const (
 	defaultMaxConnections     = 100
 	defaultInitializeTimeout  = 30 * time.Second
 	defaultMaxResponseBytes   = 16 << 20 // 16 MiB
+	defaultMaxBatchEntries    = 64
+	defaultMaxCallsPerSession = 64
+	defaultMaxCalls           = 4096
+	defaultBodyReadTimeout    = 30 * time.Second
+	defaultHTTPIdleTimeout    = 2 * time.Minute
+	defaultAttributionWindow  = 2 * time.Second
 )
 
 // Transports of an upstream (Upstream.Transport).
@@ -135,6 +142,17 @@ type Config struct {
 	// `max_body_bytes`); greater than 0. Defaults to 4194304 (4 MiB).
 	MaxBodyBytes int64
 
+	// BodyReadTimeout is how long the gateway waits for a POST body to arrive
+	// in full (key `body_read_timeout`, a duration); a body dribbled in more
+	// slowly is cut off. It never applies to SSE streams the gateway sends.
+	// Greater than 0. Defaults to 30 seconds.
+	BodyReadTimeout time.Duration
+
+	// HTTPIdleTimeout closes an idle keep-alive HTTP connection after this
+	// long (key `http_idle_timeout`, a duration); greater than 0. Defaults to
+	// 2 minutes.
+	HTTPIdleTimeout time.Duration
+
 	// MaxSessions is the most client sessions held at once (key
 	// `max_sessions`); greater than 0. Defaults to 1000.
 	MaxSessions int
@@ -143,6 +161,21 @@ type Config struct {
 	// it expires (key `session_idle_timeout`, a duration such as "30m");
 	// greater than 0. Defaults to 30 minutes.
 	SessionIdleTimeout time.Duration
+
+	// MaxBatchEntries is the most entries a JSON-RPC batch may hold (key
+	// `max_batch_entries`); greater than 0. Batches exist in protocol
+	// 2025-03-26 only. Defaults to 64.
+	MaxBatchEntries int
+
+	// MaxCallsPerSession is the most client requests one session may have in
+	// flight at once (key `max_calls_per_session`); greater than 0. Defaults
+	// to 64.
+	MaxCallsPerSession int
+
+	// MaxCalls is the most client requests in flight at once in the whole
+	// gateway, all sessions together (key `max_calls`); greater than 0.
+	// Defaults to 4096.
+	MaxCalls int
 
 	// PageSize is the number of items per page of the merged lists the
 	// gateway serves (key `page_size`), from 1 to 1000. Defaults to 100.
@@ -178,10 +211,30 @@ type Upstream struct {
 	// with Command.
 	Args []string
 
-	// Env is added to the gateway's own environment for the child (key
-	// `env`), overriding variables of the same name. Nil when absent. Only
-	// with Command.
+	// Env holds variables set for the child (key `env`). They are added to
+	// what the child inherits from the gateway's environment (a small base
+	// set and InheritEnv), overriding variables of the same name. Nil when
+	// absent. Only with Command.
 	Env map[string]string
+
+	// InheritEnv names further variables of the gateway's environment the
+	// child inherits, besides the base set every child gets (key
+	// `inherit_env`, a list). An entry is a name ([A-Za-z_][A-Za-z0-9_]*),
+	// or a name followed by "*" to match every variable with that prefix,
+	// like "AWS_*". Nil when absent. Only with Command.
+	//
+	// Security: a variable listed here is readable by the child, and so by
+	// anyone who can make the child's tools reveal its environment. List
+	// only what the server needs.
+	InheritEnv []string
+
+	// InheritAllEnv makes the child inherit the gateway's whole environment
+	// (key `inherit_env` with the value `all`), instead of the base set and
+	// InheritEnv. Only with Command.
+	//
+	// Security: every secret in the gateway's environment, such as a token
+	// meant for another upstream's headers, is then readable by the child.
+	InheritAllEnv bool
 
 	// Dir is the child's working directory (key `dir`). Empty means the
 	// gateway's working directory; a relative path is relative to it. Only
@@ -255,6 +308,16 @@ type Upstream struct {
 	// greater than 0. Defaults to 100.
 	MaxConnections int
 
+	// AttributionWindow matters over transports that do not tie a request
+	// from the upstream to the call that caused it (stdio, legacy SSE) on a
+	// shared connection (key `attribution_window`, a duration). For this
+	// long after a client session's call ended (answered, cancelled or timed
+	// out), that session still counts as a possible owner of a request from
+	// the upstream, so such a request is refused as ambiguous rather than
+	// routed to another session. 0 turns the window off; negative is a
+	// problem. Defaults to 2 seconds.
+	AttributionWindow time.Duration
+
 	// RequestTimeout bounds each request forwarded to this upstream (key
 	// `request_timeout`, a duration such as "60s"); greater than 0. Defaults
 	// to 60 seconds.
@@ -284,8 +347,8 @@ type Upstream struct {
 }
 
 // EnabledUpstreams returns the upstreams with Enabled set, in file order, in
-// a new slice; the elements share their Args and Env with c. It returns nil if
-// none is enabled.
+// a new slice; the elements share their Args, Env, InheritEnv and Headers
+// with c. It returns nil if none is enabled.
 func (c *Config) EnabledUpstreams() []Upstream {
 	var out []Upstream
 	for _, u := range c.Upstreams {
@@ -492,6 +555,21 @@ func applyDefaults(c *Config, ix *index) {
 	if !ix.has("page_size") {
 		c.PageSize = defaultPageSize
 	}
+	if !ix.has("max_batch_entries") {
+		c.MaxBatchEntries = defaultMaxBatchEntries
+	}
+	if !ix.has("max_calls_per_session") {
+		c.MaxCallsPerSession = defaultMaxCallsPerSession
+	}
+	if !ix.has("max_calls") {
+		c.MaxCalls = defaultMaxCalls
+	}
+	if !ix.has("body_read_timeout") {
+		c.BodyReadTimeout = defaultBodyReadTimeout
+	}
+	if !ix.has("http_idle_timeout") {
+		c.HTTPIdleTimeout = defaultHTTPIdleTimeout
+	}
 	for i := range c.Upstreams {
 		u, path := &c.Upstreams[i], upstreamPath(i)
 		if !ix.has(path + ".prefix") {
@@ -527,6 +605,9 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	}
 	if !has("max_connections") {
 		u.MaxConnections = defaultMaxConnections
+	}
+	if !has("attribution_window") {
+		u.AttributionWindow = defaultAttributionWindow
 	}
 }
 

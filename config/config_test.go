@@ -33,7 +33,8 @@ var loopbackOrigins = []string{
 
 // configUpstream returns u, an upstream read from the config file file,
 // with the defaults of the fields that are never zero after Parse filled in
-// where u leaves them zero; Transport defaults to stdio.
+// where u leaves them zero; Transport defaults to stdio. AttributionWindow
+// may be 0 after Parse; a test that wants 0 sets it after this.
 func configUpstream(file string, u config.Upstream) config.Upstream {
 	if u.Transport == "" {
 		u.Transport = "stdio"
@@ -52,6 +53,9 @@ func configUpstream(file string, u config.Upstream) config.Upstream {
 	}
 	if u.MaxConnections == 0 {
 		u.MaxConnections = 100
+	}
+	if u.AttributionWindow == 0 {
+		u.AttributionWindow = 2 * time.Second
 	}
 	if u.File == "" {
 		u.File = file
@@ -72,8 +76,13 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		LogLevel:           "info",
 		AllowedOrigins:     loopbackOrigins,
 		MaxBodyBytes:       4194304,
+		BodyReadTimeout:    30 * time.Second,
+		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,
+		MaxBatchEntries:    64,
+		MaxCallsPerSession: 64,
+		MaxCalls:           4096,
 		PageSize:           100,
 		Upstreams:          ups,
 	}
@@ -104,14 +113,20 @@ separator: "."
 log_level: debug
 allowed_origins: ["https://app.example.com", "http://localhost:3000"]
 max_body_bytes: 1024
+body_read_timeout: 5s
+http_idle_timeout: 90s
 max_sessions: 5
 session_idle_timeout: 1h30m
+max_batch_entries: 8
+max_calls_per_session: 3
+max_calls: 100
 page_size: 1000
 upstreams:
   - name: gh
     command: npx
     args: [-y, server]
     env: {TOKEN: abc, EMPTY: ""}
+    inherit_env: [AWS_PROFILE, "AWS_*", _X1]
     dir: /tmp
     transport: stdio
     prefix: github
@@ -121,8 +136,10 @@ upstreams:
     isolation: session
     isolation_idle_timeout: 2m
     max_connections: 7
+    attribution_window: 500ms
     enabled: false
     include_instructions: true
+    broadcast_logs: true
 `,
 			want: &config.Config{
 				File:               "gw.yaml",
@@ -131,14 +148,20 @@ upstreams:
 				LogLevel:           "debug",
 				AllowedOrigins:     []string{"https://app.example.com", "http://localhost:3000"},
 				MaxBodyBytes:       1024,
+				BodyReadTimeout:    5 * time.Second,
+				HTTPIdleTimeout:    90 * time.Second,
 				MaxSessions:        5,
 				SessionIdleTimeout: 90 * time.Minute,
+				MaxBatchEntries:    8,
+				MaxCallsPerSession: 3,
+				MaxCalls:           100,
 				PageSize:           1000,
 				Upstreams: []config.Upstream{{
 					Name:                 "gh",
 					Command:              "npx",
 					Args:                 []string{"-y", "server"},
 					Env:                  map[string]string{"TOKEN": "abc", "EMPTY": ""},
+					InheritEnv:           []string{"AWS_PROFILE", "AWS_*", "_X1"},
 					Dir:                  "/tmp",
 					Transport:            "stdio",
 					Prefix:               "github",
@@ -148,10 +171,12 @@ upstreams:
 					Isolation:            "session",
 					IsolationIdleTimeout: 2 * time.Minute,
 					MaxConnections:       7,
+					AttributionWindow:    500 * time.Millisecond,
 					Enabled:              false,
 					IncludeInstructions:  true,
+					BroadcastLogs:        true,
 					File:                 "gw.yaml",
-					Line:                 11,
+					Line:                 16,
 				}},
 			},
 		},
@@ -259,6 +284,34 @@ upstreams:
 			),
 		},
 		{
+			name: "inherit_env all, empty and with no value; attribution window off",
+			yaml: `upstreams:
+  - {name: a, command: ./a, inherit_env: all, attribution_window: 0s}
+  - {name: b, command: ./b, inherit_env: []}
+  - name: c
+    command: ./c
+    inherit_env:
+`,
+			want: func() *config.Config {
+				c := withDefaults(
+					config.Upstream{Name: "a", Command: "./a", InheritAllEnv: true, Prefix: "a", RequestTimeout: time.Minute, Enabled: true, Line: 2},
+					config.Upstream{Name: "b", Command: "./b", InheritEnv: []string{}, Prefix: "b", RequestTimeout: time.Minute, Enabled: true, Line: 3},
+					config.Upstream{Name: "c", Command: "./c", Prefix: "c", RequestTimeout: time.Minute, Enabled: true, Line: 4},
+				)
+				c.Upstreams[0].AttributionWindow = 0
+				return c
+			}(),
+		},
+		{
+			name: "inherit_env from a variable",
+			yaml: "upstreams:\n  - {name: a, command: ./a, inherit_env: \"${INHERIT:-all}\"}\n  - {name: b, command: ./b, inherit_env: [\"${PREFIX}_*\"]}\n",
+			env:  map[string]string{"PREFIX": "AWS"},
+			want: withDefaults(
+				config.Upstream{Name: "a", Command: "./a", InheritAllEnv: true, Prefix: "a", RequestTimeout: time.Minute, Enabled: true, Line: 2},
+				config.Upstream{Name: "b", Command: "./b", InheritEnv: []string{"AWS_*"}, Prefix: "b", RequestTimeout: time.Minute, Enabled: true, Line: 3},
+			),
+		},
+		{
 			name: "IPv6 listen address and bracketed origin",
 			yaml: "listen: \"[::1]:8080\"\nallowed_origins: [\"http://[::1]:*\"]\nupstreams: []\n",
 			want: func() *config.Config {
@@ -288,8 +341,8 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, max_sessions, session_idle_timeout, page_size, roots, upstreams)"
-		upstreamKeys = "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions, broadcast_logs)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, upstreams)"
+		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
@@ -442,6 +495,17 @@ func TestParseProblems(t *testing.T) {
 		{"page size zero", "upstreams: []\npage_size: 0\n", nil, []config.Problem{
 			p(2, "page_size", "must be from 1 to 1000 (default 100)"),
 		}},
+		{"limits of the HTTP face out of range", "upstreams: []\nbody_read_timeout: 0s\nhttp_idle_timeout: -1m\nmax_batch_entries: 0\nmax_calls_per_session: -1\nmax_calls: 0\n", nil, []config.Problem{
+			p(2, "body_read_timeout", "must be greater than 0, like 30s: it is how long a POST body may take to arrive in full"),
+			p(3, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it"),
+			p(4, "max_batch_entries", "must be greater than 0: it is the most entries a JSON-RPC batch may hold (default 64)"),
+			p(5, "max_calls_per_session", "must be greater than 0: it is the most requests one session may have in flight (default 64)"),
+			p(6, "max_calls", "must be greater than 0: it is the most requests in flight in the whole gateway (default 4096)"),
+		}},
+		{"limits of the HTTP face of the wrong type", "upstreams: []\nbody_read_timeout: 30\nmax_calls: many\n", nil, []config.Problem{
+			p(2, "body_read_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "30"`),
+			p(3, "max_calls", `want a whole number like 1000, got "many"`),
+		}},
 
 		// Upstreams.
 		{"missing name and command", "upstreams:\n  - dir: /tmp\n", nil, []config.Problem{
@@ -462,6 +526,40 @@ func TestParseProblems(t *testing.T) {
 		{"names are case-sensitive", "upstreams:\n  - {name: a, command: x}\n  - {name: A, command: x}\n", nil, nil},
 		{"request timeout zero", "upstreams:\n  - {name: a, command: x, request_timeout: 0s}\n", nil, []config.Problem{
 			p(2, "upstreams[0].request_timeout", "must be greater than 0, like 60s"),
+		}},
+		{"negative attribution window", "upstreams:\n  - {name: a, command: x, attribution_window: -1s}\n  - {name: b, command: x, attribution_window: 2}\n", nil, []config.Problem{
+			p(2, "upstreams[0].attribution_window", "must not be negative: use a duration like 2s, or 0 to turn the window off"),
+			p(3, "upstreams[1].attribution_window", `want a duration with a unit, like 30s, 5m or 1h30m; got "2"`),
+		}},
+		{"inherit_env names", `upstreams:
+  - name: a
+    command: x
+    inherit_env:
+      - OK_NAME
+      - "AWS_*"
+      - 1ABC
+      - "A-B"
+      - "*"
+      - "A**"
+      - "A*B"
+      - ""
+      - [NESTED]
+`, nil, []config.Problem{
+			p(7, "upstreams[0].inherit_env[2]", `"1ABC" is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*`),
+			p(8, "upstreams[0].inherit_env[3]", `"A-B" is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*`),
+			p(9, "upstreams[0].inherit_env[4]", `"*" is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*`),
+			p(10, "upstreams[0].inherit_env[5]", `"A**" is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*`),
+			p(11, "upstreams[0].inherit_env[6]", `"A*B" is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*`),
+			p(12, "upstreams[0].inherit_env[7]", `"" is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*`),
+			p(13, "upstreams[0].inherit_env[8]", "want a string, got a list"),
+		}},
+		{"inherit_env of the wrong shape", "upstreams:\n  - {name: a, command: x, inherit_env: ALL}\n  - {name: b, command: x, inherit_env: {A: b}}\n  - {name: c, command: x, inherit_env: AWS_PROFILE}\n", nil, []config.Problem{
+			p(2, "upstreams[0].inherit_env", `want all, or a list of variable names like [AWS_PROFILE, "AWS_*"]; got "ALL" (a single name is written as a list: [NAME])`),
+			p(3, "upstreams[1].inherit_env", `want all, or a list of variable names like [AWS_PROFILE, "AWS_*"]; got a mapping`),
+			p(4, "upstreams[2].inherit_env", `want all, or a list of variable names like [AWS_PROFILE, "AWS_*"]; got "AWS_PROFILE" (a single name is written as a list: [NAME])`),
+		}},
+		{"inherit_env from an unset variable", "upstreams:\n  - {name: a, command: x, inherit_env: \"${INHERIT}\"}\n", nil, []config.Problem{
+			p(2, "upstreams[0].inherit_env", "environment variable INHERIT is not set: set it, or give a default with ${INHERIT:-default}"),
 		}},
 		{"env name with =", "upstreams:\n  - name: a\n    command: x\n    env: {\"A=B\": c}\n", nil, []config.Problem{
 			p(4, "upstreams[0].env.A=B", "not a valid environment variable name: it must be non-empty, without = or NUL"),
@@ -503,10 +601,12 @@ func TestParseProblems(t *testing.T) {
 			p(2, "upstreams[0].transport", `"http" is not a transport: use stdio, streamable-http, sse or auto`),
 			p(3, "upstreams[1].transport", `"" is not a transport: use stdio, streamable-http, sse or auto`),
 		}},
-		{"stdio fields with url", "upstreams:\n  - name: a\n    url: https://a.example.com\n    args: []\n    env: {A: b}\n    dir: /tmp\n", nil, []config.Problem{
+		{"stdio fields with url", "upstreams:\n  - name: a\n    url: https://a.example.com\n    args: []\n    env: {A: b}\n    dir: /tmp\n    inherit_env: [A]\n  - {name: b, url: \"https://b.example.com\", inherit_env: all}\n", nil, []config.Problem{
 			p(4, "upstreams[0].args", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
 			p(5, "upstreams[0].env", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
 			p(6, "upstreams[0].dir", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
+			p(7, "upstreams[0].inherit_env", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
+			p(8, "upstreams[1].inherit_env", "only for a stdio upstream (with command): remove it from this HTTP upstream"),
 		}},
 		{"headers with command", "upstreams:\n  - name: a\n    command: x\n    headers: {Authorization: secret}\n", nil, []config.Problem{
 			p(4, "upstreams[0].headers", "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env"),
@@ -599,7 +699,7 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, enabled, include_instructions, broadcast_logs)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
 		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},
@@ -712,8 +812,13 @@ func TestLoadExample(t *testing.T) {
 		LogLevel:           "info",
 		AllowedOrigins:     []string{"http://localhost:*", "https://app.example.com"},
 		MaxBodyBytes:       4194304,
+		BodyReadTimeout:    30 * time.Second,
+		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        500,
 		SessionIdleTimeout: 15 * time.Minute,
+		MaxBatchEntries:    64,
+		MaxCallsPerSession: 64,
+		MaxCalls:           4096,
 		PageSize:           50,
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{

@@ -234,8 +234,13 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{"log_level", str(&c.LogLevel)},
 		{"allowed_origins", notNull("write [] to accept only requests without an Origin header, or remove the key for the loopback defaults", strList(&c.AllowedOrigins))},
 		{"max_body_bytes", integer(&c.MaxBodyBytes)},
+		{"body_read_timeout", duration(&c.BodyReadTimeout)},
+		{"http_idle_timeout", duration(&c.HTTPIdleTimeout)},
 		{"max_sessions", integer(&c.MaxSessions)},
 		{"session_idle_timeout", duration(&c.SessionIdleTimeout)},
+		{"max_batch_entries", integer(&c.MaxBatchEntries)},
+		{"max_calls_per_session", integer(&c.MaxCallsPerSession)},
+		{"max_calls", integer(&c.MaxCalls)},
 		{"page_size", integer(&c.PageSize)},
 		{"roots", strList(&c.Roots)},
 		{"upstreams", upstreams(&c.Upstreams)},
@@ -271,6 +276,7 @@ func upstream(u *Upstream) decodeFunc {
 			{"command", str(&u.Command)},
 			{"args", strList(&u.Args)},
 			{"env", strMap(&u.Env)},
+			{"inherit_env", inheritEnv(&u.InheritEnv, &u.InheritAllEnv)},
 			{"dir", str(&u.Dir)},
 			{"url", str(&u.URL)},
 			{"headers", strMap(&u.Headers)},
@@ -282,6 +288,7 @@ func upstream(u *Upstream) decodeFunc {
 			{"isolation", str(&u.Isolation)},
 			{"isolation_idle_timeout", duration(&u.IsolationIdleTimeout)},
 			{"max_connections", integer(&u.MaxConnections)},
+			{"attribution_window", duration(&u.AttributionWindow)},
 			{"enabled", boolean(&u.Enabled)},
 			{"include_instructions", boolean(&u.IncludeInstructions)},
 			{"broadcast_logs", boolean(&u.BroadcastLogs)},
@@ -454,6 +461,32 @@ func strList(dst *[]string) decodeFunc {
 			d.decodeField(fmt.Sprintf("%s[%d]", path, i), item.Line, item, str(&list[i]))
 		}
 		*dst = list
+		return true
+	}
+}
+
+// inheritEnv decodes inherit_env: the scalar `all`, which sets all, or a list
+// of variable names into list. No value means an empty list.
+func inheritEnv(list *[]string, all *bool) decodeFunc {
+	const want = `all, or a list of variable names like [AWS_PROFILE, "AWS_*"]`
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		v := resolve(n)
+		switch {
+		case isNull(v) || v.Kind == yaml.SequenceNode:
+			return strList(list)(d, n, path)
+		case v.Kind != yaml.ScalarNode:
+			d.problemf(n.Line, path, "want %s; got %s", want, describe(v))
+			return false
+		}
+		s, ok := d.scalar(n, path, want)
+		if !ok {
+			return false
+		}
+		if s != "all" {
+			d.problemf(n.Line, path, "want %s; got %s (a single name is written as a list: [NAME])", want, quote(s))
+			return false
+		}
+		*all = true
 		return true
 	}
 }

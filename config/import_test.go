@@ -39,6 +39,9 @@ func imported(file string, u config.Upstream) config.Upstream {
 	if u.MaxConnections == 0 {
 		u.MaxConnections = 100
 	}
+	if u.AttributionWindow == 0 {
+		u.AttributionWindow = 2 * time.Second
+	}
 	u.File = file
 	return u
 }

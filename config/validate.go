@@ -107,11 +107,26 @@ func (v *validator) settings(c *Config, w where) {
 	if c.MaxBodyBytes <= 0 {
 		v.check(w, "max_body_bytes", "must be greater than 0: it is the largest request body accepted, in bytes (default 4194304, 4 MiB)")
 	}
+	if c.BodyReadTimeout <= 0 {
+		v.check(w, "body_read_timeout", "must be greater than 0, like 30s: it is how long a POST body may take to arrive in full")
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		v.check(w, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it")
+	}
 	if c.MaxSessions <= 0 {
 		v.check(w, "max_sessions", "must be greater than 0 (default 1000)")
 	}
 	if c.SessionIdleTimeout <= 0 {
 		v.check(w, "session_idle_timeout", "must be greater than 0, like 30m")
+	}
+	if c.MaxBatchEntries <= 0 {
+		v.check(w, "max_batch_entries", "must be greater than 0: it is the most entries a JSON-RPC batch may hold (default 64)")
+	}
+	if c.MaxCallsPerSession <= 0 {
+		v.check(w, "max_calls_per_session", "must be greater than 0: it is the most requests one session may have in flight (default 64)")
+	}
+	if c.MaxCalls <= 0 {
+		v.check(w, "max_calls", "must be greater than 0: it is the most requests in flight in the whole gateway (default 4096)")
 	}
 	if c.PageSize < 1 || c.PageSize > maxPageSize {
 		v.check(w, "page_size", fmt.Sprintf("must be from 1 to %d (default 100)", maxPageSize))
@@ -165,6 +180,9 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 		if u.MaxConnections <= 0 {
 			v.check(s.where, s.field("max_connections"), "must be greater than 0, like 100")
 		}
+		if u.AttributionWindow < 0 {
+			v.check(s.where, s.field("attribution_window"), "must not be negative: use a duration like 2s, or 0 to turn the window off")
+		}
 		if u.InitializeTimeout <= 0 {
 			v.check(s.where, s.field("initialize_timeout"), "must be greater than 0, like 30s")
 		}
@@ -175,6 +193,12 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 		for _, k := range sortedKeys(u.Env) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				v.check(s.where, join(envPath, k), "not a valid environment variable name: it must be non-empty, without = or NUL")
+			}
+		}
+		for i, name := range u.InheritEnv {
+			if !validEnvPattern(name) {
+				v.check(s.where, fmt.Sprintf("%s[%d]", s.field("inherit_env"), i),
+					fmt.Sprintf("%s is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*", quote(name)))
 			}
 		}
 		v.headers(u, s)
@@ -273,7 +297,7 @@ func (v *validator) kind(u *Upstream, s *site) {
 			v.check(s.where, p, "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env")
 		}
 	} else {
-		for _, key := range []string{"args", "env", "dir"} {
+		for _, key := range []string{"args", "env", "inherit_env", "dir"} {
 			if p := s.field(key); s.ix.present(p) {
 				v.check(s.where, p, "only for a stdio upstream (with command): remove it from this HTTP upstream")
 			}
@@ -387,6 +411,13 @@ func checkPrefix(p, from string) string {
 		return fmt.Sprintf("%q is not a valid prefix: use up to %d characters from A-Z a-z 0-9 _ . -, or \"\" for none", p, maxPrefixLen)
 	}
 	return ""
+}
+
+// validEnvPattern reports whether p is an entry of inherit_env: a variable
+// name, [A-Za-z_][A-Za-z0-9_]*, optionally followed by one "*".
+func validEnvPattern(p string) bool {
+	name := strings.TrimSuffix(p, "*")
+	return name != "" && (name[0] < '0' || name[0] > '9') && onlyChars(name, "_")
 }
 
 func validName(s string) bool {
