@@ -33,10 +33,11 @@ func (f *fakeUpstream) Server() *protocol.InitializeResult { return f.server }
 func (f *fakeUpstream) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
 	return f.result, nil
 }
-func (f *fakeUpstream) State() upstream.State   { return upstream.StateReady }
-func (f *fakeUpstream) Status() upstream.Status { return upstream.Status{State: upstream.StateReady} }
-func (f *fakeUpstream) Run(ctx context.Context) { <-ctx.Done() }
-func (f *fakeUpstream) Close() error            { return nil }
+func (f *fakeUpstream) Notify(context.Context, string, json.RawMessage) error { return nil }
+func (f *fakeUpstream) State() upstream.State                                 { return upstream.StateReady }
+func (f *fakeUpstream) Status() upstream.Status                               { return upstream.Status{State: upstream.StateReady} }
+func (f *fakeUpstream) Run(ctx context.Context)                               { <-ctx.Done() }
+func (f *fakeUpstream) Close() error                                          { return nil }
 
 // toolJSON is a typical tool entry: a name, a description and a small input schema.
 func toolJSON(name string) json.RawMessage {

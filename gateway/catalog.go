@@ -22,6 +22,7 @@ type upstreamClient interface {
 	Catalog() *upstream.Catalog
 	Server() *protocol.InitializeResult
 	Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	Notify(ctx context.Context, method string, params json.RawMessage) error
 	State() upstream.State
 	Status() upstream.Status
 	Run(ctx context.Context)

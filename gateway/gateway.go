@@ -68,12 +68,15 @@ type Gateway struct {
 	ended map[string]time.Time
 
 	requestSeq atomic.Uint64
+	// callsInFlight counts the client requests being served, for max_calls.
+	callsInFlight atomic.Int64
+	// requests are the goroutines serving client requests; Close waits for them once every
+	// session has ended.
+	requests sync.WaitGroup
 
 	// clientRoutes finds the route of an upstream client, shared or per session.
 	clientRoutes sync.Map // upstreamClient → *route
 
-	// inflight knows which client requests have calls in flight on each upstream.
-	inflight inflightTable
 	// subs fans resource updates out to subscribed sessions.
 	subs subscriptions
 	// progressSeq numbers the progress tokens the gateway gives upstreams.
@@ -157,6 +160,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			RequestTimeout:    u.RequestTimeout,
 			InitializeTimeout: u.InitializeTimeout,
 			MaxMessageBytes:   int(u.MaxResponseBytes),
+			AttributionWindow: u.AttributionWindow,
 		}, &base)
 		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions, broadcastLogs: u.BroadcastLogs}
 		// Prefixes are unique, but two may reduce to the same URI scheme ("a_b", "a-b"):
@@ -219,6 +223,8 @@ func (g *Gateway) Close() error {
 		for _, ls := range live {
 			ls.end()
 		}
+		// Every session has ended (these now, the others before): no request begins any more.
+		g.requests.Wait()
 		for _, r := range g.routes {
 			if r.pool != nil {
 				r.pool.closeAll()
@@ -295,7 +301,7 @@ func (g *Gateway) expireSessions() {
 			continue
 		}
 		for _, id := range ids {
-			g.logger.Info("session expired after being idle", "session_id", id, "idle_timeout", g.cfg.SessionIdleTimeout.String())
+			g.logger.Info("session expired after being idle", "session", fingerprint(id), "idle_timeout", g.cfg.SessionIdleTimeout.String())
 			g.endLocal(id)
 		}
 		for _, r := range g.routes {
@@ -357,7 +363,7 @@ func (g *Gateway) localSession(id string) (*liveSession, error) {
 		if _, ended := g.ended[id]; ended {
 			return nil, errSessionEnded
 		}
-		ls = newLiveSession(g.ctx, id)
+		ls = newLiveSession(g.ctx, id, &g.requests)
 		g.live[id] = ls
 	}
 	return ls, nil

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -169,4 +170,21 @@ func (p *connPool) open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// notifyOwnConnections passes a client's notification to the session's own upstream
+// connections (isolation session). Only this client's POST waits for the writes.
+func (g *Gateway) notifyOwnConnections(ctx context.Context, ls *liveSession, n *protocol.Notification) {
+	for _, r := range g.routes {
+		if r.pool == nil {
+			continue
+		}
+		pc := r.pool.existing(ls.id)
+		if pc == nil {
+			continue
+		}
+		if err := pc.route.client.Notify(ctx, n.Method, n.Params); err != nil {
+			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", r.name, "method", n.Method, "error", err.Error())
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -105,56 +104,6 @@ func parseClientCaps(raw json.RawMessage, version string) clientCaps {
 	return caps
 }
 
-// inflightTable tracks, per upstream, which client requests have calls in flight there: over
-// a transport that does not tie a server request to a call (stdio, legacy SSE), the owner is
-// known only while exactly one session has calls in flight on that connection.
-type inflightTable struct {
-	mu sync.Mutex
-	// calls holds the owners of calls in flight, per upstream. Guarded by mu.
-	calls map[*route]map[*callOwner]int
-}
-
-func (t *inflightTable) add(r *route, o *callOwner) func() {
-	t.mu.Lock()
-	if t.calls == nil {
-		t.calls = map[*route]map[*callOwner]int{}
-	}
-	if t.calls[r] == nil {
-		t.calls[r] = map[*callOwner]int{}
-	}
-	t.calls[r][o]++
-	t.mu.Unlock()
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.calls[r][o]--; t.calls[r][o] <= 0 {
-			delete(t.calls[r], o)
-			if len(t.calls[r]) == 0 {
-				delete(t.calls, r) // a session's own connection's route goes away with it
-			}
-		}
-	}
-}
-
-// soleOwner returns the owner of the calls in flight on r when they all belong to one
-// session, and how many sessions have calls there.
-func (t *inflightTable) soleOwner(r *route) (*callOwner, int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var owner *callOwner
-	sessions := map[*liveSession]bool{}
-	for o := range t.calls[r] {
-		sessions[o.session] = true
-		if owner == nil {
-			owner = o
-		}
-	}
-	if len(sessions) != 1 {
-		return nil, len(sessions)
-	}
-	return owner, 1
-}
-
 // replicaTag makes the ids of requests the gateway sends to clients unique across replicas.
 var replicaTag = func() string {
 	var b [6]byte
@@ -162,33 +111,60 @@ var replicaTag = func() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }()
 
-// errNoOwner is the error an upstream gets for a request whose client cannot be known.
-func errNoOwner(r *route, method string, sessions int) *protocol.Error {
+// noOwner says why a message from an upstream has no client session to go to.
+type noOwner int
+
+const (
+	// outsideCalls: the message belongs to no call, and no session has calls in flight on the
+	// shared connection (or the call it came about has ended).
+	outsideCalls noOwner = iota + 1
+	// onSharedStandalone: the message came on a shared connection's standalone stream, which
+	// belongs to no session.
+	onSharedStandalone
+	// ambiguous: several sessions had calls in flight on the shared connection, or had one end
+	// within the attribution window, when the message was read.
+	ambiguous
+)
+
+// refusal is the error an upstream gets for a request that cannot go to one client.
+func (why noOwner) refusal(r *route, method string, origin upstream.Origin) *protocol.Error {
+	switch why {
+	case onSharedStandalone:
+		return protocol.Errorf(protocol.CodeInternalError,
+			"the gateway does not forward %s sent on the standalone stream of its shared connection to upstream %q: that stream belongs to no client session (set isolation: session for it to route such requests)",
+			method, r.name)
+	case ambiguous:
+		return protocol.Errorf(protocol.CodeInternalError,
+			"the gateway cannot tell which client %s is for: %d client sessions have calls in flight, or just finished one, on its shared connection to upstream %q (set isolation: session for it to route such requests)",
+			method, origin.Parties, r.name)
+	}
 	return protocol.Errorf(protocol.CodeInternalError,
-		"the gateway cannot tell which client %s is for: %d client sessions have calls in flight on this shared connection to upstream %q (set isolation: session for it to route such requests)",
-		method, sessions, r.name)
+		"the gateway does not forward %s sent outside any client's call on its shared connection to upstream %q (set isolation: session for it to route such requests)",
+		method, r.name)
 }
 
 // onUpstreamRequest routes a request from an upstream to the client session whose call caused
-// it: the call the transport names, else the only session with calls in flight there. Never a
-// guess: without an owner the upstream gets an error.
+// it, as decided when the request was read: the call whose stream carried it, or the only
+// session with calls in flight there; a session's own connection always goes to its session.
+// Never a guess: without an owner the upstream gets an error, except roots/list outside any
+// call, which gets the config's roots.
 func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
 	r := g.routeOf(c)
 	if r == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
 	}
-	owner, sessions := g.ownerOf(r, origin)
+	owner, why := g.ownerOf(r, origin)
 	if owner == nil {
-		if req.Method == protocol.MethodListRoots && sessions == 0 {
-			// roots/list outside any call of a shared upstream: the gateway's own roots
-			// (the config's), never an arbitrary client's.
+		if req.Method == protocol.MethodListRoots && why != ambiguous {
+			// roots/list that belongs to no session: the gateway's own roots (the config's),
+			// never an arbitrary client's.
 			return g.rootsResult, nil
 		}
 		r.noOwnerOnce.Do(func() {
 			g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
-				"upstream", r.name, "method", req.Method, "sessions_in_flight", sessions)
+				"upstream", r.name, "method", req.Method, "sessions", origin.Parties)
 		})
-		return nil, errNoOwner(r, req.Method, sessions)
+		return nil, why.refusal(r, req.Method, origin)
 	}
 	params := req.Params
 	switch req.Method {
@@ -215,18 +191,24 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 	return g.ask(ctx, owner, r, req.ID, req.Method, params)
 }
 
-// ownerOf finds whom a message from upstream r is for: the call the transport names, else
-// the only session with calls in flight there, else — for a session's own connection — that
-// session's standalone stream. It also returns how many sessions have calls in flight.
-func (g *Gateway) ownerOf(r *route, origin upstream.Origin) (*callOwner, int) {
+// ownerOf decides whom a message from upstream r is for, from where and when it was read: the
+// call the transport names, or the only session with calls in flight there; for a session's
+// own connection, that session's standalone stream outside its calls. Without an owner it
+// says why.
+func (g *Gateway) ownerOf(r *route, origin upstream.Origin) (*callOwner, noOwner) {
 	if owner, ok := origin.Caller.(*callOwner); ok && owner != nil {
-		return owner, 1
+		return owner, 0
 	}
-	owner, sessions := g.inflight.soleOwner(r)
-	if owner == nil && sessions == 0 {
-		owner = g.boundOwner(r)
+	if owner := g.boundOwner(r); owner != nil {
+		return owner, 0
 	}
-	return owner, sessions
+	switch {
+	case origin.Arrival == upstream.OnStandalone:
+		return nil, onSharedStandalone
+	case origin.Arrival == upstream.Unattributed && origin.InFlight > 0:
+		return nil, ambiguous
+	}
+	return nil, outsideCalls
 }
 
 // narrowIncludeContext turns includeContext thisServer/allServers into none: through a

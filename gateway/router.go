@@ -197,6 +197,8 @@ func unavailableResult(upstreamName, reason, message string) json.RawMessage {
 const (
 	metaReason   = "dev.manifold/reason"
 	metaUpstream = "dev.manifold/upstream"
+	// metaRetryAfter says, in seconds, when a refused call may be tried again.
+	metaRetryAfter = "dev.manifold/retryAfterSeconds"
 )
 
 func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
@@ -333,10 +335,9 @@ func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *snapsho
 	return g.forward(ctx, cc, r, protocol.MethodComplete, forward)
 }
 
-// call sends a client's request to an upstream on that client's behalf: the call is known to
-// be in flight for the client (so that what the upstream sends about it can be routed), it
-// carries its owner to the transport, and its progress token is replaced by one of the
-// gateway's own.
+// call sends a client's request to an upstream on that client's behalf: it carries its owner
+// and session to the upstream connection (so that what the upstream sends about it can be
+// routed), and its progress token is replaced by one of the gateway's own.
 func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
 	if cc.owner == nil {
 		return r.client.Call(ctx, method, params)
@@ -349,14 +350,12 @@ func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method 
 		defer r.pool.release(pc)
 		r = pc.route
 	}
-	done := g.inflight.add(r, cc.owner)
-	defer done()
 	params, forget, err := g.remapProgress(r, cc.owner, params)
 	if err != nil {
 		return nil, invalidParams(err)
 	}
 	defer forget()
-	return r.client.Call(upstream.WithCaller(ctx, cc.owner), method, params)
+	return r.client.Call(upstream.WithCaller(ctx, cc.owner, cc.SessionID), method, params)
 }
 
 // clientDeclaresTasks reports whether the client declared the tasks capability (and speaks a

@@ -8,9 +8,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/manifold-mcp/manifold/protocol"
@@ -86,9 +86,22 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 			"Accept must list both application/json and text/event-stream"))
 		return
 	}
+	// The body must arrive within body_read_timeout: a client dribbling it must not hold a
+	// connection for ever. The deadline is lifted once it is read, so it never cuts an answer
+	// that streams.
+	rc := http.NewResponseController(w)
+	if g.cfg.BodyReadTimeout > 0 {
+		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyReadTimeout))
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		var tooLarge *http.MaxBytesError
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			writeHTTPError(w, http.StatusRequestTimeout, nil, protocol.Errorf(protocol.CodeRequestRejected,
+				"the request body did not arrive within %s (body_read_timeout in the gateway's config)", g.cfg.BodyReadTimeout))
+			return
+		}
 		if errors.As(err, &tooLarge) {
 			writeHTTPError(w, http.StatusRequestEntityTooLarge, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"request body exceeds %d bytes (max_body_bytes in the gateway's config)", g.cfg.MaxBodyBytes))
@@ -137,13 +150,13 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	case *protocol.Response:
 		// The client's answer to a request the gateway sent it for an upstream.
 		if _, err := g.store.TakeReverse(r.Context(), rec.ID, m.ID.String()); err != nil || !ls.answer(m) {
-			g.logger.Debug("a client answered a request that is no longer pending", "session_id", rec.ID, "id", m.ID.String())
+			g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(rec.ID), "id", m.ID.String())
 		}
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
 		out := newResponder(w, 1)
-		defer out.close() // nothing may write to w once this handler returns
-		g.serveRequest(out, r, rec, ls, m, requestID)
+		g.startRequest(out, r, rec, ls, m, requestID)
+		out.run(r.Context())
 	}
 }
 
@@ -164,6 +177,11 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 	var entries []json.RawMessage
 	if err := json.Unmarshal(body, &entries); err != nil || len(entries) == 0 {
 		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest, "a batch must be a non-empty JSON array of messages"))
+		return
+	}
+	if limit := g.cfg.MaxBatchEntries; limit > 0 && len(entries) > limit {
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
+			"a batch of %d messages is over the gateway's limit of %d (max_batch_entries): send fewer at once", len(entries), limit))
 		return
 	}
 	ls, err := g.localSession(rec.ID)
@@ -197,25 +215,14 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	out := newResponder(w, len(requests)+len(refused))
-	defer out.close()
 	out.startStream()
 	for _, resp := range refused {
 		_ = out.respond(resp)
 	}
-	var wg sync.WaitGroup
 	for _, req := range requests {
-		wg.Go(func() {
-			defer func() {
-				if p := recover(); p != nil {
-					g.logger.Error("panic serving a batched request", "request_id", requestID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-					_ = out.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInternalError,
-						"internal error (request %s); the gateway's log has the details", requestID)})
-				}
-			}()
-			g.serveRequest(out, r, rec, ls, req, requestID)
-		})
+		g.startRequest(out, r, rec, ls, req, requestID)
 	}
-	wg.Wait()
+	out.run(r.Context())
 }
 
 func idOf(m protocol.Message) *protocol.ID {
@@ -246,6 +253,10 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 		writeHTTPError(w, http.StatusServiceUnavailable, id, protocol.Errorf(protocol.CodeRequestRejected,
 			"the session store is unavailable; retry shortly"))
 		return nil, false
+	}
+	// A request of the session's own client is what keeps it from expiring.
+	if err := g.store.Touch(r.Context(), rec.ID); err != nil {
+		g.logger.Warn("marking a session used failed", "session", fingerprint(rec.ID), "error", err.Error())
 	}
 	// An unsupported value is a 400 (mcp-notes §4.7). A supported version other than the
 	// negotiated one is left unspecified by the spec; the conformance suite sends one, and the
@@ -324,7 +335,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	if p.ClientInfo != nil {
 		name = p.ClientInfo.Name
 	}
-	g.logger.Info("session started", "session_id", rec.ID, "protocol_version", version, "client", name)
+	g.logger.Info("session started", "session", fingerprint(rec.ID), "protocol_version", version, "client", name)
 	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
 }
 
@@ -333,9 +344,13 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 	case protocol.NotificationInitialized:
 		if !rec.Initialized {
 			if _, err := g.store.Update(r.Context(), rec.ID, func(s *session.Record) { s.Initialized = true }); err != nil {
-				g.logger.Warn("marking a session initialized failed", "session_id", rec.ID, "error", err.Error())
+				g.logger.Warn("marking a session initialized failed", "session", fingerprint(rec.ID), "error", err.Error())
 			}
 		}
+	case protocol.NotificationRootsChanged:
+		// The session's own upstream connections ask this client for roots: tell them. A
+		// shared connection's roots are the config's, which did not change.
+		g.notifyOwnConnections(r.Context(), ls, n)
 	case protocol.NotificationCancelled:
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
@@ -348,14 +363,78 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 	}
 }
 
-func (g *Gateway) serveRequest(out *responder, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
-	ctx, done, ok := ls.begin(req.ID)
-	if !ok {
-		_ = out.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest,
-			"request id %s is already in use by a request in flight", req.ID)})
+// startRequest begins serving a client request on a goroutine of its own, owned by the
+// session: the request lives as long as it does within its session, not as long as the HTTP
+// request that brought it (design decision 10), and the handler meanwhile only writes what is
+// queued for the client. A request past the caps on requests in flight, or with an id already
+// in flight, is answered at once.
+func (g *Gateway) startRequest(out *responder, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
+	refuse := func(e *protocol.Error) { _ = out.respond(&protocol.Response{ID: req.ID, Error: e}) }
+	if !g.admitCall() {
+		g.tooManyCalls(out, req, "the gateway", g.cfg.MaxCalls)
 		return
 	}
-	defer done()
+	ctx, done, err := ls.begin(req.ID, g.cfg.MaxCallsPerSession)
+	switch {
+	case errors.Is(err, errTooManyCalls):
+		g.releaseCall()
+		g.tooManyCalls(out, req, "this session", g.cfg.MaxCallsPerSession)
+		return
+	case errors.Is(err, errDuplicateID):
+		g.releaseCall()
+		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
+		return
+	case err != nil:
+		g.releaseCall()
+		refuse(protocol.Errorf(protocol.CodeSessionNotFound, "session not found: it ended; send initialize to start a new one"))
+		return
+	}
+	go func() {
+		defer g.releaseCall()
+		defer done()
+		defer func() {
+			if p := recover(); p != nil {
+				g.logger.Error("panic serving a request", "request_id", requestID, "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				refuse(protocol.Errorf(protocol.CodeInternalError, "internal error (request %s); the gateway's log has the details", requestID))
+			}
+		}()
+		g.serveRequest(ctx, out, rec, ls, req, requestID)
+	}()
+}
+
+// tooManyCalls answers a request past a cap on requests in flight: a tools/call gets a tool
+// result the model can act on, any other method the gateway's error (design decision 7).
+func (g *Gateway) tooManyCalls(out *responder, req *protocol.Request, scope string, limit int) {
+	g.logger.Warn("request refused: too many requests in flight", "scope", scope, "limit", limit, "method", req.Method)
+	if req.Method == protocol.MethodCallTool {
+		res, _ := json.Marshal(map[string]any{
+			"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
+				"The gateway refused this call: %s already has its maximum of %d requests in flight. Wait for some to finish, then try again.", scope, limit)}},
+			"isError": true,
+			"_meta":   map[string]any{metaReason: "too_many_calls", metaRetryAfter: 1},
+		})
+		_ = out.respond(&protocol.Response{ID: req.ID, Result: res})
+		return
+	}
+	_ = out.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeTooManyRequests,
+		"%s already has its maximum of %d requests in flight: wait for some to finish, then retry", scope, limit)})
+}
+
+// admitCall counts a client request in flight in the whole gateway; it refuses one past
+// max_calls (0: no cap).
+func (g *Gateway) admitCall() bool {
+	if n := g.callsInFlight.Add(1); g.cfg.MaxCalls > 0 && n > int64(g.cfg.MaxCalls) {
+		g.callsInFlight.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) releaseCall() { g.callsInFlight.Add(-1) }
+
+// serveRequest serves one client request and queues its response. A request the client
+// cancelled, or whose session ended, gets none (mcp-notes §8.2).
+func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
 	cc := &clientContext{
 		SessionID:       rec.ID,
 		ProtocolVersion: rec.ProtocolVersion,
@@ -363,105 +442,103 @@ func (g *Gateway) serveRequest(out *responder, r *http.Request, rec *session.Rec
 		LogLevel:        rec.LogLevel,
 	}
 	cc.owner = &callOwner{session: ls, caps: ls.capsFor(rec), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
-	forget := g.recordCall(r.Context(), ls, cc.owner, req.Method)
+	forget := g.recordCall(ctx, ls, cc.owner, req.Method)
 	defer forget()
 	result, err := g.dispatch(ctx, cc, req)
 	resp := &protocol.Response{ID: req.ID, Result: result}
 	if err != nil {
 		if ctx.Err() != nil && ls.ctx.Err() != nil {
 			// The session ended while the call ran; nobody is waiting for the answer.
+			out.unanswered()
 			return
 		}
 		if errors.Is(context.Cause(ctx), errClientCancelled) {
 			// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2).
-			g.logger.Debug("request cancelled by the client", "session_id", rec.ID, "request_id", requestID)
+			g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
+			out.unanswered()
 			return
 		}
-		resp = &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session_id", rec.ID, "method", req.Method), requestID)}
+		resp = &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session", fingerprint(rec.ID), "method", req.Method), requestID)}
 	}
 	if err := out.respond(resp); err != nil {
-		g.logger.Debug("the client left before its response was written", "session_id", rec.ID, "request_id", requestID, "error", err.Error())
+		g.logger.Debug("the client's stream ended before its response", "session", fingerprint(rec.ID), "request_id", requestID)
 	}
 }
 
-// responder writes the messages of one POSTed request: the response alone as JSON, or, once
-// a message related to the request must go first, an SSE stream that ends with the response.
+// responder carries the messages of one POSTed request (or batch) to its client: the
+// response alone as JSON, or, once a message related to the request must go first, an SSE
+// stream that ends with the response. Any goroutine may queue (send, respond); only the HTTP
+// handler writes, in run.
 type responder struct {
-	w       http.ResponseWriter
-	flusher *http.ResponseController
-
-	mu  sync.Mutex
-	sse bool // set once the SSE stream has started. Guarded by mu.
-	// awaiting counts the responses still to be written: 1, or a batch's requests. Guarded
-	// by mu.
-	awaiting int
-	// done is set once the last response was written; later messages have nowhere to go.
-	// Guarded by mu.
-	done bool
+	*outbox
+	w  http.ResponseWriter
+	rc *http.ResponseController
 }
 
 func newResponder(w http.ResponseWriter, responses int) *responder {
-	return &responder{w: w, flusher: http.NewResponseController(w), awaiting: responses}
+	return &responder{outbox: newOutbox(responses), w: w, rc: http.NewResponseController(w)}
 }
 
-// startStream starts the SSE stream now (a batch answers on one).
-func (o *responder) startStream() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.sse {
-		o.sse = true
-		startSSE(o.w)
-	}
-}
-
-// errStreamDone is returned by responder.send after the response was written.
-var errStreamDone = errors.New("the request's stream has ended")
-
-// send writes a request-related notification or request on the stream, starting it if needed.
+// send queues a request-related notification or request; the answer becomes an SSE stream.
 func (o *responder) send(m protocol.Message) error {
 	data, err := protocol.Encode(m)
 	if err != nil {
 		return err
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.done {
-		return errStreamDone
-	}
-	if !o.sse {
-		o.sse = true
-		startSSE(o.w)
-	}
-	return writeEvent(o.w, o.flusher, data)
+	return o.put(data, false)
 }
 
-// close ends the stream without a response; later sends fail.
-func (o *responder) close() {
-	o.mu.Lock()
-	o.done = true
-	o.mu.Unlock()
-}
-
-// respond writes the response: as JSON, or as the last event of the stream.
+// respond queues a response.
 func (o *responder) respond(resp *protocol.Response) error {
 	data, err := protocol.Encode(resp)
 	if err != nil {
 		return err
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.done {
-		return errStreamDone
+	return o.put(data, true)
+}
+
+// run writes what is queued until the last response is written, the stream is dropped
+// (its queue overflowed or a write missed its deadline), or ctx ends (the client left).
+// It runs on the HTTP handler's goroutine: nothing writes to w after it returns.
+func (o *responder) run(ctx context.Context) {
+	started := false
+	for {
+		batch, closed, dropped, streamed := o.take()
+		if dropped {
+			return
+		}
+		if !started && !streamed && closed {
+			if len(batch) == 0 {
+				// Every request went unanswered (cancelled): an SSE stream with no event.
+				startSSE(o.w)
+				_ = o.rc.Flush()
+				return
+			}
+			o.w.Header().Set("Content-Type", "application/json")
+			_ = o.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+			_, _ = o.w.Write(batch[0])
+			return
+		}
+		if !started && (streamed || len(batch) > 0) {
+			startSSE(o.w)
+			started = true
+		}
+		for _, data := range batch {
+			if err := writeWithDeadline(o.w, o.rc, sseEvent(data)); err != nil {
+				o.drop()
+				return
+			}
+		}
+		if closed {
+			return
+		}
+		select {
+		case <-o.wake:
+		case <-ctx.Done():
+			o.drop()
+			return
+		}
 	}
-	if o.awaiting--; o.awaiting <= 0 {
-		o.done = true
-	}
-	if o.sse {
-		return writeEvent(o.w, o.flusher, data)
-	}
-	o.w.Header().Set("Content-Type", "application/json")
-	_, err = o.w.Write(data)
-	return err
 }
 
 func startSSE(w http.ResponseWriter) {
@@ -470,23 +547,6 @@ func startSSE(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-}
-
-// eventWriteTimeout bounds writing one event to a client: a client that stops reading must not
-// hold up the upstream connection whose messages reach it.
-const eventWriteTimeout = 10 * time.Second
-
-// writeEvent writes one SSE message event and flushes it.
-func writeEvent(w io.Writer, f *http.ResponseController, data []byte) error {
-	_ = f.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
-	buf := make([]byte, 0, len(data)+24)
-	buf = append(buf, "event: message\ndata: "...)
-	buf = append(buf, data...)
-	buf = append(buf, "\n\n"...)
-	if _, err := w.Write(buf); err != nil {
-		return err
-	}
-	return f.Flush()
 }
 
 // serveGET opens the session's standalone SSE stream (mcp-notes §4.3), which carries
@@ -512,31 +572,38 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	outbox, ok := ls.openStream()
+	box, ok := ls.openStream()
 	if !ok {
 		writeHTTPError(w, http.StatusConflict, nil, protocol.Errorf(protocol.CodeRequestRejected,
 			"this session already has an open stream; close it before opening another"))
 		return
 	}
-	defer ls.closeStream(outbox)
-	flusher := http.NewResponseController(w)
+	defer ls.closeStream(box)
+	rc := http.NewResponseController(w)
 	startSSE(w)
-	if err := flusher.Flush(); err != nil {
+	if err := rc.Flush(); err != nil {
 		return
 	}
 	keepAlive := time.NewTicker(keepAliveInterval)
 	defer keepAlive.Stop()
 	for {
+		batch, closed, _, _ := box.take()
+		for _, data := range batch {
+			// Each write gets its own deadline: one that an event set must not cut the
+			// keep-alives after it.
+			if err := writeWithDeadline(w, rc, sseEvent(data)); err != nil {
+				box.drop()
+				return
+			}
+		}
+		if closed {
+			return // dropped: its client did not keep up
+		}
 		select {
-		case data := <-outbox:
-			if err := writeEvent(w, flusher, data); err != nil {
-				return
-			}
+		case <-box.wake:
 		case <-keepAlive.C:
-			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
-				return
-			}
-			if err := flusher.Flush(); err != nil {
+			if err := writeWithDeadline(w, rc, []byte(": keep-alive\n\n")); err != nil {
+				box.drop()
 				return
 			}
 		case <-r.Context().Done():
@@ -557,12 +624,12 @@ func (g *Gateway) serveDELETE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := g.store.Delete(r.Context(), rec.ID); err != nil {
-		g.logger.Error("deleting a session failed", "session_id", rec.ID, "error", err.Error())
+		g.logger.Error("deleting a session failed", "session", fingerprint(rec.ID), "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
 		return
 	}
 	g.endLocal(rec.ID)
-	g.logger.Info("session ended by the client", "session_id", rec.ID)
+	g.logger.Info("session ended by the client", "session", fingerprint(rec.ID))
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -615,7 +682,7 @@ func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *proto
 func (g *Gateway) recordCall(ctx context.Context, ls *liveSession, owner *callOwner, method string) func() {
 	rec := session.CallRecord{SessionID: ls.id, ClientID: owner.clientID.String(), Method: method, Started: g.opts.Now()}
 	if err := g.store.PutCall(ctx, rec); err != nil {
-		g.logger.Warn("recording a call in flight failed", "session_id", ls.id, "error", err.Error())
+		g.logger.Warn("recording a call in flight failed", "session", fingerprint(ls.id), "error", err.Error())
 	}
 	ls.mu.Lock()
 	ls.calls[owner.clientID] = owner

@@ -34,6 +34,9 @@ const (
 	// CodeRequestRejected is sent with an HTTP 4xx status for transport-level problems:
 	// disallowed origin, oversized body, wrong headers.
 	CodeRequestRejected = -32006
+	// CodeTooManyRequests is returned for a request (other than tools/call) past the caps on
+	// requests in flight, per session or in the whole gateway.
+	CodeTooManyRequests = -32007
 )
 
 // Error is a JSON-RPC error object. It implements error, so a handler may return one to send

@@ -32,7 +32,7 @@ type MemoryStore struct {
 type memoryEntry struct {
 	// rec is replaced, never mutated, so readers may keep it. Guarded by MemoryStore.mu.
 	rec *Record
-	// lastUsed is the unix nano time of the last Get; updated without the write lock.
+	// lastUsed is the unix nano time of the last Touch; updated without the write lock.
 	lastUsed atomic.Int64
 }
 
@@ -80,8 +80,18 @@ func (s *MemoryStore) Get(_ context.Context, id string) (*Record, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	e.lastUsed.Store(s.opts.Now().UnixNano())
 	return rec, nil
+}
+
+// Touch implements Store.
+func (s *MemoryStore) Touch(_ context.Context, id string) error {
+	s.mu.RLock()
+	e, ok := s.sessions[id]
+	s.mu.RUnlock()
+	if ok {
+		e.lastUsed.Store(s.opts.Now().UnixNano())
+	}
+	return nil
 }
 
 // Update implements Store.

@@ -35,9 +35,12 @@ func TestMemoryStore(t *testing.T) {
 		t.Errorf("Update of an unknown id: %v", err)
 	}
 
-	// b is used later than a; only a is idle past the cutoff.
+	// b is used later than a; only a is idle past the cutoff. Reading a does not use it.
 	now = now.Add(time.Minute)
-	if _, err := s.Get(ctx, b.ID); err != nil {
+	if err := s.Touch(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
 	expired, err := s.Expire(ctx, now.Add(-30*time.Second), nil)

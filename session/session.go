@@ -49,8 +49,12 @@ type Store interface {
 	// Create stores a new session with a fresh random ID (rec.ID is ignored) and returns it.
 	// It fails with ErrLimit when the store is full.
 	Create(ctx context.Context, rec Record) (*Record, error)
-	// Get returns the live session with that id and marks it used now, or ErrNotFound.
+	// Get returns the live session with that id, or ErrNotFound. Reading a session does not
+	// mark it used: the gateway reads sessions on behalf of others (log fan-out, log levels).
 	Get(ctx context.Context, id string) (*Record, error)
+	// Touch marks the session used now, which puts off its idle expiry: the gateway calls it
+	// for each request of the session's own client. An unknown id is not an error.
+	Touch(ctx context.Context, id string) error
 	// Update applies change to a copy of the session and stores the result, or ErrNotFound.
 	Update(ctx context.Context, id string, change func(*Record)) (*Record, error)
 	// Delete ends the session. Deleting an unknown session is not an error.

@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/manifold-mcp/manifold/protocol"
@@ -260,6 +261,10 @@ func (c *Client) Run(ctx context.Context) {
 			}
 			was := c.State()
 			c.setState(StateDown, "upstream failed to start", "error", err.Error(), "retry_in", delay.String())
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Not a problem of this upstream, and not one to log once and then at debug.
+				c.logger.Error("the gateway is out of file descriptors, so the upstream cannot start; raise the limit (ulimit -n) or lower max_sessions", "error", err.Error())
+			}
 			if was != StateDown {
 				c.changed()
 			}
@@ -363,6 +368,19 @@ func (c *Client) Call(ctx context.Context, method string, params json.RawMessage
 		return nil, err
 	}
 	return next.call(ctx, method, params, c.spec.RequestTimeout)
+}
+
+// Notify sends a notification to the upstream. It fails with ErrUnavailable when the upstream
+// is not connected.
+func (c *Client) Notify(ctx context.Context, method string, params json.RawMessage) error {
+	cn := c.live.Load()
+	if cn == nil {
+		return fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
+	}
+	if err := cn.conn.Write(ctx, &protocol.Notification{Method: method, Params: params}); err != nil {
+		return fmt.Errorf("%s %s: %w", c.spec.Name, method, err)
+	}
+	return nil
 }
 
 func (c *Client) setLive(cn *connection) {

@@ -173,11 +173,7 @@ func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger
 	if err != nil {
 		return fmt.Errorf("listen on %s (listen in %s): %w", cfg.Listen, cfg.File, err)
 	}
-	srv := &http.Server{
-		Handler:           gw.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := gw.Server()
 	// Standalone streams end at shutdown, so that Shutdown waits only for requests in flight.
 	srv.RegisterOnShutdown(gw.Drain)
 	gw.Start()
