@@ -74,7 +74,10 @@ func startGatewayWith(t testing.TB, yaml string, opts *gateway.Options, waitForU
 		t.Fatalf("gateway.New: %v", err)
 	}
 	gw.Start()
-	srv := httptest.NewServer(gw.Handler())
+	// The gateway's own server settings (its timeouts), on a test listener.
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = gw.Server()
+	srv.Start()
 	tg := &testGateway{gw: gw, srv: srv, url: srv.URL + "/mcp"}
 	if waitForUpstreams {
 		waitReady(t, gw, len(cfg.EnabledUpstreams()))

@@ -43,6 +43,9 @@ func Main() {
 	os.Exit(0)
 }
 
+// rootsChanges counts the notifications/roots/list_changed this process's server received.
+var rootsChanges atomic.Int64
+
 type textIn struct {
 	Text string `json:"text" jsonschema:"the text"`
 }
@@ -73,7 +76,8 @@ func text(s string) *mcp.CallToolResult {
 // The "tasks" flavor is an mcp-go server and is served by Main only (see serveTasks).
 func New(flavor string) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
-		Instructions: "instructions of " + flavor,
+		Instructions:            "instructions of " + flavor,
+		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) { rootsChanges.Add(1) },
 	})
 	switch flavor {
 	case "alpha", "beta":
@@ -159,7 +163,10 @@ func New(flavor string) (*mcp.Server, error) {
 //     the token it saw;
 //   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count;
 //   - "roots_later": asks for roots after its call returned; "last_roots" answers the first
-//     root's URI (or "no roots", or the error).
+//     root's URI (or "no roots", or the error);
+//   - "hold": reports progress once (when the caller gave a token), then runs until cancelled;
+//   - "flood" {count}: reports progress count times, then runs until cancelled;
+//   - "roots_changes": how many notifications/roots/list_changed the server received.
 func addReverseTools(server *mcp.Server) {
 	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
 		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
@@ -236,6 +243,33 @@ func addReverseTools(server *mcp.Server) {
 	mcp.AddTool(server, &mcp.Tool{Name: "last_roots", Description: "what roots_later got"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return text(lastRoots.Load().(string)), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "hold", Description: "reports progress once, then runs until cancelled"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if token := req.Params.GetProgressToken(); token != nil {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 1}); err != nil {
+					return nil, nil, err
+				}
+			}
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "flood", Description: "reports progress count times, then runs until cancelled"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+			Count int `json:"count"`
+		}) (*mcp.CallToolResult, any, error) {
+			token := req.Params.GetProgressToken()
+			for i := range in.Count {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i + 1)}); err != nil {
+					return nil, nil, err
+				}
+			}
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "roots_changes", Description: "how many roots list_changed notifications arrived"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(fmt.Sprint(rootsChanges.Load())), nil, nil
 		})
 	var cancels atomic.Int64
 	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
