@@ -66,6 +66,8 @@ type Gateway struct {
 	// ended remembers recently ended sessions, so that a request that raced their end does
 	// not bring them back to life here. Pruned by expireSessions. Guarded by mu.
 	ended map[string]time.Time
+	// closing is set by Close: no session is served here any more. Guarded by mu.
+	closing bool
 
 	requestSeq atomic.Uint64
 	// callsInFlight counts the client requests being served, for max_calls.
@@ -215,8 +217,8 @@ func (g *Gateway) Drain() {
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
 		g.Drain()
-		g.cancel()
 		g.mu.Lock()
+		g.closing = true
 		live := g.live
 		g.live = map[string]*liveSession{}
 		g.mu.Unlock()
@@ -224,7 +226,10 @@ func (g *Gateway) Close() error {
 			ls.end()
 		}
 		// Every session has ended (these now, the others before): no request begins any more.
+		// The requests end while their upstreams are still connected, so that each upstream
+		// hears of the cancel of its calls.
 		g.requests.Wait()
+		g.cancel()
 		for _, r := range g.routes {
 			if r.pool != nil {
 				r.pool.closeAll()
@@ -355,7 +360,7 @@ func (g *Gateway) resyncLogLevels() {
 func (g *Gateway) localSession(id string) (*liveSession, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.ctx.Err() != nil {
+	if g.closing {
 		return nil, fmt.Errorf("gateway is shutting down")
 	}
 	ls, ok := g.live[id]

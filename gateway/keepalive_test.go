@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// pipeListener is a net.Listener of in-memory connections, so that an HTTP server and its
+// clients run inside a synctest bubble, on its fake clock.
+type pipeListener struct {
+	conns     chan net.Conn
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
+
+func (l *pipeListener) dial(context.Context, string, string) (net.Conn, error) {
+	server, client := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// TestStandaloneStreamStaysOpenAfterAnEvent: a standalone GET stream that carried an event
+// must survive the keep-alives that follow it, each write with a deadline of its own (an
+// event's deadline once cut the first keep-alive after it).
+func TestStandaloneStreamStaysOpenAfterAnEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Start()
+		ln := newPipeListener()
+		srv := g.Server()
+		go func() { _ = srv.Serve(ln) }()
+		transport := &http.Transport{DialContext: ln.dial}
+		client := &http.Client{Transport: transport}
+		defer func() {
+			transport.CloseIdleConnections()
+			g.Drain()
+			_ = srv.Close()
+			g.Close()
+		}()
+
+		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		sid := resp.Header.Get(headerSessionID)
+
+		get, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/mcp", nil)
+		get.Header.Set("Accept", "text/event-stream")
+		get.Header.Set(headerSessionID, sid)
+		stream, err := client.Do(get)
+		if err != nil || stream.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %v %v", stream, err)
+		}
+		defer stream.Body.Close()
+		lines := make(chan string)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(stream.Body)
+			for sc.Scan() {
+				if line := sc.Text(); line != "" {
+					lines <- line
+				}
+			}
+		}()
+
+		synctest.Wait() // the stream is registered
+		g.broadcast(protocol.NotificationToolsChanged)
+		for _, want := range []string{"event: message", "data: "} {
+			if line := <-lines; !strings.HasPrefix(line, want) {
+				t.Fatalf("stream line %q, want %q…", line, want)
+			}
+		}
+		// Keep-alives come every 25 s; the event's write deadline lies 10 s behind it.
+		start := time.Now()
+		for range 4 {
+			line, ok := <-lines
+			if !ok {
+				t.Fatalf("the stream ended %s after an event; it must stay open", time.Since(start))
+			}
+			if line != ": keep-alive" {
+				t.Fatalf("stream line %q, want a keep-alive", line)
+			}
+		}
+	})
+}
