@@ -191,7 +191,9 @@ func New(spec Spec, opts *Options) *Client {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	c.logger = logger.With("upstream", spec.Name)
+	// Warnings are about what the upstream sends, which it may send at any rate: at most one
+	// record per message a second reaches the log.
+	c.logger = slog.New(newLimitedHandler(logger.Handler(), time.Second, c.opts.Now)).With("upstream", spec.Name)
 	c.state.Store(StateStarting)
 	c.status.Store(&Status{State: StateStarting, Since: time.Now()})
 	c.runCtx, c.cancelRun = context.WithCancel(context.Background())

@@ -611,11 +611,15 @@ func intsToStrings(ns []int) []string {
 	return s
 }
 
+// TestClientSkipsGarbageLines: lines that are not JSON-RPC and messages over the size limit
+// are skipped, and warned of at most once a second each, however many the upstream writes
+// (the clock stands still here).
 func TestClientSkipsGarbageLines(t *testing.T) {
 	logs := &logRecorder{}
-	spec, _ := fakeSpec(t, "noisy", map[string]string{"FAKE_BIG": "70000"})
+	spec, _ := fakeSpec(t, "noisy", map[string]string{"FAKE_BIG": "70000", "FAKE_GARBAGE": "2000"})
 	spec.MaxMessageBytes = 4096
-	c := New(spec, &Options{Logger: slog.New(logs)})
+	now := time.Unix(1000, 0)
+	c := New(spec, &Options{Logger: slog.New(logs), Now: func() time.Time { return now }})
 	start(t, c)
 	waitUntil(t, "state ready", func() bool { return c.State() == StateReady })
 

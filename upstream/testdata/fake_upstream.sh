@@ -6,8 +6,8 @@
 #	hang      declares tools, lists tool "slow" and never answers tools/call
 #	stubborn  ignores SIGTERM, starts a grandchild (sleep), writes "PID GRANDCHILD_PID" to
 #	          $FAKE_PIDS, and keeps running after its stdin closes
-#	noisy     declares tools; writes a non-JSON line and a line of $FAKE_BIG bytes to stdout
-#	          before anything valid
+#	noisy     declares tools; writes $FAKE_GARBAGE (default 1) non-JSON lines and a line of
+#	          $FAKE_BIG bytes to stdout before anything valid
 #	reverse   declares nothing; after notifications/initialized it sends the gateway
 #	          sampling/createMessage (id "s1") and ping (id "p1")
 #	chatty    declares nothing; writes a stderr line of $FAKE_BIG bytes and then $FAKE_BIG
@@ -31,7 +31,7 @@ stubborn)
 	;;
 noisy)
 	caps='{"tools":{}}'
-	send 'this is not JSON at all'
+	for ((i = 0; i < ${FAKE_GARBAGE:-1}; i++)); do send 'this is not JSON at all'; done
 	big=$(head -c "${FAKE_BIG:?set FAKE_BIG}" /dev/zero | tr '\0' x)
 	send "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"$big\"}}"
 	;;
