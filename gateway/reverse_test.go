@@ -87,13 +87,31 @@ func TestReverseRequestsReachTheirOwnClient(t *testing.T) {
 }
 
 // TestSharedStdioRoutesOnlyWhenUnambiguous: over a shared stdio upstream nothing ties a
-// server request to a call. With one session in flight the request is routed; with two, the
-// upstream gets the routing error and neither client receives anything.
+// server request to a call. With one session in flight the request is routed; while another
+// session has a call in flight there too, the upstream gets the routing error and neither
+// client receives anything. The overlap is made, not waited for: B's call is in flight
+// (its progress came back) before A calls.
 func TestSharedStdioRoutesOnlyWhenUnambiguous(t *testing.T) {
 	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), nil)
 	defer tg.close()
 	a, seenA, muA := markedClient(t, tg.url, "A", true)
-	b, seenB, muB := markedClient(t, tg.url, "B", true)
+	progressed := make(chan struct{}, 1)
+	var seenB []string
+	var muB sync.Mutex
+	b := connect(t, tg.url, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			muB.Lock()
+			seenB = append(seenB, "sampling")
+			muB.Unlock()
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "B"}}, nil
+		},
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		},
+	})
 	ctx := ctxT(t)
 
 	res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "alone"}})
@@ -104,33 +122,22 @@ func TestSharedStdioRoutesOnlyWhenUnambiguous(t *testing.T) {
 	muA.Lock()
 	before := len(*seenA)
 	muA.Unlock()
-	results := make([]*mcp.CallToolResult, 2)
-	var wg sync.WaitGroup
-	for i, cs := range []*mcp.ClientSession{a, b} {
-		wg.Go(func() {
-			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__slow_ask", Arguments: map[string]any{"text": "both"}})
-			if err != nil {
-				t.Errorf("call %d: %v", i, err)
-				return
-			}
-			results[i] = r
-		})
+	holdCtx, release := context.WithCancel(ctx)
+	held := holdInFlight(t, holdCtx, b, "r__hold", progressed)
+	defer func() { release(); <-held }()
+	res, err = a.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "both"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for i, r := range results {
-		if r == nil {
-			continue
-		}
-		if !r.IsError || !strings.Contains(textOf(t, r), "isolation: session") {
-			t.Errorf("call %d with two sessions in flight: %q, want the routing error naming isolation: session", i, textOf(t, r))
-		}
+	if !res.IsError || !strings.Contains(textOf(t, res), "isolation: session") {
+		t.Errorf("a call while another session has one in flight: %q, want the routing error naming isolation: session", textOf(t, res))
 	}
 	muA.Lock()
 	muB.Lock()
 	defer muA.Unlock()
 	defer muB.Unlock()
-	if len(*seenA) != before || len(*seenB) != 0 {
-		t.Errorf("a request crossed: A saw %v, B saw %v", (*seenA)[before:], *seenB)
+	if len(*seenA) != before || len(seenB) != 0 {
+		t.Errorf("a request crossed: A saw %v, B saw %v", (*seenA)[before:], seenB)
 	}
 }
 
