@@ -55,42 +55,59 @@ func (l *pipeListener) dial(context.Context, string, string) (net.Conn, error) {
 	}
 }
 
+// bubbleGateway serves a gateway without upstreams over in-memory connections, inside the
+// synctest bubble of t; it returns the gateway and an HTTP client whose connections reach it.
+func bubbleGateway(t *testing.T) (*Gateway, *http.Client) {
+	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Start()
+	ln := newPipeListener()
+	srv := g.Server()
+	go func() { _ = srv.Serve(ln) }()
+	transport := &http.Transport{DialContext: ln.dial}
+	t.Cleanup(func() {
+		transport.CloseIdleConnections()
+		g.Drain()
+		_ = srv.Close()
+		g.Close()
+	})
+	return g, &http.Client{Transport: transport}
+}
+
+// testPost sends one JSON-RPC message and returns the answer and its body, read whole.
+func (g *Gateway) testPost(t *testing.T, client *http.Client, sid, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set(headerSessionID, sid)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", body, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: reading the answer: %v", body, err)
+	}
+	return resp, string(data)
+}
+
 // TestStandaloneStreamStaysOpenAfterAnEvent: a standalone GET stream that carried an event
 // must survive the keep-alives that follow it, each write with a deadline of its own (an
 // event's deadline once cut the first keep-alive after it).
 func TestStandaloneStreamStaysOpenAfterAnEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Start()
-		ln := newPipeListener()
-		srv := g.Server()
-		go func() { _ = srv.Serve(ln) }()
-		transport := &http.Transport{DialContext: ln.dial}
-		client := &http.Client{Transport: transport}
-		defer func() {
-			transport.CloseIdleConnections()
-			g.Drain()
-			_ = srv.Close()
-			g.Close()
-		}()
-
-		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", strings.NewReader(
-			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		g, client := bubbleGateway(t)
+		resp, _ := g.testPost(t, client, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 		sid := resp.Header.Get(headerSessionID)
 
 		get, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/mcp", nil)
