@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -113,13 +114,15 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	if g.opts.Logger == nil {
 		g.opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	g.logger = g.opts.Logger
 	if g.opts.Version == "" {
 		g.opts.Version = "dev"
 	}
 	if g.opts.Now == nil {
 		g.opts.Now = time.Now
 	}
+	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
+	// at most one per message a second reaches the log, with a count of the rest.
+	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.store = g.opts.Store
 	if g.store == nil {
 		g.store = session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: g.opts.Now})

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/protocol"
 )
 
@@ -193,7 +194,7 @@ func New(spec Spec, opts *Options) *Client {
 	}
 	// Warnings are about what the upstream sends, which it may send at any rate: at most one
 	// record per message a second reaches the log.
-	c.logger = slog.New(newLimitedHandler(logger.Handler(), time.Second, c.opts.Now)).With("upstream", spec.Name)
+	c.logger = slog.New(loglimit.NewHandler(logger.Handler(), time.Second, c.opts.Now)).With("upstream", spec.Name)
 	c.state.Store(StateStarting)
 	c.status.Store(&Status{State: StateStarting, Since: time.Now()})
 	c.runCtx, c.cancelRun = context.WithCancel(context.Background())

@@ -16,8 +16,8 @@ var allowed = map[string][]string{
 	"protocol":              {},
 	"session":               {},
 	"config":                {},
-	"upstream":              {"protocol"},
-	"gateway":               {"protocol", "session", "config", "upstream"},
+	"upstream":              {"protocol", "internal/loglimit"},
+	"gateway":               {"protocol", "session", "config", "upstream", "internal/loglimit"},
 	"cmd/gateway":           {"config", "gateway", "upstream"},
 	"cmd/demo-server":       {},
 	"cmd/echo-server":       {},
@@ -25,6 +25,7 @@ var allowed = map[string][]string{
 	"bench/sidebyside":      {},
 	"internal/testupstream": {},
 	"internal/archtest":     {},
+	"internal/loglimit":     {},
 }
 
 func TestImportsPointOneWay(t *testing.T) {
