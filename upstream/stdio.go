@@ -86,8 +86,11 @@ type stdioConn struct {
 type stdioOptions struct {
 	Command string
 	Args    []string
-	Env     map[string]string
-	Dir     string
+	// Env, InheritEnv and InheritAllEnv make the child's environment (see childEnv).
+	Env           map[string]string
+	InheritEnv    []string
+	InheritAllEnv bool
+	Dir           string
 	// MaxMessageBytes caps a line of stdout.
 	MaxMessageBytes int
 	// Grace is how long Close waits after closing stdin and again after SIGTERM.
@@ -98,13 +101,7 @@ type stdioOptions struct {
 func startStdio(name string, o stdioOptions, logger *slog.Logger) (*stdioConn, error) {
 	cmd := exec.Command(o.Command, o.Args...)
 	cmd.Dir = o.Dir
-	if len(o.Env) > 0 {
-		env := cmd.Environ()
-		for k, v := range o.Env {
-			env = append(env, k+"="+v)
-		}
-		cmd.Env = env
-	}
+	cmd.Env = childEnv(os.Environ(), o.InheritEnv, o.InheritAllEnv, o.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	var parentEnds, childEnds []*os.File
