@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 }
 
 // upstreamYAML is one test upstream entry: the test binary re-executed as a go-sdk server.
+// It inherits GOCOVERDIR, so that its coverage counts in a -cover run, and GORACE.
 func upstreamYAML(name, flavor, extra string) string {
 	exe, err := os.Executable()
 	if err != nil {
@@ -39,6 +40,7 @@ func upstreamYAML(name, flavor, extra string) string {
     env:
       %s: %s
       %s: %s
+    inherit_env: [GOCOVERDIR, GORACE]
 %s`, name, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, testupstream.Marker, extra)
 }
 

@@ -159,6 +159,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			Command:           u.Command,
 			Args:              u.Args,
 			Env:               u.Env,
+			InheritEnv:        u.InheritEnv,
+			InheritAllEnv:     u.InheritAllEnv,
 			Dir:               u.Dir,
 			URL:               u.URL,
 			Headers:           u.Headers,

@@ -147,6 +147,7 @@ upstreams:
   - name: wrapped
     command: %s
     env: {UPSTREAM_EXE: %q, %s: beta, %s: %s}
+    inherit_env: [GOCOVERDIR, GORACE]
 %s`, wrapper, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker, upstreamYAML("alpha", "alpha", "")), fastRestart)
 	defer tg.close()
 	cs := connect(t, tg.url, nil)

@@ -58,6 +58,15 @@ type Spec struct {
 	Args    []string
 	Env     map[string]string
 	Dir     string
+	// InheritEnv names the variables of the gateway's environment a stdio child inherits
+	// besides a small base set (PATH, HOME, USER, LOGNAME, LANG, LC_*, TZ, TMPDIR and the
+	// proxy variables); an entry ending in "*" matches a prefix. The child gets only these
+	// of the gateway's own environment, plus Env, which wins. If nil, only the base set.
+	// Security: anything inherited is readable by the child.
+	InheritEnv []string
+	// InheritAllEnv gives a stdio child the gateway's whole environment, secrets included,
+	// instead of the base set and InheritEnv.
+	InheritAllEnv bool
 	// URL is the endpoint of an HTTP server; Headers are sent with every request to it.
 	URL     string
 	Headers map[string]string
@@ -470,6 +479,8 @@ func (c *Client) dial(ctx context.Context, transport string) (conn, error) {
 			Command:         c.spec.Command,
 			Args:            c.spec.Args,
 			Env:             c.spec.Env,
+			InheritEnv:      c.spec.InheritEnv,
+			InheritAllEnv:   c.spec.InheritAllEnv,
 			Dir:             c.spec.Dir,
 			MaxMessageBytes: c.spec.MaxMessageBytes,
 			Grace:           c.opts.StopGrace,

@@ -104,6 +104,8 @@ func goSpec(t *testing.T, flavor string) Spec {
 			// Under -race a child lingers a second at exit by default, which slows every Close.
 			"GORACE": strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0"),
 		},
+		// A child built with -cover leaves its coverage where the run's goes.
+		InheritEnv: []string{"GOCOVERDIR"},
 	}
 }
 

@@ -86,8 +86,11 @@ type stdioConn struct {
 type stdioOptions struct {
 	Command string
 	Args    []string
-	Env     map[string]string
-	Dir     string
+	// Env, InheritEnv and InheritAllEnv make the child's environment (see childEnv).
+	Env           map[string]string
+	InheritEnv    []string
+	InheritAllEnv bool
+	Dir           string
 	// MaxMessageBytes caps a line of stdout.
 	MaxMessageBytes int
 	// Grace is how long Close waits after closing stdin and again after SIGTERM.
@@ -98,13 +101,7 @@ type stdioOptions struct {
 func startStdio(name string, o stdioOptions, logger *slog.Logger) (*stdioConn, error) {
 	cmd := exec.Command(o.Command, o.Args...)
 	cmd.Dir = o.Dir
-	if len(o.Env) > 0 {
-		env := cmd.Environ()
-		for k, v := range o.Env {
-			env = append(env, k+"="+v)
-		}
-		cmd.Env = env
-	}
+	cmd.Env = childEnv(os.Environ(), o.InheritEnv, o.InheritAllEnv, o.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	var parentEnds, childEnds []*os.File
@@ -312,33 +309,64 @@ func (c *stdioConn) extendWriteDeadlineLocked(ctx context.Context) {
 	}
 }
 
+// killWait bounds the wait for the child to be reaped after SIGKILL, and for the stderr pump
+// to end once stderr is closed. A SIGKILLed process is gone within milliseconds unless the
+// kernel holds it (uninterruptible I/O); Close then gives up on it rather than hang.
+const killWait = 2 * time.Second
+
 // Close implements conn: it closes stdin, waits for the child to exit, then sends SIGTERM and
-// finally SIGKILL to its whole process group, so neither the child nor anything it spawned is
-// left running or unreaped (mcp-notes §1.5).
+// finally SIGKILL to the child and its whole process group, so neither the child nor anything
+// it spawned is left running or unreaped (mcp-notes §1.5). Every wait is bounded: Close
+// returns within about twice the grace period plus 2×killWait, whatever the child does.
 func (c *stdioConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.writeMu.Lock()
 		c.stdin.Close()
 		c.writeMu.Unlock()
-		pgid := c.cmd.Process.Pid
-		select {
-		case <-c.exited:
-		case <-time.After(c.grace):
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			select {
-			case <-c.exited:
-			case <-time.After(c.grace):
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				<-c.exited
+		pid := c.cmd.Process.Pid
+		if !c.waitExited(c.grace) {
+			c.signal(syscall.SIGTERM)
+			if !c.waitExited(c.grace) {
+				c.signal(syscall.SIGKILL)
+				if !c.waitExited(killWait) {
+					c.logger.Error("upstream process still there after SIGKILL; giving up on it", "pid", pid, "waited", killWait.String())
+				}
 			}
 		}
-		// The child is gone; end whatever it left behind in its group.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		// End whatever the child left behind in its group.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		c.stdout.Close()
 		c.stderr.Close()
-		<-c.stderrDone
+		t := time.NewTimer(killWait)
+		defer t.Stop()
+		select {
+		case <-c.stderrDone:
+		case <-t.C:
+			c.logger.Error("reading the upstream's stderr did not end after it was closed", "pid", pid, "waited", killWait.String())
+		}
 	})
 	return nil
+}
+
+// waitExited waits up to d for the child to be reaped and reports whether it was.
+func (c *stdioConn) waitExited(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// signal sends sig to the child's process group and to the child itself: a child that left
+// its group (setpgid into another one) would otherwise never get it. The child is signalled
+// through its os.Process, which does nothing once it has been reaped, so a reused pid is
+// never hit.
+func (c *stdioConn) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+	_ = c.cmd.Process.Signal(sig)
 }
 
 // Pid returns the child's process id (also its process group id).

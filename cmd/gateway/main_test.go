@@ -92,6 +92,7 @@ upstreams:
   - name: alpha
     command: %q
     env: {%s: alpha, %s: %s}
+    inherit_env: [GOCOVERDIR, GORACE]
 `, addr, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker)), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -208,14 +209,17 @@ upstreams:
     command: %[1]q
     prefix: ""
     env: {%[2]s: alpha, %[3]s: %[4]s}
+    inherit_env: [GOCOVERDIR, GORACE]
   - name: beta
     command: %[1]q
     prefix: "b"
     env: {%[2]s: beta, %[3]s: %[4]s}
+    inherit_env: [GOCOVERDIR, GORACE]
   - name: gamma
     command: %[1]q
     prefix: "g"
     env: {%[2]s: alpha, %[3]s: %[4]s}
+    inherit_env: [GOCOVERDIR, GORACE]
   - name: broken
     command: /nonexistent/mcp-server
 `, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker))

@@ -50,6 +50,10 @@ type textIn struct {
 	Text string `json:"text" jsonschema:"the text"`
 }
 
+type nameIn struct {
+	Name string `json:"name" jsonschema:"the name of an environment variable"`
+}
+
 type sumIn struct {
 	A float64 `json:"a"`
 	B float64 `json:"b"`
@@ -72,6 +76,8 @@ func text(s string) *mcp.CallToolResult {
 //   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
 //   - "reverse": tools that ask the client mid-call (see addReverseTools).
 //   - "semantics": logging, subscriptions, links and structured output (see newSemantics).
+//   - "env": tool "getenv" {name}, which answers "<name>=<value>" from the process's own
+//     environment, or "<name> is not set".
 //
 // The "tasks" flavor is an mcp-go server and is served by Main only (see serveTasks).
 func New(flavor string) (*mcp.Server, error) {
@@ -144,6 +150,14 @@ func New(flavor string) (*mcp.Server, error) {
 		addReverseTools(server)
 	case "semantics":
 		return newSemantics(), nil
+	case "env":
+		mcp.AddTool(server, &mcp.Tool{Name: "getenv", Description: "reports a variable of the upstream's environment"},
+			func(_ context.Context, _ *mcp.CallToolRequest, in nameIn) (*mcp.CallToolResult, any, error) {
+				if v, ok := os.LookupEnv(in.Name); ok {
+					return text(in.Name + "=" + v), nil, nil
+				}
+				return text(in.Name + " is not set"), nil, nil
+			})
 	case "collide":
 		mcp.AddTool(server, &mcp.Tool{Name: "beta__echo", Description: "a name that collides with beta's echo under prefix beta"},
 			func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {

@@ -1,0 +1,139 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// envLeaveGroup makes this test binary act as a child that escapes its stop sequence (see
+// leaveGroupChild).
+const envLeaveGroup = "MANIFOLD_TEST_LEAVE_GROUP"
+
+// init turns this test binary into the child of
+// TestStdioCloseKillsChildThatLeftItsProcessGroup when started as one, before TestMain runs.
+func init() {
+	if os.Getenv(envLeaveGroup) != "" {
+		leaveGroupChild()
+	}
+}
+
+// leaveGroupChild ignores SIGTERM and its stdin, moves itself out of the process group
+// startStdio made for it, says so on stdout and then waits for a signal it never gets.
+//
+// A process-group leader, which startStdio makes every child, cannot call setsid (EPERM); it
+// leaves its group with setpgid into another group of its session, here its parent's. Either
+// way, signals sent to the child's original group no longer reach it.
+func leaveGroupChild() {
+	signal.Ignore(syscall.SIGTERM)
+	wake := make(chan os.Signal, 1)
+	signal.Notify(wake, syscall.SIGUSR1) // also keeps the runtime from calling the wait a deadlock
+	if _, err := syscall.Setsid(); err != nil {
+		pgid, err := syscall.Getpgid(os.Getppid())
+		if err == nil {
+			err = syscall.Setpgid(0, pgid)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "leave the process group:", err)
+			os.Exit(2)
+		}
+	}
+	fmt.Println(`{"jsonrpc":"2.0","method":"notifications/left_group"}`)
+	<-wake
+	os.Exit(0)
+}
+
+// TestStdioCloseKillsChildThatLeftItsProcessGroup pins the fix for Close hanging forever on
+// a child that left its process group and ignores both stdin EOF and SIGTERM: SIGTERM and
+// SIGKILL went to the group only, so the child never died, and Close waited for it without
+// bound. Close now signals the child itself too and bounds every wait.
+func TestStdioCloseKillsChildThatLeftItsProcessGroup(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logRecorder{}
+	const grace = 50 * time.Millisecond
+	c, err := startStdio("leaver", stdioOptions{
+		Command: exe,
+		Env:     map[string]string{envLeaveGroup: "1", testupstream.EnvRun: newMarker()},
+		Grace:   grace,
+	}, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := c.Pid()
+	closed := make(chan struct{})
+	var closing sync.Once
+	startClose := func() {
+		closing.Do(func() {
+			go func() {
+				defer close(closed)
+				c.Close()
+			}()
+		})
+	}
+	t.Cleanup(func() {
+		// Should Close hang or the child survive it, kill the child (through its os.Process,
+		// which cannot hit a reused pid), so that Close can return and nothing is left.
+		_ = c.cmd.Process.Kill()
+		startClose()
+		select {
+		case <-closed:
+		case <-time.After(waitTimeout):
+			t.Errorf("Close still blocked %s after the child %d was killed", waitTimeout, pid)
+		}
+	})
+
+	// The child announces that it has left its group; only then is the test meaningful.
+	read := make(chan error, 1)
+	go func() {
+		msg, _, err := c.Read()
+		if err == nil {
+			if n, ok := msg.(*protocol.Notification); !ok || n.Method != "notifications/left_group" {
+				err = fmt.Errorf("child wrote %#v, want its notifications/left_group", msg)
+			}
+		}
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("waiting for the child to leave its group: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("the child did not report leaving its group within %s", waitTimeout)
+	}
+	if pgid, err := syscall.Getpgid(pid); err != nil || pgid == pid {
+		t.Fatalf("child %d: process group %d (error %v); want it out of its own group", pid, pgid, err)
+	}
+
+	startClose()
+	// Close waits grace after closing stdin and again after SIGTERM; well before this bound
+	// SIGKILL must have ended the child.
+	select {
+	case <-closed:
+	case <-time.After(waitTimeout):
+		t.Fatalf("Close did not return within %s (StopGrace %s)", waitTimeout, grace)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kill(%d, 0) after Close = %v, want ESRCH: the child is still there", pid, err)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, rec := range logs.recs {
+		if strings.HasPrefix(rec, "ERROR ") {
+			t.Errorf("Close logged %q; SIGKILL should have ended the child", rec)
+		}
+	}
+}
