@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -365,12 +366,39 @@ func TestIsolatedConnectionClosesWhenIdle(t *testing.T) {
 	call()
 }
 
+// stderrLines is a log handler that passes the stderr lines of upstreams that start with
+// prefix to a channel.
+type stderrLines struct {
+	prefix string
+	lines  chan string
+}
+
+func (h stderrLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h stderrLines) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h stderrLines) WithGroup(string) slog.Handler            { return h }
+func (h stderrLines) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "upstream stderr" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if line := a.Value.String(); a.Key == "line" && strings.HasPrefix(line, h.prefix) {
+			h.lines <- strings.TrimPrefix(line, h.prefix)
+		}
+		return true
+	})
+	return nil
+}
+
 // TestRootsOutsideACall: a shared upstream asking for roots outside any call gets the
-// config's roots, never a client's; a session's own connection asks its own client, on
-// the session's standalone stream.
+// config's roots; a session's own connection asks its own client, on the session's
+// standalone stream. The test waits for the upstream's report on stderr, so that no call of
+// its own is in flight when the request comes. (That no other client's roots answer is
+// TestRequestOutsideACallNeverReachesABystander.)
 func TestRootsOutsideACall(t *testing.T) {
+	got := stderrLines{prefix: "roots_later got ", lines: make(chan string, 4)}
 	tg := startGateway(t, "listen: 127.0.0.1:0\nroots: [file:///srv/shared]\nupstreams:"+
-		upstreamYAML("shared", "reverse", "")+upstreamYAML("own", "reverse", "    isolation: session\n"), nil)
+		upstreamYAML("shared", "reverse", "")+upstreamYAML("own", "reverse", "    isolation: session\n"),
+		&gateway.Options{Logger: slog.New(got)})
 	defer tg.close()
 	client := mcp.NewClient(&mcp.Implementation{Name: "roots", Version: "1"}, nil)
 	client.AddRoots(&mcp.Root{URI: "file:///home/client", Name: "mine"})
@@ -388,20 +416,13 @@ func TestRootsOutsideACall(t *testing.T) {
 			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.upstream + "__roots_later"}); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.upstream + "__last_roots"})
-				if err != nil {
-					t.Fatal(err)
+			select {
+			case roots := <-got.lines:
+				if roots != tc.want {
+					t.Errorf("the upstream got roots %q, want %q", roots, tc.want)
 				}
-				got := textOf(t, res)
-				if got == tc.want {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the upstream got roots %q, want %q", got, tc.want)
-				}
-				time.Sleep(50 * time.Millisecond)
+			case <-ctx.Done():
+				t.Fatal("the upstream never reported the roots it got")
 			}
 		})
 	}

@@ -52,8 +52,9 @@ type Spec struct {
 	// Transport is TransportStdio, TransportStreamableHTTP, TransportSSE or TransportAuto.
 	// If empty, stdio when Command is set, else Streamable HTTP.
 	Transport string
-	// Command, Args, Env and Dir start a stdio server: Env is added to the gateway's own
-	// environment, and an empty Dir means the gateway's working directory.
+	// Command, Args, Env and Dir start a stdio server: the child's environment is a small
+	// base set of the gateway's (see InheritEnv) plus Env, and an empty Dir means the
+	// gateway's working directory.
 	Command string
 	Args    []string
 	Env     map[string]string

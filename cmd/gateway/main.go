@@ -181,6 +181,11 @@ func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger
 	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
 		logger.Warn("the gateway listens beyond loopback without authentication: protect it (network policy or a proxy in front)", "listen", cfg.Listen)
 	}
+	for _, u := range cfg.EnabledUpstreams() {
+		if u.InheritAllEnv {
+			logger.Warn("a stdio upstream inherits the gateway's whole environment (inherit_env: all): every secret in it is readable through that server", "upstream", u.Name)
+		}
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

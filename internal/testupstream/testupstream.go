@@ -176,8 +176,9 @@ func New(flavor string) (*mcp.Server, error) {
 //   - "progress": sends three progress notifications with the caller's token, then answers
 //     the token it saw;
 //   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count;
-//   - "roots_later": asks for roots after its call returned; "last_roots" answers the first
-//     root's URI (or "no roots", or the error);
+//   - "roots_later": asks for roots after its call returned, and writes "roots_later got
+//     <answer>" to stderr; "last_roots" answers the first root's URI (or "no roots", or the
+//     error);
 //   - "hold": reports progress once (when the caller gave a token), then runs until cancelled;
 //   - "flood" {count}: reports progress count times, then runs until cancelled;
 //   - "roots_changes": how many notifications/roots/list_changed the server received.
@@ -251,6 +252,9 @@ func addReverseTools(server *mcp.Server) {
 				default:
 					lastRoots.Store(res.Roots[0].URI)
 				}
+				// Over stdio the gateway logs this line: a test can wait for it without a
+				// call of its own in flight, which would take the request for its own.
+				fmt.Fprintf(os.Stderr, "roots_later got %s\n", lastRoots.Load())
 			}()
 			return text("asked"), nil, nil
 		})
