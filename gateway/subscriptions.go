@@ -10,20 +10,80 @@ import (
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
+// subscriptionCallTimeout bounds the upstream calls the gateway makes for subscriptions on its
+// own, outside any client request.
+const subscriptionCallTimeout = 10 * time.Second
+
 // subscriptions fans resources/updated out to the sessions that subscribed: one upstream
-// subscription per URI, dropped when its last subscriber leaves.
+// subscription per key, dropped when its last subscriber leaves.
+//
+// The upstream calls of one key take turns, so that the key is subscribed upstream once and
+// unsubscribed when its last subscriber leaves; calls of different keys never wait for each
+// other. mu is never held across an upstream call, so the upstream's read loop, delivering
+// updates, never waits for one.
 type subscriptions struct {
-	// callMu is held across the upstream subscribe and unsubscribe calls, so that a URI is
-	// subscribed upstream once; subscriptions change rarely.
-	callMu sync.Mutex
-	mu     sync.Mutex
-	// byURI holds the subscribers of each upstream URI. Guarded by mu.
-	byURI map[subKey]map[string]bool
+	mu sync.Mutex
+	// entries holds each key's subscription. Invariant: an entry stays in the table while it
+	// has subscribers, is subscribed upstream, or a goroutine holds or waits for its turn, so
+	// that a waiter never holds an entry the table has replaced. Guarded by mu.
+	entries map[subKey]*subEntry
 }
 
 type subKey struct {
 	route *route
 	uri   string // the upstream's own URI
+}
+
+// subEntry is one key's subscription.
+type subEntry struct {
+	// turn holds a token while a goroutine calls the upstream for the key; a channel, so that
+	// waiting for it honours a context.
+	turn chan struct{}
+
+	// The fields below are guarded by subscriptions.mu.
+
+	// sessions holds the ids of the subscribed sessions.
+	sessions map[string]bool
+	// subscribed says whether the upstream has the subscription.
+	subscribed bool
+	// refs counts the goroutines holding or waiting for turn.
+	refs int
+}
+
+// acquire waits for key's turn, making its entry when there is none. The caller must release
+// the entry when its upstream calls are done.
+func (s *subscriptions) acquire(ctx context.Context, key subKey) (*subEntry, error) {
+	s.mu.Lock()
+	e := s.entries[key]
+	if e == nil {
+		e = &subEntry{turn: make(chan struct{}, 1), sessions: map[string]bool{}}
+		s.entries[key] = e
+	}
+	e.refs++
+	s.mu.Unlock()
+	select {
+	case e.turn <- struct{}{}:
+		return e, nil
+	case <-ctx.Done():
+		s.leave(key, e)
+		return nil, ctx.Err()
+	}
+}
+
+// release ends the holder's turn.
+func (s *subscriptions) release(key subKey, e *subEntry) {
+	<-e.turn
+	s.leave(key, e)
+}
+
+// leave drops a reference to e, and e from the table once nothing keeps it there.
+func (s *subscriptions) leave(key subKey, e *subEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.refs--
+	if e.refs == 0 && len(e.sessions) == 0 && !e.subscribed {
+		delete(s.entries, key)
+	}
 }
 
 func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
@@ -47,20 +107,20 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	}
 	key := subKey{r, original}
 	s := &g.subs
-	// callMu serializes the upstream calls; mu guards the table only briefly, so that the
-	// upstream's read loop, delivering updates, never waits for an upstream call.
-	s.callMu.Lock()
-	defer s.callMu.Unlock()
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(key, e)
 	s.mu.Lock()
-	count := len(s.byURI[key])
-	mine := s.byURI[key][cc.SessionID]
+	subscribed, mine, count := e.subscribed, e.sessions[cc.SessionID], len(e.sessions)
 	s.mu.Unlock()
 	switch {
-	case on && count == 0:
+	case on && !subscribed:
 		if _, err := r.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
 			return nil, err
 		}
-	case !on && mine && count == 1:
+	case !on && mine && count == 1 && subscribed:
 		if _, err := r.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
 			return nil, err
 		}
@@ -68,15 +128,11 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if on {
-		if s.byURI[key] == nil {
-			s.byURI[key] = map[string]bool{}
-		}
-		s.byURI[key][cc.SessionID] = true
-	} else if subscribers := s.byURI[key]; subscribers != nil {
-		delete(subscribers, cc.SessionID)
-		if len(subscribers) == 0 {
-			delete(s.byURI, key)
-		}
+		e.sessions[cc.SessionID] = true
+		e.subscribed = true
+	} else if mine {
+		delete(e.sessions, cc.SessionID)
+		e.subscribed = len(e.sessions) > 0
 	}
 	return json.RawMessage(`{}`), nil
 }
@@ -87,39 +143,50 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 	s := &g.subs
 	s.mu.Lock()
 	var last []subKey
-	for key, subscribers := range s.byURI {
-		if subscribers[sessionID] {
-			delete(subscribers, sessionID)
-			if len(subscribers) == 0 {
-				delete(s.byURI, key)
-				last = append(last, key)
-			}
+	for key, e := range s.entries {
+		if !e.sessions[sessionID] {
+			continue
+		}
+		delete(e.sessions, sessionID)
+		if len(e.sessions) == 0 && e.subscribed {
+			last = append(last, key)
 		}
 	}
 	s.mu.Unlock()
-	if len(last) == 0 {
+	if g.ctx.Err() != nil {
+		return // the upstreams are stopping
+	}
+	// One goroutine per key: a slow upstream delays only its own unsubscribe.
+	for _, key := range last {
+		g.workers.Add(1)
+		go g.unsubscribeUnused(key)
+	}
+}
+
+// unsubscribeUnused unsubscribes key upstream unless a session subscribed to it meanwhile.
+func (g *Gateway) unsubscribeUnused(key subKey) {
+	defer g.workers.Done()
+	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+	defer cancel()
+	s := &g.subs
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return // still subscribed upstream: the next subscriber reuses it
+	}
+	defer s.release(key, e)
+	s.mu.Lock()
+	unused := len(e.sessions) == 0 && e.subscribed
+	s.mu.Unlock()
+	if !unused {
 		return
 	}
-	g.workers.Add(1)
-	go func() {
-		defer g.workers.Done()
-		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-		defer cancel()
-		s.callMu.Lock()
-		defer s.callMu.Unlock()
-		for _, key := range last {
-			s.mu.Lock()
-			resubscribed := len(s.byURI[key]) > 0
-			s.mu.Unlock()
-			if resubscribed {
-				continue // another session subscribed again meanwhile
-			}
-			params, _ := json.Marshal(map[string]string{"uri": key.uri})
-			if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
-				g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
-			}
-		}
-	}()
+	params, _ := json.Marshal(map[string]string{"uri": key.uri})
+	if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
+		g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
+	}
+	s.mu.Lock()
+	e.subscribed = false
+	s.mu.Unlock()
 }
 
 // deliverUpdated fans notifications/resources/updated out to the subscribed sessions, with
@@ -140,9 +207,12 @@ func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
 	}
 	s := &g.subs
 	s.mu.Lock()
-	ids := make([]string, 0, len(s.byURI[subKey{base, uri}]))
-	for id := range s.byURI[subKey{base, uri}] {
-		ids = append(ids, id)
+	var ids []string
+	if e := s.entries[subKey{base, uri}]; e != nil {
+		ids = make([]string, 0, len(e.sessions))
+		for id := range e.sessions {
+			ids = append(ids, id)
+		}
 	}
 	s.mu.Unlock()
 	if len(ids) == 0 {
