@@ -141,6 +141,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			g.rebuild()
 			if c.State() == upstream.StateReady {
 				g.resyncLogLevels()
+				if r := g.routeOf(c); r != nil {
+					g.renewSubscriptions(r)
+				}
 			}
 		}
 		base.OnRequest = g.onUpstreamRequest

@@ -44,8 +44,10 @@ type subEntry struct {
 
 	// sessions holds the ids of the subscribed sessions.
 	sessions map[string]bool
-	// subscribed says whether the upstream has the subscription.
-	subscribed bool
+	// on is the connection the upstream subscription was made on (its initialize result, new
+	// with every connection), nil when there is none. A subscription made on an earlier
+	// connection is lost: the upstream restarted or re-initialized.
+	on *protocol.InitializeResult
 	// refs counts the goroutines holding or waiting for turn.
 	refs int
 }
@@ -81,7 +83,7 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refs--
-	if e.refs == 0 && len(e.sessions) == 0 && !e.subscribed {
+	if e.refs == 0 && len(e.sessions) == 0 && e.on == nil {
 		delete(s.entries, key)
 	}
 }
@@ -112,15 +114,21 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 		return nil, err
 	}
 	defer s.release(key, e)
+	// The upstream has the subscription only if it was made on the current connection.
+	info := r.client.Server()
 	s.mu.Lock()
-	subscribed, mine, count := e.subscribed, e.sessions[cc.SessionID], len(e.sessions)
+	current := e.on != nil && e.on == info
+	mine, count := e.sessions[cc.SessionID], len(e.sessions)
 	s.mu.Unlock()
 	switch {
-	case on && !subscribed:
+	case on && !current:
+		if info == nil {
+			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+		}
 		if _, err := r.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
 			return nil, err
 		}
-	case !on && mine && count == 1 && subscribed:
+	case !on && mine && count == 1 && current:
 		if _, err := r.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
 			return nil, err
 		}
@@ -129,10 +137,12 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	defer s.mu.Unlock()
 	if on {
 		e.sessions[cc.SessionID] = true
-		e.subscribed = true
+		e.on = info
 	} else if mine {
 		delete(e.sessions, cc.SessionID)
-		e.subscribed = len(e.sessions) > 0
+		if len(e.sessions) == 0 {
+			e.on = nil
+		}
 	}
 	return json.RawMessage(`{}`), nil
 }
@@ -148,7 +158,7 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 			continue
 		}
 		delete(e.sessions, sessionID)
-		if len(e.sessions) == 0 && e.subscribed {
+		if len(e.sessions) == 0 && e.on != nil {
 			last = append(last, key)
 		}
 	}
@@ -175,18 +185,90 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	}
 	defer s.release(key, e)
 	s.mu.Lock()
-	unused := len(e.sessions) == 0 && e.subscribed
+	unused, current := len(e.sessions) == 0 && e.on != nil, e.on == key.route.client.Server()
 	s.mu.Unlock()
 	if !unused {
 		return
 	}
-	params, _ := json.Marshal(map[string]string{"uri": key.uri})
-	if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
-		g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
+	// When the subscription was made on a connection since replaced, it went with it.
+	if current {
+		params, _ := json.Marshal(map[string]string{"uri": key.uri})
+		if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
+			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
+		}
 	}
 	s.mu.Lock()
-	e.subscribed = false
+	e.on = nil
 	s.mu.Unlock()
+}
+
+// renewSubscriptions subscribes r's connection, in the background, to every URI that has
+// subscribers but was subscribed on an earlier connection: the upstream restarted or
+// re-initialized and forgot them. It is called whenever r is ready, which is also after a
+// mere catalog refresh; then nothing is stale and nothing is sent.
+func (g *Gateway) renewSubscriptions(r *route) {
+	info := r.client.Server()
+	if info == nil || g.ctx.Err() != nil {
+		return
+	}
+	s := &g.subs
+	s.mu.Lock()
+	var stale []subKey
+	for key, e := range s.entries {
+		if key.route == r && len(e.sessions) > 0 && e.on != info {
+			stale = append(stale, key)
+		}
+	}
+	s.mu.Unlock()
+	if len(stale) == 0 {
+		return
+	}
+	g.workers.Add(1)
+	go g.renewKeys(stale)
+}
+
+// renewKeys renews subscriptions, all within one timeout. Each key is renewed on its own, so
+// that one the upstream is slow to answer does not hold up the others; a failure is logged,
+// and the key is tried again the next time the upstream is ready or a client subscribes.
+func (g *Gateway) renewKeys(keys []subKey) {
+	defer g.workers.Done()
+	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		wg.Go(func() {
+			if err := g.renewKey(ctx, key); err != nil && g.ctx.Err() == nil {
+				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.route.name, "error", err.Error())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// renewKey subscribes key on its route's current connection, unless that is done already or
+// nobody is subscribed any more.
+func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
+	s := &g.subs
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer s.release(key, e)
+	info := key.route.client.Server()
+	s.mu.Lock()
+	stale := info != nil && len(e.sessions) > 0 && e.on != info
+	s.mu.Unlock()
+	if !stale {
+		return nil
+	}
+	params, _ := json.Marshal(map[string]string{"uri": key.uri})
+	if _, err := key.route.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	e.on = info
+	s.mu.Unlock()
+	return nil
 }
 
 // deliverUpdated fans notifications/resources/updated out to the subscribed sessions, with

@@ -9,6 +9,16 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// subscriber connects a client that reports the URI of every resources/updated it receives.
+func subscriber(t *testing.T, url string) (*mcp.ClientSession, chan string) {
+	t.Helper()
+	updates := make(chan string, 64)
+	cs := connect(t, url, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updates <- req.Params.URI },
+	})
+	return cs, updates
+}
+
 // callText calls a tool that must succeed and returns its text.
 func callText(t *testing.T, cs *mcp.ClientSession, tool string) string {
 	t.Helper()
@@ -20,6 +30,37 @@ func callText(t *testing.T, cs *mcp.ClientSession, tool string) string {
 		t.Fatalf("%s: %s", tool, textOf(t, res))
 	}
 	return textOf(t, res)
+}
+
+// touchUntilHeard calls a touching tool until the update reaches updates, and returns its URI.
+// The go-sdk client opens its standalone stream in the background, and an update sent before
+// that is lost, so the first touches may go unheard.
+func touchUntilHeard(t *testing.T, cs *mcp.ClientSession, tool string, updates <-chan string) string {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		callText(t, cs, tool)
+		select {
+		case uri := <-updates:
+			return uri
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline.C:
+			t.Fatalf("no resources/updated after calling %s", tool)
+		}
+	}
+}
+
+// awaitUpdate waits for one update, once the client's stream is known to be open.
+func awaitUpdate(t *testing.T, updates <-chan string, what string) string {
+	t.Helper()
+	select {
+	case uri := <-updates:
+		return uri
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no resources/updated: %s", what)
+		return ""
+	}
 }
 
 // eventually checks cond every few milliseconds until it holds, and fails the test with the
@@ -40,6 +81,42 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 		case <-deadline.C:
 			t.Fatalf("%s: still %s after %v", what, last, timeout)
 		}
+	}
+}
+
+// TestSubscriptionSurvivesUpstreamRestart: a stdio upstream crashes and is restarted; the new
+// process is subscribed again without the client asking, so the client keeps hearing updates.
+func TestSubscriptionSurvivesUpstreamRestart(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("sem", "semantics", ""), fastRestart)
+	defer tg.close()
+	cs, updates := subscriber(t, tg.url)
+	ctx := ctxT(t)
+	const uri = "sem+file:///watched.txt"
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if got := touchUntilHeard(t, cs, "sem__touch", updates); got != uri {
+		t.Fatalf("update for %q, want %q", got, uri)
+	}
+
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sem__crash"}); err == nil && !res.IsError {
+		t.Fatalf("crash answered %q; want the call to fail with the process", textOf(t, res))
+	}
+	// Counts start at zero in a new process: one subscribe there is the gateway's renewal.
+	eventually(t, 15*time.Second, "the restarted upstream is subscribed again", func() (bool, string) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sem__sub_counts"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError {
+			return false, "down: " + textOf(t, res)
+		}
+		got := textOf(t, res)
+		return got == "subscribe=1 unsubscribe=0", got
+	})
+	callText(t, cs, "sem__touch")
+	if got := awaitUpdate(t, updates, "after the upstream restarted"); got != uri {
+		t.Errorf("update for %q, want %q", got, uri)
 	}
 }
 
