@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -88,6 +89,10 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 	}
 }
 
+// subscribe serves resources/subscribe (on) and resources/unsubscribe for a session. The
+// subscription is made on the connection whose server notifies the session: the shared one,
+// or for an isolated upstream the session's own, which then stays open while it has
+// subscriptions (connPool.sweep).
 func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
 	uri, ok, err := protocol.StringMember(params, "uri")
 	if err != nil || !ok || uri == "" {
@@ -107,7 +112,24 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	if err != nil {
 		return nil, err
 	}
-	key := subKey{r, original}
+	conn := r // the route of the connection the subscription lives on
+	if r.pool != nil && cc.owner != nil {
+		if on {
+			pc, err := r.pool.get(ctx, cc.owner.session)
+			if err != nil {
+				return nil, unavailableCall(r, err)
+			}
+			defer r.pool.release(pc)
+			conn = pc.route
+		} else {
+			pc := r.pool.existing(cc.SessionID)
+			if pc == nil {
+				return json.RawMessage(`{}`), nil // no connection, so no subscription on it
+			}
+			conn = pc.route
+		}
+	}
+	key := subKey{conn, original}
 	s := &g.subs
 	e, err := s.acquire(ctx, key)
 	if err != nil {
@@ -115,7 +137,7 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	}
 	defer s.release(key, e)
 	// The upstream has the subscription only if it was made on the current connection.
-	info := r.client.Server()
+	info := conn.client.Server()
 	s.mu.Lock()
 	current := e.on != nil && e.on == info
 	mine, count := e.sessions[cc.SessionID], len(e.sessions)
@@ -125,12 +147,12 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 		if info == nil {
 			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
 		}
-		if _, err := r.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
-			return nil, err
+		if _, err := conn.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
+			return nil, unavailableCall(r, err)
 		}
 	case !on && mine && count == 1 && current:
-		if _, err := r.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
-			return nil, err
+		if _, err := conn.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
+			return nil, unavailableCall(r, err)
 		}
 	}
 	s.mu.Lock()
@@ -147,6 +169,15 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	return json.RawMessage(`{}`), nil
 }
 
+// unavailableCall types the failure of a call to an upstream that is not connected, as
+// forward does, so that the client learns to try again later.
+func unavailableCall(r *route, err error) error {
+	if errors.Is(err, upstream.ErrUnavailable) {
+		return &unavailableError{upstream: r.name, cause: err}
+	}
+	return err
+}
+
 // dropSubscriptions removes an ended session's subscriptions, unsubscribing upstream where it
 // was the last subscriber.
 func (g *Gateway) dropSubscriptions(sessionID string) {
@@ -158,8 +189,17 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 			continue
 		}
 		delete(e.sessions, sessionID)
-		if len(e.sessions) == 0 && e.on != nil {
+		if len(e.sessions) > 0 {
+			continue
+		}
+		if key.route.boundSession != nil {
+			e.on = nil // the session's own connection closes with it, and its subscriptions
+		}
+		switch {
+		case e.on != nil:
 			last = append(last, key)
+		case e.refs == 0:
+			delete(s.entries, key)
 		}
 	}
 	s.mu.Unlock()
@@ -200,6 +240,18 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	s.mu.Lock()
 	e.on = nil
 	s.mu.Unlock()
+}
+
+// holds reports whether a session is subscribed to anything on r's connection.
+func (s *subscriptions) holds(r *route) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, e := range s.entries {
+		if key.route == r && len(e.sessions) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // renewSubscriptions subscribes r's connection, in the background, to every URI that has
@@ -278,19 +330,12 @@ func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
 	if err != nil || !ok {
 		return
 	}
-	base := r
-	if r.boundSession != nil && r.pool == nil {
-		// A session's own connection: its subscriptions were made on the shared one.
-		for _, br := range g.routes {
-			if br.name == r.name {
-				base = br
-			}
-		}
-	}
+	// Subscriptions are keyed by connection: an update from a session's own connection
+	// reaches only that session, the only one that can subscribe there.
 	s := &g.subs
 	s.mu.Lock()
 	var ids []string
-	if e := s.entries[subKey{base, uri}]; e != nil {
+	if e := s.entries[subKey{r, uri}]; e != nil {
 		ids = make([]string, 0, len(e.sessions))
 		for id := range e.sessions {
 			ids = append(ids, id)

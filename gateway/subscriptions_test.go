@@ -2,11 +2,14 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/gateway"
 )
 
 // subscriber connects a client that reports the URI of every resources/updated it receives.
@@ -118,6 +121,97 @@ func TestSubscriptionSurvivesUpstreamRestart(t *testing.T) {
 	if got := awaitUpdate(t, updates, "after the upstream restarted"); got != uri {
 		t.Errorf("update for %q, want %q", got, uri)
 	}
+}
+
+// TestSubscriptionUnderSessionIsolation: with isolation: session the subscription is made on
+// the session's own connection, the one whose child changes and notifies, and its updates
+// reach that session only. While it has subscriptions, that connection is not closed as idle,
+// and when its child restarts the new one is subscribed again.
+func TestSubscriptionUnderSessionIsolation(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+
+		upstreamYAML("iso", "semantics", "    isolation: session\n    isolation_idle_timeout: 300ms\n")+
+		upstreamYAML("sem", "semantics", ""),
+		&gateway.Options{ExpiryInterval: 50 * time.Millisecond, UpstreamOptions: fastRestart.UpstreamOptions})
+	defer tg.close()
+	a, updA := subscriber(t, tg.url)
+	b, updB := subscriber(t, tg.url)
+	ctx := ctxT(t)
+
+	// B subscribes to the same upstream URI on another, shared upstream: its updates mark
+	// B's stream as open, and flush it below.
+	const isoURI, semURI = "iso+file:///watched.txt", "sem+file:///watched.txt"
+	if err := b.Subscribe(ctx, &mcp.SubscribeParams{URI: semURI}); err != nil {
+		t.Fatal(err)
+	}
+	if got := touchUntilHeard(t, b, "sem__touch", updB); got != semURI {
+		t.Fatalf("B: update for %q, want %q", got, semURI)
+	}
+
+	if err := a.Subscribe(ctx, &mcp.SubscribeParams{URI: isoURI}); err != nil {
+		t.Fatal(err)
+	}
+	// touch runs in A's own child.
+	if got := touchUntilHeard(t, a, "iso__touch", updA); got != isoURI {
+		t.Fatalf("A: update for %q, want %q", got, isoURI)
+	}
+	callText(t, b, "iso__touch") // in B's own child, where nobody subscribed
+
+	// Everything sent to B before this touch arrives before its update.
+	callText(t, b, "sem__touch")
+	for flushed := false; !flushed; {
+		switch got := awaitUpdate(t, updB, "B's flush"); got {
+		case semURI:
+			flushed = true
+		default:
+			t.Errorf("B, not subscribed to %s, got an update for %q", isoURI, got)
+		}
+	}
+
+	// B's own connection is idle and closes; A's stays for its subscription, so a touch
+	// there still reaches A.
+	eventually(t, 10*time.Second, "B's idle connection closes", func() (bool, string) {
+		n := tg.gw.IsolatedConnections("iso")
+		return n == 1, fmt.Sprintf("%d connections", n)
+	})
+	callText(t, a, "iso__touch")
+	if got := awaitUpdate(t, updA, "A, after the idle connections were closed"); got != isoURI {
+		t.Errorf("A: update for %q, want %q", got, isoURI)
+	}
+	if got := callText(t, a, "iso__sub_counts"); got != "subscribe=1 unsubscribe=0" {
+		t.Errorf("A's own child saw %s, want one subscribe", got)
+	}
+
+	// A's own child crashes and is restarted: the new one is subscribed again.
+	if res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "iso__crash"}); err == nil && !res.IsError {
+		t.Fatalf("crash answered %q; want the call to fail with the process", textOf(t, res))
+	}
+	eventually(t, 15*time.Second, "A's restarted child is subscribed again", func() (bool, string) {
+		res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "iso__sub_counts"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError {
+			return false, "down: " + textOf(t, res)
+		}
+		got := textOf(t, res)
+		return got == "subscribe=1 unsubscribe=0", got
+	})
+	callText(t, a, "iso__touch")
+	if got := awaitUpdate(t, updA, "A, after its child restarted"); got != isoURI {
+		t.Errorf("A: update for %q, want %q", got, isoURI)
+	}
+
+	// Unsubscribed on its own child, A's connection is idle like any other, and closes.
+	if err := a.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: isoURI}); err != nil {
+		t.Fatal(err)
+	}
+	if got := callText(t, a, "iso__sub_counts"); got != "subscribe=1 unsubscribe=1" {
+		t.Errorf("after unsubscribing, A's own child saw %s", got)
+	}
+	eventually(t, 10*time.Second, "A's connection closes once idle", func() (bool, string) {
+		n := tg.gw.IsolatedConnections("iso")
+		return n == 0, fmt.Sprintf("%d connections", n)
+	})
 }
 
 // TestSlowSubscribeBlocksNoOtherSubscription: while one upstream holds a subscribe
