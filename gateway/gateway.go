@@ -135,7 +135,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rootsResult = rootsResult(cfg.Roots)
-	g.subs.byURI = map[subKey]map[string]bool{}
+	g.subs.entries = map[subKey]*subEntry{}
 
 	schemes := map[string]string{}
 	for i, u := range cfg.EnabledUpstreams() {
@@ -149,6 +149,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			g.rebuild()
 			if c.State() == upstream.StateReady {
 				g.resyncLogLevels()
+				if r := g.routeOf(c); r != nil {
+					g.renewSubscriptions(r)
+				}
 			}
 		}
 		base.OnRequest = g.onUpstreamRequest

@@ -18,8 +18,8 @@ var errConnectionLimit = errors.New("connection limit reached")
 
 // connPool holds the connections of an upstream configured with isolation session (or
 // principal, which is per session until authentication exists): one per client session,
-// opened on its first call, closed with the session or when idle. The upstream's shared
-// connection still serves the catalog.
+// opened on its first call or subscribe, closed with the session or when idle (not while it
+// has subscriptions). The upstream's shared connection still serves the catalog.
 type connPool struct {
 	g    *Gateway
 	base *route
@@ -99,6 +99,7 @@ func (p *connPool) openLocked(session *liveSession) *pooledConn {
 	opts.OnChange = func(c *upstream.Client) {
 		if c.State() == upstream.StateReady {
 			readyOnce.Do(func() { close(pc.ready) })
+			p.g.renewSubscriptions(pc.route) // after a restart of the session's child
 		}
 	}
 	client := upstream.New(p.spec, &opts)
@@ -137,13 +138,15 @@ func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 }
 
 // sweep closes connections idle for longer than the idle time. Idleness is decided and the
-// connection removed in one critical section, so a call cannot pick it up meanwhile.
+// connection removed in one critical section, so a call cannot pick it up meanwhile. A
+// connection with subscriptions is in use: closing it would stop the session's updates. (Lock
+// order: p.mu, then the subscription table's; a subscribe holds the connection in use.)
 func (p *connPool) sweep(now time.Time) {
 	cutoff := now.Add(-p.idle).UnixNano()
 	p.mu.Lock()
 	idle := map[string]*pooledConn{}
 	for id, pc := range p.conns {
-		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff {
+		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff && !p.g.subs.holds(pc.route) {
 			idle[id] = pc
 			delete(p.conns, id)
 		}

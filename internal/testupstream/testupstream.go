@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -307,12 +308,39 @@ func addReverseTools(server *mcp.Server) {
 //     "log_later" logs once after its call returned (no call to attribute it to);
 //   - resource file:///watched.txt, subscribable; tool "touch" announces it updated;
 //     tool "sub_counts" answers "subscribe=N unsubscribe=M" as the server saw them;
+//   - resource file:///held.txt, whose subscribe does not answer until tool "release" is
+//     called; tool "held" answers "held=N", the subscribes waiting there;
 //   - tool "link": a resource_link to file:///linked.txt, a readable resource;
-//   - tool "structured": structuredContent {"n":42} and no content blocks.
+//   - tool "structured": structuredContent {"n":42} and no content blocks;
+//   - tool "crash": makes the process exit, when it runs as an upstream process (see Main).
 func newSemantics() *mcp.Server {
-	var subs, unsubs atomic.Int64
+	var subs, unsubs, held atomic.Int64
+	// gate is closed by "release", letting the subscribes held at that moment answer.
+	var gateMu sync.Mutex
+	gate := make(chan struct{})
+	hold := func(ctx context.Context) error {
+		gateMu.Lock()
+		ch := gate
+		gateMu.Unlock()
+		held.Add(1)
+		defer held.Add(-1)
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-semantics", Version: "1.0.0"}, &mcp.ServerOptions{
-		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { subs.Add(1); return nil },
+		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
+			if req.Params.URI == "file:///held.txt" {
+				if err := hold(ctx); err != nil {
+					return err
+				}
+			}
+			subs.Add(1)
+			return nil
+		},
 		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { unsubs.Add(1); return nil },
 	})
 	read := func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
@@ -320,6 +348,28 @@ func newSemantics() *mcp.Server {
 	}
 	server.AddResource(&mcp.Resource{URI: "file:///watched.txt", Name: "watched", MIMEType: "text/plain"}, read)
 	server.AddResource(&mcp.Resource{URI: "file:///linked.txt", Name: "linked", MIMEType: "text/plain"}, read)
+	server.AddResource(&mcp.Resource{URI: "file:///held.txt", Name: "held", MIMEType: "text/plain"}, read)
+	mcp.AddTool(server, &mcp.Tool{Name: "held", Description: "how many subscribes wait in file:///held.txt"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(fmt.Sprintf("held=%d", held.Load())), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "release", Description: "lets the held subscribes answer"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			gateMu.Lock()
+			close(gate)
+			gate = make(chan struct{})
+			gateMu.Unlock()
+			return text("released"), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "crash", Description: "makes the upstream process exit"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			if os.Getenv(EnvFlavor) == "" {
+				// Served inside a test process (over HTTP): exiting would end the test run.
+				return nil, nil, fmt.Errorf("crash works only in an upstream process")
+			}
+			os.Exit(3)
+			return nil, nil, nil
+		})
 	mcp.AddTool(server, &mcp.Tool{Name: "log", Description: "logs at three levels"},
 		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
 			for _, level := range []mcp.LoggingLevel{"debug", "info", "warning"} {

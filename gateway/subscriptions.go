@@ -1,0 +1,363 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// subscriptionCallTimeout bounds the upstream calls the gateway makes for subscriptions on its
+// own, outside any client request.
+const subscriptionCallTimeout = 10 * time.Second
+
+// subscriptions fans resources/updated out to the sessions that subscribed: one upstream
+// subscription per key, dropped when its last subscriber leaves.
+//
+// The upstream calls of one key take turns, so that the key is subscribed upstream once and
+// unsubscribed when its last subscriber leaves; calls of different keys never wait for each
+// other. mu is never held across an upstream call, so the upstream's read loop, delivering
+// updates, never waits for one.
+type subscriptions struct {
+	mu sync.Mutex
+	// entries holds each key's subscription. Invariant: an entry stays in the table while it
+	// has subscribers, is subscribed upstream, or a goroutine holds or waits for its turn, so
+	// that a waiter never holds an entry the table has replaced. Guarded by mu.
+	entries map[subKey]*subEntry
+}
+
+type subKey struct {
+	route *route
+	uri   string // the upstream's own URI
+}
+
+// subEntry is one key's subscription.
+type subEntry struct {
+	// turn holds a token while a goroutine calls the upstream for the key; a channel, so that
+	// waiting for it honours a context.
+	turn chan struct{}
+
+	// The fields below are guarded by subscriptions.mu.
+
+	// sessions holds the ids of the subscribed sessions.
+	sessions map[string]bool
+	// on is the connection the upstream subscription was made on (its initialize result, new
+	// with every connection), nil when there is none. A subscription made on an earlier
+	// connection is lost: the upstream restarted or re-initialized.
+	on *protocol.InitializeResult
+	// refs counts the goroutines holding or waiting for turn.
+	refs int
+}
+
+// acquire waits for key's turn, making its entry when there is none. The caller must release
+// the entry when its upstream calls are done.
+func (s *subscriptions) acquire(ctx context.Context, key subKey) (*subEntry, error) {
+	s.mu.Lock()
+	e := s.entries[key]
+	if e == nil {
+		e = &subEntry{turn: make(chan struct{}, 1), sessions: map[string]bool{}}
+		s.entries[key] = e
+	}
+	e.refs++
+	s.mu.Unlock()
+	select {
+	case e.turn <- struct{}{}:
+		return e, nil
+	case <-ctx.Done():
+		s.leave(key, e)
+		return nil, ctx.Err()
+	}
+}
+
+// release ends the holder's turn.
+func (s *subscriptions) release(key subKey, e *subEntry) {
+	<-e.turn
+	s.leave(key, e)
+}
+
+// leave drops a reference to e, and e from the table once nothing keeps it there.
+func (s *subscriptions) leave(key subKey, e *subEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.refs--
+	if e.refs == 0 && len(e.sessions) == 0 && e.on == nil {
+		delete(s.entries, key)
+	}
+}
+
+// subscribe serves resources/subscribe (on) and resources/unsubscribe for a session. The
+// subscription is made on the connection whose server notifies the session: the shared one,
+// or for an isolated upstream the session's own, which then stays open while it has
+// subscriptions (connPool.sweep).
+func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
+	uri, ok, err := protocol.StringMember(params, "uri")
+	if err != nil || !ok || uri == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
+	}
+	r, original, ok := snap.resolveURI(uri)
+	if !ok {
+		return nil, resourceNotFound(uri)
+	}
+	if info := r.client.Server(); info == nil || info.Capabilities.Resources == nil || !info.Capabilities.Resources.Subscribe {
+		if info == nil {
+			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+		}
+		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream serving %s offers no subscriptions", uri)
+	}
+	forward, err := withMember(params, "uri", original)
+	if err != nil {
+		return nil, err
+	}
+	conn := r // the route of the connection the subscription lives on
+	if r.pool != nil && cc.owner != nil {
+		if on {
+			pc, err := r.pool.get(ctx, cc.owner.session)
+			if err != nil {
+				return nil, unavailableCall(r, err)
+			}
+			defer r.pool.release(pc)
+			conn = pc.route
+		} else {
+			pc := r.pool.existing(cc.SessionID)
+			if pc == nil {
+				return json.RawMessage(`{}`), nil // no connection, so no subscription on it
+			}
+			conn = pc.route
+		}
+	}
+	key := subKey{conn, original}
+	s := &g.subs
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(key, e)
+	// The upstream has the subscription only if it was made on the current connection.
+	info := conn.client.Server()
+	s.mu.Lock()
+	current := e.on != nil && e.on == info
+	mine, count := e.sessions[cc.SessionID], len(e.sessions)
+	s.mu.Unlock()
+	switch {
+	case on && !current:
+		if info == nil {
+			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+		}
+		if _, err := conn.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
+			return nil, unavailableCall(r, err)
+		}
+	case !on && mine && count == 1 && current:
+		if _, err := conn.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
+			return nil, unavailableCall(r, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		e.sessions[cc.SessionID] = true
+		e.on = info
+	} else if mine {
+		delete(e.sessions, cc.SessionID)
+		if len(e.sessions) == 0 {
+			e.on = nil
+		}
+	}
+	return json.RawMessage(`{}`), nil
+}
+
+// unavailableCall types the failure of a call to an upstream that is not connected, as
+// forward does, so that the client learns to try again later.
+func unavailableCall(r *route, err error) error {
+	if errors.Is(err, upstream.ErrUnavailable) {
+		return &unavailableError{upstream: r.name, cause: err}
+	}
+	return err
+}
+
+// dropSubscriptions removes an ended session's subscriptions, unsubscribing upstream where it
+// was the last subscriber.
+func (g *Gateway) dropSubscriptions(sessionID string) {
+	s := &g.subs
+	s.mu.Lock()
+	var last []subKey
+	for key, e := range s.entries {
+		if !e.sessions[sessionID] {
+			continue
+		}
+		delete(e.sessions, sessionID)
+		if len(e.sessions) > 0 {
+			continue
+		}
+		if key.route.boundSession != nil {
+			e.on = nil // the session's own connection closes with it, and its subscriptions
+		}
+		switch {
+		case e.on != nil:
+			last = append(last, key)
+		case e.refs == 0:
+			delete(s.entries, key)
+		}
+	}
+	s.mu.Unlock()
+	if g.ctx.Err() != nil {
+		return // the upstreams are stopping
+	}
+	// One goroutine per key: a slow upstream delays only its own unsubscribe.
+	for _, key := range last {
+		g.workers.Add(1)
+		go g.unsubscribeUnused(key)
+	}
+}
+
+// unsubscribeUnused unsubscribes key upstream unless a session subscribed to it meanwhile.
+func (g *Gateway) unsubscribeUnused(key subKey) {
+	defer g.workers.Done()
+	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+	defer cancel()
+	s := &g.subs
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return // still subscribed upstream: the next subscriber reuses it
+	}
+	defer s.release(key, e)
+	s.mu.Lock()
+	unused, current := len(e.sessions) == 0 && e.on != nil, e.on == key.route.client.Server()
+	s.mu.Unlock()
+	if !unused {
+		return
+	}
+	// When the subscription was made on a connection since replaced, it went with it.
+	if current {
+		params, _ := json.Marshal(map[string]string{"uri": key.uri})
+		if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
+			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
+		}
+	}
+	s.mu.Lock()
+	e.on = nil
+	s.mu.Unlock()
+}
+
+// holds reports whether a session is subscribed to anything on r's connection.
+func (s *subscriptions) holds(r *route) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, e := range s.entries {
+		if key.route == r && len(e.sessions) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// renewSubscriptions subscribes r's connection, in the background, to every URI that has
+// subscribers but was subscribed on an earlier connection: the upstream restarted or
+// re-initialized and forgot them. It is called whenever r is ready, which is also after a
+// mere catalog refresh; then nothing is stale and nothing is sent.
+func (g *Gateway) renewSubscriptions(r *route) {
+	info := r.client.Server()
+	if info == nil || g.ctx.Err() != nil {
+		return
+	}
+	s := &g.subs
+	s.mu.Lock()
+	var stale []subKey
+	for key, e := range s.entries {
+		if key.route == r && len(e.sessions) > 0 && e.on != info {
+			stale = append(stale, key)
+		}
+	}
+	s.mu.Unlock()
+	if len(stale) == 0 {
+		return
+	}
+	g.workers.Add(1)
+	go g.renewKeys(stale)
+}
+
+// renewKeys renews subscriptions, all within one timeout. Each key is renewed on its own, so
+// that one the upstream is slow to answer does not hold up the others; a failure is logged,
+// and the key is tried again the next time the upstream is ready or a client subscribes.
+func (g *Gateway) renewKeys(keys []subKey) {
+	defer g.workers.Done()
+	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		wg.Go(func() {
+			if err := g.renewKey(ctx, key); err != nil && g.ctx.Err() == nil {
+				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.route.name, "error", err.Error())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// renewKey subscribes key on its route's current connection, unless that is done already or
+// nobody is subscribed any more.
+func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
+	s := &g.subs
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer s.release(key, e)
+	info := key.route.client.Server()
+	s.mu.Lock()
+	stale := info != nil && len(e.sessions) > 0 && e.on != info
+	s.mu.Unlock()
+	if !stale {
+		return nil
+	}
+	params, _ := json.Marshal(map[string]string{"uri": key.uri})
+	if _, err := key.route.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	e.on = info
+	s.mu.Unlock()
+	return nil
+}
+
+// deliverUpdated fans notifications/resources/updated out to the subscribed sessions, with
+// the URI in the gateway's namespaced form.
+func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
+	uri, ok, err := protocol.StringMember(n.Params, "uri")
+	if err != nil || !ok {
+		return
+	}
+	// Subscriptions are keyed by connection: an update from a session's own connection
+	// reaches only that session, the only one that can subscribe there.
+	s := &g.subs
+	s.mu.Lock()
+	var ids []string
+	if e := s.entries[subKey{r, uri}]; e != nil {
+		ids = make([]string, 0, len(e.sessions))
+		for id := range e.sessions {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	params, err := withMember(n.Params, "uri", exposeURI(r.scheme, uri))
+	if err != nil {
+		return
+	}
+	data, err := protocol.Encode(&protocol.Notification{Method: n.Method, Params: params})
+	if err != nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, id := range ids {
+		if ls := g.live[id]; ls != nil {
+			ls.notify(data, g.logger)
+		}
+	}
+}
