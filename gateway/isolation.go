@@ -112,7 +112,7 @@ func (p *connPool) openLocked(session *liveSession) *pooledConn {
 		defer p.g.workers.Done()
 		client.Run(p.g.ctx)
 	}()
-	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.name, "session_id", sessionID)
+	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
 	return pc
 }
 
@@ -133,7 +133,7 @@ func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 		defer p.g.workers.Done()
 		pc.route.client.Close()
 		p.g.clientRoutes.Delete(pc.route.client)
-		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.name, "session_id", sessionID)
+		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
 	}()
 }
 
