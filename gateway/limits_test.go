@@ -1,0 +1,307 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Regression tests for the defects that hostile clients found: unbounded batches and calls in
+// flight, bodies and connections held open for ever, sessions kept alive by other sessions'
+// activity, an answer to a cancelled request, and session ids (bearer secrets) in logs.
+
+// waitBound bounds every wait of these tests for an event that should come at once.
+const waitBound = 10 * time.Second
+
+// waitUntil checks cond every 10 ms until it holds; the test fails if it does not within
+// waitBound.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(waitBound)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("%s did not happen within %s", what, waitBound)
+		}
+	}
+}
+
+// startSession sends initialize for protocol version with the given client capabilities (a
+// JSON object) and returns the session id, without notifications/initialized.
+func (c rawClient) startSession(version, capabilities string) string {
+	c.t.Helper()
+	r := c.do(http.MethodPost, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":%s,"clientInfo":{"name":"raw","version":"1"}}}`, version, capabilities), nil)
+	sid := r.header.Get("Mcp-Session-Id")
+	if r.status != http.StatusOK || sid == "" || r.msg.Error != nil {
+		c.t.Fatalf("initialize %s: %d %s", version, r.status, r.body)
+	}
+	return sid
+}
+
+// initializeAs starts a session and sends notifications/initialized, which also makes the
+// session live in the gateway's process.
+func (c rawClient) initializeAs(version, capabilities string) string {
+	c.t.Helper()
+	sid := c.startSession(version, capabilities)
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusAccepted {
+		c.t.Fatalf("notifications/initialized: %d %s", r.status, r.body)
+	}
+	return sid
+}
+
+// post sends body in session sid and returns the response with its body unread: the caller
+// reads it (it may be an SSE stream) and closes it. It waits for the response headers.
+func (c rawClient) post(ctx context.Context, sid, body string) *http.Response {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("POST %s: %v", body, err)
+	}
+	c.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// rpcMessage is any JSON-RPC message as the tests look at it.
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (m rpcMessage) isResponse() bool { return m.Method == "" && (m.Result != nil || m.Error != nil) }
+
+// sseStream is the messages of an SSE body, read on a goroutine that ends with the body (or
+// the test).
+type sseStream struct {
+	messages chan rpcMessage
+	// err is the error that ended the body (nil at a clean end); set before messages closes.
+	err error
+}
+
+func readSSE(t *testing.T, body io.Reader) *sseStream {
+	s := &sseStream{messages: make(chan rpcMessage)}
+	ctx := t.Context()
+	go func() {
+		defer close(s.messages)
+		r := bufio.NewReader(body)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					s.err = err
+				}
+				return
+			}
+			data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: ")
+			if !ok {
+				continue
+			}
+			var m rpcMessage
+			if err := json.Unmarshal([]byte(data), &m); err != nil {
+				s.err = fmt.Errorf("event %q is not JSON-RPC: %w", data, err)
+				return
+			}
+			select {
+			case s.messages <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// next returns the stream's next message; the test fails if the stream ends first or nothing
+// comes within waitBound.
+func (s *sseStream) next(t *testing.T, what string) rpcMessage {
+	t.Helper()
+	select {
+	case m, ok := <-s.messages:
+		if !ok {
+			t.Fatalf("waiting for %s: the stream ended (error %v)", what, s.err)
+		}
+		return m
+	case <-time.After(waitBound):
+		t.Fatalf("waiting for %s: nothing came within %s", what, waitBound)
+	}
+	panic("unreachable")
+}
+
+// rest returns the messages left until the stream ends, and the error that ended it.
+func (s *sseStream) rest(t *testing.T) ([]rpcMessage, error) {
+	t.Helper()
+	var ms []rpcMessage
+	timeout := time.After(waitBound)
+	for {
+		select {
+		case m, ok := <-s.messages:
+			if !ok {
+				return ms, s.err
+			}
+			ms = append(ms, m)
+		case <-timeout:
+			t.Fatalf("the stream did not end within %s (%d messages so far)", waitBound, len(ms))
+		}
+	}
+}
+
+// TestBatchEntriesAreCapped: a 2025-03-26 client could send a batch of any length, every
+// request of which the gateway served at once. Past max_batch_entries the batch is refused
+// whole; a batch at the limit is served.
+func TestBatchEntriesAreCapped(t *testing.T) {
+	c := bareGateway(t, "max_batch_entries: 3\n", nil)
+	sid := c.initializeAs("2025-03-26", `{}`)
+	batch := func(n int) string {
+		entries := make([]string, n)
+		for i := range entries {
+			entries[i] = fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, i+1)
+		}
+		return "[" + strings.Join(entries, ",") + "]"
+	}
+
+	r := c.do(http.MethodPost, batch(4), map[string]string{"Mcp-Session-Id": sid})
+	if r.status != http.StatusBadRequest || r.msg.Error == nil || r.msg.Error.Code != -32600 {
+		t.Fatalf("a batch of 4 with max_batch_entries 3: %d %s, want 400 with -32600", r.status, r.body)
+	}
+	if msg := r.msg.Error.Message; !strings.Contains(msg, "max_batch_entries") || !strings.Contains(msg, "3") {
+		t.Errorf("error message %q does not name the limit (max_batch_entries, 3)", msg)
+	}
+
+	resp := c.post(t.Context(), sid, batch(3))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("a batch of 3: %d %q, want 200 with an SSE stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	ms, err := readSSE(t, resp.Body).rest(t)
+	if err != nil {
+		t.Fatalf("reading the batch's stream: %v", err)
+	}
+	answered := map[string]bool{}
+	for _, m := range ms {
+		if !m.isResponse() || m.Error != nil {
+			t.Errorf("unexpected message in the batch's answer: %+v", m)
+			continue
+		}
+		answered[string(m.ID)] = true
+	}
+	if len(answered) != 3 || !answered["1"] || !answered["2"] || !answered["3"] {
+		t.Errorf("answered ids %v, want 1, 2 and 3", answered)
+	}
+}
+
+// resultJSON shows a tool result in a failure message.
+func resultJSON(res *mcp.CallToolResult) string {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
+
+// TestCallsInFlightAreCapped: a client could keep any number of requests in flight, each
+// holding a goroutine and an upstream call. Past max_calls_per_session a session's tools/call
+// gets a tool error the model can act on and any other request gets -32007; past max_calls the
+// other sessions are refused too. Once calls end, requests are served again.
+func TestCallsInFlightAreCapped(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nmax_calls_per_session: 2\nmax_calls: 3\nupstreams:"+upstreamYAML("r", "reverse", ""), nil)
+	t.Cleanup(tg.close)
+	// A held call reports progress once it runs: that is how the test knows it is in flight.
+	progress := make(chan any, 8)
+	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		progress <- req.Params.ProgressToken
+	}}
+	a := connect(t, tg.url, opts)
+	b := connect(t, tg.url, opts)
+	ctx := ctxT(t)
+
+	holdCtx, release := context.WithCancel(ctx)
+	defer release()
+	var held sync.WaitGroup
+	defer held.Wait()
+	hold := func(cs *mcp.ClientSession, token string) {
+		t.Helper()
+		params := &mcp.CallToolParams{Name: "r__hold"}
+		params.SetProgressToken(token)
+		held.Go(func() {
+			res, err := cs.CallTool(holdCtx, params)
+			if err == nil {
+				t.Errorf("held call %s ended before it was cancelled: %s", token, resultJSON(res))
+			}
+		})
+		select {
+		case got := <-progress:
+			if got != token {
+				t.Fatalf("progress for %v, want %s", got, token)
+			}
+		case <-time.After(waitBound):
+			t.Fatalf("held call %s never got in flight", token)
+		}
+	}
+	quick := &mcp.CallToolParams{Name: "r__cancels"}
+	refused := func(who string, cs *mcp.ClientSession) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, quick)
+		if err != nil {
+			t.Fatalf("%s: tools/call past the cap: %v, want a tool result", who, err)
+		}
+		if !res.IsError || res.Meta["dev.manifold/reason"] != "too_many_calls" {
+			t.Fatalf("%s: tools/call past the cap answered %s, want isError with _meta reason too_many_calls", who, resultJSON(res))
+		}
+		err = cs.Ping(ctx, nil)
+		var wire *jsonrpc.Error
+		if !errors.As(err, &wire) || wire.Code != -32007 {
+			t.Errorf("%s: ping past the cap: %v, want JSON-RPC error -32007", who, err)
+		}
+	}
+	served := func(who string, cs *mcp.ClientSession) {
+		t.Helper()
+		if res, err := cs.CallTool(ctx, quick); err != nil || res.IsError {
+			t.Fatalf("%s: tools/call under the caps: %v %s", who, err, resultJSON(res))
+		}
+	}
+
+	hold(a, "a1")
+	hold(a, "a2")
+	refused("session A with 2 calls in flight", a)
+	served("session B with 2 calls in flight in all", b)
+	hold(b, "b1")
+	refused("session B with 3 calls in flight in all", b)
+
+	release() // the go-sdk client sends notifications/cancelled for each held call
+	held.Wait()
+	for who, cs := range map[string]*mcp.ClientSession{"A": a, "B": b} {
+		waitUntil(t, "session "+who+"'s calls being served again", func() bool {
+			res, err := cs.CallTool(ctx, quick)
+			return err == nil && !res.IsError
+		})
+		if err := cs.Ping(ctx, nil); err != nil {
+			t.Errorf("session %s: ping after the held calls ended: %v", who, err)
+		}
+	}
+}
