@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/session"
 )
 
 // Regression tests for the defects that hostile clients found: unbounded batches and calls in
@@ -442,5 +446,145 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 	}
 	if n := standalone.next(t, "list_changed on the standalone stream"); n.Method != "notifications/tools/list_changed" {
 		t.Errorf("standalone stream carried %+v, want notifications/tools/list_changed", n)
+	}
+}
+
+// fakeClock is a clock the test moves by hand. It is safe for concurrent use.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time // guarded by mu
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestReadingASessionDoesNotKeepItAlive: reading a session's record marked it used, so one
+// client's logging/setLevel (which reads every live session's level) kept every other session
+// from expiring. Only a session's own requests keep it alive.
+func TestReadingASessionDoesNotKeepItAlive(t *testing.T) {
+	clock := newFakeClock()
+	store := session.NewMemoryStore(&session.MemoryOptions{Now: clock.Now, MaxSessions: 10})
+	c := bareGateway(t, "session_idle_timeout: 1m\n", &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond, Store: store})
+	a := c.initializeAs("2025-11-25", `{}`)
+	b := c.initializeAs("2025-11-25", `{}`)
+	if n := store.Len(); n != 2 {
+		t.Fatalf("%d sessions, want 2", n)
+	}
+
+	// Within the idle timeout only B is used; its requests read A's record. (B acts before
+	// the clock passes A's timeout: once both are past it, either may expire first.)
+	clock.Advance(50 * time.Second)
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"info"}}`,
+	} {
+		if r := c.do(http.MethodPost, body, map[string]string{"Mcp-Session-Id": b}); r.status != http.StatusOK || r.msg.Error != nil {
+			t.Fatalf("session B: %s: %d %s", body, r.status, r.body)
+		}
+	}
+
+	// A was last used 70 s ago, B 20 s ago: A expires, B stays.
+	clock.Advance(20 * time.Second)
+	waitUntil(t, "the expiry of the unused session", func() bool { return store.Len() == 1 })
+	ctx := ctxT(t)
+	if _, err := store.Get(ctx, a); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("the unused session A is still stored (%v): the session that expired is B", err)
+	}
+	if _, err := store.Get(ctx, b); err != nil {
+		t.Errorf("the used session B: %v", err)
+	}
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":5,"method":"ping"}`, map[string]string{"Mcp-Session-Id": b}); r.status != http.StatusOK {
+		t.Errorf("session B after A expired: %d %s", r.status, r.body)
+	}
+}
+
+// cancelHeldCall POSTs a "hold" call of upstream r without a progress token, waits until the
+// gateway has it in flight (store tells), cancels it with notifications/cancelled, and returns
+// the call's HTTP response.
+func cancelHeldCall(t *testing.T, c rawClient, store interface {
+	Calls(context.Context, string) ([]session.CallRecord, error)
+}, sid string) *http.Response {
+	t.Helper()
+	// The call's answer begins only with its first message, so the POST waits on its own
+	// goroutine.
+	answered := make(chan *http.Response, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	t.Cleanup(cancel)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"r__hold"}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("the held call's POST: %v", err)
+			resp = nil
+		}
+		answered <- resp
+	}()
+	waitUntil(t, "the held call being in flight", func() bool {
+		calls, err := store.Calls(ctx, sid)
+		return err == nil && slices.ContainsFunc(calls, func(c session.CallRecord) bool { return c.ClientID == `"held"` })
+	})
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"held","reason":"test"}}`, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusAccepted {
+		t.Fatalf("notifications/cancelled: %d %s", r.status, r.body)
+	}
+	select {
+	case resp := <-answered:
+		if resp == nil {
+			t.FailNow()
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	case <-ctx.Done():
+		t.Fatal("the cancelled call's POST got no answer")
+	}
+	panic("unreachable")
+}
+
+// TestCancelledRequestGetsNoResponse: the receiver of a cancelled request should not answer
+// it (mcp-notes §8.2), and the gateway did not; but its POST then ended as a 200 with an empty
+// body and no Content-Type, which is neither a JSON response nor a stream. It is an SSE stream
+// that ends without a response.
+func TestCancelledRequestGetsNoResponse(t *testing.T) {
+	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 10})
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), &gateway.Options{Store: store})
+	t.Cleanup(tg.close)
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+
+	resp := cancelHeldCall(t, c, store, sid)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("the cancelled call's POST: %d, Content-Type %q, body %q; want 200 with an SSE stream", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	ms, err := readSSE(t, resp.Body).rest(t)
+	if err != nil {
+		t.Errorf("the cancelled call's stream ended with %v, want a clean end", err)
+	}
+	for _, m := range ms {
+		if m.isResponse() {
+			t.Errorf("the cancelled call was answered: %+v", m)
+		}
+	}
+
+	// The session goes on.
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"ping"}`, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Errorf("ping after the cancel: %d %s", r.status, r.body)
 	}
 }
