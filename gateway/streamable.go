@@ -98,6 +98,9 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Close the connection: otherwise the server would first read what is left of
+			// the body, without a deadline, before it sends the answer.
+			w.Header().Set("Connection", "close")
 			writeHTTPError(w, http.StatusRequestTimeout, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the request body did not arrive within %s (body_read_timeout in the gateway's config)", g.cfg.BodyReadTimeout))
 			return
@@ -254,10 +257,6 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 			"the session store is unavailable; retry shortly"))
 		return nil, false
 	}
-	// A request of the session's own client is what keeps it from expiring.
-	if err := g.store.Touch(r.Context(), rec.ID); err != nil {
-		g.logger.Warn("marking a session used failed", "session", fingerprint(rec.ID), "error", err.Error())
-	}
 	// An unsupported value is a 400 (mcp-notes §4.7). A supported version other than the
 	// negotiated one is left unspecified by the spec; the conformance suite sends one, and the
 	// session's negotiated version governs either way.
@@ -265,6 +264,10 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 		writeHTTPError(w, http.StatusBadRequest, id, protocol.Errorf(protocol.CodeRequestRejected,
 			"unsupported Mcp-Protocol-Version %q: this session speaks %q", v, rec.ProtocolVersion))
 		return nil, false
+	}
+	// A request of the session's own client is what keeps it from expiring.
+	if err := g.store.Touch(r.Context(), rec.ID); err != nil {
+		g.logger.Warn("marking a session used failed", "session", fingerprint(rec.ID), "error", err.Error())
 	}
 	return rec, true
 }
@@ -370,23 +373,23 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 // in flight, is answered at once.
 func (g *Gateway) startRequest(out *responder, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
 	refuse := func(e *protocol.Error) { _ = out.respond(&protocol.Response{ID: req.ID, Error: e}) }
-	if !g.admitCall() {
-		g.tooManyCalls(out, req, "the gateway", g.cfg.MaxCalls)
-		return
-	}
+	// The session's own checks first, so that a request it refuses takes no place in the
+	// gateway's total, not even for a moment.
 	ctx, done, err := ls.begin(req.ID, g.cfg.MaxCallsPerSession)
 	switch {
 	case errors.Is(err, errTooManyCalls):
-		g.releaseCall()
-		g.tooManyCalls(out, req, "this session", g.cfg.MaxCallsPerSession)
+		g.tooManyCalls(out, ls, req, "this session", g.cfg.MaxCallsPerSession)
 		return
 	case errors.Is(err, errDuplicateID):
-		g.releaseCall()
 		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
 		return
 	case err != nil:
-		g.releaseCall()
 		refuse(protocol.Errorf(protocol.CodeSessionNotFound, "session not found: it ended; send initialize to start a new one"))
+		return
+	}
+	if !g.admitCall() {
+		done()
+		g.tooManyCalls(out, ls, req, "the gateway", g.cfg.MaxCalls)
 		return
 	}
 	go func() {
@@ -404,8 +407,8 @@ func (g *Gateway) startRequest(out *responder, r *http.Request, rec *session.Rec
 
 // tooManyCalls answers a request past a cap on requests in flight: a tools/call gets a tool
 // result the model can act on, any other method the gateway's error (design decision 7).
-func (g *Gateway) tooManyCalls(out *responder, req *protocol.Request, scope string, limit int) {
-	g.logger.Warn("request refused: too many requests in flight", "scope", scope, "limit", limit, "method", req.Method)
+func (g *Gateway) tooManyCalls(out *responder, ls *liveSession, req *protocol.Request, scope string, limit int) {
+	g.logger.Warn("request refused: too many requests in flight", "session", fingerprint(ls.id), "scope", scope, "limit", limit, "method", req.Method)
 	if req.Method == protocol.MethodCallTool {
 		res, _ := json.Marshal(map[string]any{
 			"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
