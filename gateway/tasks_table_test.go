@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,8 +140,17 @@ type rpcReply struct {
 	Error  *protocol.Error `json:"error"`
 }
 
-func rpc(t *testing.T, h http.Handler, sid, body string) rpcReply {
+// rpcSeq numbers the requests of rpc: a session must not reuse a request id.
+var rpcSeq atomic.Int64
+
+// rpc sends one request through the handler, with a fresh id, and returns its answer.
+func rpc(t *testing.T, h http.Handler, sid, method, params string) rpcReply {
 	t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q`, rpcSeq.Add(1), method)
+	if params != "" {
+		body += `,"params":` + params
+	}
+	body += "}"
 	rec := post(h, sid, body)
 	var r rpcReply
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &r) != nil {
@@ -192,7 +202,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 		if ttl != "" {
 			task = `{"ttl":` + ttl + `}`
 		}
-		r := rpc(t, h, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tk__job","task":`+task+`}}`)
+		r := rpc(t, h, sid, "tools/call", `{"name":"tk__job","task":`+task+`}`)
 		if r.Error != nil {
 			t.Fatalf("task-augmented call: %v", r.Error)
 		}
@@ -215,7 +225,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 	// known reports whether tasks/get finds the task; anything but a status or -32602 fails.
 	known := func(sid, id string) bool {
 		t.Helper()
-		r := rpc(t, h, sid, `{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+id+`"}}`)
+		r := rpc(t, h, sid, "tasks/get", `{"taskId":"`+id+`"}`)
 		if r.Error != nil && r.Error.Code != protocol.CodeInvalidParams {
 			t.Fatalf("tasks/get %s: %v", id, r.Error)
 		}
@@ -259,18 +269,18 @@ func TestTaskTableIsBounded(t *testing.T) {
 		}},
 		{"tasks/result", func(i int) {
 			up.finish(fmt.Sprintf("u%d", i), "failed")
-			if r := rpc(t, h, a, `{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":"`+ids[i]+`"}}`); r.Error != nil {
+			if r := rpc(t, h, a, "tasks/result", `{"taskId":"`+ids[i]+`"}`); r.Error != nil {
 				t.Fatalf("tasks/result: %v", r.Error)
 			}
 		}},
 		{"tasks/cancel", func(i int) {
-			if r := rpc(t, h, a, `{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"`+ids[i]+`"}}`); r.Error != nil {
+			if r := rpc(t, h, a, "tasks/cancel", `{"taskId":"`+ids[i]+`"}`); r.Error != nil {
 				t.Fatalf("tasks/cancel: %v", r.Error)
 			}
 		}},
 		{"tasks/list", func(i int) {
 			up.finish(fmt.Sprintf("u%d", i), "completed")
-			if r := rpc(t, h, a, `{"jsonrpc":"2.0","id":6,"method":"tasks/list"}`); r.Error != nil {
+			if r := rpc(t, h, a, "tasks/list", ""); r.Error != nil {
 				t.Fatalf("tasks/list: %v", r.Error)
 			}
 		}},

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -129,7 +130,9 @@ func TestEndedTaskIsForgottenAfterRetention(t *testing.T) {
 	if err := json.Unmarshal(r.msg.Result, &created); err != nil || created.Task.TaskID == "" {
 		t.Fatalf("task-augmented call: %s", r.body)
 	}
-	get := `{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"` + created.Task.TaskID + `"}}`
+	get := func(id int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/get","params":{"taskId":%q}}`, id, created.Task.TaskID)
+	}
 
 	// tasks/result waits for the end, so its answer shows the task ended.
 	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":"`+created.Task.TaskID+`"}}`, sid)
@@ -137,11 +140,11 @@ func TestEndedTaskIsForgottenAfterRetention(t *testing.T) {
 		t.Fatalf("tasks/result: %s", r.body)
 	}
 	advance(session.TaskRetention - time.Second)
-	if r = c.do(http.MethodPost, get, sid); r.msg.Error != nil {
+	if r = c.do(http.MethodPost, get(5), sid); r.msg.Error != nil {
 		t.Errorf("tasks/get within the retention period: %s", r.body)
 	}
 	advance(time.Second)
-	if r = c.do(http.MethodPost, get, sid); r.msg.Error == nil || r.msg.Error.Code != -32602 {
+	if r = c.do(http.MethodPost, get(6), sid); r.msg.Error == nil || r.msg.Error.Code != -32602 {
 		t.Errorf("tasks/get after the retention period: %s, want -32602", r.body)
 	}
 }
