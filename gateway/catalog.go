@@ -116,10 +116,14 @@ type catalogBuilder struct {
 	logger *slog.Logger
 
 	mu sync.Mutex
-	// warned holds the collisions already logged, so each is logged once. Guarded by mu.
+	// warned holds the collisions of the last build, all logged, so that a collision is logged
+	// once while it lasts. Invariant: it holds no collision that the last build did not see,
+	// so an upstream that keeps inventing names cannot grow it. Guarded by mu.
 	warned map[string]bool
-	// former remembers which upstream owned each exposed tool or prompt name ever listed, so a
-	// call to it while that upstream is down fails as "unavailable", not "unknown". Guarded by mu.
+	// former remembers which upstream listed each exposed tool or prompt name, so that a call
+	// to it while that upstream is down fails as "unavailable", not "unknown". Invariant: it
+	// holds the names of the last build's catalog and the names each down upstream listed when
+	// it was last up; an upstream that is up keeps only what it lists now. Guarded by mu.
 	former map[string]*route
 }
 
@@ -128,10 +132,15 @@ func newCatalogBuilder(routes []*route, sep string, logger *slog.Logger) *catalo
 }
 
 // build merges the upstreams' current lists. On a name collision config order wins and the
-// loser is logged once (design decision 2).
+// loser is logged once while the collision lasts (design decision 2).
 func (b *catalogBuilder) build() *snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// The per-name tables are rebuilt from this build's lists, so that they follow the
+	// catalog instead of growing with every name an upstream ever listed.
+	warned := map[string]bool{}
+	former := map[string]*route{}
+	down := map[*route]bool{}
 	s := &snapshot{
 		tools:     map[string]*entry{},
 		prompts:   map[string]*entry{},
@@ -148,6 +157,7 @@ func (b *catalogBuilder) build() *snapshot {
 		}
 		cat := r.client.Catalog()
 		if cat == nil {
+			down[r] = true
 			continue
 		}
 		if r.includeInstructions {
@@ -176,7 +186,7 @@ func (b *catalogBuilder) build() *snapshot {
 					exposed = exposeURI(r.scheme, it.Key)
 				}
 				if prev, dup := seen[exposed]; dup {
-					b.warnCollision(k, exposed, prev, r, it.Key)
+					b.warnCollisionLocked(warned, k, exposed, prev, r, it.Key)
 					s.collisions = append(s.collisions, Collision{Kind: kindLabels[k], Name: exposed, KeptUpstream: prev.route.name, DroppedUpstream: r.name, DroppedOriginal: it.Key})
 					continue
 				}
@@ -189,11 +199,19 @@ func (b *catalogBuilder) build() *snapshot {
 				seen[exposed] = e
 				s.lists[k] = append(s.lists[k], e)
 				if k == upstream.Tools || k == upstream.Prompts {
-					b.former[k.String()+"\x00"+exposed] = r
+					former[k.String()+"\x00"+exposed] = r
 				}
 			}
 		}
 	}
+	// A down upstream's names stay its own until it is back (and lists them or not), unless
+	// an upstream that is up lists them now.
+	for key, r := range b.former {
+		if _, taken := former[key]; !taken && down[r] {
+			former[key] = r
+		}
+	}
+	b.warned, b.former = warned, former
 	for _, k := range upstream.Kinds {
 		h := fnv.New64a()
 		for _, e := range s.lists[k] {
@@ -206,17 +224,20 @@ func (b *catalogBuilder) build() *snapshot {
 	return s
 }
 
-func (b *catalogBuilder) warnCollision(k upstream.Kind, exposed string, kept *entry, lost *route, original string) {
+// warnCollisionLocked records a collision of this build in warned and logs it unless the last
+// build saw it too. b.mu must be held.
+func (b *catalogBuilder) warnCollisionLocked(warned map[string]bool, k upstream.Kind, exposed string, kept *entry, lost *route, original string) {
 	key := k.String() + "\x00" + exposed + "\x00" + lost.name
+	warned[key] = true
 	if b.warned[key] {
 		return
 	}
-	b.warned[key] = true
 	b.logger.Warn("two upstreams expose the same name; the one listed first in the config wins",
 		"kind", k.String(), "name", exposed, "kept_upstream", kept.route.name, "dropped_upstream", lost.name, "dropped_original", original)
 }
 
-// formerOwner returns the upstream that once listed the exposed tool or prompt name.
+// formerOwner returns the upstream that lists the exposed tool or prompt name, or listed it
+// when it was last up; nil if none.
 func (b *catalogBuilder) formerOwner(k upstream.Kind, exposed string) *route {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -6,7 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -17,6 +20,11 @@ import (
 // an upstream that declared tasks; the task id it returns is replaced by a gateway id bound to
 // the creating session, and every tasks/* request and task notification is mapped back. A
 // task of another session does not exist for the caller.
+//
+// The records are bounded (session.Tasks): the gateway tells the store when it sees a task
+// reach a terminal status, in a tasks/get, tasks/result or tasks/cancel answer, a tasks/list
+// entry or a notifications/tasks/status; the store keeps an ended task for a while and drops
+// it after, or sooner to make room, and refuses a new task to a session full of running ones.
 
 // Task-related method names.
 const (
@@ -26,6 +34,45 @@ const (
 	methodTasksCancel  = "tasks/cancel"
 	notificationStatus = "notifications/tasks/status"
 	metaRelatedTask    = "io.modelcontextprotocol/related-task"
+)
+
+// terminalTaskStatus reports whether a task status is terminal: such a task never changes
+// again (mcp-notes §9.3).
+func terminalTaskStatus(status string) bool {
+	switch status {
+	case "completed", "failed", "cancelled":
+		return true
+	}
+	return false
+}
+
+// taskEnded reports whether a Task object (a task, a tasks/get or tasks/cancel result, a
+// status notification's params) shows a terminal status.
+func taskEnded(task json.RawMessage) bool {
+	status, _, _ := protocol.StringMember(task, "status")
+	return terminalTaskStatus(status)
+}
+
+// taskTTL reads a Task's ttl (milliseconds, or null for unlimited); 0 means none.
+func taskTTL(task json.RawMessage) time.Duration {
+	raw, ok, _ := protocol.Member(task, "ttl")
+	if !ok {
+		return 0
+	}
+	var ms float64
+	if err := json.Unmarshal(raw, &ms); err != nil || ms < 1 || ms > float64(math.MaxInt64/int64(time.Millisecond)) {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// Reason and time limit of a task-augmented call refused because the session holds too many
+// unfinished tasks.
+const (
+	reasonTooManyTasks = "too_many_tasks"
+	// orphanCancelTimeout bounds the best-effort tasks/cancel of a task the gateway did not
+	// keep.
+	orphanCancelTimeout = 5 * time.Second
 )
 
 // taskCaps is what an upstream declared of tasks.
@@ -69,15 +116,68 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, r *route, re
 	if !ok {
 		return nil, fmt.Errorf("upstream %s created a task without a taskId", r.name)
 	}
-	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.connKey(cc.SessionID), UpstreamID: upstreamID}
-	if err := g.store.PutTask(ctx, rec); err != nil {
+	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.connKey(cc.SessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
+	switch err := g.store.PutTask(ctx, rec); {
+	case errors.Is(err, session.ErrTooManyTasks):
+		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session_id", cc.SessionID, "upstream", r.name)
+		g.cancelOrphanTask(ctx, cc, r, upstreamID)
+		return unavailableResult(r.name, reasonTooManyTasks,
+			"This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. "+
+				"Fetch the results of finished tasks with tasks/result or cancel tasks you no longer need with tasks/cancel, then try again."), nil
+	case err != nil:
 		return nil, fmt.Errorf("record task: %w", err)
+	}
+	if taskEnded(task) {
+		g.endTask(ctx, rec)
 	}
 	newTask, err := withMember(task, "taskId", rec.ID)
 	if err != nil {
 		return nil, err
 	}
 	return protocol.SetMember(result, "task", newTask)
+}
+
+// cancelOrphanTask asks the upstream to cancel a task it created that the gateway did not
+// keep, so that it does not run for nobody; best effort, if the upstream cancels tasks.
+func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, r *route, upstreamID string) {
+	if upstreamTaskCaps(r).Cancel == nil {
+		return
+	}
+	params, err := withMember(json.RawMessage(`{}`), "taskId", upstreamID)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCancelTimeout)
+	defer cancel()
+	if _, err := g.forward(ctx, cc, r, methodTasksCancel, params); err != nil {
+		g.logger.Debug("cancelling a task the gateway did not keep failed", "session_id", cc.SessionID, "upstream", r.name, "error", err.Error())
+	}
+}
+
+// endTask tells the store that a task reached a terminal status.
+func (g *Gateway) endTask(ctx context.Context, rec session.TaskRecord) {
+	if err := g.store.EndTask(context.WithoutCancel(ctx), rec.ID); err != nil {
+		g.logger.Warn("recording a task's end failed", "session_id", rec.SessionID, "error", err.Error())
+	}
+}
+
+// noteTaskAnswer learns from an upstream's answer to tasks/get, tasks/result or tasks/cancel
+// whether the task has ended. A tasks/result answer comes only once the task is terminal,
+// with its result or the original request's JSON-RPC error (mcp-notes §9.2); a -32602 error
+// to tasks/get or tasks/cancel means the upstream no longer has the task or it had already
+// ended (§9.4). Other failures (unavailable, timed out) say nothing about the task.
+func (g *Gateway) noteTaskAnswer(ctx context.Context, rec session.TaskRecord, method string, result json.RawMessage, err error) {
+	var rpcErr *protocol.Error
+	var ended bool
+	switch {
+	case err == nil:
+		ended = method == methodTasksResult || taskEnded(result)
+	case errors.As(err, &rpcErr):
+		ended = method == methodTasksResult || rpcErr.Code == protocol.CodeInvalidParams
+	}
+	if ended {
+		g.endTask(ctx, rec)
+	}
 }
 
 // taskFor finds the caller's task by the gateway's id; another session's task, like a missing
@@ -113,6 +213,7 @@ func (g *Gateway) taskRequest(ctx context.Context, cc *clientContext, method str
 		return nil, err
 	}
 	result, err := g.forward(ctx, cc, r, method, forward)
+	g.noteTaskAnswer(ctx, rec, method, result, err)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +281,9 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 			for _, t := range body.Tasks {
 				id, _, _ := protocol.StringMember(t, "taskId")
 				if rec, ok := own[id]; ok {
+					if rec.Ended.IsZero() && taskEnded(t) {
+						g.endTask(ctx, rec)
+					}
 					tasks = append(tasks, mapTaskIDs(t, rec, ""))
 				}
 			}
@@ -202,6 +306,9 @@ func (g *Gateway) deliverTaskStatus(r *route, n *protocol.Notification) {
 	rec, err := g.store.TaskByUpstream(g.ctx, r.connKey(""), id)
 	if err != nil {
 		return
+	}
+	if taskEnded(n.Params) {
+		g.endTask(g.ctx, rec)
 	}
 	params, err := withMember(n.Params, "taskId", rec.ID)
 	if err != nil {

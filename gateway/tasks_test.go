@@ -2,10 +2,15 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/session"
 )
 
 // TestTasksBoundToTheirSession: an mcp-go upstream runs a tool as a task; the creating
@@ -91,5 +96,55 @@ func TestTasksBoundToTheirSession(t *testing.T) {
 	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`, plain)
 	if strings.Contains(string(r.msg.Result), "taskSupport") {
 		t.Errorf("tools/list for a client without tasks shows taskSupport: %s", r.msg.Result)
+	}
+}
+
+// TestEndedTaskIsForgottenAfterRetention: with a real tasks upstream (mcp-go), a task whose
+// result the client fetched is still known for session.TaskRetention, then the gateway
+// forgets it (its record does not stay for the session's life).
+func TestEndedTaskIsForgottenAfterRetention(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2025, 11, 25, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(d)
+	}
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("tk", "tasks", ""), &gateway.Options{Now: clock})
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{"list":{},"cancel":{}}},"clientInfo":{"name":"raw","version":"1"}}}`, nil)
+	sid := map[string]string{"Mcp-Session-Id": r.header.Get("Mcp-Session-Id")}
+
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tk__job","arguments":{"text":"x"},"task":{}}}`, sid)
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(r.msg.Result, &created); err != nil || created.Task.TaskID == "" {
+		t.Fatalf("task-augmented call: %s", r.body)
+	}
+	get := func(id int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/get","params":{"taskId":%q}}`, id, created.Task.TaskID)
+	}
+
+	// tasks/result waits for the end, so its answer shows the task ended.
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":"`+created.Task.TaskID+`"}}`, sid)
+	if !strings.Contains(string(r.msg.Result), "done:x") {
+		t.Fatalf("tasks/result: %s", r.body)
+	}
+	advance(session.TaskRetention - time.Second)
+	if r = c.do(http.MethodPost, get(5), sid); r.msg.Error != nil {
+		t.Errorf("tasks/get within the retention period: %s", r.body)
+	}
+	advance(time.Second)
+	if r = c.do(http.MethodPost, get(6), sid); r.msg.Error == nil || r.msg.Error.Code != -32602 {
+		t.Errorf("tasks/get after the retention period: %s, want -32602", r.body)
 	}
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -114,5 +115,130 @@ func TestMemoryRoutes(t *testing.T) {
 	}
 	if _, err := s.Progress(ctx, "u", `"g2"`); err != nil {
 		t.Errorf("b's progress record went with a: %v", err)
+	}
+}
+
+// TestMemoryTaskRecordsAreBounded: a session's task records do not grow without bound. A
+// session holds at most MaxTasksPerSession; when full, the task that ended first makes room,
+// and with none ended a new task is refused. Ended tasks go after TaskRetention, and any task
+// once its ttl has passed; a running task without a ttl stays while its session lives.
+func TestMemoryTaskRecordsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	start := time.Unix(1000, 0)
+	now := start
+	s := NewMemoryStore(&MemoryOptions{Now: func() time.Time { return now }})
+	a, _ := s.Create(ctx, Record{})
+	b, _ := s.Create(ctx, Record{})
+	put := func(session, id string, ttl time.Duration) error {
+		return s.PutTask(ctx, TaskRecord{ID: id, SessionID: session, Upstream: "u", UpstreamID: "up-" + id, TTL: ttl})
+	}
+	found := func(id string) bool {
+		t.Helper()
+		rec, err := s.Task(ctx, id)
+		byUp, errUp := s.TaskByUpstream(ctx, "u", "up-"+id)
+		if (err == nil) != (errUp == nil) || err == nil && rec != byUp {
+			t.Errorf("task %s: Task = %+v, %v but TaskByUpstream = %+v, %v", id, rec, err, byUp, errUp)
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			t.Errorf("task %s: %v, want ErrNotFound", id, err)
+		}
+		return err == nil
+	}
+
+	for i := range MaxTasksPerSession {
+		if err := put(a.ID, fmt.Sprintf("a%d", i), 0); err != nil {
+			t.Fatalf("task %d of %d: %v", i+1, MaxTasksPerSession, err)
+		}
+	}
+	if rec, _ := s.Task(ctx, "a0"); !rec.Created.Equal(start) {
+		t.Errorf("Created = %v, want now (%v)", rec.Created, start)
+	}
+	// Full, and nothing has ended: refused, and nothing stored.
+	if err := put(a.ID, "extra", 0); !errors.Is(err, ErrTooManyTasks) {
+		t.Fatalf("task %d with none ended: %v, want ErrTooManyTasks", MaxTasksPerSession+1, err)
+	}
+	if found("extra") {
+		t.Error("a refused task was stored")
+	}
+	// The cap is per session.
+	if err := put(b.ID, "b0", 0); err != nil {
+		t.Errorf("another session's first task: %v", err)
+	}
+
+	// The task that ended first makes room, whatever the order of creation; ending a task
+	// twice keeps the first time, and ending an unknown one is no error.
+	_ = s.EndTask(ctx, "a5")
+	now = now.Add(time.Second)
+	_ = s.EndTask(ctx, "a3")
+	_ = s.EndTask(ctx, "a5")
+	if err := s.EndTask(ctx, "nope"); err != nil {
+		t.Errorf("EndTask of an unknown task: %v", err)
+	}
+	if rec, _ := s.Task(ctx, "a5"); !rec.Ended.Equal(start) {
+		t.Errorf("a5 ended at %v, want the first EndTask's %v", rec.Ended, start)
+	}
+	if err := put(a.ID, "extra", 0); err != nil {
+		t.Fatalf("full session with ended tasks: %v", err)
+	}
+	if found("a5") || !found("a3") || !found("extra") {
+		t.Errorf("after making room: a5 %v, a3 %v, extra %v; want only a5 (ended first) gone", found("a5"), found("a3"), found("extra"))
+	}
+
+	// An ended task is kept for TaskRetention after it ended, then goes.
+	now = start.Add(time.Second + TaskRetention - time.Nanosecond)
+	if !found("a3") {
+		t.Error("a3 went before TaskRetention had passed")
+	}
+	now = now.Add(time.Nanosecond)
+	if found("a3") {
+		t.Error("a3 stayed after TaskRetention")
+	}
+	if !found("a0") {
+		t.Error("a running task without a ttl went with time")
+	}
+	if mine, _ := s.TasksOf(ctx, a.ID); len(mine) != MaxTasksPerSession-1 {
+		t.Errorf("TasksOf = %d tasks, want %d", len(mine), MaxTasksPerSession-1)
+	}
+
+	// A task goes once its ttl has passed, running or not.
+	if err := put(b.ID, "short", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute - time.Nanosecond)
+	if !found("short") {
+		t.Error("a task went before its ttl")
+	}
+	now = now.Add(time.Nanosecond)
+	if found("short") {
+		t.Error("a task stayed after its ttl")
+	}
+	if mine, _ := s.TasksOf(ctx, b.ID); len(mine) != 1 || mine[0].ID != "b0" {
+		t.Errorf("TasksOf(b) = %+v, want b0 only", mine)
+	}
+
+	// A long-lived session whose tasks end runs any number of them in bounded memory.
+	for i := range 3 * MaxTasksPerSession {
+		id := fmt.Sprintf("loop%d", i)
+		if err := put(b.ID, id, 0); err != nil {
+			t.Fatalf("task %d of a session whose tasks end: %v", i, err)
+		}
+		_ = s.EndTask(ctx, id)
+	}
+	r := s.routes
+	r.mu.Lock()
+	held, indexed := len(r.tasks), len(r.tasksByUp)
+	r.mu.Unlock()
+	if want := 2*MaxTasksPerSession - 1; held != want || indexed != want {
+		t.Errorf("the store holds %d task records (%d indexed), want %d", held, indexed, want)
+	}
+
+	// The records go with their session.
+	_ = s.Delete(ctx, a.ID)
+	_ = s.Delete(ctx, b.ID)
+	r.mu.Lock()
+	held, indexed, sessions := len(r.tasks), len(r.tasksByUp), len(r.tasksOf)
+	r.mu.Unlock()
+	if held+indexed+sessions != 0 {
+		t.Errorf("after the sessions ended: %d records, %d indexed, %d sessions' sets left", held, indexed, sessions)
 	}
 }
