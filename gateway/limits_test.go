@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -453,33 +454,11 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 	}
 }
 
-// fakeClock is a clock the test moves by hand. It is safe for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time // guarded by mu
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestReadingASessionDoesNotKeepItAlive: reading a session's record marked it used, so one
 // client's logging/setLevel (which reads every live session's level) kept every other session
 // from expiring. Only a session's own requests keep it alive.
 func TestReadingASessionDoesNotKeepItAlive(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	store := session.NewMemoryStore(&session.MemoryOptions{Now: clock.Now, MaxSessions: 10})
 	c := bareGateway(t, "session_idle_timeout: 1m\n", &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond, Store: store})
 	a := c.initializeAs("2025-11-25", `{}`)
@@ -676,7 +655,7 @@ func checkLogsNameSessionsByFingerprint(t *testing.T, logs string, ids ...string
 // fingerprint.
 func TestLogsCarryNoSessionID(t *testing.T) {
 	var logs lockedBuffer
-	clock := newFakeClock()
+	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	store := &faultyStore{MemoryStore: session.NewMemoryStore(&session.MemoryOptions{Now: clock.Now, MaxSessions: 10})}
 	tg := startGateway(t, "listen: 127.0.0.1:0\nsession_idle_timeout: 1m\nupstreams:"+upstreamYAML("r", "reverse", ""), &gateway.Options{
 		Logger:         slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -116,24 +117,6 @@ func (u *taskUpstream) Call(_ context.Context, method string, params json.RawMes
 	return nil, &protocol.Error{Code: protocol.CodeMethodNotFound, Message: "method not found"}
 }
 
-// fakeClock is a clock a test moves by hand; safe for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // rpcReply is one JSON-RPC answer through the handler.
 type rpcReply struct {
 	Result json.RawMessage `json:"result"`
@@ -170,7 +153,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{now: time.Date(2025, 11, 25, 0, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2025, 11, 25, 0, 0, 0, 0, time.UTC))
 	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"internal/testupstream": {},
 	"internal/archtest":     {},
 	"internal/loglimit":     {},
+	"internal/testclock":    {},
 }
 
 func TestImportsPointOneWay(t *testing.T) {
