@@ -82,6 +82,8 @@ type Gateway struct {
 
 	// subs fans resource updates out to subscribed sessions.
 	subs subscriptions
+	// elicitations routes the completion of URL-mode elicitations to their sessions.
+	elicitations urlElicitations
 	// progressSeq numbers the progress tokens the gateway gives upstreams.
 	progressSeq atomic.Uint64
 	// rootsResult answers roots/list for shared upstreams outside any call: the config's roots.

@@ -181,3 +181,49 @@ func TestRootsChangeReachesOwnConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestURLElicitationCompletesAtItsOwnClient: the completion of a URL-mode elicitation, which
+// a shared Streamable HTTP upstream sends after the call on its standalone stream (a stream of
+// no session), reaches the client the elicitation went to, found by its elicitationId, and no
+// other client.
+func TestURLElicitationCompletesAtItsOwnClient(t *testing.T) {
+	srv := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	defer srv.Close()
+	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: r\n    url: %s\n", srv.URL), nil)
+	defer tg.close()
+	completed := map[string]chan string{"A": make(chan string, 4), "B": make(chan string, 4)}
+	clients := map[string]*mcp.ClientSession{}
+	for _, m := range []string{"A", "B"} {
+		clients[m] = connect(t, tg.url, &mcp.ClientOptions{
+			Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			},
+			ElicitationCompleteHandler: func(_ context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+				completed[m] <- req.Params.ElicitationID
+			},
+		})
+	}
+	ctx := ctxT(t)
+	for _, m := range []string{"A", "B"} {
+		res, err := clients[m].CallTool(ctx, &mcp.CallToolParams{Name: "r__url_elicit", Arguments: map[string]any{"text": m}})
+		if err != nil || textOf(t, res) != "accept" {
+			t.Fatalf("%s: %v %v", m, res, err)
+		}
+		select {
+		case id := <-completed[m]:
+			if id != "el-"+m {
+				t.Errorf("client %s was told %q completed, want el-%s", m, id, m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("client %s never heard its elicitation complete", m)
+		}
+	}
+	for m, ch := range completed {
+		select {
+		case id := <-ch:
+			t.Errorf("client %s also heard %q complete", m, id)
+		default:
+		}
+	}
+}

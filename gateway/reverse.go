@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -181,6 +183,9 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 		if mode == "url" && !owner.caps.elicitURL || mode != "url" && !owner.caps.elicitForm {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the elicitation capability for this mode")
 		}
+		if id, _, _ := protocol.StringMember(params, "elicitationId"); mode == "url" && id != "" {
+			g.elicitations.remember(r.connKey(""), id, owner.session, g.opts.Now())
+		}
 	case protocol.MethodListRoots:
 		if !owner.caps.roots {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the roots capability")
@@ -329,7 +334,14 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 	case protocol.NotificationResourceUpdated:
 		g.deliverUpdated(r, n)
 	case protocol.NotificationElicitationComplete:
-		// A URL-mode elicitation finished: tell the client it was for.
+		// A URL-mode elicitation finished: tell the client it was for, found by its
+		// elicitationId (the notification may come on any stream, after the call), else by
+		// where the notification came.
+		id, _, _ := protocol.StringMember(n.Params, "elicitationId")
+		if ls := g.elicitations.take(r.connKey(""), id); ls != nil {
+			_ = standaloneSink{ls, g}.send(n)
+			return
+		}
 		if owner, _ := g.ownerOf(r, origin); owner != nil && owner.caps.elicitURL {
 			if err := owner.out.send(n); err != nil {
 				_ = standaloneSink{owner.session, g}.send(n)
@@ -410,4 +422,60 @@ func (g *Gateway) routeOf(c *upstream.Client) *route {
 		return r.(*route)
 	}
 	return nil
+}
+
+// urlElicitations remembers which session each URL-mode elicitation was sent to, by the
+// upstream's elicitationId, so that its notifications/elicitation/complete reaches that
+// session, and no other, whichever stream it comes on.
+type urlElicitations struct {
+	mu sync.Mutex
+	// sent holds the session of each elicitation, by upstream connection and id. Guarded
+	// by mu.
+	sent map[[2]string]sentElicitation
+}
+
+type sentElicitation struct {
+	session *liveSession
+	at      time.Time
+}
+
+// Bounds of the table of URL elicitations: past maxURLElicitations, those older than
+// urlElicitationLifetime, or whose session ended, are forgotten.
+const (
+	maxURLElicitations     = 10000
+	urlElicitationLifetime = time.Hour
+)
+
+func (e *urlElicitations) remember(conn, id string, ls *liveSession, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sent == nil {
+		e.sent = map[[2]string]sentElicitation{}
+	}
+	if len(e.sent) >= maxURLElicitations {
+		for key, el := range e.sent {
+			if now.Sub(el.at) > urlElicitationLifetime || el.session.ctx.Err() != nil {
+				delete(e.sent, key)
+			}
+		}
+		if len(e.sent) >= maxURLElicitations {
+			return // still full: its completion will be routed like any notification
+		}
+	}
+	e.sent[[2]string{conn, id}] = sentElicitation{session: ls, at: now}
+}
+
+// take returns and forgets the live session an elicitation was sent to, or nil.
+func (e *urlElicitations) take(conn, id string) *liveSession {
+	if id == "" {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	el, ok := e.sent[[2]string{conn, id}]
+	delete(e.sent, [2]string{conn, id})
+	if !ok || el.session.ctx.Err() != nil {
+		return nil
+	}
+	return el.session
 }

@@ -182,7 +182,9 @@ func New(flavor string) (*mcp.Server, error) {
 //     error);
 //   - "hold": reports progress once (when the caller gave a token), then runs until cancelled;
 //   - "flood" {count}: reports progress count times, then runs until cancelled;
-//   - "roots_changes": how many notifications/roots/list_changed the server received.
+//   - "roots_changes": how many notifications/roots/list_changed the server received;
+//   - "url_elicit" {text}: elicits in URL mode with elicitationId "el-<text>", returns, and
+//     then announces that elicitation complete, outside its call.
 func addReverseTools(server *mcp.Server) {
 	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
 		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
@@ -285,6 +287,21 @@ func addReverseTools(server *mcp.Server) {
 			}
 			<-ctx.Done()
 			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "url_elicit", Description: "elicits in URL mode, completes after returning"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			id := "el-" + in.Text
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "open " + id, URL: "https://example.invalid/" + id, ElicitationID: id})
+			if err != nil {
+				return nil, nil, err
+			}
+			session := req.Session
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = session.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: id})
+			}()
+			return text(res.Action), nil, nil
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "roots_changes", Description: "how many roots list_changed notifications arrived"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
