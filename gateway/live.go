@@ -108,7 +108,8 @@ var (
 
 // begin registers a client request in flight and returns its context and the func that ends
 // it. It refuses an id already in flight, a request past limit requests of this session, and
-// any request once the session has ended.
+// any request once the session has ended. A request it admits is counted in ls.requests too;
+// the goroutine that serves it calls ls.requests.Done when it is finished.
 func (ls *liveSession) begin(id protocol.ID, limit int) (context.Context, func(), error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -128,7 +129,6 @@ func (ls *liveSession) begin(id protocol.ID, limit int) (context.Context, func()
 		delete(ls.inflight, id)
 		ls.mu.Unlock()
 		cancel(nil)
-		ls.requests.Done()
 	}, nil
 }
 

@@ -389,20 +389,37 @@ func (g *Gateway) startRequest(out *responder, r *http.Request, rec *session.Rec
 	}
 	if !g.admitCall() {
 		done()
+		ls.requests.Done()
 		g.tooManyCalls(out, ls, req, "the gateway", g.cfg.MaxCalls)
 		return
 	}
 	go func() {
-		defer g.releaseCall()
-		defer done()
-		defer func() {
-			if p := recover(); p != nil {
-				g.logger.Error("panic serving a request", "request_id", requestID, "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				refuse(protocol.Errorf(protocol.CodeInternalError, "internal error (request %s); the gateway's log has the details", requestID))
-			}
-		}()
-		g.serveRequest(ctx, out, rec, ls, req, requestID)
+		defer ls.requests.Done()
+		resp := g.serveSafely(ctx, out, rec, ls, req, requestID)
+		// The request leaves the counts before its answer is queued: a client that sends its
+		// next request as soon as it has the answer must find its place free.
+		done()
+		g.releaseCall()
+		if resp == nil {
+			out.unanswered()
+			return
+		}
+		if err := out.respond(resp); err != nil {
+			g.logger.Debug("the client's stream ended before its response", "session", fingerprint(rec.ID), "request_id", requestID)
+		}
 	}()
+}
+
+// serveSafely is serveRequest with a panic turned into an internal error for the client and
+// a log record, never a crash of the gateway.
+func (g *Gateway) serveSafely(ctx context.Context, out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) (resp *protocol.Response) {
+	defer func() {
+		if p := recover(); p != nil {
+			g.logger.Error("panic serving a request", "request_id", requestID, "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			resp = &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInternalError, "internal error (request %s); the gateway's log has the details", requestID)}
+		}
+	}()
+	return g.serveRequest(ctx, out, rec, ls, req, requestID)
 }
 
 // tooManyCalls answers a request past a cap on requests in flight: a tools/call gets a tool
@@ -435,9 +452,10 @@ func (g *Gateway) admitCall() bool {
 
 func (g *Gateway) releaseCall() { g.callsInFlight.Add(-1) }
 
-// serveRequest serves one client request and queues its response. A request the client
-// cancelled, or whose session ended, gets none (mcp-notes §8.2).
-func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
+// serveRequest serves one client request and returns its response; messages about it go to
+// out meanwhile. A request the client cancelled, or whose session ended, gets none (nil,
+// mcp-notes §8.2).
+func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) *protocol.Response {
 	cc := &clientContext{
 		SessionID:       rec.ID,
 		ProtocolVersion: rec.ProtocolVersion,
@@ -452,20 +470,16 @@ func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session
 	if err != nil {
 		if ctx.Err() != nil && ls.ctx.Err() != nil {
 			// The session ended while the call ran; nobody is waiting for the answer.
-			out.unanswered()
-			return
+			return nil
 		}
 		if errors.Is(context.Cause(ctx), errClientCancelled) {
 			// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2).
 			g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
-			out.unanswered()
-			return
+			return nil
 		}
 		resp = &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session", fingerprint(rec.ID), "method", req.Method), requestID)}
 	}
-	if err := out.respond(resp); err != nil {
-		g.logger.Debug("the client's stream ended before its response", "session", fingerprint(rec.ID), "request_id", requestID)
-	}
+	return resp
 }
 
 // responder carries the messages of one POSTed request (or batch) to its client: the
