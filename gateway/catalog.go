@@ -96,6 +96,9 @@ type snapshot struct {
 	instructions string
 	// collisions lists the items left out because an earlier upstream exposes the same name.
 	collisions []Collision
+	// statuses are the upstreams' statuses as this snapshot saw them: one reported ready has
+	// its items in it.
+	statuses map[string]upstream.Status
 }
 
 // Collision is an item left out of the merged catalog because an upstream listed earlier in
@@ -146,6 +149,7 @@ func (b *catalogBuilder) build() *snapshot {
 		prompts:   map[string]*entry{},
 		resources: map[string]*entry{},
 		schemes:   map[string]*route{},
+		statuses:  map[string]upstream.Status{},
 	}
 	var instructions []string
 	templates := map[string]*entry{}
@@ -155,6 +159,8 @@ func (b *catalogBuilder) build() *snapshot {
 		} else {
 			s.schemes[r.scheme] = r
 		}
+		// The status first: an upstream ready by then has its catalog by now.
+		s.statuses[r.name] = r.client.Status()
 		cat := r.client.Catalog()
 		if cat == nil {
 			down[r] = true

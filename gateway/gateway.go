@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -391,13 +392,10 @@ func (g *Gateway) hasOpenStream(id string) bool {
 	return ls != nil && ls.hasStream()
 }
 
-// UpstreamStatuses returns each enabled upstream's status, by name.
+// UpstreamStatuses returns each enabled upstream's status, by name, as the merged catalog
+// clients see reflects it: an upstream reported ready has its items listed.
 func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
-	statuses := make(map[string]upstream.Status, len(g.routes))
-	for _, r := range g.routes {
-		statuses[r.name] = r.client.Status()
-	}
-	return statuses
+	return maps.Clone(g.snapshot.Load().statuses)
 }
 
 // IsolatedConnections reports how many per-session connections the named upstream has open

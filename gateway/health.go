@@ -22,10 +22,7 @@ type readiness struct {
 // gateway serves. Each upstream's state is reported, but one that is down does not make the
 // gateway unready — its other upstreams still serve. Only a draining gateway is unready.
 func (g *Gateway) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	body := readiness{Status: "ready", Upstreams: make(map[string]upstream.Status, len(g.routes))}
-	for _, r := range g.routes {
-		body.Upstreams[r.name] = r.client.Status()
-	}
+	body := readiness{Status: "ready", Upstreams: g.UpstreamStatuses()}
 	status := http.StatusOK
 	select {
 	case <-g.draining:
