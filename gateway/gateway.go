@@ -146,7 +146,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		if g.opts.UpstreamOptions != nil {
 			base = *g.opts.UpstreamOptions
 		}
-		base.Logger = g.logger
+		// Each upstream client limits its own warnings: the gateway's limiter, per message
+		// across all upstreams, would let one upstream's warning hide another's.
+		base.Logger = g.opts.Logger
 		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
 		base.OnChange = func(c *upstream.Client) {
 			g.rebuild()
@@ -238,8 +240,17 @@ func (g *Gateway) Close() error {
 		}
 		// Every session has ended (these now, the others before): no request begins any more.
 		// The requests end while their upstreams are still connected, so that each upstream
-		// hears of the cancel of its calls.
-		g.requests.Wait()
+		// hears of the cancel of its calls; one stuck writing to an upstream that stopped
+		// reading is freed when the upstreams close, below, after a short wait.
+		requestsDone := make(chan struct{})
+		go func() {
+			g.requests.Wait()
+			close(requestsDone)
+		}()
+		select {
+		case <-requestsDone:
+		case <-time.After(closeRequestsWait):
+		}
 		g.cancel()
 		for _, r := range g.routes {
 			if r.pool != nil {
@@ -248,9 +259,14 @@ func (g *Gateway) Close() error {
 			r.client.Close()
 		}
 		g.workers.Wait()
+		<-requestsDone
 	})
 	return nil
 }
+
+// closeRequestsWait is how long Close lets requests end while their upstreams are still
+// connected.
+const closeRequestsWait = 2 * time.Second
 
 // rebuild merges the catalog anew and tells every client whose lists changed.
 func (g *Gateway) rebuild() {
@@ -341,10 +357,12 @@ func (g *Gateway) endLocal(id string) {
 	ls := g.live[id]
 	delete(g.live, id)
 	g.ended[id] = g.opts.Now()
-	g.mu.Unlock()
 	if ls != nil {
+		// Under g.mu, so that a Close that no longer finds the session knows it has ended
+		// and no request of it begins.
 		ls.end()
 	}
+	g.mu.Unlock()
 	for _, r := range g.routes {
 		if r.pool != nil {
 			r.pool.closeSession(id)

@@ -57,6 +57,11 @@ func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, 
 	sessionID := session.id
 	p.mu.Lock()
 	pc, ok := p.conns[sessionID]
+	if !ok && session.ctx.Err() != nil {
+		// The session ended (a request raced its end): no child is started for it.
+		p.mu.Unlock()
+		return nil, fmt.Errorf("upstream %s: %w", p.base.name, errSessionEnded)
+	}
 	if !ok {
 		if len(p.conns) >= p.max {
 			p.mu.Unlock()

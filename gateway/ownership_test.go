@@ -227,3 +227,65 @@ func TestURLElicitationCompletesAtItsOwnClient(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestOfASessionOutlivesItsOtherCalls: over stdio a request from the upstream is known
+// by its session, not by its call. While a session has two calls in flight on its own
+// connection, a sampling request of one must not be cancelled when the other call ends.
+func TestRequestOfASessionOutlivesItsOtherCalls(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("own", "reverse", "    isolation: session\n"), nil)
+	defer tg.close()
+	arrived := make(chan struct{}, 1)
+	answer := make(chan struct{})
+	progressed := make(chan struct{}, 16)
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		},
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			arrived <- struct{}{}
+			<-answer
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
+		},
+	})
+	ctx := ctxT(t)
+	cancelled := func() string {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "own__cancels"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return textOf(t, res)
+	}
+	// Which call the request is taken for depends on map order: several rounds.
+	for round := range 6 {
+		holdCtx, release := context.WithCancel(ctx)
+		held := holdInFlight(t, holdCtx, cs, "own__hold", progressed)
+		got := make(chan string, 1)
+		go func() {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "own__slow_ask", Arguments: map[string]any{"text": "x"}})
+			if err != nil {
+				got <- "error: " + err.Error()
+				return
+			}
+			got <- textOf(t, res)
+		}()
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			t.Fatal("no sampling request reached the client")
+		}
+		release() // the other call ends while the client thinks
+		<-held
+		for want := fmt.Sprint(round + 1); cancelled() != want; {
+			if ctx.Err() != nil {
+				t.Fatal("the upstream never saw the held call cancelled")
+			}
+		}
+		answer <- struct{}{}
+		if r := <-got; r != "sampled=ok" {
+			t.Fatalf("round %d: the sampling call got %q after another call of its session ended", round, r)
+		}
+	}
+}

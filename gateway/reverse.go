@@ -34,6 +34,27 @@ type callOwner struct {
 	logLevel string
 }
 
+// forSession is the owner of a message known to be for o's session but not for o's call:
+// it goes on o's stream while that is open, else on the session's standalone stream, and
+// lives as long as the session.
+func (o *callOwner) forSession(g *Gateway) *callOwner {
+	so := *o
+	so.out = fallbackSink{first: o.out, then: standaloneSink{o.session, g}}
+	so.ctx = o.session.ctx
+	so.clientID = protocol.ID{}
+	return &so
+}
+
+// fallbackSink sends on first, or on then once first has ended.
+type fallbackSink struct{ first, then messageSink }
+
+func (s fallbackSink) send(m protocol.Message) error {
+	if err := s.first.send(m); err == nil {
+		return nil
+	}
+	return s.then.send(m)
+}
+
 // messageSink takes messages for a client.
 type messageSink interface {
 	send(protocol.Message) error
@@ -202,6 +223,11 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 // says why.
 func (g *Gateway) ownerOf(r *route, origin upstream.Origin) (*callOwner, noOwner) {
 	if owner, ok := origin.Caller.(*callOwner); ok && owner != nil {
+		if origin.Arrival == upstream.Unattributed {
+			// Known by its session, not by its call: it must not end with whichever of the
+			// session's calls it was attributed to.
+			return owner.forSession(g), 0
+		}
 		return owner, 0
 	}
 	if owner := g.boundOwner(r); owner != nil {
@@ -338,11 +364,12 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		// elicitationId (the notification may come on any stream, after the call), else by
 		// where the notification came.
 		id, _, _ := protocol.StringMember(n.Params, "elicitationId")
-		if ls := g.elicitations.take(r.connKey(""), id); ls != nil {
+		owner, _ := g.ownerOf(r, origin)
+		if ls := g.elicitations.take(r.connKey(""), id); ls != nil && (owner == nil || owner.session != ls) {
 			_ = standaloneSink{ls, g}.send(n)
 			return
 		}
-		if owner, _ := g.ownerOf(r, origin); owner != nil && owner.caps.elicitURL {
+		if owner != nil && owner.caps.elicitURL {
 			if err := owner.out.send(n); err != nil {
 				_ = standaloneSink{owner.session, g}.send(n)
 			}

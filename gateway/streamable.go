@@ -466,20 +466,19 @@ func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session
 	forget := g.recordCall(ctx, ls, cc.owner, req.Method)
 	defer forget()
 	result, err := g.dispatch(ctx, cc, req)
-	resp := &protocol.Response{ID: req.ID, Result: result}
-	if err != nil {
-		if ctx.Err() != nil && ls.ctx.Err() != nil {
-			// The session ended while the call ran; nobody is waiting for the answer.
-			return nil
-		}
-		if errors.Is(context.Cause(ctx), errClientCancelled) {
-			// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2).
-			g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
-			return nil
-		}
-		resp = &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session", fingerprint(rec.ID), "method", req.Method), requestID)}
+	switch {
+	case ls.ctx.Err() != nil:
+		// The session ended while the call ran; nobody is waiting for the answer.
+		return nil
+	case errors.Is(context.Cause(ctx), errClientCancelled):
+		// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2), whatever
+		// the call came to meanwhile (a tool result saying the upstream was unavailable).
+		g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
+		return nil
+	case err != nil:
+		return &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session", fingerprint(rec.ID), "method", req.Method), requestID)}
 	}
-	return resp
+	return &protocol.Response{ID: req.ID, Result: result}
 }
 
 // responder carries the messages of one POSTed request (or batch) to its client: the
@@ -531,10 +530,9 @@ func (o *responder) run(ctx context.Context) {
 				_ = o.rc.Flush()
 				return
 			}
-			// A JSON answer is written on this handler's own goroutine, so a client that
-			// does not read it holds up no one else; it needs no deadline.
+			// A client that does not read its answer must not pin it for ever.
 			o.w.Header().Set("Content-Type", "application/json")
-			_, _ = o.w.Write(batch[0])
+			_ = writeWithDeadline(o.w, o.rc, batch[0])
 			return
 		}
 		if !started && (streamed || len(batch) > 0) {
@@ -596,6 +594,9 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 			"this session already has an open stream; close it before opening another"))
 		return
 	}
+	// What is queued when the stream ends has nowhere to go: later puts fail at once, so a
+	// request sent to the client there is not left waiting.
+	defer box.drop()
 	defer ls.closeStream(box)
 	rc := http.NewResponseController(w)
 	startSSE(w)

@@ -157,6 +157,11 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if on && cc.owner != nil && cc.owner.session.ctx.Err() != nil {
+		// The session ended while the upstream subscribed: its subscriptions were already
+		// dropped, so this one is not added back (the upstream's is left to lapse).
+		return nil, errSessionEnded
+	}
 	if on {
 		e.sessions[cc.SessionID] = true
 		e.on = info

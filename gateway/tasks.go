@@ -119,7 +119,7 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, r *route, re
 	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.connKey(cc.SessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
 	switch err := g.store.PutTask(ctx, rec); {
 	case errors.Is(err, session.ErrTooManyTasks):
-		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session_id", cc.SessionID, "upstream", r.name)
+		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(cc.SessionID), "upstream", r.name)
 		g.cancelOrphanTask(ctx, cc, r, upstreamID)
 		return unavailableResult(r.name, reasonTooManyTasks,
 			"This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. "+
@@ -150,14 +150,14 @@ func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, r *ro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCancelTimeout)
 	defer cancel()
 	if _, err := g.forward(ctx, cc, r, methodTasksCancel, params); err != nil {
-		g.logger.Debug("cancelling a task the gateway did not keep failed", "session_id", cc.SessionID, "upstream", r.name, "error", err.Error())
+		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(cc.SessionID), "upstream", r.name, "error", err.Error())
 	}
 }
 
 // endTask tells the store that a task reached a terminal status.
 func (g *Gateway) endTask(ctx context.Context, rec session.TaskRecord) {
 	if err := g.store.EndTask(context.WithoutCancel(ctx), rec.ID); err != nil {
-		g.logger.Warn("recording a task's end failed", "session_id", rec.SessionID, "error", err.Error())
+		g.logger.Warn("recording a task's end failed", "session", fingerprint(rec.SessionID), "error", err.Error())
 	}
 }
 

@@ -320,9 +320,9 @@ const killWait = 2 * time.Second
 // returns within about twice the grace period plus 2×killWait, whatever the child does.
 func (c *stdioConn) Close() error {
 	c.closeOnce.Do(func() {
-		c.writeMu.Lock()
+		// Not under writeMu: a write blocked on a child that stopped reading holds it until
+		// its deadline. Closing the file ends that write at once.
 		c.stdin.Close()
-		c.writeMu.Unlock()
 		pid := c.cmd.Process.Pid
 		if !c.waitExited(c.grace) {
 			c.signal(syscall.SIGTERM)

@@ -180,12 +180,14 @@ func New(flavor string) (*mcp.Server, error) {
 //   - "roots_later": asks for roots after its call returned, and writes "roots_later got
 //     <answer>" to stderr; "last_roots" answers the first root's URI (or "no roots", or the
 //     error);
-//   - "hold": reports progress once (when the caller gave a token), then runs until cancelled;
+//   - "hold": reports progress once (when the caller gave a token), then runs until cancelled,
+//     which "cancels" counts;
 //   - "flood" {count}: reports progress count times, then runs until cancelled;
 //   - "roots_changes": how many notifications/roots/list_changed the server received;
 //   - "url_elicit" {text}: elicits in URL mode with elicitationId "el-<text>", returns, and
 //     then announces that elicitation complete, outside its call.
 func addReverseTools(server *mcp.Server) {
+	var cancels atomic.Int64 // of "block" and "hold" calls
 	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
 		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
 			MaxTokens: 10,
@@ -273,6 +275,7 @@ func addReverseTools(server *mcp.Server) {
 				}
 			}
 			<-ctx.Done()
+			cancels.Add(1)
 			return nil, nil, ctx.Err()
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "flood", Description: "reports progress count times, then runs until cancelled"},
@@ -307,7 +310,6 @@ func addReverseTools(server *mcp.Server) {
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return text(fmt.Sprint(rootsChanges.Load())), nil, nil
 		})
-	var cancels atomic.Int64
 	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			<-ctx.Done()
