@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -135,5 +137,33 @@ func TestStdioCloseKillsChildThatLeftItsProcessGroup(t *testing.T) {
 		if strings.HasPrefix(rec, "ERROR ") {
 			t.Errorf("Close logged %q; SIGKILL should have ended the child", rec)
 		}
+	}
+}
+
+// TestStdioCloseDoesNotWaitForABlockedWrite: a child that stops reading its stdin leaves a
+// write blocked until its deadline (here an hour away). Closing the connection must end that
+// write and return, not wait behind it.
+func TestStdioCloseDoesNotWaitForABlockedWrite(t *testing.T) {
+	c, err := startStdio("deaf", stdioOptions{Command: "sleep", Args: []string{"60"}, Grace: 50 * time.Millisecond}, slog.New(&logRecorder{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.cmd.Process.Kill() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	written := make(chan error, 1)
+	big := &protocol.Notification{Method: "notifications/big", Params: json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`)}
+	go func() { written <- c.Write(ctx, big) }()
+	// The write holds the write lock while it is blocked on the full pipe.
+	waitUntil(t, "the write blocked on the child's full stdin", func() bool {
+		if c.writeMu.TryLock() {
+			c.writeMu.Unlock()
+			return false
+		}
+		return true
+	})
+	c.Close()
+	if err := <-written; err == nil {
+		t.Error("the blocked write succeeded; the child never read it")
 	}
 }
