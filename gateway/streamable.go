@@ -530,9 +530,11 @@ func (o *responder) run(ctx context.Context) {
 				_ = o.rc.Flush()
 				return
 			}
-			// A client that does not read its answer must not pin it for ever.
+			// A client that does not read its answer must not pin it for ever. No flush: the
+			// server sends the answer, with its length, when the handler returns.
 			o.w.Header().Set("Content-Type", "application/json")
-			_ = writeWithDeadline(o.w, o.rc, batch[0])
+			_ = o.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+			_, _ = o.w.Write(batch[0])
 			return
 		}
 		if !started && (streamed || len(batch) > 0) {
