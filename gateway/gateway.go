@@ -371,18 +371,29 @@ func (g *Gateway) endLocal(id string) {
 	g.dropSubscriptions(id)
 }
 
-// resyncLogLevels sets the log levels of upstreams in the background, after one (re)connected.
-func (g *Gateway) resyncLogLevels() {
-	if g.ctx.Err() != nil {
-		return
+// goWorker runs f on a goroutine the gateway owns: Close waits for it. Once Close has begun it
+// refuses (false), so that no goroutine joins the group while Close waits for it.
+func (g *Gateway) goWorker(f func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing {
+		return false
 	}
 	g.workers.Add(1)
 	go func() {
 		defer g.workers.Done()
+		f()
+	}()
+	return true
+}
+
+// resyncLogLevels sets the log levels of upstreams in the background, after one (re)connected.
+func (g *Gateway) resyncLogLevels() {
+	g.goWorker(func() {
 		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
 		defer cancel()
 		g.syncLogLevels(ctx)
-	}()
+	})
 }
 
 // localSession returns this process's part of session id, creating it on first use.

@@ -112,11 +112,9 @@ func (p *connPool) openLocked(session *liveSession) *pooledConn {
 	pc.route = r
 	p.conns[sessionID] = pc
 	p.g.clientRoutes.Store(client, r)
-	p.g.workers.Add(1)
-	go func() {
-		defer p.g.workers.Done()
-		client.Run(p.g.ctx)
-	}()
+	// Refused once the gateway closes: the connection then never becomes ready, the call
+	// waiting for it ends with its session, and closeAll closes it.
+	p.g.goWorker(func() { client.Run(p.g.ctx) })
 	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
 	return pc
 }
@@ -133,13 +131,14 @@ func (p *connPool) closeSession(sessionID string) {
 }
 
 func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
-	p.g.workers.Add(1)
-	go func() {
-		defer p.g.workers.Done()
+	closeIt := func() {
 		pc.route.client.Close()
 		p.g.clientRoutes.Delete(pc.route.client)
 		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
-	}()
+	}
+	if !p.g.goWorker(closeIt) {
+		closeIt() // the gateway is closing: at once, on the caller's goroutine
+	}
 }
 
 // sweep closes connections idle for longer than the idle time. Idleness is decided and the

@@ -208,19 +208,15 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 		}
 	}
 	s.mu.Unlock()
-	if g.ctx.Err() != nil {
-		return // the upstreams are stopping
-	}
-	// One goroutine per key: a slow upstream delays only its own unsubscribe.
+	// One goroutine per key: a slow upstream delays only its own unsubscribe. None once the
+	// gateway closes: the upstreams are stopping.
 	for _, key := range last {
-		g.workers.Add(1)
-		go g.unsubscribeUnused(key)
+		g.goWorker(func() { g.unsubscribeUnused(key) })
 	}
 }
 
 // unsubscribeUnused unsubscribes key upstream unless a session subscribed to it meanwhile.
 func (g *Gateway) unsubscribeUnused(key subKey) {
-	defer g.workers.Done()
 	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
 	defer cancel()
 	s := &g.subs
@@ -280,15 +276,13 @@ func (g *Gateway) renewSubscriptions(r *route) {
 	if len(stale) == 0 {
 		return
 	}
-	g.workers.Add(1)
-	go g.renewKeys(stale)
+	g.goWorker(func() { g.renewKeys(stale) })
 }
 
 // renewKeys renews subscriptions, all within one timeout. Each key is renewed on its own, so
 // that one the upstream is slow to answer does not hold up the others; a failure is logged,
 // and the key is tried again the next time the upstream is ready or a client subscribes.
 func (g *Gateway) renewKeys(keys []subKey) {
-	defer g.workers.Done()
 	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
