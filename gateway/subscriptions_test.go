@@ -102,21 +102,7 @@ func TestSubscriptionSurvivesUpstreamRestart(t *testing.T) {
 		t.Fatalf("update for %q, want %q", got, uri)
 	}
 
-	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sem__crash"}); err == nil && !res.IsError {
-		t.Fatalf("crash answered %q; want the call to fail with the process", textOf(t, res))
-	}
-	// Counts start at zero in a new process: one subscribe there is the gateway's renewal.
-	eventually(t, 15*time.Second, "the restarted upstream is subscribed again", func() (bool, string) {
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sem__sub_counts"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.IsError {
-			return false, "down: " + textOf(t, res)
-		}
-		got := textOf(t, res)
-		return got == "subscribe=1 unsubscribe=0", got
-	})
+	crashAndAwaitResubscribe(t, ctx, cs, "sem", "the restarted upstream")
 	callText(t, cs, "sem__touch")
 	if got := awaitUpdate(t, updates, "after the upstream restarted"); got != uri {
 		t.Errorf("update for %q, want %q", got, uri)
@@ -182,20 +168,7 @@ func TestSubscriptionUnderSessionIsolation(t *testing.T) {
 	}
 
 	// A's own child crashes and is restarted: the new one is subscribed again.
-	if res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "iso__crash"}); err == nil && !res.IsError {
-		t.Fatalf("crash answered %q; want the call to fail with the process", textOf(t, res))
-	}
-	eventually(t, 15*time.Second, "A's restarted child is subscribed again", func() (bool, string) {
-		res, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "iso__sub_counts"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.IsError {
-			return false, "down: " + textOf(t, res)
-		}
-		got := textOf(t, res)
-		return got == "subscribe=1 unsubscribe=0", got
-	})
+	crashAndAwaitResubscribe(t, ctx, a, "iso", "A's restarted child")
 	callText(t, a, "iso__touch")
 	if got := awaitUpdate(t, updA, "A, after its child restarted"); got != isoURI {
 		t.Errorf("A: update for %q, want %q", got, isoURI)
@@ -295,4 +268,25 @@ func TestSlowSubscribeBlocksNoOtherSubscription(t *testing.T) {
 			t.Errorf("%s = %s, want %s", tool, got, want)
 		}
 	}
+}
+
+// crashAndAwaitResubscribe makes the upstream of prefix exit through cs, then waits until the
+// restarted one reports one subscribe: counts start at zero in a new process, so that one is
+// the gateway's renewal.
+func crashAndAwaitResubscribe(t *testing.T, ctx context.Context, cs *mcp.ClientSession, prefix, what string) {
+	t.Helper()
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: prefix + "__crash"}); err == nil && !res.IsError {
+		t.Fatalf("crash answered %q; want the call to fail with the process", textOf(t, res))
+	}
+	eventually(t, 15*time.Second, what+" is subscribed again", func() (bool, string) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: prefix + "__sub_counts"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError {
+			return false, "down: " + textOf(t, res)
+		}
+		got := textOf(t, res)
+		return got == "subscribe=1 unsubscribe=0", got
+	})
 }
