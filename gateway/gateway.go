@@ -302,6 +302,27 @@ func (g *Gateway) broadcast(method string) {
 	}
 }
 
+// notifySessions sends n on the standalone streams of those of the sessions ids that this
+// process serves.
+func (g *Gateway) notifySessions(n *protocol.Notification, ids ...string) {
+	data, err := protocol.Encode(n)
+	if err != nil {
+		g.logger.Error("encode notification", "method", n.Method, "error", err.Error())
+		return
+	}
+	g.mu.Lock()
+	live := make([]*liveSession, 0, len(ids))
+	for _, id := range ids {
+		if ls := g.live[id]; ls != nil {
+			live = append(live, ls)
+		}
+	}
+	g.mu.Unlock()
+	for _, ls := range live {
+		ls.notify(data, g.logger)
+	}
+}
+
 // liveSessions returns this process's sessions at this moment.
 func (g *Gateway) liveSessions() []*liveSession {
 	g.mu.Lock()

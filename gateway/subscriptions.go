@@ -348,15 +348,5 @@ func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
 	if err != nil {
 		return
 	}
-	data, err := protocol.Encode(&protocol.Notification{Method: n.Method, Params: params})
-	if err != nil {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, id := range ids {
-		if ls := g.live[id]; ls != nil {
-			ls.notify(data, g.logger)
-		}
-	}
+	g.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, ids...)
 }

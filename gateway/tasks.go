@@ -314,16 +314,7 @@ func (g *Gateway) deliverTaskStatus(r *route, n *protocol.Notification) {
 	if err != nil {
 		return
 	}
-	data, err := protocol.Encode(&protocol.Notification{Method: n.Method, Params: params})
-	if err != nil {
-		return
-	}
-	g.mu.Lock()
-	ls := g.live[rec.SessionID]
-	g.mu.Unlock()
-	if ls != nil {
-		ls.notify(data, g.logger)
-	}
+	g.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, rec.SessionID)
 }
 
 // hideTaskSupport removes tools' execution (taskSupport) from a tools/list page for clients
