@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"sync"
 
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -39,9 +40,12 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 	if want == "" {
 		return
 	}
+	// All upstreams at once: a slow one delays this sync by its own time only, not by the sum.
+	var wg sync.WaitGroup
 	for _, r := range g.routes {
-		g.setUpstreamLevel(ctx, r, want)
+		wg.Go(func() { g.setUpstreamLevel(ctx, r, want) })
 	}
+	wg.Wait()
 }
 
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
