@@ -92,7 +92,7 @@ func (ls *liveSession) notify(data []byte, logger *slog.Logger) bool {
 		return false
 	}
 	if err := stream.put(data, false); err != nil {
-		if stream.wasDropped() {
+		if errors.Is(err, errStreamOverflow) {
 			logger.Warn("a session's stream was closed: its client is not reading it", "session", fingerprint(ls.id))
 		}
 		return false

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ const eventWriteTimeout = 10 * time.Second
 
 // errStreamDone is returned by a put after the stream's last message, or after it was dropped.
 var errStreamDone = errors.New("the stream has ended")
+
+// errStreamOverflow is returned by the put that found the queue over its bounds and dropped
+// the stream.
+var errStreamOverflow = fmt.Errorf("%w: its client did not keep up", errStreamDone)
 
 // outbox is the bounded queue of messages waiting for one client stream. Any goroutine may put
 // (an upstream's read loop among them: a put never blocks); only the stream's own handler takes
@@ -58,7 +63,7 @@ func (b *outbox) put(data []byte, response bool) error {
 	}
 	if !response && len(b.queue) > 0 && (len(b.queue) >= maxQueuedMessages || b.size+len(data) > maxQueuedBytes) {
 		b.dropLocked()
-		return errStreamDone
+		return errStreamOverflow
 	}
 	b.queue = append(b.queue, data)
 	b.size += len(data)
@@ -122,13 +127,6 @@ func (b *outbox) take() (batch [][]byte, closed, dropped, streamed bool) {
 	defer b.mu.Unlock()
 	batch, b.queue, b.size = b.queue, nil, 0
 	return batch, b.closed, b.dropped, b.streamed
-}
-
-// wasDropped reports whether the stream was dropped.
-func (b *outbox) wasDropped() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped
 }
 
 // writeWithDeadline writes data and flushes it, within eventWriteTimeout.

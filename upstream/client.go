@@ -112,7 +112,9 @@ type Options struct {
 	// requests get a method-not-found error.
 	// origin tells which call's response stream carried the request, when the transport says.
 	OnRequest func(ctx context.Context, c *Client, req *protocol.Request, origin Origin) (json.RawMessage, error)
-	// OnNotification receives the upstream's notifications other than list_changed.
+	// OnNotification receives the upstream's notifications other than list_changed, with their
+	// Origin; notifications/progress, which names its request by token, carries only its
+	// Arrival.
 	OnNotification func(c *Client, n *protocol.Notification, origin Origin)
 	// HTTPClient makes the requests of HTTP upstreams. If nil, a client of its own that keeps
 	// up to 256 idle connections to the upstream and has no overall timeout (streams are
