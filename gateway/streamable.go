@@ -158,7 +158,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
 		out := newResponder(w, 1)
-		g.startRequest(out, r, rec, ls, m, requestID)
+		g.startRequest(out, rec, ls, m, requestID)
 		out.run(r.Context())
 	}
 }
@@ -223,7 +223,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		_ = out.respond(resp)
 	}
 	for _, req := range requests {
-		g.startRequest(out, r, rec, ls, req, requestID)
+		g.startRequest(out, rec, ls, req, requestID)
 	}
 	out.run(r.Context())
 }
@@ -371,7 +371,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 // request that brought it (design decision 10), and the handler meanwhile only writes what is
 // queued for the client. A request past the caps on requests in flight, or with an id already
 // in flight, is answered at once.
-func (g *Gateway) startRequest(out *responder, r *http.Request, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
+func (g *Gateway) startRequest(out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
 	refuse := func(e *protocol.Error) { _ = out.respond(&protocol.Response{ID: req.ID, Error: e}) }
 	// The session's own checks first, so that a request it refuses takes no place in the
 	// gateway's total, not even for a moment.

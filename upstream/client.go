@@ -110,7 +110,7 @@ type Options struct {
 	// OnRequest answers a request the upstream sends to its client (sampling, elicitation,
 	// roots). It runs on its own goroutine; ctx ends when the connection does. If nil, such
 	// requests get a method-not-found error.
-	// origin tells which call's response stream carried the request, when the transport says.
+	// origin says whom the request may be for, decided when it was read (see Origin).
 	OnRequest func(ctx context.Context, c *Client, req *protocol.Request, origin Origin) (json.RawMessage, error)
 	// OnNotification receives the upstream's notifications other than list_changed, with their
 	// Origin; notifications/progress, which names its request by token, carries only its
