@@ -1,0 +1,208 @@
+// Package hub keeps what is live of client sessions on this process: their SSE streams with
+// the bounded event logs that make them resumable, the client requests being served, and the
+// requests sent to clients that wait for an answer. Records of what a session is live in the
+// session store; the hub holds what cannot be written down. It is the seam through which a
+// replicated hub will carry messages between replicas: everything below the gateway's server
+// face addresses a session and a stream by id, never by pointer.
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrClosing is returned by Open once Close has begun.
+var ErrClosing = errors.New("the gateway is shutting down")
+
+// Options are a hub's settings; zero values take the defaults.
+type Options struct {
+	// Tag names this process in the ids it makes (streams, requests to clients), so that they
+	// are unique across replicas. If empty, random.
+	Tag string
+	// Now returns the current time. If nil, time.Now.
+	Now func() time.Time
+	// Limits bound each stream's log. If zero, 256 messages and 8 MiB.
+	Limits Limits
+	// Retention is how long a complete stream is kept for a client to resume. If zero, a
+	// minute.
+	Retention time.Duration
+	// MaxStreams bounds the streams a session keeps; complete ones go first. If zero, 64.
+	MaxStreams int
+}
+
+// Local is the in-process hub.
+type Local struct {
+	opts Options
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu sync.Mutex
+	// sessions holds the live sessions by id. Guarded by mu.
+	sessions map[string]*Session
+	// ended remembers recently ended sessions, so that a request that raced their end does not
+	// bring them back to life. Pruned by Sweep. Guarded by mu.
+	ended map[string]time.Time
+	// closing is set by Close. Guarded by mu.
+	closing bool
+
+	// requests counts the client requests being served (Session.Begin), which may outlive
+	// the HTTP requests that brought them.
+	requests sync.WaitGroup
+}
+
+// New returns an empty hub; sessions' contexts derive from parent.
+func New(parent context.Context, opts *Options) *Local {
+	h := &Local{sessions: map[string]*Session{}, ended: map[string]time.Time{}}
+	if opts != nil {
+		h.opts = *opts
+	}
+	if h.opts.Tag == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		h.opts.Tag = base64.RawURLEncoding.EncodeToString(b[:])
+	}
+	if h.opts.Now == nil {
+		h.opts.Now = time.Now
+	}
+	if h.opts.Limits.Messages <= 0 {
+		h.opts.Limits.Messages = 256
+	}
+	if h.opts.Limits.Bytes <= 0 {
+		h.opts.Limits.Bytes = 8 << 20
+	}
+	if h.opts.Retention <= 0 {
+		h.opts.Retention = time.Minute
+	}
+	if h.opts.MaxStreams <= 0 {
+		h.opts.MaxStreams = 64
+	}
+	h.ctx, h.stop = context.WithCancel(parent)
+	return h
+}
+
+// Tag is the hub's tag.
+func (h *Local) Tag() string { return h.opts.Tag }
+
+// Open returns the live part of session id, creating it on first use. It fails for a session
+// that ended meanwhile, and once Close has begun.
+func (h *Local) Open(id string) (*Session, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return nil, ErrClosing
+	}
+	s, ok := h.sessions[id]
+	if !ok {
+		if _, ended := h.ended[id]; ended {
+			return nil, ErrSessionEnded
+		}
+		s = newSession(h, id)
+		h.sessions[id] = s
+	}
+	return s, nil
+}
+
+// Lookup returns the live part of session id, nil when it has none here.
+func (h *Local) Lookup(id string) *Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+// End ends session id here: its calls are cancelled and its streams dropped. It reports
+// whether the session was live here.
+func (h *Local) End(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.sessions[id]
+	delete(h.sessions, id)
+	h.ended[id] = h.opts.Now()
+	if s != nil {
+		// Under h.mu, so that a Close that no longer finds the session knows it has ended and
+		// no request of it begins.
+		s.end()
+	}
+	return s != nil
+}
+
+// Close ends every session and refuses new ones. It does not wait for their requests: see
+// RequestsDone.
+func (h *Local) Close() {
+	h.mu.Lock()
+	h.closing = true
+	sessions := h.sessions
+	h.sessions = map[string]*Session{}
+	h.mu.Unlock()
+	for _, s := range sessions {
+		s.end()
+	}
+}
+
+// RequestsDone is closed once no request admitted by Begin is being served. Call it after
+// Close, when no request begins any more.
+func (h *Local) RequestsDone() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		h.requests.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// Sessions returns the live sessions at this moment.
+func (h *Local) Sessions() []*Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Sweep forgets sessions that ended before cutoff (no request that started before they ended
+// can still be on its way) and complete streams kept past the retention period.
+func (h *Local) Sweep(cutoff time.Time) {
+	h.mu.Lock()
+	for id, at := range h.ended {
+		if at.Before(cutoff) {
+			delete(h.ended, id)
+		}
+	}
+	sessions := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		sessions = append(sessions, s)
+	}
+	h.mu.Unlock()
+	for _, s := range sessions {
+		s.mu.Lock()
+		s.pruneLocked()
+		s.mu.Unlock()
+	}
+}
+
+// ErrNoStream is returned by Deliver when the session or the stream is not live here.
+var ErrNoStream = errors.New("no such stream here")
+
+// Deliver puts a message on a session's stream: streamID's, or the standalone stream when
+// streamID is empty. It never blocks.
+func (h *Local) Deliver(sessionID, streamID string, data []byte) error {
+	s := h.Lookup(sessionID)
+	if s == nil {
+		return ErrNoStream
+	}
+	var st *Stream
+	if streamID == "" {
+		st = s.Standalone()
+	} else {
+		st = s.Stream(streamID)
+	}
+	if st == nil {
+		return ErrNoStream
+	}
+	return st.Put(data, false)
+}

@@ -1,0 +1,274 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+func newTestHub(t *testing.T, opts *Options) *Local {
+	t.Helper()
+	h := New(context.Background(), opts)
+	t.Cleanup(h.Close)
+	return h
+}
+
+func openSession(t *testing.T, h *Local, id string) *Session {
+	t.Helper()
+	s, err := h.Open(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// drain returns the data of the events a cursor has now, and the stream's state.
+func drain(c *Cursor) ([]string, State) {
+	events, state, _ := c.Next()
+	var out []string
+	for _, e := range events {
+		out = append(out, string(e.Data))
+	}
+	return out, state
+}
+
+func TestResumeDeliversWhatTheDroppedConnectionMissed(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	st := s.NewStream(1)
+	c, err := st.Attach(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MarkResumable()
+	_ = st.Put([]byte("progress 1"), false)
+	got, _ := drain(c)
+	if fmt.Sprint(got) != "[progress 1]" {
+		t.Fatalf("first connection got %v", got)
+	}
+	c.Detach() // the connection dropped; the call goes on
+	_ = st.Put([]byte("progress 2"), false)
+	if err := st.Put([]byte("result"), true); err != nil {
+		t.Fatalf("the answer after the drop: %v", err)
+	}
+
+	resumed, c2, err := s.Resume(st.EventID(1))
+	if err != nil || resumed != st {
+		t.Fatalf("Resume: %v, %v", resumed, err)
+	}
+	got, state := drain(c2)
+	if fmt.Sprint(got) != "[progress 2 result]" || state != Complete {
+		t.Errorf("resumed connection got %v (%v), want what came after event 1, complete", got, state)
+	}
+	// Resuming again from the priming event replays everything, once each.
+	_, c3, err := s.Resume(st.EventID(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := drain(c3); fmt.Sprint(got) != "[progress 1 progress 2 result]" {
+		t.Errorf("resumed from the priming event: %v", got)
+	}
+}
+
+func TestResumeRefusesIDsOfOtherSessionsAndUnknownStreams(t *testing.T) {
+	h := newTestHub(t, nil)
+	a, b := openSession(t, h, "a"), openSession(t, h, "b")
+	st := a.NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+	_ = st.Put([]byte("for a only"), false)
+	c.Detach()
+
+	for _, id := range []string{st.EventID(0), "nonsense", "", "x.1", st.ID() + ".x"} {
+		if _, _, err := b.Resume(id); !errors.Is(err, ErrUnknownStream) {
+			t.Errorf("session b resumed %q: %v, want ErrUnknownStream", id, err)
+		}
+	}
+	// An id past what the stream holds is no place to resume from.
+	if _, _, err := a.Resume(st.EventID(5)); !errors.Is(err, ErrEventsLost) {
+		t.Errorf("resume past the end: %v", err)
+	}
+}
+
+func TestStreamThatCannotBeResumedIsDroppedWithItsConnection(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	st := s.NewStream(1)
+	c, _ := st.Attach(0)
+	c.Detach() // never told the client an id: it cannot come back
+	if err := st.Put([]byte("request to the client"), false); !errors.Is(err, ErrStreamDone) {
+		t.Errorf("put after the connection left: %v, want ErrStreamDone", err)
+	}
+	if s.Stream(st.ID()) != nil {
+		t.Error("the stream is still held")
+	}
+}
+
+func TestStreamLogIsBounded(t *testing.T) {
+	h := newTestHub(t, &Options{Limits: Limits{Messages: 4, Bytes: 1 << 20}})
+	s := openSession(t, h, "a")
+
+	// Written events make room for new ones.
+	st := s.NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+	for i := range 10 {
+		if err := st.Put(fmt.Appendf(nil, "m%d", i), false); err != nil {
+			t.Fatalf("put %d with a reader keeping up: %v", i, err)
+		}
+		drain(c)
+	}
+	if _, _, err := s.Resume(st.EventID(1)); !errors.Is(err, ErrEventsLost) {
+		t.Errorf("resume from an event no longer held: %v, want ErrEventsLost", err)
+	}
+
+	// Unwritten events past the bound drop the stream; the response still goes before that.
+	st2 := s.NewStream(1)
+	var err error
+	for i := 0; err == nil && i < 10; i++ {
+		err = st2.Put([]byte("x"), false)
+	}
+	if !errors.Is(err, ErrStreamOverflow) || !st2.Overflowed() {
+		t.Errorf("unread stream: %v, want ErrStreamOverflow", err)
+	}
+	if err := st2.Put([]byte("late"), true); !errors.Is(err, ErrStreamDone) {
+		t.Errorf("put after the overflow: %v", err)
+	}
+}
+
+func TestStandaloneStream(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	st, c, err := s.OpenStandalone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MarkResumable()
+	if _, _, err := s.OpenStandalone(); !errors.Is(err, ErrStreamOpen) {
+		t.Errorf("a second standalone connection: %v, want ErrStreamOpen", err)
+	}
+	if !s.Listening() {
+		t.Error("Listening is false with a connection")
+	}
+	c.Detach()
+	if s.Listening() {
+		t.Error("Listening is true without a connection")
+	}
+	// While the client is away, messages wait for it.
+	if err := h.Deliver("a", "", []byte("list_changed")); err != nil {
+		t.Fatalf("Deliver to the standalone stream: %v", err)
+	}
+	_, c2, err := s.Resume(st.EventID(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := drain(c2); fmt.Sprint(got) != "[list_changed]" {
+		t.Errorf("resumed standalone stream: %v", got)
+	}
+	// Another connection taking the stream over detaches the first.
+	_, c3, err := s.Resume(st.EventID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, state := drain(c2); state != Detached {
+		t.Errorf("the replaced connection's state: %v, want Detached", state)
+	}
+	c3.Detach()
+	// A new GET without Last-Event-ID replaces a detached standalone stream.
+	st4, _, err := s.OpenStandalone()
+	if err != nil || st4 == st {
+		t.Fatalf("reopen: %v", err)
+	}
+	if _, _, err := s.Resume(st.EventID(1)); !errors.Is(err, ErrUnknownStream) {
+		t.Errorf("resume of the replaced stream: %v", err)
+	}
+}
+
+func TestCompleteStreamsAreKeptForTheRetentionPeriod(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newTestHub(t, &Options{Now: func() time.Time { return now }, Retention: time.Minute, MaxStreams: 3})
+	s := openSession(t, h, "a")
+	st := s.NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+	_ = st.Put([]byte("result"), true)
+	drain(c)
+	c.Detach()
+	if _, _, err := s.Resume(st.EventID(0)); err != nil {
+		t.Fatalf("resume within the retention period: %v", err)
+	}
+	s.Stream(st.ID()).writer.Detach()
+	now = now.Add(2 * time.Minute)
+	h.Sweep(now)
+	if _, _, err := s.Resume(st.EventID(0)); !errors.Is(err, ErrUnknownStream) {
+		t.Errorf("resume after the retention period: %v", err)
+	}
+	// A session keeps at most MaxStreams; complete ones go first.
+	for range 5 {
+		s.NewStream(1)
+	}
+	if n := len(s.streams); n > 5 {
+		t.Errorf("%d streams kept", n)
+	}
+}
+
+func TestEndedSessionRefusesWork(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	ctx, done, err := s.Begin(protocol.IntID(1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Begin(protocol.IntID(1), 0); !errors.Is(err, ErrDuplicateID) {
+		t.Errorf("same id twice: %v", err)
+	}
+	if _, _, err := s.Begin(protocol.IntID(2), 1); !errors.Is(err, ErrTooManyCalls) {
+		t.Errorf("past the limit: %v", err)
+	}
+	st := s.NewStream(1)
+	h.End("a")
+	if ctx.Err() == nil {
+		t.Error("the request's context outlived its session")
+	}
+	done()
+	s.RequestDone()
+	if err := st.Put([]byte("x"), true); !errors.Is(err, ErrStreamDone) {
+		t.Errorf("put on an ended session's stream: %v", err)
+	}
+	if _, err := h.Open("a"); !errors.Is(err, ErrSessionEnded) {
+		t.Errorf("reopen an ended session: %v", err)
+	}
+	select {
+	case <-h.RequestsDone():
+	case <-time.After(time.Minute):
+		t.Error("RequestsDone did not close")
+	}
+}
+
+func TestAskAndAnswer(t *testing.T) {
+	h := newTestHub(t, &Options{Tag: "rep1"})
+	s := openSession(t, h, "a")
+	cancelled := make(chan struct{})
+	id, answer, forget := s.Ask(func() { close(cancelled) })
+	defer forget()
+	if id.String() != `"rep1-1"` {
+		t.Errorf("id %s does not carry the hub's tag", id)
+	}
+	if s.Answer(&protocol.Response{ID: protocol.StringID("other")}) {
+		t.Error("an answer to nothing was taken")
+	}
+	if !s.Answer(&protocol.Response{ID: id, Result: []byte(`{}`)}) {
+		t.Fatal("the answer was not taken")
+	}
+	if resp := <-answer; string(resp.Result) != "{}" {
+		t.Errorf("answer %s", resp.Result)
+	}
+	id2, _, forget2 := s.Ask(func() { close(cancelled) })
+	defer forget2()
+	s.CancelAsk(id2)
+	<-cancelled
+}

@@ -1,0 +1,304 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// Reasons Begin and OpenStandalone refuse.
+var (
+	ErrSessionEnded = errors.New("session ended")
+	ErrDuplicateID  = errors.New("request id already in flight")
+	ErrTooManyCalls = errors.New("too many requests in flight")
+	// ErrStreamOpen is returned by OpenStandalone while a connection writes the session's
+	// standalone stream.
+	ErrStreamOpen = errors.New("the session's standalone stream is open")
+)
+
+// ErrClientCancelled is the cause of a request context the client cancelled.
+var ErrClientCancelled = errors.New("cancelled by the client")
+
+// Session is this process's live part of one client session: its streams and their logs, the
+// client requests being served, and the requests sent to its client that wait for an answer.
+// What a session is (its record) lives in the session store.
+type Session struct {
+	id  string
+	hub *Local
+	// ctx ends when the session ends (DELETE, expiry, shutdown); the session's upstream calls
+	// run under it, not under one HTTP connection (design decision 10).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// streams holds the session's streams that are open or kept for resumption, by id.
+	// Guarded by mu.
+	streams map[string]*Stream
+	// standalone is the stream of GET requests, nil when none. Guarded by mu.
+	standalone *Stream
+	// inflight holds a cancel func per client request id being served. Guarded by mu.
+	inflight map[protocol.ID]context.CancelCauseFunc
+	// pending holds the requests sent to the client that wait for its answer. Guarded by mu.
+	pending map[protocol.ID]pendingAsk
+	// streamSeq and askSeq number the session's streams and the requests sent to its client.
+	// Guarded by mu.
+	streamSeq, askSeq uint64
+}
+
+func newSession(h *Local, id string) *Session {
+	s := &Session{id: id, hub: h, streams: map[string]*Stream{}, inflight: map[protocol.ID]context.CancelCauseFunc{}, pending: map[protocol.ID]pendingAsk{}}
+	s.ctx, s.cancel = context.WithCancel(h.ctx)
+	return s
+}
+
+// ID is the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Context ends when the session does.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// end cancels the session's calls and drops its streams. No request begins after it.
+func (s *Session) end() {
+	s.mu.Lock()
+	s.cancel()
+	streams := s.streams
+	s.streams, s.standalone = map[string]*Stream{}, nil
+	s.mu.Unlock()
+	for _, st := range streams {
+		st.mu.Lock()
+		st.dropLocked()
+		st.mu.Unlock()
+	}
+}
+
+// Begin registers a client request in flight and returns its context and the func that ends
+// it. It refuses an id already in flight, a request past limit requests of this session, and
+// any request once the session has ended. A request it admits is counted among the hub's
+// requests until the one serving it calls RequestDone.
+func (s *Session) Begin(id protocol.ID, limit int) (context.Context, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch _, dup := s.inflight[id]; {
+	case s.ctx.Err() != nil:
+		return nil, nil, ErrSessionEnded
+	case dup:
+		return nil, nil, ErrDuplicateID
+	case limit > 0 && len(s.inflight) >= limit:
+		return nil, nil, ErrTooManyCalls
+	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	s.inflight[id] = cancel
+	s.hub.requests.Add(1)
+	return ctx, func() {
+		s.mu.Lock()
+		delete(s.inflight, id)
+		s.mu.Unlock()
+		cancel(nil)
+	}, nil
+}
+
+// RequestDone is called once by the goroutine that served a request Begin admitted.
+func (s *Session) RequestDone() { s.hub.requests.Done() }
+
+// CancelRequest cancels the client's request id, if in flight (notifications/cancelled).
+func (s *Session) CancelRequest(id protocol.ID) bool {
+	s.mu.Lock()
+	cancel, ok := s.inflight[id]
+	s.mu.Unlock()
+	if ok {
+		cancel(ErrClientCancelled)
+	}
+	return ok
+}
+
+// NewStream starts the stream of a POST that expects responses responses. Complete streams
+// kept past the retention period, or past the session's number of kept streams, are forgotten.
+func (s *Session) NewStream(responses int) *Stream {
+	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: responses, first: 1}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.id = s.nextStreamIDLocked()
+	if s.ctx.Err() != nil {
+		st.dropped = true
+		return st
+	}
+	s.pruneLocked()
+	s.streams[st.id] = st
+	return st
+}
+
+func (s *Session) nextStreamIDLocked() string {
+	s.streamSeq++
+	return s.hub.opts.Tag + "_" + strconv.FormatUint(s.streamSeq, 36)
+}
+
+// pruneLocked forgets complete streams kept too long, and the oldest ones past the session's
+// number of kept streams.
+func (s *Session) pruneLocked() {
+	cutoff := s.hub.opts.Now().Add(-s.hub.opts.Retention)
+	for id, st := range s.streams {
+		if st.expired(cutoff) {
+			delete(s.streams, id)
+		}
+	}
+	for len(s.streams) >= s.hub.opts.MaxStreams {
+		var oldest *Stream
+		for _, st := range s.streams {
+			st.mu.Lock()
+			kept := st.writer == nil && (st.complete || st.dropped)
+			st.mu.Unlock()
+			if kept && (oldest == nil || streamBefore(st, oldest)) {
+				oldest = st
+			}
+		}
+		if oldest == nil {
+			return // all in use: the new one is still admitted
+		}
+		delete(s.streams, oldest.id)
+	}
+}
+
+// streamBefore orders streams by age, through the number in their id.
+func streamBefore(a, b *Stream) bool {
+	return len(a.id) < len(b.id) || len(a.id) == len(b.id) && a.id < b.id
+}
+
+// OpenStandalone opens the session's standalone stream (GET without Last-Event-ID) and
+// attaches the caller to it. One connection at a time: while one writes it, ErrStreamOpen. A
+// standalone stream whose connection dropped is replaced: a client that opens a new one does
+// not want the old one's events.
+func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return nil, nil, ErrSessionEnded
+	}
+	if old := s.standalone; old != nil {
+		if old.attached() {
+			s.mu.Unlock()
+			return nil, nil, ErrStreamOpen
+		}
+		delete(s.streams, old.id)
+		old.mu.Lock()
+		old.dropLocked()
+		old.mu.Unlock()
+	}
+	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: -1, first: 1}
+	st.id = s.nextStreamIDLocked()
+	s.standalone = st
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	c, err := st.Attach(0)
+	return st, c, err
+}
+
+// Resume attaches the caller to the stream that lastEventID came from, after that event: a
+// stream of this session only (mcp-notes §4.5). It fails with ErrUnknownStream for an id of
+// no stream of the session, ErrEventsLost when what came after it is no longer held.
+func (s *Session) Resume(lastEventID string) (*Stream, *Cursor, error) {
+	streamID, seq, ok := splitEventID(lastEventID)
+	if !ok {
+		return nil, nil, ErrUnknownStream
+	}
+	s.mu.Lock()
+	st := s.streams[streamID]
+	s.mu.Unlock()
+	if st == nil {
+		return nil, nil, ErrUnknownStream
+	}
+	c, err := st.Attach(seq)
+	if errors.Is(err, ErrStreamDone) {
+		return nil, nil, ErrUnknownStream
+	}
+	return st, c, err
+}
+
+// Stream returns the session's stream id, nil when it is not held.
+func (s *Session) Stream(id string) *Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+// Standalone returns the session's standalone stream, nil when none.
+func (s *Session) Standalone() *Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.standalone
+}
+
+// Listening reports whether a connection writes the session's standalone stream: a client
+// that listens is using its session.
+func (s *Session) Listening() bool {
+	st := s.Standalone()
+	return st != nil && st.attached()
+}
+
+// Busy reports whether the session has client requests in flight or requests waiting for its
+// client's answer: it is in use, whatever its last request's time.
+func (s *Session) Busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight) > 0 || len(s.pending) > 0
+}
+
+// forget removes a dropped stream.
+func (s *Session) forget(st *Stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[st.id] == st {
+		delete(s.streams, st.id)
+	}
+	if s.standalone == st {
+		s.standalone = nil
+	}
+}
+
+// pendingAsk is a request sent to the client: where its answer goes, and how to give up.
+type pendingAsk struct {
+	answer chan *protocol.Response
+	cancel func()
+}
+
+// Ask registers a request to the client under a new id, which carries the hub's tag so that
+// the answer finds its way without a lookup; cancel is how CancelAsk gives up on it. It
+// returns the id, the channel its answer comes on, and the func that forgets it.
+func (s *Session) Ask(cancel func()) (protocol.ID, <-chan *protocol.Response, func()) {
+	ch := make(chan *protocol.Response, 1)
+	s.mu.Lock()
+	s.askSeq++
+	id := protocol.StringID(s.hub.opts.Tag + "-" + strconv.FormatUint(s.askSeq, 10))
+	s.pending[id] = pendingAsk{answer: ch, cancel: cancel}
+	s.mu.Unlock()
+	return id, ch, func() {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}
+}
+
+// Answer delivers a client's answer to a request sent to it; it reports whether one was
+// waiting.
+func (s *Session) Answer(resp *protocol.Response) bool {
+	s.mu.Lock()
+	p, ok := s.pending[resp.ID]
+	delete(s.pending, resp.ID)
+	s.mu.Unlock()
+	if ok {
+		p.answer <- resp
+	}
+	return ok
+}
+
+// CancelAsk gives up on a request sent to the client (its upstream cancelled it).
+func (s *Session) CancelAsk(id protocol.ID) {
+	s.mu.Lock()
+	p, ok := s.pending[id]
+	s.mu.Unlock()
+	if ok {
+		p.cancel()
+	}
+}

@@ -1,0 +1,327 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Errors of a stream's writers and of those who put messages on it.
+var (
+	// ErrStreamDone is returned by a put after the stream's last response, or after it was
+	// dropped.
+	ErrStreamDone = errors.New("the stream has ended")
+	// ErrStreamOverflow is returned by the put that found more unwritten messages than the
+	// stream holds; the stream is dropped, so that a client that does not read costs only
+	// itself.
+	ErrStreamOverflow = fmt.Errorf("%w: its client did not keep up", ErrStreamDone)
+	// ErrUnknownStream is returned by Resume for an event id that names no stream of the
+	// session: another session's, one long finished, or none at all.
+	ErrUnknownStream = errors.New("the event id names no stream of this session")
+	// ErrEventsLost is returned by Resume when events after the given id are no longer held.
+	ErrEventsLost = errors.New("events after this id are no longer held")
+)
+
+// Stream is one SSE stream of a session: a POST's answer or the standalone GET stream. Every
+// message put on it becomes an event with an id and stays in the stream's bounded log, so that
+// a client whose connection dropped can resume it with Last-Event-ID on a new connection and
+// get what it missed, in order (mcp-notes §4.5). Any goroutine may put (an upstream's read
+// loop among them: a put never blocks); the connection currently attached writes.
+type Stream struct {
+	id      string
+	session *Session
+	limits  Limits
+
+	mu sync.Mutex
+	// events are the messages held, in order; events[i] has sequence number first+i. Events
+	// already written to a connection are dropped first when the log is full. Guarded by mu.
+	events []event
+	first  uint64
+	size   int
+	// written is the highest sequence number written to a connection. Guarded by mu.
+	written uint64
+	// responses counts the responses still expected: the stream is complete after the last.
+	// A standalone stream expects none (negative). Guarded by mu.
+	responses int
+	complete  bool
+	// dropped is set when the stream can take no more: overflow, its session ended, or its
+	// client left before it could resume. Guarded by mu.
+	dropped, overflowed bool
+	// streamed is set once a message other than a response was put: the answer must be an SSE
+	// stream, not JSON. Guarded by mu.
+	streamed bool
+	// resumable is set once the client has an event id of this stream. Guarded by mu.
+	resumable bool
+	// writer is the attached connection, nil when none. Guarded by mu.
+	writer *Cursor
+	// completedAt is when a complete stream was last written to; it is forgotten a retention
+	// period later. Guarded by mu.
+	completedAt time.Time
+}
+
+type event struct {
+	data []byte
+}
+
+// Limits bound one stream's log.
+type Limits struct {
+	// Messages and Bytes bound the events held. Past either, events already written are
+	// dropped first; when the unwritten ones alone are over, the stream is dropped. A single
+	// message larger than Bytes still goes when it is the only one unwritten; responses always
+	// go.
+	Messages, Bytes int
+}
+
+// ID names the stream within its session.
+func (s *Stream) ID() string { return s.id }
+
+// EventID is the id of the stream's event seq: the stream's id and the sequence number, so
+// that an id names its stream (mcp-notes §4.5). Sequence 0 is the priming event.
+func (s *Stream) EventID(seq uint64) string {
+	return s.id + "." + strconv.FormatUint(seq, 10)
+}
+
+// splitEventID is EventID reversed.
+func splitEventID(id string) (stream string, seq uint64, ok bool) {
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(id[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return id[:i], seq, true
+}
+
+// Put queues a message, or a response when response is set. It fails when the stream has
+// ended; a log whose unwritten events are over the limits drops the stream and fails.
+func (s *Stream) Put(data []byte, response bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropped || s.complete {
+		return ErrStreamDone
+	}
+	if !response && !s.roomLocked(len(data)) {
+		s.overflowed = true
+		s.dropLocked()
+		return ErrStreamOverflow
+	}
+	s.events = append(s.events, event{data: data})
+	s.size += len(data)
+	if response {
+		s.answeredLocked()
+	} else {
+		s.streamed = true
+	}
+	s.wakeLocked()
+	return nil
+}
+
+// roomLocked makes room for a message of n bytes by dropping events already written; it
+// reports whether there is room.
+func (s *Stream) roomLocked(n int) bool {
+	over := func() bool {
+		return len(s.events) > 0 && (len(s.events) >= s.limits.Messages || s.size+n > s.limits.Bytes)
+	}
+	for over() && s.first <= s.written && len(s.events) > 0 {
+		s.size -= len(s.events[0].data)
+		s.events[0] = event{}
+		s.events = s.events[1:]
+		s.first++
+	}
+	return !over()
+}
+
+// Unanswered notes that one expected response will not come (the client cancelled its
+// request, or its session ended): the stream may complete without it.
+func (s *Stream) Unanswered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.dropped && !s.complete {
+		s.answeredLocked()
+		s.wakeLocked()
+	}
+}
+
+func (s *Stream) answeredLocked() {
+	if s.responses--; s.responses == 0 {
+		s.complete = true
+	}
+}
+
+// StartStreaming makes the answer an SSE stream even before a message is put (a batch).
+func (s *Stream) StartStreaming() {
+	s.mu.Lock()
+	s.streamed = true
+	s.mu.Unlock()
+}
+
+// Drop ends the stream: later puts fail and its writer stops.
+func (s *Stream) Drop() {
+	s.mu.Lock()
+	s.dropLocked()
+	s.mu.Unlock()
+	s.session.forget(s)
+}
+
+func (s *Stream) dropLocked() {
+	s.dropped = true
+	s.events, s.size = nil, 0
+	s.wakeLocked()
+}
+
+// Overflowed reports whether the stream was dropped because its client did not keep up.
+func (s *Stream) Overflowed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overflowed
+}
+
+// Open reports whether messages can still be put on the stream.
+func (s *Stream) Open() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.dropped && !s.complete
+}
+
+func (s *Stream) wakeLocked() {
+	if s.writer != nil {
+		select {
+		case s.writer.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Attach makes a new connection the stream's writer, from after sequence number after (0:
+// from the start). A writer attached before is detached: its Next reports Detached. It fails
+// with ErrEventsLost when events after after are no longer held.
+func (s *Stream) Attach(after uint64) (*Cursor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if after+1 < s.first || after+1 > s.first+uint64(len(s.events)) {
+		return nil, ErrEventsLost
+	}
+	if s.dropped {
+		return nil, ErrStreamDone
+	}
+	// The client has what it confirms, no more: events after it must stay until written.
+	s.written = after
+	if s.writer != nil {
+		s.writer.detached = true
+		s.wakeLocked()
+	}
+	c := &Cursor{stream: s, after: after, wake: make(chan struct{}, 1)}
+	s.writer = c
+	c.wake <- struct{}{}
+	return c, nil
+}
+
+// Cursor is one connection's place in a stream: what it has written. Only the connection's
+// own goroutine uses it.
+type Cursor struct {
+	stream *Stream
+	after  uint64
+	wake   chan struct{}
+	// detached is set, under the stream's mu, when another connection took the stream over.
+	detached bool
+}
+
+// State is what a writer learns from Next besides the events.
+type State int
+
+const (
+	// Live: more may come; wait on Wake.
+	Live State = iota
+	// Complete: the events returned are the stream's last.
+	Complete
+	// Dropped: the stream ended without completing (overflow, session end).
+	Dropped
+	// Detached: another connection took the stream over.
+	Detached
+)
+
+// Event is one message of a stream with its sequence number.
+type Event struct {
+	Seq  uint64
+	Data []byte
+}
+
+// Wake receives when there may be something new for Next.
+func (c *Cursor) Wake() <-chan struct{} { return c.wake }
+
+// Next returns the events after the cursor and the stream's state, and whether it must be
+// SSE (a message other than a response was put). The events count as written once returned:
+// the caller writes them or gives up the stream.
+func (c *Cursor) Next() (events []Event, state State, streamed bool) {
+	s := c.stream
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case c.detached:
+		return nil, Detached, s.streamed
+	case s.dropped:
+		return nil, Dropped, s.streamed
+	}
+	last := s.first + uint64(len(s.events)) - 1 // first-1 when the log is empty
+	for seq := max(c.after+1, s.first); seq <= last; seq++ {
+		events = append(events, Event{Seq: seq, Data: s.events[seq-s.first].data})
+	}
+	c.after = max(c.after, last)
+	s.written = max(s.written, c.after)
+	if s.complete {
+		return events, Complete, s.streamed
+	}
+	return events, Live, s.streamed
+}
+
+// MarkResumable notes that the client holds an event id of the stream (a priming event or an
+// event was written): from now on a dropped connection leaves the stream to be resumed.
+func (c *Cursor) MarkResumable() {
+	s := c.stream
+	s.mu.Lock()
+	s.resumable = true
+	s.mu.Unlock()
+}
+
+// Detach ends the connection's part. A stream the client can resume stays, and keeps its
+// messages for a new connection; one it cannot (answered as JSON, or dropped before an id was
+// written) is dropped, so that requests put on it fail at once instead of waiting for a client
+// that cannot come back. A complete stream is forgotten after the retention period.
+func (c *Cursor) Detach() {
+	s := c.stream
+	s.mu.Lock()
+	if s.writer != c {
+		s.mu.Unlock()
+		return
+	}
+	s.writer = nil
+	if !s.resumable {
+		s.dropLocked()
+	} else if s.complete {
+		s.completedAt = s.session.hub.opts.Now()
+	}
+	dropped := s.dropped
+	s.mu.Unlock()
+	if dropped {
+		s.session.forget(s)
+	}
+}
+
+// attached reports whether a connection writes the stream.
+func (s *Stream) attached() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writer != nil
+}
+
+// expired reports whether a complete stream has been kept long enough.
+func (s *Stream) expired(cutoff time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writer == nil && s.complete && !s.completedAt.IsZero() && s.completedAt.Before(cutoff)
+}
