@@ -32,6 +32,8 @@ func TestBuild(t *testing.T) {
 		AllowedOrigins:     loopbackOrigins,
 		MaxBodyBytes:       4194304,
 		BodyReadTimeout:    30 * time.Second,
+		StreamAfter:        time.Second,
+		StreamRetention:    time.Minute,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,

@@ -77,6 +77,8 @@ const (
 	defaultMaxCallsPerSession = 64
 	defaultMaxCalls           = 4096
 	defaultBodyReadTimeout    = 30 * time.Second
+	defaultStreamAfter        = time.Second
+	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
 	defaultAttributionWindow  = 2 * time.Second
 )
@@ -147,6 +149,19 @@ type Config struct {
 	// slowly is cut off. It never applies to SSE streams the gateway sends.
 	// Greater than 0. Defaults to 30 seconds.
 	BodyReadTimeout time.Duration
+
+	// StreamAfter is how long a request of a 2025-11-25 session may run
+	// before its answer becomes a resumable SSE stream (key `stream_after`, a
+	// duration): a priming event gives the client an event id to resume with
+	// if its connection drops. A request that emits a message switches at
+	// once; one that ends sooner is answered with plain JSON. 0 switches only
+	// on a message. Defaults to 1 second.
+	StreamAfter time.Duration
+
+	// StreamRetention is how long a finished SSE stream's events are kept
+	// for a client whose connection dropped to resume it (key
+	// `stream_retention`, a duration); greater than 0. Defaults to 1 minute.
+	StreamRetention time.Duration
 
 	// HTTPIdleTimeout closes an idle keep-alive HTTP connection after this
 	// long (key `http_idle_timeout`, a duration); greater than 0. Defaults to
@@ -566,6 +581,12 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("body_read_timeout") {
 		c.BodyReadTimeout = defaultBodyReadTimeout
+	}
+	if !ix.has("stream_after") {
+		c.StreamAfter = defaultStreamAfter
+	}
+	if !ix.has("stream_retention") {
+		c.StreamRetention = defaultStreamRetention
 	}
 	if !ix.has("http_idle_timeout") {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout

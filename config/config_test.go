@@ -77,6 +77,8 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		AllowedOrigins:     loopbackOrigins,
 		MaxBodyBytes:       4194304,
 		BodyReadTimeout:    30 * time.Second,
+		StreamAfter:        time.Second,
+		StreamRetention:    time.Minute,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,
@@ -149,6 +151,8 @@ upstreams:
 				AllowedOrigins:     []string{"https://app.example.com", "http://localhost:3000"},
 				MaxBodyBytes:       1024,
 				BodyReadTimeout:    5 * time.Second,
+				StreamAfter:        time.Second,
+				StreamRetention:    time.Minute,
 				HTTPIdleTimeout:    90 * time.Second,
 				MaxSessions:        5,
 				SessionIdleTimeout: 90 * time.Minute,
@@ -341,7 +345,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, upstreams)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, upstreams)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -813,6 +817,8 @@ func TestLoadExample(t *testing.T) {
 		AllowedOrigins:     []string{"http://localhost:*", "https://app.example.com"},
 		MaxBodyBytes:       4194304,
 		BodyReadTimeout:    30 * time.Second,
+		StreamAfter:        time.Second,
+		StreamRetention:    time.Minute,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        500,
 		SessionIdleTimeout: 15 * time.Minute,

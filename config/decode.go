@@ -236,6 +236,8 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{"max_body_bytes", integer(&c.MaxBodyBytes)},
 		{"body_read_timeout", duration(&c.BodyReadTimeout)},
 		{"http_idle_timeout", duration(&c.HTTPIdleTimeout)},
+		{"stream_after", duration(&c.StreamAfter)},
+		{"stream_retention", duration(&c.StreamRetention)},
 		{"max_sessions", integer(&c.MaxSessions)},
 		{"session_idle_timeout", duration(&c.SessionIdleTimeout)},
 		{"max_batch_entries", integer(&c.MaxBatchEntries)},

@@ -110,6 +110,12 @@ func (v *validator) settings(c *Config, w where) {
 	if c.BodyReadTimeout <= 0 {
 		v.check(w, "body_read_timeout", "must be greater than 0, like 30s: it is how long a POST body may take to arrive in full")
 	}
+	if c.StreamAfter < 0 {
+		v.check(w, "stream_after", "must be 0 or more, like 1s: a request running longer becomes a resumable SSE stream (0: only when it emits a message)")
+	}
+	if c.StreamRetention <= 0 {
+		v.check(w, "stream_retention", "must be greater than 0, like 1m: a finished stream is kept this long for a client to resume")
+	}
 	if c.HTTPIdleTimeout <= 0 {
 		v.check(w, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it")
 	}

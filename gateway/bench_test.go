@@ -206,7 +206,7 @@ func BenchmarkSessionHeap(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				if withStream {
 					for _, sid := range ids {
-						ls, err := g.localSession(sid)
+						ls, err := g.hub.Open(sid)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -216,7 +216,7 @@ func BenchmarkSessionHeap(b *testing.B) {
 							req.Header.Set("Mcp-Session-Id", sid)
 							h.ServeHTTP(httptest.NewRecorder(), req)
 						})
-						for !ls.hasStream() {
+						for !ls.Listening() {
 							runtime.Gosched()
 						}
 					}

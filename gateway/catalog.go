@@ -36,8 +36,8 @@ var _ upstreamClient = (*upstream.Client)(nil)
 // that ids two children hand out alike never meet.
 func (r *route) connKey(sessionID string) string {
 	switch {
-	case r.boundSession != nil:
-		return r.name + "\x00" + r.boundSession.id
+	case r.boundSession != "":
+		return r.name + "\x00" + r.boundSession
 	case r.pool != nil && sessionID != "":
 		return r.name + "\x00" + sessionID
 	}
@@ -58,9 +58,13 @@ type route struct {
 	// pool holds per-session connections when the upstream is isolated; nil when shared.
 	pool *connPool
 	// boundSession is the session a per-session connection belongs to; nil when shared.
-	boundSession *liveSession
+	boundSession string
 	// broadcastLogs sends log messages that belong to no call to every session.
 	broadcastLogs bool
+
+	// progress maps the progress tokens the gateway gave this connection to the calls they
+	// are about: token → progressRoute.
+	progress sync.Map
 
 	logMu sync.Mutex
 	// sentLevel is the log level last set on the upstream, and sentTo the connection (its

@@ -12,8 +12,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"strconv"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -61,22 +60,17 @@ type Gateway struct {
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
 
+	// hub holds what is live of the sessions here: their streams and event logs, requests in
+	// flight, requests sent to clients.
+	hub *hub.Local
+
 	mu sync.Mutex
-	// live holds this process's part of each session: its streams and in-flight calls.
-	// Guarded by mu.
-	live map[string]*liveSession
-	// ended remembers recently ended sessions, so that a request that raced their end does
-	// not bring them back to life here. Pruned by expireSessions. Guarded by mu.
-	ended map[string]time.Time
-	// closing is set by Close: no session is served here any more. Guarded by mu.
+	// closing is set by Close: no worker starts any more. Guarded by mu.
 	closing bool
 
 	requestSeq atomic.Uint64
 	// callsInFlight counts the client requests being served, for max_calls.
 	callsInFlight atomic.Int64
-	// requests are the goroutines serving client requests; Close waits for them once every
-	// session has ended.
-	requests sync.WaitGroup
 
 	// clientRoutes finds the route of an upstream client, shared or per session.
 	clientRoutes sync.Map // upstreamClient → *route
@@ -107,8 +101,6 @@ type Gateway struct {
 func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g := &Gateway{
 		cfg:      cfg,
-		live:     map[string]*liveSession{},
-		ended:    map[string]time.Time{},
 		draining: make(chan struct{}),
 	}
 	if opts != nil {
@@ -137,6 +129,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.hub = hub.New(g.ctx, &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention})
 	g.rootsResult = rootsResult(cfg.Roots)
 	g.subs.entries = map[subKey]*subEntry{}
 
@@ -232,21 +225,13 @@ func (g *Gateway) Close() error {
 		g.Drain()
 		g.mu.Lock()
 		g.closing = true
-		live := g.live
-		g.live = map[string]*liveSession{}
 		g.mu.Unlock()
-		for _, ls := range live {
-			ls.end()
-		}
+		g.hub.Close()
 		// Every session has ended (these now, the others before): no request begins any more.
 		// The requests end while their upstreams are still connected, so that each upstream
 		// hears of the cancel of its calls; one stuck writing to an upstream that stopped
 		// reading is freed when the upstreams close, below, after a short wait.
-		requestsDone := make(chan struct{})
-		go func() {
-			g.requests.Wait()
-			close(requestsDone)
-		}()
+		requestsDone := g.hub.RequestsDone()
 		select {
 		case <-requestsDone:
 		case <-time.After(closeRequestsWait):
@@ -292,47 +277,29 @@ func (g *Gateway) rebuild() {
 
 // broadcast sends a notification without params to every session's standalone stream.
 func (g *Gateway) broadcast(method string) {
-	data, err := protocol.Encode(&protocol.Notification{Method: method})
-	if err != nil {
-		g.logger.Error("encode notification", "method", method, "error", err.Error())
-		return
-	}
-	for _, ls := range g.liveSessions() {
-		ls.notify(data, g.logger)
-	}
+	g.notifySessions(&protocol.Notification{Method: method})
 }
 
-// notifySessions sends n on the standalone streams of those of the sessions ids that this
-// process serves.
+// notifySessions sends n on the standalone streams of the sessions ids that this process
+// serves, or of all of them when ids is empty.
 func (g *Gateway) notifySessions(n *protocol.Notification, ids ...string) {
 	data, err := protocol.Encode(n)
 	if err != nil {
 		g.logger.Error("encode notification", "method", n.Method, "error", err.Error())
 		return
 	}
-	g.mu.Lock()
-	live := make([]*liveSession, 0, len(ids))
-	for _, id := range ids {
-		if ls := g.live[id]; ls != nil {
-			live = append(live, ls)
+	if len(ids) == 0 {
+		for _, s := range g.hub.Sessions() {
+			ids = append(ids, s.ID())
 		}
 	}
-	g.mu.Unlock()
-	for _, ls := range live {
-		ls.notify(data, g.logger)
+	for _, id := range ids {
+		_ = g.deliver(id, "", data)
 	}
 }
 
-// liveSessions returns this process's sessions at this moment.
-func (g *Gateway) liveSessions() []*liveSession {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	sessions := make([]*liveSession, 0, len(g.live))
-	for _, ls := range g.live {
-		sessions = append(sessions, ls)
-	}
-	return sessions
-}
+// sessionLive reports whether a session is live here.
+func (g *Gateway) sessionLive(id string) bool { return g.hub.Lookup(id) != nil }
 
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that
 // never sends DELETE does not hold a slot forever. A session with an open standalone stream is
@@ -347,8 +314,14 @@ func (g *Gateway) expireSessions() {
 			return
 		case <-t.C:
 		}
+		// A session whose client listens on its stream, or waits for an answer, is in use.
+		for _, s := range g.hub.Sessions() {
+			if s.Listening() || s.Busy() {
+				g.touch(g.ctx, s.ID())
+			}
+		}
 		cutoff := g.opts.Now().Add(-g.cfg.SessionIdleTimeout)
-		ids, err := g.store.Expire(g.ctx, cutoff, g.hasOpenStream)
+		ids, err := g.store.Expire(g.ctx, cutoff)
 		if err != nil {
 			g.logger.Warn("expiring idle sessions failed", "error", err.Error())
 			continue
@@ -362,7 +335,7 @@ func (g *Gateway) expireSessions() {
 				r.pool.sweep(g.opts.Now())
 			}
 		}
-		g.pruneEnded(g.opts.Now().Add(-time.Minute))
+		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
 	}
 }
 
@@ -371,19 +344,10 @@ func (g *Gateway) nextRequestID() string {
 	return "r" + strconv.FormatUint(g.requestSeq.Add(1), 36)
 }
 
-// endLocal ends this process's part of a session: its stream closes and its calls are
-// cancelled.
+// endLocal ends this process's part of a session: its streams close, its calls are
+// cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
-	g.mu.Lock()
-	ls := g.live[id]
-	delete(g.live, id)
-	g.ended[id] = g.opts.Now()
-	if ls != nil {
-		// Under g.mu, so that a Close that no longer finds the session knows it has ended
-		// and no request of it begins.
-		ls.end()
-	}
-	g.mu.Unlock()
+	g.hub.End(id)
 	for _, r := range g.routes {
 		if r.pool != nil {
 			r.pool.closeSession(id)
@@ -417,31 +381,6 @@ func (g *Gateway) resyncLogLevels() {
 	})
 }
 
-// localSession returns this process's part of session id, creating it on first use.
-func (g *Gateway) localSession(id string) (*liveSession, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closing {
-		return nil, fmt.Errorf("gateway is shutting down")
-	}
-	ls, ok := g.live[id]
-	if !ok {
-		if _, ended := g.ended[id]; ended {
-			return nil, errSessionEnded
-		}
-		ls = newLiveSession(g.ctx, id, &g.requests)
-		g.live[id] = ls
-	}
-	return ls, nil
-}
-
-func (g *Gateway) hasOpenStream(id string) bool {
-	g.mu.Lock()
-	ls := g.live[id]
-	g.mu.Unlock()
-	return ls != nil && ls.hasStream()
-}
-
 // UpstreamStatuses returns each enabled upstream's status, by name, as the merged catalog
 // clients see reflects it: an upstream reported ready has its items listed.
 func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
@@ -467,19 +406,4 @@ func rootsResult(uris []string) json.RawMessage {
 	}
 	out, _ := json.Marshal(map[string]any{"roots": roots})
 	return out
-}
-
-// errSessionEnded is returned by localSession for a session that ended meanwhile.
-var errSessionEnded = errors.New("session ended")
-
-// pruneEnded forgets sessions that ended before cutoff: no request that started before they
-// ended can still be on its way.
-func (g *Gateway) pruneEnded(cutoff time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for id, at := range g.ended {
-		if at.Before(cutoff) {
-			delete(g.ended, id)
-		}
-	}
 }

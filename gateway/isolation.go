@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -53,21 +54,20 @@ func (p *connPool) existing(sessionID string) *pooledConn {
 
 // get returns the session's own route to the upstream, opening its connection on first use.
 // The caller must call release when its call is done.
-func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, error) {
-	sessionID := session.id
+func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, error) {
 	p.mu.Lock()
 	pc, ok := p.conns[sessionID]
-	if !ok && session.ctx.Err() != nil {
+	if !ok && !p.g.sessionLive(sessionID) {
 		// The session ended (a request raced its end): no child is started for it.
 		p.mu.Unlock()
-		return nil, fmt.Errorf("upstream %s: %w", p.base.name, errSessionEnded)
+		return nil, fmt.Errorf("upstream %s: %w", p.base.name, hub.ErrSessionEnded)
 	}
 	if !ok {
 		if len(p.conns) >= p.max {
 			p.mu.Unlock()
 			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.name, errConnectionLimit, p.max)
 		}
-		pc = p.openLocked(session)
+		pc = p.openLocked(sessionID)
 	}
 	pc.inUse.Add(1)
 	pc.lastUsed.Store(time.Now().UnixNano())
@@ -96,8 +96,7 @@ func (p *connPool) release(pc *pooledConn) {
 }
 
 // openLocked starts a connection for the session; it runs on a goroutine the gateway owns.
-func (p *connPool) openLocked(session *liveSession) *pooledConn {
-	sessionID := session.id
+func (p *connPool) openLocked(sessionID string) *pooledConn {
 	pc := &pooledConn{ready: make(chan struct{})}
 	var readyOnce sync.Once
 	opts := p.opts
@@ -108,7 +107,7 @@ func (p *connPool) openLocked(session *liveSession) *pooledConn {
 		}
 	}
 	client := upstream.New(p.spec, &opts)
-	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client, boundSession: session}
+	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client, boundSession: sessionID}
 	pc.route = r
 	p.conns[sessionID] = pc
 	p.g.clientRoutes.Store(client, r)
@@ -181,12 +180,12 @@ func (p *connPool) open() int {
 
 // notifyOwnConnections passes a client's notification to the session's own upstream
 // connections (isolation session). Only this client's POST waits for the writes.
-func (g *Gateway) notifyOwnConnections(ctx context.Context, ls *liveSession, n *protocol.Notification) {
+func (g *Gateway) notifyOwnConnections(ctx context.Context, sessionID string, n *protocol.Notification) {
 	for _, r := range g.routes {
 		if r.pool == nil {
 			continue
 		}
-		pc := r.pool.existing(ls.id)
+		pc := r.pool.existing(sessionID)
 		if pc == nil {
 			continue
 		}

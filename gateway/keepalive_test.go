@@ -129,9 +129,14 @@ func TestStandaloneStreamStaysOpenAfterAnEvent(t *testing.T) {
 			}
 		}()
 
-		synctest.Wait() // the stream is registered
+		// The priming event gives the client an id to resume with (2025-11-25).
+		for _, want := range []string{"id: ", "retry: ", "data:"} {
+			if line := <-lines; !strings.HasPrefix(line, want) {
+				t.Fatalf("stream line %q, want %q…", line, want)
+			}
+		}
 		g.broadcast(protocol.NotificationToolsChanged)
-		for _, want := range []string{"event: message", "data: "} {
+		for _, want := range []string{"id: ", "event: message", "data: "} {
 			if line := <-lines; !strings.HasPrefix(line, want) {
 				t.Fatalf("stream line %q, want %q…", line, want)
 			}

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,11 +95,13 @@ func (c rawClient) post(ctx context.Context, sid, body string) *http.Response {
 
 // rpcMessage is any JSON-RPC message as the tests look at it.
 type rpcMessage struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-	Result json.RawMessage `json:"result"`
-	Error  *struct {
+	// EventID is the SSE id of the event that carried the message, if any.
+	EventID string          `json:"-"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
@@ -112,6 +113,8 @@ func (m rpcMessage) isResponse() bool { return m.Method == "" && (m.Result != ni
 // the test).
 type sseStream struct {
 	messages chan rpcMessage
+	// lastID is the id of the last priming event read.
+	lastID atomic.Pointer[string]
 	// err is the error that ended the body (nil at a clean end); set before messages closes.
 	err error
 }
@@ -122,6 +125,7 @@ func readSSE(t *testing.T, body io.Reader) *sseStream {
 	go func() {
 		defer close(s.messages)
 		r := bufio.NewReader(body)
+		eventID := ""
 		for {
 			line, err := r.ReadString('\n')
 			if err != nil {
@@ -130,11 +134,23 @@ func readSSE(t *testing.T, body io.Reader) *sseStream {
 				}
 				return
 			}
-			data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: ")
+			line = strings.TrimRight(line, "\r\n")
+			if id, ok := strings.CutPrefix(line, "id: "); ok {
+				eventID = id
+				continue
+			}
+			data, ok := strings.CutPrefix(line, "data:")
 			if !ok {
 				continue
 			}
+			data = strings.TrimPrefix(data, " ")
+			if data == "" {
+				// A priming event: an id to resume with, no message.
+				s.lastID.Store(&eventID)
+				continue
+			}
 			var m rpcMessage
+			m.EventID = eventID
 			if err := json.Unmarshal([]byte(data), &m); err != nil {
 				s.err = fmt.Errorf("event %q is not JSON-RPC: %w", data, err)
 				return
@@ -337,6 +353,37 @@ func (c rawClient) openStandalone(ctx context.Context, sid string) (*http.Respon
 	return resp, readSSE(c.t, resp.Body)
 }
 
+// resume opens a GET stream with Last-Event-ID, which must succeed.
+func (c rawClient) resume(ctx context.Context, sid, lastEventID string) (*http.Response, *sseStream) {
+	c.t.Helper()
+	resp := c.get(ctx, sid, lastEventID)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		body, _ := io.ReadAll(resp.Body)
+		c.t.Fatalf("resume GET: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	return resp, readSSE(c.t, resp.Body)
+}
+
+// get sends a GET for the stream of session sid, with Last-Event-ID unless it is empty.
+func (c rawClient) get(ctx context.Context, sid, lastEventID string) *http.Response {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("GET stream: %v", err)
+	}
+	c.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
 // rawRequest writes an HTTP/1.1 request by hand on a connection of its own to the gateway.
 func rawRequest(t *testing.T, tg *testGateway, head string, body string) net.Conn {
 	t.Helper()
@@ -496,48 +543,20 @@ func TestReadingASessionDoesNotKeepItAlive(t *testing.T) {
 	}
 }
 
-// cancelHeldCall POSTs a "hold" call of upstream r without a progress token, waits until the
-// gateway has it in flight (store tells), cancels it with notifications/cancelled, and returns
-// the call's HTTP response.
-func cancelHeldCall(t *testing.T, c rawClient, store interface {
-	Calls(context.Context, string) ([]session.CallRecord, error)
-}, sid string) *http.Response {
+// cancelHeldCall POSTs a "hold" call of upstream r with a progress token, waits until the
+// gateway has it in flight (its progress came), cancels it with notifications/cancelled, and
+// returns the call's HTTP response with the rest of its stream.
+func cancelHeldCall(t *testing.T, c rawClient, sid string) (*http.Response, *sseStream) {
 	t.Helper()
-	// The call's answer begins only with its first message, so the POST waits on its own
-	// goroutine.
-	answered := make(chan *http.Response, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
-	t.Cleanup(cancel)
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"r__hold"}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Session-Id", sid)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Errorf("the held call's POST: %v", err)
-			resp = nil
-		}
-		answered <- resp
-	}()
-	waitUntil(t, "the held call being in flight", func() bool {
-		calls, err := store.Calls(ctx, sid)
-		return err == nil && slices.ContainsFunc(calls, func(c session.CallRecord) bool { return c.ClientID == `"held"` })
-	})
+	resp := c.post(t.Context(), sid, `{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"r__hold","_meta":{"progressToken":"h"}}}`)
+	stream := readSSE(t, resp.Body)
+	if m := stream.next(t, "the held call's progress"); m.Method != "notifications/progress" {
+		t.Fatalf("first message of the held call: %+v", m)
+	}
 	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"held","reason":"test"}}`, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusAccepted {
 		t.Fatalf("notifications/cancelled: %d %s", r.status, r.body)
 	}
-	select {
-	case resp := <-answered:
-		if resp == nil {
-			t.FailNow()
-		}
-		t.Cleanup(func() { resp.Body.Close() })
-		return resp
-	case <-ctx.Done():
-		t.Fatal("the cancelled call's POST got no answer")
-	}
-	panic("unreachable")
+	return resp, stream
 }
 
 // TestCancelledRequestGetsNoResponse: the receiver of a cancelled request should not answer
@@ -551,12 +570,11 @@ func TestCancelledRequestGetsNoResponse(t *testing.T) {
 	c := rawClient{t: t, url: tg.url}
 	sid := c.initializeAs("2025-11-25", `{}`)
 
-	resp := cancelHeldCall(t, c, store, sid)
+	resp, stream := cancelHeldCall(t, c, sid)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("the cancelled call's POST: %d, Content-Type %q, body %q; want 200 with an SSE stream", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		t.Fatalf("the cancelled call's POST: %d, Content-Type %q; want 200 with an SSE stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	ms, err := readSSE(t, resp.Body).rest(t)
+	ms, err := stream.rest(t)
 	if err != nil {
 		t.Errorf("the cancelled call's stream ended with %v, want a clean end", err)
 	}
@@ -622,13 +640,6 @@ func (s *faultyStore) Delete(ctx context.Context, id string) error {
 	return s.MemoryStore.Delete(ctx, id)
 }
 
-func (s *faultyStore) PutCall(ctx context.Context, c session.CallRecord) error {
-	if s.failing.Load() {
-		return errStoreDown
-	}
-	return s.MemoryStore.PutCall(ctx, c)
-}
-
 // sessionFingerprint is how the gateway names a session in logs: the first 6 bytes of the
 // SHA-256 of its id, in hex.
 func sessionFingerprint(id string) string {
@@ -668,8 +679,7 @@ func TestLogsCarryNoSessionID(t *testing.T) {
 	sid := c.startSession("2025-11-25", `{}`)
 	h := map[string]string{"Mcp-Session-Id": sid}
 
-	// While the store fails: marking the session used and initialized, recording a call, and
-	// deleting the session fail, and are logged.
+	// While the store fails: marking the session used and initialized, and deleting the session fail, and are logged.
 	store.failing.Store(true)
 	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, h); r.status != http.StatusAccepted {
 		t.Fatalf("notifications/initialized: %d %s", r.status, r.body)
@@ -686,7 +696,7 @@ func TestLogsCarryNoSessionID(t *testing.T) {
 	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"r__cancels"}}`, h); r.status != http.StatusOK || r.msg.Error != nil {
 		t.Fatalf("tools/call: %d %s", r.status, r.body)
 	}
-	cancelHeldCall(t, c, store, sid)
+	cancelHeldCall(t, c, sid)
 	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":"nobody","result":{}}`, h); r.status != http.StatusAccepted {
 		t.Fatalf("an answer to nothing: %d %s", r.status, r.body)
 	}
@@ -694,14 +704,16 @@ func TestLogsCarryNoSessionID(t *testing.T) {
 	// A call whose client leaves before its answer: the gateway cannot deliver it.
 	leave, left := context.WithCancel(t.Context())
 	resp := c.post(leave, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"r__progress","_meta":{"progressToken":"p"}}}`)
-	if n := readSSE(t, resp.Body).next(t, "progress"); n.Method != "notifications/progress" {
+	n := readSSE(t, resp.Body).next(t, "progress")
+	if n.Method != "notifications/progress" {
 		t.Fatalf("first message of the progress call: %+v", n)
 	}
 	left()
-	waitUntil(t, "the abandoned call's end", func() bool {
-		calls, err := store.Calls(t.Context(), sid)
-		return err == nil && len(calls) == 0
-	})
+	// Its answer waits for the client to resume the stream.
+	_, resumed := c.resume(t.Context(), sid, n.EventID)
+	if ms, err := resumed.rest(t); err != nil || len(ms) == 0 || !ms[len(ms)-1].isResponse() {
+		t.Fatalf("resumed stream: %+v, %v; want it to end with the call's answer", ms, err)
+	}
 
 	// The standalone stream, opened and closed.
 	streamCtx, closeStream := context.WithCancel(t.Context())

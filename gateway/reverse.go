@@ -2,30 +2,35 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
-// callOwner is one client request being served: the session it belongs to and the POST
-// stream its related messages go on. It rides with the upstream call (upstream.WithCaller),
-// so that the upstream's requests and notifications about that call reach this client only
-// (design decision 4).
+// callOwner is one client request being served, as plain values: its session, the stream
+// its related messages go on, and what the client declared. It rides with the upstream call
+// (upstream.WithCaller), so that the upstream's requests and notifications about that call
+// reach this client only (design decision 4). It holds no live session: messages reach the
+// stream through the hub, by id.
 type callOwner struct {
-	session *liveSession
-	// caps are the client capabilities the session declared at initialize.
-	caps clientCaps
-	// out is where messages about the call go: the request's POST stream, or the session's
-	// standalone stream for a session-bound upstream's messages outside any call.
-	out messageSink
+	sessionID string
+	// streamID is the stream messages about the call go on: the request's POST stream, or ""
+	// for the session's standalone stream.
+	streamID string
+	// orStandalone sends on the standalone stream once streamID's has ended: for a message
+	// known to be for the session, not for one call.
+	orStandalone bool
+	// caps and version are what the client declared at initialize and the version it speaks.
+	caps    json.RawMessage
+	version string
 	// ctx ends when the client request does (or the session, for the standalone stream).
 	ctx context.Context
 	// clientID is the id of the client request; zero for the standalone stream.
@@ -39,55 +44,56 @@ type callOwner struct {
 // lives as long as the session.
 func (o *callOwner) forSession(g *Gateway) *callOwner {
 	so := *o
-	so.out = fallbackSink{first: o.out, then: standaloneSink{o.session, g}}
-	so.ctx = o.session.ctx
+	so.orStandalone = true
+	if ls := g.hub.Lookup(o.sessionID); ls != nil {
+		so.ctx = ls.Context()
+	}
 	so.clientID = protocol.ID{}
 	return &so
 }
 
-// fallbackSink sends on first, or on then once first has ended.
-type fallbackSink struct{ first, then messageSink }
+// clientCaps reads the capabilities the owner's client declared.
+func (o *callOwner) clientCaps() clientCaps { return parseClientCaps(o.caps, o.version) }
 
-func (s fallbackSink) send(m protocol.Message) error {
-	if err := s.first.send(m); err == nil {
-		return nil
-	}
-	return s.then.send(m)
-}
-
-// messageSink takes messages for a client.
-type messageSink interface {
-	send(protocol.Message) error
-}
-
-// standaloneSink sends on a session's standalone GET stream.
-type standaloneSink struct {
-	session *liveSession
-	g       *Gateway
-}
-
-func (s standaloneSink) send(m protocol.Message) error {
+// send puts a message on the owner's stream, or on the session's standalone stream when the
+// owner allows and its own has ended. It never blocks.
+func (g *Gateway) send(o *callOwner, m protocol.Message) error {
 	data, err := protocol.Encode(m)
 	if err != nil {
 		return err
 	}
-	if !s.session.notify(data, s.g.logger) {
-		return errStreamDone
+	err = g.deliver(o.sessionID, o.streamID, data)
+	if err != nil && o.orStandalone && o.streamID != "" {
+		err = g.deliver(o.sessionID, "", data)
 	}
-	return nil
+	return err
+}
+
+// deliver puts an encoded message on a session's stream ("" for the standalone one); a
+// stream whose client does not keep up is closed, and said so in the log.
+func (g *Gateway) deliver(sessionID, streamID string, data []byte) error {
+	err := g.hub.Deliver(sessionID, streamID, data)
+	if errors.Is(err, hub.ErrStreamOverflow) {
+		g.logger.Warn("a session's stream was closed: its client is not reading it", "session", fingerprint(sessionID))
+	}
+	return err
 }
 
 // boundOwner is the owner of a message from a session's own upstream connection that came
 // outside any call: that session, on its standalone stream.
 func (g *Gateway) boundOwner(r *route) *callOwner {
-	if r.boundSession == nil {
+	if r.boundSession == "" {
 		return nil
 	}
-	rec, err := g.store.Get(r.boundSession.ctx, r.boundSession.id)
+	ls := g.hub.Lookup(r.boundSession)
+	if ls == nil {
+		return nil
+	}
+	rec, err := g.store.Get(ls.Context(), r.boundSession)
 	if err != nil {
 		return nil
 	}
-	return &callOwner{session: r.boundSession, caps: parseClientCaps(rec.ClientCapabilities, rec.ProtocolVersion), out: standaloneSink{r.boundSession, g}, ctx: r.boundSession.ctx, logLevel: rec.LogLevel}
+	return &callOwner{sessionID: r.boundSession, caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ls.Context(), logLevel: rec.LogLevel}
 }
 
 // clientCaps are the client capabilities a reverse request needs.
@@ -126,13 +132,6 @@ func parseClientCaps(raw json.RawMessage, version string) clientCaps {
 	}
 	return caps
 }
-
-// replicaTag makes the ids of requests the gateway sends to clients unique across replicas.
-var replicaTag = func() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}()
 
 // noOwner says why a message from an upstream has no client session to go to.
 type noOwner int
@@ -190,25 +189,26 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 		return nil, why.refusal(r, req.Method, origin)
 	}
 	params := req.Params
+	caps := owner.clientCaps()
 	switch req.Method {
 	case protocol.MethodCreateMessage:
-		if !owner.caps.sampling {
+		if !caps.sampling {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the sampling capability")
 		}
-		if _, hasTools, _ := protocol.Member(params, "tools"); hasTools && !owner.caps.samplingTools {
+		if _, hasTools, _ := protocol.Member(params, "tools"); hasTools && !caps.samplingTools {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare sampling with tools")
 		}
 		params = narrowIncludeContext(params)
 	case protocol.MethodElicit:
 		mode, _, _ := protocol.StringMember(params, "mode")
-		if mode == "url" && !owner.caps.elicitURL || mode != "url" && !owner.caps.elicitForm {
+		if mode == "url" && !caps.elicitURL || mode != "url" && !caps.elicitForm {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the elicitation capability for this mode")
 		}
 		if id, _, _ := protocol.StringMember(params, "elicitationId"); mode == "url" && id != "" {
-			g.elicitations.remember(r.connKey(""), id, owner.session, g.opts.Now())
+			g.elicitations.remember(r.connKey(""), id, owner.sessionID, g.opts.Now(), g.sessionLive)
 		}
 	case protocol.MethodListRoots:
-		if !owner.caps.roots {
+		if !caps.roots {
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the roots capability")
 		}
 	default:
@@ -259,31 +259,26 @@ func narrowIncludeContext(params json.RawMessage) json.RawMessage {
 // ask sends a request to this session's client on the owner's stream and waits for its
 // answer, for the upstream's cancel, or for the client's call to end. The request is
 // recorded in the session's routing tables, so that the client's answer and the upstream's
-// cancel find it.
+// cancel find it; its id carries the hub's tag, so that the answer routes without a lookup.
 func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *route, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
-	ls := owner.session
+	ls := g.hub.Lookup(owner.sessionID)
+	if ls == nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	id := protocol.StringID(replicaTag + "-" + strconv.FormatUint(ls.reverseSeq.Add(1), 10))
-	ch := make(chan *protocol.Response, 1)
-	ls.mu.Lock()
-	ls.pending[id] = pendingReverse{answer: ch, cancel: cancel}
-	ls.mu.Unlock()
-	defer func() {
-		ls.mu.Lock()
-		delete(ls.pending, id)
-		ls.mu.Unlock()
-	}()
-	rec := session.ReverseRecord{SessionID: ls.id, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: g.opts.Now()}
+	id, answer, forget := ls.Ask(cancel)
+	defer forget()
+	rec := session.ReverseRecord{SessionID: owner.sessionID, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: g.opts.Now()}
 	if err := g.store.PutReverse(ctx, rec); err != nil {
 		return nil, fmt.Errorf("record the request to the client: %w", err)
 	}
-	defer func() { _, _ = g.store.TakeReverse(context.WithoutCancel(ctx), ls.id, rec.ID) }()
-	if err := owner.out.send(&protocol.Request{ID: id, Method: method, Params: params}); err != nil {
+	defer func() { _, _ = g.store.TakeReverse(context.WithoutCancel(ctx), owner.sessionID, rec.ID) }()
+	if err := g.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
 	}
 	select {
-	case resp := <-ch:
+	case resp := <-answer:
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
@@ -293,38 +288,8 @@ func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *route, upstreamI
 	}
 	// Tell the client to stop (mcp-notes §8.2); best effort on the same stream.
 	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the upstream no longer needs the answer"})
-	_ = owner.out.send(&protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
+	_ = g.send(owner, &protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
 	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
-}
-
-// pendingReverse is the live side of a request sent to a client: where its answer goes, and
-// how to give up on it.
-type pendingReverse struct {
-	answer chan *protocol.Response
-	cancel context.CancelFunc
-}
-
-// answer delivers a client's answer to a request the gateway sent it; it reports whether
-// one was waiting here.
-func (ls *liveSession) answer(resp *protocol.Response) bool {
-	ls.mu.Lock()
-	p, ok := ls.pending[resp.ID]
-	delete(ls.pending, resp.ID)
-	ls.mu.Unlock()
-	if ok {
-		p.answer <- resp
-	}
-	return ok
-}
-
-// cancelReverse gives up on a request sent to the client.
-func (ls *liveSession) cancelReverse(id protocol.ID) {
-	ls.mu.Lock()
-	p, ok := ls.pending[id]
-	ls.mu.Unlock()
-	if ok {
-		p.cancel()
-	}
 }
 
 // onUpstreamNotification routes an upstream's notification about a call to its client:
@@ -340,19 +305,16 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		if err != nil || !ok {
 			return
 		}
-		rec, err := g.store.Progress(g.ctx, r.connKey(""), string(token))
+		v, ok := r.progress.Load(string(token))
+		if !ok {
+			return
+		}
+		p := v.(progressRoute)
+		params, err := protocol.SetMember(n.Params, "progressToken", p.clientToken)
 		if err != nil {
 			return
 		}
-		owner := g.callOf(rec.SessionID, rec.ClientID)
-		if owner == nil {
-			return
-		}
-		params, err := protocol.SetMember(n.Params, "progressToken", []byte(rec.ClientToken))
-		if err != nil {
-			return
-		}
-		_ = owner.out.send(&protocol.Notification{Method: n.Method, Params: params})
+		_ = g.send(p.owner, &protocol.Notification{Method: n.Method, Params: params})
 	case protocol.NotificationMessage:
 		g.deliverLog(r, n, origin)
 	case notificationStatus:
@@ -365,14 +327,12 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		// where the notification came.
 		id, _, _ := protocol.StringMember(n.Params, "elicitationId")
 		owner, _ := g.ownerOf(r, origin)
-		if ls := g.elicitations.take(r.connKey(""), id); ls != nil && (owner == nil || owner.session != ls) {
-			_ = standaloneSink{ls, g}.send(n)
+		if sid := g.elicitations.take(r.connKey(""), id); sid != "" && (owner == nil || owner.sessionID != sid) {
+			_ = g.send(&callOwner{sessionID: sid}, n)
 			return
 		}
-		if owner != nil && owner.caps.elicitURL {
-			if err := owner.out.send(n); err != nil {
-				_ = standaloneSink{owner.session, g}.send(n)
-			}
+		if owner != nil && owner.clientCaps().elicitURL {
+			_ = g.send(owner.forSession(g), n)
 		}
 	case protocol.NotificationCancelled:
 		raw, ok, err := protocol.Member(n.Params, "requestId")
@@ -387,12 +347,9 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 		if err != nil {
 			return
 		}
-		g.mu.Lock()
-		ls := g.live[rec.SessionID]
-		g.mu.Unlock()
-		if ls != nil {
+		if ls := g.hub.Lookup(rec.SessionID); ls != nil {
 			if pid, err := protocol.ParseID([]byte(rec.ID)); err == nil {
-				ls.cancelReverse(pid)
+				ls.CancelAsk(pid)
 			}
 		}
 	}
@@ -400,7 +357,8 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 
 // remapProgress replaces a request's _meta.progressToken by a gateway token unique on the
 // upstream connection, so that two sessions' tokens never meet there; it returns the new
-// params and a func that forgets the mapping when the call ends.
+// params and a func that forgets the mapping when the call ends. The mapping stays with the
+// connection that carries the call: progress comes back on it, and needs no store.
 func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessage) (json.RawMessage, func(), error) {
 	meta, ok, err := protocol.Member(params, "_meta")
 	if err != nil || !ok || len(meta) == 0 || meta[0] != '{' {
@@ -410,7 +368,7 @@ func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessa
 	if err != nil || !ok {
 		return params, func() {}, nil
 	}
-	token := protocol.AppendString(nil, "mf-p-"+replicaTag+"-"+strconv.FormatUint(g.progressSeq.Add(1), 10))
+	token := protocol.AppendString(nil, "mf-p-"+g.hub.Tag()+"-"+strconv.FormatUint(g.progressSeq.Add(1), 10))
 	newMeta, err := protocol.SetMember(meta, "progressToken", token)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
@@ -419,28 +377,16 @@ func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessa
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
 	}
-	rec := session.ProgressRecord{Upstream: r.connKey(""), Token: string(token), SessionID: owner.session.id, ClientID: owner.clientID.String(), ClientToken: string(original)}
-	if err := g.store.PutProgress(g.ctx, rec); err != nil {
-		return nil, nil, fmt.Errorf("record the progress token: %w", err)
-	}
-	return out, func() { _ = g.store.DeleteProgress(context.WithoutCancel(g.ctx), rec.Upstream, rec.Token) }, nil
+	key := string(token)
+	r.progress.Store(key, progressRoute{owner: owner, clientToken: append(json.RawMessage(nil), original...)})
+	return out, func() { r.progress.Delete(key) }, nil
 }
 
-// callOf returns the live owner of a session's client request, when this process serves it.
-func (g *Gateway) callOf(sessionID, clientID string) *callOwner {
-	g.mu.Lock()
-	ls := g.live[sessionID]
-	g.mu.Unlock()
-	if ls == nil {
-		return nil
-	}
-	id, err := protocol.ParseID([]byte(clientID))
-	if err != nil {
-		return nil
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.calls[id]
+// progressRoute is where an upstream's progress about one call goes, with the client's own
+// token (its type kept).
+type progressRoute struct {
+	owner       *callOwner
+	clientToken json.RawMessage
 }
 
 // routeOf finds the route of an upstream client, shared or a session's own.
@@ -462,8 +408,8 @@ type urlElicitations struct {
 }
 
 type sentElicitation struct {
-	session *liveSession
-	at      time.Time
+	sessionID string
+	at        time.Time
 }
 
 // Bounds of the table of URL elicitations: past maxURLElicitations, those older than
@@ -473,7 +419,9 @@ const (
 	urlElicitationLifetime = time.Hour
 )
 
-func (e *urlElicitations) remember(conn, id string, ls *liveSession, now time.Time) {
+// remember notes that elicitation id of connection conn went to a session; live reports
+// whether a session still lives.
+func (e *urlElicitations) remember(conn, id, sessionID string, now time.Time, live func(string) bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.sent == nil {
@@ -481,7 +429,7 @@ func (e *urlElicitations) remember(conn, id string, ls *liveSession, now time.Ti
 	}
 	if len(e.sent) >= maxURLElicitations {
 		for key, el := range e.sent {
-			if now.Sub(el.at) > urlElicitationLifetime || el.session.ctx.Err() != nil {
+			if now.Sub(el.at) > urlElicitationLifetime || !live(el.sessionID) {
 				delete(e.sent, key)
 			}
 		}
@@ -489,20 +437,20 @@ func (e *urlElicitations) remember(conn, id string, ls *liveSession, now time.Ti
 			return // still full: its completion will be routed like any notification
 		}
 	}
-	e.sent[[2]string{conn, id}] = sentElicitation{session: ls, at: now}
+	e.sent[[2]string{conn, id}] = sentElicitation{sessionID: sessionID, at: now}
 }
 
-// take returns and forgets the live session an elicitation was sent to, or nil.
-func (e *urlElicitations) take(conn, id string) *liveSession {
+// take returns and forgets the session an elicitation was sent to, or "".
+func (e *urlElicitations) take(conn, id string) string {
 	if id == "" {
-		return nil
+		return ""
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	el, ok := e.sent[[2]string{conn, id}]
 	delete(e.sent, [2]string{conn, id})
-	if !ok || el.session.ctx.Err() != nil {
-		return nil
+	if !ok {
+		return ""
 	}
-	return el.session
+	return el.sessionID
 }

@@ -103,7 +103,7 @@ func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params jso
 		return nil, fmt.Errorf("store log level: %w", err)
 	}
 	g.syncLogLevels(ctx)
-	g.syncSessionLogLevel(ctx, cc.owner.session, p.Level)
+	g.syncSessionLogLevel(ctx, cc.SessionID, p.Level)
 	return json.RawMessage(`{}`), nil
 }
 
@@ -343,7 +343,7 @@ func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method 
 		return r.client.Call(ctx, method, params)
 	}
 	if r.pool != nil {
-		pc, err := r.pool.get(ctx, cc.owner.session)
+		pc, err := r.pool.get(ctx, cc.SessionID)
 		if err != nil {
 			return nil, err
 		}

@@ -28,8 +28,8 @@ func levelAllows(min, level string) bool {
 // session asked for, when that changed.
 func (g *Gateway) syncLogLevels(ctx context.Context) {
 	want := ""
-	for _, ls := range g.liveSessions() {
-		rec, err := g.store.Get(ctx, ls.id)
+	for _, s := range g.hub.Sessions() {
+		rec, err := g.store.Get(ctx, s.ID())
 		if err != nil || rec.LogLevel == "" {
 			continue
 		}
@@ -50,12 +50,12 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
 // session's level.
-func (g *Gateway) syncSessionLogLevel(ctx context.Context, ls *liveSession, level string) {
+func (g *Gateway) syncSessionLogLevel(ctx context.Context, sessionID string, level string) {
 	for _, r := range g.routes {
 		if r.pool == nil {
 			continue
 		}
-		if pc := r.pool.existing(ls.id); pc != nil {
+		if pc := r.pool.existing(sessionID); pc != nil {
 			g.setUpstreamLevel(ctx, pc.route, level)
 		}
 	}
@@ -87,9 +87,7 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 	level, _, _ := protocol.StringMember(n.Params, "level")
 	if owner, _ := g.ownerOf(r, origin); owner != nil {
 		if levelAllows(owner.logLevel, level) {
-			if err := owner.out.send(n); err != nil {
-				_ = standaloneSink{owner.session, g}.send(n)
-			}
+			_ = g.send(owner.forSession(g), n)
 		}
 		return
 	}
@@ -100,10 +98,10 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 	if err != nil {
 		return
 	}
-	for _, ls := range g.liveSessions() {
-		rec, err := g.store.Get(g.ctx, ls.id)
+	for _, s := range g.hub.Sessions() {
+		rec, err := g.store.Get(g.ctx, s.ID())
 		if err == nil && levelAllows(rec.LogLevel, level) {
-			ls.notify(data, g.logger)
+			_ = g.deliver(s.ID(), "", data)
 		}
 	}
 }

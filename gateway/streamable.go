@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 )
@@ -23,10 +24,6 @@ const (
 	headerProtocolVersion = "Mcp-Protocol-Version"
 	headerLastEventID     = "Last-Event-Id"
 )
-
-// keepAliveInterval is how often an idle SSE stream gets a comment line, so that proxies and
-// clients can tell it is alive.
-const keepAliveInterval = 25 * time.Second
 
 // serverCapabilities are declared from the configuration, not from the upstreams connected at
 // initialize, so that a late upstream's items still reach clients by list_changed (design
@@ -141,7 +138,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	if !ok {
 		return
 	}
-	ls, err := g.localSession(rec.ID)
+	ls, err := g.hub.Open(rec.ID)
 	if err != nil {
 		writeLocalSessionError(w, idOf(msg), err)
 		return
@@ -149,17 +146,58 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	switch m := msg.(type) {
 	case *protocol.Notification:
 		g.handleNotification(r, rec, ls, m)
+		g.touch(r.Context(), rec.ID)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Response:
-		// The client's answer to a request the gateway sent it for an upstream.
-		if _, err := g.store.TakeReverse(r.Context(), rec.ID, m.ID.String()); err != nil || !ls.answer(m) {
-			g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(rec.ID), "id", m.ID.String())
-		}
+		g.takeAnswer(r.Context(), ls, m)
+		g.touch(r.Context(), rec.ID)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
-		out := newResponder(w, 1)
-		g.startRequest(out, rec, ls, m, requestID)
-		out.run(r.Context())
+		st := ls.NewStream(1)
+		sw, ok := g.attachAnswer(w, idOf(msg), st, rec)
+		if !ok {
+			return
+		}
+		g.startRequest(st, rec, ls, m, requestID)
+		sw.answer(r.Context(), g.switchTimer(rec))
+	}
+}
+
+// takeAnswer delivers a client's answer to a request the gateway sent it for an upstream.
+func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
+	if _, err := g.store.TakeReverse(ctx, ls.ID(), m.ID.String()); err != nil || !ls.Answer(m) {
+		g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(ls.ID()), "id", m.ID.String())
+	}
+}
+
+// attachAnswer makes the POST's connection the writer of the stream of its answer; when it
+// fails (the session ended meanwhile) it has written the error.
+func (g *Gateway) attachAnswer(w http.ResponseWriter, id *protocol.ID, st *hub.Stream, rec *session.Record) (*streamWriter, bool) {
+	c, err := st.Attach(0)
+	if err != nil {
+		writeLocalSessionError(w, id, hub.ErrSessionEnded)
+		return nil, false
+	}
+	return &streamWriter{w: w, rc: http.NewResponseController(w), stream: st, cursor: c, prime: resumable(rec.ProtocolVersion)}, true
+}
+
+// resumable reports whether sessions of a protocol version get priming events and resumable
+// streams: from 2025-11-25 on (older SDK clients fail on an event without data).
+func resumable(version string) bool { return !olderThan(version, protocol.Version20251125) }
+
+// switchTimer fires when a request of the session has run long enough to be answered as a
+// resumable SSE stream (stream_after); nil when it never switches on time alone.
+func (g *Gateway) switchTimer(rec *session.Record) <-chan time.Time {
+	if !resumable(rec.ProtocolVersion) || g.cfg.StreamAfter <= 0 {
+		return nil
+	}
+	return time.After(g.cfg.StreamAfter)
+}
+
+// touch marks a session used, which puts off its idle expiry.
+func (g *Gateway) touch(ctx context.Context, id string) {
+	if err := g.store.Touch(ctx, id); err != nil {
+		g.logger.Warn("marking a session used failed", "session", fingerprint(id), "error", err.Error())
 	}
 }
 
@@ -187,11 +225,12 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 			"a batch of %d messages is over the gateway's limit of %d (max_batch_entries): send fewer at once", len(entries), limit))
 		return
 	}
-	ls, err := g.localSession(rec.ID)
+	ls, err := g.hub.Open(rec.ID)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return
 	}
+	g.touch(r.Context(), rec.ID)
 	var requests []*protocol.Request
 	var refused []*protocol.Response
 	for _, raw := range entries {
@@ -202,9 +241,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		case *protocol.Notification:
 			g.handleNotification(r, rec, ls, m)
 		case *protocol.Response:
-			if _, err := g.store.TakeReverse(r.Context(), rec.ID, m.ID.String()); err == nil {
-				ls.answer(m)
-			}
+			g.takeAnswer(r.Context(), ls, m)
 		case *protocol.Request:
 			if m.Method == protocol.MethodInitialize {
 				refused = append(refused, &protocol.Response{ID: m.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest, "initialize must not be part of a batch")})
@@ -217,15 +254,19 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	out := newResponder(w, len(requests)+len(refused))
-	out.startStream()
+	st := ls.NewStream(len(requests) + len(refused))
+	sw, ok := g.attachAnswer(w, nil, st, rec)
+	if !ok {
+		return
+	}
+	st.StartStreaming()
 	for _, resp := range refused {
-		_ = out.respond(resp)
+		_ = respond(st, resp)
 	}
 	for _, req := range requests {
-		g.startRequest(out, rec, ls, req, requestID)
+		g.startRequest(st, rec, ls, req, requestID)
 	}
-	out.run(r.Context())
+	sw.answer(r.Context(), nil)
 }
 
 func idOf(m protocol.Message) *protocol.ID {
@@ -265,10 +306,8 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 			"unsupported Mcp-Protocol-Version %q: this session speaks %q", v, rec.ProtocolVersion))
 		return nil, false
 	}
-	// A request of the session's own client is what keeps it from expiring.
-	if err := g.store.Touch(r.Context(), rec.ID); err != nil {
-		g.logger.Warn("marking a session used failed", "session", fingerprint(rec.ID), "error", err.Error())
-	}
+	// Marking the session used is left to the caller: a request marks it once served, so that
+	// no more than this one store operation comes before its call is forwarded.
 	return rec, true
 }
 
@@ -342,7 +381,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
 }
 
-func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *liveSession, n *protocol.Notification) {
+func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *hub.Session, n *protocol.Notification) {
 	switch n.Method {
 	case protocol.NotificationInitialized:
 		if !rec.Initialized {
@@ -353,14 +392,14 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 	case protocol.NotificationRootsChanged:
 		// The session's own upstream connections ask this client for roots: tell them. A
 		// shared connection's roots are the config's, which did not change.
-		g.notifyOwnConnections(r.Context(), ls, n)
+		g.notifyOwnConnections(r.Context(), rec.ID, n)
 	case protocol.NotificationCancelled:
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
 		}
 		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
 			if id, err := protocol.ParseID(p.RequestID); err == nil {
-				ls.cancelRequest(id)
+				ls.CancelRequest(id)
 			}
 		}
 	}
@@ -371,16 +410,16 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *l
 // request that brought it (design decision 10), and the handler meanwhile only writes what is
 // queued for the client. A request past the caps on requests in flight, or with an id already
 // in flight, is answered at once.
-func (g *Gateway) startRequest(out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) {
-	refuse := func(e *protocol.Error) { _ = out.respond(&protocol.Response{ID: req.ID, Error: e}) }
+func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) {
+	refuse := func(e *protocol.Error) { _ = respond(out, &protocol.Response{ID: req.ID, Error: e}) }
 	// The session's own checks first, so that a request it refuses takes no place in the
 	// gateway's total, not even for a moment.
-	ctx, done, err := ls.begin(req.ID, g.cfg.MaxCallsPerSession)
+	ctx, done, err := ls.Begin(req.ID, g.cfg.MaxCallsPerSession)
 	switch {
-	case errors.Is(err, errTooManyCalls):
-		g.tooManyCalls(out, ls, req, "this session", g.cfg.MaxCallsPerSession)
+	case errors.Is(err, hub.ErrTooManyCalls):
+		g.tooManyCalls(out, rec.ID, req, "this session", g.cfg.MaxCallsPerSession)
 		return
-	case errors.Is(err, errDuplicateID):
+	case errors.Is(err, hub.ErrDuplicateID):
 		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
 		return
 	case err != nil:
@@ -389,30 +428,40 @@ func (g *Gateway) startRequest(out *responder, rec *session.Record, ls *liveSess
 	}
 	if !g.admitCall() {
 		done()
-		ls.requests.Done()
-		g.tooManyCalls(out, ls, req, "the gateway", g.cfg.MaxCalls)
+		ls.RequestDone()
+		g.tooManyCalls(out, rec.ID, req, "the gateway", g.cfg.MaxCalls)
 		return
 	}
 	go func() {
-		defer ls.requests.Done()
+		defer ls.RequestDone()
 		resp := g.serveSafely(ctx, out, rec, ls, req, requestID)
 		// The request leaves the counts before its answer is queued: a client that sends its
 		// next request as soon as it has the answer must find its place free.
 		done()
 		g.releaseCall()
 		if resp == nil {
-			out.unanswered()
-			return
-		}
-		if err := out.respond(resp); err != nil {
+			out.Unanswered()
+		} else if err := respond(out, resp); err != nil {
 			g.logger.Debug("the client's stream ended before its response", "session", fingerprint(rec.ID), "request_id", requestID)
 		}
+		// A request of the session's own client is what keeps it from expiring; marked once
+		// served, after the call was forwarded.
+		g.touch(context.WithoutCancel(ctx), rec.ID)
 	}()
+}
+
+// respond queues a response on a stream.
+func respond(st *hub.Stream, resp *protocol.Response) error {
+	data, err := protocol.Encode(resp)
+	if err != nil {
+		return err
+	}
+	return st.Put(data, true)
 }
 
 // serveSafely is serveRequest with a panic turned into an internal error for the client and
 // a log record, never a crash of the gateway.
-func (g *Gateway) serveSafely(ctx context.Context, out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) (resp *protocol.Response) {
+func (g *Gateway) serveSafely(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (resp *protocol.Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			g.logger.Error("panic serving a request", "request_id", requestID, "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -424,8 +473,8 @@ func (g *Gateway) serveSafely(ctx context.Context, out *responder, rec *session.
 
 // tooManyCalls answers a request past a cap on requests in flight: a tools/call gets a tool
 // result the model can act on, any other method the gateway's error (design decision 7).
-func (g *Gateway) tooManyCalls(out *responder, ls *liveSession, req *protocol.Request, scope string, limit int) {
-	g.logger.Warn("request refused: too many requests in flight", "session", fingerprint(ls.id), "scope", scope, "limit", limit, "method", req.Method)
+func (g *Gateway) tooManyCalls(out *hub.Stream, sessionID string, req *protocol.Request, scope string, limit int) {
+	g.logger.Warn("request refused: too many requests in flight", "session", fingerprint(sessionID), "scope", scope, "limit", limit, "method", req.Method)
 	if req.Method == protocol.MethodCallTool {
 		res, _ := json.Marshal(map[string]any{
 			"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
@@ -433,10 +482,10 @@ func (g *Gateway) tooManyCalls(out *responder, ls *liveSession, req *protocol.Re
 			"isError": true,
 			"_meta":   map[string]any{metaReason: "too_many_calls", metaRetryAfter: 1},
 		})
-		_ = out.respond(&protocol.Response{ID: req.ID, Result: res})
+		_ = respond(out, &protocol.Response{ID: req.ID, Result: res})
 		return
 	}
-	_ = out.respond(&protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeTooManyRequests,
+	_ = respond(out, &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeTooManyRequests,
 		"%s already has its maximum of %d requests in flight: wait for some to finish, then retry", scope, limit)})
 }
 
@@ -453,24 +502,22 @@ func (g *Gateway) admitCall() bool {
 func (g *Gateway) releaseCall() { g.callsInFlight.Add(-1) }
 
 // serveRequest serves one client request and returns its response; messages about it go to
-// out meanwhile. A request the client cancelled, or whose session ended, gets none (nil,
+// its stream meanwhile. A request the client cancelled, or whose session ended, gets none (nil,
 // mcp-notes §8.2).
-func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session.Record, ls *liveSession, req *protocol.Request, requestID string) *protocol.Response {
+func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *protocol.Response {
 	cc := &clientContext{
 		SessionID:       rec.ID,
 		ProtocolVersion: rec.ProtocolVersion,
 		Capabilities:    rec.ClientCapabilities,
 		LogLevel:        rec.LogLevel,
 	}
-	cc.owner = &callOwner{session: ls, caps: ls.capsFor(rec), out: out, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
-	forget := g.recordCall(ctx, ls, cc.owner, req.Method)
-	defer forget()
+	cc.owner = &callOwner{sessionID: rec.ID, streamID: out.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	result, err := g.dispatch(ctx, cc, req)
 	switch {
-	case ls.ctx.Err() != nil:
+	case ls.Context().Err() != nil:
 		// The session ended while the call ran; nobody is waiting for the answer.
 		return nil
-	case errors.Is(context.Cause(ctx), errClientCancelled):
+	case errors.Is(context.Cause(ctx), hub.ErrClientCancelled):
 		// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2), whatever
 		// the call came to meanwhile (a tool result saying the upstream was unavailable).
 		g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
@@ -481,94 +528,10 @@ func (g *Gateway) serveRequest(ctx context.Context, out *responder, rec *session
 	return &protocol.Response{ID: req.ID, Result: result}
 }
 
-// responder carries the messages of one POSTed request (or batch) to its client: the
-// response alone as JSON, or, once a message related to the request must go first, an SSE
-// stream that ends with the response. Any goroutine may queue (send, respond); only the HTTP
-// handler writes, in run.
-type responder struct {
-	*outbox
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
-
-func newResponder(w http.ResponseWriter, responses int) *responder {
-	return &responder{outbox: newOutbox(responses), w: w, rc: http.NewResponseController(w)}
-}
-
-// send queues a request-related notification or request; the answer becomes an SSE stream.
-func (o *responder) send(m protocol.Message) error {
-	data, err := protocol.Encode(m)
-	if err != nil {
-		return err
-	}
-	return o.put(data, false)
-}
-
-// respond queues a response.
-func (o *responder) respond(resp *protocol.Response) error {
-	data, err := protocol.Encode(resp)
-	if err != nil {
-		return err
-	}
-	return o.put(data, true)
-}
-
-// run writes what is queued until the last response is written, the stream is dropped
-// (its queue overflowed or a write missed its deadline), or ctx ends (the client left).
-// It runs on the HTTP handler's goroutine: nothing writes to w after it returns.
-func (o *responder) run(ctx context.Context) {
-	started := false
-	for {
-		batch, closed, dropped, streamed := o.take()
-		if dropped {
-			return
-		}
-		if !started && !streamed && closed {
-			if len(batch) == 0 {
-				// Every request went unanswered (cancelled): an SSE stream with no event.
-				startSSE(o.w)
-				_ = o.rc.Flush()
-				return
-			}
-			// A client that does not read its answer must not pin it for ever. No flush: the
-			// server sends the answer, with its length, when the handler returns.
-			o.w.Header().Set("Content-Type", "application/json")
-			_ = o.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
-			_, _ = o.w.Write(batch[0])
-			return
-		}
-		if !started && (streamed || len(batch) > 0) {
-			startSSE(o.w)
-			started = true
-		}
-		for _, data := range batch {
-			if err := writeWithDeadline(o.w, o.rc, sseEvent(data)); err != nil {
-				o.drop()
-				return
-			}
-		}
-		if closed {
-			return
-		}
-		select {
-		case <-o.wake:
-		case <-ctx.Done():
-			o.drop()
-			return
-		}
-	}
-}
-
-func startSSE(w http.ResponseWriter) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-}
-
 // serveGET opens the session's standalone SSE stream (mcp-notes §4.3), which carries
-// list_changed notifications. One per session: a second gets 409.
+// list_changed notifications and what upstreams send outside calls. One connection per
+// session: a second gets 409. With Last-Event-ID (sessions of 2025-11-25 on) it resumes the
+// stream that id came from, a POST's or the standalone one, after that event (§4.5).
 func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !accepts(r, "text/event-stream") {
 		writeHTTPError(w, http.StatusNotAcceptable, nil, protocol.Errorf(protocol.CodeRequestRejected,
@@ -579,7 +542,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ls, err := g.localSession(rec.ID)
+	ls, err := g.hub.Open(rec.ID)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return
@@ -590,51 +553,54 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	box, ok := ls.openStream()
-	if !ok {
+	prime := resumable(rec.ProtocolVersion)
+	var st *hub.Stream
+	var c *hub.Cursor
+	lastEventID := r.Header.Get(headerLastEventID)
+	if lastEventID != "" && prime {
+		st, c, err = ls.Resume(lastEventID)
+	} else {
+		st, c, err = ls.OpenStandalone()
+	}
+	switch {
+	case errors.Is(err, hub.ErrStreamOpen):
 		writeHTTPError(w, http.StatusConflict, nil, protocol.Errorf(protocol.CodeRequestRejected,
 			"this session already has an open stream; close it before opening another"))
 		return
-	}
-	// What is queued when the stream ends has nowhere to go: later puts fail at once, so a
-	// request sent to the client there is not left waiting.
-	defer box.drop()
-	defer ls.closeStream(box)
-	rc := http.NewResponseController(w)
-	startSSE(w)
-	if err := rc.Flush(); err != nil {
+	case errors.Is(err, hub.ErrUnknownStream):
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
+			"Last-Event-ID %q names no stream of this session (it may have finished long ago): open the stream without it", lastEventID))
+		return
+	case errors.Is(err, hub.ErrEventsLost):
+		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
+			"the events after Last-Event-ID %q are no longer held: open the stream without it", lastEventID))
+		return
+	case err != nil:
+		writeLocalSessionError(w, nil, err)
 		return
 	}
-	keepAlive := time.NewTicker(keepAliveInterval)
-	defer keepAlive.Stop()
-	for {
-		batch, closed, _, _ := box.take()
-		for _, data := range batch {
-			// Each write gets its own deadline: one that an event set must not cut the
-			// keep-alives after it.
-			if err := writeWithDeadline(w, rc, sseEvent(data)); err != nil {
-				box.drop()
-				return
-			}
-		}
-		if closed {
-			return // dropped: its client did not keep up
-		}
-		select {
-		case <-box.wake:
-		case <-keepAlive.C:
-			if err := writeWithDeadline(w, rc, []byte(": keep-alive\n\n")); err != nil {
-				box.drop()
-				return
-			}
-		case <-r.Context().Done():
-			return
-		case <-ls.ctx.Done():
-			return
-		case <-g.draining:
+	g.touch(r.Context(), rec.ID)
+	sw := &streamWriter{w: w, rc: http.NewResponseController(w), stream: st, cursor: c, prime: prime}
+	if lastEventID != "" && prime {
+		// The client has an id of this stream already: no priming event.
+		startSSE(w)
+		sw.started = true
+		c.MarkResumable()
+		if err := sw.rc.Flush(); err != nil {
+			c.Detach()
 			return
 		}
+	} else if err := sw.start(); err != nil {
+		c.Detach()
+		return
 	}
+	// A drain ends the standalone stream; a resumed POST stream carries a request in flight
+	// and ends with its answer.
+	var drain <-chan struct{}
+	if st == ls.Standalone() {
+		drain = g.draining
+	}
+	sw.follow(r.Context().Done(), ls.Context().Done(), drain)
 }
 
 // serveDELETE ends a session (mcp-notes §4.6): its calls are cancelled, its stream closes,
@@ -698,24 +664,6 @@ func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *proto
 	_, _ = w.Write(data)
 }
 
-// recordCall notes a client request in flight, in the session's routing tables and among its
-// live calls here; the func it returns forgets it.
-func (g *Gateway) recordCall(ctx context.Context, ls *liveSession, owner *callOwner, method string) func() {
-	rec := session.CallRecord{SessionID: ls.id, ClientID: owner.clientID.String(), Method: method, Started: g.opts.Now()}
-	if err := g.store.PutCall(ctx, rec); err != nil {
-		g.logger.Warn("recording a call in flight failed", "session", fingerprint(ls.id), "error", err.Error())
-	}
-	ls.mu.Lock()
-	ls.calls[owner.clientID] = owner
-	ls.mu.Unlock()
-	return func() {
-		ls.mu.Lock()
-		delete(ls.calls, owner.clientID)
-		ls.mu.Unlock()
-		_ = g.store.DeleteCall(context.WithoutCancel(ctx), ls.id, rec.ClientID)
-	}
-}
-
 func capabilitiesFor(version string) json.RawMessage {
 	if olderThan(version, protocol.Version20251125) {
 		return serverCapabilities
@@ -726,7 +674,7 @@ func capabilitiesFor(version string) json.RawMessage {
 // writeLocalSessionError answers a request whose session cannot be served here: it ended
 // meanwhile (404, as for any ended session), or the gateway is shutting down (503).
 func writeLocalSessionError(w http.ResponseWriter, id *protocol.ID, err error) {
-	if errors.Is(err, errSessionEnded) {
+	if errors.Is(err, hub.ErrSessionEnded) {
 		writeHTTPError(w, http.StatusNotFound, id, protocol.Errorf(protocol.CodeSessionNotFound,
 			"session not found: it ended or never existed; send initialize to start a new one"))
 		return

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -115,7 +116,7 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	conn := r // the route of the connection the subscription lives on
 	if r.pool != nil && cc.owner != nil {
 		if on {
-			pc, err := r.pool.get(ctx, cc.owner.session)
+			pc, err := r.pool.get(ctx, cc.SessionID)
 			if err != nil {
 				return nil, unavailableCall(r, err)
 			}
@@ -157,10 +158,10 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if on && cc.owner != nil && cc.owner.session.ctx.Err() != nil {
+	if on && cc.owner != nil && !g.sessionLive(cc.SessionID) {
 		// The session ended while the upstream subscribed: its subscriptions were already
 		// dropped, so this one is not added back (the upstream's is left to lapse).
-		return nil, errSessionEnded
+		return nil, hub.ErrSessionEnded
 	}
 	if on {
 		e.sessions[cc.SessionID] = true
@@ -197,7 +198,7 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 		if len(e.sessions) > 0 {
 			continue
 		}
-		if key.route.boundSession != nil {
+		if key.route.boundSession != "" {
 			e.on = nil // the session's own connection closes with it, and its subscriptions
 		}
 		switch {

@@ -120,17 +120,13 @@ func (s *MemoryStore) Delete(_ context.Context, id string) error {
 }
 
 // Expire implements Store.
-func (s *MemoryStore) Expire(_ context.Context, cutoff time.Time, keep func(id string) bool) ([]string, error) {
+func (s *MemoryStore) Expire(_ context.Context, cutoff time.Time) ([]string, error) {
 	limit := cutoff.UnixNano()
 	var expired []string
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, e := range s.sessions {
 		if e.lastUsed.Load() >= limit {
-			continue
-		}
-		if keep != nil && keep(id) {
-			e.lastUsed.Store(s.opts.Now().UnixNano())
 			continue
 		}
 		delete(s.sessions, id)

@@ -21,13 +21,10 @@ const (
 type memoryRoutes struct {
 	mu sync.Mutex
 	// All guarded by mu.
-	calls     map[string]map[string]CallRecord // session → client id → record
-	progress  map[[2]string]ProgressRecord     // (upstream, token) → record
-	reverse   map[[2]string]ReverseRecord      // (session, id) → record
-	byUpRev   map[[2]string][2]string          // (upstream, upstream id) → (session, id)
-	bySession map[string]map[[2]string]bool    // session → progress keys, to drop them with it
-	tasks     map[string]TaskRecord            // gateway task id → record
-	tasksByUp map[[2]string]string             // (upstream, upstream task id) → gateway id
+	reverse   map[[2]string]ReverseRecord // (session, id) → record
+	byUpRev   map[[2]string][2]string     // (upstream, upstream id) → (session, id)
+	tasks     map[string]TaskRecord       // gateway task id → record
+	tasksByUp map[[2]string]string        // (upstream, upstream task id) → gateway id
 	// tasksOf holds each session's task ids. Invariant: it indexes exactly the records of
 	// tasks, with at most MaxTasksPerSession ids a session, and holds no empty set.
 	tasksOf map[string]map[string]bool
@@ -35,11 +32,8 @@ type memoryRoutes struct {
 
 func newMemoryRoutes() *memoryRoutes {
 	return &memoryRoutes{
-		calls:     map[string]map[string]CallRecord{},
-		progress:  map[[2]string]ProgressRecord{},
 		reverse:   map[[2]string]ReverseRecord{},
 		byUpRev:   map[[2]string][2]string{},
-		bySession: map[string]map[[2]string]bool{},
 		tasks:     map[string]TaskRecord{},
 		tasksByUp: map[[2]string]string{},
 		tasksOf:   map[string]map[string]bool{},
@@ -49,84 +43,6 @@ func newMemoryRoutes() *memoryRoutes {
 var _ Routes = (*MemoryStore)(nil)
 
 // PutCall implements Routes.
-func (s *MemoryStore) PutCall(_ context.Context, c CallRecord) error {
-	r := s.routes
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.calls[c.SessionID] == nil {
-		r.calls[c.SessionID] = map[string]CallRecord{}
-	}
-	r.calls[c.SessionID][c.ClientID] = c
-	return nil
-}
-
-// DeleteCall implements Routes.
-func (s *MemoryStore) DeleteCall(_ context.Context, sessionID, clientID string) error {
-	r := s.routes
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.calls[sessionID], clientID)
-	if len(r.calls[sessionID]) == 0 {
-		delete(r.calls, sessionID)
-	}
-	return nil
-}
-
-// Calls implements Routes.
-func (s *MemoryStore) Calls(_ context.Context, sessionID string) ([]CallRecord, error) {
-	r := s.routes
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]CallRecord, 0, len(r.calls[sessionID]))
-	for _, c := range r.calls[sessionID] {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-// PutProgress implements Routes.
-func (s *MemoryStore) PutProgress(_ context.Context, p ProgressRecord) error {
-	r := s.routes
-	key := [2]string{p.Upstream, p.Token}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.progress[key] = p
-	if r.bySession[p.SessionID] == nil {
-		r.bySession[p.SessionID] = map[[2]string]bool{}
-	}
-	r.bySession[p.SessionID][key] = true
-	return nil
-}
-
-// Progress implements Routes.
-func (s *MemoryStore) Progress(_ context.Context, upstream, token string) (ProgressRecord, error) {
-	r := s.routes
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p, ok := r.progress[[2]string{upstream, token}]
-	if !ok {
-		return ProgressRecord{}, ErrNotFound
-	}
-	return p, nil
-}
-
-// DeleteProgress implements Routes.
-func (s *MemoryStore) DeleteProgress(_ context.Context, upstream, token string) error {
-	r := s.routes
-	key := [2]string{upstream, token}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p, ok := r.progress[key]; ok {
-		delete(r.bySession[p.SessionID], key)
-		if len(r.bySession[p.SessionID]) == 0 {
-			delete(r.bySession, p.SessionID)
-		}
-	}
-	delete(r.progress, key)
-	return nil
-}
-
-// PutReverse implements Routes.
 func (s *MemoryStore) PutReverse(_ context.Context, rec ReverseRecord) error {
 	r := s.routes
 	r.mu.Lock()
@@ -167,11 +83,6 @@ func (s *MemoryStore) ReverseByUpstream(_ context.Context, upstream, upstreamID 
 func (r *memoryRoutes) dropSession(sessionID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.calls, sessionID)
-	for key := range r.bySession[sessionID] {
-		delete(r.progress, key)
-	}
-	delete(r.bySession, sessionID)
 	for id := range r.tasksOf[sessionID] {
 		r.deleteTaskLocked(id)
 	}

@@ -44,18 +44,21 @@ func TestMemoryStore(t *testing.T) {
 	if _, err := s.Get(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	expired, err := s.Expire(ctx, now.Add(-30*time.Second), nil)
+	expired, err := s.Expire(ctx, now.Add(-30*time.Second))
 	if err != nil || len(expired) != 1 || expired[0] != a.ID {
 		t.Errorf("Expire = %v, %v; want [%s]", expired, err, a.ID)
 	}
 	if _, err := s.Get(ctx, a.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get of an expired session: %v", err)
 	}
-	// keep spares a session in use, and counts as its use.
+	// A session in use is kept by marking it used just before.
 	now = now.Add(time.Hour)
-	expired, _ = s.Expire(ctx, now.Add(-time.Second), func(id string) bool { return id == b.ID })
+	if err := s.Touch(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	expired, _ = s.Expire(ctx, now.Add(-time.Second))
 	if len(expired) != 0 {
-		t.Errorf("Expire removed %v despite keep", expired)
+		t.Errorf("Expire removed %v, used just now", expired)
 	}
 	if err := s.Delete(ctx, b.ID); err != nil || s.Len() != 0 {
 		t.Errorf("Delete: %v, %d left", err, s.Len())
@@ -70,25 +73,6 @@ func TestMemoryRoutes(t *testing.T) {
 	s := NewMemoryStore(nil)
 	a, _ := s.Create(ctx, Record{})
 	b, _ := s.Create(ctx, Record{})
-
-	if err := s.PutCall(ctx, CallRecord{SessionID: a.ID, ClientID: "7", Method: "tools/call"}); err != nil {
-		t.Fatal(err)
-	}
-	calls, _ := s.Calls(ctx, a.ID)
-	if len(calls) != 1 || calls[0].ClientID != "7" {
-		t.Errorf("Calls = %+v", calls)
-	}
-	_ = s.DeleteCall(ctx, a.ID, "7")
-	if calls, _ := s.Calls(ctx, a.ID); len(calls) != 0 {
-		t.Errorf("after DeleteCall: %+v", calls)
-	}
-
-	// Two sessions' tokens are told apart by the gateway's token, not the client's.
-	_ = s.PutProgress(ctx, ProgressRecord{Upstream: "u", Token: `"g1"`, SessionID: a.ID, ClientID: "1", ClientToken: `"1"`})
-	_ = s.PutProgress(ctx, ProgressRecord{Upstream: "u", Token: `"g2"`, SessionID: b.ID, ClientID: "1", ClientToken: `"1"`})
-	if p, err := s.Progress(ctx, "u", `"g2"`); err != nil || p.SessionID != b.ID {
-		t.Errorf("Progress g2 = %+v, %v", p, err)
-	}
 
 	_ = s.PutReverse(ctx, ReverseRecord{SessionID: a.ID, ID: `"r-1"`, Upstream: "u", UpstreamID: "5"})
 	if r, err := s.ReverseByUpstream(ctx, "u", "5"); err != nil || r.ID != `"r-1"` {
@@ -107,14 +91,12 @@ func TestMemoryRoutes(t *testing.T) {
 	// Deleting a session drops its records, and only its.
 	_ = s.PutReverse(ctx, ReverseRecord{SessionID: a.ID, ID: `"r-2"`, Upstream: "u", UpstreamID: "6"})
 	_ = s.Delete(ctx, a.ID)
-	if _, err := s.Progress(ctx, "u", `"g1"`); !errors.Is(err, ErrNotFound) {
-		t.Errorf("a's progress record outlived the session: %v", err)
-	}
 	if _, err := s.ReverseByUpstream(ctx, "u", "6"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a's reverse record outlived the session: %v", err)
 	}
-	if _, err := s.Progress(ctx, "u", `"g2"`); err != nil {
-		t.Errorf("b's progress record went with a: %v", err)
+	_ = s.PutReverse(ctx, ReverseRecord{SessionID: b.ID, ID: `"r-3"`, Upstream: "u", UpstreamID: "7"})
+	if _, err := s.ReverseByUpstream(ctx, "u", "7"); err != nil {
+		t.Errorf("b's reverse record went with a: %v", err)
 	}
 }
 

@@ -11,29 +11,6 @@ import (
 // The gateway keeps only live handles (the HTTP stream to write to, the channel a waiting
 // call reads) in its own memory, found through these records.
 
-// CallRecord is a client request the gateway is serving for a session.
-type CallRecord struct {
-	SessionID string `json:"sessionId"`
-	// ClientID is the client's JSON-RPC id, as raw JSON.
-	ClientID string `json:"clientId"`
-	Method   string `json:"method"`
-	// Upstream is the upstream called, once known.
-	Upstream string    `json:"upstream,omitempty"`
-	Started  time.Time `json:"started"`
-}
-
-// ProgressRecord maps a progress token the gateway gave an upstream back to the client's.
-type ProgressRecord struct {
-	Upstream string `json:"upstream"`
-	// Token is the gateway's token, as raw JSON.
-	Token     string `json:"token"`
-	SessionID string `json:"sessionId"`
-	// ClientID is the id of the client request the progress is about, as raw JSON.
-	ClientID string `json:"clientId"`
-	// ClientToken is the client's own token, as raw JSON (its type is kept).
-	ClientToken string `json:"clientToken"`
-}
-
 // ReverseRecord is a request the gateway sent a client on an upstream's behalf, waiting for
 // the client's answer.
 type ReverseRecord struct {
@@ -50,16 +27,6 @@ type ReverseRecord struct {
 // Routes keeps the routing tables. Implementations are safe for concurrent use; records of a
 // session go when the session is deleted or expires.
 type Routes interface {
-	PutCall(ctx context.Context, c CallRecord) error
-	DeleteCall(ctx context.Context, sessionID, clientID string) error
-	// Calls lists the session's calls in flight.
-	Calls(ctx context.Context, sessionID string) ([]CallRecord, error)
-
-	PutProgress(ctx context.Context, p ProgressRecord) error
-	// Progress finds the record of an upstream's token, or ErrNotFound.
-	Progress(ctx context.Context, upstream, token string) (ProgressRecord, error)
-	DeleteProgress(ctx context.Context, upstream, token string) error
-
 	PutReverse(ctx context.Context, r ReverseRecord) error
 	// TakeReverse removes and returns the record of the session's request id, or ErrNotFound.
 	TakeReverse(ctx context.Context, sessionID, id string) (ReverseRecord, error)

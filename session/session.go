@@ -59,9 +59,10 @@ type Store interface {
 	Update(ctx context.Context, id string, change func(*Record)) (*Record, error)
 	// Delete ends the session. Deleting an unknown session is not an error.
 	Delete(ctx context.Context, id string) error
-	// Expire deletes the sessions idle since before cutoff, except those keep reports as in
-	// use, and returns their ids.
-	Expire(ctx context.Context, cutoff time.Time, keep func(id string) bool) ([]string, error)
+	// Expire deletes the sessions unused since before cutoff and returns their ids. It calls
+	// nothing of its caller's while it holds the store: a session in use is kept by marking it
+	// used (Touch) first.
+	Expire(ctx context.Context, cutoff time.Time) ([]string, error)
 }
 
 // NewID returns a new session id: 32 bytes from crypto/rand, base64url without padding.
