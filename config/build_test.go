@@ -41,6 +41,7 @@ func TestBuild(t *testing.T) {
 		MaxCallsPerSession: 64,
 		MaxCalls:           4096,
 		PageSize:           100,
+		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		Upstreams: []config.Upstream{
 			configUpstream(buildConfig, config.Upstream{
 				Name: "github", Command: "./github-mcp", Prefix: "github", RequestTimeout: time.Minute, Enabled: true, Line: 3,

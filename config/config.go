@@ -81,6 +81,8 @@ const (
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
 	defaultAttributionWindow  = 2 * time.Second
+	defaultAuditSink          = AuditSinkOff
+	defaultAuditBuffer        = 4096
 )
 
 // Transports of an upstream (Upstream.Transport).
@@ -89,6 +91,13 @@ const (
 	TransportStreamableHTTP = "streamable-http"
 	TransportSSE            = "sse"
 	TransportAuto           = "auto"
+)
+
+// Outputs of the audit trail (Audit.Sink).
+const (
+	AuditSinkOff    = "off"
+	AuditSinkStdout = "stdout"
+	AuditSinkFile   = "file"
 )
 
 // defaultAllowedOrigins returns a new slice holding the loopback origins
@@ -207,6 +216,29 @@ type Config struct {
 	// request cannot be attributed to one client, so no client's roots are used. Nil (the
 	// default) answers no roots.
 	Roots []string
+
+	// Audit configures the audit trail, one record per completed client request (key
+	// `audit`). If the key is absent, the trail is off.
+	Audit Audit
+}
+
+// Audit configures the audit trail: one JSON line per completed client request, saying who
+// asked for what and how it ended.
+type Audit struct {
+	// Sink is where the records go (key `sink`): AuditSinkOff (nowhere), AuditSinkStdout
+	// (the gateway's standard output) or AuditSinkFile (appended to Path). Defaults to
+	// "off".
+	Sink string
+
+	// Path is the file records are appended to (key `path`), created with mode 0600 if
+	// absent; a relative path is relative to the gateway's working directory. Required when
+	// Sink is "file", and allowed only then.
+	Path string
+
+	// Buffer is how many records may wait to be written (key `buffer`), from 1 to 1048576.
+	// A record that finds it full is dropped and counted, so that a slow output never holds
+	// up a request. Defaults to 4096.
+	Buffer int
 }
 
 // Upstream configures one upstream MCP server: a child process speaking MCP
@@ -590,6 +622,12 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("http_idle_timeout") {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout
+	}
+	if !ix.has("audit.sink") {
+		c.Audit.Sink = defaultAuditSink
+	}
+	if !ix.has("audit.buffer") {
+		c.Audit.Buffer = defaultAuditBuffer
 	}
 	for i := range c.Upstreams {
 		u, path := &c.Upstreams[i], upstreamPath(i)

@@ -87,6 +87,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		MaxCalls:           4096,
 		PageSize:           100,
 		Upstreams:          ups,
+		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 	}
 }
 
@@ -142,6 +143,10 @@ upstreams:
     enabled: false
     include_instructions: true
     broadcast_logs: true
+audit:
+  sink: file
+  path: /var/log/manifold/audit.log
+  buffer: 100
 `,
 			want: &config.Config{
 				File:               "gw.yaml",
@@ -182,6 +187,7 @@ upstreams:
 					File:                 "gw.yaml",
 					Line:                 16,
 				}},
+				Audit: config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 100},
 			},
 		},
 		{
@@ -316,6 +322,34 @@ upstreams:
 			),
 		},
 		{
+			name: "audit to stdout",
+			yaml: "audit: {sink: stdout}\nupstreams: []\n",
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.Audit.Sink = "stdout"
+				return c
+			}(),
+		},
+		{
+			name: "audit off, written out, is text and not a boolean",
+			yaml: "audit:\n  sink: off\n  buffer: 1\nupstreams: []\n",
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.Audit.Buffer = 1
+				return c
+			}(),
+		},
+		{
+			name: "audit file from a variable",
+			yaml: "audit:\n  sink: ${AUDIT_SINK:-file}\n  path: ${AUDIT_LOG}\nupstreams: []\n",
+			env:  map[string]string{"AUDIT_LOG": "audit.log"},
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.Audit = config.Audit{Sink: "file", Path: "audit.log", Buffer: 4096}
+				return c
+			}(),
+		},
+		{
 			name: "IPv6 listen address and bracketed origin",
 			yaml: "listen: \"[::1]:8080\"\nallowed_origins: [\"http://[::1]:*\"]\nupstreams: []\n",
 			want: func() *config.Config {
@@ -345,7 +379,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, upstreams)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -509,6 +543,44 @@ func TestParseProblems(t *testing.T) {
 		{"limits of the HTTP face of the wrong type", "upstreams: []\nbody_read_timeout: 30\nmax_calls: many\n", nil, []config.Problem{
 			p(2, "body_read_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "30"`),
 			p(3, "max_calls", `want a whole number like 1000, got "many"`),
+		}},
+
+		// Audit trail.
+		{"audit file without a path", "upstreams: []\naudit:\n  sink: file\n", nil, []config.Problem{
+			p(2, "audit.path", "required when sink is file: set the file to append audit records to, like /var/log/manifold/audit.log"),
+		}},
+		{"audit file with an empty path", "upstreams: []\naudit:\n  sink: file\n  path: \"${AUDIT_LOG:-}\"\n", nil, []config.Problem{
+			p(4, "audit.path", "required when sink is file: set the file to append audit records to, like /var/log/manifold/audit.log"),
+		}},
+		{"audit path without the file sink", "upstreams: []\naudit:\n  path: audit.log\n", nil, []config.Problem{
+			p(3, "audit.path", "only when sink is file, and it is off: set sink: file to write the audit trail to this file, or remove path"),
+		}},
+		{"audit path with stdout", "upstreams: []\naudit: {sink: stdout, path: audit.log}\n", nil, []config.Problem{
+			p(2, "audit.path", "only when sink is file, and it is stdout: set sink: file to write the audit trail to this file, or remove path"),
+		}},
+		{"unknown audit sink", "upstreams: []\naudit:\n  sink: syslog\n  path: audit.log\n", nil, []config.Problem{
+			p(3, "audit.sink", `"syslog" is not an audit sink: use off, stdout or file`),
+		}},
+		{"audit sink of the wrong type", "upstreams: []\naudit:\n  sink: [file]\n  path: audit.log\n", nil, []config.Problem{
+			p(3, "audit.sink", "want a string, got a list"),
+		}},
+		{"audit buffer zero", "upstreams: []\naudit:\n  buffer: 0\n", nil, []config.Problem{
+			p(3, "audit.buffer", "must be from 1 to 1048576: it is how many audit records may wait to be written (default 4096)"),
+		}},
+		{"audit buffer too large", "upstreams: []\naudit: {sink: stdout, buffer: 1048577}\n", nil, []config.Problem{
+			p(2, "audit.buffer", "must be from 1 to 1048576: it is how many audit records may wait to be written (default 4096)"),
+		}},
+		{"audit buffer not a number", "upstreams: []\naudit:\n  buffer: 4k\n", nil, []config.Problem{
+			p(3, "audit.buffer", `want a whole number like 1000, got "4k"`),
+		}},
+		{"unknown audit key", "upstreams: []\naudit:\n  sink: stdout\n  format: json\n", nil, []config.Problem{
+			p(4, "audit.format", "unknown field (known: sink, path, buffer)"),
+		}},
+		{"audit not a mapping", "upstreams: []\naudit: stdout\n", nil, []config.Problem{
+			p(2, "audit", "want a mapping with `sink:` off, stdout or file, got a single value"),
+		}},
+		{"audit with no value", "upstreams: []\naudit:\n", nil, []config.Problem{
+			p(2, "audit", "want a mapping with `sink:` off, stdout or file, got no value"),
 		}},
 
 		// Upstreams.
@@ -826,6 +898,7 @@ func TestLoadExample(t *testing.T) {
 		MaxCallsPerSession: 64,
 		MaxCalls:           4096,
 		PageSize:           50,
+		Audit:              config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 4096},
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},

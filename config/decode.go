@@ -245,9 +245,21 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{"max_calls", integer(&c.MaxCalls)},
 		{"page_size", integer(&c.PageSize)},
 		{"roots", strList(&c.Roots)},
+		{"audit", audit(&c.Audit)},
 		{"upstreams", upstreams(&c.Upstreams)},
 	})
 	return c
+}
+
+// audit decodes the `audit` mapping; no value is a problem, as for any mapping of settings.
+func audit(a *Audit) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping with `sink:` off, stdout or file", []field{
+			{"sink", str(&a.Sink)},
+			{"path", str(&a.Path)},
+			{"buffer", integer(&a.Buffer)},
+		})
+	}
 }
 
 func upstreams(dst *[]Upstream) decodeFunc {

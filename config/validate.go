@@ -13,6 +13,9 @@ const (
 	maxNameLen   = 64
 	maxPrefixLen = 32
 	maxPageSize  = 1000
+	// maxAuditBuffer keeps a mistyped buffer from reserving gigabytes at start: a queued
+	// record takes a few hundred bytes.
+	maxAuditBuffer = 1 << 20
 )
 
 // where is a file and the index of its fields.
@@ -136,6 +139,28 @@ func (v *validator) settings(c *Config, w where) {
 	}
 	if c.PageSize < 1 || c.PageSize > maxPageSize {
 		v.check(w, "page_size", fmt.Sprintf("must be from 1 to %d (default 100)", maxPageSize))
+	}
+	v.audit(&c.Audit, w)
+}
+
+// audit checks the settings of the audit trail.
+func (v *validator) audit(a *Audit, w where) {
+	switch a.Sink {
+	case AuditSinkOff, AuditSinkStdout, AuditSinkFile:
+		// A path goes with the file sink only: with any other, it would be a file the user
+		// expects the trail in, and it would stay empty.
+		switch {
+		case !w.ix.usable("audit.sink"): // its problem is reported already
+		case a.Sink == AuditSinkFile && a.Path == "":
+			v.check(w, "audit.path", "required when sink is file: set the file to append audit records to, like /var/log/manifold/audit.log")
+		case a.Sink != AuditSinkFile && w.ix.present("audit.path"):
+			v.check(w, "audit.path", fmt.Sprintf("only when sink is file, and it is %s: set sink: file to write the audit trail to this file, or remove path", a.Sink))
+		}
+	default:
+		v.check(w, "audit.sink", fmt.Sprintf("%s is not an audit sink: use off, stdout or file", quote(a.Sink)))
+	}
+	if a.Buffer < 1 || a.Buffer > maxAuditBuffer {
+		v.check(w, "audit.buffer", fmt.Sprintf("must be from 1 to %d: it is how many audit records may wait to be written (default 4096)", maxAuditBuffer))
 	}
 }
 

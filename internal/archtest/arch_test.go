@@ -16,6 +16,7 @@ var allowed = map[string][]string{
 	"protocol":              {},
 	"session":               {},
 	"config":                {},
+	"audit":                 {},
 	"upstream":              {"protocol", "internal/loglimit"},
 	"gateway":               {"protocol", "session", "config", "upstream", "hub", "internal/loglimit"},
 	"hub":                   {"protocol"},
