@@ -14,6 +14,9 @@ const (
 	CodeInternalError  = -32603
 	// CodeResourceNotFound is MCP's code for resources/read of an unknown URI (2025-11-25).
 	CodeResourceNotFound = -32002
+	// CodeURLElicitationRequired (2025-11-25) says a request needs the user to complete URL
+	// elicitations first; its data lists them.
+	CodeURLElicitationRequired = -32042
 	// CodeUnsupportedProtocolVersion is the 2026-07-28 code for a request whose protocol
 	// version the server does not serve.
 	CodeUnsupportedProtocolVersion = -32022
@@ -37,7 +40,25 @@ const (
 	// CodeTooManyRequests is returned for a request (other than tools/call) past the caps on
 	// requests in flight, per session or in the whole gateway.
 	CodeTooManyRequests = -32007
+	// CodeDenied is returned for a request (other than tools/call) that a check of the
+	// gateway's policy chain refused.
+	CodeDenied = -32008
+	// CodeUpstreamFailed is returned for a request whose upstream answered with an internal
+	// or implementation-defined error: its text stays in the gateway's log.
+	CodeUpstreamFailed = -32009
 )
+
+// IsSpecDefined reports whether a JSON-RPC error code is defined by JSON-RPC or MCP with a
+// meaning a client acts on (parse error, invalid request, method not found, invalid params,
+// resource not found, URL elicitation required), as opposed to internal errors and the
+// implementation-defined range, whose text may carry an implementation's internals.
+func IsSpecDefined(code int64) bool {
+	switch code {
+	case CodeParseError, CodeInvalidRequest, CodeMethodNotFound, CodeInvalidParams, CodeResourceNotFound, CodeURLElicitationRequired:
+		return true
+	}
+	return false
+}
 
 // Error is a JSON-RPC error object. It implements error, so a handler may return one to send
 // exactly that error to the peer.

@@ -37,8 +37,31 @@ type Record struct {
 	Initialized bool `json:"initialized,omitempty"`
 	// LogLevel is the level the client set with logging/setLevel; empty until it does.
 	LogLevel string `json:"logLevel,omitempty"`
+	// Principal is who the session belongs to; zero (anonymous) while authentication is off.
+	// A session is bound to its principal: a request of another is refused.
+	Principal Principal `json:"principal,omitzero"`
+	// Subscriptions are the resource URIs the client subscribed to, as it named them.
+	Subscriptions []string `json:"subscriptions,omitempty"`
 	// CreatedAt is when initialize created the session.
 	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Principal identifies who makes requests: an issuer and a subject (OIDC), or a named API
+// key. The zero Principal is anonymous.
+type Principal struct {
+	Issuer  string `json:"iss,omitempty"`
+	Subject string `json:"sub,omitempty"`
+}
+
+// Anonymous reports whether p is the zero Principal.
+func (p Principal) Anonymous() bool { return p == Principal{} }
+
+// String names the principal in logs and audit records: "anonymous", or subject@issuer.
+func (p Principal) String() string {
+	if p.Anonymous() {
+		return "anonymous"
+	}
+	return p.Subject + "@" + p.Issuer
 }
 
 // Store keeps session records and their routing tables. Implementations are safe for
