@@ -116,7 +116,7 @@ func exposeContentURIs(result json.RawMessage, scheme string) json.RawMessage {
 	if scheme == "" || !bytes.Contains(result, []byte(`"resource`)) {
 		return result
 	}
-	return mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return exposeBlock(b, scheme) })
+	return protocol.MapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return exposeBlock(b, scheme) })
 }
 
 // exposeBlock rewrites one content block's URI, reporting whether it changed.
