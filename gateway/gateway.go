@@ -1,6 +1,7 @@
 // Package gateway is Manifold's server face: the Streamable HTTP endpoint that MCP clients
-// connect to, their sessions, the router that dispatches each method, and the merged catalog
-// that namespaces the upstreams' tools, resources, templates and prompts into one.
+// connect to, their sessions, the router that dispatches each method, and the connections to
+// the upstreams, shared or a session's own. What clients see of the upstreams' tools,
+// resources, templates and prompts is the merged catalog of package catalog.
 //
 //	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger})
 //	gw.Start(ctx)                      // connects the upstreams in the background
@@ -15,12 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/protocol"
@@ -55,9 +56,9 @@ type Gateway struct {
 	store  session.Store
 
 	routes  []*route
-	builder *catalogBuilder
+	builder *catalog.Builder
 	// snapshot is the merged catalog clients see; replaced whole on every change.
-	snapshot atomic.Pointer[snapshot]
+	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
 
@@ -140,8 +141,13 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.rootsResult = rootsResult(cfg.Roots)
 	g.subs.entries = map[subKey]*subEntry{}
 
-	schemes := map[string]string{}
-	for i, u := range cfg.EnabledUpstreams() {
+	enabled := cfg.EnabledUpstreams()
+	specs := make([]catalog.Namespace, len(enabled))
+	for i, u := range enabled {
+		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions}
+	}
+	namespaces := catalog.Namespaces(specs, g.logger)
+	for i, u := range enabled {
 		var base upstream.Options
 		if g.opts.UpstreamOptions != nil {
 			base = *g.opts.UpstreamOptions
@@ -177,19 +183,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			MaxMessageBytes:   int(u.MaxResponseBytes),
 			AttributionWindow: u.AttributionWindow,
 		}, &base)
-		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions, broadcastLogs: u.BroadcastLogs}
-		// Prefixes are unique, but two may reduce to the same URI scheme ("a_b", "a-b"):
-		// later ones get a number, in config order.
-		if r.scheme != "" {
-			base := r.scheme
-			for n := 2; schemes[r.scheme] != ""; n++ {
-				r.scheme = base + strconv.Itoa(n)
-			}
-			if r.scheme != base {
-				g.logger.Warn("two upstream prefixes give the same URI scheme; this one is numbered", "upstream", u.Name, "scheme", r.scheme, "other_upstream", schemes[base])
-			}
-			schemes[r.scheme] = u.Name
-		}
+		r := &route{ns: namespaces[i], client: client, broadcastLogs: u.BroadcastLogs}
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
 			r.pool = &connPool{g: g, base: r, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
@@ -197,8 +191,12 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.clientRoutes.Store(upstreamClient(client), r)
 		g.routes = append(g.routes, r)
 	}
-	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
-	g.snapshot.Store(g.builder.build())
+	sources := make([]catalog.Source, len(g.routes))
+	for i, r := range g.routes {
+		sources[i] = r
+	}
+	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
+	g.snapshot.Store(g.builder.Build())
 	return g, nil
 }
 
@@ -272,17 +270,17 @@ const closeRequestsWait = 2 * time.Second
 func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
-	next := g.builder.build()
+	next := g.builder.Build()
 	prev := g.snapshot.Swap(next)
 	var changed []string
-	if prev.version[upstream.Tools] != next.version[upstream.Tools] {
+	if prev.Version(upstream.Tools) != next.Version(upstream.Tools) {
 		changed = append(changed, protocol.NotificationToolsChanged)
 	}
-	if prev.version[upstream.Resources] != next.version[upstream.Resources] ||
-		prev.version[upstream.ResourceTemplates] != next.version[upstream.ResourceTemplates] {
+	if prev.Version(upstream.Resources) != next.Version(upstream.Resources) ||
+		prev.Version(upstream.ResourceTemplates) != next.Version(upstream.ResourceTemplates) {
 		changed = append(changed, protocol.NotificationResourcesChanged)
 	}
-	if prev.version[upstream.Prompts] != next.version[upstream.Prompts] {
+	if prev.Version(upstream.Prompts) != next.Version(upstream.Prompts) {
 		changed = append(changed, protocol.NotificationPromptsChanged)
 	}
 	for _, method := range changed {
@@ -445,14 +443,14 @@ func (g *Gateway) hasOpenStream(id string) bool {
 // UpstreamStatuses returns each enabled upstream's status, by name, as the merged catalog
 // clients see reflects it: an upstream reported ready has its items listed.
 func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
-	return maps.Clone(g.snapshot.Load().statuses)
+	return g.snapshot.Load().Statuses()
 }
 
 // IsolatedConnections reports how many per-session connections the named upstream has open
 // (0 for a shared upstream).
 func (g *Gateway) IsolatedConnections(upstreamName string) int {
 	for _, r := range g.routes {
-		if r.name == upstreamName && r.pool != nil {
+		if r.ns.Name == upstreamName && r.pool != nil {
 			return r.pool.open()
 		}
 	}

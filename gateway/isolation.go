@@ -60,12 +60,12 @@ func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, 
 	if !ok && session.ctx.Err() != nil {
 		// The session ended (a request raced its end): no child is started for it.
 		p.mu.Unlock()
-		return nil, fmt.Errorf("upstream %s: %w", p.base.name, errSessionEnded)
+		return nil, fmt.Errorf("upstream %s: %w", p.base.ns.Name, errSessionEnded)
 	}
 	if !ok {
 		if len(p.conns) >= p.max {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.name, errConnectionLimit, p.max)
+			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.ns.Name, errConnectionLimit, p.max)
 		}
 		pc = p.openLocked(session)
 	}
@@ -86,7 +86,7 @@ func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, 
 		return pc, nil
 	case <-wait.Done():
 		p.release(pc)
-		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.base.name, upstream.ErrUnavailable)
+		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.base.ns.Name, upstream.ErrUnavailable)
 	}
 }
 
@@ -108,14 +108,14 @@ func (p *connPool) openLocked(session *liveSession) *pooledConn {
 		}
 	}
 	client := upstream.New(p.spec, &opts)
-	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client, boundSession: session}
+	r := &route{ns: p.base.ns, client: client, boundSession: session}
 	pc.route = r
 	p.conns[sessionID] = pc
 	p.g.clientRoutes.Store(client, r)
 	// Refused once the gateway closes: the connection then never becomes ready, the call
 	// waiting for it ends with its session, and closeAll closes it.
 	p.g.goWorker(func() { client.Run(p.g.ctx) })
-	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
+	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.ns.Name, "session", fingerprint(sessionID))
 	return pc
 }
 
@@ -134,7 +134,7 @@ func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 	closeIt := func() {
 		pc.route.client.Close()
 		p.g.clientRoutes.Delete(pc.route.client)
-		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
+		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.ns.Name, "session", fingerprint(sessionID))
 	}
 	if !p.g.goWorker(closeIt) {
 		closeIt() // the gateway is closing: at once, on the caller's goroutine
@@ -191,7 +191,7 @@ func (g *Gateway) notifyOwnConnections(ctx context.Context, ls *liveSession, n *
 			continue
 		}
 		if err := pc.route.client.Notify(ctx, n.Method, n.Params); err != nil {
-			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", r.name, "method", n.Method, "error", err.Error())
+			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", r.ns.Name, "method", n.Method, "error", err.Error())
 		}
 	}
 }

@@ -155,15 +155,15 @@ func (why noOwner) refusal(r *route, method string, origin upstream.Origin) *pro
 	case onSharedStandalone:
 		return protocol.Errorf(protocol.CodeInternalError,
 			"the gateway does not forward %s sent on the standalone stream of its shared connection to upstream %q: that stream belongs to no client session (set isolation: session for it to route such requests)",
-			method, r.name)
+			method, r.ns.Name)
 	case ambiguous:
 		return protocol.Errorf(protocol.CodeInternalError,
 			"the gateway cannot tell which client %s is for: %d client sessions have calls in flight, or just finished one, on its shared connection to upstream %q (set isolation: session for it to route such requests)",
-			method, origin.Parties, r.name)
+			method, origin.Parties, r.ns.Name)
 	}
 	return protocol.Errorf(protocol.CodeInternalError,
 		"the gateway does not forward %s sent outside any client's call on its shared connection to upstream %q (set isolation: session for it to route such requests)",
-		method, r.name)
+		method, r.ns.Name)
 }
 
 // onUpstreamRequest routes a request from an upstream to the client session whose call caused
@@ -185,7 +185,7 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 		}
 		r.noOwnerOnce.Do(func() {
 			g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
-				"upstream", r.name, "method", req.Method, "sessions", origin.Parties)
+				"upstream", r.ns.Name, "method", req.Method, "sessions", origin.Parties)
 		})
 		return nil, why.refusal(r, req.Method, origin)
 	}

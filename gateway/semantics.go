@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -74,7 +73,7 @@ func (g *Gateway) setUpstreamLevel(ctx context.Context, r *route, level string) 
 	}
 	params, _ := json.Marshal(map[string]string{"level": level})
 	if _, err := r.client.Call(ctx, protocol.MethodSetLogLevel, params); err != nil {
-		g.logger.Warn("setting an upstream's log level failed", "upstream", r.name, "level", level, "error", err.Error())
+		g.logger.Warn("setting an upstream's log level failed", "upstream", r.ns.Name, "level", level, "error", err.Error())
 		return
 	}
 	r.sentLevel, r.sentTo = level, info
@@ -106,45 +105,4 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 			ls.notify(data, g.logger)
 		}
 	}
-}
-
-// exposeContentURIs rewrites the URIs of resource_link and embedded resource blocks in a
-// tools/call result (content[]) or a prompts/get result (messages[].content) into the
-// gateway's namespaced form, so the client can read them through the gateway.
-// structuredContent is left alone: its shape belongs to the tool.
-func exposeContentURIs(result json.RawMessage, scheme string) json.RawMessage {
-	if scheme == "" || !bytes.Contains(result, []byte(`"resource`)) {
-		return result
-	}
-	return protocol.MapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return exposeBlock(b, scheme) })
-}
-
-// exposeBlock rewrites one content block's URI, reporting whether it changed.
-func exposeBlock(block json.RawMessage, scheme string) (json.RawMessage, bool) {
-	typ, _, _ := protocol.StringMember(block, "type")
-	switch typ {
-	case "resource_link":
-		uri, ok, _ := protocol.StringMember(block, "uri")
-		if !ok {
-			return block, false
-		}
-		out, err := withMember(block, "uri", exposeURI(scheme, uri))
-		return out, err == nil
-	case "resource":
-		res, ok, _ := protocol.Member(block, "resource")
-		if !ok {
-			return block, false
-		}
-		uri, ok, _ := protocol.StringMember(res, "uri")
-		if !ok {
-			return block, false
-		}
-		nres, err := withMember(res, "uri", exposeURI(scheme, uri))
-		if err != nil {
-			return block, false
-		}
-		out, err := protocol.SetMember(block, "resource", nres)
-		return out, err == nil
-	}
-	return block, false
 }

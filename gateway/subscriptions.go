@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -93,18 +94,19 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 // subscription is made on the connection whose server notifies the session: the shared one,
 // or for an isolated upstream the session's own, which then stays open while it has
 // subscriptions (connPool.sweep).
-func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
+func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
 	uri, ok, err := protocol.StringMember(params, "uri")
 	if err != nil || !ok || uri == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
 	}
-	r, original, ok := snap.resolveURI(uri)
+	ns, original, ok := snap.ResolveURI(uri)
 	if !ok {
 		return nil, resourceNotFound(uri)
 	}
+	r := g.routeFor(ns)
 	if info := r.client.Server(); info == nil || info.Capabilities.Resources == nil || !info.Capabilities.Resources.Subscribe {
 		if info == nil {
-			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+			return nil, &unavailableError{upstream: r.ns.Name, cause: upstream.ErrUnavailable}
 		}
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream serving %s offers no subscriptions", uri)
 	}
@@ -145,7 +147,7 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	switch {
 	case on && !current:
 		if info == nil {
-			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+			return nil, &unavailableError{upstream: r.ns.Name, cause: upstream.ErrUnavailable}
 		}
 		if _, err := conn.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
 			return nil, unavailableCall(r, err)
@@ -178,7 +180,7 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 // forward does, so that the client learns to try again later.
 func unavailableCall(r *route, err error) error {
 	if errors.Is(err, upstream.ErrUnavailable) {
-		return &unavailableError{upstream: r.name, cause: err}
+		return &unavailableError{upstream: r.ns.Name, cause: err}
 	}
 	return err
 }
@@ -235,7 +237,7 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	if current {
 		params, _ := json.Marshal(map[string]string{"uri": key.uri})
 		if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
-			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
+			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.ns.Name, "error", err.Error())
 		}
 	}
 	s.mu.Lock()
@@ -289,7 +291,7 @@ func (g *Gateway) renewKeys(keys []subKey) {
 	for _, key := range keys {
 		wg.Go(func() {
 			if err := g.renewKey(ctx, key); err != nil && g.ctx.Err() == nil {
-				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.route.name, "error", err.Error())
+				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.route.ns.Name, "error", err.Error())
 			}
 		})
 	}
@@ -344,7 +346,7 @@ func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
 	if len(ids) == 0 {
 		return
 	}
-	params, err := withMember(n.Params, "uri", exposeURI(r.scheme, uri))
+	params, err := withMember(n.Params, "uri", catalog.ExposeURI(r.ns.Scheme, uri))
 	if err != nil {
 		return
 	}

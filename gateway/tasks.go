@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -114,14 +115,14 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, r *route, re
 	}
 	upstreamID, ok, _ := protocol.StringMember(task, "taskId")
 	if !ok {
-		return nil, fmt.Errorf("upstream %s created a task without a taskId", r.name)
+		return nil, fmt.Errorf("upstream %s created a task without a taskId", r.ns.Name)
 	}
 	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.connKey(cc.SessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
 	switch err := g.store.PutTask(ctx, rec); {
 	case errors.Is(err, session.ErrTooManyTasks):
-		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(cc.SessionID), "upstream", r.name)
+		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(cc.SessionID), "upstream", r.ns.Name)
 		g.cancelOrphanTask(ctx, cc, r, upstreamID)
-		return unavailableResult(r.name, reasonTooManyTasks,
+		return unavailableResult(r.ns.Name, reasonTooManyTasks,
 			"This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. "+
 				"Fetch the results of finished tasks with tasks/result or cancel tasks you no longer need with tasks/cancel, then try again."), nil
 	case err != nil:
@@ -150,7 +151,7 @@ func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, r *ro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCancelTimeout)
 	defer cancel()
 	if _, err := g.forward(ctx, cc, r, methodTasksCancel, params); err != nil {
-		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(cc.SessionID), "upstream", r.name, "error", err.Error())
+		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(cc.SessionID), "upstream", r.ns.Name, "error", err.Error())
 	}
 }
 
@@ -217,7 +218,7 @@ func (g *Gateway) taskRequest(ctx context.Context, cc *clientContext, method str
 	if err != nil {
 		return nil, err
 	}
-	return mapTaskIDs(result, rec, r.scheme), nil
+	return mapTaskIDs(result, rec, r.ns.Scheme), nil
 }
 
 // mapTaskIDs replaces the upstream's task id by the gateway's in a task result: the top-level
@@ -239,7 +240,7 @@ func mapTaskIDs(result json.RawMessage, rec session.TaskRecord, scheme string) j
 			}
 		}
 	}
-	return exposeContentURIs(result, scheme)
+	return catalog.ExposeContentURIs(result, scheme)
 }
 
 // listTasks serves tasks/list: the caller's tasks only, as each upstream reports them.
@@ -276,7 +277,7 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 				NextCursor string            `json:"nextCursor"`
 			}
 			if err := json.Unmarshal(res, &body); err != nil {
-				return nil, fmt.Errorf("upstream %s tasks/list: %w", r.name, err)
+				return nil, fmt.Errorf("upstream %s tasks/list: %w", r.ns.Name, err)
 			}
 			for _, t := range body.Tasks {
 				id, _, _ := protocol.StringMember(t, "taskId")

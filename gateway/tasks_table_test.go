@@ -160,10 +160,8 @@ func TestTaskTableIsBounded(t *testing.T) {
 	}
 	defer g.Close()
 	up := newTaskUpstream("tk")
-	r := &route{name: "tk", prefix: "tk", scheme: "tk", client: up}
-	g.routes = append(g.routes, r)
-	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
-	g.snapshot.Store(g.builder.build())
+	useFakeUpstreams(g, up)
+	r := g.routes[0]
 	h := g.Handler()
 
 	open := func() string {
