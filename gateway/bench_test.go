@@ -52,12 +52,12 @@ func useFakeUpstreams(g *Gateway, clients ...upstreamClient) {
 	for i, c := range clients {
 		specs[i] = catalog.Namespace{Name: c.Name(), Prefix: c.Name()}
 	}
-	g.routes = nil
+	g.upstreams = nil
 	sources := make([]catalog.Source, len(clients))
 	for i, ns := range catalog.Namespaces(specs, g.logger) {
-		r := &route{ns: ns, client: clients[i]}
-		g.routes = append(g.routes, r)
-		sources[i] = r
+		u := newUpstreamEntry(ns, clients[i], false)
+		g.upstreams = append(g.upstreams, u)
+		sources[i] = u
 	}
 	g.builder = catalog.NewBuilder(sources, g.cfg.Separator, g.logger)
 	g.snapshot.Store(g.builder.Build())

@@ -55,8 +55,10 @@ type Gateway struct {
 	logger *slog.Logger
 	store  session.Store
 
-	routes  []*route
-	builder *catalog.Builder
+	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
+	// catalog's namespace ns.
+	upstreams []*upstreamEntry
+	builder   *catalog.Builder
 	// snapshot is the merged catalog clients see; replaced whole on every change.
 	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
@@ -79,8 +81,8 @@ type Gateway struct {
 	// session has ended.
 	requests sync.WaitGroup
 
-	// clientRoutes finds the route of an upstream client, shared or per session.
-	clientRoutes sync.Map // upstreamClient → *route
+	// conns finds the connection of an upstream client, shared or a session's own.
+	conns sync.Map // upstreamClient → *conn
 
 	// subs fans resource updates out to subscribed sessions.
 	subs subscriptions
@@ -160,8 +162,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			g.rebuild()
 			if c.State() == upstream.StateReady {
 				g.resyncLogLevels()
-				if r := g.routeOf(c); r != nil {
-					g.renewSubscriptions(r)
+				if ready := g.connOf(c); ready != nil {
+					g.renewSubscriptions(ready)
 				}
 			}
 		}
@@ -183,17 +185,17 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			MaxMessageBytes:   int(u.MaxResponseBytes),
 			AttributionWindow: u.AttributionWindow,
 		}, &base)
-		r := &route{ns: namespaces[i], client: client, broadcastLogs: u.BroadcastLogs}
+		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
-			r.pool = &connPool{g: g, base: r, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
+			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
 		}
-		g.clientRoutes.Store(upstreamClient(client), r)
-		g.routes = append(g.routes, r)
+		g.conns.Store(upstreamClient(client), ue.shared)
+		g.upstreams = append(g.upstreams, ue)
 	}
-	sources := make([]catalog.Source, len(g.routes))
-	for i, r := range g.routes {
-		sources[i] = r
+	sources := make([]catalog.Source, len(g.upstreams))
+	for i, ue := range g.upstreams {
+		sources[i] = ue
 	}
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
 	g.snapshot.Store(g.builder.Build())
@@ -204,11 +206,11 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 // up the others or the gateway) and starts expiring idle sessions. Later calls do nothing.
 func (g *Gateway) Start() {
 	g.startOnce.Do(func() {
-		for _, r := range g.routes {
+		for _, u := range g.upstreams {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
-				r.client.Run(g.ctx)
+				u.shared.client.Run(g.ctx)
 			}()
 		}
 		g.workers.Add(1)
@@ -250,11 +252,11 @@ func (g *Gateway) Close() error {
 		case <-time.After(closeRequestsWait):
 		}
 		g.cancel()
-		for _, r := range g.routes {
-			if r.pool != nil {
-				r.pool.closeAll()
+		for _, u := range g.upstreams {
+			if u.pool != nil {
+				u.pool.closeAll()
 			}
-			r.client.Close()
+			u.shared.client.Close()
 		}
 		g.workers.Wait()
 		<-requestsDone
@@ -355,9 +357,9 @@ func (g *Gateway) expireSessions() {
 			g.logger.Info("session expired after being idle", "session", fingerprint(id), "idle_timeout", g.cfg.SessionIdleTimeout.String())
 			g.endLocal(id)
 		}
-		for _, r := range g.routes {
-			if r.pool != nil {
-				r.pool.sweep(g.opts.Now())
+		for _, u := range g.upstreams {
+			if u.pool != nil {
+				u.pool.sweep(g.opts.Now())
 			}
 		}
 		g.pruneEnded(g.opts.Now().Add(-time.Minute))
@@ -382,9 +384,9 @@ func (g *Gateway) endLocal(id string) {
 		ls.end()
 	}
 	g.mu.Unlock()
-	for _, r := range g.routes {
-		if r.pool != nil {
-			r.pool.closeSession(id)
+	for _, u := range g.upstreams {
+		if u.pool != nil {
+			u.pool.closeSession(id)
 		}
 	}
 	g.dropSubscriptions(id)
@@ -449,9 +451,9 @@ func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
 // IsolatedConnections reports how many per-session connections the named upstream has open
 // (0 for a shared upstream).
 func (g *Gateway) IsolatedConnections(upstreamName string) int {
-	for _, r := range g.routes {
-		if r.ns.Name == upstreamName && r.pool != nil {
-			return r.pool.open()
+	for _, u := range g.upstreams {
+		if u.ns.Name == upstreamName && u.pool != nil {
+			return u.pool.open()
 		}
 	}
 	return 0

@@ -21,21 +21,21 @@ var errConnectionLimit = errors.New("connection limit reached")
 // opened on its first call or subscribe, closed with the session or when idle (not while it
 // has subscriptions). The upstream's shared connection still serves the catalog.
 type connPool struct {
-	g    *Gateway
-	base *route
-	spec upstream.Spec
-	opts upstream.Options
-	idle time.Duration
-	max  int
+	g        *Gateway
+	upstream *upstreamEntry
+	spec     upstream.Spec
+	opts     upstream.Options
+	idle     time.Duration
+	max      int
 
 	mu sync.Mutex
 	// conns holds the open connections by client session id. Guarded by mu.
 	conns map[string]*pooledConn
 }
 
-// pooledConn is one session's own connection to the upstream.
+// pooledConn is one session's own connection to the upstream, with what the pool keeps of it.
 type pooledConn struct {
-	route *route
+	conn  *conn
 	ready chan struct{} // closed once the connection is ready
 	// lastUsed is the unix nano time of the last call; inUse counts calls in flight.
 	lastUsed atomic.Int64
@@ -51,8 +51,8 @@ func (p *connPool) existing(sessionID string) *pooledConn {
 	return p.conns[sessionID]
 }
 
-// get returns the session's own route to the upstream, opening its connection on first use.
-// The caller must call release when its call is done.
+// get returns the session's own connection to the upstream, opening it on first use. The
+// caller must call release when its call is done.
 func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, error) {
 	sessionID := session.id
 	p.mu.Lock()
@@ -60,14 +60,14 @@ func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, 
 	if !ok && session.ctx.Err() != nil {
 		// The session ended (a request raced its end): no child is started for it.
 		p.mu.Unlock()
-		return nil, fmt.Errorf("upstream %s: %w", p.base.ns.Name, errSessionEnded)
+		return nil, fmt.Errorf("upstream %s: %w", p.upstream.ns.Name, errSessionEnded)
 	}
 	if !ok {
 		if len(p.conns) >= p.max {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.ns.Name, errConnectionLimit, p.max)
+			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.upstream.ns.Name, errConnectionLimit, p.max)
 		}
-		pc = p.openLocked(session)
+		pc = p.openLocked(sessionID)
 	}
 	pc.inUse.Add(1)
 	pc.lastUsed.Store(time.Now().UnixNano())
@@ -80,13 +80,13 @@ func (p *connPool) get(ctx context.Context, session *liveSession) (*pooledConn, 
 		pc.levelOnce.Do(func() {
 			// A new connection starts at the session's log level.
 			if rec, err := p.g.store.Get(ctx, sessionID); err == nil && rec.LogLevel != "" {
-				p.g.setUpstreamLevel(ctx, pc.route, rec.LogLevel)
+				p.g.setUpstreamLevel(ctx, pc.conn, rec.LogLevel)
 			}
 		})
 		return pc, nil
 	case <-wait.Done():
 		p.release(pc)
-		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.base.ns.Name, upstream.ErrUnavailable)
+		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.upstream.ns.Name, upstream.ErrUnavailable)
 	}
 }
 
@@ -96,26 +96,24 @@ func (p *connPool) release(pc *pooledConn) {
 }
 
 // openLocked starts a connection for the session; it runs on a goroutine the gateway owns.
-func (p *connPool) openLocked(session *liveSession) *pooledConn {
-	sessionID := session.id
+func (p *connPool) openLocked(sessionID string) *pooledConn {
 	pc := &pooledConn{ready: make(chan struct{})}
 	var readyOnce sync.Once
 	opts := p.opts
 	opts.OnChange = func(c *upstream.Client) {
 		if c.State() == upstream.StateReady {
 			readyOnce.Do(func() { close(pc.ready) })
-			p.g.renewSubscriptions(pc.route) // after a restart of the session's child
+			p.g.renewSubscriptions(pc.conn) // after a restart of the session's child
 		}
 	}
 	client := upstream.New(p.spec, &opts)
-	r := &route{ns: p.base.ns, client: client, boundSession: session}
-	pc.route = r
+	pc.conn = &conn{upstream: p.upstream, client: client, session: sessionID}
 	p.conns[sessionID] = pc
-	p.g.clientRoutes.Store(client, r)
+	p.g.conns.Store(upstreamClient(client), pc.conn)
 	// Refused once the gateway closes: the connection then never becomes ready, the call
 	// waiting for it ends with its session, and closeAll closes it.
 	p.g.goWorker(func() { client.Run(p.g.ctx) })
-	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.ns.Name, "session", fingerprint(sessionID))
+	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
 	return pc
 }
 
@@ -132,9 +130,9 @@ func (p *connPool) closeSession(sessionID string) {
 
 func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 	closeIt := func() {
-		pc.route.client.Close()
-		p.g.clientRoutes.Delete(pc.route.client)
-		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.ns.Name, "session", fingerprint(sessionID))
+		pc.conn.client.Close()
+		p.g.conns.Delete(pc.conn.client)
+		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
 	}
 	if !p.g.goWorker(closeIt) {
 		closeIt() // the gateway is closing: at once, on the caller's goroutine
@@ -150,7 +148,7 @@ func (p *connPool) sweep(now time.Time) {
 	p.mu.Lock()
 	idle := map[string]*pooledConn{}
 	for id, pc := range p.conns {
-		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff && !p.g.subs.holds(pc.route) {
+		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff && !p.g.subs.holds(pc.conn) {
 			idle[id] = pc
 			delete(p.conns, id)
 		}
@@ -182,16 +180,16 @@ func (p *connPool) open() int {
 // notifyOwnConnections passes a client's notification to the session's own upstream
 // connections (isolation session). Only this client's POST waits for the writes.
 func (g *Gateway) notifyOwnConnections(ctx context.Context, ls *liveSession, n *protocol.Notification) {
-	for _, r := range g.routes {
-		if r.pool == nil {
+	for _, u := range g.upstreams {
+		if u.pool == nil {
 			continue
 		}
-		pc := r.pool.existing(ls.id)
+		pc := u.pool.existing(ls.id)
 		if pc == nil {
 			continue
 		}
-		if err := pc.route.client.Notify(ctx, n.Method, n.Params); err != nil {
-			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", r.ns.Name, "method", n.Method, "error", err.Error())
+		if err := pc.conn.client.Notify(ctx, n.Method, n.Params); err != nil {
+			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", u.ns.Name, "method", n.Method, "error", err.Error())
 		}
 	}
 }

@@ -147,39 +147,39 @@ func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *catalog
 	}
 	e := snap.Tool(name)
 	if e == nil {
-		if ns := g.builder.FormerOwner(upstream.Tools, name); ns != nil && g.routeFor(ns).client.Catalog() == nil {
+		if ns := g.builder.FormerOwner(upstream.Tools, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
 			return unavailableResult(ns.Name, "upstream_unavailable",
 				fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, ns.Name)), nil
 		}
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown tool: %s", name)
 	}
-	r := g.routeFor(e.Namespace)
+	u := g.upstreamOf(e.Namespace)
 	forward, err := withMember(params, "name", e.Original)
 	if err != nil {
 		return nil, err
 	}
 	_, asTask, _ := protocol.Member(params, "task")
-	if asTask && !upstreamTaskCaps(r).callsAsTasks() {
+	if asTask && !upstreamTaskCaps(u).callsAsTasks() {
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
 	}
-	result, err := g.call(ctx, cc, r, protocol.MethodCallTool, forward)
+	result, err := g.call(ctx, cc, u, protocol.MethodCallTool, forward)
 	switch {
 	case err == nil && asTask:
-		return g.startTask(ctx, cc, r, result)
+		return g.startTask(ctx, cc, u, result)
 	case err == nil:
 		return bridgeToolResult(catalog.ExposeContentURIs(result, e.Namespace.Scheme), cc.ProtocolVersion), nil
 	case errors.Is(err, upstream.ErrUnavailable):
-		g.logger.Warn("tools/call to an unavailable upstream", "upstream", r.ns.Name, "tool", name, "error", err.Error())
-		return unavailableResult(r.ns.Name, "upstream_unavailable",
-			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, r.ns.Name)), nil
+		g.logger.Warn("tools/call to an unavailable upstream", "upstream", u.ns.Name, "tool", name, "error", err.Error())
+		return unavailableResult(u.ns.Name, "upstream_unavailable",
+			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, u.ns.Name)), nil
 	case errors.Is(err, errConnectionLimit):
-		g.logger.Warn("tools/call refused: the upstream's isolated connections are all in use", "upstream", r.ns.Name, "tool", name)
-		return unavailableResult(r.ns.Name, "connection_limit",
-			fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", name, r.ns.Name)), nil
+		g.logger.Warn("tools/call refused: the upstream's isolated connections are all in use", "upstream", u.ns.Name, "tool", name)
+		return unavailableResult(u.ns.Name, "connection_limit",
+			fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", name, u.ns.Name)), nil
 	case errors.Is(err, upstream.ErrTimeout):
-		g.logger.Warn("tools/call timed out", "upstream", r.ns.Name, "tool", name, "error", err.Error())
-		return unavailableResult(r.ns.Name, "upstream_timeout",
-			fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", name, r.ns.Name)), nil
+		g.logger.Warn("tools/call timed out", "upstream", u.ns.Name, "tool", name, "error", err.Error())
+		return unavailableResult(u.ns.Name, "upstream_timeout",
+			fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", name, u.ns.Name)), nil
 	}
 	return nil, err
 }
@@ -210,7 +210,7 @@ func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *catalo
 	}
 	e := snap.Prompt(name)
 	if e == nil {
-		if ns := g.builder.FormerOwner(upstream.Prompts, name); ns != nil && g.routeFor(ns).client.Catalog() == nil {
+		if ns := g.builder.FormerOwner(upstream.Prompts, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
 			return nil, &unavailableError{upstream: ns.Name, cause: upstream.ErrUnavailable}
 		}
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
@@ -219,7 +219,7 @@ func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *catalo
 	if err != nil {
 		return nil, err
 	}
-	result, err := g.forward(ctx, cc, g.routeFor(e.Namespace), protocol.MethodGetPrompt, forward)
+	result, err := g.forward(ctx, cc, g.upstreamOf(e.Namespace), protocol.MethodGetPrompt, forward)
 	if err != nil {
 		return nil, err
 	}
@@ -227,10 +227,10 @@ func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *catalo
 }
 
 // forward calls an upstream for a method other than tools/call, typing its failures.
-func (g *Gateway) forward(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
-	result, err := g.call(ctx, cc, r, method, params)
+func (g *Gateway) forward(ctx context.Context, cc *clientContext, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	result, err := g.call(ctx, cc, u, method, params)
 	if errors.Is(err, upstream.ErrUnavailable) {
-		return nil, &unavailableError{upstream: r.ns.Name, cause: err}
+		return nil, &unavailableError{upstream: u.ns.Name, cause: err}
 	}
 	return result, err
 }
@@ -251,7 +251,7 @@ func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *cat
 	if err != nil {
 		return nil, err
 	}
-	result, err := g.forward(ctx, cc, g.routeFor(ns), protocol.MethodReadResource, forward)
+	result, err := g.forward(ctx, cc, g.upstreamOf(ns), protocol.MethodReadResource, forward)
 	if err != nil {
 		var rpcErr *protocol.Error
 		if errors.As(err, &rpcErr) && rpcErr.Code == protocol.CodeResourceNotFound {
@@ -301,8 +301,8 @@ func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *catalog
 	default:
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: ref.type must be \"ref/prompt\" or \"ref/resource\"")
 	}
-	r := g.routeFor(ns)
-	if info := r.client.Server(); info != nil && info.Capabilities.Completions == nil {
+	u := g.upstreamOf(ns)
+	if info := u.Server(); info != nil && info.Capabilities.Completions == nil {
 		// The upstream offers no completions: an empty answer, not an error (mcp-notes §1.3).
 		return json.RawMessage(`{"completion":{"values":[]}}`), nil
 	}
@@ -311,30 +311,32 @@ func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *catalog
 	if err != nil {
 		return nil, invalidParams(err)
 	}
-	return g.forward(ctx, cc, r, protocol.MethodComplete, forward)
+	return g.forward(ctx, cc, u, protocol.MethodComplete, forward)
 }
 
-// call sends a client's request to an upstream on that client's behalf: it carries its owner
-// and session to the upstream connection (so that what the upstream sends about it can be
-// routed), and its progress token is replaced by one of the gateway's own.
-func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
+// call sends a client's request to an upstream on that client's behalf, on the shared
+// connection or, for an isolated upstream, the session's own: it carries its owner and
+// session to the connection (so that what the upstream sends about it can be routed), and its
+// progress token is replaced by one of the gateway's own.
+func (g *Gateway) call(ctx context.Context, cc *clientContext, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	c := u.shared
 	if cc.owner == nil {
-		return r.client.Call(ctx, method, params)
+		return c.client.Call(ctx, method, params)
 	}
-	if r.pool != nil {
-		pc, err := r.pool.get(ctx, cc.owner.session)
+	if u.pool != nil {
+		pc, err := u.pool.get(ctx, cc.owner.session)
 		if err != nil {
 			return nil, err
 		}
-		defer r.pool.release(pc)
-		r = pc.route
+		defer u.pool.release(pc)
+		c = pc.conn
 	}
-	params, forget, err := g.remapProgress(r, cc.owner, params)
+	params, forget, err := g.remapProgress(c, cc.owner, params)
 	if err != nil {
 		return nil, invalidParams(err)
 	}
 	defer forget()
-	return r.client.Call(upstream.WithCaller(ctx, cc.owner, cc.SessionID), method, params)
+	return c.client.Call(upstream.WithCaller(ctx, cc.owner, cc.SessionID), method, params)
 }
 
 // clientDeclaresTasks reports whether the client declared the tasks capability (and speaks a

@@ -41,8 +41,8 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 	}
 	// All upstreams at once: a slow one delays this sync by its own time only, not by the sum.
 	var wg sync.WaitGroup
-	for _, r := range g.routes {
-		wg.Go(func() { g.setUpstreamLevel(ctx, r, want) })
+	for _, u := range g.upstreams {
+		wg.Go(func() { g.setUpstreamLevel(ctx, u.shared, want) })
 	}
 	wg.Wait()
 }
@@ -50,41 +50,42 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
 // session's level.
 func (g *Gateway) syncSessionLogLevel(ctx context.Context, ls *liveSession, level string) {
-	for _, r := range g.routes {
-		if r.pool == nil {
+	for _, u := range g.upstreams {
+		if u.pool == nil {
 			continue
 		}
-		if pc := r.pool.existing(ls.id); pc != nil {
-			g.setUpstreamLevel(ctx, pc.route, level)
+		if pc := u.pool.existing(ls.id); pc != nil {
+			g.setUpstreamLevel(ctx, pc.conn, level)
 		}
 	}
 }
 
-// setUpstreamLevel sends logging/setLevel to one upstream when its level differs.
-func (g *Gateway) setUpstreamLevel(ctx context.Context, r *route, level string) {
-	info := r.client.Server()
+// setUpstreamLevel sends logging/setLevel on one upstream connection when its level differs.
+func (g *Gateway) setUpstreamLevel(ctx context.Context, c *conn, level string) {
+	info := c.client.Server()
 	if info == nil || info.Capabilities.Logging == nil {
 		return
 	}
-	r.logMu.Lock()
-	defer r.logMu.Unlock()
-	if r.sentLevel == level && r.sentTo == info {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	if c.sentLevel == level && c.sentTo == info {
 		return
 	}
 	params, _ := json.Marshal(map[string]string{"level": level})
-	if _, err := r.client.Call(ctx, protocol.MethodSetLogLevel, params); err != nil {
-		g.logger.Warn("setting an upstream's log level failed", "upstream", r.ns.Name, "level", level, "error", err.Error())
+	if _, err := c.client.Call(ctx, protocol.MethodSetLogLevel, params); err != nil {
+		g.logger.Warn("setting an upstream's log level failed", "upstream", c.upstream.ns.Name, "level", level, "error", err.Error())
 		return
 	}
-	r.sentLevel, r.sentTo = level, info
+	c.sentLevel, c.sentTo = level, info
 }
 
 // deliverLog sends an upstream's log message to the session it belongs to, if its level
-// admits it; a message that cannot be attributed reaches no one unless the upstream is
-// configured to broadcast its logs.
-func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream.Origin) {
+// admits it; a message that cannot be attributed reaches no one unless it came on the shared
+// connection of an upstream configured to broadcast its logs (a session's own connection
+// never broadcasts: its messages are that session's).
+func (g *Gateway) deliverLog(c *conn, n *protocol.Notification, origin upstream.Origin) {
 	level, _, _ := protocol.StringMember(n.Params, "level")
-	if owner, _ := g.ownerOf(r, origin); owner != nil {
+	if owner, _ := g.ownerOf(c, origin); owner != nil {
 		if levelAllows(owner.logLevel, level) {
 			if err := owner.out.send(n); err != nil {
 				_ = standaloneSink{owner.session, g}.send(n)
@@ -92,7 +93,7 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 		}
 		return
 	}
-	if !r.broadcastLogs {
+	if !c.upstream.broadcastLogs || c.session != "" {
 		return
 	}
 	data, err := protocol.Encode(n)

@@ -161,7 +161,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 	defer g.Close()
 	up := newTaskUpstream("tk")
 	useFakeUpstreams(g, up)
-	r := g.routes[0]
+	shared := g.upstreams[0].shared
 	h := g.Handler()
 
 	open := func() string {
@@ -267,7 +267,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 		}},
 		{"notifications/tasks/status", func(i int) {
 			up.finish(fmt.Sprintf("u%d", i), "completed")
-			g.deliverTaskStatus(r, &protocol.Notification{Method: notificationStatus, Params: up.taskJSON(fmt.Sprintf("u%d", i))})
+			g.deliverTaskStatus(shared, &protocol.Notification{Method: notificationStatus, Params: up.taskJSON(fmt.Sprintf("u%d", i))})
 		}},
 	}
 	for i, e := range ends {

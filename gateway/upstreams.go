@@ -26,31 +26,48 @@ type upstreamClient interface {
 
 var _ upstreamClient = (*upstream.Client)(nil)
 
-// connKey names the connection a route's messages travel on, for the routing records: the
-// upstream's name for a shared connection, and name plus session for a session's own one, so
-// that ids two children hand out alike never meet.
-func (r *route) connKey(sessionID string) string {
-	switch {
-	case r.boundSession != nil:
-		return r.ns.Name + "\x00" + r.boundSession.id
-	case r.pool != nil && sessionID != "":
-		return r.ns.Name + "\x00" + sessionID
-	}
-	return r.ns.Name
+// upstreamEntry is one configured upstream: where it sits in the merged catalog, its shared
+// connection, and for an isolated upstream the connections of the sessions that use it.
+// Lifecycle: made by New, in config order, and never replaced; Gateway.upstreams[ns.Index]
+// is the entry of namespace ns.
+type upstreamEntry struct {
+	ns *catalog.Namespace
+	// shared is the connection every session's calls share, unless pool is set; it always
+	// serves the catalog.
+	shared *conn
+	// pool holds the sessions' own connections when the upstream is isolated; nil when shared.
+	pool *connPool
+	// broadcastLogs sends log messages of the shared connection that belong to no call to
+	// every session.
+	broadcastLogs bool
 }
 
-// route is one upstream connection, in the catalog's namespace ns.
-type route struct {
-	ns     *catalog.Namespace
-	client upstreamClient
-	// noOwnerOnce logs once that requests of this upstream cannot be routed to one client.
+func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {
+	u := &upstreamEntry{ns: ns, broadcastLogs: broadcastLogs}
+	u.shared = &conn{upstream: u, client: client}
+	return u
+}
+
+// The catalog reads an upstream through its shared connection.
+var _ catalog.Source = (*upstreamEntry)(nil)
+
+func (u *upstreamEntry) Namespace() *catalog.Namespace      { return u.ns }
+func (u *upstreamEntry) Catalog() *upstream.Catalog         { return u.shared.client.Catalog() }
+func (u *upstreamEntry) Server() *protocol.InitializeResult { return u.shared.client.Server() }
+func (u *upstreamEntry) Status() upstream.Status            { return u.shared.client.Status() }
+
+// conn is one connection to an upstream: its shared one, made with its upstreamEntry, or a
+// session's own (isolation: session), opened and closed by the upstream's connPool. It holds
+// what the gateway keeps per connection; Gateway.conns finds it by its client, for what the
+// upstream sends on it.
+type conn struct {
+	// upstream is the upstream the connection is to.
+	upstream *upstreamEntry
+	client   upstreamClient
+	// session is the id of the session whose own connection this is; "" for the shared one.
+	session string
+	// noOwnerOnce logs once that requests on this connection cannot be routed to one client.
 	noOwnerOnce sync.Once
-	// pool holds per-session connections when the upstream is isolated; nil when shared.
-	pool *connPool
-	// boundSession is the session a per-session connection belongs to; nil when shared.
-	boundSession *liveSession
-	// broadcastLogs sends log messages that belong to no call to every session.
-	broadcastLogs bool
 
 	logMu sync.Mutex
 	// sentLevel is the log level last set on the upstream, and sentTo the connection (its
@@ -59,16 +76,36 @@ type route struct {
 	sentTo    *protocol.InitializeResult
 }
 
-// A shared route is what the catalog reads of its upstream.
-var _ catalog.Source = (*route)(nil)
+// connKey names a connection in the routing records (progress tokens, requests to clients,
+// tasks): the upstream's name for a shared connection, and name plus session id for a
+// session's own one, so that ids two children hand out alike never meet. Asked of the shared
+// connection of an isolated upstream for a session, it names that session's own connection,
+// on which the session's calls go.
+func (c *conn) connKey(sessionID string) string {
+	name := c.upstream.ns.Name
+	switch {
+	case c.session != "":
+		return name + "\x00" + c.session
+	case c.upstream.pool != nil && sessionID != "":
+		return name + "\x00" + sessionID
+	}
+	return name
+}
 
-func (r *route) Namespace() *catalog.Namespace      { return r.ns }
-func (r *route) Catalog() *upstream.Catalog         { return r.client.Catalog() }
-func (r *route) Server() *protocol.InitializeResult { return r.client.Server() }
-func (r *route) Status() upstream.Status            { return r.client.Status() }
+// connKey names the connection that calls of session sessionID to u travel on: the session's
+// own for an isolated upstream, else the shared one.
+func (u *upstreamEntry) connKey(sessionID string) string { return u.shared.connKey(sessionID) }
 
-// routeFor returns the shared route of a catalog namespace.
-func (g *Gateway) routeFor(ns *catalog.Namespace) *route { return g.routes[ns.Index] }
+// upstreamOf returns the upstream of a catalog namespace.
+func (g *Gateway) upstreamOf(ns *catalog.Namespace) *upstreamEntry { return g.upstreams[ns.Index] }
+
+// connOf finds the connection of an upstream client, shared or a session's own.
+func (g *Gateway) connOf(c *upstream.Client) *conn {
+	if v, ok := g.conns.Load(upstreamClient(c)); ok {
+		return v.(*conn)
+	}
+	return nil
+}
 
 // CatalogView is the merged catalog at one moment: every item with its owner, and what name
 // collisions left out.
