@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -44,6 +45,24 @@ func toolJSON(name string) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{"name":%q,"description":"Echoes the text it is given, for benchmarks of the gateway's catalog.","inputSchema":{"type":"object","properties":{"text":{"type":"string","description":"the text"}},"required":["text"]}}`, name))
 }
 
+// useFakeUpstreams makes clients g's upstreams, in order, each prefixed with its name, and
+// builds the merged catalog over them. g was made without upstreams.
+func useFakeUpstreams(g *Gateway, clients ...upstreamClient) {
+	specs := make([]catalog.Namespace, len(clients))
+	for i, c := range clients {
+		specs[i] = catalog.Namespace{Name: c.Name(), Prefix: c.Name()}
+	}
+	g.upstreams = nil
+	sources := make([]catalog.Source, len(clients))
+	for i, ns := range catalog.Namespaces(specs, g.logger) {
+		u := newUpstreamEntry(ns, clients[i], false)
+		g.upstreams = append(g.upstreams, u)
+		sources[i] = u
+	}
+	g.builder = catalog.NewBuilder(sources, g.cfg.Separator, g.logger)
+	g.snapshot.Store(g.builder.Build())
+}
+
 // benchGateway is a gateway over fake upstreams of `tools` tools each, serving through its
 // real HTTP handler.
 func benchGateway(b *testing.B, upstreams, tools int) *Gateway {
@@ -56,6 +75,7 @@ func benchGateway(b *testing.B, upstreams, tools int) *Gateway {
 	if err != nil {
 		b.Fatal(err)
 	}
+	clients := make([]upstreamClient, upstreams)
 	for u := range upstreams {
 		items := make([]upstream.Item, tools)
 		for i := range items {
@@ -69,10 +89,9 @@ func benchGateway(b *testing.B, upstreams, tools int) *Gateway {
 			server:  &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion},
 			result:  json.RawMessage(`{"content":[{"type":"text","text":"hello"}]}`),
 		}
-		g.routes = append(g.routes, &route{index: u, name: name, prefix: name, scheme: uriScheme(name), client: f})
+		clients[u] = f
 	}
-	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
-	g.snapshot.Store(g.builder.build())
+	useFakeUpstreams(g, clients...)
 	b.Cleanup(func() { g.Close() })
 	return g
 }
@@ -104,48 +123,6 @@ func initSession(b *testing.B, h http.Handler) string {
 	return sid
 }
 
-func BenchmarkExposedName(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = exposedName("github", "__", "create_pull_request")
-	}
-}
-
-func BenchmarkResolveURI(b *testing.B) {
-	g := benchGateway(b, 20, 1)
-	snap := g.snapshot.Load()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, ok := snap.resolveURI("up07+file:///srv/data/report.csv"); !ok {
-			b.Fatal("not resolved")
-		}
-	}
-}
-
-func BenchmarkToolLookup(b *testing.B) {
-	g := benchGateway(b, 20, 100)
-	snap := g.snapshot.Load()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := snap.tools["up13__tool_042"]; !ok {
-			b.Fatal("missing")
-		}
-	}
-}
-
-// BenchmarkToolsListPage is the first page (default size) of tools/list over 20 upstreams ×
-// 100 tools, served from the merged catalog with no upstream round trip.
-func BenchmarkToolsListPage(b *testing.B) {
-	g := benchGateway(b, 20, 100)
-	snap := g.snapshot.Load()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := snap.page(upstream.Tools, "", g.cfg.PageSize); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkCallToolThroughHandler is one tools/call through the whole HTTP handler (session
 // lookup, decode, routing, params rewrite, encode) against an upstream that answers at once.
 func BenchmarkCallToolThroughHandler(b *testing.B) {
@@ -158,15 +135,6 @@ func BenchmarkCallToolThroughHandler(b *testing.B) {
 		if rec := post(h, sid, body); rec.Code != http.StatusOK {
 			b.Fatalf("%d %s", rec.Code, rec.Body)
 		}
-	}
-}
-
-// BenchmarkCatalogRebuild merges 20 upstreams × 100 tools, as after any list_changed.
-func BenchmarkCatalogRebuild(b *testing.B) {
-	g := benchGateway(b, 20, 100)
-	b.ReportAllocs()
-	for b.Loop() {
-		g.builder.build()
 	}
 }
 

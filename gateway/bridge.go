@@ -22,7 +22,7 @@ func bridgeToolResult(result json.RawMessage, version string) json.RawMessage {
 	if !olderThan(version, protocol.Version20250618) {
 		return result
 	}
-	result = mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return bridgeBlock(b, version) })
+	result = protocol.MapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return bridgeBlock(b, version) })
 	structured, ok, _ := protocol.Member(result, "structuredContent")
 	if !ok {
 		return result
@@ -44,7 +44,7 @@ func bridgePromptResult(result json.RawMessage, version string) json.RawMessage 
 	if !olderThan(version, protocol.Version20250618) {
 		return result
 	}
-	return mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return bridgeBlock(b, version) })
+	return protocol.MapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return bridgeBlock(b, version) })
 }
 
 // bridgeBlock converts one content block a client's version lacks: resource_link (from

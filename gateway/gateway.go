@@ -1,6 +1,7 @@
 // Package gateway is Manifold's server face: the Streamable HTTP endpoint that MCP clients
-// connect to, their sessions, the router that dispatches each method, and the merged catalog
-// that namespaces the upstreams' tools, resources, templates and prompts into one.
+// connect to, their sessions, the router that dispatches each method, and the connections to
+// the upstreams, shared or a session's own. What clients see of the upstreams' tools,
+// resources, templates and prompts is the merged catalog of package catalog.
 //
 //	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger})
 //	gw.Start(ctx)                      // connects the upstreams in the background
@@ -13,12 +14,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
@@ -53,10 +54,12 @@ type Gateway struct {
 	logger *slog.Logger
 	store  session.Store
 
-	routes  []*route
-	builder *catalogBuilder
+	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
+	// catalog's namespace ns.
+	upstreams []*upstreamEntry
+	builder   *catalog.Builder
 	// snapshot is the merged catalog clients see; replaced whole on every change.
-	snapshot atomic.Pointer[snapshot]
+	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
 
@@ -72,8 +75,8 @@ type Gateway struct {
 	// callsInFlight counts the client requests being served, for max_calls.
 	callsInFlight atomic.Int64
 
-	// clientRoutes finds the route of an upstream client, shared or per session.
-	clientRoutes sync.Map // upstreamClient → *route
+	// conns finds the connection of an upstream client, shared or a session's own.
+	conns sync.Map // upstreamClient → *conn
 
 	// subs fans resource updates out to subscribed sessions.
 	subs subscriptions
@@ -133,8 +136,13 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.rootsResult = rootsResult(cfg.Roots)
 	g.subs.entries = map[subKey]*subEntry{}
 
-	schemes := map[string]string{}
-	for i, u := range cfg.EnabledUpstreams() {
+	enabled := cfg.EnabledUpstreams()
+	specs := make([]catalog.Namespace, len(enabled))
+	for i, u := range enabled {
+		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions}
+	}
+	namespaces := catalog.Namespaces(specs, g.logger)
+	for i, u := range enabled {
 		var base upstream.Options
 		if g.opts.UpstreamOptions != nil {
 			base = *g.opts.UpstreamOptions
@@ -147,8 +155,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			g.rebuild()
 			if c.State() == upstream.StateReady {
 				g.resyncLogLevels()
-				if r := g.routeOf(c); r != nil {
-					g.renewSubscriptions(r)
+				if ready := g.connOf(c); ready != nil {
+					g.renewSubscriptions(ready)
 				}
 			}
 		}
@@ -170,28 +178,20 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			MaxMessageBytes:   int(u.MaxResponseBytes),
 			AttributionWindow: u.AttributionWindow,
 		}, &base)
-		r := &route{index: i, name: u.Name, prefix: u.Prefix, scheme: uriScheme(u.Prefix), client: client, includeInstructions: u.IncludeInstructions, broadcastLogs: u.BroadcastLogs}
-		// Prefixes are unique, but two may reduce to the same URI scheme ("a_b", "a-b"):
-		// later ones get a number, in config order.
-		if r.scheme != "" {
-			base := r.scheme
-			for n := 2; schemes[r.scheme] != ""; n++ {
-				r.scheme = base + strconv.Itoa(n)
-			}
-			if r.scheme != base {
-				g.logger.Warn("two upstream prefixes give the same URI scheme; this one is numbered", "upstream", u.Name, "scheme", r.scheme, "other_upstream", schemes[base])
-			}
-			schemes[r.scheme] = u.Name
-		}
+		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
-			r.pool = &connPool{g: g, base: r, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
+			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
 		}
-		g.clientRoutes.Store(upstreamClient(client), r)
-		g.routes = append(g.routes, r)
+		g.conns.Store(upstreamClient(client), ue.shared)
+		g.upstreams = append(g.upstreams, ue)
 	}
-	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
-	g.snapshot.Store(g.builder.build())
+	sources := make([]catalog.Source, len(g.upstreams))
+	for i, ue := range g.upstreams {
+		sources[i] = ue
+	}
+	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
+	g.snapshot.Store(g.builder.Build())
 	return g, nil
 }
 
@@ -199,11 +199,11 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 // up the others or the gateway) and starts expiring idle sessions. Later calls do nothing.
 func (g *Gateway) Start() {
 	g.startOnce.Do(func() {
-		for _, r := range g.routes {
+		for _, u := range g.upstreams {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
-				r.client.Run(g.ctx)
+				u.shared.client.Run(g.ctx)
 			}()
 		}
 		g.workers.Add(1)
@@ -237,11 +237,11 @@ func (g *Gateway) Close() error {
 		case <-time.After(closeRequestsWait):
 		}
 		g.cancel()
-		for _, r := range g.routes {
-			if r.pool != nil {
-				r.pool.closeAll()
+		for _, u := range g.upstreams {
+			if u.pool != nil {
+				u.pool.closeAll()
 			}
-			r.client.Close()
+			u.shared.client.Close()
 		}
 		g.workers.Wait()
 		<-requestsDone
@@ -257,17 +257,17 @@ const closeRequestsWait = 2 * time.Second
 func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
-	next := g.builder.build()
+	next := g.builder.Build()
 	prev := g.snapshot.Swap(next)
 	var changed []string
-	if prev.version[upstream.Tools] != next.version[upstream.Tools] {
+	if prev.Version(upstream.Tools) != next.Version(upstream.Tools) {
 		changed = append(changed, protocol.NotificationToolsChanged)
 	}
-	if prev.version[upstream.Resources] != next.version[upstream.Resources] ||
-		prev.version[upstream.ResourceTemplates] != next.version[upstream.ResourceTemplates] {
+	if prev.Version(upstream.Resources) != next.Version(upstream.Resources) ||
+		prev.Version(upstream.ResourceTemplates) != next.Version(upstream.ResourceTemplates) {
 		changed = append(changed, protocol.NotificationResourcesChanged)
 	}
-	if prev.version[upstream.Prompts] != next.version[upstream.Prompts] {
+	if prev.Version(upstream.Prompts) != next.Version(upstream.Prompts) {
 		changed = append(changed, protocol.NotificationPromptsChanged)
 	}
 	for _, method := range changed {
@@ -330,9 +330,9 @@ func (g *Gateway) expireSessions() {
 			g.logger.Info("session expired after being idle", "session", fingerprint(id), "idle_timeout", g.cfg.SessionIdleTimeout.String())
 			g.endLocal(id)
 		}
-		for _, r := range g.routes {
-			if r.pool != nil {
-				r.pool.sweep(g.opts.Now())
+		for _, u := range g.upstreams {
+			if u.pool != nil {
+				u.pool.sweep(g.opts.Now())
 			}
 		}
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
@@ -348,9 +348,9 @@ func (g *Gateway) nextRequestID() string {
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
-	for _, r := range g.routes {
-		if r.pool != nil {
-			r.pool.closeSession(id)
+	for _, u := range g.upstreams {
+		if u.pool != nil {
+			u.pool.closeSession(id)
 		}
 	}
 	g.dropSubscriptions(id)
@@ -384,15 +384,15 @@ func (g *Gateway) resyncLogLevels() {
 // UpstreamStatuses returns each enabled upstream's status, by name, as the merged catalog
 // clients see reflects it: an upstream reported ready has its items listed.
 func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
-	return maps.Clone(g.snapshot.Load().statuses)
+	return g.snapshot.Load().Statuses()
 }
 
 // IsolatedConnections reports how many per-session connections the named upstream has open
 // (0 for a shared upstream).
 func (g *Gateway) IsolatedConnections(upstreamName string) int {
-	for _, r := range g.routes {
-		if r.name == upstreamName && r.pool != nil {
-			return r.pool.open()
+	for _, u := range g.upstreams {
+		if u.ns.Name == upstreamName && u.pool != nil {
+			return u.pool.open()
 		}
 	}
 	return 0

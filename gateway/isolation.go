@@ -22,21 +22,21 @@ var errConnectionLimit = errors.New("connection limit reached")
 // opened on its first call or subscribe, closed with the session or when idle (not while it
 // has subscriptions). The upstream's shared connection still serves the catalog.
 type connPool struct {
-	g    *Gateway
-	base *route
-	spec upstream.Spec
-	opts upstream.Options
-	idle time.Duration
-	max  int
+	g        *Gateway
+	upstream *upstreamEntry
+	spec     upstream.Spec
+	opts     upstream.Options
+	idle     time.Duration
+	max      int
 
 	mu sync.Mutex
 	// conns holds the open connections by client session id. Guarded by mu.
 	conns map[string]*pooledConn
 }
 
-// pooledConn is one session's own connection to the upstream.
+// pooledConn is one session's own connection to the upstream, with what the pool keeps of it.
 type pooledConn struct {
-	route *route
+	conn  *conn
 	ready chan struct{} // closed once the connection is ready
 	// lastUsed is the unix nano time of the last call; inUse counts calls in flight.
 	lastUsed atomic.Int64
@@ -52,20 +52,20 @@ func (p *connPool) existing(sessionID string) *pooledConn {
 	return p.conns[sessionID]
 }
 
-// get returns the session's own route to the upstream, opening its connection on first use.
-// The caller must call release when its call is done.
+// get returns the session's own connection to the upstream, opening it on first use. The
+// caller must call release when its call is done.
 func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, error) {
 	p.mu.Lock()
 	pc, ok := p.conns[sessionID]
 	if !ok && !p.g.sessionLive(sessionID) {
 		// The session ended (a request raced its end): no child is started for it.
 		p.mu.Unlock()
-		return nil, fmt.Errorf("upstream %s: %w", p.base.name, hub.ErrSessionEnded)
+		return nil, fmt.Errorf("upstream %s: %w", p.upstream.ns.Name, hub.ErrSessionEnded)
 	}
 	if !ok {
 		if len(p.conns) >= p.max {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.base.name, errConnectionLimit, p.max)
+			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.upstream.ns.Name, errConnectionLimit, p.max)
 		}
 		pc = p.openLocked(sessionID)
 	}
@@ -80,13 +80,13 @@ func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, erro
 		pc.levelOnce.Do(func() {
 			// A new connection starts at the session's log level.
 			if rec, err := p.g.store.Get(ctx, sessionID); err == nil && rec.LogLevel != "" {
-				p.g.setUpstreamLevel(ctx, pc.route, rec.LogLevel)
+				p.g.setUpstreamLevel(ctx, pc.conn, rec.LogLevel)
 			}
 		})
 		return pc, nil
 	case <-wait.Done():
 		p.release(pc)
-		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.base.name, upstream.ErrUnavailable)
+		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.upstream.ns.Name, upstream.ErrUnavailable)
 	}
 }
 
@@ -103,18 +103,17 @@ func (p *connPool) openLocked(sessionID string) *pooledConn {
 	opts.OnChange = func(c *upstream.Client) {
 		if c.State() == upstream.StateReady {
 			readyOnce.Do(func() { close(pc.ready) })
-			p.g.renewSubscriptions(pc.route) // after a restart of the session's child
+			p.g.renewSubscriptions(pc.conn) // after a restart of the session's child
 		}
 	}
 	client := upstream.New(p.spec, &opts)
-	r := &route{index: p.base.index, name: p.base.name, prefix: p.base.prefix, scheme: p.base.scheme, client: client, boundSession: sessionID}
-	pc.route = r
+	pc.conn = &conn{upstream: p.upstream, client: client, session: sessionID}
 	p.conns[sessionID] = pc
-	p.g.clientRoutes.Store(client, r)
+	p.g.conns.Store(upstreamClient(client), pc.conn)
 	// Refused once the gateway closes: the connection then never becomes ready, the call
 	// waiting for it ends with its session, and closeAll closes it.
 	p.g.goWorker(func() { client.Run(p.g.ctx) })
-	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
+	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
 	return pc
 }
 
@@ -131,9 +130,9 @@ func (p *connPool) closeSession(sessionID string) {
 
 func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 	closeIt := func() {
-		pc.route.client.Close()
-		p.g.clientRoutes.Delete(pc.route.client)
-		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.base.name, "session", fingerprint(sessionID))
+		pc.conn.client.Close()
+		p.g.conns.Delete(pc.conn.client)
+		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
 	}
 	if !p.g.goWorker(closeIt) {
 		closeIt() // the gateway is closing: at once, on the caller's goroutine
@@ -149,7 +148,7 @@ func (p *connPool) sweep(now time.Time) {
 	p.mu.Lock()
 	idle := map[string]*pooledConn{}
 	for id, pc := range p.conns {
-		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff && !p.g.subs.holds(pc.route) {
+		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff && !p.g.subs.holds(pc.conn) {
 			idle[id] = pc
 			delete(p.conns, id)
 		}
@@ -181,16 +180,16 @@ func (p *connPool) open() int {
 // notifyOwnConnections passes a client's notification to the session's own upstream
 // connections (isolation session). Only this client's POST waits for the writes.
 func (g *Gateway) notifyOwnConnections(ctx context.Context, sessionID string, n *protocol.Notification) {
-	for _, r := range g.routes {
-		if r.pool == nil {
+	for _, u := range g.upstreams {
+		if u.pool == nil {
 			continue
 		}
-		pc := r.pool.existing(sessionID)
+		pc := u.pool.existing(sessionID)
 		if pc == nil {
 			continue
 		}
-		if err := pc.route.client.Notify(ctx, n.Method, n.Params); err != nil {
-			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", r.name, "method", n.Method, "error", err.Error())
+		if err := pc.conn.client.Notify(ctx, n.Method, n.Params); err != nil {
+			g.logger.Debug("passing a client's notification to its own upstream connection failed", "upstream", u.ns.Name, "method", n.Method, "error", err.Error())
 		}
 	}
 }

@@ -32,9 +32,7 @@ func TestPanicBecomesInternalError(t *testing.T) {
 	defer g.Close()
 	f := &panickyUpstream{fakeUpstream{name: "p", server: &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion},
 		catalog: upstream.NewCatalog(map[upstream.Kind][]upstream.Item{upstream.Tools: {{Key: "boom", Raw: toolJSON("boom")}}})}}
-	g.routes = append(g.routes, &route{name: "p", prefix: "p", scheme: "p", client: f})
-	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
-	g.snapshot.Store(g.builder.build())
+	useFakeUpstreams(g, f)
 	h := g.Handler()
 
 	rec := post(h, "", benchInit)

@@ -80,20 +80,20 @@ func (g *Gateway) deliver(sessionID, streamID string, data []byte) error {
 }
 
 // boundOwner is the owner of a message from a session's own upstream connection that came
-// outside any call: that session, on its standalone stream.
-func (g *Gateway) boundOwner(r *route) *callOwner {
-	if r.boundSession == "" {
+// outside any call: that session, on its standalone stream, while this process serves it.
+func (g *Gateway) boundOwner(r *conn) *callOwner {
+	if r.session == "" {
 		return nil
 	}
-	ls := g.hub.Lookup(r.boundSession)
+	ls := g.hub.Lookup(r.session)
 	if ls == nil {
 		return nil
 	}
-	rec, err := g.store.Get(ls.Context(), r.boundSession)
+	rec, err := g.store.Get(ls.Context(), r.session)
 	if err != nil {
 		return nil
 	}
-	return &callOwner{sessionID: r.boundSession, caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ls.Context(), logLevel: rec.LogLevel}
+	return &callOwner{sessionID: r.session, caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ls.Context(), logLevel: rec.LogLevel}
 }
 
 // clientCaps are the client capabilities a reverse request needs.
@@ -149,20 +149,20 @@ const (
 )
 
 // refusal is the error an upstream gets for a request that cannot go to one client.
-func (why noOwner) refusal(r *route, method string, origin upstream.Origin) *protocol.Error {
+func (why noOwner) refusal(r *conn, method string, origin upstream.Origin) *protocol.Error {
 	switch why {
 	case onSharedStandalone:
 		return protocol.Errorf(protocol.CodeInternalError,
 			"the gateway does not forward %s sent on the standalone stream of its shared connection to upstream %q: that stream belongs to no client session (set isolation: session for it to route such requests)",
-			method, r.name)
+			method, r.upstream.ns.Name)
 	case ambiguous:
 		return protocol.Errorf(protocol.CodeInternalError,
 			"the gateway cannot tell which client %s is for: %d client sessions have calls in flight, or just finished one, on its shared connection to upstream %q (set isolation: session for it to route such requests)",
-			method, origin.Parties, r.name)
+			method, origin.Parties, r.upstream.ns.Name)
 	}
 	return protocol.Errorf(protocol.CodeInternalError,
 		"the gateway does not forward %s sent outside any client's call on its shared connection to upstream %q (set isolation: session for it to route such requests)",
-		method, r.name)
+		method, r.upstream.ns.Name)
 }
 
 // onUpstreamRequest routes a request from an upstream to the client session whose call caused
@@ -171,7 +171,7 @@ func (why noOwner) refusal(r *route, method string, origin upstream.Origin) *pro
 // Never a guess: without an owner the upstream gets an error, except roots/list outside any
 // call, which gets the config's roots.
 func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
-	r := g.routeOf(c)
+	r := g.connOf(c)
 	if r == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
 	}
@@ -184,7 +184,7 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 		}
 		r.noOwnerOnce.Do(func() {
 			g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
-				"upstream", r.name, "method", req.Method, "sessions", origin.Parties)
+				"upstream", r.upstream.ns.Name, "method", req.Method, "sessions", origin.Parties)
 		})
 		return nil, why.refusal(r, req.Method, origin)
 	}
@@ -221,7 +221,7 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 // call the transport names, or the only session with calls in flight there; for a session's
 // own connection, that session's standalone stream outside its calls. Without an owner it
 // says why.
-func (g *Gateway) ownerOf(r *route, origin upstream.Origin) (*callOwner, noOwner) {
+func (g *Gateway) ownerOf(r *conn, origin upstream.Origin) (*callOwner, noOwner) {
 	if owner, ok := origin.Caller.(*callOwner); ok && owner != nil {
 		if origin.Arrival == upstream.Unattributed {
 			// Known by its session, not by its call: it must not end with whichever of the
@@ -260,7 +260,7 @@ func narrowIncludeContext(params json.RawMessage) json.RawMessage {
 // answer, for the upstream's cancel, or for the client's call to end. The request is
 // recorded in the session's routing tables, so that the client's answer and the upstream's
 // cancel find it; its id carries the hub's tag, so that the answer routes without a lookup.
-func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *route, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *conn, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
 	ls := g.hub.Lookup(owner.sessionID)
 	if ls == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")
@@ -295,7 +295,7 @@ func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *route, upstreamI
 // onUpstreamNotification routes an upstream's notification about a call to its client:
 // progress by the gateway's token, a cancel of a reverse request by the upstream's id.
 func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notification, origin upstream.Origin) {
-	r := g.routeOf(c)
+	r := g.connOf(c)
 	if r == nil {
 		return
 	}
@@ -359,7 +359,7 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 // upstream connection, so that two sessions' tokens never meet there; it returns the new
 // params and a func that forgets the mapping when the call ends. The mapping stays with the
 // connection that carries the call: progress comes back on it, and needs no store.
-func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessage) (json.RawMessage, func(), error) {
+func (g *Gateway) remapProgress(r *conn, owner *callOwner, params json.RawMessage) (json.RawMessage, func(), error) {
 	meta, ok, err := protocol.Member(params, "_meta")
 	if err != nil || !ok || len(meta) == 0 || meta[0] != '{' {
 		return params, func() {}, nil
@@ -387,14 +387,6 @@ func (g *Gateway) remapProgress(r *route, owner *callOwner, params json.RawMessa
 type progressRoute struct {
 	owner       *callOwner
 	clientToken json.RawMessage
-}
-
-// routeOf finds the route of an upstream client, shared or a session's own.
-func (g *Gateway) routeOf(c *upstream.Client) *route {
-	if r, ok := g.clientRoutes.Load(upstreamClient(c)); ok {
-		return r.(*route)
-	}
-	return nil
 }
 
 // urlElicitations remembers which session each URL-mode elicitation was sent to, by the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -73,7 +74,7 @@ func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", req.Method)
 }
 
-func listPage(snap *snapshot, k upstream.Kind, params json.RawMessage, pageSize int) (json.RawMessage, error) {
+func listPage(snap *catalog.Snapshot, k upstream.Kind, params json.RawMessage, pageSize int) (json.RawMessage, error) {
 	var p struct {
 		Cursor string `json:"cursor"`
 	}
@@ -82,7 +83,7 @@ func listPage(snap *snapshot, k upstream.Kind, params json.RawMessage, pageSize 
 			return nil, invalidParams(err)
 		}
 	}
-	return snap.page(k, p.Cursor, pageSize)
+	return snap.Page(k, p.Cursor, pageSize)
 }
 
 func invalidParams(err error) *protocol.Error {
@@ -139,45 +140,46 @@ func (e *unavailableError) Error() string {
 }
 func (e *unavailableError) Unwrap() error { return e.cause }
 
-func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
 	name, err := nameParams(params)
 	if err != nil {
 		return nil, err
 	}
-	e, ok := snap.tools[name]
-	if !ok {
-		if r := g.builder.formerOwner(upstream.Tools, name); r != nil && r.client.Catalog() == nil {
-			return unavailableResult(r.name, "upstream_unavailable",
-				fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, r.name)), nil
+	e := snap.Tool(name)
+	if e == nil {
+		if ns := g.builder.FormerOwner(upstream.Tools, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
+			return unavailableResult(ns.Name, "upstream_unavailable",
+				fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, ns.Name)), nil
 		}
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown tool: %s", name)
 	}
-	forward, err := withMember(params, "name", e.original)
+	u := g.upstreamOf(e.Namespace)
+	forward, err := withMember(params, "name", e.Original)
 	if err != nil {
 		return nil, err
 	}
 	_, asTask, _ := protocol.Member(params, "task")
-	if asTask && !upstreamTaskCaps(e.route).callsAsTasks() {
+	if asTask && !upstreamTaskCaps(u).callsAsTasks() {
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
 	}
-	result, err := g.call(ctx, cc, e.route, protocol.MethodCallTool, forward)
+	result, err := g.call(ctx, cc, u, protocol.MethodCallTool, forward)
 	switch {
 	case err == nil && asTask:
-		return g.startTask(ctx, cc, e.route, result)
+		return g.startTask(ctx, cc, u, result)
 	case err == nil:
-		return bridgeToolResult(exposeContentURIs(result, e.route.scheme), cc.ProtocolVersion), nil
+		return bridgeToolResult(catalog.ExposeContentURIs(result, e.Namespace.Scheme), cc.ProtocolVersion), nil
 	case errors.Is(err, upstream.ErrUnavailable):
-		g.logger.Warn("tools/call to an unavailable upstream", "upstream", e.route.name, "tool", name, "error", err.Error())
-		return unavailableResult(e.route.name, "upstream_unavailable",
-			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, e.route.name)), nil
+		g.logger.Warn("tools/call to an unavailable upstream", "upstream", u.ns.Name, "tool", name, "error", err.Error())
+		return unavailableResult(u.ns.Name, "upstream_unavailable",
+			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, u.ns.Name)), nil
 	case errors.Is(err, errConnectionLimit):
-		g.logger.Warn("tools/call refused: the upstream's isolated connections are all in use", "upstream", e.route.name, "tool", name)
-		return unavailableResult(e.route.name, "connection_limit",
-			fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", name, e.route.name)), nil
+		g.logger.Warn("tools/call refused: the upstream's isolated connections are all in use", "upstream", u.ns.Name, "tool", name)
+		return unavailableResult(u.ns.Name, "connection_limit",
+			fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", name, u.ns.Name)), nil
 	case errors.Is(err, upstream.ErrTimeout):
-		g.logger.Warn("tools/call timed out", "upstream", e.route.name, "tool", name, "error", err.Error())
-		return unavailableResult(e.route.name, "upstream_timeout",
-			fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", name, e.route.name)), nil
+		g.logger.Warn("tools/call timed out", "upstream", u.ns.Name, "tool", name, "error", err.Error())
+		return unavailableResult(u.ns.Name, "upstream_timeout",
+			fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", name, u.ns.Name)), nil
 	}
 	return nil, err
 }
@@ -201,39 +203,39 @@ const (
 	metaRetryAfter = "dev.manifold/retryAfterSeconds"
 )
 
-func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
 	name, err := nameParams(params)
 	if err != nil {
 		return nil, err
 	}
-	e, ok := snap.prompts[name]
-	if !ok {
-		if r := g.builder.formerOwner(upstream.Prompts, name); r != nil && r.client.Catalog() == nil {
-			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+	e := snap.Prompt(name)
+	if e == nil {
+		if ns := g.builder.FormerOwner(upstream.Prompts, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
+			return nil, &unavailableError{upstream: ns.Name, cause: upstream.ErrUnavailable}
 		}
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
 	}
-	forward, err := withMember(params, "name", e.original)
+	forward, err := withMember(params, "name", e.Original)
 	if err != nil {
 		return nil, err
 	}
-	result, err := g.forward(ctx, cc, e.route, protocol.MethodGetPrompt, forward)
+	result, err := g.forward(ctx, cc, g.upstreamOf(e.Namespace), protocol.MethodGetPrompt, forward)
 	if err != nil {
 		return nil, err
 	}
-	return bridgePromptResult(exposeContentURIs(result, e.route.scheme), cc.ProtocolVersion), nil
+	return bridgePromptResult(catalog.ExposeContentURIs(result, e.Namespace.Scheme), cc.ProtocolVersion), nil
 }
 
 // forward calls an upstream for a method other than tools/call, typing its failures.
-func (g *Gateway) forward(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
-	result, err := g.call(ctx, cc, r, method, params)
+func (g *Gateway) forward(ctx context.Context, cc *clientContext, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	result, err := g.call(ctx, cc, u, method, params)
 	if errors.Is(err, upstream.ErrUnavailable) {
-		return nil, &unavailableError{upstream: r.name, cause: err}
+		return nil, &unavailableError{upstream: u.ns.Name, cause: err}
 	}
 	return result, err
 }
 
-func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
 	uri, ok, err := protocol.StringMember(params, "uri")
 	if err != nil {
 		return nil, invalidParams(err)
@@ -241,7 +243,7 @@ func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *sna
 	if !ok || uri == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
 	}
-	r, original, ok := snap.resolveURI(uri)
+	ns, original, ok := snap.ResolveURI(uri)
 	if !ok {
 		return nil, resourceNotFound(uri)
 	}
@@ -249,7 +251,7 @@ func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *sna
 	if err != nil {
 		return nil, err
 	}
-	result, err := g.forward(ctx, cc, r, protocol.MethodReadResource, forward)
+	result, err := g.forward(ctx, cc, g.upstreamOf(ns), protocol.MethodReadResource, forward)
 	if err != nil {
 		var rpcErr *protocol.Error
 		if errors.As(err, &rpcErr) && rpcErr.Code == protocol.CodeResourceNotFound {
@@ -257,7 +259,7 @@ func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *sna
 		}
 		return nil, err
 	}
-	return exposeContentsURIs(result, r.scheme)
+	return catalog.ExposeReadURIs(result, ns.Scheme)
 }
 
 func resourceNotFound(uri string) *protocol.Error {
@@ -265,31 +267,7 @@ func resourceNotFound(uri string) *protocol.Error {
 	return &protocol.Error{Code: protocol.CodeResourceNotFound, Message: "resource not found: " + uri, Data: data}
 }
 
-// exposeContentsURIs rewrites contents[].uri of a resources/read result into exposed URIs,
-// so that what a client read names what it can read again.
-func exposeContentsURIs(result json.RawMessage, scheme string) (json.RawMessage, error) {
-	if scheme == "" {
-		return result, nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(result, &m); err != nil {
-		return nil, fmt.Errorf("upstream resources/read result: %w", err)
-	}
-	var contents []map[string]json.RawMessage
-	if err := json.Unmarshal(m["contents"], &contents); err != nil {
-		return result, nil
-	}
-	for _, c := range contents {
-		var uri string
-		if json.Unmarshal(c["uri"], &uri) == nil && uri != "" {
-			c["uri"], _ = json.Marshal(exposeURI(scheme, uri))
-		}
-	}
-	m["contents"], _ = json.Marshal(contents)
-	return json.Marshal(m)
-}
-
-func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(params, &m); err != nil {
 		return nil, invalidParams(err)
@@ -300,30 +278,31 @@ func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *snapsho
 	}
 	var refType string
 	_ = json.Unmarshal(ref["type"], &refType)
-	var r *route
+	var ns *catalog.Namespace
 	switch refType {
 	case "ref/prompt":
 		var name string
 		_ = json.Unmarshal(ref["name"], &name)
-		e, ok := snap.prompts[name]
-		if !ok {
+		e := snap.Prompt(name)
+		if e == nil {
 			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
 		}
-		r = e.route
-		ref["name"], _ = json.Marshal(e.original)
+		ns = e.Namespace
+		ref["name"], _ = json.Marshal(e.Original)
 	case "ref/resource":
 		var uri string
 		_ = json.Unmarshal(ref["uri"], &uri)
 		var original string
 		var ok bool
-		if r, original, ok = snap.resolveURI(uri); !ok {
+		if ns, original, ok = snap.ResolveURI(uri); !ok {
 			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", uri)
 		}
 		ref["uri"], _ = json.Marshal(original)
 	default:
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: ref.type must be \"ref/prompt\" or \"ref/resource\"")
 	}
-	if info := r.client.Server(); info != nil && info.Capabilities.Completions == nil {
+	u := g.upstreamOf(ns)
+	if info := u.Server(); info != nil && info.Capabilities.Completions == nil {
 		// The upstream offers no completions: an empty answer, not an error (mcp-notes §1.3).
 		return json.RawMessage(`{"completion":{"values":[]}}`), nil
 	}
@@ -332,30 +311,32 @@ func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *snapsho
 	if err != nil {
 		return nil, invalidParams(err)
 	}
-	return g.forward(ctx, cc, r, protocol.MethodComplete, forward)
+	return g.forward(ctx, cc, u, protocol.MethodComplete, forward)
 }
 
-// call sends a client's request to an upstream on that client's behalf: it carries its owner
-// and session to the upstream connection (so that what the upstream sends about it can be
-// routed), and its progress token is replaced by one of the gateway's own.
-func (g *Gateway) call(ctx context.Context, cc *clientContext, r *route, method string, params json.RawMessage) (json.RawMessage, error) {
+// call sends a client's request to an upstream on that client's behalf, on the shared
+// connection or, for an isolated upstream, the session's own: it carries its owner and
+// session to the connection (so that what the upstream sends about it can be routed), and its
+// progress token is replaced by one of the gateway's own.
+func (g *Gateway) call(ctx context.Context, cc *clientContext, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	c := u.shared
 	if cc.owner == nil {
-		return r.client.Call(ctx, method, params)
+		return c.client.Call(ctx, method, params)
 	}
-	if r.pool != nil {
-		pc, err := r.pool.get(ctx, cc.SessionID)
+	if u.pool != nil {
+		pc, err := u.pool.get(ctx, cc.SessionID)
 		if err != nil {
 			return nil, err
 		}
-		defer r.pool.release(pc)
-		r = pc.route
+		defer u.pool.release(pc)
+		c = pc.conn
 	}
-	params, forget, err := g.remapProgress(r, cc.owner, params)
+	params, forget, err := g.remapProgress(c, cc.owner, params)
 	if err != nil {
 		return nil, invalidParams(err)
 	}
 	defer forget()
-	return r.client.Call(upstream.WithCaller(ctx, cc.owner, cc.SessionID), method, params)
+	return c.client.Call(upstream.WithCaller(ctx, cc.owner, cc.SessionID), method, params)
 }
 
 // clientDeclaresTasks reports whether the client declared the tasks capability (and speaks a

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -42,8 +41,8 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 	}
 	// All upstreams at once: a slow one delays this sync by its own time only, not by the sum.
 	var wg sync.WaitGroup
-	for _, r := range g.routes {
-		wg.Go(func() { g.setUpstreamLevel(ctx, r, want) })
+	for _, u := range g.upstreams {
+		wg.Go(func() { g.setUpstreamLevel(ctx, u.shared, want) })
 	}
 	wg.Wait()
 }
@@ -51,47 +50,48 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
 // session's level.
 func (g *Gateway) syncSessionLogLevel(ctx context.Context, sessionID string, level string) {
-	for _, r := range g.routes {
-		if r.pool == nil {
+	for _, u := range g.upstreams {
+		if u.pool == nil {
 			continue
 		}
-		if pc := r.pool.existing(sessionID); pc != nil {
-			g.setUpstreamLevel(ctx, pc.route, level)
+		if pc := u.pool.existing(sessionID); pc != nil {
+			g.setUpstreamLevel(ctx, pc.conn, level)
 		}
 	}
 }
 
-// setUpstreamLevel sends logging/setLevel to one upstream when its level differs.
-func (g *Gateway) setUpstreamLevel(ctx context.Context, r *route, level string) {
-	info := r.client.Server()
+// setUpstreamLevel sends logging/setLevel on one upstream connection when its level differs.
+func (g *Gateway) setUpstreamLevel(ctx context.Context, c *conn, level string) {
+	info := c.client.Server()
 	if info == nil || info.Capabilities.Logging == nil {
 		return
 	}
-	r.logMu.Lock()
-	defer r.logMu.Unlock()
-	if r.sentLevel == level && r.sentTo == info {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	if c.sentLevel == level && c.sentTo == info {
 		return
 	}
 	params, _ := json.Marshal(map[string]string{"level": level})
-	if _, err := r.client.Call(ctx, protocol.MethodSetLogLevel, params); err != nil {
-		g.logger.Warn("setting an upstream's log level failed", "upstream", r.name, "level", level, "error", err.Error())
+	if _, err := c.client.Call(ctx, protocol.MethodSetLogLevel, params); err != nil {
+		g.logger.Warn("setting an upstream's log level failed", "upstream", c.upstream.ns.Name, "level", level, "error", err.Error())
 		return
 	}
-	r.sentLevel, r.sentTo = level, info
+	c.sentLevel, c.sentTo = level, info
 }
 
 // deliverLog sends an upstream's log message to the session it belongs to, if its level
-// admits it; a message that cannot be attributed reaches no one unless the upstream is
-// configured to broadcast its logs.
-func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream.Origin) {
+// admits it; a message that cannot be attributed reaches no one unless it came on the shared
+// connection of an upstream configured to broadcast its logs (a session's own connection
+// never broadcasts: its messages are that session's).
+func (g *Gateway) deliverLog(c *conn, n *protocol.Notification, origin upstream.Origin) {
 	level, _, _ := protocol.StringMember(n.Params, "level")
-	if owner, _ := g.ownerOf(r, origin); owner != nil {
+	if owner, _ := g.ownerOf(c, origin); owner != nil {
 		if levelAllows(owner.logLevel, level) {
 			_ = g.send(owner.forSession(g), n)
 		}
 		return
 	}
-	if !r.broadcastLogs {
+	if !c.upstream.broadcastLogs || c.session != "" {
 		return
 	}
 	data, err := protocol.Encode(n)
@@ -104,45 +104,4 @@ func (g *Gateway) deliverLog(r *route, n *protocol.Notification, origin upstream
 			_ = g.deliver(s.ID(), "", data)
 		}
 	}
-}
-
-// exposeContentURIs rewrites the URIs of resource_link and embedded resource blocks in a
-// tools/call result (content[]) or a prompts/get result (messages[].content) into the
-// gateway's namespaced form, so the client can read them through the gateway.
-// structuredContent is left alone: its shape belongs to the tool.
-func exposeContentURIs(result json.RawMessage, scheme string) json.RawMessage {
-	if scheme == "" || !bytes.Contains(result, []byte(`"resource`)) {
-		return result
-	}
-	return mapContentBlocks(result, func(b json.RawMessage) (json.RawMessage, bool) { return exposeBlock(b, scheme) })
-}
-
-// exposeBlock rewrites one content block's URI, reporting whether it changed.
-func exposeBlock(block json.RawMessage, scheme string) (json.RawMessage, bool) {
-	typ, _, _ := protocol.StringMember(block, "type")
-	switch typ {
-	case "resource_link":
-		uri, ok, _ := protocol.StringMember(block, "uri")
-		if !ok {
-			return block, false
-		}
-		out, err := withMember(block, "uri", exposeURI(scheme, uri))
-		return out, err == nil
-	case "resource":
-		res, ok, _ := protocol.Member(block, "resource")
-		if !ok {
-			return block, false
-		}
-		uri, ok, _ := protocol.StringMember(res, "uri")
-		if !ok {
-			return block, false
-		}
-		nres, err := withMember(res, "uri", exposeURI(scheme, uri))
-		if err != nil {
-			return block, false
-		}
-		out, err := protocol.SetMember(block, "resource", nres)
-		return out, err == nil
-	}
-	return block, false
 }

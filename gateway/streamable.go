@@ -369,7 +369,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		"serverInfo":      protocol.Implementation{Name: "manifold", Title: "Manifold MCP gateway", Version: g.opts.Version},
 	}
 	// instructions exist from 2025-03-26 on (mcp-notes §13, row 6).
-	if ins := g.snapshot.Load().instructions; ins != "" && version != protocol.Version20241105 {
+	if ins := g.snapshot.Load().Instructions(); ins != "" && version != protocol.Version20241105 {
 		result["instructions"] = ins
 	}
 	raw, _ := json.Marshal(result)

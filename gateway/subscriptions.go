@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -31,9 +32,10 @@ type subscriptions struct {
 	entries map[subKey]*subEntry
 }
 
+// subKey is a subscription to one URI on one connection, shared or a session's own.
 type subKey struct {
-	route *route
-	uri   string // the upstream's own URI
+	conn *conn
+	uri  string // the upstream's own URI
 }
 
 // subEntry is one key's subscription.
@@ -94,18 +96,19 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 // subscription is made on the connection whose server notifies the session: the shared one,
 // or for an isolated upstream the session's own, which then stays open while it has
 // subscriptions (connPool.sweep).
-func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
+func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
 	uri, ok, err := protocol.StringMember(params, "uri")
 	if err != nil || !ok || uri == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
 	}
-	r, original, ok := snap.resolveURI(uri)
+	ns, original, ok := snap.ResolveURI(uri)
 	if !ok {
 		return nil, resourceNotFound(uri)
 	}
-	if info := r.client.Server(); info == nil || info.Capabilities.Resources == nil || !info.Capabilities.Resources.Subscribe {
+	u := g.upstreamOf(ns)
+	if info := u.Server(); info == nil || info.Capabilities.Resources == nil || !info.Capabilities.Resources.Subscribe {
 		if info == nil {
-			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+			return nil, &unavailableError{upstream: u.ns.Name, cause: upstream.ErrUnavailable}
 		}
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream serving %s offers no subscriptions", uri)
 	}
@@ -113,24 +116,24 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	if err != nil {
 		return nil, err
 	}
-	conn := r // the route of the connection the subscription lives on
-	if r.pool != nil && cc.owner != nil {
+	c := u.shared // the connection the subscription lives on
+	if u.pool != nil && cc.owner != nil {
 		if on {
-			pc, err := r.pool.get(ctx, cc.SessionID)
+			pc, err := u.pool.get(ctx, cc.SessionID)
 			if err != nil {
-				return nil, unavailableCall(r, err)
+				return nil, unavailableCall(u, err)
 			}
-			defer r.pool.release(pc)
-			conn = pc.route
+			defer u.pool.release(pc)
+			c = pc.conn
 		} else {
-			pc := r.pool.existing(cc.SessionID)
+			pc := u.pool.existing(cc.SessionID)
 			if pc == nil {
 				return json.RawMessage(`{}`), nil // no connection, so no subscription on it
 			}
-			conn = pc.route
+			c = pc.conn
 		}
 	}
-	key := subKey{conn, original}
+	key := subKey{c, original}
 	s := &g.subs
 	e, err := s.acquire(ctx, key)
 	if err != nil {
@@ -138,7 +141,7 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	}
 	defer s.release(key, e)
 	// The upstream has the subscription only if it was made on the current connection.
-	info := conn.client.Server()
+	info := c.client.Server()
 	s.mu.Lock()
 	current := e.on != nil && e.on == info
 	mine, count := e.sessions[cc.SessionID], len(e.sessions)
@@ -146,14 +149,14 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 	switch {
 	case on && !current:
 		if info == nil {
-			return nil, &unavailableError{upstream: r.name, cause: upstream.ErrUnavailable}
+			return nil, &unavailableError{upstream: u.ns.Name, cause: upstream.ErrUnavailable}
 		}
-		if _, err := conn.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
-			return nil, unavailableCall(r, err)
+		if _, err := c.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
+			return nil, unavailableCall(u, err)
 		}
 	case !on && mine && count == 1 && current:
-		if _, err := conn.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
-			return nil, unavailableCall(r, err)
+		if _, err := c.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
+			return nil, unavailableCall(u, err)
 		}
 	}
 	s.mu.Lock()
@@ -177,9 +180,9 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *snapsh
 
 // unavailableCall types the failure of a call to an upstream that is not connected, as
 // forward does, so that the client learns to try again later.
-func unavailableCall(r *route, err error) error {
+func unavailableCall(u *upstreamEntry, err error) error {
 	if errors.Is(err, upstream.ErrUnavailable) {
-		return &unavailableError{upstream: r.name, cause: err}
+		return &unavailableError{upstream: u.ns.Name, cause: err}
 	}
 	return err
 }
@@ -198,7 +201,7 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 		if len(e.sessions) > 0 {
 			continue
 		}
-		if key.route.boundSession != "" {
+		if key.conn.session != "" {
 			e.on = nil // the session's own connection closes with it, and its subscriptions
 		}
 		switch {
@@ -227,7 +230,7 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	}
 	defer s.release(key, e)
 	s.mu.Lock()
-	unused, current := len(e.sessions) == 0 && e.on != nil, e.on == key.route.client.Server()
+	unused, current := len(e.sessions) == 0 && e.on != nil, e.on == key.conn.client.Server()
 	s.mu.Unlock()
 	if !unused {
 		return
@@ -235,8 +238,8 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	// When the subscription was made on a connection since replaced, it went with it.
 	if current {
 		params, _ := json.Marshal(map[string]string{"uri": key.uri})
-		if _, err := key.route.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
-			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.route.name, "error", err.Error())
+		if _, err := key.conn.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
+			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.conn.upstream.ns.Name, "error", err.Error())
 		}
 	}
 	s.mu.Lock()
@@ -244,24 +247,24 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	s.mu.Unlock()
 }
 
-// holds reports whether a session is subscribed to anything on r's connection.
-func (s *subscriptions) holds(r *route) bool {
+// holds reports whether a session is subscribed to anything on connection c.
+func (s *subscriptions) holds(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key, e := range s.entries {
-		if key.route == r && len(e.sessions) > 0 {
+		if key.conn == c && len(e.sessions) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// renewSubscriptions subscribes r's connection, in the background, to every URI that has
+// renewSubscriptions subscribes connection c, in the background, to every URI that has
 // subscribers but was subscribed on an earlier connection: the upstream restarted or
-// re-initialized and forgot them. It is called whenever r is ready, which is also after a
+// re-initialized and forgot them. It is called whenever c is ready, which is also after a
 // mere catalog refresh; then nothing is stale and nothing is sent.
-func (g *Gateway) renewSubscriptions(r *route) {
-	info := r.client.Server()
+func (g *Gateway) renewSubscriptions(c *conn) {
+	info := c.client.Server()
 	if info == nil || g.ctx.Err() != nil {
 		return
 	}
@@ -269,7 +272,7 @@ func (g *Gateway) renewSubscriptions(r *route) {
 	s.mu.Lock()
 	var stale []subKey
 	for key, e := range s.entries {
-		if key.route == r && len(e.sessions) > 0 && e.on != info {
+		if key.conn == c && len(e.sessions) > 0 && e.on != info {
 			stale = append(stale, key)
 		}
 	}
@@ -290,14 +293,14 @@ func (g *Gateway) renewKeys(keys []subKey) {
 	for _, key := range keys {
 		wg.Go(func() {
 			if err := g.renewKey(ctx, key); err != nil && g.ctx.Err() == nil {
-				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.route.name, "error", err.Error())
+				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.conn.upstream.ns.Name, "error", err.Error())
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// renewKey subscribes key on its route's current connection, unless that is done already or
+// renewKey subscribes key on its connection as it is now, unless that is done already or
 // nobody is subscribed any more.
 func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
 	s := &g.subs
@@ -306,7 +309,7 @@ func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
 		return err
 	}
 	defer s.release(key, e)
-	info := key.route.client.Server()
+	info := key.conn.client.Server()
 	s.mu.Lock()
 	stale := info != nil && len(e.sessions) > 0 && e.on != info
 	s.mu.Unlock()
@@ -314,7 +317,7 @@ func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
 		return nil
 	}
 	params, _ := json.Marshal(map[string]string{"uri": key.uri})
-	if _, err := key.route.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
+	if _, err := key.conn.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -325,7 +328,7 @@ func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
 
 // deliverUpdated fans notifications/resources/updated out to the subscribed sessions, with
 // the URI in the gateway's namespaced form.
-func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
+func (g *Gateway) deliverUpdated(c *conn, n *protocol.Notification) {
 	uri, ok, err := protocol.StringMember(n.Params, "uri")
 	if err != nil || !ok {
 		return
@@ -335,7 +338,7 @@ func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
 	s := &g.subs
 	s.mu.Lock()
 	var ids []string
-	if e := s.entries[subKey{r, uri}]; e != nil {
+	if e := s.entries[subKey{c, uri}]; e != nil {
 		ids = make([]string, 0, len(e.sessions))
 		for id := range e.sessions {
 			ids = append(ids, id)
@@ -345,7 +348,7 @@ func (g *Gateway) deliverUpdated(r *route, n *protocol.Notification) {
 	if len(ids) == 0 {
 		return
 	}
-	params, err := withMember(n.Params, "uri", exposeURI(r.scheme, uri))
+	params, err := withMember(n.Params, "uri", catalog.ExposeURI(c.upstream.ns.Scheme, uri))
 	if err != nil {
 		return
 	}

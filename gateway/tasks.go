@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -87,9 +88,9 @@ type taskCaps struct {
 	} `json:"requests"`
 }
 
-func upstreamTaskCaps(r *route) taskCaps {
+func upstreamTaskCaps(u *upstreamEntry) taskCaps {
 	var c taskCaps
-	if info := r.client.Server(); info != nil && len(info.Capabilities.Tasks) > 0 {
+	if info := u.Server(); info != nil && len(info.Capabilities.Tasks) > 0 {
 		_ = json.Unmarshal(info.Capabilities.Tasks, &c)
 	}
 	return c
@@ -107,21 +108,21 @@ func newTaskID() string {
 
 // startTask finishes a task-augmented tools/call: the upstream's task id in the result is
 // recorded for the session and replaced by a gateway id.
-func (g *Gateway) startTask(ctx context.Context, cc *clientContext, r *route, result json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) startTask(ctx context.Context, cc *clientContext, u *upstreamEntry, result json.RawMessage) (json.RawMessage, error) {
 	task, ok, _ := protocol.Member(result, "task")
 	if !ok {
 		return result, nil // the upstream ran it without a task
 	}
 	upstreamID, ok, _ := protocol.StringMember(task, "taskId")
 	if !ok {
-		return nil, fmt.Errorf("upstream %s created a task without a taskId", r.name)
+		return nil, fmt.Errorf("upstream %s created a task without a taskId", u.ns.Name)
 	}
-	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: r.connKey(cc.SessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
+	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: u.connKey(cc.SessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
 	switch err := g.store.PutTask(ctx, rec); {
 	case errors.Is(err, session.ErrTooManyTasks):
-		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(cc.SessionID), "upstream", r.name)
-		g.cancelOrphanTask(ctx, cc, r, upstreamID)
-		return unavailableResult(r.name, reasonTooManyTasks,
+		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(cc.SessionID), "upstream", u.ns.Name)
+		g.cancelOrphanTask(ctx, cc, u, upstreamID)
+		return unavailableResult(u.ns.Name, reasonTooManyTasks,
 			"This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. "+
 				"Fetch the results of finished tasks with tasks/result or cancel tasks you no longer need with tasks/cancel, then try again."), nil
 	case err != nil:
@@ -139,8 +140,8 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, r *route, re
 
 // cancelOrphanTask asks the upstream to cancel a task it created that the gateway did not
 // keep, so that it does not run for nobody; best effort, if the upstream cancels tasks.
-func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, r *route, upstreamID string) {
-	if upstreamTaskCaps(r).Cancel == nil {
+func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, u *upstreamEntry, upstreamID string) {
+	if upstreamTaskCaps(u).Cancel == nil {
 		return
 	}
 	params, err := withMember(json.RawMessage(`{}`), "taskId", upstreamID)
@@ -149,8 +150,8 @@ func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, r *ro
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCancelTimeout)
 	defer cancel()
-	if _, err := g.forward(ctx, cc, r, methodTasksCancel, params); err != nil {
-		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(cc.SessionID), "upstream", r.name, "error", err.Error())
+	if _, err := g.forward(ctx, cc, u, methodTasksCancel, params); err != nil {
+		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(cc.SessionID), "upstream", u.ns.Name, "error", err.Error())
 	}
 }
 
@@ -182,7 +183,7 @@ func (g *Gateway) noteTaskAnswer(ctx context.Context, rec session.TaskRecord, me
 
 // taskFor finds the caller's task by the gateway's id; another session's task, like a missing
 // one, is an invalid taskId (mcp-notes §14.11).
-func (g *Gateway) taskFor(ctx context.Context, cc *clientContext, params json.RawMessage) (session.TaskRecord, *route, error) {
+func (g *Gateway) taskFor(ctx context.Context, cc *clientContext, params json.RawMessage) (session.TaskRecord, *upstreamEntry, error) {
 	id, ok, err := protocol.StringMember(params, "taskId")
 	if err != nil || !ok {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"taskId\" must be a string")
@@ -191,9 +192,9 @@ func (g *Gateway) taskFor(ctx context.Context, cc *clientContext, params json.Ra
 	if err != nil || rec.SessionID != cc.SessionID {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
 	}
-	for _, r := range g.routes {
-		if r.connKey(cc.SessionID) == rec.Upstream {
-			return rec, r, nil
+	for _, u := range g.upstreams {
+		if u.connKey(cc.SessionID) == rec.Upstream {
+			return rec, u, nil
 		}
 	}
 	return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
@@ -201,23 +202,23 @@ func (g *Gateway) taskFor(ctx context.Context, cc *clientContext, params json.Ra
 
 // taskRequest serves tasks/get, tasks/result and tasks/cancel.
 func (g *Gateway) taskRequest(ctx context.Context, cc *clientContext, method string, params json.RawMessage) (json.RawMessage, error) {
-	rec, r, err := g.taskFor(ctx, cc, params)
+	rec, u, err := g.taskFor(ctx, cc, params)
 	if err != nil {
 		return nil, err
 	}
-	if method == methodTasksCancel && upstreamTaskCaps(r).Cancel == nil {
+	if method == methodTasksCancel && upstreamTaskCaps(u).Cancel == nil {
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of task %s does not cancel tasks", rec.ID)
 	}
 	forward, err := withMember(params, "taskId", rec.UpstreamID)
 	if err != nil {
 		return nil, err
 	}
-	result, err := g.forward(ctx, cc, r, method, forward)
+	result, err := g.forward(ctx, cc, u, method, forward)
 	g.noteTaskAnswer(ctx, rec, method, result, err)
 	if err != nil {
 		return nil, err
 	}
-	return mapTaskIDs(result, rec, r.scheme), nil
+	return mapTaskIDs(result, rec, u.ns.Scheme), nil
 }
 
 // mapTaskIDs replaces the upstream's task id by the gateway's in a task result: the top-level
@@ -239,7 +240,7 @@ func mapTaskIDs(result json.RawMessage, rec session.TaskRecord, scheme string) j
 			}
 		}
 	}
-	return exposeContentURIs(result, scheme)
+	return catalog.ExposeContentURIs(result, scheme)
 }
 
 // listTasks serves tasks/list: the caller's tasks only, as each upstream reports them.
@@ -256,9 +257,9 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 		byUpstream[t.Upstream][t.UpstreamID] = t
 	}
 	tasks := []json.RawMessage{}
-	for _, r := range g.routes {
-		own := byUpstream[r.connKey(cc.SessionID)]
-		if len(own) == 0 || upstreamTaskCaps(r).List == nil {
+	for _, u := range g.upstreams {
+		own := byUpstream[u.connKey(cc.SessionID)]
+		if len(own) == 0 || upstreamTaskCaps(u).List == nil {
 			continue
 		}
 		cursor := ""
@@ -267,7 +268,7 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 			if cursor != "" {
 				params, _ = json.Marshal(map[string]string{"cursor": cursor})
 			}
-			res, err := g.forward(ctx, cc, r, methodTasksList, params)
+			res, err := g.forward(ctx, cc, u, methodTasksList, params)
 			if err != nil {
 				return nil, err
 			}
@@ -276,7 +277,7 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 				NextCursor string            `json:"nextCursor"`
 			}
 			if err := json.Unmarshal(res, &body); err != nil {
-				return nil, fmt.Errorf("upstream %s tasks/list: %w", r.name, err)
+				return nil, fmt.Errorf("upstream %s tasks/list: %w", u.ns.Name, err)
 			}
 			for _, t := range body.Tasks {
 				id, _, _ := protocol.StringMember(t, "taskId")
@@ -298,12 +299,12 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 
 // deliverTaskStatus sends an upstream's notifications/tasks/status to the session that owns
 // the task, on its standalone stream, with the gateway's task id.
-func (g *Gateway) deliverTaskStatus(r *route, n *protocol.Notification) {
+func (g *Gateway) deliverTaskStatus(c *conn, n *protocol.Notification) {
 	id, ok, _ := protocol.StringMember(n.Params, "taskId")
 	if !ok {
 		return
 	}
-	rec, err := g.store.TaskByUpstream(g.ctx, r.connKey(""), id)
+	rec, err := g.store.TaskByUpstream(g.ctx, c.connKey(""), id)
 	if err != nil {
 		return
 	}

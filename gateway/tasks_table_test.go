@@ -160,10 +160,8 @@ func TestTaskTableIsBounded(t *testing.T) {
 	}
 	defer g.Close()
 	up := newTaskUpstream("tk")
-	r := &route{name: "tk", prefix: "tk", scheme: "tk", client: up}
-	g.routes = append(g.routes, r)
-	g.builder = newCatalogBuilder(g.routes, cfg.Separator, g.logger)
-	g.snapshot.Store(g.builder.build())
+	useFakeUpstreams(g, up)
+	shared := g.upstreams[0].shared
 	h := g.Handler()
 
 	open := func() string {
@@ -269,7 +267,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 		}},
 		{"notifications/tasks/status", func(i int) {
 			up.finish(fmt.Sprintf("u%d", i), "completed")
-			g.deliverTaskStatus(r, &protocol.Notification{Method: notificationStatus, Params: up.taskJSON(fmt.Sprintf("u%d", i))})
+			g.deliverTaskStatus(shared, &protocol.Notification{Method: notificationStatus, Params: up.taskJSON(fmt.Sprintf("u%d", i))})
 		}},
 	}
 	for i, e := range ends {

@@ -1,6 +1,6 @@
 // Package archtest checks that imports between Manifold's packages point one way (design.md:
-// cmd → gateway → upstream, session, config → protocol), so that the layering cannot erode
-// unnoticed.
+// cmd → gateway → catalog, upstream, session, config → protocol; catalog → upstream), so that
+// the layering cannot erode unnoticed.
 package archtest
 
 import (
@@ -18,7 +18,8 @@ var allowed = map[string][]string{
 	"config":                {},
 	"audit":                 {},
 	"upstream":              {"protocol", "internal/loglimit"},
-	"gateway":               {"protocol", "session", "config", "upstream", "hub", "internal/loglimit"},
+	"catalog":               {"protocol", "upstream"},
+	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "hub", "internal/loglimit"},
 	"hub":                   {"protocol"},
 	"cmd/gateway":           {"config", "gateway", "upstream"},
 	"cmd/demo-server":       {},

@@ -1,4 +1,4 @@
-package gateway
+package catalog
 
 import (
 	"regexp"
@@ -36,15 +36,15 @@ func TestExposedName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := exposedName(tt.prefix, tt.sep, tt.tool)
+			got := ExposedName(tt.prefix, tt.sep, tt.tool)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("exposedName(%q, %q, %q) (-want +got):\n%s", tt.prefix, tt.sep, tt.tool, diff)
+				t.Errorf("ExposedName(%q, %q, %q) (-want +got):\n%s", tt.prefix, tt.sep, tt.tool, diff)
 			}
 			if !exposedNameRE.MatchString(got) {
-				t.Errorf("exposedName(%q, %q, %q) = %q, not within ^[A-Za-z0-9_.-]{1,64}$", tt.prefix, tt.sep, tt.tool, got)
+				t.Errorf("ExposedName(%q, %q, %q) = %q, not within ^[A-Za-z0-9_.-]{1,64}$", tt.prefix, tt.sep, tt.tool, got)
 			}
-			if again := exposedName(tt.prefix, tt.sep, tt.tool); again != got {
-				t.Errorf("exposedName(%q, %q, %q) not deterministic: %q then %q", tt.prefix, tt.sep, tt.tool, got, again)
+			if again := ExposedName(tt.prefix, tt.sep, tt.tool); again != got {
+				t.Errorf("ExposedName(%q, %q, %q) not deterministic: %q then %q", tt.prefix, tt.sep, tt.tool, got, again)
 			}
 		})
 	}
@@ -67,10 +67,10 @@ func TestExposedNameDistinct(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := exposedName(tt.a[0], tt.a[1], tt.a[2])
-			b := exposedName(tt.b[0], tt.b[1], tt.b[2])
+			a := ExposedName(tt.a[0], tt.a[1], tt.a[2])
+			b := ExposedName(tt.b[0], tt.b[1], tt.b[2])
 			if a == b {
-				t.Errorf("exposedName%q and exposedName%q are both %q", tt.a, tt.b, a)
+				t.Errorf("ExposedName%q and ExposedName%q are both %q", tt.a, tt.b, a)
 			}
 			for _, got := range []string{a, b} {
 				if !exposedNameRE.MatchString(got) {
@@ -102,21 +102,21 @@ func TestURIScheme(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := uriScheme(tt.prefix)
+			got := URIScheme(tt.prefix)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("uriScheme(%q) (-want +got):\n%s", tt.prefix, diff)
+				t.Errorf("URIScheme(%q) (-want +got):\n%s", tt.prefix, diff)
 			}
 			if got == "" {
 				return
 			}
 			if !rfc3986Scheme.MatchString(got) {
-				t.Errorf("uriScheme(%q) = %q, not an RFC 3986 scheme", tt.prefix, got)
+				t.Errorf("URIScheme(%q) = %q, not an RFC 3986 scheme", tt.prefix, got)
 			}
 			if strings.ContainsRune(got, '+') {
-				t.Errorf("uriScheme(%q) = %q contains '+', the exposed-URI separator", tt.prefix, got)
+				t.Errorf("URIScheme(%q) = %q contains '+', the exposed-URI separator", tt.prefix, got)
 			}
 			if got != strings.ToLower(got) {
-				t.Errorf("uriScheme(%q) = %q is not lower case", tt.prefix, got)
+				t.Errorf("URIScheme(%q) = %q is not lower case", tt.prefix, got)
 			}
 		})
 	}
@@ -139,9 +139,9 @@ func TestExposeURI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := exposeURI(tt.scheme, tt.uri)
+			got := ExposeURI(tt.scheme, tt.uri)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("exposeURI(%q, %q) (-want +got):\n%s", tt.scheme, tt.uri, diff)
+				t.Errorf("ExposeURI(%q, %q) (-want +got):\n%s", tt.scheme, tt.uri, diff)
 			}
 			if tt.scheme == "" {
 				return
@@ -186,7 +186,7 @@ func TestSplitExposedURI(t *testing.T) {
 	}
 }
 
-// TestExposeURIRoundTripThroughScheme runs prefixes through uriScheme, as the gateway does,
+// TestExposeURIRoundTripThroughScheme runs prefixes through URIScheme, as the gateway does,
 // before exposing and splitting.
 func TestExposeURIRoundTripThroughScheme(t *testing.T) {
 	tests := []struct {
@@ -203,8 +203,8 @@ func TestExposeURIRoundTripThroughScheme(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := uriScheme(tt.prefix)
-			exposed := exposeURI(s, tt.uri)
+			s := URIScheme(tt.prefix)
+			exposed := ExposeURI(s, tt.uri)
 			scheme, original, ok := splitExposedURI(exposed)
 			if diff := cmp.Diff([]any{s, tt.uri, true}, []any{scheme, original, ok}); diff != "" {
 				t.Errorf("splitExposedURI(%q) (-want +got):\n%s", exposed, diff)
@@ -224,14 +224,14 @@ func FuzzExposeURIRoundTrip(f *testing.F) {
 		if !prefixRE.MatchString(prefix) {
 			t.Skip()
 		}
-		s := uriScheme(prefix)
+		s := URIScheme(prefix)
 		if !rfc3986Scheme.MatchString(s) || strings.ContainsRune(s, '+') {
-			t.Fatalf("uriScheme(%q) = %q, not an RFC 3986 scheme without '+'", prefix, s)
+			t.Fatalf("URIScheme(%q) = %q, not an RFC 3986 scheme without '+'", prefix, s)
 		}
-		exposed := exposeURI(s, uri)
+		exposed := ExposeURI(s, uri)
 		scheme, original, ok := splitExposedURI(exposed)
 		if scheme != s || original != uri || !ok {
-			t.Fatalf("splitExposedURI(exposeURI(uriScheme(%q), %q)) = (%q, %q, %v), want (%q, %q, true)",
+			t.Fatalf("splitExposedURI(ExposeURI(URIScheme(%q), %q)) = (%q, %q, %v), want (%q, %q, true)",
 				prefix, uri, scheme, original, ok, s, uri)
 		}
 	})
@@ -245,12 +245,12 @@ func FuzzExposedName(f *testing.F) {
 	f.Add("gh", "__", strings.Repeat("a", 70))
 	f.Add(strings.Repeat("p", 32), "::", strings.Repeat("\xff", 40))
 	f.Fuzz(func(t *testing.T, prefix, sep, name string) {
-		got := exposedName(prefix, sep, name)
+		got := ExposedName(prefix, sep, name)
 		if !exposedNameRE.MatchString(got) {
-			t.Fatalf("exposedName(%q, %q, %q) = %q (%d bytes), not within ^[A-Za-z0-9_.-]{1,64}$", prefix, sep, name, got, len(got))
+			t.Fatalf("ExposedName(%q, %q, %q) = %q (%d bytes), not within ^[A-Za-z0-9_.-]{1,64}$", prefix, sep, name, got, len(got))
 		}
-		if again := exposedName(prefix, sep, name); again != got {
-			t.Fatalf("exposedName(%q, %q, %q) not deterministic: %q then %q", prefix, sep, name, got, again)
+		if again := ExposedName(prefix, sep, name); again != got {
+			t.Fatalf("ExposedName(%q, %q, %q) not deterministic: %q then %q", prefix, sep, name, got, again)
 		}
 	})
 }

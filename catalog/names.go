@@ -1,4 +1,4 @@
-package gateway
+package catalog
 
 import (
 	"crypto/sha256"
@@ -10,11 +10,11 @@ import (
 // conformance suite checks and common hosts accept (mcp-notes §6.1).
 const maxNameLen = 64
 
-// exposedName is the name a client sees for an upstream's tool or prompt: prefix, separator
+// ExposedName is the name a client sees for an upstream's tool or prompt: prefix, separator
 // and name, kept within [A-Za-z0-9_.-] and maxNameLen characters. Characters outside the set
 // become '_'; a name that is still too long, or that had to change, ends in a hash of the
 // original so that two different originals never meet.
-func exposedName(prefix, sep, name string) string {
+func ExposedName(prefix, sep, name string) string {
 	full := name
 	if prefix != "" {
 		full = prefix + sep + name
@@ -62,10 +62,11 @@ func isNameChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
 }
 
-// uriScheme turns an upstream's prefix into the scheme prefix of its exposed URIs: lower
+// URIScheme turns an upstream's prefix into the scheme prefix of its exposed URIs: lower
 // case, only the characters RFC 3986 allows in a scheme except '+', which separates it from
-// the original URI, and starting with a letter.
-func uriScheme(prefix string) string {
+// the original URI, and starting with a letter; "" for no prefix. Two prefixes may give the
+// same scheme ("a_b", "a-b"): [Namespaces] numbers the later ones.
+func URIScheme(prefix string) string {
 	if prefix == "" {
 		return ""
 	}
@@ -88,10 +89,11 @@ func uriScheme(prefix string) string {
 	return s
 }
 
-// exposeURI returns the URI (or URI template) a client sees for an upstream's uri:
+// ExposeURI returns the URI (or URI template) a client sees for an upstream's uri:
 // "<scheme>+<uri>", so that "file:///a" of upstream "gh" becomes "gh+file:///a", still a
-// valid URI with the template expressions where they were (mcp-notes §14.8, option A).
-func exposeURI(scheme, uri string) string {
+// valid URI with the template expressions where they were (mcp-notes §14.8, option A). An
+// empty scheme leaves uri unchanged. [Snapshot.ResolveURI] reverses it.
+func ExposeURI(scheme, uri string) string {
 	if scheme == "" {
 		return uri
 	}

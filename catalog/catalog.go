@@ -1,0 +1,261 @@
+// Package catalog is Manifold's merged catalog: the upstreams' tools, resources, resource
+// templates and prompts as one list per kind, each item under a name or URI a client can tell
+// apart from every other upstream's (design decision 2), and the rewriting of the URIs inside
+// results into that form.
+//
+// Each upstream is a [Namespace]: its name, the prefix of its tool and prompt names and the
+// scheme prefix of its URIs. A [Builder] reads every upstream's current lists through a
+// [Source] and merges them into an immutable [Snapshot], which serves lookups and pages:
+//
+//	namespaces := catalog.Namespaces(specs, logger) // unique URI schemes, in config order
+//	b := catalog.NewBuilder(sources, "__", logger)  // one Source per namespace
+//	snap := b.Build()                               // again whenever an upstream changes
+//	e := snap.Tool("gh__search")                    // e.Namespace, e.Original
+//	ns, original, ok := snap.ResolveURI("gh+file:///a")
+//	page, err := snap.Page(upstream.Tools, cursor, 100)
+//
+// The package does no I/O and knows nothing of connections or sessions: what a Namespace is
+// connected to is its caller's business.
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// Namespace is one upstream as the catalog sees it. Namespaces are made by [Namespaces] and
+// not modified afterwards; they are compared by pointer.
+type Namespace struct {
+	// Index is the upstream's place among the enabled upstreams in config order, from 0.
+	Index int
+	// Name is the upstream's name in the config.
+	Name string
+	// Prefix precedes the upstream's tool and prompt names; "" leaves them unprefixed.
+	Prefix string
+	// Scheme precedes the upstream's resource URIs and templates; "" leaves them unchanged.
+	Scheme string
+	// IncludeInstructions says whether the upstream's instructions reach clients.
+	IncludeInstructions bool
+}
+
+// Namespaces returns the namespaces of the given upstreams, in their order: copies of them
+// with Index set to their place and Scheme to [URIScheme] of their Prefix (what is set there
+// is ignored). Prefixes are unique, but two may reduce to the same URI scheme ("a_b",
+// "a-b"): the later ones get a number (2, 3, …) and a warning is logged for each. A nil
+// logger discards.
+func Namespaces(upstreams []Namespace, logger *slog.Logger) []*Namespace {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	out := make([]*Namespace, len(upstreams))
+	owners := map[string]string{} // scheme → upstream name
+	for i, u := range upstreams {
+		ns := u
+		ns.Index = i
+		ns.Scheme = URIScheme(u.Prefix)
+		if ns.Scheme != "" {
+			base := ns.Scheme
+			for n := 2; ; n++ {
+				if _, taken := owners[ns.Scheme]; !taken {
+					break
+				}
+				ns.Scheme = base + strconv.Itoa(n)
+			}
+			if ns.Scheme != base {
+				logger.Warn("two upstream prefixes give the same URI scheme; this one is numbered", "upstream", ns.Name, "scheme", ns.Scheme, "other_upstream", owners[base])
+			}
+			owners[ns.Scheme] = ns.Name
+		}
+		out[i] = &ns
+	}
+	return out
+}
+
+// Source is what a Builder reads of one upstream at each build. Its methods are called from
+// Build and must be safe for concurrent use with the upstream's own work.
+type Source interface {
+	// Namespace is the upstream's namespace; the same at every call.
+	Namespace() *Namespace
+	// Catalog is what the upstream lists now, or nil while it is not connected.
+	Catalog() *upstream.Catalog
+	// Server is the upstream's initialize result, or nil while it is not connected.
+	Server() *protocol.InitializeResult
+	// Status is the upstream's connection status.
+	Status() upstream.Status
+}
+
+// Collision is an item left out of the merged catalog because an upstream listed earlier in
+// the config exposes the same final name or URI.
+type Collision struct {
+	Kind            string `json:"kind"`
+	Name            string `json:"name"`
+	KeptUpstream    string `json:"keptUpstream"`
+	DroppedUpstream string `json:"droppedUpstream"`
+	DroppedOriginal string `json:"droppedOriginal"`
+}
+
+// Builder merges the upstreams' lists into snapshots. Build is called whenever an upstream
+// changes. Its methods are safe for concurrent use; builds are serialized.
+type Builder struct {
+	sources []Source
+	sep     string
+	logger  *slog.Logger
+
+	mu sync.Mutex
+	// warned holds the collisions of the last build, all logged, so that a collision is logged
+	// once while it lasts. Invariant: it holds no collision that the last build did not see,
+	// so an upstream that keeps inventing names cannot grow it. Guarded by mu.
+	warned map[string]bool
+	// former remembers which upstream listed each exposed tool or prompt name, so that a call
+	// to it while that upstream is down fails as "unavailable", not "unknown". Invariant: it
+	// holds the names of the last build's catalog and the names each down upstream listed when
+	// it was last up; an upstream that is up keeps only what it lists now. Guarded by mu.
+	former map[string]*Namespace
+}
+
+// NewBuilder returns a Builder over sources, one per namespace in config order (which decides
+// collisions), joining prefixes and names with sep. A nil logger discards.
+func NewBuilder(sources []Source, sep string, logger *slog.Logger) *Builder {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Builder{sources: sources, sep: sep, logger: logger, warned: map[string]bool{}, former: map[string]*Namespace{}}
+}
+
+// Build merges the upstreams' current lists. On a name collision config order wins and the
+// loser is logged once while the collision lasts (design decision 2).
+func (b *Builder) Build() *Snapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// The per-name tables are rebuilt from this build's lists, so that they follow the
+	// catalog instead of growing with every name an upstream ever listed.
+	warned := map[string]bool{}
+	former := map[string]*Namespace{}
+	down := map[*Namespace]bool{}
+	s := &Snapshot{
+		tools:     map[string]*Entry{},
+		prompts:   map[string]*Entry{},
+		resources: map[string]*Entry{},
+		schemes:   map[string]*Namespace{},
+		statuses:  map[string]upstream.Status{},
+	}
+	var instructions []string
+	templates := map[string]*Entry{}
+	for _, src := range b.sources {
+		ns := src.Namespace()
+		if ns.Scheme == "" {
+			s.unprefixed = ns
+		} else {
+			s.schemes[ns.Scheme] = ns
+		}
+		// The status first: an upstream ready by then has its catalog by now.
+		s.statuses[ns.Name] = src.Status()
+		cat := src.Catalog()
+		if cat == nil {
+			down[ns] = true
+			continue
+		}
+		if ns.IncludeInstructions {
+			if info := src.Server(); info != nil && info.Instructions != "" {
+				instructions = append(instructions, fmt.Sprintf("[%s] %s", ns.Name, info.Instructions))
+			}
+		}
+		for _, k := range upstream.Kinds {
+			var seen map[string]*Entry
+			switch k {
+			case upstream.Tools:
+				seen = s.tools
+			case upstream.Prompts:
+				seen = s.prompts
+			case upstream.Resources:
+				seen = s.resources
+			case upstream.ResourceTemplates:
+				seen = templates
+			}
+			for _, it := range cat.List(k) {
+				var exposed string
+				switch k {
+				case upstream.Tools, upstream.Prompts:
+					exposed = ExposedName(ns.Prefix, b.sep, it.Key)
+				default:
+					exposed = ExposeURI(ns.Scheme, it.Key)
+				}
+				if prev, dup := seen[exposed]; dup {
+					b.warnCollisionLocked(warned, k, exposed, prev, ns, it.Key)
+					s.collisions = append(s.collisions, Collision{Kind: kindLabels[k], Name: exposed, KeptUpstream: prev.Namespace.Name, DroppedUpstream: ns.Name, DroppedOriginal: it.Key})
+					continue
+				}
+				raw, err := rewriteField(it.Raw, k.KeyField(), exposed)
+				if err != nil {
+					b.logger.Warn("an upstream list entry could not be rewritten; it is left out", "upstream", ns.Name, "kind", k.String(), "key", it.Key, "error", err.Error())
+					continue
+				}
+				e := &Entry{Namespace: ns, Original: it.Key, Exposed: exposed, raw: raw}
+				seen[exposed] = e
+				s.lists[k] = append(s.lists[k], e)
+				if k == upstream.Tools || k == upstream.Prompts {
+					former[k.String()+"\x00"+exposed] = ns
+				}
+			}
+		}
+	}
+	// A down upstream's names stay its own until it is back (and lists them or not), unless
+	// an upstream that is up lists them now.
+	for key, ns := range b.former {
+		if _, taken := former[key]; !taken && down[ns] {
+			former[key] = ns
+		}
+	}
+	b.warned, b.former = warned, former
+	for _, k := range upstream.Kinds {
+		h := fnv.New64a()
+		for _, e := range s.lists[k] {
+			h.Write(e.raw)
+			h.Write([]byte{0})
+		}
+		s.version[k] = h.Sum64()
+	}
+	s.instructions = strings.Join(instructions, "\n\n")
+	return s
+}
+
+// warnCollisionLocked records a collision of this build in warned and logs it unless the last
+// build saw it too. b.mu must be held.
+func (b *Builder) warnCollisionLocked(warned map[string]bool, k upstream.Kind, exposed string, kept *Entry, lost *Namespace, original string) {
+	key := k.String() + "\x00" + exposed + "\x00" + lost.Name
+	warned[key] = true
+	if b.warned[key] {
+		return
+	}
+	b.logger.Warn("two upstreams expose the same name; the one listed first in the config wins",
+		"kind", k.String(), "name", exposed, "kept_upstream", kept.Namespace.Name, "dropped_upstream", lost.Name, "dropped_original", original)
+}
+
+// FormerOwner returns the namespace that lists the exposed tool or prompt name (k is
+// upstream.Tools or upstream.Prompts), or listed it when its upstream was last up; nil if
+// none. A caller that finds the owner's upstream down can say "unavailable" rather than
+// "unknown".
+func (b *Builder) FormerOwner(k upstream.Kind, exposed string) *Namespace {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.former[k.String()+"\x00"+exposed]
+}
+
+// rewriteField returns obj with its string field set to value; every other member keeps
+// its bytes and place.
+func rewriteField(obj json.RawMessage, field, value string) (json.RawMessage, error) {
+	if current, ok, err := protocol.StringMember(obj, field); err != nil {
+		return nil, err
+	} else if ok && current == value {
+		return obj, nil
+	}
+	return protocol.SetMember(obj, field, protocol.AppendString(nil, value))
+}

@@ -1,0 +1,184 @@
+package catalog
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// Entry is one item of the merged catalog. Entries belong to their Snapshot and must not be
+// modified.
+type Entry struct {
+	// Namespace is the upstream that lists the item.
+	Namespace *Namespace
+	// Original is the upstream's own name, URI or URI template.
+	Original string
+	// Exposed is what clients see.
+	Exposed string
+	// raw is the item as clients see it: the upstream's JSON with the key field rewritten.
+	raw json.RawMessage
+}
+
+// Snapshot is the merged catalog at one moment. It is immutable, so safe for concurrent use:
+// a change builds a new one.
+type Snapshot struct {
+	lists [upstream.NumKinds][]*Entry
+	// version identifies each list's content, so that cursors can tell a changed list.
+	version [upstream.NumKinds]uint64
+	// tools and prompts find items by exposed name.
+	tools, prompts map[string]*Entry
+	// resources finds listed resources by exposed URI.
+	resources map[string]*Entry
+	// schemes finds upstreams by the scheme prefix of their URIs; unprefixed is the upstream
+	// whose URIs pass unchanged, if any.
+	schemes      map[string]*Namespace
+	unprefixed   *Namespace
+	instructions string
+	// collisions lists the items left out because an earlier upstream exposes the same name.
+	collisions []Collision
+	// statuses are the upstreams' statuses as this snapshot saw them: one reported ready has
+	// its items in it.
+	statuses map[string]upstream.Status
+}
+
+// Tool returns the tool clients know by the exposed name, or nil.
+func (s *Snapshot) Tool(name string) *Entry { return s.tools[name] }
+
+// Prompt returns the prompt clients know by the exposed name, or nil.
+func (s *Snapshot) Prompt(name string) *Entry { return s.prompts[name] }
+
+// ResolveURI finds the upstream of an exposed resource URI (or template) and the URI in its
+// own terms: a listed resource first, then the scheme prefix, then the unprefixed upstream.
+// ok is false when no upstream can serve it.
+func (s *Snapshot) ResolveURI(uri string) (ns *Namespace, original string, ok bool) {
+	if e, ok := s.resources[uri]; ok {
+		return e.Namespace, e.Original, true
+	}
+	if scheme, original, ok := splitExposedURI(uri); ok {
+		if ns, ok := s.schemes[scheme]; ok {
+			return ns, original, true
+		}
+	}
+	if s.unprefixed != nil {
+		return s.unprefixed, uri, true
+	}
+	return nil, "", false
+}
+
+// Version identifies the content of kind k's list: it differs when the list changed.
+func (s *Snapshot) Version(k upstream.Kind) uint64 { return s.version[k] }
+
+// Instructions are the instructions of the upstreams marked to include them, each headed by
+// the upstream's name; "" when none.
+func (s *Snapshot) Instructions() string { return s.instructions }
+
+// Statuses returns each upstream's status, by name, as this snapshot saw it: one reported
+// ready has its items in it. The map is the caller's.
+func (s *Snapshot) Statuses() map[string]upstream.Status { return maps.Clone(s.statuses) }
+
+// Collisions returns the items left out because an upstream listed earlier in the config
+// exposes the same name or URI. The slice is the caller's; never nil.
+func (s *Snapshot) Collisions() []Collision { return append([]Collision{}, s.collisions...) }
+
+// errBadCursor is returned for a cursor the gateway did not issue for this list, or whose
+// list has changed since; it maps to -32602.
+var errBadCursor = protocol.Errorf(protocol.CodeInvalidParams, "invalid or expired cursor: list again without a cursor")
+
+// cursor encodes where the next page of kind k starts in the list at version.
+func cursor(k upstream.Kind, version uint64, offset int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("%d.%x.%d", int(k), version, offset)))
+}
+
+// parseCursor returns the offset a cursor points at, checking that it belongs to this list.
+func parseCursor(c string, k upstream.Kind, version uint64, size int) (int, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, errBadCursor
+	}
+	parts := strings.Split(string(raw), ".")
+	if len(parts) != 3 || parts[0] != strconv.Itoa(int(k)) || parts[1] != strconv.FormatUint(version, 16) {
+		return 0, errBadCursor
+	}
+	off, err := strconv.Atoi(parts[2])
+	if err != nil || off <= 0 || off >= size {
+		return 0, errBadCursor
+	}
+	return off, nil
+}
+
+// Page returns the result of a list method: up to pageSize items of kind k from the cursor
+// on ("" for the first page), with a nextCursor when more follow. A cursor this list did not
+// issue, or issued before it changed, is a *protocol.Error with code CodeInvalidParams.
+func (s *Snapshot) Page(k upstream.Kind, cursorParam string, pageSize int) (json.RawMessage, error) {
+	list := s.lists[k]
+	start := 0
+	if cursorParam != "" {
+		var err error
+		if start, err = parseCursor(cursorParam, k, s.version[k], len(list)); err != nil {
+			return nil, err
+		}
+	}
+	end := min(start+pageSize, len(list))
+	size := 16 + len(k.ListField())
+	for _, e := range list[start:end] {
+		size += len(e.raw) + 1
+	}
+	buf := make([]byte, 0, size+64)
+	buf = append(buf, `{"`...)
+	buf = append(buf, k.ListField()...)
+	buf = append(buf, `":[`...)
+	for i, e := range list[start:end] {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, e.raw...)
+	}
+	buf = append(buf, ']')
+	if end < len(list) {
+		buf = append(buf, `,"nextCursor":`...)
+		buf = protocol.AppendString(buf, cursor(k, s.version[k], end))
+	}
+	buf = append(buf, '}')
+	return buf, nil
+}
+
+// kindLabels name the kinds in Item and Collision.
+var kindLabels = [upstream.NumKinds]string{
+	upstream.Tools:             "tool",
+	upstream.Resources:         "resource",
+	upstream.ResourceTemplates: "template",
+	upstream.Prompts:           "prompt",
+}
+
+// Item is one item of the merged catalog as clients see it.
+type Item struct {
+	// Kind is "tool", "resource", "template" or "prompt".
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Upstream string `json:"upstream"`
+	Original string `json:"original"`
+}
+
+// View is the merged catalog at one moment: every item with its owner, and what name
+// collisions left out.
+type View struct {
+	Items      []Item      `json:"items"`
+	Collisions []Collision `json:"collisions"`
+}
+
+// View returns the catalog as clients see it, kind by kind in list order. It is the caller's.
+func (s *Snapshot) View() View {
+	view := View{Items: []Item{}, Collisions: s.Collisions()}
+	for _, k := range upstream.Kinds {
+		for _, e := range s.lists[k] {
+			view.Items = append(view.Items, Item{Kind: kindLabels[k], Name: e.Exposed, Upstream: e.Namespace.Name, Original: e.Original})
+		}
+	}
+	return view
+}

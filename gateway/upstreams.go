@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// upstreamClient is what the gateway needs of a connection to one upstream; *upstream.Client
+// is the real one.
+type upstreamClient interface {
+	Name() string
+	Catalog() *upstream.Catalog
+	Server() *protocol.InitializeResult
+	Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	Notify(ctx context.Context, method string, params json.RawMessage) error
+	State() upstream.State
+	Status() upstream.Status
+	Run(ctx context.Context)
+	Close() error
+}
+
+var _ upstreamClient = (*upstream.Client)(nil)
+
+// upstreamEntry is one configured upstream: where it sits in the merged catalog, its shared
+// connection, and for an isolated upstream the connections of the sessions that use it.
+// Lifecycle: made by New, in config order, and never replaced; Gateway.upstreams[ns.Index]
+// is the entry of namespace ns.
+type upstreamEntry struct {
+	ns *catalog.Namespace
+	// shared is the connection every session's calls share, unless pool is set; it always
+	// serves the catalog.
+	shared *conn
+	// pool holds the sessions' own connections when the upstream is isolated; nil when shared.
+	pool *connPool
+	// broadcastLogs sends log messages of the shared connection that belong to no call to
+	// every session.
+	broadcastLogs bool
+}
+
+func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {
+	u := &upstreamEntry{ns: ns, broadcastLogs: broadcastLogs}
+	u.shared = &conn{upstream: u, client: client}
+	return u
+}
+
+// The catalog reads an upstream through its shared connection.
+var _ catalog.Source = (*upstreamEntry)(nil)
+
+func (u *upstreamEntry) Namespace() *catalog.Namespace      { return u.ns }
+func (u *upstreamEntry) Catalog() *upstream.Catalog         { return u.shared.client.Catalog() }
+func (u *upstreamEntry) Server() *protocol.InitializeResult { return u.shared.client.Server() }
+func (u *upstreamEntry) Status() upstream.Status            { return u.shared.client.Status() }
+
+// conn is one connection to an upstream: its shared one, made with its upstreamEntry, or a
+// session's own (isolation: session), opened and closed by the upstream's connPool. It holds
+// what the gateway keeps per connection; Gateway.conns finds it by its client, for what the
+// upstream sends on it.
+type conn struct {
+	// upstream is the upstream the connection is to.
+	upstream *upstreamEntry
+	client   upstreamClient
+	// session is the id of the session whose own connection this is; "" for the shared one.
+	session string
+	// noOwnerOnce logs once that requests on this connection cannot be routed to one client.
+	noOwnerOnce sync.Once
+	// progress maps the progress tokens the gateway gave this connection to the calls they
+	// are about: token → progressRoute.
+	progress sync.Map
+
+	logMu sync.Mutex
+	// sentLevel is the log level last set on the upstream, and sentTo the connection (its
+	// initialize result) it was set on. Guarded by logMu.
+	sentLevel string
+	sentTo    *protocol.InitializeResult
+}
+
+// connKey names a connection in the routing records (progress tokens, requests to clients,
+// tasks): the upstream's name for a shared connection, and name plus session id for a
+// session's own one, so that ids two children hand out alike never meet. Asked of the shared
+// connection of an isolated upstream for a session, it names that session's own connection,
+// on which the session's calls go.
+func (c *conn) connKey(sessionID string) string {
+	name := c.upstream.ns.Name
+	switch {
+	case c.session != "":
+		return name + "\x00" + c.session
+	case c.upstream.pool != nil && sessionID != "":
+		return name + "\x00" + sessionID
+	}
+	return name
+}
+
+// connKey names the connection that calls of session sessionID to u travel on: the session's
+// own for an isolated upstream, else the shared one.
+func (u *upstreamEntry) connKey(sessionID string) string { return u.shared.connKey(sessionID) }
+
+// upstreamOf returns the upstream of a catalog namespace.
+func (g *Gateway) upstreamOf(ns *catalog.Namespace) *upstreamEntry { return g.upstreams[ns.Index] }
+
+// connOf finds the connection of an upstream client, shared or a session's own.
+func (g *Gateway) connOf(c *upstream.Client) *conn {
+	if v, ok := g.conns.Load(upstreamClient(c)); ok {
+		return v.(*conn)
+	}
+	return nil
+}
+
+// CatalogView is the merged catalog at one moment: every item with its owner, and what name
+// collisions left out.
+type CatalogView = catalog.View
+
+// CatalogItem is one item of the merged catalog as clients see it.
+type CatalogItem = catalog.Item
+
+// Collision is an item left out of the merged catalog because an upstream listed earlier in
+// the config exposes the same final name or URI.
+type Collision = catalog.Collision
+
+// Catalog returns the merged catalog as clients see it now.
+func (g *Gateway) Catalog() CatalogView { return g.snapshot.Load().View() }

@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+
+	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+func TestConnKey(t *testing.T) {
+	ns := &catalog.Namespace{Name: "up"}
+	shared := newUpstreamEntry(ns, &fakeUpstream{name: "up"}, false)
+	isolated := newUpstreamEntry(ns, &fakeUpstream{name: "up"}, false)
+	isolated.pool = &connPool{}
+	own := &conn{upstream: isolated, client: &fakeUpstream{name: "up"}, session: "s1"}
+	tests := []struct {
+		name      string
+		key, want string
+	}{
+		{name: "shared connection", key: shared.shared.connKey(""), want: "up"},
+		{name: "shared upstream, for a session", key: shared.connKey("s1"), want: "up"},
+		{name: "isolated upstream's shared connection", key: isolated.shared.connKey(""), want: "up"},
+		{name: "isolated upstream, for a session", key: isolated.connKey("s1"), want: "up\x00s1"},
+		{name: "a session's own connection", key: own.connKey(""), want: "up\x00s1"},
+		{name: "a session's own connection, asked for another", key: own.connKey("s2"), want: "up\x00s1"},
+	}
+	for _, tt := range tests {
+		if tt.key != tt.want {
+			t.Errorf("%s: connKey = %q, want %q", tt.name, tt.key, tt.want)
+		}
+	}
+}
+
+// TestOwnConnectionLogsNeverBroadcast: broadcast_logs is about the shared connection. A log
+// message from a session's own connection that cannot reach its session (not served here)
+// is dropped, never shown to the other sessions.
+func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	up := &fakeUpstream{name: "lg", server: &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion}}
+	useFakeUpstreams(g, up)
+	u := g.upstreams[0]
+	u.broadcastLogs = true
+
+	rec, err := g.store.Create(context.Background(), session.Record{ProtocolVersion: protocol.LatestVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := g.hub.Open(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stream, err := bystander.OpenStandalone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() []hub.Event { events, _, _ := stream.Next(); return events }
+	note := &protocol.Notification{Method: protocol.NotificationMessage, Params: json.RawMessage(`{"level":"info","data":"x"}`)}
+
+	own := &conn{upstream: u, client: up, session: "served-elsewhere"}
+	g.deliverLog(own, note, upstream.Origin{})
+	if batch := take(); len(batch) != 0 {
+		t.Errorf("a log of another session's own connection reached a bystander: %d events", len(batch))
+	}
+	g.deliverLog(u.shared, note, upstream.Origin{})
+	if batch := take(); len(batch) != 1 {
+		t.Errorf("a log of the shared connection reached the session %d times, want once (broadcast_logs)", len(batch))
+	}
+}
