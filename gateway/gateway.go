@@ -19,10 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -41,6 +43,11 @@ type Options struct {
 	// ExpiryInterval is how often idle sessions are looked for. If zero, a quarter of the idle
 	// timeout, at most a minute.
 	ExpiryInterval time.Duration
+	// Checks are the policy chain every request passes after it is resolved and before it is
+	// forwarded, in order (design decision 7). Empty: everything is allowed.
+	Checks []pipeline.Check
+	// Audit receives one record per completed request. If nil, no audit trail.
+	Audit *audit.Log
 	// UpstreamOptions are the base options of every upstream client; the gateway sets the
 	// logger and callbacks. If nil, the upstream package's defaults.
 	UpstreamOptions *upstream.Options
@@ -62,6 +69,9 @@ type Gateway struct {
 	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
+
+	// checks is the policy chain.
+	checks pipeline.Chain
 
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
@@ -132,6 +142,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.checks = pipeline.Chain(g.opts.Checks)
 	g.hub = hub.New(g.ctx, &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention})
 	g.rootsResult = rootsResult(cfg.Roots)
 	g.subs.entries = map[subKey]*subEntry{}

@@ -389,6 +389,24 @@ type progressRoute struct {
 	clientToken json.RawMessage
 }
 
+// rememberRequiredElicitations notes the URL elicitations an upstream's -32042 error asks the
+// client to complete, so that their completion notifications reach that session.
+func (g *Gateway) rememberRequiredElicitations(conn, sessionID string, data json.RawMessage) {
+	var d struct {
+		Elicitations []struct {
+			ElicitationID string `json:"elicitationId"`
+		} `json:"elicitations"`
+	}
+	if json.Unmarshal(data, &d) != nil {
+		return
+	}
+	for _, el := range d.Elicitations {
+		if el.ElicitationID != "" {
+			g.elicitations.remember(conn, el.ElicitationID, sessionID, g.opts.Now(), g.sessionLive)
+		}
+	}
+}
+
 // urlElicitations remembers which session each URL-mode elicitation was sent to, by the
 // upstream's elicitationId, so that its notifications/elicitation/complete reaches that
 // session, and no other, whichever stream it comes on.

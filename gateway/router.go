@@ -8,70 +8,271 @@ import (
 	"slices"
 
 	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
-// clientContext is what the router knows of the client behind one request (design decision
-// 12): a 2025 session supplies it from its record; nothing below the face assumes a session.
-type clientContext struct {
-	SessionID       string
-	ProtocolVersion string
-	Capabilities    json.RawMessage
-	LogLevel        string
-	// owner is the client request being served, for routing what upstreams send about it.
+// The request pipeline (design.md, "Request pipeline and state"): a face hands over a
+// request; resolve finds its target, the policy chain decides, execute forwards it, and
+// pipeline.Map turns every failure into its wire form; one audit record follows.
+
+// request is one client request on its way through the pipeline: the request value, and
+// where what upstreams send about it goes.
+type request struct {
+	*pipeline.Request
+	// owner routes the upstreams' messages about the request to its client's stream; nil
+	// when the face gives the request no stream.
 	owner *callOwner
 }
 
-// dispatch serves one client request after the session checks, and returns its result or an
-// error for toWireError.
-func (g *Gateway) dispatch(ctx context.Context, cc *clientContext, req *protocol.Request) (json.RawMessage, error) {
+// resolved is a request's target as the resolver found it, with what forwarding needs.
+type resolved struct {
+	target pipeline.Target
+	// upstream serves the request; nil when the gateway answers itself.
+	upstream *upstreamEntry
+	// scheme is the upstream's URI scheme, for rewriting URIs in the result.
+	scheme string
+	// params are the request's params in the upstream's terms.
+	params json.RawMessage
+	// task is the record of the task a tasks/get, tasks/result or tasks/cancel addresses.
+	task session.TaskRecord
+	// asTask: a tools/call to be run as a task.
+	asTask bool
+}
+
+// serve takes a request through the pipeline and returns the result or the JSON-RPC error
+// its client gets.
+func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
+	res, err := g.resolve(ctx, rq)
+	var t *pipeline.Target
+	var rr *resolveRefusal
+	switch {
+	case err == nil:
+		t = &res.target
+		err = g.checks.Check(ctx, rq.Request, t)
+	case errors.As(err, &rr):
+		t = &rr.target
+	}
+	var result json.RawMessage
+	if err == nil {
+		result, err = g.execute(ctx, rq, res)
+	}
+	return g.finish(ctx, rq.Request, t, result, err)
+}
+
+// finish maps how a request ended to the wire and writes its audit record.
+func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage, err error) (json.RawMessage, *protocol.Error) {
+	result, wireErr, outcome := pipeline.Map(req, t, result, err, g.logger.With("session", fingerprint(req.Client.SessionID)))
+	g.writeAudit(ctx, req, t, outcome)
+	return result, wireErr
+}
+
+// resolve turns method and params into a target: the one place where names and URIs are
+// looked up. A name that is not in the catalog is refused here, before any check.
+func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 	snap := g.snapshot.Load()
-	switch req.Method {
+	params := rq.Params
+	switch rq.Method {
+	case protocol.MethodCallTool, protocol.MethodGetPrompt:
+		name, err := nameParams(params)
+		if err != nil {
+			return nil, err
+		}
+		kind, what, entry := pipeline.Tool, "tool", snap.Tool(name)
+		if rq.Method == protocol.MethodGetPrompt {
+			kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
+		}
+		if entry == nil {
+			return nil, g.unknownName(rq, kind, what, name)
+		}
+		forward, err := withMember(params, "name", entry.Original)
+		if err != nil {
+			return nil, err
+		}
+		args, _, _ := protocol.Member(params, "arguments")
+		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
+			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original, Arguments: args}}
+		if kind == pipeline.Tool {
+			_, res.asTask, _ = protocol.Member(params, "task")
+			if res.asTask && !upstreamTaskCaps(res.upstream).callsAsTasks() {
+				return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
+			}
+		}
+		return res, nil
+	case protocol.MethodReadResource, protocol.MethodSubscribe, protocol.MethodUnsubscribe:
+		uri, ok, err := protocol.StringMember(params, "uri")
+		if err != nil || !ok || uri == "" {
+			return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
+		}
+		target := pipeline.Target{Kind: pipeline.Resource, Exposed: uri}
+		ns, original, ok := snap.ResolveURI(uri)
+		if !ok {
+			// The target names the URI, so that the refusal can.
+			return nil, &resolveRefusal{target: target, Refusal: &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + uri}}
+		}
+		forward, err := withMember(params, "uri", original)
+		if err != nil {
+			return nil, err
+		}
+		target.Upstream, target.Original = ns.Name, original
+		return &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward, target: target}, nil
+	case protocol.MethodComplete:
+		return g.resolveCompletion(snap, params)
+	case methodTasksGet, methodTasksResult, methodTasksCancel:
+		if !hasTasks(rq.Client.ProtocolVersion) {
+			break
+		}
+		rec, u, err := g.taskFor(ctx, rq, params)
+		if err != nil {
+			return nil, err
+		}
+		forward, err := withMember(params, "taskId", rec.UpstreamID)
+		if err != nil {
+			return nil, err
+		}
+		return &resolved{upstream: u, scheme: u.ns.Scheme, params: forward, task: rec,
+			target: pipeline.Target{Kind: pipeline.Task, Upstream: u.ns.Name, Exposed: rec.ID, Original: rec.UpstreamID}}, nil
+	case methodTasksList:
+		if !hasTasks(rq.Client.ProtocolVersion) {
+			break
+		}
+		return &resolved{target: pipeline.Target{Kind: pipeline.Gateway}}, nil
+	case protocol.MethodPing, protocol.MethodInitialize, protocol.MethodSetLogLevel,
+		protocol.MethodListTools, protocol.MethodListResources, protocol.MethodListResourceTemplates, protocol.MethodListPrompts:
+		return &resolved{target: pipeline.Target{Kind: pipeline.Gateway}}, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", rq.Method)
+}
+
+// resolveRefusal is a refusal of the resolver that still knows what was addressed (the URI of
+// a resource not found), so that its wire form can name it.
+type resolveRefusal struct {
+	*pipeline.Refusal
+	target pipeline.Target
+}
+
+func (r *resolveRefusal) Unwrap() error { return r.Refusal }
+
+// unknownName refuses a tool or prompt name not in the catalog: unknown, or unavailable when
+// the upstream that listed it is down (it may come back).
+func (g *Gateway) unknownName(rq *request, kind pipeline.Kind, what, name string) error {
+	k := upstream.Tools
+	if kind == pipeline.Prompt {
+		k = upstream.Prompts
+	}
+	if ns := g.builder.FormerOwner(k, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
+		return unavailable(rq, ns.Name, name, upstream.ErrUnavailable)
+	}
+	reason := pipeline.ReasonUnknownTool
+	if kind == pipeline.Prompt {
+		reason = pipeline.ReasonUnknownPrompt
+	}
+	return &pipeline.Refusal{Reason: reason, Message: fmt.Sprintf("unknown %s: %s", what, name)}
+}
+
+// resolveCompletion finds the prompt or resource template a completion/complete refers to.
+func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessage) (*resolved, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return nil, invalidParams(err)
+	}
+	var ref map[string]json.RawMessage
+	if err := json.Unmarshal(m["ref"], &ref); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"ref\" must be an object")
+	}
+	var refType string
+	_ = json.Unmarshal(ref["type"], &refType)
+	var ns *catalog.Namespace
+	var exposed, original string
+	switch refType {
+	case "ref/prompt":
+		_ = json.Unmarshal(ref["name"], &exposed)
+		e := snap.Prompt(exposed)
+		if e == nil {
+			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", exposed)
+		}
+		ns, original = e.Namespace, e.Original
+		ref["name"], _ = json.Marshal(original)
+	case "ref/resource":
+		_ = json.Unmarshal(ref["uri"], &exposed)
+		var ok bool
+		if ns, original, ok = snap.ResolveURI(exposed); !ok {
+			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", exposed)
+		}
+		ref["uri"], _ = json.Marshal(original)
+	default:
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: ref.type must be \"ref/prompt\" or \"ref/resource\"")
+	}
+	m["ref"], _ = json.Marshal(ref)
+	forward, err := json.Marshal(m)
+	if err != nil {
+		return nil, invalidParams(err)
+	}
+	return &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward,
+		target: pipeline.Target{Kind: pipeline.Completion, Upstream: ns.Name, Exposed: exposed, Original: original}}, nil
+}
+
+// execute forwards a resolved request, or answers it when the gateway serves it itself.
+func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json.RawMessage, error) {
+	switch rq.Method {
 	case protocol.MethodPing:
 		return json.RawMessage(`{}`), nil
 	case protocol.MethodInitialize:
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "this session is already initialized; to start over, send initialize without MCP-Session-Id")
 	case protocol.MethodSetLogLevel:
-		return g.setLogLevel(ctx, cc, req.Params)
+		return g.setLogLevel(ctx, rq, rq.Params)
 	case protocol.MethodListTools:
-		page, err := listPage(snap, upstream.Tools, req.Params, g.cfg.PageSize)
+		page, err := listPage(g.snapshot.Load(), upstream.Tools, rq.Params, g.cfg.PageSize)
 		if err != nil {
 			return nil, err
 		}
-		if !clientDeclaresTasks(cc) {
+		if !clientDeclaresTasks(rq.Client) {
 			page = hideTaskSupport(page, upstream.Tools)
 		}
-		return bridgeListPage(page, upstream.Tools, cc.ProtocolVersion), nil
+		return bridgeListPage(page, upstream.Tools, rq.Client.ProtocolVersion), nil
 	case protocol.MethodListResources:
-		return listPage(snap, upstream.Resources, req.Params, g.cfg.PageSize)
+		return listPage(g.snapshot.Load(), upstream.Resources, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListResourceTemplates:
-		return listPage(snap, upstream.ResourceTemplates, req.Params, g.cfg.PageSize)
+		return listPage(g.snapshot.Load(), upstream.ResourceTemplates, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListPrompts:
-		return listPage(snap, upstream.Prompts, req.Params, g.cfg.PageSize)
+		return listPage(g.snapshot.Load(), upstream.Prompts, rq.Params, g.cfg.PageSize)
 	case protocol.MethodCallTool:
-		return g.callTool(ctx, cc, snap, req.Params)
+		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
+		switch {
+		case err != nil:
+			return nil, err
+		case res.asTask:
+			return g.startTask(ctx, rq, res.upstream, result)
+		}
+		return bridgeToolResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodGetPrompt:
-		return g.getPrompt(ctx, cc, snap, req.Params)
+		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
+		if err != nil {
+			return nil, err
+		}
+		return bridgePromptResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodReadResource:
-		return g.readResource(ctx, cc, snap, req.Params)
+		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
+		if err != nil {
+			return nil, err
+		}
+		return catalog.ExposeReadURIs(result, res.scheme)
 	case protocol.MethodComplete:
-		return g.complete(ctx, cc, snap, req.Params)
-	case methodTasksGet, methodTasksResult, methodTasksCancel, methodTasksList:
-		if olderThan(cc.ProtocolVersion, protocol.Version20251125) {
-			break // tasks exist from 2025-11-25 on
+		if info := res.upstream.Server(); info != nil && info.Capabilities.Completions == nil {
+			// The upstream offers no completions: an empty answer, not an error (mcp-notes §1.3).
+			return json.RawMessage(`{"completion":{"values":[]}}`), nil
 		}
-		if req.Method == methodTasksList {
-			return g.listTasks(ctx, cc)
-		}
-		return g.taskRequest(ctx, cc, req.Method, req.Params)
-	case protocol.MethodSubscribe:
-		return g.subscribe(ctx, cc, snap, req.Params, true)
-	case protocol.MethodUnsubscribe:
-		return g.subscribe(ctx, cc, snap, req.Params, false)
+		return g.forward(ctx, rq, res, rq.Method, res.params)
+	case protocol.MethodSubscribe, protocol.MethodUnsubscribe:
+		return g.subscribe(ctx, rq, res, rq.Method == protocol.MethodSubscribe)
+	case methodTasksList:
+		return g.listTasks(ctx, rq)
+	case methodTasksGet, methodTasksResult, methodTasksCancel:
+		return g.taskRequest(ctx, rq, res)
 	}
-	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", req.Method)
+	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", rq.Method)
 }
 
 func listPage(snap *catalog.Snapshot, k upstream.Kind, params json.RawMessage, pageSize int) (json.RawMessage, error) {
@@ -90,7 +291,7 @@ func invalidParams(err error) *protocol.Error {
 	return protocol.Errorf(protocol.CodeInvalidParams, "invalid params: %v", err)
 }
 
-func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) setLogLevel(ctx context.Context, rq *request, params json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		Level string `json:"level"`
 	}
@@ -100,11 +301,14 @@ func (g *Gateway) setLogLevel(ctx context.Context, cc *clientContext, params jso
 	if !slices.Contains(protocol.LogLevels, p.Level) {
 		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid log level %q: use one of %v", p.Level, protocol.LogLevels)
 	}
-	if _, err := g.store.Update(ctx, cc.SessionID, func(r *session.Record) { r.LogLevel = p.Level }); err != nil {
+	if rq.Client.SessionID == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "logging/setLevel needs a session: its level applies to the session's later messages")
+	}
+	if _, err := g.store.Update(ctx, rq.Client.SessionID, func(r *session.Record) { r.LogLevel = p.Level }); err != nil {
 		return nil, fmt.Errorf("store log level: %w", err)
 	}
 	g.syncLogLevels(ctx)
-	g.syncSessionLogLevel(ctx, cc.SessionID, p.Level)
+	g.syncSessionLogLevel(ctx, rq.Client.SessionID, p.Level)
 	return json.RawMessage(`{}`), nil
 }
 
@@ -129,220 +333,111 @@ func withMember(params json.RawMessage, key, value string) (json.RawMessage, err
 	return out, nil
 }
 
-// unavailableError is a call to an item whose upstream is not connected.
-type unavailableError struct {
-	upstream string
-	cause    error
-}
-
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("upstream %s is unavailable: %v", e.upstream, e.cause)
-}
-func (e *unavailableError) Unwrap() error { return e.cause }
-
-func (g *Gateway) callTool(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
-	name, err := nameParams(params)
-	if err != nil {
-		return nil, err
+// forward sends a request to the upstream res names, on the request's behalf, and types its
+// failures for pipeline.Map: the upstream's JSON-RPC errors as such, an upstream that is down,
+// too slow or out of connections as a refusal.
+func (g *Gateway) forward(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error) {
+	result, err := g.call(ctx, rq, res.upstream, method, params)
+	if err == nil {
+		return result, nil
 	}
-	e := snap.Tool(name)
-	if e == nil {
-		if ns := g.builder.FormerOwner(upstream.Tools, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
-			return unavailableResult(ns.Name, "upstream_unavailable",
-				fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, ns.Name)), nil
+	var rpcErr *upstreamRPCError
+	if errors.As(err, &rpcErr) {
+		if rpcErr.Err.Code == protocol.CodeURLElicitationRequired && rq.owner != nil {
+			g.rememberRequiredElicitations(res.upstream.connKey(rq.Client.SessionID), rq.owner.sessionID, rpcErr.Err.Data)
 		}
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown tool: %s", name)
+		return nil, &pipeline.UpstreamError{Upstream: res.upstream.ns.Name, Err: rpcErr.Err}
 	}
-	u := g.upstreamOf(e.Namespace)
-	forward, err := withMember(params, "name", e.Original)
-	if err != nil {
-		return nil, err
+	if errors.Is(err, upstream.ErrResponseTooLarge) {
+		// The gateway's own limit: the client may know it, to ask for less.
+		g.logger.Warn("an upstream's answer was over max_response_bytes and was dropped", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the answer of upstream %s exceeds the gateway's max_response_bytes: ask for less", res.upstream.ns.Name)
 	}
-	_, asTask, _ := protocol.Member(params, "task")
-	if asTask && !upstreamTaskCaps(u).callsAsTasks() {
-		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
-	}
-	result, err := g.call(ctx, cc, u, protocol.MethodCallTool, forward)
+	return nil, unavailable(rq, res.upstream.ns.Name, res.target.Exposed, err)
+}
+
+// forwardTo forwards a request the gateway makes on a client's behalf to upstream u, outside
+// the request's own target (tasks/list of each upstream, the cancel of an orphan task).
+func (g *Gateway) forwardTo(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	return g.forward(ctx, rq, &resolved{upstream: u, scheme: u.ns.Scheme, target: pipeline.Target{Upstream: u.ns.Name}}, method, params)
+}
+
+// upstreamRPCError is a JSON-RPC error the upstream answered, told apart from the gateway's own.
+type upstreamRPCError struct{ Err *protocol.Error }
+
+func (e *upstreamRPCError) Error() string { return e.Err.Error() }
+
+// unavailable types the failure to reach an upstream as a refusal of the table (design
+// decision 7): down, too slow, or out of connections. Other errors pass.
+func unavailable(rq *request, upstreamName, item string, err error) error {
+	toolCall := rq.Method == protocol.MethodCallTool
 	switch {
-	case err == nil && asTask:
-		return g.startTask(ctx, cc, u, result)
-	case err == nil:
-		return bridgeToolResult(catalog.ExposeContentURIs(result, e.Namespace.Scheme), cc.ProtocolVersion), nil
 	case errors.Is(err, upstream.ErrUnavailable):
-		g.logger.Warn("tools/call to an unavailable upstream", "upstream", u.ns.Name, "tool", name, "error", err.Error())
-		return unavailableResult(u.ns.Name, "upstream_unavailable",
-			fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", name, u.ns.Name)), nil
+		msg := fmt.Sprintf("upstream %s is unavailable; try again later", upstreamName)
+		if toolCall {
+			msg = fmt.Sprintf("The tool %s is unavailable because its upstream server %q is not connected. Try again later.", item, upstreamName)
+		}
+		return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Message: msg, Upstream: upstreamName, Cause: err}
 	case errors.Is(err, errConnectionLimit):
-		g.logger.Warn("tools/call refused: the upstream's isolated connections are all in use", "upstream", u.ns.Name, "tool", name)
-		return unavailableResult(u.ns.Name, "connection_limit",
-			fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", name, u.ns.Name)), nil
+		msg := "the upstream has its maximum of connections open for other sessions; try again later"
+		if toolCall {
+			msg = fmt.Sprintf("The tool %s is unavailable: its upstream server %q already has its maximum of connections open for other sessions. Try again later.", item, upstreamName)
+		}
+		return &pipeline.Refusal{Reason: pipeline.ReasonConnectionLimit, Message: msg, Upstream: upstreamName, Cause: err}
 	case errors.Is(err, upstream.ErrTimeout):
-		g.logger.Warn("tools/call timed out", "upstream", u.ns.Name, "tool", name, "error", err.Error())
-		return unavailableResult(u.ns.Name, "upstream_timeout",
-			fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", name, u.ns.Name)), nil
-	}
-	return nil, err
-}
-
-// unavailableResult is the tool result for a call the gateway could not complete (design
-// decision 7): the model sees a message it can act on; programs read _meta.
-func unavailableResult(upstreamName, reason, message string) json.RawMessage {
-	res, _ := json.Marshal(map[string]any{
-		"content": []map[string]string{{"type": "text", "text": message}},
-		"isError": true,
-		"_meta":   map[string]string{metaReason: reason, metaUpstream: upstreamName},
-	})
-	return res
-}
-
-// Keys of the gateway's own _meta entries.
-const (
-	metaReason   = "dev.manifold/reason"
-	metaUpstream = "dev.manifold/upstream"
-	// metaRetryAfter says, in seconds, when a refused call may be tried again.
-	metaRetryAfter = "dev.manifold/retryAfterSeconds"
-)
-
-func (g *Gateway) getPrompt(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
-	name, err := nameParams(params)
-	if err != nil {
-		return nil, err
-	}
-	e := snap.Prompt(name)
-	if e == nil {
-		if ns := g.builder.FormerOwner(upstream.Prompts, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
-			return nil, &unavailableError{upstream: ns.Name, cause: upstream.ErrUnavailable}
+		msg := "the upstream did not answer in time; try again later"
+		if toolCall {
+			msg = fmt.Sprintf("The tool %s did not finish within the gateway's time limit for upstream %q. Try again, or with a smaller request.", item, upstreamName)
 		}
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
+		return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamTimeout, Message: msg, Upstream: upstreamName, Cause: err}
 	}
-	forward, err := withMember(params, "name", e.Original)
-	if err != nil {
-		return nil, err
-	}
-	result, err := g.forward(ctx, cc, g.upstreamOf(e.Namespace), protocol.MethodGetPrompt, forward)
-	if err != nil {
-		return nil, err
-	}
-	return bridgePromptResult(catalog.ExposeContentURIs(result, e.Namespace.Scheme), cc.ProtocolVersion), nil
-}
-
-// forward calls an upstream for a method other than tools/call, typing its failures.
-func (g *Gateway) forward(ctx context.Context, cc *clientContext, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
-	result, err := g.call(ctx, cc, u, method, params)
-	if errors.Is(err, upstream.ErrUnavailable) {
-		return nil, &unavailableError{upstream: u.ns.Name, cause: err}
-	}
-	return result, err
-}
-
-func (g *Gateway) readResource(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
-	uri, ok, err := protocol.StringMember(params, "uri")
-	if err != nil {
-		return nil, invalidParams(err)
-	}
-	if !ok || uri == "" {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
-	}
-	ns, original, ok := snap.ResolveURI(uri)
-	if !ok {
-		return nil, resourceNotFound(uri)
-	}
-	forward, err := withMember(params, "uri", original)
-	if err != nil {
-		return nil, err
-	}
-	result, err := g.forward(ctx, cc, g.upstreamOf(ns), protocol.MethodReadResource, forward)
-	if err != nil {
-		var rpcErr *protocol.Error
-		if errors.As(err, &rpcErr) && rpcErr.Code == protocol.CodeResourceNotFound {
-			return nil, resourceNotFound(uri)
-		}
-		return nil, err
-	}
-	return catalog.ExposeReadURIs(result, ns.Scheme)
-}
-
-func resourceNotFound(uri string) *protocol.Error {
-	data, _ := json.Marshal(map[string]string{"uri": uri})
-	return &protocol.Error{Code: protocol.CodeResourceNotFound, Message: "resource not found: " + uri, Data: data}
-}
-
-func (g *Gateway) complete(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(params, &m); err != nil {
-		return nil, invalidParams(err)
-	}
-	var ref map[string]json.RawMessage
-	if err := json.Unmarshal(m["ref"], &ref); err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"ref\" must be an object")
-	}
-	var refType string
-	_ = json.Unmarshal(ref["type"], &refType)
-	var ns *catalog.Namespace
-	switch refType {
-	case "ref/prompt":
-		var name string
-		_ = json.Unmarshal(ref["name"], &name)
-		e := snap.Prompt(name)
-		if e == nil {
-			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", name)
-		}
-		ns = e.Namespace
-		ref["name"], _ = json.Marshal(e.Original)
-	case "ref/resource":
-		var uri string
-		_ = json.Unmarshal(ref["uri"], &uri)
-		var original string
-		var ok bool
-		if ns, original, ok = snap.ResolveURI(uri); !ok {
-			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", uri)
-		}
-		ref["uri"], _ = json.Marshal(original)
-	default:
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: ref.type must be \"ref/prompt\" or \"ref/resource\"")
-	}
-	u := g.upstreamOf(ns)
-	if info := u.Server(); info != nil && info.Capabilities.Completions == nil {
-		// The upstream offers no completions: an empty answer, not an error (mcp-notes §1.3).
-		return json.RawMessage(`{"completion":{"values":[]}}`), nil
-	}
-	m["ref"], _ = json.Marshal(ref)
-	forward, err := json.Marshal(m)
-	if err != nil {
-		return nil, invalidParams(err)
-	}
-	return g.forward(ctx, cc, u, protocol.MethodComplete, forward)
+	return err
 }
 
 // call sends a client's request to an upstream on that client's behalf, on the shared
 // connection or, for an isolated upstream, the session's own: it carries its owner and
 // session to the connection (so that what the upstream sends about it can be routed), and its
-// progress token is replaced by one of the gateway's own.
-func (g *Gateway) call(ctx context.Context, cc *clientContext, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+// progress token is replaced by one of the gateway's own. A JSON-RPC error the upstream
+// answered comes back as an *upstreamRPCError.
+func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
 	c := u.shared
-	if cc.owner == nil {
-		return c.client.Call(ctx, method, params)
-	}
 	if u.pool != nil {
-		pc, err := u.pool.get(ctx, cc.SessionID)
+		if rq.Client.SessionID == "" {
+			return nil, &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: u.ns.Name,
+				Message: fmt.Sprintf("upstream %s has a connection per session (isolation), and this request has no session", u.ns.Name)}
+		}
+		pc, err := u.pool.get(ctx, rq.Client.SessionID)
 		if err != nil {
 			return nil, err
 		}
 		defer u.pool.release(pc)
 		c = pc.conn
 	}
-	params, forget, err := g.remapProgress(c, cc.owner, params)
-	if err != nil {
-		return nil, invalidParams(err)
+	if rq.owner != nil {
+		var forget func()
+		var err error
+		params, forget, err = g.remapProgress(c, rq.owner, params)
+		if err != nil {
+			return nil, invalidParams(err)
+		}
+		defer forget()
+		ctx = upstream.WithCaller(ctx, rq.owner, rq.Client.SessionID)
 	}
-	defer forget()
-	return c.client.Call(upstream.WithCaller(ctx, cc.owner, cc.SessionID), method, params)
+	result, err := c.client.Call(ctx, method, params)
+	var rpcErr *protocol.Error
+	if errors.As(err, &rpcErr) {
+		return nil, &upstreamRPCError{Err: rpcErr}
+	}
+	return result, err
 }
+
+// hasTasks reports whether a protocol version has tasks (2025-11-25 on).
+func hasTasks(version string) bool { return !olderThan(version, protocol.Version20251125) }
 
 // clientDeclaresTasks reports whether the client declared the tasks capability (and speaks a
 // version that has tasks).
-func clientDeclaresTasks(cc *clientContext) bool {
-	if olderThan(cc.ProtocolVersion, protocol.Version20251125) {
+func clientDeclaresTasks(cc pipeline.ClientContext) bool {
+	if !hasTasks(cc.ProtocolVersion) {
 		return false
 	}
 	_, ok, _ := protocol.Member(cc.Capabilities, "tasks")

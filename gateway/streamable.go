@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 )
@@ -417,7 +418,7 @@ func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 	ctx, done, err := ls.Begin(req.ID, g.cfg.MaxCallsPerSession)
 	switch {
 	case errors.Is(err, hub.ErrTooManyCalls):
-		g.tooManyCalls(out, rec.ID, req, "this session", g.cfg.MaxCallsPerSession)
+		g.tooManyCalls(out, rec, req, requestID, "this session", g.cfg.MaxCallsPerSession)
 		return
 	case errors.Is(err, hub.ErrDuplicateID):
 		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
@@ -429,7 +430,7 @@ func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 	if !g.admitCall() {
 		done()
 		ls.RequestDone()
-		g.tooManyCalls(out, rec.ID, req, "the gateway", g.cfg.MaxCalls)
+		g.tooManyCalls(out, rec, req, requestID, "the gateway", g.cfg.MaxCalls)
 		return
 	}
 	go func() {
@@ -471,22 +472,37 @@ func (g *Gateway) serveSafely(ctx context.Context, out *hub.Stream, rec *session
 	return g.serveRequest(ctx, out, rec, ls, req, requestID)
 }
 
-// tooManyCalls answers a request past a cap on requests in flight: a tools/call gets a tool
-// result the model can act on, any other method the gateway's error (design decision 7).
-func (g *Gateway) tooManyCalls(out *hub.Stream, sessionID string, req *protocol.Request, scope string, limit int) {
-	g.logger.Warn("request refused: too many requests in flight", "session", fingerprint(sessionID), "scope", scope, "limit", limit, "method", req.Method)
+// tooManyCalls answers a request past a cap on requests in flight, through the pipeline's
+// mapper: a tools/call gets a tool result the model can act on, any other method the gateway's
+// error (design decision 7).
+func (g *Gateway) tooManyCalls(out *hub.Stream, rec *session.Record, req *protocol.Request, requestID, scope string, limit int) {
+	g.logger.Warn("request refused: too many requests in flight", "session", fingerprint(rec.ID), "scope", scope, "limit", limit, "method", req.Method)
+	msg := fmt.Sprintf("%s already has its maximum of %d requests in flight: wait for some to finish, then retry", scope, limit)
 	if req.Method == protocol.MethodCallTool {
-		res, _ := json.Marshal(map[string]any{
-			"content": []map[string]string{{"type": "text", "text": fmt.Sprintf(
-				"The gateway refused this call: %s already has its maximum of %d requests in flight. Wait for some to finish, then try again.", scope, limit)}},
-			"isError": true,
-			"_meta":   map[string]any{metaReason: "too_many_calls", metaRetryAfter: 1},
-		})
-		_ = respond(out, &protocol.Response{ID: req.ID, Result: res})
-		return
+		msg = fmt.Sprintf("The gateway refused this call: %s already has its maximum of %d requests in flight. Wait for some to finish, then try again.", scope, limit)
 	}
-	_ = respond(out, &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeTooManyRequests,
-		"%s already has its maximum of %d requests in flight: wait for some to finish, then retry", scope, limit)})
+	preq := g.requestValue(rec, req, requestID)
+	result, wireErr := g.finish(context.Background(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
+	_ = respond(out, &protocol.Response{ID: req.ID, Result: result, Error: wireErr})
+}
+
+// requestValue is the pipeline's value of a request of a 2025 session: its client context
+// comes from the session's record.
+func (g *Gateway) requestValue(rec *session.Record, req *protocol.Request, requestID string) *pipeline.Request {
+	return &pipeline.Request{
+		ID:     req.ID,
+		Method: req.Method,
+		Params: req.Params,
+		Client: pipeline.ClientContext{
+			SessionID:       rec.ID,
+			ProtocolVersion: rec.ProtocolVersion,
+			Capabilities:    rec.ClientCapabilities,
+			Principal:       rec.Principal,
+			LogLevel:        rec.LogLevel,
+		},
+		LogID:    requestID,
+		Received: g.opts.Now(),
+	}
 }
 
 // admitCall counts a client request in flight in the whole gateway; it refuses one past
@@ -505,14 +521,9 @@ func (g *Gateway) releaseCall() { g.callsInFlight.Add(-1) }
 // its stream meanwhile. A request the client cancelled, or whose session ended, gets none (nil,
 // mcp-notes §8.2).
 func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *protocol.Response {
-	cc := &clientContext{
-		SessionID:       rec.ID,
-		ProtocolVersion: rec.ProtocolVersion,
-		Capabilities:    rec.ClientCapabilities,
-		LogLevel:        rec.LogLevel,
-	}
-	cc.owner = &callOwner{sessionID: rec.ID, streamID: out.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
-	result, err := g.dispatch(ctx, cc, req)
+	rq := &request{Request: g.requestValue(rec, req, requestID)}
+	rq.owner = &callOwner{sessionID: rec.ID, streamID: out.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
+	result, wireErr := g.serve(ctx, rq)
 	switch {
 	case ls.Context().Err() != nil:
 		// The session ended while the call ran; nobody is waiting for the answer.
@@ -522,10 +533,8 @@ func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *sessio
 		// the call came to meanwhile (a tool result saying the upstream was unavailable).
 		g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
 		return nil
-	case err != nil:
-		return &protocol.Response{ID: req.ID, Error: toWireError(err, g.logger.With("session", fingerprint(rec.ID), "method", req.Method), requestID)}
 	}
-	return &protocol.Response{ID: req.ID, Result: result}
+	return &protocol.Response{ID: req.ID, Result: result, Error: wireErr}
 }
 
 // serveGET opens the session's standalone SSE stream (mcp-notes §4.3), which carries

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -96,37 +99,36 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 // subscription is made on the connection whose server notifies the session: the shared one,
 // or for an isolated upstream the session's own, which then stays open while it has
 // subscriptions (connPool.sweep).
-func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *catalog.Snapshot, params json.RawMessage, on bool) (json.RawMessage, error) {
-	uri, ok, err := protocol.StringMember(params, "uri")
-	if err != nil || !ok || uri == "" {
-		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
+func (g *Gateway) subscribe(ctx context.Context, rq *request, res *resolved, on bool) (json.RawMessage, error) {
+	sessionID := rq.Client.SessionID
+	if sessionID == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s needs a session: updates go to the session's stream", rq.Method)
 	}
-	ns, original, ok := snap.ResolveURI(uri)
-	if !ok {
-		return nil, resourceNotFound(uri)
+	u, original, forward := res.upstream, res.target.Original, res.params
+	failed := func(err error) error {
+		var rpcErr *protocol.Error
+		if errors.As(err, &rpcErr) {
+			return &pipeline.UpstreamError{Upstream: u.ns.Name, Err: rpcErr}
+		}
+		return unavailable(rq, u.ns.Name, res.target.Exposed, err)
 	}
-	u := g.upstreamOf(ns)
 	if info := u.Server(); info == nil || info.Capabilities.Resources == nil || !info.Capabilities.Resources.Subscribe {
 		if info == nil {
-			return nil, &unavailableError{upstream: u.ns.Name, cause: upstream.ErrUnavailable}
+			return nil, failed(upstream.ErrUnavailable)
 		}
-		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream serving %s offers no subscriptions", uri)
-	}
-	forward, err := withMember(params, "uri", original)
-	if err != nil {
-		return nil, err
+		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream serving %s offers no subscriptions", res.target.Exposed)
 	}
 	c := u.shared // the connection the subscription lives on
-	if u.pool != nil && cc.owner != nil {
+	if u.pool != nil {
 		if on {
-			pc, err := u.pool.get(ctx, cc.SessionID)
+			pc, err := u.pool.get(ctx, sessionID)
 			if err != nil {
-				return nil, unavailableCall(u, err)
+				return nil, failed(err)
 			}
 			defer u.pool.release(pc)
 			c = pc.conn
 		} else {
-			pc := u.pool.existing(cc.SessionID)
+			pc := u.pool.existing(sessionID)
 			if pc == nil {
 				return json.RawMessage(`{}`), nil // no connection, so no subscription on it
 			}
@@ -144,47 +146,57 @@ func (g *Gateway) subscribe(ctx context.Context, cc *clientContext, snap *catalo
 	info := c.client.Server()
 	s.mu.Lock()
 	current := e.on != nil && e.on == info
-	mine, count := e.sessions[cc.SessionID], len(e.sessions)
+	mine, count := e.sessions[sessionID], len(e.sessions)
 	s.mu.Unlock()
 	switch {
 	case on && !current:
 		if info == nil {
-			return nil, &unavailableError{upstream: u.ns.Name, cause: upstream.ErrUnavailable}
+			return nil, failed(upstream.ErrUnavailable)
 		}
 		if _, err := c.client.Call(ctx, protocol.MethodSubscribe, forward); err != nil {
-			return nil, unavailableCall(u, err)
+			return nil, failed(err)
 		}
 	case !on && mine && count == 1 && current:
 		if _, err := c.client.Call(ctx, protocol.MethodUnsubscribe, forward); err != nil {
-			return nil, unavailableCall(u, err)
+			return nil, failed(err)
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if on && cc.owner != nil && !g.sessionLive(cc.SessionID) {
+	if on && !g.sessionLive(sessionID) {
 		// The session ended while the upstream subscribed: its subscriptions were already
 		// dropped, so this one is not added back (the upstream's is left to lapse).
+		s.mu.Unlock()
 		return nil, hub.ErrSessionEnded
 	}
 	if on {
-		e.sessions[cc.SessionID] = true
+		e.sessions[sessionID] = true
 		e.on = info
 	} else if mine {
-		delete(e.sessions, cc.SessionID)
+		delete(e.sessions, sessionID)
 		if len(e.sessions) == 0 {
 			e.on = nil
 		}
 	}
+	s.mu.Unlock()
+	g.recordSubscription(ctx, sessionID, res.target.Exposed, on)
 	return json.RawMessage(`{}`), nil
 }
 
-// unavailableCall types the failure of a call to an upstream that is not connected, as
-// forward does, so that the client learns to try again later.
-func unavailableCall(u *upstreamEntry, err error) error {
-	if errors.Is(err, upstream.ErrUnavailable) {
-		return &unavailableError{upstream: u.ns.Name, cause: err}
+// recordSubscription keeps the session record's list of subscriptions, which says what the
+// session is to whoever loads it; the live fan-out is the table above.
+func (g *Gateway) recordSubscription(ctx context.Context, sessionID, uri string, on bool) {
+	_, err := g.store.Update(ctx, sessionID, func(r *session.Record) {
+		i := slices.Index(r.Subscriptions, uri)
+		switch {
+		case on && i < 0:
+			r.Subscriptions = append(slices.Clip(r.Subscriptions), uri)
+		case !on && i >= 0:
+			r.Subscriptions = slices.Delete(slices.Clone(r.Subscriptions), i, i+1)
+		}
+	})
+	if err != nil {
+		g.logger.Warn("recording a subscription in the session failed", "session", fingerprint(sessionID), "error", err.Error())
 	}
-	return err
 }
 
 // dropSubscriptions removes an ended session's subscriptions, unsubscribing upstream where it

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -67,10 +68,9 @@ func taskTTL(task json.RawMessage) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// Reason and time limit of a task-augmented call refused because the session holds too many
-// unfinished tasks.
+// Time limit of the cancel of a task-augmented call refused because the session holds too
+// many unfinished tasks.
 const (
-	reasonTooManyTasks = "too_many_tasks"
 	// orphanCancelTimeout bounds the best-effort tasks/cancel of a task the gateway did not
 	// keep.
 	orphanCancelTimeout = 5 * time.Second
@@ -108,7 +108,8 @@ func newTaskID() string {
 
 // startTask finishes a task-augmented tools/call: the upstream's task id in the result is
 // recorded for the session and replaced by a gateway id.
-func (g *Gateway) startTask(ctx context.Context, cc *clientContext, u *upstreamEntry, result json.RawMessage) (json.RawMessage, error) {
+func (g *Gateway) startTask(ctx context.Context, rq *request, u *upstreamEntry, result json.RawMessage) (json.RawMessage, error) {
+	sessionID := rq.Client.SessionID
 	task, ok, _ := protocol.Member(result, "task")
 	if !ok {
 		return result, nil // the upstream ran it without a task
@@ -117,14 +118,18 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, u *upstreamE
 	if !ok {
 		return nil, fmt.Errorf("upstream %s created a task without a taskId", u.ns.Name)
 	}
-	rec := session.TaskRecord{ID: newTaskID(), SessionID: cc.SessionID, Upstream: u.connKey(cc.SessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
+	if sessionID == "" {
+		g.cancelOrphanTask(ctx, rq, u, upstreamID)
+		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "a task needs a session: call the tool without \"task\"")
+	}
+	rec := session.TaskRecord{ID: newTaskID(), SessionID: sessionID, Upstream: u.connKey(sessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
 	switch err := g.store.PutTask(ctx, rec); {
 	case errors.Is(err, session.ErrTooManyTasks):
-		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(cc.SessionID), "upstream", u.ns.Name)
-		g.cancelOrphanTask(ctx, cc, u, upstreamID)
-		return unavailableResult(u.ns.Name, reasonTooManyTasks,
-			"This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. "+
-				"Fetch the results of finished tasks with tasks/result or cancel tasks you no longer need with tasks/cancel, then try again."), nil
+		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(sessionID), "upstream", u.ns.Name)
+		g.cancelOrphanTask(ctx, rq, u, upstreamID)
+		return nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyTasks, Upstream: u.ns.Name,
+			Message: "This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. " +
+				"Fetch the results of finished tasks with tasks/result or cancel tasks you no longer need with tasks/cancel, then try again."}
 	case err != nil:
 		return nil, fmt.Errorf("record task: %w", err)
 	}
@@ -140,7 +145,7 @@ func (g *Gateway) startTask(ctx context.Context, cc *clientContext, u *upstreamE
 
 // cancelOrphanTask asks the upstream to cancel a task it created that the gateway did not
 // keep, so that it does not run for nobody; best effort, if the upstream cancels tasks.
-func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, u *upstreamEntry, upstreamID string) {
+func (g *Gateway) cancelOrphanTask(ctx context.Context, rq *request, u *upstreamEntry, upstreamID string) {
 	if upstreamTaskCaps(u).Cancel == nil {
 		return
 	}
@@ -150,8 +155,8 @@ func (g *Gateway) cancelOrphanTask(ctx context.Context, cc *clientContext, u *up
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCancelTimeout)
 	defer cancel()
-	if _, err := g.forward(ctx, cc, u, methodTasksCancel, params); err != nil {
-		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(cc.SessionID), "upstream", u.ns.Name, "error", err.Error())
+	if _, err := g.forwardTo(ctx, rq, u, methodTasksCancel, params); err != nil {
+		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(rq.Client.SessionID), "upstream", u.ns.Name, "error", err.Error())
 	}
 }
 
@@ -183,38 +188,32 @@ func (g *Gateway) noteTaskAnswer(ctx context.Context, rec session.TaskRecord, me
 
 // taskFor finds the caller's task by the gateway's id; another session's task, like a missing
 // one, is an invalid taskId (mcp-notes §14.11).
-func (g *Gateway) taskFor(ctx context.Context, cc *clientContext, params json.RawMessage) (session.TaskRecord, *upstreamEntry, error) {
+func (g *Gateway) taskFor(ctx context.Context, rq *request, params json.RawMessage) (session.TaskRecord, *upstreamEntry, error) {
+	sessionID := rq.Client.SessionID
 	id, ok, err := protocol.StringMember(params, "taskId")
 	if err != nil || !ok {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"taskId\" must be a string")
 	}
 	rec, err := g.store.Task(ctx, id)
-	if err != nil || rec.SessionID != cc.SessionID {
+	if err != nil || sessionID == "" || rec.SessionID != sessionID {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
 	}
 	for _, u := range g.upstreams {
-		if u.connKey(cc.SessionID) == rec.Upstream {
+		if u.connKey(sessionID) == rec.Upstream {
 			return rec, u, nil
 		}
 	}
 	return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
 }
 
-// taskRequest serves tasks/get, tasks/result and tasks/cancel.
-func (g *Gateway) taskRequest(ctx context.Context, cc *clientContext, method string, params json.RawMessage) (json.RawMessage, error) {
-	rec, u, err := g.taskFor(ctx, cc, params)
-	if err != nil {
-		return nil, err
-	}
-	if method == methodTasksCancel && upstreamTaskCaps(u).Cancel == nil {
+// taskRequest serves tasks/get, tasks/result and tasks/cancel of the task res names.
+func (g *Gateway) taskRequest(ctx context.Context, rq *request, res *resolved) (json.RawMessage, error) {
+	rec, u := res.task, res.upstream
+	if rq.Method == methodTasksCancel && upstreamTaskCaps(u).Cancel == nil {
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of task %s does not cancel tasks", rec.ID)
 	}
-	forward, err := withMember(params, "taskId", rec.UpstreamID)
-	if err != nil {
-		return nil, err
-	}
-	result, err := g.forward(ctx, cc, u, method, forward)
-	g.noteTaskAnswer(ctx, rec, method, result, err)
+	result, err := g.forward(ctx, rq, res, rq.Method, res.params)
+	g.noteTaskAnswer(ctx, rec, rq.Method, result, err)
 	if err != nil {
 		return nil, err
 	}
@@ -244,8 +243,12 @@ func mapTaskIDs(result json.RawMessage, rec session.TaskRecord, scheme string) j
 }
 
 // listTasks serves tasks/list: the caller's tasks only, as each upstream reports them.
-func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMessage, error) {
-	mine, err := g.store.TasksOf(ctx, cc.SessionID)
+func (g *Gateway) listTasks(ctx context.Context, rq *request) (json.RawMessage, error) {
+	sessionID := rq.Client.SessionID
+	if sessionID == "" {
+		return json.RawMessage(`{"tasks":[]}`), nil
+	}
+	mine, err := g.store.TasksOf(ctx, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -258,7 +261,7 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 	}
 	tasks := []json.RawMessage{}
 	for _, u := range g.upstreams {
-		own := byUpstream[u.connKey(cc.SessionID)]
+		own := byUpstream[u.connKey(sessionID)]
 		if len(own) == 0 || upstreamTaskCaps(u).List == nil {
 			continue
 		}
@@ -268,7 +271,7 @@ func (g *Gateway) listTasks(ctx context.Context, cc *clientContext) (json.RawMes
 			if cursor != "" {
 				params, _ = json.Marshal(map[string]string{"cursor": cursor})
 			}
-			res, err := g.forward(ctx, cc, u, methodTasksList, params)
+			res, err := g.forwardTo(ctx, rq, u, methodTasksList, params)
 			if err != nil {
 				return nil, err
 			}

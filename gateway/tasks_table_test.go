@@ -14,6 +14,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/internal/testclock"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -226,8 +227,8 @@ func TestTaskTableIsBounded(t *testing.T) {
 		Meta    map[string]string `json:"_meta"`
 	}
 	_ = json.Unmarshal(res, &refused)
-	if id != "" || !refused.IsError || refused.Meta[metaReason] != reasonTooManyTasks || refused.Meta[metaUpstream] != "tk" {
-		t.Fatalf("task %d of a session full of running tasks: %s, want an isError result with reason %s", len(ids)+1, res, reasonTooManyTasks)
+	if id != "" || !refused.IsError || refused.Meta[pipeline.MetaReason] != pipeline.ReasonTooManyTasks || refused.Meta[pipeline.MetaUpstream] != "tk" {
+		t.Fatalf("task %d of a session full of running tasks: %s, want an isError result with reason %s", len(ids)+1, res, pipeline.ReasonTooManyTasks)
 	}
 	orphan := fmt.Sprintf("u%d", len(ids))
 	if got := up.cancels(); !slices.Equal(got, []string{orphan}) {

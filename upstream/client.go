@@ -34,6 +34,14 @@ var ErrUnavailable = errors.New("upstream unavailable")
 // ErrTimeout is returned by Call when the upstream did not answer within the request timeout.
 var ErrTimeout = errors.New("upstream request timed out")
 
+// ErrResponseTooLarge is returned (wrapped) for a call whose answer exceeded the upstream's
+// max_response_bytes: the gateway dropped it.
+var ErrResponseTooLarge = errors.New("the upstream's answer exceeds the gateway's max_response_bytes")
+
+// tooLarge stands in a response for an answer dropped as too large; Call turns it into
+// ErrResponseTooLarge. Compared by pointer: no upstream can send it.
+var tooLarge = &protocol.Error{Code: protocol.CodeInternalError, Message: ErrResponseTooLarge.Error()}
+
 // State is where an upstream's connection stands.
 type State string
 
@@ -646,6 +654,9 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 			}
 			return nil, fmt.Errorf("%s %s: %w: %s", name, method, ErrUnavailable, cause)
 		}
+		if resp.Error == tooLarge {
+			return nil, fmt.Errorf("%s %s: %w (%d)", name, method, ErrResponseTooLarge, cn.client.spec.MaxMessageBytes)
+		}
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
@@ -757,8 +768,7 @@ func (cn *connection) readLoop() {
 			logger.Warn("upstream sent a message over the size limit; it was dropped", "limit_bytes", cn.client.spec.MaxMessageBytes)
 			if skipped.related != 0 {
 				// The answer to a call was dropped: that call fails now, not at its timeout.
-				cn.deliver(&protocol.Response{ID: protocol.IntID(skipped.related), Error: protocol.Errorf(protocol.CodeInternalError,
-					"the upstream's answer exceeds the gateway's max_response_bytes (%d)", cn.client.spec.MaxMessageBytes)})
+				cn.deliver(&protocol.Response{ID: protocol.IntID(skipped.related), Error: tooLarge})
 			}
 			continue
 		}

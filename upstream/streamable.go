@@ -294,7 +294,7 @@ func (c *streamableConn) readEvents(ctx context.Context, body io.Reader, reqID i
 		if err != nil {
 			if errors.Is(err, errEventTooLarge) && reqID != 0 {
 				c.in.put(ctx, inboundMsg{from: onStream(reqID), msg: &protocol.Response{ID: protocol.IntID(reqID),
-					Error: protocol.Errorf(protocol.CodeInternalError, "the upstream's answer exceeds the gateway's max_response_bytes (%d)", c.opts.MaxMessageBytes)}})
+					Error: tooLarge}})
 				return lastID, retry, true, err
 			}
 			return lastID, retry, false, err
@@ -432,7 +432,7 @@ func readLimited(r io.Reader, max int) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > max {
-		return nil, fmt.Errorf("the upstream's answer exceeds the gateway's max_response_bytes (%d)", max)
+		return nil, fmt.Errorf("%w (%d)", ErrResponseTooLarge, max)
 	}
 	return b, nil
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
 )
@@ -164,7 +165,13 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 // serveUntilDone runs the gateway until ctx ends, then drains: new requests are refused,
 // streams close, in-flight requests get shutdownGrace to finish, upstreams are stopped.
 func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version})
+	trail, closeTrail, err := openAudit(cfg, logger)
+	if err != nil {
+		return err
+	}
+	// Runs after gw.Close (defers run last first): the last records are written.
+	defer closeTrail()
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail})
 	if err != nil {
 		return err
 	}
@@ -204,6 +211,25 @@ func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// openAudit opens the audit trail the config names; nil when it is off. The func it returns
+// drains and closes it.
+func openAudit(cfg *config.Config, logger *slog.Logger) (*audit.Log, func(), error) {
+	w, err := audit.OpenSink(cfg.Audit.Sink, cfg.Audit.Path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit (in %s): %w", cfg.File, err)
+	}
+	if w == nil {
+		return nil, func() {}, nil
+	}
+	trail := audit.New(w, &audit.Options{Buffer: cfg.Audit.Buffer, Logger: logger})
+	return trail, func() {
+		if err := trail.Close(); err != nil {
+			logger.Warn("closing the audit trail", "error", err.Error())
+		}
+		_ = w.Close()
+	}, nil
 }
 
 func logLevel(s string) slog.Level {
