@@ -182,29 +182,31 @@ func retrySeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) 
 func upstreamWire(req *Request, t *Target, ue *UpstreamError, logger *slog.Logger) (json.RawMessage, *protocol.Error, Outcome) {
 	e := ue.Err
 	if !protocol.IsSpecDefined(e.Code) {
-		logger.Warn("an upstream answered with an internal error; the client gets a generic one",
+		// At error level, as every record a client's message points to by request id: a log
+		// limiter must not hold it back.
+		logger.Error("an upstream answered with an internal error; the client got a generic one",
 			"request_id", req.LogID, "method", req.Method, "upstream", ue.Upstream, "code", e.Code, "message", e.Message, "data", string(e.Data))
 		out := protocol.Errorf(protocol.CodeInternalError, "upstream %s failed to handle the request (request %s); the gateway's log has the details", ue.Upstream, req.LogID)
 		return nil, out, Outcome{Result: OutcomeError, Code: out.Code, Reason: "upstream_error"}
 	}
-	if e.Code == protocol.CodeResourceNotFound && t != nil && t.Exposed != "" {
-		// The client knows the resource by the gateway's URI; the upstream's own stays inside.
-		msg := e.Message
-		if t.Original != "" && t.Original != t.Exposed {
-			msg = strings.ReplaceAll(msg, t.Original, t.Exposed)
-		}
+	if t != nil && t.Exposed != "" && t.Original != "" && t.Original != t.Exposed {
+		// The client knows the item by the gateway's name or URI; the upstream's own stays
+		// inside: resource-not-found names its URI in data.uri (as -32002 by 2025-11-25, as
+		// -32602 by later revisions), and messages often quote it.
 		data := e.Data
-		if out, err := protocol.SetMember(orEmptyObject(data), "uri", protocol.AppendString(nil, t.Exposed)); err == nil {
-			data = out
+		if uri, ok, _ := protocol.StringMember(data, "uri"); ok && uri == t.Original {
+			if out, err := protocol.SetMember(data, "uri", protocol.AppendString(nil, t.Exposed)); err == nil {
+				data = out
+			}
+		}
+		msg := e.Message
+		if strings.Contains(t.Original, ":") {
+			// A URI is specific enough to replace wherever it is quoted; a bare tool name
+			// (echo) may be part of other words.
+			msg = strings.ReplaceAll(msg, t.Original, t.Exposed)
 		}
 		e = &protocol.Error{Code: e.Code, Message: msg, Data: data}
 	}
 	return nil, e, Outcome{Result: OutcomeError, Code: e.Code, Reason: "upstream_error"}
 }
 
-func orEmptyObject(data json.RawMessage) json.RawMessage {
-	if len(data) == 0 || data[0] != '{' {
-		return json.RawMessage(`{}`)
-	}
-	return data
-}

@@ -1,10 +1,12 @@
 // Package archtest checks that imports between Manifold's packages point one way (design.md:
-// cmd → gateway → catalog, upstream, session, config → protocol; catalog → upstream), so that
-// the layering cannot erode unnoticed.
+// cmd → gateway → pipeline, hub, catalog, upstream, session, audit, config → protocol;
+// catalog → upstream; pipeline → session), so that the layering cannot erode unnoticed.
 package archtest
 
 import (
+	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,31 +40,68 @@ func TestImportsPointOneWay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	seen := 0
+	imports := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(fields[0], module)
-		may, known := allowed[pkg]
+		for _, imp := range fields[1:] {
+			if dep, ok := strings.CutPrefix(imp, module); ok {
+				imports[pkg] = append(imports[pkg], dep)
+			}
+		}
+		if _, ok := imports[pkg]; !ok {
+			imports[pkg] = nil
+		}
+	}
+	if len(imports) < 8 {
+		t.Errorf("checked only %d packages; is go list seeing the module?", len(imports))
+	}
+	for _, v := range violations(imports, allowed) {
+		t.Error(v)
+	}
+}
+
+// TestViolationsAreReported: the check itself fails on an edge the layering forbids, and on a
+// package it has no rule for.
+func TestViolationsAreReported(t *testing.T) {
+	tests := []struct {
+		name    string
+		imports map[string][]string
+		want    string
+	}{
+		{"upstream imports gateway", map[string][]string{"upstream": {"protocol", "gateway"}}, "upstream imports gateway"},
+		{"the hub holds sessions of the face", map[string][]string{"hub": {"gateway"}}, "hub imports gateway"},
+		{"protocol imports anything", map[string][]string{"protocol": {"session"}}, "protocol imports session"},
+		{"a package without a rule", map[string][]string{"newpkg": nil}, "package newpkg has no import rule"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := violations(tt.imports, allowed)
+			if len(got) != 1 || !strings.Contains(got[0], tt.want) {
+				t.Errorf("violations = %q, want one naming %q", got, tt.want)
+			}
+		})
+	}
+	if got := violations(map[string][]string{"gateway": {"hub", "pipeline", "catalog"}}, allowed); len(got) != 0 {
+		t.Errorf("allowed edges reported: %q", got)
+	}
+}
+
+// violations lists the imports of this module's packages that rules does not allow.
+func violations(imports map[string][]string, rules map[string][]string) []string {
+	var out []string
+	for pkg, deps := range imports {
+		may, known := rules[pkg]
 		if !known {
-			t.Errorf("package %s has no import rule here: add one", pkg)
+			out = append(out, fmt.Sprintf("package %s has no import rule here: add one", pkg))
 			continue
 		}
-		seen++
-		for _, imp := range fields[1:] {
-			if !strings.HasPrefix(imp, module) {
-				continue
-			}
-			dep := strings.TrimPrefix(imp, module)
-			ok := false
-			for _, m := range may {
-				ok = ok || m == dep
-			}
-			if !ok {
-				t.Errorf("%s imports %s, which the layering forbids", pkg, dep)
+		for _, dep := range deps {
+			if !slices.Contains(may, dep) {
+				out = append(out, fmt.Sprintf("%s imports %s, which the layering forbids", pkg, dep))
 			}
 		}
 	}
-	if seen < 8 {
-		t.Errorf("checked only %d packages; is go list seeing the module?", seen)
-	}
+	slices.Sort(out)
+	return out
 }

@@ -6,6 +6,7 @@ package testupstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -352,6 +354,10 @@ func newSemantics() *mcp.Server {
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-semantics", Version: "1.0.0"}, &mcp.ServerOptions{
 		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
+			if req.Params.URI == "file:///gone.txt" {
+				// The 2025-11-25 resource-not-found, naming the upstream's own URI.
+				return &jsonrpc.Error{Code: -32002, Message: "resource not found: file:///gone.txt", Data: json.RawMessage(`{"uri":"file:///gone.txt"}`)}
+			}
 			if req.Params.URI == "file:///held.txt" {
 				if err := hold(ctx); err != nil {
 					return err
@@ -371,6 +377,19 @@ func newSemantics() *mcp.Server {
 	mcp.AddTool(server, &mcp.Tool{Name: "held", Description: "how many subscribes wait in file:///held.txt"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return text(fmt.Sprintf("held=%d", held.Load())), nil, nil
+		})
+	// Prompts that fail with what an upstream's error may carry: internal detail.
+	server.AddPrompt(&mcp.Prompt{Name: "fails_internal", Description: "fails with a plain error"},
+		func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return nil, errors.New("connecting to db.internal:5432 as admin failed")
+		})
+	server.AddPrompt(&mcp.Prompt{Name: "fails_custom", Description: "fails with an implementation-defined code"},
+		func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return nil, &jsonrpc.Error{Code: -32011, Message: "shard 7 of cluster prod-eu is down"}
+		})
+	server.AddPrompt(&mcp.Prompt{Name: "fails_params", Description: "refuses its arguments"},
+		func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return nil, &jsonrpc.Error{Code: -32602, Message: "argument who: must not be empty", Data: json.RawMessage(`{"argument":"who"}`)}
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "release", Description: "lets the held subscribes answer"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
