@@ -209,4 +209,3 @@ func upstreamWire(req *Request, t *Target, ue *UpstreamError, logger *slog.Logge
 	}
 	return nil, e, Outcome{Result: OutcomeError, Code: e.Code, Reason: "upstream_error"}
 }
-
