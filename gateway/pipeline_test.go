@@ -154,8 +154,11 @@ func TestAuditRecordPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var call, refused map[string]any
+	var call, refused, initialize map[string]any
 	for _, rec := range out.lines(t) {
+		if rec["method"] == "initialize" {
+			initialize = rec
+		}
 		if rec["method"] != "tools/call" {
 			continue
 		}
@@ -192,6 +195,9 @@ func TestAuditRecordPerRequest(t *testing.T) {
 		if refused[key] != want {
 			t.Errorf("refused record %s = %v, want %v", key, refused[key], want)
 		}
+	}
+	if initialize == nil || initialize["session"] != sessionFingerprint(sid) || initialize["outcome"] != "ok" {
+		t.Errorf("initialize record %+v", initialize)
 	}
 	if strings.Contains(out.buf.String(), sid) {
 		t.Error("the audit trail holds a session id")

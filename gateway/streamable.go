@@ -127,7 +127,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	sid := r.Header.Get(headerSessionID)
 	if req, ok := msg.(*protocol.Request); ok {
 		if req.Method == protocol.MethodInitialize {
-			g.initialize(w, r, req)
+			g.initialize(w, r, req, requestID)
 			return
 		}
 		if sid == "" && (req.Method == protocol.MethodDiscover || isModernVersion(r.Header.Get(headerProtocolVersion))) {
@@ -331,7 +331,7 @@ func writeUnsupportedModern(w http.ResponseWriter, req *protocol.Request, reques
 	})
 }
 
-func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protocol.Request) {
+func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
 	if r.Header.Get(headerSessionID) != "" {
 		writeHTTPError(w, http.StatusBadRequest, &req.ID, protocol.Errorf(protocol.CodeInvalidRequest,
 			"initialize must not carry Mcp-Session-Id: a session is initialized once"))
@@ -348,6 +348,13 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	if p.ClientInfo != nil {
 		clientInfo, _ = json.Marshal(p.ClientInfo)
 	}
+	// initialize is a request like any other for the audit trail: who started a session, and
+	// whether it was refused.
+	received := g.opts.Now()
+	audited := func(sessionID string, outcome pipeline.Outcome) {
+		g.writeAudit(context.Background(), &pipeline.Request{ID: req.ID, Method: req.Method, LogID: requestID, Received: received,
+			Client: pipeline.ClientContext{SessionID: sessionID, ProtocolVersion: version, Capabilities: p.Capabilities}}, nil, outcome)
+	}
 	rec, err := g.store.Create(r.Context(), session.Record{
 		ProtocolVersion:    version,
 		ClientInfo:         clientInfo,
@@ -355,6 +362,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	})
 	if errors.Is(err, session.ErrLimit) {
 		w.Header().Set("Retry-After", "5")
+		audited("", pipeline.Outcome{Result: pipeline.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
 		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeSessionLimit,
 			"the gateway already holds its maximum of %d sessions: retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions))
 		return
@@ -379,6 +387,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		name = p.ClientInfo.Name
 	}
 	g.logger.Info("session started", "session", fingerprint(rec.ID), "protocol_version", version, "client", name)
+	audited(rec.ID, pipeline.Outcome{Result: pipeline.OutcomeOK})
 	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
 }
 
