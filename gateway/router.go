@@ -64,7 +64,12 @@ func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *pro
 
 // finish maps how a request ended to the wire and writes its audit record.
 func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage, err error) (json.RawMessage, *protocol.Error) {
-	result, wireErr, outcome := pipeline.Map(req, t, result, err, g.logger.With("session", fingerprint(req.Client.SessionID)))
+	logger := g.logger
+	if err != nil {
+		// Only a failure is logged: a success does not pay for naming the session.
+		logger = logger.With("session", fingerprint(req.Client.SessionID))
+	}
+	result, wireErr, outcome := pipeline.Map(req, t, result, err, logger)
 	g.writeAudit(ctx, req, t, outcome)
 	return result, wireErr
 }
@@ -91,9 +96,12 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		if err != nil {
 			return nil, err
 		}
-		args, _, _ := protocol.Member(params, "arguments")
 		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
-			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original, Arguments: args}}
+			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
+		if len(g.checks) > 0 {
+			// Only checks read the arguments: without any, the request does not pay for it.
+			res.target.Arguments, _, _ = protocol.Member(params, "arguments")
+		}
 		if kind == pipeline.Tool {
 			_, res.asTask, _ = protocol.Member(params, "task")
 			if res.asTask && !upstreamTaskCaps(res.upstream).callsAsTasks() {

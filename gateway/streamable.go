@@ -160,7 +160,9 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 			return
 		}
 		g.startRequest(st, rec, ls, m, requestID)
-		sw.answer(r.Context(), g.switchTimer(rec))
+		switchAfter, stop := g.switchTimer(rec)
+		defer stop()
+		sw.answer(r.Context(), switchAfter)
 	}
 }
 
@@ -187,12 +189,14 @@ func (g *Gateway) attachAnswer(w http.ResponseWriter, id *protocol.ID, st *hub.S
 func resumable(version string) bool { return !olderThan(version, protocol.Version20251125) }
 
 // switchTimer fires when a request of the session has run long enough to be answered as a
-// resumable SSE stream (stream_after); nil when it never switches on time alone.
-func (g *Gateway) switchTimer(rec *session.Record) <-chan time.Time {
+// resumable SSE stream (stream_after); nil when it never switches on time alone. The func it
+// returns stops the timer: a request answered sooner must not leave one behind.
+func (g *Gateway) switchTimer(rec *session.Record) (<-chan time.Time, func()) {
 	if !resumable(rec.ProtocolVersion) || g.cfg.StreamAfter <= 0 {
-		return nil
+		return nil, func() {}
 	}
-	return time.After(g.cfg.StreamAfter)
+	t := time.NewTimer(g.cfg.StreamAfter)
+	return t.C, func() { t.Stop() }
 }
 
 // touch marks a session used, which puts off its idle expiry.
