@@ -59,6 +59,7 @@ func useFakeUpstreams(g *Gateway, clients ...upstreamClient) {
 		g.upstreams = append(g.upstreams, u)
 		sources[i] = u
 	}
+	g.logs.upstreams, g.tasks.upstreams = g.upstreams, g.upstreams
 	g.builder = catalog.NewBuilder(sources, g.cfg.Separator, g.logger)
 	g.snapshot.Store(g.builder.Build())
 }

@@ -88,14 +88,12 @@ type Gateway struct {
 	// conns finds the connection of an upstream client, shared or a session's own.
 	conns sync.Map // upstreamClient → *conn
 
-	// subs fans resource updates out to subscribed sessions.
-	subs subscriptions
-	// elicitations routes the completion of URL-mode elicitations to their sessions.
-	elicitations urlElicitations
-	// progressSeq numbers the progress tokens the gateway gives upstreams.
-	progressSeq atomic.Uint64
-	// rootsResult answers roots/list for shared upstreams outside any call: the config's roots.
-	rootsResult json.RawMessage
+	// router routes what upstreams send to the sessions it belongs to; logs, subs and tasks
+	// keep what the protocol scopes to a session over shared connections (design decision 5).
+	router *messageRouter
+	logs   *sessionLogs
+	subs   *subscriptions
+	tasks  *taskTable
 
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
@@ -144,8 +142,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.checks = pipeline.Chain(g.opts.Checks)
 	g.hub = hub.New(g.ctx, &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention})
-	g.rootsResult = rootsResult(cfg.Roots)
-	g.subs.entries = map[subKey]*subEntry{}
+	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots)}
 
 	enabled := cfg.EnabledUpstreams()
 	specs := make([]catalog.Namespace, len(enabled))
@@ -167,7 +164,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			if c.State() == upstream.StateReady {
 				g.resyncLogLevels()
 				if ready := g.connOf(c); ready != nil {
-					g.renewSubscriptions(ready)
+					g.subs.renew(ready)
 				}
 			}
 		}
@@ -197,6 +194,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.conns.Store(upstreamClient(client), ue.shared)
 		g.upstreams = append(g.upstreams, ue)
 	}
+	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams}
+	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
+	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
 	sources := make([]catalog.Source, len(g.upstreams))
 	for i, ue := range g.upstreams {
 		sources[i] = ue
@@ -204,6 +204,39 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
 	g.snapshot.Store(g.builder.Build())
 	return g, nil
+}
+
+// onUpstreamRequest hands a request from an upstream to the router.
+func (g *Gateway) onUpstreamRequest(ctx context.Context, client *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
+	c := g.connOf(client)
+	if c == nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
+	}
+	return g.router.onRequest(ctx, c, req, origin)
+}
+
+// onUpstreamNotification hands a notification from an upstream to what it concerns: a call's
+// progress, a cancel or an elicitation's completion to the router, a log message, a task's
+// status and a resource update to their per-session semantics.
+func (g *Gateway) onUpstreamNotification(client *upstream.Client, n *protocol.Notification, origin upstream.Origin) {
+	c := g.connOf(client)
+	if c == nil {
+		return
+	}
+	switch n.Method {
+	case protocol.NotificationProgress:
+		g.router.onProgress(c, n)
+	case protocol.NotificationCancelled:
+		g.router.onCancelled(c, n)
+	case protocol.NotificationElicitationComplete:
+		g.router.onElicitationComplete(c, n, origin)
+	case protocol.NotificationMessage:
+		g.logs.deliver(c, n, origin)
+	case notificationStatus:
+		g.tasks.deliverStatus(c, n)
+	case protocol.NotificationResourceUpdated:
+		g.subs.deliverUpdated(c, n)
+	}
 }
 
 // Start connects the upstreams (in the background: a slow or failing upstream does not hold
@@ -288,29 +321,11 @@ func (g *Gateway) rebuild() {
 
 // broadcast sends a notification without params to every session's standalone stream.
 func (g *Gateway) broadcast(method string) {
-	g.notifySessions(&protocol.Notification{Method: method})
-}
-
-// notifySessions sends n on the standalone streams of the sessions ids that this process
-// serves, or of all of them when ids is empty.
-func (g *Gateway) notifySessions(n *protocol.Notification, ids ...string) {
-	data, err := protocol.Encode(n)
-	if err != nil {
-		g.logger.Error("encode notification", "method", n.Method, "error", err.Error())
-		return
-	}
-	if len(ids) == 0 {
-		for _, s := range g.hub.Sessions() {
-			ids = append(ids, s.ID())
-		}
-	}
-	for _, id := range ids {
-		_ = g.deliver(id, "", data)
-	}
+	g.router.notifySessions(&protocol.Notification{Method: method})
 }
 
 // sessionLive reports whether a session is live here.
-func (g *Gateway) sessionLive(id string) bool { return g.hub.Lookup(id) != nil }
+func (g *Gateway) sessionLive(id string) bool { return g.router.sessionLive(id) }
 
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that
 // never sends DELETE does not hold a slot forever. A session with an open standalone stream is
@@ -364,7 +379,7 @@ func (g *Gateway) endLocal(id string) {
 			u.pool.closeSession(id)
 		}
 	}
-	g.dropSubscriptions(id)
+	g.subs.drop(id)
 }
 
 // goWorker runs f on a goroutine the gateway owns: Close waits for it. Once Close has begun it
@@ -388,7 +403,7 @@ func (g *Gateway) resyncLogLevels() {
 	g.goWorker(func() {
 		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
 		defer cancel()
-		g.syncLogLevels(ctx)
+		g.logs.syncLevels(ctx)
 	})
 }
 

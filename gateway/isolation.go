@@ -80,7 +80,7 @@ func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, erro
 		pc.levelOnce.Do(func() {
 			// A new connection starts at the session's log level.
 			if rec, err := p.g.store.Get(ctx, sessionID); err == nil && rec.LogLevel != "" {
-				p.g.setUpstreamLevel(ctx, pc.conn, rec.LogLevel)
+				p.g.logs.setUpstreamLevel(ctx, pc.conn, rec.LogLevel)
 			}
 		})
 		return pc, nil
@@ -103,7 +103,7 @@ func (p *connPool) openLocked(sessionID string) *pooledConn {
 	opts.OnChange = func(c *upstream.Client) {
 		if c.State() == upstream.StateReady {
 			readyOnce.Do(func() { close(pc.ready) })
-			p.g.renewSubscriptions(pc.conn) // after a restart of the session's child
+			p.g.subs.renew(pc.conn) // after a restart of the session's child
 		}
 	}
 	client := upstream.New(p.spec, &opts)

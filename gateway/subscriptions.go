@@ -28,6 +28,10 @@ const subscriptionCallTimeout = 10 * time.Second
 // other. mu is never held across an upstream call, so the upstream's read loop, delivering
 // updates, never waits for one.
 type subscriptions struct {
+	router *messageRouter
+	// goWorker runs a background call on a goroutine the gateway owns; false once it closes.
+	goWorker func(func()) bool
+
 	mu sync.Mutex
 	// entries holds each key's subscription. Invariant: an entry stays in the table while it
 	// has subscribers, is subscribed upstream, or a goroutine holds or waits for its turn, so
@@ -99,7 +103,7 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 // subscription is made on the connection whose server notifies the session: the shared one,
 // or for an isolated upstream the session's own, which then stays open while it has
 // subscriptions (connPool.sweep).
-func (g *Gateway) subscribe(ctx context.Context, rq *request, res *resolved, on bool) (json.RawMessage, error) {
+func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolved, on bool) (json.RawMessage, error) {
 	sessionID := rq.Client.SessionID
 	if sessionID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s needs a session: updates go to the session's stream", rq.Method)
@@ -136,7 +140,6 @@ func (g *Gateway) subscribe(ctx context.Context, rq *request, res *resolved, on 
 		}
 	}
 	key := subKey{c, original}
-	s := &g.subs
 	e, err := s.acquire(ctx, key)
 	if err != nil {
 		return nil, err
@@ -162,7 +165,7 @@ func (g *Gateway) subscribe(ctx context.Context, rq *request, res *resolved, on 
 		}
 	}
 	s.mu.Lock()
-	if on && !g.sessionLive(sessionID) {
+	if on && !s.router.sessionLive(sessionID) {
 		// The session ended while the upstream subscribed: its subscriptions were already
 		// dropped, so this one is not added back (the upstream's is left to lapse).
 		s.mu.Unlock()
@@ -178,14 +181,14 @@ func (g *Gateway) subscribe(ctx context.Context, rq *request, res *resolved, on 
 		}
 	}
 	s.mu.Unlock()
-	g.recordSubscription(ctx, sessionID, res.target.Exposed, on)
+	s.record(ctx, sessionID, res.target.Exposed, on)
 	return json.RawMessage(`{}`), nil
 }
 
 // recordSubscription keeps the session record's list of subscriptions, which says what the
 // session is to whoever loads it; the live fan-out is the table above.
-func (g *Gateway) recordSubscription(ctx context.Context, sessionID, uri string, on bool) {
-	_, err := g.store.Update(ctx, sessionID, func(r *session.Record) {
+func (s *subscriptions) record(ctx context.Context, sessionID, uri string, on bool) {
+	_, err := s.router.store.Update(ctx, sessionID, func(r *session.Record) {
 		i := slices.Index(r.Subscriptions, uri)
 		switch {
 		case on && i < 0:
@@ -195,14 +198,13 @@ func (g *Gateway) recordSubscription(ctx context.Context, sessionID, uri string,
 		}
 	})
 	if err != nil {
-		g.logger.Warn("recording a subscription in the session failed", "session", fingerprint(sessionID), "error", err.Error())
+		s.router.logger.Warn("recording a subscription in the session failed", "session", fingerprint(sessionID), "error", err.Error())
 	}
 }
 
 // dropSubscriptions removes an ended session's subscriptions, unsubscribing upstream where it
 // was the last subscriber.
-func (g *Gateway) dropSubscriptions(sessionID string) {
-	s := &g.subs
+func (s *subscriptions) drop(sessionID string) {
 	s.mu.Lock()
 	var last []subKey
 	for key, e := range s.entries {
@@ -227,15 +229,14 @@ func (g *Gateway) dropSubscriptions(sessionID string) {
 	// One goroutine per key: a slow upstream delays only its own unsubscribe. None once the
 	// gateway closes: the upstreams are stopping.
 	for _, key := range last {
-		g.goWorker(func() { g.unsubscribeUnused(key) })
+		s.goWorker(func() { s.unsubscribeUnused(key) })
 	}
 }
 
 // unsubscribeUnused unsubscribes key upstream unless a session subscribed to it meanwhile.
-func (g *Gateway) unsubscribeUnused(key subKey) {
-	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+func (s *subscriptions) unsubscribeUnused(key subKey) {
+	ctx, cancel := context.WithTimeout(s.router.ctx, subscriptionCallTimeout)
 	defer cancel()
-	s := &g.subs
 	e, err := s.acquire(ctx, key)
 	if err != nil {
 		return // still subscribed upstream: the next subscriber reuses it
@@ -251,7 +252,7 @@ func (g *Gateway) unsubscribeUnused(key subKey) {
 	if current {
 		params, _ := json.Marshal(map[string]string{"uri": key.uri})
 		if _, err := key.conn.client.Call(ctx, protocol.MethodUnsubscribe, params); err != nil && ctx.Err() == nil {
-			g.logger.Debug("unsubscribing after a session ended failed", "upstream", key.conn.upstream.ns.Name, "error", err.Error())
+			s.router.logger.Debug("unsubscribing after a session ended failed", "upstream", key.conn.upstream.ns.Name, "error", err.Error())
 		}
 	}
 	s.mu.Lock()
@@ -275,12 +276,11 @@ func (s *subscriptions) holds(c *conn) bool {
 // subscribers but was subscribed on an earlier connection: the upstream restarted or
 // re-initialized and forgot them. It is called whenever c is ready, which is also after a
 // mere catalog refresh; then nothing is stale and nothing is sent.
-func (g *Gateway) renewSubscriptions(c *conn) {
+func (s *subscriptions) renew(c *conn) {
 	info := c.client.Server()
-	if info == nil || g.ctx.Err() != nil {
+	if info == nil || s.router.ctx.Err() != nil {
 		return
 	}
-	s := &g.subs
 	s.mu.Lock()
 	var stale []subKey
 	for key, e := range s.entries {
@@ -292,20 +292,20 @@ func (g *Gateway) renewSubscriptions(c *conn) {
 	if len(stale) == 0 {
 		return
 	}
-	g.goWorker(func() { g.renewKeys(stale) })
+	s.goWorker(func() { s.renewKeys(stale) })
 }
 
 // renewKeys renews subscriptions, all within one timeout. Each key is renewed on its own, so
 // that one the upstream is slow to answer does not hold up the others; a failure is logged,
 // and the key is tried again the next time the upstream is ready or a client subscribes.
-func (g *Gateway) renewKeys(keys []subKey) {
-	ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+func (s *subscriptions) renewKeys(keys []subKey) {
+	ctx, cancel := context.WithTimeout(s.router.ctx, subscriptionCallTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, key := range keys {
 		wg.Go(func() {
-			if err := g.renewKey(ctx, key); err != nil && g.ctx.Err() == nil {
-				g.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.conn.upstream.ns.Name, "error", err.Error())
+			if err := s.renewKey(ctx, key); err != nil && s.router.ctx.Err() == nil {
+				s.router.logger.Warn("renewing a resource subscription after the upstream reconnected failed", "upstream", key.conn.upstream.ns.Name, "error", err.Error())
 			}
 		})
 	}
@@ -314,8 +314,7 @@ func (g *Gateway) renewKeys(keys []subKey) {
 
 // renewKey subscribes key on its connection as it is now, unless that is done already or
 // nobody is subscribed any more.
-func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
-	s := &g.subs
+func (s *subscriptions) renewKey(ctx context.Context, key subKey) error {
 	e, err := s.acquire(ctx, key)
 	if err != nil {
 		return err
@@ -340,14 +339,13 @@ func (g *Gateway) renewKey(ctx context.Context, key subKey) error {
 
 // deliverUpdated fans notifications/resources/updated out to the subscribed sessions, with
 // the URI in the gateway's namespaced form.
-func (g *Gateway) deliverUpdated(c *conn, n *protocol.Notification) {
+func (s *subscriptions) deliverUpdated(c *conn, n *protocol.Notification) {
 	uri, ok, err := protocol.StringMember(n.Params, "uri")
 	if err != nil || !ok {
 		return
 	}
 	// Subscriptions are keyed by connection: an update from a session's own connection
 	// reaches only that session, the only one that can subscribe there.
-	s := &g.subs
 	s.mu.Lock()
 	var ids []string
 	if e := s.entries[subKey{c, uri}]; e != nil {
@@ -364,5 +362,5 @@ func (g *Gateway) deliverUpdated(c *conn, n *protocol.Notification) {
 	if err != nil {
 		return
 	}
-	g.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, ids...)
+	s.router.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, ids...)
 }

@@ -100,6 +100,22 @@ func (c taskCaps) callsAsTasks() bool {
 	return c.Requests != nil && c.Requests.Tools != nil && c.Requests.Tools.Call != nil
 }
 
+// taskTable keeps the tasks of task-augmented tools/call per session (mcp-notes §9): the
+// gateway's task ids, bound to the session that created each task and to the upstream's own
+// id, so that a session sees and reaches its own tasks only.
+type taskTable struct {
+	router    *messageRouter
+	upstreams []*upstreamEntry
+	// forward sends a request to an upstream on a client's behalf (the pipeline's forward).
+	forward func(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error)
+}
+
+// forwardTo forwards a request the gateway makes on a client's behalf to upstream u, outside
+// the request's own target (tasks/list of each upstream, the cancel of an orphan task).
+func (tt *taskTable) forwardTo(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	return tt.forward(ctx, rq, &resolved{upstream: u, scheme: u.ns.Scheme, target: pipeline.Target{Upstream: u.ns.Name}}, method, params)
+}
+
 func newTaskID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -108,7 +124,7 @@ func newTaskID() string {
 
 // startTask finishes a task-augmented tools/call: the upstream's task id in the result is
 // recorded for the session and replaced by a gateway id.
-func (g *Gateway) startTask(ctx context.Context, rq *request, u *upstreamEntry, result json.RawMessage) (json.RawMessage, error) {
+func (tt *taskTable) start(ctx context.Context, rq *request, u *upstreamEntry, result json.RawMessage) (json.RawMessage, error) {
 	sessionID := rq.Client.SessionID
 	task, ok, _ := protocol.Member(result, "task")
 	if !ok {
@@ -119,14 +135,14 @@ func (g *Gateway) startTask(ctx context.Context, rq *request, u *upstreamEntry, 
 		return nil, fmt.Errorf("upstream %s created a task without a taskId", u.ns.Name)
 	}
 	if sessionID == "" {
-		g.cancelOrphanTask(ctx, rq, u, upstreamID)
+		tt.cancelOrphan(ctx, rq, u, upstreamID)
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "a task needs a session: call the tool without \"task\"")
 	}
 	rec := session.TaskRecord{ID: newTaskID(), SessionID: sessionID, Upstream: u.connKey(sessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
-	switch err := g.store.PutTask(ctx, rec); {
+	switch err := tt.router.store.PutTask(ctx, rec); {
 	case errors.Is(err, session.ErrTooManyTasks):
-		g.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(sessionID), "upstream", u.ns.Name)
-		g.cancelOrphanTask(ctx, rq, u, upstreamID)
+		tt.router.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(sessionID), "upstream", u.ns.Name)
+		tt.cancelOrphan(ctx, rq, u, upstreamID)
 		return nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyTasks, Upstream: u.ns.Name,
 			Message: "This task was not accepted: the session already has as many unfinished tasks as the gateway keeps for one session. " +
 				"Fetch the results of finished tasks with tasks/result or cancel tasks you no longer need with tasks/cancel, then try again."}
@@ -134,7 +150,7 @@ func (g *Gateway) startTask(ctx context.Context, rq *request, u *upstreamEntry, 
 		return nil, fmt.Errorf("record task: %w", err)
 	}
 	if taskEnded(task) {
-		g.endTask(ctx, rec)
+		tt.end(ctx, rec)
 	}
 	newTask, err := withMember(task, "taskId", rec.ID)
 	if err != nil {
@@ -145,7 +161,7 @@ func (g *Gateway) startTask(ctx context.Context, rq *request, u *upstreamEntry, 
 
 // cancelOrphanTask asks the upstream to cancel a task it created that the gateway did not
 // keep, so that it does not run for nobody; best effort, if the upstream cancels tasks.
-func (g *Gateway) cancelOrphanTask(ctx context.Context, rq *request, u *upstreamEntry, upstreamID string) {
+func (tt *taskTable) cancelOrphan(ctx context.Context, rq *request, u *upstreamEntry, upstreamID string) {
 	if upstreamTaskCaps(u).Cancel == nil {
 		return
 	}
@@ -155,15 +171,15 @@ func (g *Gateway) cancelOrphanTask(ctx context.Context, rq *request, u *upstream
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCancelTimeout)
 	defer cancel()
-	if _, err := g.forwardTo(ctx, rq, u, methodTasksCancel, params); err != nil {
-		g.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(rq.Client.SessionID), "upstream", u.ns.Name, "error", err.Error())
+	if _, err := tt.forwardTo(ctx, rq, u, methodTasksCancel, params); err != nil {
+		tt.router.logger.Debug("cancelling a task the gateway did not keep failed", "session", fingerprint(rq.Client.SessionID), "upstream", u.ns.Name, "error", err.Error())
 	}
 }
 
 // endTask tells the store that a task reached a terminal status.
-func (g *Gateway) endTask(ctx context.Context, rec session.TaskRecord) {
-	if err := g.store.EndTask(context.WithoutCancel(ctx), rec.ID); err != nil {
-		g.logger.Warn("recording a task's end failed", "session", fingerprint(rec.SessionID), "error", err.Error())
+func (tt *taskTable) end(ctx context.Context, rec session.TaskRecord) {
+	if err := tt.router.store.EndTask(context.WithoutCancel(ctx), rec.ID); err != nil {
+		tt.router.logger.Warn("recording a task's end failed", "session", fingerprint(rec.SessionID), "error", err.Error())
 	}
 }
 
@@ -172,7 +188,7 @@ func (g *Gateway) endTask(ctx context.Context, rec session.TaskRecord) {
 // with its result or the original request's JSON-RPC error (mcp-notes §9.2); a -32602 error
 // to tasks/get or tasks/cancel means the upstream no longer has the task or it had already
 // ended (§9.4). Other failures (unavailable, timed out) say nothing about the task.
-func (g *Gateway) noteTaskAnswer(ctx context.Context, rec session.TaskRecord, method string, result json.RawMessage, err error) {
+func (tt *taskTable) noteAnswer(ctx context.Context, rec session.TaskRecord, method string, result json.RawMessage, err error) {
 	var rpcErr *protocol.Error
 	var ended bool
 	switch {
@@ -182,23 +198,23 @@ func (g *Gateway) noteTaskAnswer(ctx context.Context, rec session.TaskRecord, me
 		ended = method == methodTasksResult || rpcErr.Code == protocol.CodeInvalidParams
 	}
 	if ended {
-		g.endTask(ctx, rec)
+		tt.end(ctx, rec)
 	}
 }
 
 // taskFor finds the caller's task by the gateway's id; another session's task, like a missing
 // one, is an invalid taskId (mcp-notes §14.11).
-func (g *Gateway) taskFor(ctx context.Context, rq *request, params json.RawMessage) (session.TaskRecord, *upstreamEntry, error) {
+func (tt *taskTable) find(ctx context.Context, rq *request, params json.RawMessage) (session.TaskRecord, *upstreamEntry, error) {
 	sessionID := rq.Client.SessionID
 	id, ok, err := protocol.StringMember(params, "taskId")
 	if err != nil || !ok {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"taskId\" must be a string")
 	}
-	rec, err := g.store.Task(ctx, id)
+	rec, err := tt.router.store.Task(ctx, id)
 	if err != nil || sessionID == "" || rec.SessionID != sessionID {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
 	}
-	for _, u := range g.upstreams {
+	for _, u := range tt.upstreams {
 		if u.connKey(sessionID) == rec.Upstream {
 			return rec, u, nil
 		}
@@ -207,13 +223,13 @@ func (g *Gateway) taskFor(ctx context.Context, rq *request, params json.RawMessa
 }
 
 // taskRequest serves tasks/get, tasks/result and tasks/cancel of the task res names.
-func (g *Gateway) taskRequest(ctx context.Context, rq *request, res *resolved) (json.RawMessage, error) {
+func (tt *taskTable) request(ctx context.Context, rq *request, res *resolved) (json.RawMessage, error) {
 	rec, u := res.task, res.upstream
 	if rq.Method == methodTasksCancel && upstreamTaskCaps(u).Cancel == nil {
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of task %s does not cancel tasks", rec.ID)
 	}
-	result, err := g.forward(ctx, rq, res, rq.Method, res.params)
-	g.noteTaskAnswer(ctx, rec, rq.Method, result, err)
+	result, err := tt.forward(ctx, rq, res, rq.Method, res.params)
+	tt.noteAnswer(ctx, rec, rq.Method, result, err)
 	if err != nil {
 		return nil, err
 	}
@@ -243,12 +259,12 @@ func mapTaskIDs(result json.RawMessage, rec session.TaskRecord, scheme string) j
 }
 
 // listTasks serves tasks/list: the caller's tasks only, as each upstream reports them.
-func (g *Gateway) listTasks(ctx context.Context, rq *request) (json.RawMessage, error) {
+func (tt *taskTable) list(ctx context.Context, rq *request) (json.RawMessage, error) {
 	sessionID := rq.Client.SessionID
 	if sessionID == "" {
 		return json.RawMessage(`{"tasks":[]}`), nil
 	}
-	mine, err := g.store.TasksOf(ctx, sessionID)
+	mine, err := tt.router.store.TasksOf(ctx, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -260,7 +276,7 @@ func (g *Gateway) listTasks(ctx context.Context, rq *request) (json.RawMessage, 
 		byUpstream[t.Upstream][t.UpstreamID] = t
 	}
 	tasks := []json.RawMessage{}
-	for _, u := range g.upstreams {
+	for _, u := range tt.upstreams {
 		own := byUpstream[u.connKey(sessionID)]
 		if len(own) == 0 || upstreamTaskCaps(u).List == nil {
 			continue
@@ -271,7 +287,7 @@ func (g *Gateway) listTasks(ctx context.Context, rq *request) (json.RawMessage, 
 			if cursor != "" {
 				params, _ = json.Marshal(map[string]string{"cursor": cursor})
 			}
-			res, err := g.forwardTo(ctx, rq, u, methodTasksList, params)
+			res, err := tt.forwardTo(ctx, rq, u, methodTasksList, params)
 			if err != nil {
 				return nil, err
 			}
@@ -286,7 +302,7 @@ func (g *Gateway) listTasks(ctx context.Context, rq *request) (json.RawMessage, 
 				id, _, _ := protocol.StringMember(t, "taskId")
 				if rec, ok := own[id]; ok {
 					if rec.Ended.IsZero() && taskEnded(t) {
-						g.endTask(ctx, rec)
+						tt.end(ctx, rec)
 					}
 					tasks = append(tasks, mapTaskIDs(t, rec, ""))
 				}
@@ -302,23 +318,23 @@ func (g *Gateway) listTasks(ctx context.Context, rq *request) (json.RawMessage, 
 
 // deliverTaskStatus sends an upstream's notifications/tasks/status to the session that owns
 // the task, on its standalone stream, with the gateway's task id.
-func (g *Gateway) deliverTaskStatus(c *conn, n *protocol.Notification) {
+func (tt *taskTable) deliverStatus(c *conn, n *protocol.Notification) {
 	id, ok, _ := protocol.StringMember(n.Params, "taskId")
 	if !ok {
 		return
 	}
-	rec, err := g.store.TaskByUpstream(g.ctx, c.connKey(""), id)
+	rec, err := tt.router.store.TaskByUpstream(tt.router.ctx, c.connKey(""), id)
 	if err != nil {
 		return
 	}
 	if taskEnded(n.Params) {
-		g.endTask(g.ctx, rec)
+		tt.end(tt.router.ctx, rec)
 	}
 	params, err := withMember(n.Params, "taskId", rec.ID)
 	if err != nil {
 		return
 	}
-	g.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, rec.SessionID)
+	tt.router.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, rec.SessionID)
 }
 
 // hideTaskSupport removes tools' execution (taskSupport) from a tools/list page for clients

@@ -268,7 +268,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 		}},
 		{"notifications/tasks/status", func(i int) {
 			up.finish(fmt.Sprintf("u%d", i), "completed")
-			g.deliverTaskStatus(shared, &protocol.Notification{Method: notificationStatus, Params: up.taskJSON(fmt.Sprintf("u%d", i))})
+			g.tasks.deliverStatus(shared, &protocol.Notification{Method: notificationStatus, Params: up.taskJSON(fmt.Sprintf("u%d", i))})
 		}},
 	}
 	for i, e := range ends {

@@ -72,11 +72,11 @@ func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
 	note := &protocol.Notification{Method: protocol.NotificationMessage, Params: json.RawMessage(`{"level":"info","data":"x"}`)}
 
 	own := &conn{upstream: u, client: up, session: "served-elsewhere"}
-	g.deliverLog(own, note, upstream.Origin{})
+	g.logs.deliver(own, note, upstream.Origin{})
 	if batch := take(); len(batch) != 0 {
 		t.Errorf("a log of another session's own connection reached a bystander: %d events", len(batch))
 	}
-	g.deliverLog(u.shared, note, upstream.Origin{})
+	g.logs.deliver(u.shared, note, upstream.Origin{})
 	if batch := take(); len(batch) != 1 {
 		t.Errorf("a log of the shared connection reached the session %d times, want once (broadcast_logs)", len(batch))
 	}

@@ -132,7 +132,7 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		if !hasTasks(rq.Client.ProtocolVersion) {
 			break
 		}
-		rec, u, err := g.taskFor(ctx, rq, params)
+		rec, u, err := g.tasks.find(ctx, rq, params)
 		if err != nil {
 			return nil, err
 		}
@@ -252,7 +252,7 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		case err != nil:
 			return nil, err
 		case res.asTask:
-			return g.startTask(ctx, rq, res.upstream, result)
+			return g.tasks.start(ctx, rq, res.upstream, result)
 		}
 		return bridgeToolResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodGetPrompt:
@@ -274,11 +274,11 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		}
 		return g.forward(ctx, rq, res, rq.Method, res.params)
 	case protocol.MethodSubscribe, protocol.MethodUnsubscribe:
-		return g.subscribe(ctx, rq, res, rq.Method == protocol.MethodSubscribe)
+		return g.subs.subscribe(ctx, rq, res, rq.Method == protocol.MethodSubscribe)
 	case methodTasksList:
-		return g.listTasks(ctx, rq)
+		return g.tasks.list(ctx, rq)
 	case methodTasksGet, methodTasksResult, methodTasksCancel:
-		return g.taskRequest(ctx, rq, res)
+		return g.tasks.request(ctx, rq, res)
 	}
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", rq.Method)
 }
@@ -315,8 +315,8 @@ func (g *Gateway) setLogLevel(ctx context.Context, rq *request, params json.RawM
 	if _, err := g.store.Update(ctx, rq.Client.SessionID, func(r *session.Record) { r.LogLevel = p.Level }); err != nil {
 		return nil, fmt.Errorf("store log level: %w", err)
 	}
-	g.syncLogLevels(ctx)
-	g.syncSessionLogLevel(ctx, rq.Client.SessionID, p.Level)
+	g.logs.syncLevels(ctx)
+	g.logs.syncSession(ctx, rq.Client.SessionID, p.Level)
 	return json.RawMessage(`{}`), nil
 }
 
@@ -352,7 +352,7 @@ func (g *Gateway) forward(ctx context.Context, rq *request, res *resolved, metho
 	var rpcErr *upstreamRPCError
 	if errors.As(err, &rpcErr) {
 		if rpcErr.Err.Code == protocol.CodeURLElicitationRequired && rq.owner != nil {
-			g.rememberRequiredElicitations(res.upstream.connKey(rq.Client.SessionID), rq.owner.sessionID, rpcErr.Err.Data)
+			g.router.rememberRequiredElicitations(res.upstream.connKey(rq.Client.SessionID), rq.owner.sessionID, rpcErr.Err.Data)
 		}
 		return nil, &pipeline.UpstreamError{Upstream: res.upstream.ns.Name, Err: rpcErr.Err}
 	}
@@ -362,12 +362,6 @@ func (g *Gateway) forward(ctx context.Context, rq *request, res *resolved, metho
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the answer of upstream %s exceeds the gateway's max_response_bytes: ask for less", res.upstream.ns.Name)
 	}
 	return nil, unavailable(rq, res.upstream.ns.Name, res.target.Exposed, err)
-}
-
-// forwardTo forwards a request the gateway makes on a client's behalf to upstream u, outside
-// the request's own target (tasks/list of each upstream, the cancel of an orphan task).
-func (g *Gateway) forwardTo(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
-	return g.forward(ctx, rq, &resolved{upstream: u, scheme: u.ns.Scheme, target: pipeline.Target{Upstream: u.ns.Name}}, method, params)
 }
 
 // upstreamRPCError is a JSON-RPC error the upstream answered, told apart from the gateway's own.
@@ -424,7 +418,7 @@ func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, metho
 	if rq.owner != nil {
 		var forget func()
 		var err error
-		params, forget, err = g.remapProgress(c, rq.owner, params)
+		params, forget, err = g.router.remapProgress(c, rq.owner, params)
 		if err != nil {
 			return nil, invalidParams(err)
 		}

@@ -12,7 +12,15 @@ import (
 
 // What the protocol scopes to a session stays scoped to it when sessions share an upstream
 // connection (design decision 5): log levels and log messages here, resource subscriptions in
-// subscriptions.go.
+// subscriptions.go, tasks in tasks.go.
+
+// sessionLogs keeps each session's log level over shared upstream connections: an upstream
+// logs at the most verbose level any session asked for, and each session receives only the
+// messages its own level admits, of its own calls.
+type sessionLogs struct {
+	router    *messageRouter
+	upstreams []*upstreamEntry
+}
 
 // levelRank orders the RFC 5424 levels, debug lowest; -1 for an unknown level.
 func levelRank(level string) int { return slices.Index(protocol.LogLevels, level) }
@@ -25,10 +33,10 @@ func levelAllows(min, level string) bool {
 
 // syncLogLevels sets each shared upstream that logs to the most verbose level any live
 // session asked for, when that changed.
-func (g *Gateway) syncLogLevels(ctx context.Context) {
+func (l *sessionLogs) syncLevels(ctx context.Context) {
 	want := ""
-	for _, s := range g.hub.Sessions() {
-		rec, err := g.store.Get(ctx, s.ID())
+	for _, s := range l.router.hub.Sessions() {
+		rec, err := l.router.store.Get(ctx, s.ID())
 		if err != nil || rec.LogLevel == "" {
 			continue
 		}
@@ -41,27 +49,27 @@ func (g *Gateway) syncLogLevels(ctx context.Context) {
 	}
 	// All upstreams at once: a slow one delays this sync by its own time only, not by the sum.
 	var wg sync.WaitGroup
-	for _, u := range g.upstreams {
-		wg.Go(func() { g.setUpstreamLevel(ctx, u.shared, want) })
+	for _, u := range l.upstreams {
+		wg.Go(func() { l.setUpstreamLevel(ctx, u.shared, want) })
 	}
 	wg.Wait()
 }
 
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
 // session's level.
-func (g *Gateway) syncSessionLogLevel(ctx context.Context, sessionID string, level string) {
-	for _, u := range g.upstreams {
+func (l *sessionLogs) syncSession(ctx context.Context, sessionID string, level string) {
+	for _, u := range l.upstreams {
 		if u.pool == nil {
 			continue
 		}
 		if pc := u.pool.existing(sessionID); pc != nil {
-			g.setUpstreamLevel(ctx, pc.conn, level)
+			l.setUpstreamLevel(ctx, pc.conn, level)
 		}
 	}
 }
 
 // setUpstreamLevel sends logging/setLevel on one upstream connection when its level differs.
-func (g *Gateway) setUpstreamLevel(ctx context.Context, c *conn, level string) {
+func (l *sessionLogs) setUpstreamLevel(ctx context.Context, c *conn, level string) {
 	info := c.client.Server()
 	if info == nil || info.Capabilities.Logging == nil {
 		return
@@ -73,7 +81,7 @@ func (g *Gateway) setUpstreamLevel(ctx context.Context, c *conn, level string) {
 	}
 	params, _ := json.Marshal(map[string]string{"level": level})
 	if _, err := c.client.Call(ctx, protocol.MethodSetLogLevel, params); err != nil {
-		g.logger.Warn("setting an upstream's log level failed", "upstream", c.upstream.ns.Name, "level", level, "error", err.Error())
+		l.router.logger.Warn("setting an upstream's log level failed", "upstream", c.upstream.ns.Name, "level", level, "error", err.Error())
 		return
 	}
 	c.sentLevel, c.sentTo = level, info
@@ -83,11 +91,11 @@ func (g *Gateway) setUpstreamLevel(ctx context.Context, c *conn, level string) {
 // admits it; a message that cannot be attributed reaches no one unless it came on the shared
 // connection of an upstream configured to broadcast its logs (a session's own connection
 // never broadcasts: its messages are that session's).
-func (g *Gateway) deliverLog(c *conn, n *protocol.Notification, origin upstream.Origin) {
+func (l *sessionLogs) deliver(c *conn, n *protocol.Notification, origin upstream.Origin) {
 	level, _, _ := protocol.StringMember(n.Params, "level")
-	if owner, _ := g.ownerOf(c, origin); owner != nil {
+	if owner, _ := l.router.ownerOf(c, origin); owner != nil {
 		if levelAllows(owner.logLevel, level) {
-			_ = g.send(owner.forSession(g), n)
+			_ = l.router.send(owner.forSession(l.router.hub), n)
 		}
 		return
 	}
@@ -98,10 +106,10 @@ func (g *Gateway) deliverLog(c *conn, n *protocol.Notification, origin upstream.
 	if err != nil {
 		return
 	}
-	for _, s := range g.hub.Sessions() {
-		rec, err := g.store.Get(g.ctx, s.ID())
+	for _, s := range l.router.hub.Sessions() {
+		rec, err := l.router.store.Get(l.router.ctx, s.ID())
 		if err == nil && levelAllows(rec.LogLevel, level) {
-			_ = g.deliver(s.ID(), "", data)
+			_ = l.router.deliver(s.ID(), "", data)
 		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/hub"
@@ -14,6 +16,48 @@ import (
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
+
+// messageRouter routes what upstreams send to the client sessions it belongs to (design
+// decision 4): their requests (sampling, elicitation, roots) and the cancels of those, progress,
+// and the completion of URL elicitations. Its owner is decided when a message is read
+// (upstream.Origin); it reaches the owner's stream through the hub, by id. Log messages, task
+// statuses and resource updates go to their per-session semantics (sessionLogs, taskTable,
+// subscriptions), which use the router to find owners and deliver.
+type messageRouter struct {
+	hub    *hub.Local
+	store  session.Store
+	logger *slog.Logger
+	now    func() time.Time
+	// ctx is the gateway's lifetime, for store lookups outside any request.
+	ctx context.Context
+	// rootsResult answers roots/list that belongs to no session: the config's roots.
+	rootsResult json.RawMessage
+	// elicitations routes the completion of URL-mode elicitations to their sessions.
+	elicitations urlElicitations
+	// progressSeq numbers the progress tokens the gateway gives upstreams.
+	progressSeq atomic.Uint64
+}
+
+// sessionLive reports whether a session is live here.
+func (rt *messageRouter) sessionLive(id string) bool { return rt.hub.Lookup(id) != nil }
+
+// notifySessions sends n on the standalone streams of the sessions ids that this process
+// serves, or of all of them when ids is empty.
+func (rt *messageRouter) notifySessions(n *protocol.Notification, ids ...string) {
+	data, err := protocol.Encode(n)
+	if err != nil {
+		rt.logger.Error("encode notification", "method", n.Method, "error", err.Error())
+		return
+	}
+	if len(ids) == 0 {
+		for _, s := range rt.hub.Sessions() {
+			ids = append(ids, s.ID())
+		}
+	}
+	for _, id := range ids {
+		_ = rt.deliver(id, "", data)
+	}
+}
 
 // callOwner is one client request being served, as plain values: its session, the stream
 // its related messages go on, and what the client declared. It rides with the upstream call
@@ -42,10 +86,10 @@ type callOwner struct {
 // forSession is the owner of a message known to be for o's session but not for o's call:
 // it goes on o's stream while that is open, else on the session's standalone stream, and
 // lives as long as the session.
-func (o *callOwner) forSession(g *Gateway) *callOwner {
+func (o *callOwner) forSession(h *hub.Local) *callOwner {
 	so := *o
 	so.orStandalone = true
-	if ls := g.hub.Lookup(o.sessionID); ls != nil {
+	if ls := h.Lookup(o.sessionID); ls != nil {
 		so.ctx = ls.Context()
 	}
 	so.clientID = protocol.ID{}
@@ -57,39 +101,39 @@ func (o *callOwner) clientCaps() clientCaps { return parseClientCaps(o.caps, o.v
 
 // send puts a message on the owner's stream, or on the session's standalone stream when the
 // owner allows and its own has ended. It never blocks.
-func (g *Gateway) send(o *callOwner, m protocol.Message) error {
+func (rt *messageRouter) send(o *callOwner, m protocol.Message) error {
 	data, err := protocol.Encode(m)
 	if err != nil {
 		return err
 	}
-	err = g.deliver(o.sessionID, o.streamID, data)
+	err = rt.deliver(o.sessionID, o.streamID, data)
 	if err != nil && o.orStandalone && o.streamID != "" {
-		err = g.deliver(o.sessionID, "", data)
+		err = rt.deliver(o.sessionID, "", data)
 	}
 	return err
 }
 
 // deliver puts an encoded message on a session's stream ("" for the standalone one); a
 // stream whose client does not keep up is closed, and said so in the log.
-func (g *Gateway) deliver(sessionID, streamID string, data []byte) error {
-	err := g.hub.Deliver(sessionID, streamID, data)
+func (rt *messageRouter) deliver(sessionID, streamID string, data []byte) error {
+	err := rt.hub.Deliver(sessionID, streamID, data)
 	if errors.Is(err, hub.ErrStreamOverflow) {
-		g.logger.Warn("a session's stream was closed: its client is not reading it", "session", fingerprint(sessionID))
+		rt.logger.Warn("a session's stream was closed: its client is not reading it", "session", fingerprint(sessionID))
 	}
 	return err
 }
 
 // boundOwner is the owner of a message from a session's own upstream connection that came
 // outside any call: that session, on its standalone stream, while this process serves it.
-func (g *Gateway) boundOwner(r *conn) *callOwner {
+func (rt *messageRouter) boundOwner(r *conn) *callOwner {
 	if r.session == "" {
 		return nil
 	}
-	ls := g.hub.Lookup(r.session)
+	ls := rt.hub.Lookup(r.session)
 	if ls == nil {
 		return nil
 	}
-	rec, err := g.store.Get(ls.Context(), r.session)
+	rec, err := rt.store.Get(ls.Context(), r.session)
 	if err != nil {
 		return nil
 	}
@@ -170,20 +214,16 @@ func (why noOwner) refusal(r *conn, method string, origin upstream.Origin) *prot
 // session with calls in flight there; a session's own connection always goes to its session.
 // Never a guess: without an owner the upstream gets an error, except roots/list outside any
 // call, which gets the config's roots.
-func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
-	r := g.connOf(c)
-	if r == nil {
-		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
-	}
-	owner, why := g.ownerOf(r, origin)
+func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
+	owner, why := rt.ownerOf(r, origin)
 	if owner == nil {
 		if req.Method == protocol.MethodListRoots && why != ambiguous {
 			// roots/list that belongs to no session: the gateway's own roots (the config's),
 			// never an arbitrary client's.
-			return g.rootsResult, nil
+			return rt.rootsResult, nil
 		}
 		r.noOwnerOnce.Do(func() {
-			g.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
+			rt.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
 				"upstream", r.upstream.ns.Name, "method", req.Method, "sessions", origin.Parties)
 		})
 		return nil, why.refusal(r, req.Method, origin)
@@ -205,7 +245,7 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the elicitation capability for this mode")
 		}
 		if id, _, _ := protocol.StringMember(params, "elicitationId"); mode == "url" && id != "" {
-			g.elicitations.remember(r.connKey(""), id, owner.sessionID, g.opts.Now(), g.sessionLive)
+			rt.elicitations.remember(r.connKey(""), id, owner.sessionID, rt.now(), rt.sessionLive)
 		}
 	case protocol.MethodListRoots:
 		if !caps.roots {
@@ -214,23 +254,23 @@ func (g *Gateway) onUpstreamRequest(ctx context.Context, c *upstream.Client, req
 	default:
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the gateway does not forward %s to clients", req.Method)
 	}
-	return g.ask(ctx, owner, r, req.ID, req.Method, params)
+	return rt.ask(ctx, owner, r, req.ID, req.Method, params)
 }
 
 // ownerOf decides whom a message from upstream r is for, from where and when it was read: the
 // call the transport names, or the only session with calls in flight there; for a session's
 // own connection, that session's standalone stream outside its calls. Without an owner it
 // says why.
-func (g *Gateway) ownerOf(r *conn, origin upstream.Origin) (*callOwner, noOwner) {
+func (rt *messageRouter) ownerOf(r *conn, origin upstream.Origin) (*callOwner, noOwner) {
 	if owner, ok := origin.Caller.(*callOwner); ok && owner != nil {
 		if origin.Arrival == upstream.Unattributed {
 			// Known by its session, not by its call: it must not end with whichever of the
 			// session's calls it was attributed to.
-			return owner.forSession(g), 0
+			return owner.forSession(rt.hub), 0
 		}
 		return owner, 0
 	}
-	if owner := g.boundOwner(r); owner != nil {
+	if owner := rt.boundOwner(r); owner != nil {
 		return owner, 0
 	}
 	switch {
@@ -260,8 +300,8 @@ func narrowIncludeContext(params json.RawMessage) json.RawMessage {
 // answer, for the upstream's cancel, or for the client's call to end. The request is
 // recorded in the session's routing tables, so that the client's answer and the upstream's
 // cancel find it; its id carries the hub's tag, so that the answer routes without a lookup.
-func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *conn, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
-	ls := g.hub.Lookup(owner.sessionID)
+func (rt *messageRouter) ask(ctx context.Context, owner *callOwner, r *conn, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
+	ls := rt.hub.Lookup(owner.sessionID)
 	if ls == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")
 	}
@@ -269,12 +309,12 @@ func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *conn, upstreamID
 	defer cancel()
 	id, answer, forget := ls.Ask(cancel)
 	defer forget()
-	rec := session.ReverseRecord{SessionID: owner.sessionID, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: g.opts.Now()}
-	if err := g.store.PutReverse(ctx, rec); err != nil {
+	rec := session.ReverseRecord{SessionID: owner.sessionID, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: rt.now()}
+	if err := rt.store.PutReverse(ctx, rec); err != nil {
 		return nil, fmt.Errorf("record the request to the client: %w", err)
 	}
-	defer func() { _, _ = g.store.TakeReverse(context.WithoutCancel(ctx), owner.sessionID, rec.ID) }()
-	if err := g.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
+	defer func() { _, _ = rt.store.TakeReverse(context.WithoutCancel(ctx), owner.sessionID, rec.ID) }()
+	if err := rt.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
 	}
 	select {
@@ -288,69 +328,62 @@ func (g *Gateway) ask(ctx context.Context, owner *callOwner, r *conn, upstreamID
 	}
 	// Tell the client to stop (mcp-notes §8.2); best effort on the same stream.
 	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the upstream no longer needs the answer"})
-	_ = g.send(owner, &protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
+	_ = rt.send(owner, &protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
 	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
 }
 
 // onUpstreamNotification routes an upstream's notification about a call to its client:
 // progress by the gateway's token, a cancel of a reverse request by the upstream's id.
-func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notification, origin upstream.Origin) {
-	r := g.connOf(c)
-	if r == nil {
+// onProgress sends an upstream's progress about a call to its client, by the gateway's token.
+func (rt *messageRouter) onProgress(r *conn, n *protocol.Notification) {
+	token, ok, err := protocol.Member(n.Params, "progressToken")
+	if err != nil || !ok {
 		return
 	}
-	switch n.Method {
-	case protocol.NotificationProgress:
-		token, ok, err := protocol.Member(n.Params, "progressToken")
-		if err != nil || !ok {
-			return
-		}
-		v, ok := r.progress.Load(string(token))
-		if !ok {
-			return
-		}
-		p := v.(progressRoute)
-		params, err := protocol.SetMember(n.Params, "progressToken", p.clientToken)
-		if err != nil {
-			return
-		}
-		_ = g.send(p.owner, &protocol.Notification{Method: n.Method, Params: params})
-	case protocol.NotificationMessage:
-		g.deliverLog(r, n, origin)
-	case notificationStatus:
-		g.deliverTaskStatus(r, n)
-	case protocol.NotificationResourceUpdated:
-		g.deliverUpdated(r, n)
-	case protocol.NotificationElicitationComplete:
-		// A URL-mode elicitation finished: tell the client it was for, found by its
-		// elicitationId (the notification may come on any stream, after the call), else by
-		// where the notification came.
-		id, _, _ := protocol.StringMember(n.Params, "elicitationId")
-		owner, _ := g.ownerOf(r, origin)
-		if sid := g.elicitations.take(r.connKey(""), id); sid != "" && (owner == nil || owner.sessionID != sid) {
-			_ = g.send(&callOwner{sessionID: sid}, n)
-			return
-		}
-		if owner != nil && owner.clientCaps().elicitURL {
-			_ = g.send(owner.forSession(g), n)
-		}
-	case protocol.NotificationCancelled:
-		raw, ok, err := protocol.Member(n.Params, "requestId")
-		if err != nil || !ok {
-			return
-		}
-		id, err := protocol.ParseID(raw)
-		if err != nil {
-			return
-		}
-		rec, err := g.store.ReverseByUpstream(g.ctx, r.connKey(""), id.String())
-		if err != nil {
-			return
-		}
-		if ls := g.hub.Lookup(rec.SessionID); ls != nil {
-			if pid, err := protocol.ParseID([]byte(rec.ID)); err == nil {
-				ls.CancelAsk(pid)
-			}
+	v, ok := r.progress.Load(string(token))
+	if !ok {
+		return
+	}
+	p := v.(progressRoute)
+	params, err := protocol.SetMember(n.Params, "progressToken", p.clientToken)
+	if err != nil {
+		return
+	}
+	_ = rt.send(p.owner, &protocol.Notification{Method: n.Method, Params: params})
+}
+
+// onElicitationComplete tells a client that a URL-mode elicitation finished: the client it
+// was for, found by its elicitationId (the notification may come on any stream, after the
+// call), else by where the notification came.
+func (rt *messageRouter) onElicitationComplete(r *conn, n *protocol.Notification, origin upstream.Origin) {
+	id, _, _ := protocol.StringMember(n.Params, "elicitationId")
+	owner, _ := rt.ownerOf(r, origin)
+	if sid := rt.elicitations.take(r.connKey(""), id); sid != "" && (owner == nil || owner.sessionID != sid) {
+		_ = rt.send(&callOwner{sessionID: sid}, n)
+		return
+	}
+	if owner != nil && owner.clientCaps().elicitURL {
+		_ = rt.send(owner.forSession(rt.hub), n)
+	}
+}
+
+// onCancelled gives up on a request sent to a client that its upstream cancelled.
+func (rt *messageRouter) onCancelled(r *conn, n *protocol.Notification) {
+	raw, ok, err := protocol.Member(n.Params, "requestId")
+	if err != nil || !ok {
+		return
+	}
+	id, err := protocol.ParseID(raw)
+	if err != nil {
+		return
+	}
+	rec, err := rt.store.ReverseByUpstream(rt.ctx, r.connKey(""), id.String())
+	if err != nil {
+		return
+	}
+	if ls := rt.hub.Lookup(rec.SessionID); ls != nil {
+		if pid, err := protocol.ParseID([]byte(rec.ID)); err == nil {
+			ls.CancelAsk(pid)
 		}
 	}
 }
@@ -359,7 +392,7 @@ func (g *Gateway) onUpstreamNotification(c *upstream.Client, n *protocol.Notific
 // upstream connection, so that two sessions' tokens never meet there; it returns the new
 // params and a func that forgets the mapping when the call ends. The mapping stays with the
 // connection that carries the call: progress comes back on it, and needs no store.
-func (g *Gateway) remapProgress(r *conn, owner *callOwner, params json.RawMessage) (json.RawMessage, func(), error) {
+func (rt *messageRouter) remapProgress(r *conn, owner *callOwner, params json.RawMessage) (json.RawMessage, func(), error) {
 	meta, ok, err := protocol.Member(params, "_meta")
 	if err != nil || !ok || len(meta) == 0 || meta[0] != '{' {
 		return params, func() {}, nil
@@ -368,7 +401,7 @@ func (g *Gateway) remapProgress(r *conn, owner *callOwner, params json.RawMessag
 	if err != nil || !ok {
 		return params, func() {}, nil
 	}
-	token := protocol.AppendString(nil, "mf-p-"+g.hub.Tag()+"-"+strconv.FormatUint(g.progressSeq.Add(1), 10))
+	token := protocol.AppendString(nil, "mf-p-"+rt.hub.Tag()+"-"+strconv.FormatUint(rt.progressSeq.Add(1), 10))
 	newMeta, err := protocol.SetMember(meta, "progressToken", token)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite progress token: %w", err)
@@ -391,7 +424,7 @@ type progressRoute struct {
 
 // rememberRequiredElicitations notes the URL elicitations an upstream's -32042 error asks the
 // client to complete, so that their completion notifications reach that session.
-func (g *Gateway) rememberRequiredElicitations(conn, sessionID string, data json.RawMessage) {
+func (rt *messageRouter) rememberRequiredElicitations(conn, sessionID string, data json.RawMessage) {
 	var d struct {
 		Elicitations []struct {
 			ElicitationID string `json:"elicitationId"`
@@ -402,7 +435,7 @@ func (g *Gateway) rememberRequiredElicitations(conn, sessionID string, data json
 	}
 	for _, el := range d.Elicitations {
 		if el.ElicitationID != "" {
-			g.elicitations.remember(conn, el.ElicitationID, sessionID, g.opts.Now(), g.sessionLive)
+			rt.elicitations.remember(conn, el.ElicitationID, sessionID, rt.now(), rt.sessionLive)
 		}
 	}
 }
