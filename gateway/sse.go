@@ -106,6 +106,7 @@ func (sw *streamWriter) answer(ctx context.Context, switchAfter <-chan time.Time
 			return
 		}
 		if state == hub.Complete {
+			sw.cursor.Finish()
 			return
 		}
 		select {
@@ -141,6 +142,7 @@ func (sw *streamWriter) follow(done ...<-chan struct{}) {
 			return
 		}
 		if state == hub.Complete {
+			sw.cursor.Finish()
 			return
 		}
 		select {

@@ -272,3 +272,26 @@ func TestAskAndAnswer(t *testing.T) {
 	s.CancelAsk(id2)
 	<-cancelled
 }
+
+// TestFinishedStreamIsNotKept: a stream whose connection wrote it to the end has nothing left
+// to resume; it goes at once, not after the retention period.
+func TestFinishedStreamIsNotKept(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	st := s.NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+	_ = st.Put([]byte("progress"), false)
+	drain(c)
+	c.Finish() // not complete yet: the same as Detach
+	if _, _, err := s.Resume(st.EventID(1)); err != nil {
+		t.Fatalf("an unfinished stream was not kept: %v", err)
+	}
+	c2 := s.Stream(st.ID()).writer
+	_ = st.Put([]byte("result"), true)
+	drain(c2)
+	c2.Finish()
+	if _, _, err := s.Resume(st.EventID(2)); !errors.Is(err, ErrUnknownStream) {
+		t.Errorf("resume of a stream written to its end: %v, want ErrUnknownStream", err)
+	}
+}

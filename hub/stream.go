@@ -312,6 +312,25 @@ func (c *Cursor) Detach() {
 	}
 }
 
+// Finish ends the connection's part after it wrote the whole of a complete stream: nothing is
+// left to resume, so the stream and its events go at once instead of after the retention
+// period. On a stream not complete it is Detach.
+func (c *Cursor) Finish() {
+	s := c.stream
+	s.mu.Lock()
+	done := s.writer == c && s.complete && c.after+1 >= s.first+uint64(len(s.events))
+	if done {
+		s.writer = nil
+		s.dropLocked()
+	}
+	s.mu.Unlock()
+	if !done {
+		c.Detach()
+		return
+	}
+	s.session.forget(s)
+}
+
 // attached reports whether a connection writes the stream.
 func (s *Stream) attached() bool {
 	s.mu.Lock()
