@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/session"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // countingStore is a MemoryStore that notes every operation the gateway makes on it, in order.
@@ -86,16 +86,14 @@ func TestToolCallMakesOneStoreOperationBeforeForwarding(t *testing.T) {
 	store := &countingStore{MemoryStore: session.NewMemoryStore(nil)}
 	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", ""), &gateway.Options{Store: store, ExpiryInterval: time.Hour})
 	t.Cleanup(tg.close)
-	cs := connect(t, tg.url, nil)
-	ctx := ctxT(t)
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "warm"}}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the warm-up call's store operations", func() bool { return slices.Contains(store.take(), "Touch") })
-	store.take()
+	// A raw client: no standalone stream of its own, whose requests would mix in.
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	waitUntil(t, "the session's start", func() bool { return slices.Contains(store.take(), "Touch") })
 	for i := range 3 {
-		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
-			t.Fatal(err)
+		r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"x"}}}`, map[string]string{"Mcp-Session-Id": sid})
+		if r.status != http.StatusOK || r.msg.Error != nil {
+			t.Fatalf("call %d: %d %s", i, r.status, r.body)
 		}
 		var ops []string
 		waitUntil(t, "the call's mark of use", func() bool {
