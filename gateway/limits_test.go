@@ -336,30 +336,16 @@ func TestCallsInFlightAreCapped(t *testing.T) {
 // openStandalone opens the session's standalone GET stream.
 func (c rawClient) openStandalone(ctx context.Context, sid string) (*http.Response, *sseStream) {
 	c.t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("GET stream: %v", err)
-	}
-	c.t.Cleanup(func() { resp.Body.Close() })
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		c.t.Fatalf("GET stream: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	return resp, readSSE(c.t, resp.Body)
+	return c.resume(ctx, sid, "")
 }
 
-// resume opens a GET stream with Last-Event-ID, which must succeed.
+// resume opens a GET stream, with Last-Event-ID unless it is empty, which must succeed.
 func (c rawClient) resume(ctx context.Context, sid, lastEventID string) (*http.Response, *sseStream) {
 	c.t.Helper()
 	resp := c.get(ctx, sid, lastEventID)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		body, _ := io.ReadAll(resp.Body)
-		c.t.Fatalf("resume GET: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		c.t.Fatalf("GET stream: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 	return resp, readSSE(c.t, resp.Body)
 }

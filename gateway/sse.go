@@ -72,6 +72,20 @@ func (sw *streamWriter) writeEvents(events []hub.Event) error {
 	return nil
 }
 
+// deliver writes events and reports whether the connection is done with the stream: a write
+// failed (the stream stays, for the client to resume), or the stream is complete and written
+// to its end (it goes).
+func (sw *streamWriter) deliver(events []hub.Event, state hub.State) bool {
+	if err := sw.writeEvents(events); err != nil {
+		return true
+	}
+	if state == hub.Complete {
+		sw.cursor.Finish()
+		return true
+	}
+	return false
+}
+
 // answer writes a POST's answer: the response alone as JSON when nothing else came first and
 // it came before switchAfter (nil: no timer), else an SSE stream that ends with the response.
 // It returns when the stream is complete, the connection fails, or ctx ends (the client left);
@@ -102,11 +116,7 @@ func (sw *streamWriter) answer(ctx context.Context, switchAfter <-chan time.Time
 				return
 			}
 		}
-		if err := sw.writeEvents(events); err != nil {
-			return
-		}
-		if state == hub.Complete {
-			sw.cursor.Finish()
+		if sw.deliver(events, state) {
 			return
 		}
 		select {
@@ -135,14 +145,7 @@ func (sw *streamWriter) follow(done ...<-chan struct{}) {
 	copy(d[:], done)
 	for {
 		events, state, _ := sw.cursor.Next()
-		if state == hub.Dropped || state == hub.Detached {
-			return
-		}
-		if err := sw.writeEvents(events); err != nil {
-			return
-		}
-		if state == hub.Complete {
-			sw.cursor.Finish()
+		if state == hub.Dropped || state == hub.Detached || sw.deliver(events, state) {
 			return
 		}
 		select {
