@@ -43,9 +43,6 @@ const (
 	// CodeDenied is returned for a request (other than tools/call) that a check of the
 	// gateway's policy chain refused.
 	CodeDenied = -32008
-	// CodeUpstreamFailed is returned for a request whose upstream answered with an internal
-	// or implementation-defined error: its text stays in the gateway's log.
-	CodeUpstreamFailed = -32009
 )
 
 // IsSpecDefined reports whether a JSON-RPC error code is defined by JSON-RPC or MCP with a
