@@ -75,7 +75,7 @@ type Gateway struct {
 
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
-	hub *hub.Local
+	hub liveHub
 
 	mu sync.Mutex
 	// closing is set by Close: no worker starts any more. Guarded by mu.
@@ -238,6 +238,25 @@ func (g *Gateway) onUpstreamNotification(client *upstream.Client, n *protocol.No
 		g.subs.deliverUpdated(c, n)
 	}
 }
+
+// liveHub is what the gateway needs of the hub, the live side of sessions (design.md, "Request
+// pipeline and state"): sessions opened and ended here, and messages delivered to a session's
+// stream by id. *hub.Local is the in-process one; a replicated hub will carry the same calls
+// between replicas.
+type liveHub interface {
+	Open(sessionID string) (*hub.Session, error)
+	Lookup(sessionID string) *hub.Session
+	End(sessionID string) bool
+	Sessions() []*hub.Session
+	Deliver(sessionID, streamID string, data []byte) error
+	Sweep(cutoff time.Time)
+	Close()
+	RequestsDone() <-chan struct{}
+	// Tag names this process in the ids it makes.
+	Tag() string
+}
+
+var _ liveHub = (*hub.Local)(nil)
 
 // Start connects the upstreams (in the background: a slow or failing upstream does not hold
 // up the others or the gateway) and starts expiring idle sessions. Later calls do nothing.

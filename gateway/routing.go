@@ -24,7 +24,7 @@ import (
 // statuses and resource updates go to their per-session semantics (sessionLogs, taskTable,
 // subscriptions), which use the router to find owners and deliver.
 type messageRouter struct {
-	hub    *hub.Local
+	hub    liveHub
 	store  session.Store
 	logger *slog.Logger
 	now    func() time.Time
@@ -86,7 +86,7 @@ type callOwner struct {
 // forSession is the owner of a message known to be for o's session but not for o's call:
 // it goes on o's stream while that is open, else on the session's standalone stream, and
 // lives as long as the session.
-func (o *callOwner) forSession(h *hub.Local) *callOwner {
+func (o *callOwner) forSession(h liveHub) *callOwner {
 	so := *o
 	so.orStandalone = true
 	if ls := h.Lookup(o.sessionID); ls != nil {

@@ -150,7 +150,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		g.touch(r.Context(), rec.ID)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Response:
-		g.takeAnswer(r.Context(), ls, m)
+		g.takeAnswer(ls, m)
 		g.touch(r.Context(), rec.ID)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
@@ -166,9 +166,11 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	}
 }
 
-// takeAnswer delivers a client's answer to a request the gateway sent it for an upstream.
-func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
-	if _, err := g.store.TakeReverse(ctx, ls.ID(), m.ID.String()); err != nil || !ls.Answer(m) {
+// takeAnswer delivers a client's answer to a request the gateway sent it for an upstream: by
+// its id, which names this process, to the session's request waiting here; the request's own
+// end removes its record from the store.
+func (g *Gateway) takeAnswer(ls *hub.Session, m *protocol.Response) {
+	if !ls.Answer(m) {
 		g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(ls.ID()), "id", m.ID.String())
 	}
 }
@@ -246,7 +248,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		case *protocol.Notification:
 			g.handleNotification(r, rec, ls, m)
 		case *protocol.Response:
-			g.takeAnswer(r.Context(), ls, m)
+			g.takeAnswer(ls, m)
 		case *protocol.Request:
 			if m.Method == protocol.MethodInitialize {
 				refused = append(refused, &protocol.Response{ID: m.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest, "initialize must not be part of a batch")})
@@ -425,7 +427,11 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 // queued for the client. A request past the caps on requests in flight, or with an id already
 // in flight, is answered at once.
 func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) {
-	refuse := func(e *protocol.Error) { _ = respond(out, &protocol.Response{ID: req.ID, Error: e}) }
+	refuse := func(e *protocol.Error) {
+		// Through the mapper, for the audit record; the error passes as it is.
+		_, wireErr := g.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
+		_ = respond(out, &protocol.Response{ID: req.ID, Error: wireErr})
+	}
 	// The session's own checks first, so that a request it refuses takes no place in the
 	// gateway's total, not even for a moment.
 	ctx, done, err := ls.Begin(req.ID, g.cfg.MaxCallsPerSession)
