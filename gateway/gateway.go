@@ -343,9 +343,6 @@ func (g *Gateway) broadcast(method string) {
 	g.router.notifySessions(&protocol.Notification{Method: method})
 }
 
-// sessionLive reports whether a session is live here.
-func (g *Gateway) sessionLive(id string) bool { return g.router.sessionLive(id) }
-
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that
 // never sends DELETE does not hold a slot forever. A session with an open standalone stream is
 // in use and does not expire.

@@ -57,7 +57,7 @@ func (p *connPool) existing(sessionID string) *pooledConn {
 func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, error) {
 	p.mu.Lock()
 	pc, ok := p.conns[sessionID]
-	if !ok && !p.g.sessionLive(sessionID) {
+	if !ok && !p.g.router.sessionLive(sessionID) {
 		// The session ended (a request raced its end): no child is started for it.
 		p.mu.Unlock()
 		return nil, fmt.Errorf("upstream %s: %w", p.upstream.ns.Name, hub.ErrSessionEnded)

@@ -38,7 +38,7 @@ type Stream struct {
 	mu sync.Mutex
 	// events are the messages held, in order; events[i] has sequence number first+i. Events
 	// already written to a connection are dropped first when the log is full. Guarded by mu.
-	events []event
+	events [][]byte
 	first  uint64
 	size   int
 	// written is the highest sequence number written to a connection. Guarded by mu.
@@ -49,7 +49,7 @@ type Stream struct {
 	complete  bool
 	// dropped is set when the stream can take no more: overflow, its session ended, or its
 	// client left before it could resume. Guarded by mu.
-	dropped, overflowed bool
+	dropped bool
 	// streamed is set once a message other than a response was put: the answer must be an SSE
 	// stream, not JSON. Guarded by mu.
 	streamed bool
@@ -60,10 +60,6 @@ type Stream struct {
 	// completedAt is when a complete stream was last written to; it is forgotten a retention
 	// period later. Guarded by mu.
 	completedAt time.Time
-}
-
-type event struct {
-	data []byte
 }
 
 // Limits bound one stream's log.
@@ -106,11 +102,10 @@ func (s *Stream) Put(data []byte, response bool) error {
 		return ErrStreamDone
 	}
 	if !response && !s.roomLocked(len(data)) {
-		s.overflowed = true
 		s.dropLocked()
 		return ErrStreamOverflow
 	}
-	s.events = append(s.events, event{data: data})
+	s.events = append(s.events, data)
 	s.size += len(data)
 	if response {
 		s.answeredLocked()
@@ -128,8 +123,8 @@ func (s *Stream) roomLocked(n int) bool {
 		return len(s.events) > 0 && (len(s.events) >= s.limits.Messages || s.size+n > s.limits.Bytes)
 	}
 	for over() && s.first <= s.written && len(s.events) > 0 {
-		s.size -= len(s.events[0].data)
-		s.events[0] = event{}
+		s.size -= len(s.events[0])
+		s.events[0] = nil
 		s.events = s.events[1:]
 		s.first++
 	}
@@ -160,32 +155,10 @@ func (s *Stream) StartStreaming() {
 	s.mu.Unlock()
 }
 
-// Drop ends the stream: later puts fail and its writer stops.
-func (s *Stream) Drop() {
-	s.mu.Lock()
-	s.dropLocked()
-	s.mu.Unlock()
-	s.session.forget(s)
-}
-
 func (s *Stream) dropLocked() {
 	s.dropped = true
 	s.events, s.size = nil, 0
 	s.wakeLocked()
-}
-
-// Overflowed reports whether the stream was dropped because its client did not keep up.
-func (s *Stream) Overflowed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.overflowed
-}
-
-// Open reports whether messages can still be put on the stream.
-func (s *Stream) Open() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.dropped && !s.complete
 }
 
 func (s *Stream) wakeLocked() {
@@ -269,7 +242,7 @@ func (c *Cursor) Next() (events []Event, state State, streamed bool) {
 	}
 	last := s.first + uint64(len(s.events)) - 1 // first-1 when the log is empty
 	for seq := max(c.after+1, s.first); seq <= last; seq++ {
-		events = append(events, Event{Seq: seq, Data: s.events[seq-s.first].data})
+		events = append(events, Event{Seq: seq, Data: s.events[seq-s.first]})
 	}
 	c.after = max(c.after, last)
 	s.written = max(s.written, c.after)
