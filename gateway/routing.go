@@ -317,12 +317,20 @@ func (rt *messageRouter) ask(ctx context.Context, owner *callOwner, r *conn, ups
 	if err := rt.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
 	}
+	// A stream dropped after the request went on it (overflow, a client that left and cannot
+	// resume) carries no answer back.
+	var dropped <-chan struct{}
+	if st := ls.Stream(owner.streamID); st != nil && owner.streamID != "" {
+		dropped = st.Dropped()
+	}
 	select {
 	case resp := <-answer:
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
 		return resp.Result, nil
+	case <-dropped:
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call ended before its answer")
 	case <-ctx.Done():
 	case <-owner.ctx.Done():
 	}

@@ -55,21 +55,28 @@ func (sw *streamWriter) start() error {
 	return sw.rc.Flush()
 }
 
-// writeEvents writes events, with their ids for clients that resume.
+// writeEvents writes events, with their ids for clients that resume, and tells the stream
+// how far the client has them: only those may make room for later events.
 func (sw *streamWriter) writeEvents(events []hub.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	var err error
+	written := uint64(0)
 	for _, e := range events {
 		id := ""
 		if sw.prime {
 			id = sw.stream.EventID(e.Seq)
 		}
-		if err := writeWithDeadline(sw.w, sw.rc, sseEvent(id, e.Data)); err != nil {
-			return err
+		if err = writeWithDeadline(sw.w, sw.rc, sseEvent(id, e.Data)); err != nil {
+			break
 		}
-		if sw.prime {
-			sw.cursor.MarkResumable()
-		}
+		written = e.Seq
 	}
-	return nil
+	if written > 0 {
+		sw.cursor.Wrote(written)
+	}
+	return err
 }
 
 // deliver writes events and reports whether the connection is done with the stream: a write

@@ -27,9 +27,12 @@ type Options struct {
 	Now func() time.Time
 	// Limits bound each stream's log. If zero, 256 messages and 8 MiB.
 	Limits Limits
-	// Retention is how long a complete stream is kept for a client to resume. If zero, a
-	// minute.
+	// Retention is how long a complete stream whose connection broke before its end is kept
+	// for its client to resume. If zero, a minute.
 	Retention time.Duration
+	// FinishedRetention is how long a stream written to its end is kept, for a connection
+	// that broke just after the last flush. If zero, 10 seconds (at most Retention).
+	FinishedRetention time.Duration
 	// MaxStreams bounds the streams a session keeps; complete ones go first. If zero, 64.
 	MaxStreams int
 }
@@ -76,6 +79,9 @@ func New(parent context.Context, opts *Options) *Local {
 	}
 	if h.opts.Retention <= 0 {
 		h.opts.Retention = time.Minute
+	}
+	if h.opts.FinishedRetention <= 0 {
+		h.opts.FinishedRetention = min(10*time.Second, h.opts.Retention)
 	}
 	if h.opts.MaxStreams <= 0 {
 		h.opts.MaxStreams = 64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,12 +27,16 @@ func openSession(t *testing.T, h *Local, id string) *Session {
 	return s
 }
 
-// drain returns the data of the events a cursor has now, and the stream's state.
+// drain returns the data of the events a cursor has now, and the stream's state, as a
+// connection that wrote them all would.
 func drain(c *Cursor) ([]string, State) {
 	events, state, _ := c.Next()
 	var out []string
 	for _, e := range events {
 		out = append(out, string(e.Data))
+	}
+	if len(events) > 0 {
+		c.Wrote(events[len(events)-1].Seq)
 	}
 	return out, state
 }
@@ -273,10 +278,11 @@ func TestAskAndAnswer(t *testing.T) {
 	<-cancelled
 }
 
-// TestFinishedStreamIsNotKept: a stream whose connection wrote it to the end has nothing left
-// to resume; it goes at once, not after the retention period.
-func TestFinishedStreamIsNotKept(t *testing.T) {
-	h := newTestHub(t, nil)
+// TestFinishedStreamIsKeptBriefly: a stream written to its end is kept only a short while,
+// for a connection that broke just after the last flush.
+func TestFinishedStreamIsKeptBriefly(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newTestHub(t, &Options{Now: func() time.Time { return now }, Retention: time.Minute, FinishedRetention: 10 * time.Second})
 	s := openSession(t, h, "a")
 	st := s.NewStream(1)
 	c, _ := st.Attach(0)
@@ -284,14 +290,127 @@ func TestFinishedStreamIsNotKept(t *testing.T) {
 	_ = st.Put([]byte("progress"), false)
 	drain(c)
 	c.Finish() // not complete yet: the same as Detach
-	if _, _, err := s.Resume(st.EventID(1)); err != nil {
+	_, c2, err := s.Resume(st.EventID(1))
+	if err != nil {
 		t.Fatalf("an unfinished stream was not kept: %v", err)
 	}
-	c2 := s.Stream(st.ID()).writer
 	_ = st.Put([]byte("result"), true)
 	drain(c2)
 	c2.Finish()
+	if _, c3, err := s.Resume(st.EventID(1)); err != nil {
+		t.Fatalf("resume just after the end: %v", err)
+	} else {
+		if got, _ := drain(c3); fmt.Sprint(got) != "[result]" {
+			t.Errorf("resumed after the end: %v", got)
+		}
+		c3.Finish()
+	}
+	now = now.Add(11 * time.Second)
+	h.Sweep(now)
 	if _, _, err := s.Resume(st.EventID(2)); !errors.Is(err, ErrUnknownStream) {
-		t.Errorf("resume of a stream written to its end: %v, want ErrUnknownStream", err)
+		t.Errorf("resume of a finished stream after its short retention: %v, want ErrUnknownStream", err)
+	}
+}
+
+// TestStreamCompletedWhileAwayExpires: a call that ends after its client's connection broke
+// keeps its result for the retention period, counted from its end, and no longer.
+func TestStreamCompletedWhileAwayExpires(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newTestHub(t, &Options{Now: func() time.Time { return now }, Retention: time.Minute})
+	s := openSession(t, h, "a")
+	st := s.NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+	c.Detach()
+	now = now.Add(30 * time.Second)
+	_ = st.Put([]byte("result"), true)
+	now = now.Add(45 * time.Second)
+	h.Sweep(now)
+	if s.Stream(st.ID()) == nil {
+		t.Fatal("the result went before the retention period after it came")
+	}
+	now = now.Add(time.Minute)
+	h.Sweep(now)
+	if s.Stream(st.ID()) != nil {
+		t.Error("a complete stream nobody resumed is still kept after its retention period")
+	}
+}
+
+// TestEventsHandedOutButNotWrittenStay: events a connection took but failed to write are not
+// the ones that make room: a client resuming from what it has gets them.
+func TestEventsHandedOutButNotWrittenStay(t *testing.T) {
+	h := newTestHub(t, &Options{Limits: Limits{Messages: 4, Bytes: 1 << 20}})
+	s := openSession(t, h, "a")
+	st, c, _ := s.OpenStandalone()
+	c.MarkResumable()
+	for _, m := range []string{"a", "b", "c"} {
+		_ = st.Put([]byte(m), false)
+	}
+	c.Next() // taken, but the write of the first failed
+	c.Detach()
+	if err := st.Put([]byte("d"), false); err != nil {
+		t.Fatalf("put d: %v", err)
+	}
+	_, c2, err := s.Resume(st.EventID(0))
+	if err != nil {
+		t.Fatalf("resume from the priming event: %v", err)
+	}
+	if got, _ := drain(c2); fmt.Sprint(got) != "[a b c d]" {
+		t.Errorf("resumed %v, want all four", got)
+	}
+}
+
+// TestDroppedStreamTellsWaiters: a stream dropped while nobody reads it is forgotten, and
+// closes Dropped so that requests put on it stop waiting.
+func TestDroppedStreamTellsWaiters(t *testing.T) {
+	h := newTestHub(t, &Options{Limits: Limits{Messages: 2, Bytes: 1 << 20}})
+	s := openSession(t, h, "a")
+	st := s.NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+	c.Detach()
+	var err error
+	for i := 0; err == nil && i < 5; i++ {
+		err = st.Put([]byte("x"), false)
+	}
+	if !errors.Is(err, ErrStreamOverflow) {
+		t.Fatalf("overflow: %v", err)
+	}
+	select {
+	case <-st.Dropped():
+	default:
+		t.Error("Dropped is not closed")
+	}
+	if s.Stream(st.ID()) != nil {
+		t.Error("an overflowed stream nobody reads is still held")
+	}
+}
+
+// TestConcurrentStandaloneOpens: of two GETs at once, one gets the stream and the other is
+// told it is taken; never a stream that vanishes under the first.
+func TestConcurrentStandaloneOpens(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	for range 2000 {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		cursors := make([]*Cursor, 2)
+		for i := range 2 {
+			wg.Go(func() { _, cursors[i], errs[i] = s.OpenStandalone() })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil && !errors.Is(err, ErrStreamOpen) {
+				t.Fatalf("open %d: %v", i, err)
+			}
+		}
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("both or neither opened: %v", errs)
+		}
+		for _, c := range cursors {
+			if c != nil {
+				c.Detach()
+			}
+		}
 	}
 }

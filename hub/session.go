@@ -117,12 +117,12 @@ func (s *Session) CancelRequest(id protocol.ID) bool {
 // NewStream starts the stream of a POST that expects responses responses. Complete streams
 // kept past the retention period, or past the session's number of kept streams, are forgotten.
 func (s *Session) NewStream(responses int) *Stream {
-	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: responses, first: 1}
+	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: responses, first: 1, done: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.id = s.nextStreamIDLocked()
 	if s.ctx.Err() != nil {
-		st.dropped = true
+		st.dropLocked()
 		return st
 	}
 	s.pruneLocked()
@@ -138,9 +138,9 @@ func (s *Session) nextStreamIDLocked() string {
 // pruneLocked forgets complete streams kept too long, and the oldest ones past the session's
 // number of kept streams.
 func (s *Session) pruneLocked() {
-	cutoff := s.hub.opts.Now().Add(-s.hub.opts.Retention)
+	now := s.hub.opts.Now()
 	for id, st := range s.streams {
-		if st.expired(cutoff) {
+		if st.expired(now) {
 			delete(s.streams, id)
 		}
 	}
@@ -172,13 +172,12 @@ func streamBefore(a, b *Stream) bool {
 // not want the old one's events.
 func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
-		s.mu.Unlock()
 		return nil, nil, ErrSessionEnded
 	}
 	if old := s.standalone; old != nil {
 		if old.attached() {
-			s.mu.Unlock()
 			return nil, nil, ErrStreamOpen
 		}
 		delete(s.streams, old.id)
@@ -186,11 +185,12 @@ func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
 		old.dropLocked()
 		old.mu.Unlock()
 	}
-	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: -1, first: 1}
+	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: -1, first: 1, done: make(chan struct{})}
 	st.id = s.nextStreamIDLocked()
 	s.standalone = st
 	s.streams[st.id] = st
-	s.mu.Unlock()
+	// Attached under the session's lock (session, then stream: the lock order), so that a
+	// second GET finds it taken.
 	c, err := st.Attach(0)
 	return st, c, err
 }

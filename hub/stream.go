@@ -41,7 +41,8 @@ type Stream struct {
 	events [][]byte
 	first  uint64
 	size   int
-	// written is the highest sequence number written to a connection. Guarded by mu.
+	// written is the highest sequence number a connection wrote out (Cursor.Wrote): only
+	// events up to it may make room for new ones. Guarded by mu.
 	written uint64
 	// responses counts the responses still expected: the stream is complete after the last.
 	// A standalone stream expects none (negative). Guarded by mu.
@@ -57,9 +58,12 @@ type Stream struct {
 	resumable bool
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
-	// completedAt is when a complete stream was last written to; it is forgotten a retention
-	// period later. Guarded by mu.
-	completedAt time.Time
+	// keepUntil is when a complete stream without a connection is forgotten; zero while it
+	// is not both. Guarded by mu.
+	keepUntil time.Time
+	// done is closed when the stream is dropped: requests put on it wait for an answer no
+	// more.
+	done chan struct{}
 }
 
 // Limits bound one stream's log.
@@ -97,12 +101,18 @@ func splitEventID(id string) (stream string, seq uint64, ok bool) {
 // ended; a log whose unwritten events are over the limits drops the stream and fails.
 func (s *Stream) Put(data []byte, response bool) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.dropped || s.complete {
+		s.mu.Unlock()
 		return ErrStreamDone
 	}
 	if !response && !s.roomLocked(len(data)) {
 		s.dropLocked()
+		unread := s.writer == nil
+		s.mu.Unlock()
+		if unread {
+			// Nobody reads it to notice: it goes now, not when its session does.
+			s.session.forget(s)
+		}
 		return ErrStreamOverflow
 	}
 	s.events = append(s.events, data)
@@ -113,6 +123,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 		s.streamed = true
 	}
 	s.wakeLocked()
+	s.mu.Unlock()
 	return nil
 }
 
@@ -145,6 +156,10 @@ func (s *Stream) Unanswered() {
 func (s *Stream) answeredLocked() {
 	if s.responses--; s.responses == 0 {
 		s.complete = true
+		if s.writer == nil {
+			// Its client left before the end: the retention period begins now.
+			s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.Retention)
+		}
 	}
 }
 
@@ -156,10 +171,17 @@ func (s *Stream) StartStreaming() {
 }
 
 func (s *Stream) dropLocked() {
+	if !s.dropped {
+		close(s.done)
+	}
 	s.dropped = true
 	s.events, s.size = nil, 0
 	s.wakeLocked()
 }
+
+// Dropped is closed when the stream is dropped (overflow, its session's end, a client that
+// left and cannot come back): what waits for its client's answer can give up.
+func (s *Stream) Dropped() <-chan struct{} { return s.done }
 
 func (s *Stream) wakeLocked() {
 	if s.writer != nil {
@@ -184,6 +206,7 @@ func (s *Stream) Attach(after uint64) (*Cursor, error) {
 	}
 	// The client has what it confirms, no more: events after it must stay until written.
 	s.written = after
+	s.keepUntil = time.Time{}
 	if s.writer != nil {
 		s.writer.detached = true
 		s.wakeLocked()
@@ -228,8 +251,8 @@ type Event struct {
 func (c *Cursor) Wake() <-chan struct{} { return c.wake }
 
 // Next returns the events after the cursor and the stream's state, and whether it must be
-// SSE (a message other than a response was put). The events count as written once returned:
-// the caller writes them or gives up the stream.
+// SSE (a message other than a response was put). They count as written only once the caller
+// says so (Wrote).
 func (c *Cursor) Next() (events []Event, state State, streamed bool) {
 	s := c.stream
 	s.mu.Lock()
@@ -245,11 +268,21 @@ func (c *Cursor) Next() (events []Event, state State, streamed bool) {
 		events = append(events, Event{Seq: seq, Data: s.events[seq-s.first]})
 	}
 	c.after = max(c.after, last)
-	s.written = max(s.written, c.after)
 	if s.complete {
 		return events, Complete, s.streamed
 	}
 	return events, Live, s.streamed
+}
+
+// Wrote notes that the connection wrote the stream out up to event seq: those events may
+// make room for new ones. Events handed out by Next but not written stay until resumed.
+func (c *Cursor) Wrote(seq uint64) {
+	s := c.stream
+	s.mu.Lock()
+	if s.writer == c {
+		s.written = max(s.written, seq)
+	}
+	s.mu.Unlock()
 }
 
 // MarkResumable notes that the client holds an event id of the stream (a priming event or an
@@ -276,7 +309,7 @@ func (c *Cursor) Detach() {
 	if !s.resumable {
 		s.dropLocked()
 	} else if s.complete {
-		s.completedAt = s.session.hub.opts.Now()
+		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.Retention)
 	}
 	dropped := s.dropped
 	s.mu.Unlock()
@@ -285,23 +318,22 @@ func (c *Cursor) Detach() {
 	}
 }
 
-// Finish ends the connection's part after it wrote the whole of a complete stream: nothing is
-// left to resume, so the stream and its events go at once instead of after the retention
-// period. On a stream not complete it is Detach.
+// Finish ends the connection's part after it wrote the whole of a complete stream. A flush
+// only says that the bytes left for the client, not that they came: the stream is kept for
+// the short FinishedRetention, in case the connection broke right after, instead of the
+// whole retention period. On a stream not complete it is Detach.
 func (c *Cursor) Finish() {
 	s := c.stream
 	s.mu.Lock()
-	done := s.writer == c && s.complete && c.after+1 >= s.first+uint64(len(s.events))
-	if done {
+	finished := s.writer == c && s.complete
+	if finished {
 		s.writer = nil
-		s.dropLocked()
+		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.FinishedRetention)
 	}
 	s.mu.Unlock()
-	if !done {
+	if !finished {
 		c.Detach()
-		return
 	}
-	s.session.forget(s)
 }
 
 // attached reports whether a connection writes the stream.
@@ -311,9 +343,9 @@ func (s *Stream) attached() bool {
 	return s.writer != nil
 }
 
-// expired reports whether a complete stream has been kept long enough.
-func (s *Stream) expired(cutoff time.Time) bool {
+// expired reports whether a complete stream without a connection has been kept long enough.
+func (s *Stream) expired(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.writer == nil && s.complete && !s.completedAt.IsZero() && s.completedAt.Before(cutoff)
+	return s.writer == nil && !s.keepUntil.IsZero() && now.After(s.keepUntil)
 }
