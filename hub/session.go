@@ -114,8 +114,9 @@ func (s *Session) CancelRequest(id protocol.ID) bool {
 	return ok
 }
 
-// NewStream starts the stream of a POST that expects responses responses. Complete streams
-// kept past the retention period, or past the session's number of kept streams, are forgotten.
+// NewStream starts the stream of a POST that expects responses responses. At the session's
+// number of kept streams, those kept past their time, then the oldest complete ones, are
+// forgotten first (Sweep forgets the former otherwise).
 func (s *Session) NewStream(responses int) *Stream {
 	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: responses, first: 1, done: make(chan struct{})}
 	s.mu.Lock()
@@ -125,7 +126,10 @@ func (s *Session) NewStream(responses int) *Stream {
 		st.dropLocked()
 		return st
 	}
-	s.pruneLocked()
+	if len(s.streams) >= s.hub.opts.MaxStreams {
+		// Only at the cap: a request does not pay for a walk over the kept streams.
+		s.pruneLocked()
+	}
 	s.streams[st.id] = st
 	return st
 }

@@ -116,7 +116,11 @@ func Map(req *Request, t *Target, result json.RawMessage, err error, logger *slo
 	case errors.As(err, &upstreamErr):
 		return upstreamWire(req, t, upstreamErr, logger)
 	case errors.As(err, &rpcErr):
-		return nil, rpcErr, Outcome{Result: OutcomeError, Code: rpcErr.Code, Reason: "invalid_request"}
+		reason := "invalid_request"
+		if rpcErr.Code == protocol.CodeInternalError {
+			reason = "internal"
+		}
+		return nil, rpcErr, Outcome{Result: OutcomeError, Code: rpcErr.Code, Reason: reason}
 	case errors.Is(err, context.Canceled):
 		e := protocol.Errorf(protocol.CodeInternalError, "request cancelled")
 		return nil, e, Outcome{Result: OutcomeCancelled, Code: e.Code}
@@ -200,9 +204,9 @@ func upstreamWire(req *Request, t *Target, ue *UpstreamError, logger *slog.Logge
 			}
 		}
 		msg := e.Message
-		if strings.Contains(t.Original, ":") {
-			// A URI is specific enough to replace wherever it is quoted; a bare tool name
-			// (echo) may be part of other words.
+		if strings.Contains(t.Original, ":") || t.Kind == Task {
+			// A URI or an upstream's task id is specific enough to replace wherever it is
+			// quoted; a bare tool name (echo) may be part of other words.
 			msg = strings.ReplaceAll(msg, t.Original, t.Exposed)
 		}
 		e = &protocol.Error{Code: e.Code, Message: msg, Data: data}

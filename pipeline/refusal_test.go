@@ -76,6 +76,7 @@ func TestMapRefusals(t *testing.T) {
 func TestMapUpstreamErrors(t *testing.T) {
 	resource := &Target{Kind: Resource, Upstream: "up", Exposed: "up+file:///secret/a.txt", Original: "file:///secret/a.txt"}
 	tool := &Target{Kind: Tool, Upstream: "up", Exposed: "up__echo", Original: "echo"}
+	task := &Target{Kind: Task, Upstream: "up", Exposed: "mf-t-abc", Original: "u-task-7"}
 	tests := []struct {
 		name   string
 		target *Target
@@ -88,6 +89,9 @@ func TestMapUpstreamErrors(t *testing.T) {
 		{"invalid params pass with data", tool,
 			&protocol.Error{Code: -32602, Message: "argument who: missing; echoes nothing", Data: json.RawMessage(`{"argument":"who"}`)},
 			protocol.Error{Code: -32602, Message: "argument who: missing; echoes nothing", Data: json.RawMessage(`{"argument":"who"}`)}, false},
+		{"a task is named by the gateway's id", task,
+			&protocol.Error{Code: -32602, Message: "unknown task u-task-7"},
+			protocol.Error{Code: -32602, Message: "unknown task mf-t-abc"}, false},
 		{"invalid request passes", tool, &protocol.Error{Code: -32600, Message: "bad"}, protocol.Error{Code: -32600, Message: "bad"}, false},
 		{"method not found passes", tool, &protocol.Error{Code: -32601, Message: "no such method"}, protocol.Error{Code: -32601, Message: "no such method"}, false},
 		{"resource not found names the gateway's URI", resource,
