@@ -109,6 +109,11 @@ type streamableConn struct {
 	streams sync.WaitGroup
 
 	mu sync.Mutex
+	// posting counts the POSTs waiting for their answer's headers; expiring is set once the
+	// standalone stream learnt that the upstream forgot the session, so that no POST starts
+	// after. Guarded by mu.
+	posting  int
+	expiring bool
 	// sessionID and version are learnt from initialize. Guarded by mu.
 	sessionID string
 	version   string
@@ -165,6 +170,20 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 	if err != nil {
 		return &requestError{Err: err}
 	}
+	c.mu.Lock()
+	if c.expiring {
+		// The upstream forgot the session: this request was never sent, and may be sent
+		// again on the next connection.
+		c.mu.Unlock()
+		return ErrSessionExpired
+	}
+	c.posting++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.posting--
+		c.mu.Unlock()
+	}()
 	var reqID int64
 	isInitialize := false
 	if r, ok := m.(*protocol.Request); ok {
@@ -372,8 +391,17 @@ func (c *streamableConn) listen() {
 			return
 		case resp.StatusCode == http.StatusNotFound:
 			resp.Body.Close()
-			c.in.fail(ErrSessionExpired)
-			return
+			// The upstream forgot the session. A POST under way meets the same 404 and ends the
+			// connection itself, its request known unsent and sent again; ending it from here
+			// would cut that POST off with nothing known of its fate. So only without one.
+			c.mu.Lock()
+			busy := c.posting > 0
+			c.expiring = !busy
+			c.mu.Unlock()
+			if !busy {
+				c.in.fail(ErrSessionExpired)
+				return
+			}
 		case resp.StatusCode != http.StatusOK:
 			resp.Body.Close()
 			c.logger.Debug("the upstream refused the standalone stream", "status", resp.StatusCode)
