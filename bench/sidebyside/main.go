@@ -40,7 +40,12 @@ type result struct {
 
 type target struct {
 	name string
-	url  string
+	// url is the target's MCP endpoint; stdio, when set instead, is the command line of a
+	// stdio server the load tool starts and drives over one pipe.
+	url, stdio string
+	// floor names the two direct targets whose hops this one adds up (client → gateway over
+	// HTTP, gateway → upstream), nil for a direct target: its floor is what it cannot beat.
+	floor []string
 }
 
 func main() {
@@ -140,6 +145,9 @@ func (f *fleet) gateway(bin, name, upstreams string) (string, error) {
 // waitUp waits for every target to answer initialize.
 func (f *fleet) waitUp(targets []target) error {
 	for _, t := range targets {
+		if t.stdio != "" {
+			continue // the load tool starts it
+		}
 		if err := waitUp(t.url, 60*time.Second); err != nil {
 			return fmt.Errorf("%s: %w (logs in %s)", t.name, err, f.dir)
 		}
@@ -174,7 +182,7 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 			slices.Reverse(order)
 		}
 		for _, t := range order {
-			res, err := load(m.ctx, m.mcpload, t.url, n, append(slices.Clone(m.args), extra...)...)
+			res, err := load(m.ctx, m.mcpload, t, n, append(slices.Clone(m.args), extra...)...)
 			if err != nil {
 				return failed, fmt.Errorf("%s n=%d: %w", t.name, n, err)
 			}
@@ -212,13 +220,19 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	if err != nil {
 		return err
 	}
-	targets := []target{{"direct", "http://" + echoAddr + "/mcp"}, {"gateway-stdio", gwStdio}, {"gateway-http", gwHTTP}}
+	stdioFloor, httpFloor := []string{"direct", "direct-stdio"}, []string{"direct", "direct"}
+	targets := []target{
+		{name: "direct", url: "http://" + echoAddr + "/mcp"},
+		{name: "direct-stdio", stdio: echo},
+		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
+		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
+	}
 	if other != "" {
 		fields := strings.Fields(other)
 		if err := f.start("other.log", fields[0], fields[1:]...); err != nil {
 			return err
 		}
-		targets = append(targets, target{"other-proxy", otherURL})
+		targets = append(targets, target{name: "other-proxy", url: otherURL, floor: stdioFloor})
 	}
 	if err := f.waitUp(targets); err != nil {
 		return err
@@ -236,7 +250,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	}
 	if errorsN > 0 {
 		for _, t := range targets {
-			res, err := load(m.ctx, m.mcpload, t.url, errorsN, "-calls", strconv.Itoa(errorsCalls))
+			res, err := load(m.ctx, m.mcpload, t, errorsN, "-calls", strconv.Itoa(errorsCalls))
 			if err != nil {
 				return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
 			}
@@ -275,7 +289,7 @@ func runLists(bin string, m measurer, ns []int) error {
 	if err != nil {
 		return err
 	}
-	targets := []target{{"direct", "http://" + echoAddr + "/mcp"}, {"gateway-20x100", gw}}
+	targets := []target{{name: "direct", url: "http://" + echoAddr + "/mcp"}, {name: "gateway-20x100", url: gw}}
 	if err := f.waitUp(targets); err != nil {
 		return err
 	}
@@ -283,7 +297,7 @@ func runLists(bin string, m measurer, ns []int) error {
 	list := []string{"-method", "tools/list", "-min-tools", "100"}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		res, err := load(m.ctx, m.mcpload, gw, 1, append(slices.Clone(list), "-calls", "1")...)
+		res, err := load(m.ctx, m.mcpload, targets[1], 1, append(slices.Clone(list), "-calls", "1")...)
 		if err == nil && sum(res.Errors) == 0 {
 			break
 		}
@@ -337,13 +351,34 @@ func report(n int, targets []target, samples map[string][]result) {
 		v := []float64{med(t.name, rate), med(t.name, p50), med(t.name, p99)}
 		fmt.Printf("  %-14s %12.0f %10.0f %10.0f %10.2f %10.2f %10.2f\n", t.name, v[0], v[1], v[2], v[0]/d[0], v[1]/d[1], v[2]/d[2])
 	}
+	// The floor: a gateway cannot beat the hops it adds. Its calls/s are at most
+	// 1/(1/a + 1/b) of the direct targets a and b of its two hops, its p50 at least theirs
+	// added up.
+	header := false
+	for _, t := range targets {
+		if len(t.floor) != 2 {
+			continue
+		}
+		a, b := t.floor[0], t.floor[1]
+		floorRate := 1 / (1/med(a, rate) + 1/med(b, rate))
+		floorP50 := med(a, p50) + med(b, p50)
+		if !header {
+			fmt.Printf("  %-14s %12s %10s %10s %10s   %s\n", "of the floor", "floor/s", "floor p50", "×calls/s", "×p50", "hops")
+			header = true
+		}
+		fmt.Printf("  %-14s %12.0f %10.0f %10.2f %10.2f   %s + %s\n", t.name, floorRate, floorP50, med(t.name, rate)/floorRate, med(t.name, p50)/floorP50, a, b)
+	}
 	fmt.Println()
 }
 
-func load(ctx context.Context, mcpload, url string, n int, args ...string) (result, error) {
+func load(ctx context.Context, mcpload string, t target, n int, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpload, append([]string{"-url", url, "-n", strconv.Itoa(n), "-json"}, args...)...)
+	endpoint := []string{"-url", t.url}
+	if t.stdio != "" {
+		endpoint = []string{"-stdio", t.stdio}
+	}
+	cmd := exec.CommandContext(ctx, mcpload, append(append(endpoint, "-n", strconv.Itoa(n), "-json"), args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	runErr := cmd.Run() // exit 1 means "some calls failed"; the JSON says which
