@@ -42,7 +42,7 @@ func newMemoryRoutes() *memoryRoutes {
 
 var _ Routes = (*MemoryStore)(nil)
 
-// PutCall implements Routes.
+// PutReverse implements Routes.
 func (s *MemoryStore) PutReverse(_ context.Context, rec ReverseRecord) error {
 	r := s.routes
 	r.mu.Lock()

@@ -7,9 +7,10 @@ import (
 )
 
 // The routing tables of a session's work in flight: plain records, keyed so that any replica
-// could find them, telling where a message from an upstream or a client's answer belongs.
-// The gateway keeps only live handles (the HTTP stream to write to, the channel a waiting
-// call reads) in its own memory, found through these records.
+// could find them. Requests sent to clients are recorded so that an upstream's cancel finds
+// the session it went to; the live side (the stream, the channel a waiting call reads) is the
+// hub's. Progress mappings are not here: they stay with the upstream connection that carries
+// the call, on which the progress comes back.
 
 // ReverseRecord is a request the gateway sent a client on an upstream's behalf, waiting for
 // the client's answer.
