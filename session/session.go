@@ -2,9 +2,11 @@
 // Store: a Record is plain data that any replica could load, so that a shared store (Redis)
 // can later stand beside the in-memory one without changing its users.
 //
-//	store := session.NewMemoryStore(session.MemoryOptions{MaxSessions: 1000, IdleTimeout: 30 * time.Minute})
+//	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 1000})
 //	rec, err := store.Create(ctx, session.Record{ProtocolVersion: "2025-11-25"})
-//	rec, err = store.Get(ctx, rec.ID) // ErrNotFound once deleted or expired
+//	rec, err = store.Get(ctx, rec.ID)                  // ErrNotFound once deleted or expired
+//	err = store.Touch(ctx, rec.ID)                     // its client used it: expiry is put off
+//	expired, err := store.Expire(ctx, time.Now().Add(-30*time.Minute))
 package session
 
 import (
