@@ -1,11 +1,22 @@
-// Package gateway is Manifold's server face: the Streamable HTTP endpoint that MCP clients
-// connect to, their sessions, the router that dispatches each method, and the connections to
-// the upstreams, shared or a session's own. What clients see of the upstreams' tools,
-// resources, templates and prompts is the merged catalog of package catalog.
+// Package gateway is Manifold's server face and what sits behind it:
+//
+//   - the Streamable HTTP endpoint (streamable.go) and its SSE writer (sse.go), which turn each
+//     client request into a pipeline.Request value;
+//   - the request pipeline (pipeline.go): resolve the target in the merged catalog of package
+//     catalog, run the policy chain (Options.Checks), forward, map failures with
+//     pipeline.Map, write one audit record;
+//   - the routing of what upstreams send to the session it belongs to (routing.go), and what
+//     the protocol scopes to a session over shared connections: log levels (logs.go),
+//     subscriptions, tasks;
+//   - the connections to the upstreams, shared or a session's own (upstreams.go,
+//     isolation.go).
+//
+// What is live of a session (streams, requests in flight) is in the hub; what a session is, in
+// the session store.
 //
 //	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger})
-//	gw.Start(ctx)                      // connects the upstreams in the background
-//	srv := &http.Server{Handler: gw.Handler()}
+//	gw.Start()                         // connects the upstreams in the background
+//	srv := gw.Server()                 // the gateway's HTTP server settings and handler
 //	...
 //	gw.Close()                         // ends sessions and streams, stops the upstreams
 package gateway
