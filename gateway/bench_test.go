@@ -64,6 +64,28 @@ func useFakeUpstreams(g *Gateway, clients ...upstreamClient) {
 	g.snapshot.Store(g.builder.Build())
 }
 
+// emptyGateway is a gateway without upstreams, closed when the test ends; tests give it fakes
+// with useFakeUpstreams. opts may be nil; its Logger defaults to discarding.
+func emptyGateway(tb testing.TB, opts *Options) *Gateway {
+	tb.Helper()
+	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	g, err := New(cfg, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { g.Close() })
+	return g
+}
+
 // benchGateway is a gateway over fake upstreams of `tools` tools each, serving through its
 // real HTTP handler.
 func benchGateway(b *testing.B, upstreams, tools int) *Gateway {

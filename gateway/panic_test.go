@@ -3,12 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -21,15 +19,7 @@ func (panickyUpstream) Call(context.Context, string, json.RawMessage) (json.RawM
 }
 
 func TestPanicBecomesInternalError(t *testing.T) {
-	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := emptyGateway(t, nil)
 	f := &panickyUpstream{fakeUpstream{name: "p", server: &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion},
 		catalog: upstream.NewCatalog(map[upstream.Kind][]upstream.Item{upstream.Tools: {{Key: "boom", Raw: toolJSON("boom")}}})}}
 	useFakeUpstreams(g, f)

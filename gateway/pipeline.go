@@ -47,13 +47,11 @@ type resolved struct {
 func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
 	res, err := g.resolve(ctx, rq)
 	var t *pipeline.Target
-	var rr *resolveRefusal
-	switch {
-	case err == nil:
-		t = &res.target
+	if res != nil {
+		t = &res.target // a refusal of the resolver may name what was addressed
+	}
+	if err == nil {
 		err = g.checks.Check(ctx, rq.Request, t)
-	case errors.As(err, &rr):
-		t = &rr.target
 	}
 	var result json.RawMessage
 	if err == nil {
@@ -75,7 +73,8 @@ func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline
 }
 
 // resolve turns method and params into a target: the one place where names and URIs are
-// looked up. A name that is not in the catalog is refused here, before any check.
+// looked up. A name that is not in the catalog is refused here, before any check; a refused
+// resource still comes with its target, so that the refusal names the URI.
 func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 	snap := g.snapshot.Load()
 	params := rq.Params
@@ -117,8 +116,7 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		target := pipeline.Target{Kind: pipeline.Resource, Exposed: uri}
 		ns, original, ok := snap.ResolveURI(uri)
 		if !ok {
-			// The target names the URI, so that the refusal can.
-			return nil, &resolveRefusal{target: target, Refusal: &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + uri}}
+			return &resolved{target: target}, &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + uri}
 		}
 		forward, err := withMember(params, "uri", original)
 		if err != nil {
@@ -153,15 +151,6 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 	}
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", rq.Method)
 }
-
-// resolveRefusal is a refusal of the resolver that still knows what was addressed (the URI of
-// a resource not found), so that its wire form can name it.
-type resolveRefusal struct {
-	*pipeline.Refusal
-	target pipeline.Target
-}
-
-func (r *resolveRefusal) Unwrap() error { return r.Refusal }
 
 // unknownName refuses a tool or prompt name not in the catalog: unknown, or unavailable when
 // the upstream that listed it is down (it may come back).

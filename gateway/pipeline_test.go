@@ -108,37 +108,24 @@ func TestPolicyChainDecides(t *testing.T) {
 	}
 }
 
-// syncBuffer collects what a writer gets, safely for the audit trail's goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
+// auditLines parses the JSON lines an audit trail wrote.
+func auditLines(t *testing.T, out string) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(b.buf.String()))
+	var lines []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		var m map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("audit line %q: %v", sc.Text(), err)
 		}
-		out = append(out, m)
+		lines = append(lines, m)
 	}
-	return out
+	return lines
 }
 
 // TestAuditRecordPerRequest: one audit record per completed request, field by field.
 func TestAuditRecordPerRequest(t *testing.T) {
-	var out syncBuffer
+	var out lockedBuffer
 	trail := audit.New(&out, nil)
 	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", ""), &gateway.Options{Audit: trail})
 	cs := connect(t, tg.url, nil)
@@ -155,7 +142,7 @@ func TestAuditRecordPerRequest(t *testing.T) {
 	}
 
 	var call, refused, initialize map[string]any
-	for _, rec := range out.lines(t) {
+	for _, rec := range auditLines(t, out.String()) {
 		if rec["method"] == "initialize" {
 			initialize = rec
 		}
@@ -169,7 +156,7 @@ func TestAuditRecordPerRequest(t *testing.T) {
 		}
 	}
 	if call == nil || refused == nil {
-		t.Fatalf("audit lines: %+v", out.lines(t))
+		t.Fatalf("audit lines: %s", out.String())
 	}
 	for key, want := range map[string]any{
 		"session": sessionFingerprint(sid), "principal": "anonymous", "method": "tools/call",
@@ -199,7 +186,7 @@ func TestAuditRecordPerRequest(t *testing.T) {
 	if initialize == nil || initialize["session"] != sessionFingerprint(sid) || initialize["outcome"] != "ok" {
 		t.Errorf("initialize record %+v", initialize)
 	}
-	if strings.Contains(out.buf.String(), sid) {
+	if strings.Contains(out.String(), sid) {
 		t.Error("the audit trail holds a session id")
 	}
 }

@@ -142,14 +142,12 @@ func (sw *streamWriter) answer(ctx context.Context, switchAfter <-chan time.Time
 }
 
 // follow writes a stream that is already SSE (a GET: the standalone stream, or a resumed one)
-// until it completes, the connection fails, or one of done ends it.
-func (sw *streamWriter) follow(done ...<-chan struct{}) {
+// until it completes, the connection fails or ctx ends, its session ends, or the gateway
+// drains.
+func (sw *streamWriter) follow(ctx context.Context, sessionEnded, draining <-chan struct{}) {
 	defer sw.cursor.Detach()
 	keepAlive := time.NewTicker(keepAliveInterval)
 	defer keepAlive.Stop()
-	// Up to three ways to end besides the stream's own; nil channels never fire.
-	var d [3]<-chan struct{}
-	copy(d[:], done)
 	for {
 		events, state, _ := sw.cursor.Next()
 		if state == hub.Dropped || state == hub.Detached || sw.deliver(events, state) {
@@ -161,11 +159,11 @@ func (sw *streamWriter) follow(done ...<-chan struct{}) {
 			if err := writeWithDeadline(sw.w, sw.rc, []byte(": keep-alive\n\n")); err != nil {
 				return
 			}
-		case <-d[0]:
+		case <-ctx.Done(): // the client left
 			return
-		case <-d[1]:
+		case <-sessionEnded:
 			return
-		case <-d[2]:
+		case <-draining: // nil for a stream that ends with its answer
 			return
 		}
 	}

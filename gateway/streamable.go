@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
@@ -368,7 +369,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	})
 	if errors.Is(err, session.ErrLimit) {
 		w.Header().Set("Retry-After", "5")
-		audited("", pipeline.Outcome{Result: pipeline.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
+		audited("", pipeline.Outcome{Result: audit.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
 		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeSessionLimit,
 			"the gateway already holds its maximum of %d sessions: retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions))
 		return
@@ -393,7 +394,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		name = p.ClientInfo.Name
 	}
 	g.logger.Info("session started", "session", fingerprint(rec.ID), "protocol_version", version, "client", name)
-	audited(rec.ID, pipeline.Outcome{Result: pipeline.OutcomeOK})
+	audited(rec.ID, pipeline.Outcome{Result: audit.OutcomeOK})
 	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
 }
 
@@ -585,7 +586,8 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	var st *hub.Stream
 	var c *hub.Cursor
 	lastEventID := r.Header.Get(headerLastEventID)
-	if lastEventID != "" && prime {
+	resuming := lastEventID != "" && prime
+	if resuming {
 		st, c, err = ls.Resume(lastEventID)
 	} else {
 		st, c, err = ls.OpenStandalone()
@@ -609,7 +611,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	g.touch(r.Context(), rec.ID)
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), stream: st, cursor: c, prime: prime}
-	if lastEventID != "" && prime {
+	if resuming {
 		// The client has an id of this stream already: no priming event.
 		startSSE(w)
 		sw.started = true
@@ -628,7 +630,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if st == ls.Standalone() {
 		drain = g.draining
 	}
-	sw.follow(r.Context().Done(), ls.Context().Done(), drain)
+	sw.follow(r.Context(), ls.Context().Done(), drain)
 }
 
 // serveDELETE ends a session (mcp-notes §4.6): its calls are cancelled, its stream closes,

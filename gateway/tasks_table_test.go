@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
@@ -150,16 +148,8 @@ func rpc(t *testing.T, h http.Handler, sid, method, params string) rpcReply {
 // makes room, and goes by itself session.TaskRetention after it ended; a task whose ttl has
 // passed goes too.
 func TestTaskTableIsBounded(t *testing.T) {
-	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := testclock.New(time.Date(2025, 11, 25, 0, 0, 0, 0, time.UTC))
-	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := emptyGateway(t, &Options{Now: clock.Now})
 	up := newTaskUpstream("tk")
 	useFakeUpstreams(g, up)
 	shared := g.upstreams[0].shared

@@ -3,11 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"testing"
 
 	"github.com/manifold-mcp/manifold/catalog"
-	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -42,15 +40,7 @@ func TestConnKey(t *testing.T) {
 // message from a session's own connection that cannot reach its session (not served here)
 // is dropped, never shown to the other sessions.
 func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
-	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := emptyGateway(t, nil)
 	up := &fakeUpstream{name: "lg", server: &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion}}
 	useFakeUpstreams(g, up)
 	u := g.upstreams[0]

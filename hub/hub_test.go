@@ -212,12 +212,25 @@ func TestCompleteStreamsAreKeptForTheRetentionPeriod(t *testing.T) {
 	if _, _, err := s.Resume(st.EventID(0)); !errors.Is(err, ErrUnknownStream) {
 		t.Errorf("resume after the retention period: %v", err)
 	}
-	// A session keeps at most MaxStreams; complete ones go first.
-	for range 5 {
-		s.NewStream(1)
+	// A session keeps at most MaxStreams: at the cap, the oldest complete stream goes, never
+	// one still running.
+	keep := func() *Stream {
+		kept := s.NewStream(1)
+		kc, _ := kept.Attach(0)
+		kc.MarkResumable()
+		_ = kept.Put([]byte("r"), true)
+		kc.Detach()
+		return kept
 	}
-	if n := len(s.streams); n > 5 {
-		t.Errorf("%d streams kept", n)
+	oldest, second := keep(), keep()
+	running := s.NewStream(1)
+	s.NewStream(1) // at the cap of 3: the oldest complete one makes room
+	if s.Stream(oldest.ID()) != nil || s.Stream(second.ID()) == nil || s.Stream(running.ID()) == nil {
+		t.Errorf("at the cap: oldest kept %v, second kept %v, running kept %v; want only the oldest gone",
+			s.Stream(oldest.ID()) != nil, s.Stream(second.ID()) != nil, s.Stream(running.ID()) != nil)
+	}
+	if n := len(s.streams); n != 3 {
+		t.Errorf("%d streams kept, want 3", n)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/protocol"
 )
 
@@ -73,21 +74,13 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 
 // Outcome is how a request ended, for its audit record.
 type Outcome struct {
-	// Result is "ok", "refused", "error" or "cancelled".
+	// Result is one of audit's outcomes: ok, refused, error, cancelled.
 	Result string
 	// Code is the JSON-RPC error code the client got, 0 for a result.
 	Code int64
 	// Reason is the refusal's reason, or a short word for an error.
 	Reason string
 }
-
-// Outcome results.
-const (
-	OutcomeOK        = "ok"
-	OutcomeRefused   = "refused"
-	OutcomeError     = "error"
-	OutcomeCancelled = "cancelled"
-)
 
 // Map turns how a request ended into what its client receives, a result or a JSON-RPC error,
 // and its outcome for the audit record: the one place where failures meet the wire (design
@@ -102,7 +95,7 @@ const (
 //   - Anything else is an internal failure: a generic -32603, the details in the log.
 func Map(req *Request, t *Target, result json.RawMessage, err error, logger *slog.Logger) (json.RawMessage, *protocol.Error, Outcome) {
 	if err == nil {
-		return result, nil, Outcome{Result: OutcomeOK}
+		return result, nil, Outcome{Result: audit.OutcomeOK}
 	}
 	var refusal *Refusal
 	var upstreamErr *UpstreamError
@@ -120,19 +113,19 @@ func Map(req *Request, t *Target, result json.RawMessage, err error, logger *slo
 		if rpcErr.Code == protocol.CodeInternalError {
 			reason = "internal"
 		}
-		return nil, rpcErr, Outcome{Result: OutcomeError, Code: rpcErr.Code, Reason: reason}
+		return nil, rpcErr, Outcome{Result: audit.OutcomeError, Code: rpcErr.Code, Reason: reason}
 	case errors.Is(err, context.Canceled):
 		e := protocol.Errorf(protocol.CodeInternalError, "request cancelled")
-		return nil, e, Outcome{Result: OutcomeCancelled, Code: e.Code}
+		return nil, e, Outcome{Result: audit.OutcomeCancelled, Code: e.Code}
 	}
 	logger.Error("request failed", "request_id", req.LogID, "method", req.Method, "error", err.Error())
 	e := protocol.Errorf(protocol.CodeInternalError, "internal error (request %s); the gateway's log has the details", req.LogID)
-	return nil, e, Outcome{Result: OutcomeError, Code: e.Code, Reason: "internal"}
+	return nil, e, Outcome{Result: audit.OutcomeError, Code: e.Code, Reason: "internal"}
 }
 
 // refusalWire is the refusal table of design decision 7.
 func refusalWire(req *Request, t *Target, r *Refusal) (json.RawMessage, *protocol.Error, Outcome) {
-	out := Outcome{Result: OutcomeRefused, Reason: r.Reason}
+	out := Outcome{Result: audit.OutcomeRefused, Reason: r.Reason}
 	switch r.Reason {
 	case ReasonUnknownTool, ReasonUnknownPrompt:
 		// A hidden item is indistinguishable from a missing one.
@@ -191,7 +184,7 @@ func upstreamWire(req *Request, t *Target, ue *UpstreamError, logger *slog.Logge
 		logger.Error("an upstream answered with an internal error; the client got a generic one",
 			"request_id", req.LogID, "method", req.Method, "upstream", ue.Upstream, "code", e.Code, "message", e.Message, "data", string(e.Data))
 		out := protocol.Errorf(protocol.CodeInternalError, "upstream %s failed to handle the request (request %s); the gateway's log has the details", ue.Upstream, req.LogID)
-		return nil, out, Outcome{Result: OutcomeError, Code: out.Code, Reason: "upstream_error"}
+		return nil, out, Outcome{Result: audit.OutcomeError, Code: out.Code, Reason: "upstream_error"}
 	}
 	if t != nil && t.Exposed != "" && t.Original != "" && t.Original != t.Exposed {
 		// The client knows the item by the gateway's name or URI; the upstream's own stays
@@ -211,5 +204,5 @@ func upstreamWire(req *Request, t *Target, ue *UpstreamError, logger *slog.Logge
 		}
 		e = &protocol.Error{Code: e.Code, Message: msg, Data: data}
 	}
-	return nil, e, Outcome{Result: OutcomeError, Code: e.Code, Reason: "upstream_error"}
+	return nil, e, Outcome{Result: audit.OutcomeError, Code: e.Code, Reason: "upstream_error"}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/protocol"
 )
 
@@ -43,7 +44,7 @@ func TestMapRefusals(t *testing.T) {
 				target := &Target{Kind: Resource, Upstream: "up", Exposed: "up+file:///a", Original: "file:///a"}
 				refusal := &Refusal{Reason: tt.reason, Message: "what happened; what to do", Upstream: "up", RetryAfter: 1500 * time.Millisecond}
 				result, wireErr, out := Map(req, target, nil, fmt.Errorf("wrapped: %w", refusal), slog.New(slog.DiscardHandler))
-				if out.Result != OutcomeRefused || out.Reason != tt.reason {
+				if out.Result != audit.OutcomeRefused || out.Reason != tt.reason {
 					t.Errorf("outcome %+v, want refused for %s", out, tt.reason)
 				}
 				if method == protocol.MethodCallTool && tt.toolResult {
@@ -119,7 +120,7 @@ func TestMapUpstreamErrors(t *testing.T) {
 			if got == nil || got.Code != tt.want.Code || got.Message != tt.want.Message || string(got.Data) != string(tt.want.Data) {
 				t.Errorf("client got %+v (data %s), want %+v (data %s)", got, got.Data, tt.want, tt.want.Data)
 			}
-			if out.Result != OutcomeError || out.Code != tt.want.Code {
+			if out.Result != audit.OutcomeError || out.Code != tt.want.Code {
 				t.Errorf("outcome %+v", out)
 			}
 			if inLog := strings.Contains(logs.String(), tt.err.Message) && strings.Contains(logs.String(), "r9"); inLog != tt.logged {
@@ -137,20 +138,20 @@ func TestMapOtherFailures(t *testing.T) {
 	req := &Request{Method: protocol.MethodGetPrompt, LogID: "r3"}
 
 	own := protocol.Errorf(protocol.CodeInvalidParams, "invalid params: name")
-	if _, got, out := Map(req, nil, nil, own, logger); got != own || out.Result != OutcomeError {
+	if _, got, out := Map(req, nil, nil, own, logger); got != own || out.Result != audit.OutcomeError {
 		t.Errorf("own error: %+v %+v", got, out)
 	}
-	if _, _, out := Map(req, nil, nil, fmt.Errorf("call: %w", context.Canceled), logger); out.Result != OutcomeCancelled {
+	if _, _, out := Map(req, nil, nil, fmt.Errorf("call: %w", context.Canceled), logger); out.Result != audit.OutcomeCancelled {
 		t.Errorf("cancel: %+v", out)
 	}
 	_, got, out := Map(req, nil, nil, errors.New("encoder exploded at 0xdeadbeef"), logger)
-	if got.Code != protocol.CodeInternalError || strings.Contains(got.Message, "0xdeadbeef") || !strings.Contains(got.Message, "r3") || out.Result != OutcomeError {
+	if got.Code != protocol.CodeInternalError || strings.Contains(got.Message, "0xdeadbeef") || !strings.Contains(got.Message, "r3") || out.Result != audit.OutcomeError {
 		t.Errorf("internal failure reached the client as %+v", got)
 	}
 	if !strings.Contains(logs.String(), "0xdeadbeef") {
 		t.Errorf("the log lacks the failure: %s", logs.String())
 	}
-	if res, got, out := Map(req, nil, json.RawMessage(`{"x":1}`), nil, logger); got != nil || string(res) != `{"x":1}` || out.Result != OutcomeOK {
+	if res, got, out := Map(req, nil, json.RawMessage(`{"x":1}`), nil, logger); got != nil || string(res) != `{"x":1}` || out.Result != audit.OutcomeOK {
 		t.Errorf("a result: %s %+v %+v", res, got, out)
 	}
 }

@@ -22,7 +22,7 @@ var allowed = map[string][]string{
 	"upstream":              {"protocol", "internal/loglimit"},
 	"catalog":               {"protocol", "upstream"},
 	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "hub", "pipeline", "audit", "internal/loglimit"},
-	"pipeline":              {"protocol", "session"},
+	"pipeline":              {"protocol", "session", "audit"},
 	"hub":                   {"protocol"},
 	"cmd/gateway":           {"config", "gateway", "upstream", "audit"},
 	"cmd/demo-server":       {},
