@@ -49,6 +49,9 @@ type Config struct {
 	Delete bool
 	// Stderr receives the stdio server's stderr. If nil, it goes to the null device.
 	Stderr io.Writer
+	// CoalesceWrites lets concurrent stdio workers share one pipe write. Off, each message
+	// is written on its own, as the gateway writes to a stdio upstream: the fair floor for it.
+	CoalesceWrites bool
 }
 
 // Result is what a run measured. Latencies are of successful measured calls only.

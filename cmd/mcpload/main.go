@@ -94,6 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "bound on each call")
 	fs.BoolVar(&cfg.Delete, "delete", true, "DELETE each HTTP session at the end")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fs.BoolVar(&cfg.CoalesceWrites, "coalesce", false, "let concurrent stdio workers share one pipe write (off: one write per message, as the gateway writes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -337,13 +337,15 @@ func needEchoServer(t *testing.T) {
 
 func TestStdioEchoServer(t *testing.T) {
 	needEchoServer(t)
-	r := run1(t, Config{Command: []string{echoServer}, Workers: 4, Calls: 200, Text: `q"u\o<t>e é`})
-	checkCounts(t, r, 800, 1, map[string]int64{})
-	if len(r.Init) != 1 {
-		t.Errorf("%d initialize latencies, want 1", len(r.Init))
+	for _, coalesce := range []bool{false, true} {
+		r := run1(t, Config{Command: []string{echoServer}, Workers: 4, Calls: 200, Text: `q"u\o<t>e é`, CoalesceWrites: coalesce})
+		checkCounts(t, r, 800, 1, map[string]int64{})
+		if len(r.Init) != 1 {
+			t.Errorf("coalesce=%v: %d initialize latencies, want 1", coalesce, len(r.Init))
+		}
 	}
 
-	r = run1(t, Config{Command: []string{echoServer, "-tools", "3"}, Workers: 4, Calls: 5, Tool: "tool_001"})
+	r := run1(t, Config{Command: []string{echoServer, "-tools", "3"}, Workers: 4, Calls: 5, Tool: "tool_001"})
 	checkCounts(t, r, 0, 1, map[string]int64{"wrong-echo": 20})
 }
 

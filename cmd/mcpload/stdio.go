@@ -76,9 +76,11 @@ type stdioConn struct {
 	stdout  *os.File // our end of the child's stdout
 	timeout time.Duration
 
-	// pending counts senders between announcing themselves and finishing their write;
-	// the one that brings it to zero flushes, so concurrent sends share one write.
-	pending atomic.Int32
+	// coalesce lets concurrent sends share one write: pending counts senders between
+	// announcing themselves and finishing their write, and the one that brings it to zero
+	// flushes. Without it each send flushes its own message.
+	coalesce bool
+	pending  atomic.Int32
 	// wmu guards the fields below it.
 	wmu     sync.Mutex
 	w       *bufio.Writer
@@ -139,6 +141,7 @@ func startStdio(cfg *Config) (*stdioConn, error) {
 		stdin:    inW,
 		stdout:   outR,
 		timeout:  cfg.Timeout,
+		coalesce: cfg.CoalesceWrites,
 		w:        bufio.NewWriterSize(inW, 64<<10),
 		slots:    make([]slot, cfg.Workers),
 		dead:     make(chan struct{}),
@@ -175,7 +178,7 @@ func (c *stdioConn) send(msg []byte, now time.Time) error {
 	if err == nil {
 		err = c.w.WriteByte('\n')
 	}
-	if c.pending.Add(-1) == 0 && err == nil {
+	if last := c.pending.Add(-1) == 0; (last || !c.coalesce) && err == nil {
 		err = c.w.Flush()
 	}
 	if err != nil {
