@@ -43,7 +43,8 @@ const (
 	// hidden tool, a limit, a policy rule).
 	OutcomeRefused = "refused"
 	// OutcomeCancelled: the request ended before its answer, by the client's
-	// notifications/cancelled or the end of its session.
+	// notifications/cancelled, the loss of the stream that would carry the answer, or the end
+	// of its session.
 	OutcomeCancelled = "cancelled"
 )
 

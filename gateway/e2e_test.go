@@ -88,9 +88,10 @@ func startGatewayWith(t testing.TB, yaml string, opts *gateway.Options, waitForU
 }
 
 func (tg *testGateway) close() {
-	tg.gw.Drain() // ends standalone streams, so the server's Close need not wait for clients
-	tg.srv.Close()
+	// The gateway first: its sessions end, and with them the requests that HTTP handlers serve,
+	// so the server's Close, which waits for its handlers, need not wait for calls to end.
 	tg.gw.Close()
+	tg.srv.Close()
 }
 
 func waitReady(t testing.TB, gw *gateway.Gateway, n int) {

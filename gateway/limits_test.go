@@ -745,3 +745,24 @@ func TestIsolatedConnectionLogsCarryNoSessionID(t *testing.T) {
 	})
 	checkLogsNameSessionsByFingerprint(t, logs.String(), sid)
 }
+
+// TestCallWhoseAnswerNobodyCanReceiveStops: a client of 2025-06-18, whose streams cannot be
+// resumed, leaves while its call runs: the gateway stops the call upstream rather than run it
+// for no one.
+func TestCallWhoseAnswerNobodyCanReceiveStops(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), nil)
+	t.Cleanup(tg.close)
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-06-18", `{}`)
+	leave, left := context.WithCancel(t.Context())
+	resp := c.post(leave, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"r__hold","_meta":{"progressToken":"p"}}}`)
+	if n := readSSE(t, resp.Body).next(t, "progress"); n.Method != "notifications/progress" {
+		t.Fatalf("first message of the held call: %+v", n)
+	}
+	left()
+	h := map[string]string{"Mcp-Session-Id": sid}
+	waitUntil(t, "the held call being cancelled upstream", func() bool {
+		r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"r__cancels"}}`, h)
+		return r.status == http.StatusOK && strings.Contains(string(r.msg.Result), `"text":"1"`)
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/hub"
@@ -140,6 +141,80 @@ func (sw *streamWriter) answer(ctx context.Context, switchAfter <-chan time.Time
 		}
 	}
 }
+
+// answerServing serves a POST's request on the handler's goroutine, which then writes the
+// answer as answer does. No other goroutine is involved unless something must reach the
+// client before the answer: a message put on the stream while the request runs (progress, a
+// request to the client, a log message), or the switch to SSE after switchAfter (0: never on
+// time alone). Then a writer goroutine starts and writes the stream meanwhile, and the handler
+// waits for it once the request is answered; it never returns while the writer may write.
+//
+// Until such a writer starts, nothing watches ctx: a client that leaves while its request runs
+// is noticed when the answer is written, and the request, which belongs to its session (design
+// decision 10), runs to its end either way.
+func (sw *streamWriter) answerServing(ctx context.Context, switchAfter time.Duration, job *admittedRequest) {
+	lw := &lateWriter{sw: sw, job: job, ctx: ctx, done: make(chan struct{})}
+	sw.cursor.OnWake(lw.start)
+	var switchTimer *time.Timer
+	if switchAfter > 0 {
+		switchTimer = time.AfterFunc(switchAfter, lw.start)
+	}
+	resp := job.serve()
+	if switchTimer != nil {
+		switchTimer.Stop()
+	}
+	// Claimed here, before the answer is queued: queuing it wakes the cursor, which must not
+	// start a writer for it.
+	if lw.claimed.CompareAndSwap(false, true) {
+		job.answer(resp)
+		sw.answer(ctx, nil)
+		return
+	}
+	job.answer(resp)
+	<-lw.done
+}
+
+// lateWriter starts, at most once, a goroutine that writes a stream while the handler's
+// goroutine is busy serving its request.
+type lateWriter struct {
+	sw  *streamWriter
+	job *admittedRequest
+	ctx context.Context
+	// claimed is set by whoever writes the stream: the late writer, or the handler itself
+	// when the request was answered before anything else had to be written.
+	claimed atomic.Bool
+	// done is closed when the late writer is done with the connection.
+	done chan struct{}
+}
+
+// start starts the writer unless the stream is claimed. It never blocks: it is called with the
+// stream locked (a wake) or from a timer.
+func (lw *lateWriter) start() {
+	if !lw.claimed.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer close(lw.done)
+		// Started by a message (which makes the answer SSE), by the end of the stream (which
+		// answer writes as it finds it), or by the switch time: in every case the answer
+		// switches to SSE as soon as nothing else decides.
+		lw.sw.answer(lw.ctx, closedChan)
+		select {
+		case <-lw.sw.stream.Dropped():
+			// Nobody can receive the answer any more (the client left a stream it cannot
+			// resume, or did not keep up): the request stops rather than run for no one.
+			lw.job.abandon()
+		default:
+		}
+	}()
+}
+
+// closedChan is a channel that is always ready to receive.
+var closedChan = func() chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // follow writes a stream that is already SSE (a GET: the standalone stream, or a resumed one)
 // until it completes, the connection fails or ctx ends, its session ends, or the gateway

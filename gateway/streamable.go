@@ -160,10 +160,12 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		if !ok {
 			return
 		}
-		g.startRequest(st, rec, ls, m, requestID)
-		switchAfter, stop := g.switchTimer(rec)
-		defer stop()
-		sw.answer(r.Context(), switchAfter)
+		job := g.admitRequest(st, rec, ls, m, requestID)
+		if job == nil {
+			sw.answer(r.Context(), nil) // refused: the answer is queued
+			return
+		}
+		sw.answerServing(r.Context(), g.switchAfter(rec), job)
 	}
 }
 
@@ -191,15 +193,13 @@ func (g *Gateway) attachAnswer(w http.ResponseWriter, id *protocol.ID, st *hub.S
 // streams: from 2025-11-25 on (older SDK clients fail on an event without data).
 func resumable(version string) bool { return !olderThan(version, protocol.Version20251125) }
 
-// switchTimer fires when a request of the session has run long enough to be answered as a
-// resumable SSE stream (stream_after); nil when it never switches on time alone. The func it
-// returns stops the timer: a request answered sooner must not leave one behind.
-func (g *Gateway) switchTimer(rec *session.Record) (<-chan time.Time, func()) {
+// switchAfter is how long a request of the session runs before its answer becomes a
+// resumable SSE stream (stream_after); 0 when it never switches on time alone.
+func (g *Gateway) switchAfter(rec *session.Record) time.Duration {
 	if !resumable(rec.ProtocolVersion) || g.cfg.StreamAfter <= 0 {
-		return nil, func() {}
+		return 0
 	}
-	t := time.NewTimer(g.cfg.StreamAfter)
-	return t.C, func() { t.Stop() }
+	return g.cfg.StreamAfter
 }
 
 // touch marks a session used, which puts off its idle expiry.
@@ -416,7 +416,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		}
 		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
 			if id, err := protocol.ParseID(p.RequestID); err == nil {
-				ls.CancelRequest(id)
+				ls.CancelRequest(id, hub.ErrClientCancelled)
 			}
 		}
 	}
@@ -424,10 +424,19 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 
 // startRequest begins serving a client request on a goroutine of its own, owned by the
 // session: the request lives as long as it does within its session, not as long as the HTTP
-// request that brought it (design decision 10), and the handler meanwhile only writes what is
-// queued for the client. A request past the caps on requests in flight, or with an id already
-// in flight, is answered at once.
+// request that brought it (design decision 10). A batch's requests start so, side by side.
 func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) {
+	if job := g.admitRequest(out, rec, ls, req, requestID); job != nil {
+		go func() {
+			job.answer(job.serve())
+		}()
+	}
+}
+
+// admitRequest admits a client request to be served, or answers it at once on out and returns
+// nil: a request past the caps on requests in flight, with an id already in flight, or of a
+// session that ended.
+func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *admittedRequest {
 	refuse := func(e *protocol.Error) {
 		// Through the mapper, for the audit record; the error passes as it is.
 		_, wireErr := g.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
@@ -439,36 +448,62 @@ func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 	switch {
 	case errors.Is(err, hub.ErrTooManyCalls):
 		g.tooManyCalls(out, rec, req, requestID, "this session", g.cfg.MaxCallsPerSession)
-		return
+		return nil
 	case errors.Is(err, hub.ErrDuplicateID):
 		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
-		return
+		return nil
 	case err != nil:
 		refuse(protocol.Errorf(protocol.CodeSessionNotFound, "session not found: it ended; send initialize to start a new one"))
-		return
+		return nil
 	}
 	if !g.admitCall() {
 		done()
 		ls.RequestDone()
 		g.tooManyCalls(out, rec, req, requestID, "the gateway", g.cfg.MaxCalls)
-		return
+		return nil
 	}
-	go func() {
-		defer ls.RequestDone()
-		resp := g.serveSafely(ctx, out, rec, ls, req, requestID)
-		// The request leaves the counts before its answer is queued: a client that sends its
-		// next request as soon as it has the answer must find its place free.
-		done()
-		g.releaseCall()
-		if resp == nil {
-			out.Unanswered()
-		} else if err := respond(out, resp); err != nil {
-			g.logger.Debug("the client's stream ended before its response", "session", fingerprint(rec.ID), "request_id", requestID)
-		}
-		// A request of the session's own client is what keeps it from expiring; marked once
-		// served, after the call was forwarded.
-		g.touch(context.WithoutCancel(ctx), rec.ID)
-	}()
+	return &admittedRequest{g: g, ctx: ctx, done: done, out: out, rec: rec, ls: ls, req: req, requestID: requestID}
+}
+
+// admittedRequest is a client request admitted and counted in flight: serve it, then answer
+// it, once, on whichever goroutine serves it.
+type admittedRequest struct {
+	g *Gateway
+	// ctx is the request's own context, a child of its session's; done ends it.
+	ctx       context.Context
+	done      func()
+	out       *hub.Stream
+	rec       *session.Record
+	ls        *hub.Session
+	req       *protocol.Request
+	requestID string
+}
+
+// abandon stops the request when nobody can receive its answer any more.
+func (a *admittedRequest) abandon() { a.ls.CancelRequest(a.req.ID, hub.ErrAnswerUndeliverable) }
+
+// serve serves the request and returns its response, nil when it gets none.
+func (a *admittedRequest) serve() *protocol.Response {
+	return a.g.serveSafely(a.ctx, a.out, a.rec, a.ls, a.req, a.requestID)
+}
+
+// answer queues the response on the request's stream and ends the request's part in the
+// counts.
+func (a *admittedRequest) answer(resp *protocol.Response) {
+	g := a.g
+	defer a.ls.RequestDone()
+	// The request leaves the counts before its answer is queued: a client that sends its
+	// next request as soon as it has the answer must find its place free.
+	a.done()
+	g.releaseCall()
+	if resp == nil {
+		a.out.Unanswered()
+	} else if err := respond(a.out, resp); err != nil {
+		g.logger.Debug("the client's stream ended before its response", "session", fingerprint(a.rec.ID), "request_id", a.requestID)
+	}
+	// A request of the session's own client is what keeps it from expiring; marked once
+	// served, after the call was forwarded.
+	g.touch(context.WithoutCancel(a.ctx), a.rec.ID)
 }
 
 // respond queues a response on a stream.
@@ -552,6 +587,9 @@ func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *sessio
 		// The receiver of a cancelled request SHOULD NOT answer it (mcp-notes §8.2), whatever
 		// the call came to meanwhile (a tool result saying the upstream was unavailable).
 		g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
+		return nil
+	case errors.Is(context.Cause(ctx), hub.ErrAnswerUndeliverable):
+		g.logger.Debug("request stopped: its client can no longer receive the answer", "session", fingerprint(rec.ID), "request_id", requestID)
 		return nil
 	}
 	return &protocol.Response{ID: req.ID, Result: result, Error: wireErr}

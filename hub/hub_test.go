@@ -427,3 +427,42 @@ func TestConcurrentStandaloneOpens(t *testing.T) {
 		}
 	}
 }
+
+// TestOnWakeReportsEveryChangeAfterAttach: a connection busy serving the request learns from
+// OnWake of each message, of the answer, and of the ends it must notice (drop, take-over).
+func TestOnWakeReportsEveryChangeAfterAttach(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(s *Session, st *Stream)
+		want   State
+	}{
+		{"message", func(_ *Session, st *Stream) { _ = st.Put([]byte("progress"), false) }, Live},
+		{"response", func(_ *Session, st *Stream) { _ = st.Put([]byte("result"), true) }, Complete},
+		{"unanswered", func(_ *Session, st *Stream) { st.Unanswered() }, Complete},
+		{"session ended", func(s *Session, _ *Stream) { s.hub.End(s.ID()) }, Dropped},
+		{"taken over", func(_ *Session, st *Stream) { _, _ = st.Attach(0) }, Detached},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTestHub(t, nil)
+			s := openSession(t, h, "a")
+			st := s.NewStream(1)
+			c, err := st.Attach(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			woken := 0
+			c.OnWake(func() { woken++ })
+			if woken != 0 {
+				t.Fatalf("OnWake called %d times before any change", woken)
+			}
+			tc.change(s, st)
+			if woken != 1 {
+				t.Errorf("OnWake called %d times, want 1", woken)
+			}
+			if _, state, _ := c.Next(); state != tc.want {
+				t.Errorf("state %v, want %v", state, tc.want)
+			}
+		})
+	}
+}

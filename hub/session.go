@@ -19,8 +19,14 @@ var (
 	ErrStreamOpen = errors.New("the session's standalone stream is open")
 )
 
-// ErrClientCancelled is the cause of a request context the client cancelled.
-var ErrClientCancelled = errors.New("cancelled by the client")
+// Causes of a request context that ended before its answer, besides its session's end.
+var (
+	// ErrClientCancelled: the client cancelled the request (notifications/cancelled).
+	ErrClientCancelled = errors.New("cancelled by the client")
+	// ErrAnswerUndeliverable: the stream that would carry the answer was dropped (its client
+	// left without a way to resume it, or did not keep up): nobody can receive the answer.
+	ErrAnswerUndeliverable = errors.New("the stream of its answer was dropped")
+)
 
 // Session is this process's live part of one client session: its streams and their logs, the
 // client requests being served, and the requests sent to its client that wait for an answer.
@@ -103,13 +109,14 @@ func (s *Session) Begin(id protocol.ID, limit int) (context.Context, func(), err
 // RequestDone is called once by the goroutine that served a request Begin admitted.
 func (s *Session) RequestDone() { s.hub.requests.Done() }
 
-// CancelRequest cancels the client's request id, if in flight (notifications/cancelled).
-func (s *Session) CancelRequest(id protocol.ID) bool {
+// CancelRequest cancels the client's request id, if in flight, with cause (ErrClientCancelled
+// for notifications/cancelled).
+func (s *Session) CancelRequest(id protocol.ID, cause error) bool {
 	s.mu.Lock()
 	cancel, ok := s.inflight[id]
 	s.mu.Unlock()
 	if ok {
-		cancel(ErrClientCancelled)
+		cancel(cause)
 	}
 	return ok
 }

@@ -189,6 +189,9 @@ func (s *Stream) wakeLocked() {
 		case s.writer.wake <- struct{}{}:
 		default:
 		}
+		if s.writer.onWake != nil {
+			s.writer.onWake()
+		}
 	}
 }
 
@@ -223,6 +226,8 @@ type Cursor struct {
 	stream *Stream
 	after  uint64
 	wake   chan struct{}
+	// onWake, when set, is called (under the stream's mu) on every wake after the first.
+	onWake func()
 	// detached is set, under the stream's mu, when another connection took the stream over.
 	detached bool
 }
@@ -249,6 +254,16 @@ type Event struct {
 
 // Wake receives when there may be something new for Next.
 func (c *Cursor) Wake() <-chan struct{} { return c.wake }
+
+// OnWake has f called whenever the stream has something new for the cursor, beside the
+// signal on Wake: a connection that is busy elsewhere (serving the request whose answer the
+// stream carries) learns that it must start writing. f runs with the stream locked: it must
+// not block, nor call into the stream.
+func (c *Cursor) OnWake(f func()) {
+	c.stream.mu.Lock()
+	c.onWake = f
+	c.stream.mu.Unlock()
+}
 
 // Next returns the events after the cursor and the stream's state, and whether it must be
 // SSE (a message other than a response was put). They count as written only once the caller
