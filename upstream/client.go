@@ -626,7 +626,15 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := cn.conn.Write(ctx, &protocol.Request{ID: protocol.IntID(id), Method: method, Params: params}); err != nil {
+	req := &protocol.Request{ID: protocol.IntID(id), Method: method, Params: params}
+	var answer *protocol.Response
+	var err error
+	if ac, ok := cn.conn.(answeringConn); ok {
+		answer, err = ac.WriteRequest(ctx, req)
+	} else {
+		err = cn.conn.Write(ctx, req)
+	}
+	if err != nil {
 		cn.forget(id)
 		var reqErr *requestError
 		switch {
@@ -643,6 +651,12 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 		cn.fail(fmt.Errorf("write %s: %w", method, err))
 		return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, err)
 	}
+	if answer != nil {
+		// The answer came with the request (a JSON answer to a POST): it is this call's,
+		// whether or not the connection failed meanwhile.
+		cn.forget(id)
+		return answerOf(answer, name, method, cn.client.spec.MaxMessageBytes)
+	}
 	select {
 	case resp, ok := <-p.ch:
 		if !ok {
@@ -654,16 +668,21 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 			}
 			return nil, fmt.Errorf("%s %s: %w: %s", name, method, ErrUnavailable, cause)
 		}
-		if resp.Error == tooLarge {
-			return nil, fmt.Errorf("%s %s: %w (%d)", name, method, ErrResponseTooLarge, cn.client.spec.MaxMessageBytes)
-		}
-		if resp.Error != nil {
-			return nil, resp.Error
-		}
-		return resp.Result, nil
+		return answerOf(resp, name, method, cn.client.spec.MaxMessageBytes)
 	case <-ctx.Done():
 		return nil, cn.ended(ctx, id, method, timeout)
 	}
+}
+
+// answerOf is a call's outcome from its response.
+func answerOf(resp *protocol.Response, name, method string, maxBytes int) (json.RawMessage, error) {
+	if resp.Error == tooLarge {
+		return nil, fmt.Errorf("%s %s: %w (%d)", name, method, ErrResponseTooLarge, maxBytes)
+	}
+	if resp.Error != nil {
+		return nil, resp.Error
+	}
+	return resp.Result, nil
 }
 
 // ended gives up on request id because ctx ended, tells the upstream, and says why.

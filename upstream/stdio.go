@@ -32,6 +32,14 @@ type conn interface {
 	Close() error
 }
 
+// answeringConn is a conn whose sending of a request may bring back its answer at once (a
+// Streamable HTTP POST answered with JSON): WriteRequest returns that answer to the caller
+// itself, without the hand-offs through Read and the read loop. A nil response with a nil
+// error means the answer comes through Read.
+type answeringConn interface {
+	WriteRequest(ctx context.Context, r *protocol.Request) (*protocol.Response, error)
+}
+
 // initializedConn is a conn that takes part in the handshake: it learns the negotiated
 // version as soon as initialize is answered (Streamable HTTP sends it on every later request),
 // and is told when the handshake is complete (it then opens its standalone stream).

@@ -123,6 +123,7 @@ type streamableConn struct {
 var (
 	_ conn            = (*streamableConn)(nil)
 	_ initializedConn = (*streamableConn)(nil)
+	_ answeringConn   = (*streamableConn)(nil)
 )
 
 func newStreamableConn(name string, opts httpOptions, logger *slog.Logger) *streamableConn {
@@ -166,16 +167,52 @@ func (c *streamableConn) hasSession() bool {
 // Write implements conn: one POST. A request's answer is read on its own goroutine when it
 // comes as a stream; Write returns once the POST was accepted.
 func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
+	answer, err := c.post(ctx, m)
+	if answer != nil {
+		c.in.put(ctx, inboundMsg{msg: answer, from: onStream(idOfRequest(m))})
+	}
+	return err
+}
+
+// WriteRequest implements answeringConn: the answer of a POST answered with JSON goes back
+// to the caller itself, not through Read and the connection's read loop.
+func (c *streamableConn) WriteRequest(ctx context.Context, r *protocol.Request) (*protocol.Response, error) {
+	answer, err := c.post(ctx, r)
+	if answer == nil {
+		return nil, err
+	}
+	if resp, ok := answer.(*protocol.Response); ok && resp.ID == r.ID {
+		return resp, err
+	}
+	// Not the answer to r (an upstream that answers a POST with another message): it goes
+	// the way of every message read.
+	c.in.put(ctx, inboundMsg{msg: answer, from: onStream(idOfRequest(r))})
+	return nil, err
+}
+
+// idOfRequest is the integer id of m when it is a request, else 0.
+func idOfRequest(m protocol.Message) int64 {
+	if r, ok := m.(*protocol.Request); ok {
+		id, _ := r.ID.Int()
+		return id
+	}
+	return 0
+}
+
+// post sends m as one POST. It returns the message the POST was answered with when that was
+// one JSON body (or a JSON-RPC error with an error status); a stream is read on its own
+// goroutine, into the inbox.
+func (c *streamableConn) post(ctx context.Context, m protocol.Message) (protocol.Message, error) {
 	data, err := protocol.Encode(m)
 	if err != nil {
-		return &requestError{Err: err}
+		return nil, &requestError{Err: err}
 	}
 	c.mu.Lock()
 	if c.expiring {
 		// The upstream forgot the session: this request was never sent, and may be sent
 		// again on the next connection.
 		c.mu.Unlock()
-		return ErrSessionExpired
+		return nil, ErrSessionExpired
 	}
 	c.posting++
 	c.mu.Unlock()
@@ -184,12 +221,9 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 		c.posting--
 		c.mu.Unlock()
 	}()
-	var reqID int64
-	isInitialize := false
-	if r, ok := m.(*protocol.Request); ok {
-		reqID, _ = r.ID.Int()
-		isInitialize = r.Method == protocol.MethodInitialize
-	}
+	reqID := idOfRequest(m)
+	r, isRequest := m.(*protocol.Request)
+	isInitialize := isRequest && r.Method == protocol.MethodInitialize
 	// The answer may outlive this call's wait but not the connection: the request runs under
 	// the connection's lifetime and ends early only when ctx does.
 	reqCtx, cancelReq := context.WithCancel(c.ctx)
@@ -198,7 +232,7 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 	if err != nil {
 		stop()
 		cancelReq()
-		return &requestError{Err: err}
+		return nil, &requestError{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -208,9 +242,9 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 		stop()
 		cancelReq()
 		if c.ctx.Err() != nil {
-			return fmt.Errorf("connection closed: %w", c.ctx.Err())
+			return nil, fmt.Errorf("connection closed: %w", c.ctx.Err())
 		}
-		return fmt.Errorf("POST %s: %w", c.name, err)
+		return nil, fmt.Errorf("POST %s: %w", c.name, err)
 	}
 	if isInitialize && resp.StatusCode == http.StatusOK {
 		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
@@ -228,7 +262,7 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 	switch {
 	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
 		done()
-		return nil
+		return nil, nil
 	case resp.StatusCode == http.StatusOK && mt == "text/event-stream":
 		c.streams.Add(1)
 		go func() {
@@ -236,37 +270,35 @@ func (c *streamableConn) Write(ctx context.Context, m protocol.Message) error {
 			defer done()
 			c.readPostStream(reqCtx, resp.Body, reqID)
 		}()
-		return nil
+		return nil, nil
 	case resp.StatusCode == http.StatusOK:
 		defer done()
 		body, err := readLimited(resp.Body, c.opts.MaxMessageBytes)
 		if err != nil {
-			return &requestError{Status: resp.StatusCode, Err: err}
+			return nil, &requestError{Status: resp.StatusCode, Err: err}
 		}
 		if len(bytes.TrimSpace(body)) == 0 {
-			return nil
+			return nil, nil
 		}
 		msg, err := protocol.Decode(body)
 		if err != nil {
-			return &requestError{Status: resp.StatusCode, Err: fmt.Errorf("malformed response: %w", err)}
+			return nil, &requestError{Status: resp.StatusCode, Err: fmt.Errorf("malformed response: %w", err)}
 		}
-		c.in.put(ctx, inboundMsg{msg: msg, from: onStream(reqID)})
-		return nil
+		return msg, nil
 	case resp.StatusCode == http.StatusNotFound && c.hasSession():
 		done()
 		c.in.fail(ErrSessionExpired)
-		return ErrSessionExpired
+		return nil, ErrSessionExpired
 	}
 	defer done()
 	// An error status: a JSON-RPC error body answers the request; anything else fails it.
 	body, _ := readLimited(resp.Body, 64<<10)
 	if msg, err := protocol.Decode(body); err == nil {
 		if r, ok := msg.(*protocol.Response); ok && r.Error != nil && !r.ID.IsZero() {
-			c.in.put(ctx, inboundMsg{msg: r, from: onStream(reqID)})
-			return nil
+			return r, nil
 		}
 	}
-	return &requestError{Status: resp.StatusCode, Err: fmt.Errorf("%s", bytes.TrimSpace(truncate(body, 200)))}
+	return nil, &requestError{Status: resp.StatusCode, Err: fmt.Errorf("%s", bytes.TrimSpace(truncate(body, 200)))}
 }
 
 // readPostStream reads the SSE answer to request reqID: messages related to it, then its
