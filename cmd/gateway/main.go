@@ -22,6 +22,7 @@ import (
 	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/heapfloor"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -29,6 +30,9 @@ var version = "dev"
 
 // shutdownGrace bounds the graceful part of shutdown; then connections are closed.
 const shutdownGrace = 10 * time.Second
+
+// heapFloor is the heap size under which the garbage collector waits (see package heapfloor).
+const heapFloor = 64 << 20
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -165,6 +169,11 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 // serveUntilDone runs the gateway until ctx ends, then drains: new requests are refused,
 // streams close, in-flight requests get shutdownGrace to finish, upstreams are stopped.
 func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		// The gateway's live heap is small: without a floor the collector would run dozens of
+		// times a second under load. An operator who sets GOGC or GOMEMLIMIT decides instead.
+		defer heapfloor.Keep(heapFloor).Stop()
+	}
 	trail, closeTrail, err := openAudit(cfg, logger)
 	if err != nil {
 		return err

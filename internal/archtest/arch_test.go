@@ -24,7 +24,7 @@ var allowed = map[string][]string{
 	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "hub", "pipeline", "audit", "internal/loglimit"},
 	"pipeline":              {"protocol", "session", "audit"},
 	"hub":                   {"protocol"},
-	"cmd/gateway":           {"config", "gateway", "upstream", "audit"},
+	"cmd/gateway":           {"config", "gateway", "upstream", "audit", "internal/heapfloor"},
 	"cmd/demo-server":       {},
 	"cmd/echo-server":       {},
 	"cmd/mcpload":           {},
@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"internal/testupstream": {},
 	"internal/archtest":     {},
 	"internal/loglimit":     {},
+	"internal/heapfloor":    {},
 	"internal/testclock":    {},
 }
 
