@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -363,12 +364,29 @@ func report(n int, targets []target, samples map[string][]result) {
 		floorRate := 1 / (1/med(a, rate) + 1/med(b, rate))
 		floorP50 := med(a, p50) + med(b, p50)
 		if !header {
-			fmt.Printf("  %-14s %12s %10s %10s %10s   %s\n", "of the floor", "floor/s", "floor p50", "×calls/s", "×p50", "hops")
+			fmt.Printf("  %-14s %12s %10s %10s %10s   %-11s %-11s %s\n", "of the floor", "floor/s", "floor p50", "×calls/s", "×p50", "rounds ×c/s", "rounds ×p50", "hops")
 			header = true
 		}
-		fmt.Printf("  %-14s %12.0f %10.0f %10.2f %10.2f   %s + %s\n", t.name, floorRate, floorP50, med(t.name, rate)/floorRate, med(t.name, p50)/floorP50, a, b)
+		rateSpread, p50Spread := floorSpread(samples[t.name], samples[a], samples[b])
+		fmt.Printf("  %-14s %12.0f %10.0f %10.2f %10.2f   %-11s %-11s %s + %s\n", t.name, floorRate, floorP50, med(t.name, rate)/floorRate, med(t.name, p50)/floorP50, rateSpread, p50Spread, a, b)
 	}
 	fmt.Println()
+}
+
+// floorSpread is the lowest and highest fraction of the floor over the rounds, each round's
+// target against that round's floor: how much the machine moved during the run.
+func floorSpread(target, a, b []result) (rate, p50 string) {
+	lo, hi := [2]float64{math.Inf(1), math.Inf(1)}, [2]float64{math.Inf(-1), math.Inf(-1)}
+	for i := range min(len(target), len(a), len(b)) {
+		r := target[i].CallsPerS * (1/a[i].CallsPerS + 1/b[i].CallsPerS)
+		p := target[i].Latency.P50 / (a[i].Latency.P50 + b[i].Latency.P50)
+		lo[0], hi[0] = min(lo[0], r), max(hi[0], r)
+		lo[1], hi[1] = min(lo[1], p), max(hi[1], p)
+	}
+	if math.IsInf(lo[0], 1) {
+		return "-", "-"
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo[0], hi[0]), fmt.Sprintf("%.2f–%.2f", lo[1], hi[1])
 }
 
 func load(ctx context.Context, mcpload string, t target, n int, args ...string) (result, error) {
