@@ -416,7 +416,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		}
 		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
 			if id, err := protocol.ParseID(p.RequestID); err == nil {
-				ls.CancelRequest(id, hub.ErrClientCancelled)
+				ls.CancelRequest(id)
 			}
 		}
 	}
@@ -444,7 +444,7 @@ func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 	}
 	// The session's own checks first, so that a request it refuses takes no place in the
 	// gateway's total, not even for a moment.
-	ctx, done, err := ls.Begin(req.ID, g.cfg.MaxCallsPerSession)
+	ctx, cancel, done, err := ls.Begin(req.ID, g.cfg.MaxCallsPerSession)
 	switch {
 	case errors.Is(err, hub.ErrTooManyCalls):
 		g.tooManyCalls(out, rec, req, requestID, "this session", g.cfg.MaxCallsPerSession)
@@ -462,15 +462,17 @@ func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 		g.tooManyCalls(out, rec, req, requestID, "the gateway", g.cfg.MaxCalls)
 		return nil
 	}
-	return &admittedRequest{g: g, ctx: ctx, done: done, out: out, rec: rec, ls: ls, req: req, requestID: requestID}
+	return &admittedRequest{g: g, ctx: ctx, cancel: cancel, done: done, out: out, rec: rec, ls: ls, req: req, requestID: requestID}
 }
 
 // admittedRequest is a client request admitted and counted in flight: serve it, then answer
 // it, once, on whichever goroutine serves it.
 type admittedRequest struct {
 	g *Gateway
-	// ctx is the request's own context, a child of its session's; done ends it.
+	// ctx is the request's own context, a child of its session's; cancel cancels it alone,
+	// done ends the request.
 	ctx       context.Context
+	cancel    context.CancelCauseFunc
 	done      func()
 	out       *hub.Stream
 	rec       *session.Record
@@ -479,8 +481,9 @@ type admittedRequest struct {
 	requestID string
 }
 
-// abandon stops the request when nobody can receive its answer any more.
-func (a *admittedRequest) abandon() { a.ls.CancelRequest(a.req.ID, hub.ErrAnswerUndeliverable) }
+// abandon stops the request when nobody can receive its answer any more. It cancels this
+// request's own context: never a later one of the session that reuses its id.
+func (a *admittedRequest) abandon() { a.cancel(hub.ErrAnswerUndeliverable) }
 
 // serve serves the request and returns its response, nil when it gets none.
 func (a *admittedRequest) serve() *protocol.Response {

@@ -237,14 +237,14 @@ func TestCompleteStreamsAreKeptForTheRetentionPeriod(t *testing.T) {
 func TestEndedSessionRefusesWork(t *testing.T) {
 	h := newTestHub(t, nil)
 	s := openSession(t, h, "a")
-	ctx, done, err := s.Begin(protocol.IntID(1), 0)
+	ctx, _, done, err := s.Begin(protocol.IntID(1), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Begin(protocol.IntID(1), 0); !errors.Is(err, ErrDuplicateID) {
+	if _, _, _, err := s.Begin(protocol.IntID(1), 0); !errors.Is(err, ErrDuplicateID) {
 		t.Errorf("same id twice: %v", err)
 	}
-	if _, _, err := s.Begin(protocol.IntID(2), 1); !errors.Is(err, ErrTooManyCalls) {
+	if _, _, _, err := s.Begin(protocol.IntID(2), 1); !errors.Is(err, ErrTooManyCalls) {
 		t.Errorf("past the limit: %v", err)
 	}
 	st := s.NewStream(1)
@@ -464,5 +464,28 @@ func TestOnWakeReportsEveryChangeAfterAttach(t *testing.T) {
 				t.Errorf("state %v, want %v", state, tc.want)
 			}
 		})
+	}
+}
+
+// TestRequestCancelReachesOnlyItsOwnRequest: the cancel func Begin returns cancels its own
+// request, never a later one that reuses the id after it ended.
+func TestRequestCancelReachesOnlyItsOwnRequest(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	_, cancelFirst, doneFirst, err := s.Begin(protocol.IntID(1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doneFirst()
+	s.RequestDone()
+	second, _, doneSecond, err := s.Begin(protocol.IntID(1), 0)
+	if err != nil {
+		t.Fatalf("the id again, once the first request ended: %v", err)
+	}
+	defer s.RequestDone()
+	defer doneSecond()
+	cancelFirst(ErrAnswerUndeliverable)
+	if err := second.Err(); err != nil {
+		t.Errorf("the first request's cancel reached the second: %v", err)
 	}
 }

@@ -80,25 +80,29 @@ func (s *Session) end() {
 	}
 }
 
-// Begin registers a client request in flight and returns its context and the func that ends
-// it. It refuses an id already in flight, a request past limit requests of this session, and
-// any request once the session has ended. A request it admits is counted among the hub's
-// requests until the one serving it calls RequestDone.
-func (s *Session) Begin(id protocol.ID, limit int) (context.Context, func(), error) {
+// Begin registers a client request in flight and returns its context, the func that cancels
+// that context alone (with a cause), and the func that ends the request. It refuses an id
+// already in flight, a request past limit requests of this session, and any request once the
+// session has ended. A request it admits is counted among the hub's requests until the one
+// serving it calls RequestDone.
+//
+// The cancel func is the request's own: it never reaches a later request that reuses the id,
+// as CancelRequest, which goes by id, would.
+func (s *Session) Begin(id protocol.ID, limit int) (context.Context, context.CancelCauseFunc, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch _, dup := s.inflight[id]; {
 	case s.ctx.Err() != nil:
-		return nil, nil, ErrSessionEnded
+		return nil, nil, nil, ErrSessionEnded
 	case dup:
-		return nil, nil, ErrDuplicateID
+		return nil, nil, nil, ErrDuplicateID
 	case limit > 0 && len(s.inflight) >= limit:
-		return nil, nil, ErrTooManyCalls
+		return nil, nil, nil, ErrTooManyCalls
 	}
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	s.inflight[id] = cancel
 	s.hub.requests.Add(1)
-	return ctx, func() {
+	return ctx, cancel, func() {
 		s.mu.Lock()
 		delete(s.inflight, id)
 		s.mu.Unlock()
@@ -109,14 +113,13 @@ func (s *Session) Begin(id protocol.ID, limit int) (context.Context, func(), err
 // RequestDone is called once by the goroutine that served a request Begin admitted.
 func (s *Session) RequestDone() { s.hub.requests.Done() }
 
-// CancelRequest cancels the client's request id, if in flight, with cause (ErrClientCancelled
-// for notifications/cancelled).
-func (s *Session) CancelRequest(id protocol.ID, cause error) bool {
+// CancelRequest cancels the client's request id, if in flight (notifications/cancelled).
+func (s *Session) CancelRequest(id protocol.ID) bool {
 	s.mu.Lock()
 	cancel, ok := s.inflight[id]
 	s.mu.Unlock()
 	if ok {
-		cancel(cause)
+		cancel(ErrClientCancelled)
 	}
 	return ok
 }
