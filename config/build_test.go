@@ -34,6 +34,7 @@ func TestBuild(t *testing.T) {
 		BodyReadTimeout:    30 * time.Second,
 		StreamAfter:        time.Second,
 		StreamRetention:    time.Minute,
+		DrainTimeout:       10 * time.Second,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,

@@ -80,6 +80,7 @@ const (
 	defaultStreamAfter        = time.Second
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
+	defaultDrainTimeout       = 10 * time.Second
 	defaultAttributionWindow  = 2 * time.Second
 	defaultAuditSink          = AuditSinkOff
 	defaultAuditBuffer        = 4096
@@ -171,6 +172,13 @@ type Config struct {
 	// for a client whose connection dropped to resume it (key
 	// `stream_retention`, a duration); greater than 0. Defaults to 1 minute.
 	StreamRetention time.Duration
+
+	// DrainTimeout is how long `gateway serve`, once asked to stop (SIGINT or
+	// SIGTERM), lets the requests in flight finish while it refuses new ones
+	// and /readyz answers 503 (key `drain_timeout`, a duration); a request
+	// still running then gets a JSON-RPC error. A second signal ends the
+	// drain at once. 0 or more; defaults to 10 seconds.
+	DrainTimeout time.Duration
 
 	// HTTPIdleTimeout closes an idle keep-alive HTTP connection after this
 	// long (key `http_idle_timeout`, a duration); greater than 0. Defaults to
@@ -622,6 +630,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("http_idle_timeout") {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout
+	}
+	if !ix.has("drain_timeout") {
+		c.DrainTimeout = defaultDrainTimeout
 	}
 	if !ix.has("audit.sink") {
 		c.Audit.Sink = defaultAuditSink

@@ -79,6 +79,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		BodyReadTimeout:    30 * time.Second,
 		StreamAfter:        time.Second,
 		StreamRetention:    time.Minute,
+		DrainTimeout:       10 * time.Second,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,
@@ -118,6 +119,7 @@ allowed_origins: ["https://app.example.com", "http://localhost:3000"]
 max_body_bytes: 1024
 body_read_timeout: 5s
 http_idle_timeout: 90s
+drain_timeout: 30s
 max_sessions: 5
 session_idle_timeout: 1h30m
 max_batch_entries: 8
@@ -158,6 +160,7 @@ audit:
 				BodyReadTimeout:    5 * time.Second,
 				StreamAfter:        time.Second,
 				StreamRetention:    time.Minute,
+				DrainTimeout:       30 * time.Second,
 				HTTPIdleTimeout:    90 * time.Second,
 				MaxSessions:        5,
 				SessionIdleTimeout: 90 * time.Minute,
@@ -185,7 +188,7 @@ audit:
 					IncludeInstructions:  true,
 					BroadcastLogs:        true,
 					File:                 "gw.yaml",
-					Line:                 16,
+					Line:                 17,
 				}},
 				Audit: config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 100},
 			},
@@ -379,7 +382,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -533,12 +536,13 @@ func TestParseProblems(t *testing.T) {
 		{"page size zero", "upstreams: []\npage_size: 0\n", nil, []config.Problem{
 			p(2, "page_size", "must be from 1 to 1000 (default 100)"),
 		}},
-		{"limits of the HTTP face out of range", "upstreams: []\nbody_read_timeout: 0s\nhttp_idle_timeout: -1m\nmax_batch_entries: 0\nmax_calls_per_session: -1\nmax_calls: 0\n", nil, []config.Problem{
+		{"limits of the HTTP face out of range", "upstreams: []\nbody_read_timeout: 0s\nhttp_idle_timeout: -1m\nmax_batch_entries: 0\nmax_calls_per_session: -1\nmax_calls: 0\ndrain_timeout: -1s\n", nil, []config.Problem{
 			p(2, "body_read_timeout", "must be greater than 0, like 30s: it is how long a POST body may take to arrive in full"),
 			p(3, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it"),
 			p(4, "max_batch_entries", "must be greater than 0: it is the most entries a JSON-RPC batch may hold (default 64)"),
 			p(5, "max_calls_per_session", "must be greater than 0: it is the most requests one session may have in flight (default 64)"),
 			p(6, "max_calls", "must be greater than 0: it is the most requests in flight in the whole gateway (default 4096)"),
+			p(7, "drain_timeout", "must be 0 or more, like 10s: on SIGTERM, requests in flight get this long to finish"),
 		}},
 		{"limits of the HTTP face of the wrong type", "upstreams: []\nbody_read_timeout: 30\nmax_calls: many\n", nil, []config.Problem{
 			p(2, "body_read_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "30"`),
@@ -891,6 +895,7 @@ func TestLoadExample(t *testing.T) {
 		BodyReadTimeout:    30 * time.Second,
 		StreamAfter:        time.Second,
 		StreamRetention:    time.Minute,
+		DrainTimeout:       10 * time.Second,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        500,
 		SessionIdleTimeout: 15 * time.Minute,

@@ -236,6 +236,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{"max_body_bytes", integer(&c.MaxBodyBytes)},
 		{"body_read_timeout", duration(&c.BodyReadTimeout)},
 		{"http_idle_timeout", duration(&c.HTTPIdleTimeout)},
+		{"drain_timeout", duration(&c.DrainTimeout)},
 		{"stream_after", duration(&c.StreamAfter)},
 		{"stream_retention", duration(&c.StreamRetention)},
 		{"max_sessions", integer(&c.MaxSessions)},

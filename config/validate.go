@@ -119,6 +119,9 @@ func (v *validator) settings(c *Config, w where) {
 	if c.StreamRetention <= 0 {
 		v.check(w, "stream_retention", "must be greater than 0, like 1m: a finished stream is kept this long for a client to resume")
 	}
+	if c.DrainTimeout < 0 {
+		v.check(w, "drain_timeout", "must be 0 or more, like 10s: on SIGTERM, requests in flight get this long to finish")
+	}
 	if c.HTTPIdleTimeout <= 0 {
 		v.check(w, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it")
 	}

@@ -261,6 +261,8 @@ type liveHub interface {
 	Sessions() []*hub.Session
 	Deliver(sessionID, streamID string, data []byte) error
 	Sweep(cutoff time.Time)
+	Drain()
+	EndRequests(cause error)
 	Close()
 	RequestsDone() <-chan struct{}
 	// Tag names this process in the ids it makes.
@@ -285,12 +287,24 @@ func (g *Gateway) Start() {
 	})
 }
 
-// Drain ends the standalone streams and refuses new ones, so that an HTTP server's graceful
-// shutdown waits only for requests in flight. Requests are still served. It may be called more
-// than once.
+// Drain begins the gateway's shutdown while it still listens: /readyz answers 503, new sessions
+// and new requests are refused with 503, standalone streams end and new ones are refused, and
+// the requests in flight go on; Idle tells when they have ended, EndRequests ends the rest. It
+// may be called more than once.
 func (g *Gateway) Drain() {
-	g.drainOnce.Do(func() { close(g.draining) })
+	g.drainOnce.Do(func() {
+		g.hub.Drain()
+		close(g.draining)
+	})
 }
+
+// Idle is closed once no client request is in flight. Call it after Drain.
+func (g *Gateway) Idle() <-chan struct{} { return g.hub.RequestsDone() }
+
+// EndRequests answers every request still in flight with an error saying the gateway shut down
+// (CodeShuttingDown) and ends its upstream call; the HTTP handlers write those answers. Call
+// it after Drain, when the drain time is over.
+func (g *Gateway) EndRequests() { g.hub.EndRequests(hub.ErrShuttingDown) }
 
 // Close ends every session's streams and calls, stops the upstreams (their processes are
 // ended) and waits for all the gateway's goroutines. It may be called more than once.

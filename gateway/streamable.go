@@ -127,6 +127,11 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	}
 	sid := r.Header.Get(headerSessionID)
 	if req, ok := msg.(*protocol.Request); ok {
+		if g.isDraining() {
+			// Notifications and answers still come in: a request in flight may wait for one.
+			writeShuttingDown(w, req.ID)
+			return
+		}
 		if req.Method == protocol.MethodInitialize {
 			g.initialize(w, r, req, requestID)
 			return
@@ -452,6 +457,9 @@ func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 	case errors.Is(err, hub.ErrDuplicateID):
 		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
 		return nil
+	case errors.Is(err, hub.ErrClosing):
+		refuse(shuttingDownError())
+		return nil
 	case err != nil:
 		refuse(protocol.Errorf(protocol.CodeSessionNotFound, "session not found: it ended; send initialize to start a new one"))
 		return nil
@@ -591,6 +599,12 @@ func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *sessio
 		// the call came to meanwhile (a tool result saying the upstream was unavailable).
 		g.logger.Debug("request cancelled by the client", "session", fingerprint(rec.ID), "request_id", requestID)
 		return nil
+	case errors.Is(context.Cause(ctx), hub.ErrShuttingDown):
+		// The drain ended with the request still running: the client hears why, on its
+		// stream, instead of a connection cut.
+		g.logger.Info("request ended by the shutdown", "session", fingerprint(rec.ID), "request_id", requestID, "method", req.Method)
+		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeShuttingDown,
+			"the gateway shut down before this request finished; it may have run in part upstream: check before sending it again")}
 	case errors.Is(context.Cause(ctx), hub.ErrAnswerUndeliverable):
 		g.logger.Debug("request stopped: its client can no longer receive the answer", "session", fingerprint(rec.ID), "request_id", requestID)
 		return nil
@@ -721,6 +735,29 @@ func writeJSONResponse(w http.ResponseWriter, sessionID string, resp *protocol.R
 
 // writeHTTPError answers with an HTTP error status and a JSON-RPC error body; id is the
 // request's id when known (the 2025-11-25 schema omits it otherwise).
+// isDraining reports whether Drain has begun.
+func (g *Gateway) isDraining() bool {
+	select {
+	case <-g.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// shuttingDownError is the answer to a request that arrives while the gateway drains.
+func shuttingDownError() *protocol.Error {
+	return protocol.Errorf(protocol.CodeShuttingDown, "the gateway is shutting down: start a new session (another replica serves it)")
+}
+
+// writeShuttingDown refuses a request that arrives while the gateway drains: 503, and the
+// connection closes so that the client's next one goes elsewhere.
+func writeShuttingDown(w http.ResponseWriter, id protocol.ID) {
+	w.Header().Set("Connection", "close")
+	w.Header().Set("Retry-After", "1")
+	writeHTTPError(w, http.StatusServiceUnavailable, &id, shuttingDownError())
+}
+
 func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *protocol.Error) {
 	resp := &protocol.Response{Error: e}
 	if id != nil {

@@ -12,11 +12,16 @@ import (
 	"encoding/base64"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// ErrClosing is returned by Open once Close has begun.
+// ErrClosing is returned by Open once Close has begun, and by Session.Begin once Drain has.
 var ErrClosing = errors.New("the gateway is shutting down")
+
+// ErrShuttingDown is the cause of the requests EndRequests ends: the gateway stopped before they
+// finished.
+var ErrShuttingDown = errors.New("the gateway shut down before the request finished")
 
 // Options are a hub's settings; zero values take the defaults.
 type Options struct {
@@ -51,6 +56,10 @@ type Local struct {
 	ended map[string]time.Time
 	// closing is set by Close. Guarded by mu.
 	closing bool
+
+	// draining is set by Drain: no request begins any more. Atomic: Begin reads it under its
+	// session's lock, which is taken after mu, never before.
+	draining atomic.Bool
 
 	// requests counts the client requests being served (Session.Begin), which may outlive
 	// the HTTP requests that brought them.
@@ -148,8 +157,24 @@ func (h *Local) Close() {
 	}
 }
 
+// Drain refuses new requests (Session.Begin fails with ErrClosing) while those in flight go on:
+// RequestsDone tells when they have all ended.
+func (h *Local) Drain() { h.draining.Store(true) }
+
+// EndRequests cancels every request in flight with cause (ErrShuttingDown at the end of a
+// drain), so that each is answered now rather than cut off.
+func (h *Local) EndRequests(cause error) {
+	for _, s := range h.Sessions() {
+		s.mu.Lock()
+		for _, cancel := range s.inflight {
+			cancel(cause)
+		}
+		s.mu.Unlock()
+	}
+}
+
 // RequestsDone is closed once no request admitted by Begin is being served. Call it after
-// Close, when no request begins any more.
+// Drain or Close, when no request begins any more.
 func (h *Local) RequestsDone() <-chan struct{} {
 	done := make(chan struct{})
 	go func() {

@@ -489,3 +489,32 @@ func TestRequestCancelReachesOnlyItsOwnRequest(t *testing.T) {
 		t.Errorf("the first request's cancel reached the second: %v", err)
 	}
 }
+
+// TestDrainRefusesNewRequestsAndEndRequestsEndsTheRest: after Drain no request begins, the one
+// in flight goes on until EndRequests cancels it with its cause, and RequestsDone then closes.
+func TestDrainRefusesNewRequestsAndEndRequestsEndsTheRest(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	running, _, done, err := s.Begin(protocol.IntID(1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Drain()
+	if _, _, _, err := s.Begin(protocol.IntID(2), 0); !errors.Is(err, ErrClosing) {
+		t.Errorf("Begin during the drain: %v, want ErrClosing", err)
+	}
+	if running.Err() != nil {
+		t.Fatal("the drain cancelled the request in flight")
+	}
+	h.EndRequests(ErrShuttingDown)
+	if cause := context.Cause(running); !errors.Is(cause, ErrShuttingDown) {
+		t.Errorf("cause of the request ended by EndRequests: %v, want ErrShuttingDown", cause)
+	}
+	done()
+	s.RequestDone()
+	select {
+	case <-h.RequestsDone():
+	case <-time.After(10 * time.Second):
+		t.Fatal("RequestsDone did not close once the last request ended")
+	}
+}

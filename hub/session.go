@@ -94,6 +94,8 @@ func (s *Session) Begin(id protocol.ID, limit int) (context.Context, context.Can
 	switch _, dup := s.inflight[id]; {
 	case s.ctx.Err() != nil:
 		return nil, nil, nil, ErrSessionEnded
+	case s.hub.draining.Load():
+		return nil, nil, nil, ErrClosing
 	case dup:
 		return nil, nil, nil, ErrDuplicateID
 	case limit > 0 && len(s.inflight) >= limit:

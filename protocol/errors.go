@@ -43,6 +43,9 @@ const (
 	// CodeDenied is returned for a request (other than tools/call) that a check of the
 	// gateway's policy chain refused.
 	CodeDenied = -32008
+	// CodeShuttingDown is sent with HTTP 503 for a new session or request while the gateway
+	// drains, and as the answer of a request still running when the drain ends.
+	CodeShuttingDown = -32009
 )
 
 // IsSpecDefined reports whether a JSON-RPC error code is defined by JSON-RPC or MCP with a

@@ -28,8 +28,9 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// shutdownGrace bounds the graceful part of shutdown; then connections are closed.
-const shutdownGrace = 10 * time.Second
+// answerGrace bounds the writing of the last answers once the drain is over; then the
+// connections are closed.
+const answerGrace = 5 * time.Second
 
 // heapFloor is the heap size under which the garbage collector waits (see package heapfloor).
 const heapFloor = 64 << 20
@@ -153,9 +154,10 @@ func serve(args []string, stderr io.Writer) int {
 		return code
 	}
 	logger := newLogger(cfg, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := serveUntilDone(ctx, cfg, logger); err != nil {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	if err := serveUntilDone(signals, cfg, logger); err != nil {
 		logger.Error("gateway stopped", "error", err.Error())
 		return 1
 	}
@@ -166,9 +168,12 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
 }
 
-// serveUntilDone runs the gateway until ctx ends, then drains: new requests are refused,
-// streams close, in-flight requests get shutdownGrace to finish, upstreams are stopped.
-func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+// serveUntilDone runs the gateway until the first signal, then drains while it still listens:
+// /readyz answers 503, new sessions and requests are refused, requests in flight get the
+// drain_timeout to finish. When they have, when that time is over or at a second signal,
+// the requests still running are answered with an error, the listener closes and the
+// upstreams are stopped (their processes reaped).
+func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.Logger) error {
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		// The gateway's live heap is small: without a floor the collector would run dozens of
 		// times a second under load. An operator who sets GOGC or GOMEMLIMIT decides instead.
@@ -208,15 +213,32 @@ func serveUntilDone(ctx context.Context, cfg *config.Config, logger *slog.Logger
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+	case sig := <-signals:
+		logger.Info("draining: new sessions and requests are refused, requests in flight may finish; a second signal stops at once",
+			"signal", sig.String(), "drain_timeout", cfg.DrainTimeout.String())
 	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	began := time.Now()
+	gw.Drain()
+	drainOver := time.NewTimer(cfg.DrainTimeout)
+	defer drainOver.Stop()
+	select {
+	case <-gw.Idle():
+	case <-drainOver.C:
+		logger.Warn("the drain time is over: requests still running are answered with an error", "drain_timeout", cfg.DrainTimeout.String())
+	case sig := <-signals:
+		logger.Warn("second signal: the drain ends now; requests still running are answered with an error", "signal", sig.String())
+	}
+	gw.EndRequests()
+	// The handlers write those answers; then the listener and the idle connections close.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		srv.Close()
 	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = <-served
+	gw.Close()
+	logger.Info("gateway stopped", "drain", time.Since(began).Round(time.Millisecond).String())
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

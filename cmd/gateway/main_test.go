@@ -1,8 +1,8 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,10 +79,22 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestServeDrainsAndStopsUpstreams runs the gateway as serve does, with a client holding a
-// standalone stream open, and stops it: the stream is closed by the server, serve returns
-// cleanly, and no upstream process is left.
-func TestServeDrainsAndStopsUpstreams(t *testing.T) {
+// servedGateway is a gateway run as serve runs it, in this process, with a channel standing
+// for the signals the process receives.
+type servedGateway struct {
+	t       *testing.T
+	url     string
+	signals chan os.Signal
+	// done is closed when serveUntilDone has returned err.
+	done chan struct{}
+	err  error
+	logs *syncBuffer
+}
+
+// startServed runs serveUntilDone on a config of one upstream "r" of the given test flavor,
+// with extra top-level settings, and waits until probeTool answers.
+func startServed(t *testing.T, flavor, extra, probeTool string) *servedGateway {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -88,53 +102,156 @@ func TestServeDrainsAndStopsUpstreams(t *testing.T) {
 	addr := freePort(t)
 	cfg, err := config.Parse("serve.yaml", []byte(fmt.Sprintf(`
 listen: %s
+%s
 upstreams:
-  - name: alpha
+  - name: r
     command: %q
-    env: {%s: alpha, %s: %s}
+    env: {%s: %s, %s: %s}
     inherit_env: [GOCOVERDIR, GORACE]
-`, addr, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker)), nil)
+`, addr, extra, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, testupstream.Marker)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- serveUntilDone(ctx, cfg, slog.New(slog.DiscardHandler)) }()
-
-	url := "http://" + addr + "/mcp"
-	post := func(sid, body string) (*http.Response, string) {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if sid != "" {
-			req.Header.Set("Mcp-Session-Id", sid)
+	g := &servedGateway{t: t, url: "http://" + addr + "/mcp", signals: make(chan os.Signal, 2), done: make(chan struct{}), logs: &syncBuffer{}}
+	go func() {
+		defer close(g.done)
+		g.err = serveUntilDone(g.signals, cfg, slog.New(slog.NewTextHandler(g.logs, nil)))
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-g.done:
+		default:
+			g.signals <- syscall.SIGTERM
+			g.signals <- syscall.SIGTERM
+			<-g.done
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	var sid string
+	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		if resp != nil {
-			sid = resp.Header.Get("Mcp-Session-Id")
-			if _, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"up"}}}`); strings.Contains(body, "alpha:up") {
-				break
-			}
+		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"`+probeTool+`","arguments":{}}}`)
+		if strings.Contains(body, `"result"`) && !strings.Contains(body, `"isError":true`) {
+			return g
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the gateway never answered alpha__echo")
+			t.Fatalf("the gateway never answered %s", probeTool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
 
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
+// post sends one JSON-RPC message and reads the whole answer; nil when the request failed.
+func (g *servedGateway) post(sid, body string) (*http.Response, string) {
+	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// startCall posts a request whose answer is a stream: inFlight is closed at its first progress
+// notification, answered receives the whole body once it ends.
+func (g *servedGateway) startCall(sid, body string) (inFlight <-chan struct{}, answered <-chan string) {
+	progressed, done := make(chan struct{}), make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- "request failed: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var all strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		once := false
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if !once && strings.Contains(sc.Text(), "notifications/progress") {
+				once = true
+				close(progressed)
+			}
+		}
+		done <- all.String()
+	}()
+	return progressed, done
+}
+
+// waitFor polls cond until it holds, for at most 20 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within 20s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a buffer safe for the logger's writes and the test's reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// initialize starts a session and returns its id ("" when the gateway refused).
+func (g *servedGateway) initialize() string {
+	resp, _ := g.post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if resp == nil || resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	sid := resp.Header.Get("Mcp-Session-Id")
+	g.post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return sid
+}
+
+// stopped waits for serveUntilDone to return and checks that it stopped cleanly.
+func (g *servedGateway) stopped() {
+	g.t.Helper()
+	select {
+	case <-g.done:
+		if g.err != nil {
+			g.t.Fatalf("serve returned %v", g.err)
+		}
+	case <-time.After(30 * time.Second):
+		g.t.Fatal("serve did not return")
+	}
+	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
+		g.t.Errorf("upstream processes left after serve returned: %v", left)
+	}
+	if !strings.Contains(g.logs.String(), "msg=\"gateway stopped\" drain=") {
+		g.t.Errorf("no last line saying the gateway stopped and how long the drain took:\n%s", g.logs.String())
+	}
+}
+
+// TestServeDrainsAndStopsUpstreams: with nothing in flight the drain ends at once, however
+// long drain_timeout is; the open standalone stream ends and the upstream's process is reaped.
+func TestServeDrainsAndStopsUpstreams(t *testing.T) {
+	g := startServed(t, "alpha", "drain_timeout: 1h", "r__whoami")
+	sid := g.initialize()
+	req, _ := http.NewRequest(http.MethodGet, g.url, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Mcp-Session-Id", sid)
 	stream, err := http.DefaultClient.Do(req)
@@ -148,22 +265,98 @@ upstreams:
 		close(streamEnded)
 	}()
 
-	cancel() // what SIGTERM does
+	g.signals <- syscall.SIGTERM
 	select {
 	case <-streamEnded:
-	case <-time.After(shutdownGrace - time.Second):
-		t.Fatal("shutdown did not close the open stream")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the drain did not close the open stream")
 	}
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
+	g.stopped()
+}
+
+// rpcAnswer is the JSON-RPC answer with the given id in an HTTP answer's body, JSON or SSE.
+func rpcAnswer(t *testing.T, body string, id int) (code int64, message string) {
+	t.Helper()
+	candidates := []string{body}
+	for line := range strings.SplitSeq(body, "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			candidates = append(candidates, data)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not return")
 	}
-	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
-		t.Errorf("upstream processes left after serve returned: %v", left)
+	for _, c := range candidates {
+		var m struct {
+			ID    int `json:"id"`
+			Error *struct {
+				Code    int64  `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal([]byte(c), &m) == nil && m.ID == id {
+			if m.Error == nil {
+				return 0, ""
+			}
+			return m.Error.Code, m.Error.Message
+		}
+	}
+	t.Fatalf("no answer with id %d in %q", id, body)
+	return 0, ""
+}
+
+// TestServeDrainAnswersWhatIsStillRunning: during the drain the gateway still listens, /readyz
+// answers 503, a new session and a new request get 503, and the call in flight goes on; when
+// the drain ends (its time over, or a second signal) that call is answered with a JSON-RPC
+// error on its stream, not cut off, and the upstream's process is reaped.
+func TestServeDrainAnswersWhatIsStillRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		extra  string
+		second bool
+	}{
+		{"drain time over", "drain_timeout: 300ms", false},
+		{"second signal", "drain_timeout: 1h", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startServed(t, "reverse", tc.extra, "r__cancels")
+			sid := g.initialize()
+			inFlight, answered := g.startCall(sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"r__hold","_meta":{"progressToken":"p"}}}`)
+			select {
+			case <-inFlight: // the upstream reported progress: the call runs there
+			case <-time.After(20 * time.Second):
+				t.Fatal("the held call never reached the upstream")
+			}
+			g.signals <- syscall.SIGTERM
+			if tc.second {
+				waitFor(t, "/readyz to answer 503", func() bool {
+					resp, err := http.Get(strings.TrimSuffix(g.url, "/mcp") + "/readyz")
+					if err != nil {
+						return false
+					}
+					resp.Body.Close()
+					return resp.StatusCode == http.StatusServiceUnavailable
+				})
+				if resp, body := g.post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); resp == nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "-32009") {
+					t.Errorf("initialize during the drain: %v %s, want 503 with -32009", resp, body)
+				}
+				if resp, body := g.post(sid, `{"jsonrpc":"2.0","id":8,"method":"ping"}`); resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+					t.Errorf("a new request during the drain: %v %s, want 503", resp, body)
+				}
+				select {
+				case body := <-answered:
+					t.Fatalf("the call in flight was answered before the drain ended: %s", body)
+				default:
+				}
+				g.signals <- syscall.SIGINT
+			}
+			select {
+			case body := <-answered:
+				if code, msg := rpcAnswer(t, body, 7); code != -32009 || !strings.Contains(msg, "shut down") {
+					t.Errorf("the call still running: code %d %q, want -32009 saying the gateway shut down", code, msg)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the call still running was never answered")
+			}
+			g.stopped()
+		})
 	}
 }
 
@@ -282,10 +475,15 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 		}
 		u.Env[testupstream.EnvRun] = testupstream.Marker
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	signals := make(chan os.Signal, 1)
 	served := make(chan error, 1)
-	go func() { served <- serveUntilDone(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	go func() { served <- serveUntilDone(signals, cfg, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		select {
+		case signals <- syscall.SIGTERM:
+		default:
+		}
+	}()
 
 	url := "http://" + addr + "/mcp"
 	post := func(sid, body string) (string, string) {
@@ -316,7 +514,7 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	cancel()
+	signals <- syscall.SIGTERM
 	if err := <-served; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
