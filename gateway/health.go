@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -14,15 +15,27 @@ func (g *Gateway) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 
 // readiness is the body of /readyz.
 type readiness struct {
-	Status    string                     `json:"status"`
-	Upstreams map[string]upstream.Status `json:"upstreams"`
+	Status    string                    `json:"status"`
+	Upstreams map[string]upstreamHealth `json:"upstreams"`
+}
+
+// upstreamHealth is what a probe learns of one upstream: its state, since when, and a short
+// class of why it is down. The error itself, which may name internal addresses and paths,
+// stays in the log and in `gateway catalog`.
+type upstreamHealth struct {
+	State  upstream.State `json:"state"`
+	Since  time.Time      `json:"since"`
+	Reason string         `json:"reason,omitempty"`
 }
 
 // serveReadyz answers readiness probes: the config is loaded and the listener is up, so the
 // gateway serves. Each upstream's state is reported, but one that is down does not make the
 // gateway unready — its other upstreams still serve. Only a draining gateway is unready.
 func (g *Gateway) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	body := readiness{Status: "ready", Upstreams: g.UpstreamStatuses()}
+	body := readiness{Status: "ready", Upstreams: map[string]upstreamHealth{}}
+	for name, st := range g.UpstreamStatuses() {
+		body.Upstreams[name] = upstreamHealth{State: st.State, Since: st.Since, Reason: st.Reason}
+	}
 	status := http.StatusOK
 	select {
 	case <-g.draining:

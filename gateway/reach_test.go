@@ -227,10 +227,12 @@ func TestHealthEndpoints(t *testing.T) {
 	var ready struct {
 		Status    string `json:"status"`
 		Upstreams map[string]struct {
-			State string `json:"state"`
-			Error string `json:"error"`
+			State  string `json:"state"`
+			Error  string `json:"error"`
+			Reason string `json:"reason"`
 		} `json:"upstreams"`
 	}
+	var readyBody []byte
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := http.Get(base + "/readyz")
@@ -246,6 +248,7 @@ func TestHealthEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		if ready.Upstreams["alpha"].State == "ready" && ready.Upstreams["gone"].State == "down" {
+			readyBody = body
 			break
 		}
 		if time.Now().After(deadline) {
@@ -253,8 +256,31 @@ func TestHealthEndpoints(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ready.Status != "ready" || ready.Upstreams["gone"].Error == "" {
-		t.Errorf("readyz %+v: want status ready and an error for the down upstream", ready)
+	// A probe learns why in a word; the error, with the upstream's address, stays in the log
+	// and in `gateway catalog`.
+	if ready.Status != "ready" || ready.Upstreams["gone"].Reason != upstream.ReasonUnreachable || ready.Upstreams["gone"].Error != "" {
+		t.Errorf("readyz %+v: want status ready, reason %q and no error text for the down upstream", ready, upstream.ReasonUnreachable)
+	}
+	if u := strings.TrimPrefix(downURL, "http://"); strings.Contains(string(readyBody), u) {
+		t.Errorf("/readyz names the upstream's address %s: %s", u, readyBody)
+	}
+	if st := tg.gw.UpstreamStatuses()["gone"]; !strings.Contains(st.Error, strings.TrimPrefix(downURL, "http://")) {
+		t.Errorf("the operator's status of the down upstream lacks the error naming its address: %+v", st)
+	}
+
+	// On a loopback listener the probes answer only loopback names, as /mcp does: a page using
+	// DNS rebinding must not read them.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Host = "rebound.example:80"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s with Host rebound.example: %d, want 403", path, resp.StatusCode)
+		}
 	}
 	if !slices.Contains([]string{"ready"}, ready.Upstreams["alpha"].State) {
 		t.Errorf("alpha %+v", ready.Upstreams["alpha"])

@@ -41,9 +41,13 @@ var serverCapabilitiesWithTasks = json.RawMessage(`{"completions":{},"logging":{
 // Mount it at the root of a server.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, isLoopbackListen(g.cfg.Listen), http.HandlerFunc(g.serveMCP)))
-	mux.HandleFunc("GET /healthz", g.serveHealthz)
-	mux.HandleFunc("GET /readyz", g.serveReadyz)
+	loopback := isLoopbackListen(g.cfg.Listen)
+	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, loopback, http.HandlerFunc(g.serveMCP)))
+	// The probes carry no Origin check (orchestrators send none), but on a loopback listener
+	// the same Host check as /mcp: a web page using DNS rebinding must not read them. Beyond
+	// loopback any Host is answered (Kubernetes probes send the pod's address).
+	mux.Handle("GET /healthz", checkHost(loopback, http.HandlerFunc(g.serveHealthz)))
+	mux.Handle("GET /readyz", checkHost(loopback, http.HandlerFunc(g.serveReadyz)))
 	return mux
 }
 

@@ -15,9 +15,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os/exec"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -232,8 +235,40 @@ type Status struct {
 	State State `json:"state"`
 	// Since is when the upstream entered the state.
 	Since time.Time `json:"since"`
-	// Error is why the upstream is down, when it is.
+	// Error is why the upstream is down, when it is: for the log and the operator, as it may
+	// name internal addresses and paths.
 	Error string `json:"error,omitempty"`
+	// Reason is a short class of why the upstream is down (Reason* constants): what a probe
+	// or a client may be shown.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Classes of Status.Reason.
+const (
+	// ReasonCommandNotFound: a stdio upstream's command could not be started.
+	ReasonCommandNotFound = "command_not_found"
+	// ReasonUnreachable: a network upstream refused or could not be reached.
+	ReasonUnreachable = "unreachable"
+	// ReasonTimeout: the upstream did not answer in time.
+	ReasonTimeout = "timeout"
+	// ReasonStartFailed: the upstream could not be started or initialized, for another reason.
+	ReasonStartFailed = "start_failed"
+	// ReasonConnectionLost: a connection that was ready ended.
+	ReasonConnectionLost = "connection_lost"
+)
+
+// reasonOf classes a failure to start or initialize an upstream.
+func reasonOf(err error) string {
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
+		return ReasonCommandNotFound
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	case errors.Is(err, syscall.ECONNREFUSED), errors.As(err, &opErr):
+		return ReasonUnreachable
+	}
+	return ReasonStartFailed
 }
 
 // Status returns the upstream's current state, since when, and why it is down.
@@ -283,7 +318,7 @@ func (c *Client) Run(ctx context.Context) {
 				break
 			}
 			was := c.State()
-			c.setState(StateDown, "upstream failed to start", "error", err.Error(), "retry_in", delay.String())
+			c.setState(StateDown, "upstream failed to start", "error", err.Error(), "reason", reasonOf(err), "retry_in", delay.String())
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 				// Not a problem of this upstream, and not one to log once and then at debug.
 				c.logger.Error("the gateway is out of file descriptors, so the upstream cannot start; raise the limit (ulimit -n) or lower max_sessions", "error", err.Error())
@@ -310,7 +345,7 @@ func (c *Client) Run(ctx context.Context) {
 				c.logger.Info("upstream session expired; re-initializing")
 				continue
 			}
-			c.setState(StateDown, "upstream connection lost", "error", cn.errString(), "retry_in", delay.String())
+			c.setState(StateDown, "upstream connection lost", "error", cn.errString(), "reason", ReasonConnectionLost, "retry_in", delay.String())
 			c.changed()
 		}
 		// Full jitter over the upper half keeps restarts of many upstreams apart.
@@ -344,8 +379,11 @@ func (c *Client) setState(s State, msg string, attrs ...any) {
 		st.Since = old.Since
 	}
 	for i := 0; i+1 < len(attrs); i += 2 {
-		if attrs[i] == "error" {
+		switch attrs[i] {
+		case "error":
 			st.Error, _ = attrs[i+1].(string)
+		case "reason":
+			st.Reason, _ = attrs[i+1].(string)
 		}
 	}
 	c.status.Store(st)

@@ -9,13 +9,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -795,6 +799,30 @@ func TestClientReverseRequests(t *testing.T) {
 				if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b *Client) bool { return a == b })); diff != "" {
 					t.Errorf("OnRequest calls mismatch (-want +got):\n%s", diff)
 				}
+			}
+		})
+	}
+}
+
+// TestReasonOfClassesStartFailures: what a probe may show of a failure is one word; the error
+// text stays with the operator.
+func TestReasonOfClassesStartFailures(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"command missing", fmt.Errorf("start: %w", exec.ErrNotFound), ReasonCommandNotFound},
+		{"path missing", fmt.Errorf("start: %w", fs.ErrNotExist), ReasonCommandNotFound},
+		{"not executable", fmt.Errorf("start: %w", fs.ErrPermission), ReasonCommandNotFound},
+		{"refused", fmt.Errorf("POST: %w", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), ReasonUnreachable},
+		{"initialize timed out", fmt.Errorf("initialize: %w", ErrTimeout), ReasonTimeout},
+		{"anything else", errors.New("initialize: the upstream answered protocol version \"1999\""), ReasonStartFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := reasonOf(tc.err); got != tc.want {
+				t.Errorf("reasonOf(%v) = %q, want %q", tc.err, got, tc.want)
 			}
 		})
 	}
