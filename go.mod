@@ -1,6 +1,6 @@
 module github.com/manifold-mcp/manifold
 
-go 1.26.8
+go 1.25.5
 
 require (
 	github.com/google/go-cmp v0.7.0
