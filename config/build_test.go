@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestBuild(t *testing.T) {
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		Upstreams: []config.Upstream{
 			configUpstream(buildConfig, config.Upstream{
-				Name: "github", Command: "./github-mcp", Prefix: "github", RequestTimeout: time.Minute, Enabled: true, Line: 3,
+				Name: "github", Command: mustAbs(t, filepath.Join(filepath.Dir(buildConfig), "github-mcp")), Prefix: "github", RequestTimeout: time.Minute, Enabled: true, Line: 3,
 			}),
 			configUpstream(buildConfig, config.Upstream{
 				Name: "search", URL: "https://search.example.com/mcp", Transport: "auto",
@@ -215,5 +216,57 @@ func TestBuildIOErrors(t *testing.T) {
 
 	if _, err := config.Build("", nil, nil); err == nil {
 		t.Errorf("Build with no files: got no error")
+	}
+}
+
+// mustAbs is path made absolute, as Build makes a relative command of a config file.
+func mustAbs(t *testing.T, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// TestRelativePathsResolveAgainstTheConfigFile: a config read from disk means its relative
+// dir and command paths from where it lies, not from wherever the gateway was started.
+func TestRelativePathsResolveAgainstTheConfigFile(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "conf", "gw.yaml")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := `upstreams:
+  - name: here
+    command: ./bin/server
+  - name: within
+    command: ./server
+    dir: work
+  - name: onpath
+    command: mcp-server
+    dir: ../elsewhere
+  - name: absolute
+    command: /opt/server
+    dir: /srv
+`
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(root, "conf")
+	want := map[string][2]string{ // command, dir
+		"here":     {filepath.Join(base, "bin", "server"), ""},
+		"within":   {filepath.Join(base, "work", "server"), filepath.Join(base, "work")},
+		"onpath":   {"mcp-server", filepath.Join(root, "elsewhere")},
+		"absolute": {"/opt/server", "/srv"},
+	}
+	for _, u := range cfg.Upstreams {
+		if got := [2]string{u.Command, u.Dir}; got != want[u.Name] {
+			t.Errorf("%s: command, dir = %q, want %q", u.Name, got, want[u.Name])
+		}
 	}
 }

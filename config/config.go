@@ -54,7 +54,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -292,8 +294,10 @@ type Upstream struct {
 	InheritAllEnv bool
 
 	// Dir is the child's working directory (key `dir`). Empty means the
-	// gateway's working directory; a relative path is relative to it. Only
-	// with Command.
+	// gateway's working directory. In a config file read from disk (Load,
+	// Build), a relative dir is relative to that file's directory, and so is
+	// a relative Command path (one with a slash), within Dir when it is set.
+	// Only with Command.
 	Dir string
 
 	// URL is the endpoint of an upstream reached over HTTP, a Streamable
@@ -427,7 +431,7 @@ func Load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	return Parse(path, data, lookupEnv)
+	return build(&source{path: path, data: data, onDisk: true}, nil, lookupEnv)
 }
 
 // Parse is Load on bytes already read; file is the name used in messages and
@@ -472,7 +476,7 @@ func Build(configPath string, importPaths []string, lookupEnv func(string) (stri
 		if err != nil {
 			errs = append(errs, fmt.Errorf("load config: %w", err))
 		}
-		cfg = &source{path: configPath, data: data}
+		cfg = &source{path: configPath, data: data, onDisk: true}
 	}
 	imports := make([]source, len(importPaths))
 	for i, path := range importPaths {
@@ -492,6 +496,9 @@ func Build(configPath string, importPaths []string, lookupEnv func(string) (stri
 type source struct {
 	path string
 	data []byte
+	// onDisk is set for a file read from path (Load, Build), not bytes given with a name
+	// (Parse): only then do relative paths in it resolve against its directory.
+	onDisk bool
 }
 
 // build decodes cfg (a config file, or nil for none) and the imported server
@@ -527,6 +534,9 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 		c.File = cfg.path
 		for i := range c.Upstreams {
 			sites = append(sites, site{where: where{file: cfg.path, ix: ix}, path: upstreamPath(i)})
+			if cfg.onDisk {
+				resolveAgainst(&c.Upstreams[i], filepath.Dir(cfg.path))
+			}
 		}
 	}
 	for _, imp := range imports {
@@ -546,6 +556,27 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 		return nil, &Error{Problems: problems}
 	}
 	return c, nil
+}
+
+// resolveAgainst makes a stdio upstream's relative `dir`, and its relative `command` path
+// (one with a slash; a bare name is looked up on PATH), relative to the config file's
+// directory rather than to wherever the gateway was started: a relative command is taken
+// within the upstream's dir, as exec does, and within the config's directory without one.
+func resolveAgainst(u *Upstream, configDir string) {
+	base, err := filepath.Abs(configDir)
+	if err != nil {
+		return // the working directory is gone: leave the paths as they are
+	}
+	if u.Dir != "" && !filepath.IsAbs(u.Dir) {
+		u.Dir = filepath.Join(base, u.Dir)
+	}
+	if strings.Contains(u.Command, "/") && !filepath.IsAbs(u.Command) {
+		within := base
+		if u.Dir != "" {
+			within = u.Dir
+		}
+		u.Command = filepath.Join(within, u.Command)
+	}
 }
 
 // sortProblems puts problems in the order Build documents: by file, the

@@ -915,7 +915,7 @@ func TestLoadExample(t *testing.T) {
 				Prefix: "fs", RequestTimeout: time.Minute, Enabled: true, Line: 32,
 			}),
 			configUpstream(path, config.Upstream{
-				Name: "local-tools", Command: "./bin/local-tools", Dir: "/opt/manifold",
+				Name: "local-tools", Command: "/opt/manifold/bin/local-tools", Dir: "/opt/manifold",
 				Prefix: "", RequestTimeout: time.Minute, Enabled: true, Line: 41,
 			}),
 			configUpstream(path, config.Upstream{

@@ -2,15 +2,18 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/pipeline"
 )
 
 // writeAudit hands the audit trail one record for a completed request (never waiting: the
-// trail drops what it cannot queue, and says so). Nothing when the trail is off.
+// trail drops what it cannot queue, and says so), and at log level debug logs one line for it.
+// Nothing when the trail is off and the level above debug.
 func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, outcome pipeline.Outcome) {
-	if g.opts.Audit == nil {
+	debug := g.logger.Enabled(ctx, slog.LevelDebug)
+	if g.opts.Audit == nil && !debug {
 		return
 	}
 	now := g.opts.Now()
@@ -37,5 +40,11 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 		// The client cancelled the request, or its session ended: nobody got an answer.
 		rec.Outcome, rec.Code = audit.OutcomeCancelled, 0
 	}
-	g.opts.Audit.Record(rec)
+	if debug {
+		g.logger.Debug("request", "request_id", rec.RequestID, "method", rec.Method, "session", rec.Session,
+			"upstream", rec.Upstream, "target", rec.Target, "duration", rec.Latency.String(), "outcome", rec.Outcome, "code", rec.Code, "reason", rec.Reason)
+	}
+	if g.opts.Audit != nil {
+		g.opts.Audit.Record(rec)
+	}
 }

@@ -265,3 +265,30 @@ func TestUpstreamErrorsFollowTheRule(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugLogsOneLinePerRequest: at log level debug, with no audit trail, each client request
+// gets one log line with its method, session fingerprint, upstream, duration and outcome.
+func TestDebugLogsOneLinePerRequest(t *testing.T) {
+	var logs lockedBuffer
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", ""), &gateway.Options{
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	if _, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"msg=request", "method=tools/call", "session=" + sessionFingerprint(cs.ID()), "upstream=a", "target=echo", "duration=", "outcome=ok"}
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if !strings.Contains(line, "method=tools/call") {
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				t.Errorf("the request's log line lacks %q: %s", w, line)
+			}
+		}
+		return
+	}
+	t.Fatalf("no log line for the tools/call:\n%s", logs.String())
+}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -102,12 +104,17 @@ func settled(statuses map[string]upstream.Status) bool {
 // without a shell or curl use it as their HEALTHCHECK.
 func health(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	url := fs.String("url", "http://127.0.0.1:8080/healthz", "the gateway's /healthz URL")
+	url := fs.String("url", "http://127.0.0.1:8080", "the gateway's base URL (its /healthz, /mcp or /readyz URL also works)")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
+	probe, err := healthURL(*url)
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway health:", err)
+		return 2
+	}
 	client := &http.Client{Timeout: 3 * time.Second}
-	resp, err := client.Get(*url)
+	resp, err := client.Get(probe)
 	if err != nil {
 		fmt.Fprintln(stderr, "unhealthy:", err)
 		return 1
@@ -119,4 +126,19 @@ func health(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "healthy")
 	return 0
+}
+
+// healthURL is the /healthz URL of the gateway that raw names: its base URL, or one of its
+// endpoints (/mcp, /healthz, /readyz).
+func healthURL(raw string) (string, error) {
+	u, err := neturl.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("-url %q: want the gateway's URL, like http://127.0.0.1:8080", raw)
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	for _, endpoint := range []string{"/mcp", "/healthz", "/readyz"} {
+		p = strings.TrimSuffix(p, endpoint)
+	}
+	u.Path, u.RawQuery, u.Fragment = p+"/healthz", "", ""
+	return u.String(), nil
 }

@@ -40,11 +40,13 @@ func main() {
 }
 
 const usage = `usage:
-  gateway serve    -config FILE [-mcp-servers FILE]...   run the gateway
+  gateway serve    -config FILE [-mcp-servers FILE]... [-listen HOST:PORT]
+                                                         run the gateway (SIGINT/SIGTERM drains, a second stops)
   gateway validate -config FILE [-mcp-servers FILE]...   check the config; print every problem
   gateway catalog  -config FILE [-mcp-servers FILE]... [-json]
                                                          connect, print the merged catalog, exit
-  gateway health   [-url URL]                            probe a running gateway's /healthz
+  gateway health   [-url URL]                            probe a running gateway's /healthz (URL: its base
+                                                         URL, default http://127.0.0.1:8080)
   gateway version                                        print the version
 
 -mcp-servers reads a server list in the format of Claude Desktop or Cursor ("mcpServers")
@@ -133,8 +135,15 @@ func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	load := configFlags(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for benchmarks)")
+	listen := fs.String("listen", "", "address to listen on, `host:port` (overrides listen in the config)")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
+	}
+	if *listen != "" {
+		if _, _, err := net.SplitHostPort(*listen); err != nil {
+			fmt.Fprintf(stderr, "gateway serve: -listen %q: want host:port, like 127.0.0.1:8080 or 0.0.0.0:8080\n", *listen)
+			return 2
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -152,6 +161,9 @@ func serve(args []string, stderr io.Writer) int {
 	cfg, code := load(stderr)
 	if cfg == nil {
 		return code
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
 	}
 	logger := newLogger(cfg, stderr)
 	signals := make(chan os.Signal, 2)
@@ -198,7 +210,7 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	// Standalone streams end at shutdown, so that Shutdown waits only for requests in flight.
 	srv.RegisterOnShutdown(gw.Drain)
 	gw.Start()
-	logger.Info("manifold listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(cfg.EnabledUpstreams()), "version", version)
+	logger.Info("manifold listening", "url", endpointURL(ln.Addr()), "listen", ln.Addr().String(), "upstreams", len(cfg.EnabledUpstreams()), "version", version)
 	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
 		logger.Warn("the gateway listens beyond loopback without authentication: protect it (network policy or a proxy in front)", "listen", cfg.Listen)
 	}
@@ -242,6 +254,19 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// endpointURL is the MCP endpoint's URL a user on this machine can open: for a listener on all
+// interfaces (0.0.0.0, ::) it names loopback, not the unspecified address.
+func endpointURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/mcp"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/mcp"
 }
 
 // openAudit opens the audit trail the config names; nil when it is off. The func it returns

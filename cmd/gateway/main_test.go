@@ -455,7 +455,8 @@ upstreams:
 
 // TestExampleConfigServesTheDemo runs what the README's first command runs: the gateway with
 // config.example.yaml (on a free port), which starts the demo server twice with `go run`;
-// a client reaches demo__echo through /mcp.
+// a client reaches demo__echo through /mcp. The test runs in cmd/gateway, not the repository
+// root: the example's relative dir resolves against the config file's directory.
 func TestExampleConfigServesTheDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles the demo server")
@@ -466,10 +467,8 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 	}
 	addr := freePort(t)
 	cfg.Listen = addr
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
-		u.Dir = root // the README runs it from the repository root
 		if u.Env == nil {
 			u.Env = map[string]string{}
 		}
@@ -520,5 +519,53 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 	}
 	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
 		t.Errorf("demo processes left: %v", left)
+	}
+}
+
+func TestHealthURL(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8080/healthz"},
+		{"http://127.0.0.1:8080/", "http://127.0.0.1:8080/healthz"},
+		{"http://127.0.0.1:8080/mcp", "http://127.0.0.1:8080/healthz"},
+		{"http://127.0.0.1:8080/healthz", "http://127.0.0.1:8080/healthz"},
+		{"https://gw.example.com/tools/readyz", "https://gw.example.com/tools/healthz"},
+		{"127.0.0.1:8080", ""},
+		{"ftp://gw/", ""},
+	}
+	for _, tc := range cases {
+		got, err := healthURL(tc.in)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("healthURL(%q) = %q, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("healthURL(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestEndpointURLNamesLoopbackForAllInterfaces(t *testing.T) {
+	cases := []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 8080}, "http://127.0.0.1:8080/mcp"},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 8080}, "http://127.0.0.1:8080/mcp"},
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000}, "http://127.0.0.1:9000/mcp"},
+		{&net.TCPAddr{IP: net.ParseIP("::1"), Port: 9000}, "http://[::1]:9000/mcp"},
+	}
+	for _, tc := range cases {
+		if got := endpointURL(tc.addr); got != tc.want {
+			t.Errorf("endpointURL(%v) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+func TestServeRefusesABadListenFlag(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"serve", "-listen", "8080"}, &out, &out); code != 2 || !strings.Contains(out.String(), "want host:port") {
+		t.Errorf("serve -listen 8080: exit %d, output %q; want 2 and what to write", code, out.String())
 	}
 }
