@@ -106,6 +106,10 @@ type Gateway struct {
 	subs   *subscriptions
 	tasks  *taskTable
 
+	// startedAt is when Start was called (a time.Time); allReady is set once every upstream
+	// has been ready at once, which is logged.
+	startedAt atomic.Value
+	allReady  atomic.Bool
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -173,6 +177,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		base.OnChange = func(c *upstream.Client) {
 			g.rebuild()
 			if c.State() == upstream.StateReady {
+				g.noteAllReady()
 				g.resyncLogLevels()
 				if ready := g.connOf(c); ready != nil {
 					g.subs.renew(ready)
@@ -275,6 +280,7 @@ var _ liveHub = (*hub.Local)(nil)
 // up the others or the gateway) and starts expiring idle sessions. Later calls do nothing.
 func (g *Gateway) Start() {
 	g.startOnce.Do(func() {
+		g.startedAt.Store(time.Now())
 		for _, u := range g.upstreams {
 			g.workers.Add(1)
 			go func() {
@@ -340,6 +346,22 @@ func (g *Gateway) Close() error {
 // closeRequestsWait is how long Close lets requests end while their upstreams are still
 // connected.
 const closeRequestsWait = 2 * time.Second
+
+// noteAllReady logs, once, when every upstream has become ready since Start.
+func (g *Gateway) noteAllReady() {
+	for _, u := range g.upstreams {
+		if u.shared.client.State() != upstream.StateReady {
+			return
+		}
+	}
+	if g.allReady.CompareAndSwap(false, true) {
+		took := ""
+		if at, ok := g.startedAt.Load().(time.Time); ok {
+			took = time.Since(at).Round(time.Millisecond).String()
+		}
+		g.logger.Info("all upstreams ready", "upstreams", len(g.upstreams), "took", took)
+	}
+}
 
 // rebuild merges the catalog anew and tells every client whose lists changed.
 func (g *Gateway) rebuild() {

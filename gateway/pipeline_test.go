@@ -292,3 +292,29 @@ func TestDebugLogsOneLinePerRequest(t *testing.T) {
 	}
 	t.Fatalf("no log line for the tools/call:\n%s", logs.String())
 }
+
+// TestStartLogsEachUpstreamReadyAndThenAll: one line per upstream when it is ready (its
+// transport, counts and the time it took), then one line when all are.
+func TestStartLogsEachUpstreamReadyAndThenAll(t *testing.T) {
+	var logs lockedBuffer
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", "")+upstreamYAML("b", "beta", ""), &gateway.Options{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	defer tg.close()
+	waitUntil(t, "the line saying all upstreams are ready", func() bool { return strings.Contains(logs.String(), `msg="all upstreams ready" upstreams=2 took=`) })
+	ready := 0
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if !strings.Contains(line, `msg="upstream ready"`) {
+			continue
+		}
+		ready++
+		for _, w := range []string{"transport=stdio", "tools=", "resources=", "prompts=", "took="} {
+			if !strings.Contains(line, w) {
+				t.Errorf("an upstream's ready line lacks %q: %s", w, line)
+			}
+		}
+	}
+	if ready != 2 {
+		t.Errorf("%d upstream ready lines, want 2:\n%s", ready, logs.String())
+	}
+}

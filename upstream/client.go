@@ -312,6 +312,7 @@ func (c *Client) Run(ctx context.Context) {
 
 	delay := c.opts.RestartDelay
 	for ctx.Err() == nil {
+		began := time.Now()
 		cn, err := c.connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -329,7 +330,11 @@ func (c *Client) Run(ctx context.Context) {
 		} else {
 			delay = c.opts.RestartDelay
 			c.setLive(cn)
-			c.setState(StateReady, "upstream ready", "protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name)
+			cat := c.Catalog()
+			c.setState(StateReady, "upstream ready", "transport", transportOf(cn.conn), "tools", len(cat.List(Tools)),
+				"resources", len(cat.List(Resources))+len(cat.List(ResourceTemplates)), "prompts", len(cat.List(Prompts)),
+				"took", time.Since(began).Round(time.Millisecond).String(),
+				"protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name)
 			c.changed()
 			select {
 			case <-cn.done:
@@ -467,6 +472,19 @@ func (c *Client) waitLive(ctx context.Context, old *connection) *connection {
 			return nil
 		}
 	}
+}
+
+// transportOf names the transport a connection speaks, for the log.
+func transportOf(raw conn) string {
+	switch raw.(type) {
+	case *stdioConn:
+		return TransportStdio
+	case *streamableConn:
+		return TransportStreamableHTTP
+	case *legacySSEConn:
+		return TransportSSE
+	}
+	return "unknown"
 }
 
 // connect reaches the upstream, initializes it and fetches its lists.
