@@ -18,7 +18,8 @@ import (
 )
 
 // catalog connects every upstream, prints the merged catalog with each item's owner and the
-// name collisions, and exits: a dry run of what clients would see.
+// name collisions, and exits: a dry run of what clients would see. It exits 1 when an upstream
+// is not ready once every one has made its first attempt.
 func catalog(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("catalog", flag.ContinueOnError)
 	load := configFlags(fs)
@@ -53,13 +54,21 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 	}
 	view := gw.Catalog()
 	statuses := gw.UpstreamStatuses()
+	// An upstream that is not ready makes the exit status 1, so that a script or a CI step
+	// running catalog notices; the catalog of the others is still printed.
+	code = 0
+	for _, st := range statuses {
+		if st.State != upstream.StateReady {
+			code = 1
+		}
+	}
 	if *asJSON {
 		out, _ := json.MarshalIndent(struct {
 			gateway.CatalogView
 			Upstreams map[string]upstream.Status `json:"upstreams"`
 		}{view, statuses}, "", "  ")
 		fmt.Fprintln(stdout, string(out))
-		return 0
+		return code
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tUPSTREAM\tORIGINAL")
@@ -87,7 +96,10 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, line)
 	}
-	return 0
+	if code != 0 {
+		fmt.Fprintln(stderr, "gateway catalog: an upstream is not ready (see upstreams above, and the log)")
+	}
+	return code
 }
 
 // settled reports whether no upstream is still making its first attempt.

@@ -416,9 +416,10 @@ upstreams:
   - name: broken
     command: /nonexistent/mcp-server
 `, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker))
+	// broken fails: the catalog of the others is printed, and the exit status says so.
 	var out, errOut bytes.Buffer
-	if code := run([]string{"catalog", "-config", cfg}, &out, &errOut); code != 0 {
-		t.Fatalf("catalog: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	if code := run([]string{"catalog", "-config", cfg}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "an upstream is not ready") {
+		t.Fatalf("catalog with an upstream down: exit %d, want 1 and a word on stderr\n%s\n%s", code, out.String(), errOut.String())
 	}
 	for _, want := range []string{
 		"tool      echo ", // alpha's, unprefixed
@@ -435,8 +436,8 @@ upstreams:
 	}
 
 	out.Reset()
-	if code := run([]string{"catalog", "-json", "-config", cfg}, &out, io.Discard); code != 0 {
-		t.Fatalf("catalog -json: exit %d", code)
+	if code := run([]string{"catalog", "-json", "-config", cfg}, &out, io.Discard); code != 1 {
+		t.Fatalf("catalog -json with an upstream down: exit %d, want 1", code)
 	}
 	var view struct {
 		Items []struct{ Kind, Name, Upstream, Original string }
