@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"strings"
@@ -127,8 +128,48 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
+	errs, warnings := checkCommands(cfg, exec.LookPath)
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, e)
+		}
+		return 1
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d upstreams enabled)\n", cfg.File, len(cfg.EnabledUpstreams()))
 	return 0
+}
+
+// checkCommands looks at the commands of the enabled stdio upstreams as this machine would
+// start them: a path (one with a slash) that does not exist or is not an executable file is an
+// error; a bare name that lookPath does not find on the gateway's PATH is a warning (the child
+// may be given another PATH in its env). Each message starts with the FILE:LINE of the
+// upstream's entry.
+func checkCommands(cfg *config.Config, lookPath func(string) (string, error)) (errs, warnings []string) {
+	for i, u := range cfg.EnabledUpstreams() {
+		if u.Command == "" {
+			continue
+		}
+		at := fmt.Sprintf("%s:%d: %s (upstreams[%d]).command", u.File, u.Line, u.Name, i)
+		if !strings.Contains(u.Command, "/") {
+			if _, err := lookPath(u.Command); err != nil {
+				warnings = append(warnings, fmt.Sprintf("%s: %q is not on the gateway's PATH: install it, give its full path, or set PATH in the upstream's env", at, u.Command))
+			}
+			continue
+		}
+		info, err := os.Stat(u.Command)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("%s: %s does not exist: fix the path (a relative one is taken from the config file's directory)", at, u.Command))
+		case info.IsDir():
+			errs = append(errs, fmt.Sprintf("%s: %s is a directory, not a program", at, u.Command))
+		case info.Mode().Perm()&0o111 == 0:
+			errs = append(errs, fmt.Sprintf("%s: %s is not executable: chmod +x it", at, u.Command))
+		}
+	}
+	return errs, warnings
 }
 
 func serve(args []string, stderr io.Writer) int {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -568,5 +569,63 @@ func TestServeRefusesABadListenFlag(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"serve", "-listen", "8080"}, &out, &out); code != 2 || !strings.Contains(out.String(), "want host:port") {
 		t.Errorf("serve -listen 8080: exit %d, output %q; want 2 and what to write", code, out.String())
+	}
+}
+
+// TestValidateChecksCommands: validate fails on a stdio command path that does not exist, is
+// a directory or is not executable, naming the file and line; a bare name not on PATH is a
+// warning only.
+func TestValidateChecksCommands(t *testing.T) {
+	dir := t.TempDir()
+	program := filepath.Join(dir, "server")
+	plain := filepath.Join(dir, "notes.txt")
+	for path, mode := range map[string]os.FileMode{program: 0o755, plain: 0o644} {
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onPath := func(name string) (string, error) {
+		if name == "installed-server" {
+			return "/usr/bin/installed-server", nil
+		}
+		return "", exec.ErrNotFound
+	}
+	cases := []struct {
+		name, command     string
+		wantErr, wantWarn string
+	}{
+		{"an executable path", program, "", ""},
+		{"a missing path", "/no/such/mcp-server", "cfg.yaml:2: up (upstreams[0]).command: /no/such/mcp-server does not exist", ""},
+		{"a directory", dir, "is a directory", ""},
+		{"a file that is not executable", plain, "is not executable", ""},
+		{"a name on PATH", "installed-server", "", ""},
+		{"a name not on PATH", "missing-server", "", `"missing-server" is not on the gateway's PATH`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse("cfg.yaml", fmt.Appendf(nil, "upstreams:\n  - name: up\n    command: %q\n", tc.command), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs, warnings := checkCommands(cfg, onPath)
+			check := func(kind string, got []string, want string) {
+				t.Helper()
+				switch {
+				case want == "" && len(got) > 0:
+					t.Errorf("%s %q, want none", kind, got)
+				case want != "" && (len(got) != 1 || !strings.Contains(got[0], want)):
+					t.Errorf("%s %q, want one containing %q", kind, got, want)
+				}
+			}
+			check("errors", errs, tc.wantErr)
+			check("warnings", warnings, tc.wantWarn)
+		})
+	}
+
+	// Through the command: exit 1 for a missing path.
+	bad := writeFile(t, "bad.yaml", "upstreams:\n  - name: gone\n    command: /no/such/mcp-server\n")
+	var out bytes.Buffer
+	if code := run([]string{"validate", "-config", bad}, &out, &out); code != 1 || !strings.Contains(out.String(), "bad.yaml:2: gone (upstreams[0]).command: /no/such/mcp-server does not exist") {
+		t.Errorf("validate with a missing command: exit %d\n%s", code, out.String())
 	}
 }
