@@ -344,14 +344,18 @@ func (c *stdioConn) Close() error {
 		// End whatever the child left behind in its group.
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		c.stdout.Close()
-		c.stderr.Close()
+		// What the child wrote to stderr before it went is read to its end (often the lines
+		// that say why it went); only a pipe that something outside the group keeps open is
+		// cut, after exitDrainTime.
+		_ = c.stderr.SetReadDeadline(time.Now().Add(exitDrainTime))
 		t := time.NewTimer(killWait)
 		defer t.Stop()
 		select {
 		case <-c.stderrDone:
 		case <-t.C:
-			c.logger.Error("reading the upstream's stderr did not end after it was closed", "pid", pid, "waited", killWait.String())
+			c.logger.Error("reading the upstream's stderr did not end", "pid", pid, "waited", killWait.String())
 		}
+		c.stderr.Close()
 	})
 	return nil
 }

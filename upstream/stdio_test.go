@@ -167,3 +167,26 @@ func TestStdioCloseDoesNotWaitForABlockedWrite(t *testing.T) {
 		t.Error("the blocked write succeeded; the child never read it")
 	}
 }
+
+// TestStdioStderrIsReadToItsEndWhenTheChildExits: every line a child wrote to stderr before
+// it exited reaches the log, even when the connection is closed the moment it exits (the pipe
+// used to be closed before it was drained, losing the last lines: often the ones that say why).
+func TestStdioStderrIsReadToItsEndWhenTheChildExits(t *testing.T) {
+	const lines = 2000
+	for round := range 3 {
+		logs := &logRecorder{}
+		c, err := startStdio("talker", stdioOptions{
+			Command: "sh",
+			Args:    []string{"-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "line $i" >&2; i=$((i+1)); done; exit 3`, lines)},
+			Grace:   time.Second,
+		}, slog.New(logs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-c.exited
+		c.Close()
+		if got := logs.count("INFO upstream stderr"); got != lines {
+			t.Fatalf("round %d: %d stderr lines logged of %d written before the child exited", round, got, lines)
+		}
+	}
+}
