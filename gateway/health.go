@@ -19,13 +19,14 @@ type readiness struct {
 	Upstreams map[string]upstreamHealth `json:"upstreams"`
 }
 
-// upstreamHealth is what a probe learns of one upstream: its state, since when, and a short
-// class of why it is down. The error itself, which may name internal addresses and paths,
+// upstreamHealth is what a probe learns of one upstream: its state, since when, a short class
+// of why it is down, and the exit status of a process that exited. The error itself, which may name internal addresses and paths,
 // stays in the log and in `gateway catalog`.
 type upstreamHealth struct {
-	State  upstream.State `json:"state"`
-	Since  time.Time      `json:"since"`
-	Reason string         `json:"reason,omitempty"`
+	State    upstream.State `json:"state"`
+	Since    time.Time      `json:"since"`
+	Reason   string         `json:"reason,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
 }
 
 // serveReadyz answers readiness probes: the config is loaded and the listener is up, so the
@@ -34,7 +35,7 @@ type upstreamHealth struct {
 func (g *Gateway) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	body := readiness{Status: "ready", Upstreams: map[string]upstreamHealth{}}
 	for name, st := range g.UpstreamStatuses() {
-		body.Upstreams[name] = upstreamHealth{State: st.State, Since: st.Since, Reason: st.Reason}
+		body.Upstreams[name] = upstreamHealth{State: st.State, Since: st.Since, Reason: st.Reason, ExitCode: st.ExitCode}
 	}
 	status := http.StatusOK
 	select {

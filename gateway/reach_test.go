@@ -214,7 +214,8 @@ func TestHealthEndpoints(t *testing.T) {
 	downURL := down.URL
 	down.Close()
 	tg := startGatewayNoWait(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("alpha", "alpha", "")+
-		"\n  - name: gone\n    url: "+downURL+"\n", fastRestart)
+		"\n  - name: gone\n    url: "+downURL+"\n"+
+		"  - name: quitter\n    command: sh\n    args: [-c, 'echo \"fatal: no key in /etc/quitter\" >&2; exit 3']\n", fastRestart)
 	defer tg.close()
 	base := strings.TrimSuffix(tg.url, "/mcp")
 
@@ -227,9 +228,10 @@ func TestHealthEndpoints(t *testing.T) {
 	var ready struct {
 		Status    string `json:"status"`
 		Upstreams map[string]struct {
-			State  string `json:"state"`
-			Error  string `json:"error"`
-			Reason string `json:"reason"`
+			State    string `json:"state"`
+			Error    string `json:"error"`
+			Reason   string `json:"reason"`
+			ExitCode *int   `json:"exit_code"`
 		} `json:"upstreams"`
 	}
 	var readyBody []byte
@@ -247,7 +249,7 @@ func TestHealthEndpoints(t *testing.T) {
 		if err := json.Unmarshal(body, &ready); err != nil {
 			t.Fatal(err)
 		}
-		if ready.Upstreams["alpha"].State == "ready" && ready.Upstreams["gone"].State == "down" {
+		if ready.Upstreams["alpha"].State == "ready" && ready.Upstreams["gone"].State == "down" && ready.Upstreams["quitter"].State == "down" {
 			readyBody = body
 			break
 		}
@@ -266,6 +268,13 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 	if st := tg.gw.UpstreamStatuses()["gone"]; !strings.Contains(st.Error, strings.TrimPrefix(downURL, "http://")) {
 		t.Errorf("the operator's status of the down upstream lacks the error naming its address: %+v", st)
+	}
+	// A process that exited: its status in the probe, its stderr only for the operator.
+	if q := ready.Upstreams["quitter"]; q.Reason != upstream.ReasonExited || q.ExitCode == nil || *q.ExitCode != 3 || strings.Contains(string(readyBody), "fatal") {
+		t.Errorf("/readyz for a process that exited 3: %+v, want reason exited and exit code 3, and no stderr in %s", q, readyBody)
+	}
+	if st := tg.gw.UpstreamStatuses()["quitter"]; !strings.Contains(st.Error, "fatal: no key in /etc/quitter") {
+		t.Errorf("the operator's status of the exited upstream lacks its last stderr line: %+v", st)
 	}
 
 	// On a loopback listener the probes answer only loopback names, as /mcp does: a page using

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -241,6 +242,9 @@ type Status struct {
 	// Reason is a short class of why the upstream is down (Reason* constants): what a probe
 	// or a client may be shown.
 	Reason string `json:"reason,omitempty"`
+	// ExitCode is the exit status of a stdio upstream's process that exited (-1: killed by a
+	// signal); nil otherwise.
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // Classes of Status.Reason.
@@ -255,12 +259,60 @@ const (
 	ReasonStartFailed = "start_failed"
 	// ReasonConnectionLost: a connection that was ready ended.
 	ReasonConnectionLost = "connection_lost"
+	// ReasonExited: a stdio upstream's process exited (Status.ExitCode says how).
+	ReasonExited = "exited"
 )
+
+// exitedError is the failure of a connection whose process exited: its status and last
+// stderr lines, with what the connection saw.
+type exitedError struct {
+	code      int
+	lastLines []string
+	err       error
+}
+
+func (e *exitedError) Error() string {
+	msg := fmt.Sprintf("the process exited with status %d", e.code)
+	if e.code == -1 {
+		msg = "the process was killed by a signal"
+	}
+	if len(e.lastLines) > 0 {
+		msg += "; its last stderr lines: " + strings.Join(e.lastLines, " | ")
+	}
+	if e.err != nil {
+		msg += " (" + e.err.Error() + ")"
+	}
+	return msg
+}
+
+func (e *exitedError) Unwrap() error { return e.err }
+
+// exitAttrs are the log attributes of how a process ended, when err says it did.
+func exitAttrs(err error) []any {
+	var exited *exitedError
+	if errors.As(err, &exited) {
+		return []any{"exit_code", exited.code}
+	}
+	return nil
+}
+
+// withExit wraps err with how a closed connection's process ended, when it did.
+func withExit(raw conn, err error) error {
+	if r, ok := raw.(exitReporter); ok {
+		if code, lines, exited := r.exitReport(); exited {
+			return &exitedError{code: code, lastLines: lines, err: err}
+		}
+	}
+	return err
+}
 
 // reasonOf classes a failure to start or initialize an upstream.
 func reasonOf(err error) string {
 	var opErr *net.OpError
+	var exited *exitedError
 	switch {
+	case errors.As(err, &exited):
+		return ReasonExited
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
 		return ReasonCommandNotFound
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
@@ -319,7 +371,7 @@ func (c *Client) Run(ctx context.Context) {
 				break
 			}
 			was := c.State()
-			c.setState(StateDown, "upstream failed to start", "error", err.Error(), "reason", reasonOf(err), "retry_in", delay.String())
+			c.setState(StateDown, "upstream failed to start", append(exitAttrs(err), "error", err.Error(), "reason", reasonOf(err), "retry_in", delay.String())...)
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 				// Not a problem of this upstream, and not one to log once and then at debug.
 				c.logger.Error("the gateway is out of file descriptors, so the upstream cannot start; raise the limit (ulimit -n) or lower max_sessions", "error", err.Error())
@@ -331,7 +383,7 @@ func (c *Client) Run(ctx context.Context) {
 			delay = c.opts.RestartDelay
 			c.setLive(cn)
 			cat := c.Catalog()
-			c.setState(StateReady, "upstream ready", "transport", transportOf(cn.conn), "tools", len(cat.List(Tools)),
+			c.setState(StateReady, "upstream ready", "transport", cn.transport, "tools", len(cat.List(Tools)),
 				"resources", len(cat.List(Resources))+len(cat.List(ResourceTemplates)), "prompts", len(cat.List(Prompts)),
 				"took", time.Since(began).Round(time.Millisecond).String(),
 				"protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name)
@@ -350,7 +402,11 @@ func (c *Client) Run(ctx context.Context) {
 				c.logger.Info("upstream session expired; re-initializing")
 				continue
 			}
-			c.setState(StateDown, "upstream connection lost", "error", cn.errString(), "reason", ReasonConnectionLost, "retry_in", delay.String())
+			lost, reason := cn.failure(), ReasonConnectionLost
+			if exited := withExit(cn.conn, lost); exited != lost {
+				lost, reason = exited, ReasonExited
+			}
+			c.setState(StateDown, "upstream connection lost", append(exitAttrs(lost), "error", errString(lost), "reason", reason, "retry_in", delay.String())...)
 			c.changed()
 		}
 		// Full jitter over the upper half keeps restarts of many upstreams apart.
@@ -389,6 +445,10 @@ func (c *Client) setState(s State, msg string, attrs ...any) {
 			st.Error, _ = attrs[i+1].(string)
 		case "reason":
 			st.Reason, _ = attrs[i+1].(string)
+		case "exit_code":
+			if code, ok := attrs[i+1].(int); ok {
+				st.ExitCode = &code
+			}
 		}
 	}
 	c.status.Store(st)
@@ -474,19 +534,6 @@ func (c *Client) waitLive(ctx context.Context, old *connection) *connection {
 	}
 }
 
-// transportOf names the transport a connection speaks, for the log.
-func transportOf(raw conn) string {
-	switch raw.(type) {
-	case *stdioConn:
-		return TransportStdio
-	case *streamableConn:
-		return TransportStreamableHTTP
-	case *legacySSEConn:
-		return TransportSSE
-	}
-	return "unknown"
-}
-
 // connect reaches the upstream, initializes it and fetches its lists.
 func (c *Client) connect(ctx context.Context) (*connection, error) {
 	startCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
@@ -510,7 +557,7 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 		items, err := fetchList(startCtx, k, cn.callFunc(c.spec.RequestTimeout))
 		if err != nil {
 			cn.close()
-			return nil, err
+			return nil, withExit(cn.conn, err)
 		}
 		catalog = catalog.withList(k, items)
 	}
@@ -529,7 +576,7 @@ func (c *Client) dialAndInitialize(ctx context.Context, transport string) (*conn
 	cn := newConnection(c, raw)
 	if err := cn.initialize(ctx); err != nil {
 		cn.close()
-		return nil, err
+		return nil, withExit(raw, err)
 	}
 	cn.transport = transport
 	if transport == TransportAuto {

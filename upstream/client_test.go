@@ -827,3 +827,24 @@ func TestReasonOfClassesStartFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestClientReportsHowAChildExited: a stdio upstream that exits at start is down with reason
+// "exited", its exit status, and an error carrying its last stderr lines (for the log and
+// `gateway catalog`).
+func TestClientReportsHowAChildExited(t *testing.T) {
+	spec := Spec{Name: "quitter", Command: "sh", Args: []string{"-c", `echo "reading /etc/quitter.conf" >&2; echo "fatal: no API key" >&2; exit 3`}}
+	c := New(spec, &Options{Logger: slog.New(&logRecorder{}), RestartDelay: time.Hour})
+	go c.Run(context.Background())
+	t.Cleanup(func() { c.Close() })
+
+	waitUntil(t, "state down", func() bool { return c.State() == StateDown })
+	st := c.Status()
+	if st.Reason != ReasonExited || st.ExitCode == nil || *st.ExitCode != 3 {
+		t.Errorf("status %+v (exit code %v), want reason %q and exit code 3", st, st.ExitCode, ReasonExited)
+	}
+	for _, want := range []string{"exited with status 3", "reading /etc/quitter.conf | fatal: no API key"} {
+		if !strings.Contains(st.Error, want) {
+			t.Errorf("error %q lacks %q", st.Error, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -38,6 +39,11 @@ type conn interface {
 // error means the answer comes through Read.
 type answeringConn interface {
 	WriteRequest(ctx context.Context, r *protocol.Request) (*protocol.Response, error)
+}
+
+// exitReporter is a conn over a child process that can say how the child ended.
+type exitReporter interface {
+	exitReport() (code int, lastLines []string, exited bool)
 }
 
 // initializedConn is a conn that takes part in the handshake: it learns the negotiated
@@ -82,8 +88,13 @@ type stdioConn struct {
 	// writeDeadline is the deadline set on stdin. Guarded by writeMu.
 	writeDeadline time.Time
 
-	// exited is closed by waitChild once the child has been reaped.
-	exited chan struct{}
+	// exited is closed by waitChild once the child has been reaped; exitCode is its status
+	// (-1 for a signal), written before.
+	exited   chan struct{}
+	exitCode int
+	// tailMu guards tail, the child's last stderr lines (at most stderrTailLines).
+	tailMu sync.Mutex
+	tail   []string
 	// stderrDone is closed when the stderr pump has ended.
 	stderrDone chan struct{}
 	closeOnce  sync.Once
@@ -168,6 +179,7 @@ func startStdio(name string, o stdioOptions, logger *slog.Logger) (*stdioConn, e
 // connection alive: ReadMessage gets a short while to drain what the child wrote, then ends.
 func (c *stdioConn) waitChild() {
 	err := c.cmd.Wait()
+	c.exitCode = c.cmd.ProcessState.ExitCode()
 	close(c.exited)
 	_ = c.stdout.SetReadDeadline(time.Now().Add(exitDrainTime))
 	if err != nil {
@@ -175,6 +187,35 @@ func (c *stdioConn) waitChild() {
 	} else {
 		c.logger.Info("upstream process exited", "pid", c.cmd.Process.Pid, "status", "exit status 0")
 	}
+}
+
+// The last stderr lines of a child are kept for the report of its exit.
+const (
+	stderrTailLines = 5
+	stderrTailBytes = 300 // of each line
+)
+
+func (c *stdioConn) keepTail(line []byte) {
+	kept := string(line[:min(len(line), stderrTailBytes)])
+	c.tailMu.Lock()
+	if len(c.tail) == stderrTailLines {
+		c.tail = append(c.tail[:0], c.tail[1:]...)
+	}
+	c.tail = append(c.tail, kept)
+	c.tailMu.Unlock()
+}
+
+// exitReport implements exitReporter: the child's exit status and its last stderr lines, once
+// it has exited. Complete after Close, which reads stderr to its end.
+func (c *stdioConn) exitReport() (code int, lastLines []string, exited bool) {
+	select {
+	case <-c.exited:
+	default:
+		return 0, nil, false
+	}
+	c.tailMu.Lock()
+	defer c.tailMu.Unlock()
+	return c.exitCode, slices.Clone(c.tail), true
 }
 
 // maxStderrLine caps how much of one stderr line is logged; the rest of the line is dropped.
@@ -194,6 +235,7 @@ func (c *stdioConn) pumpStderr() {
 		}
 		if l := bytes.TrimRight(line, "\r\n"); len(l) > 0 {
 			c.logger.Info("upstream stderr", "line", string(l))
+			c.keepTail(l)
 		}
 		line = line[:0]
 		if err != nil {
