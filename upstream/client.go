@@ -363,6 +363,7 @@ func (c *Client) Run(ctx context.Context) {
 	defer stop()
 
 	delay := c.opts.RestartDelay
+	failures := 0 // attempts that failed since the upstream was last ready
 	for ctx.Err() == nil {
 		began := time.Now()
 		cn, err := c.connect(ctx)
@@ -370,6 +371,7 @@ func (c *Client) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
+			failures++
 			was := c.State()
 			c.setState(StateDown, "upstream failed to start", append(exitAttrs(err), "error", err.Error(), "reason", reasonOf(err), "retry_in", delay.String())...)
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
@@ -383,10 +385,16 @@ func (c *Client) Run(ctx context.Context) {
 			delay = c.opts.RestartDelay
 			c.setLive(cn)
 			cat := c.Catalog()
-			c.setState(StateReady, "upstream ready", "transport", cn.transport, "tools", len(cat.List(Tools)),
-				"resources", len(cat.List(Resources))+len(cat.List(ResourceTemplates)), "prompts", len(cat.List(Prompts)),
+			attrs := []any{"transport", cn.transport, "tools", len(cat.List(Tools)),
+				"resources", len(cat.List(Resources)) + len(cat.List(ResourceTemplates)), "prompts", len(cat.List(Prompts)),
 				"took", time.Since(began).Round(time.Millisecond).String(),
-				"protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name)
+				"protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name}
+			if failures > 0 {
+				// The failures were logged once, when the upstream went down; here is how many.
+				attrs = append(attrs, "after_failed_attempts", failures)
+				failures = 0
+			}
+			c.setState(StateReady, "upstream ready", attrs...)
 			c.changed()
 			select {
 			case <-cn.done:
@@ -598,6 +606,7 @@ func (c *Client) dial(ctx context.Context, transport string) (conn, error) {
 			Dir:             c.spec.Dir,
 			MaxMessageBytes: c.spec.MaxMessageBytes,
 			Grace:           c.opts.StopGrace,
+			Quiet:           c.State() == StateDown,
 		}, c.logger)
 	case TransportStreamableHTTP, TransportAuto:
 		return newStreamableConn(c.spec.Name, httpOpts, c.logger), nil

@@ -848,3 +848,65 @@ func TestClientReportsHowAChildExited(t *testing.T) {
 		}
 	}
 }
+
+// textRecorder keeps each record as "LEVEL message key=value ...".
+type textRecorder struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (h *textRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *textRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *textRecorder) WithGroup(string) slog.Handler            { return h }
+func (h *textRecorder) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
+	h.mu.Lock()
+	h.recs = append(h.recs, line)
+	h.mu.Unlock()
+	return nil
+}
+
+// matching returns the records that start with prefix.
+func (h *textRecorder) matching(prefix string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if strings.HasPrefix(r, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRetriesOfAFailingUpstreamAreQuiet: an upstream that fails to start, again and again, is
+// logged in full once (its process, its stderr, the failure), its retries at debug level only;
+// when it is ready at last, that line says after how many failed attempts.
+func TestRetriesOfAFailingUpstreamAreQuiet(t *testing.T) {
+	tries := filepath.Join(t.TempDir(), "tries")
+	spec := goSpec(t, "alpha")
+	exe := spec.Command
+	spec.Name, spec.Command = "flaky", "sh"
+	// Fails its first three starts, then runs the test upstream.
+	spec.Args = []string{"-c", `echo x >> "$TRIES"; if [ "$(wc -l < "$TRIES")" -gt 3 ]; then exec "$EXE"; fi; echo "not yet" >&2; exit 1`}
+	spec.Env["TRIES"], spec.Env["EXE"] = tries, exe
+	logs := &textRecorder{}
+	c := New(spec, &Options{Logger: slog.New(logs), RestartDelay: time.Millisecond, MaxRestartDelay: 2 * time.Millisecond})
+	go c.Run(context.Background())
+	t.Cleanup(func() { c.Close() })
+
+	waitUntil(t, "the upstream ready after its failures", func() bool { return c.State() == StateReady })
+	for _, msg := range []string{"upstream stderr", "upstream process exited", "upstream failed to start"} {
+		if n := len(logs.matching("INFO "+msg)) + len(logs.matching("WARN "+msg)); n != 1 {
+			t.Errorf("%q logged %d times at info or warning level over 3 failed attempts, want once:\n%s", msg, n, strings.Join(logs.matching(""), "\n"))
+		}
+	}
+	ready := logs.matching("INFO upstream ready")
+	if len(ready) != 1 || !strings.Contains(ready[0], "after_failed_attempts=3") {
+		t.Errorf("ready lines %q, want one saying after_failed_attempts=3", ready)
+	}
+}

@@ -83,6 +83,8 @@ type stdioConn struct {
 	max    int
 	grace  time.Duration
 	logger *slog.Logger
+	// level is the level of the process's start, exit and stderr lines (see Quiet).
+	level slog.Level
 
 	writeMu sync.Mutex // serializes writes to stdin
 	// writeDeadline is the deadline set on stdin. Guarded by writeMu.
@@ -114,6 +116,9 @@ type stdioOptions struct {
 	MaxMessageBytes int
 	// Grace is how long Close waits after closing stdin and again after SIGTERM.
 	Grace time.Duration
+	// Quiet logs the process's start, exit and stderr lines at debug level, not info: for
+	// the retries of an upstream already down, whose first attempt was logged in full.
+	Quiet bool
 }
 
 // startStdio spawns the child. Its stderr goes to logger, one record per line.
@@ -163,15 +168,19 @@ func startStdio(name string, o stdioOptions, logger *slog.Logger) (*stdioConn, e
 		max:        o.MaxMessageBytes,
 		grace:      o.Grace,
 		logger:     logger,
+		level:      slog.LevelInfo,
 		exited:     make(chan struct{}),
 		stderrDone: make(chan struct{}),
 	}
 	if c.grace <= 0 {
 		c.grace = 2 * time.Second
 	}
+	if o.Quiet {
+		c.level = slog.LevelDebug
+	}
 	go c.waitChild()
 	go c.pumpStderr()
-	logger.Info("upstream process started", "pid", cmd.Process.Pid, "command", o.Command)
+	logger.Log(context.Background(), c.level, "upstream process started", "pid", cmd.Process.Pid, "command", o.Command)
 	return c, nil
 }
 
@@ -183,9 +192,9 @@ func (c *stdioConn) waitChild() {
 	close(c.exited)
 	_ = c.stdout.SetReadDeadline(time.Now().Add(exitDrainTime))
 	if err != nil {
-		c.logger.Info("upstream process exited", "pid", c.cmd.Process.Pid, "status", err.Error())
+		c.logger.Log(context.Background(), c.level, "upstream process exited", "pid", c.cmd.Process.Pid, "status", err.Error())
 	} else {
-		c.logger.Info("upstream process exited", "pid", c.cmd.Process.Pid, "status", "exit status 0")
+		c.logger.Log(context.Background(), c.level, "upstream process exited", "pid", c.cmd.Process.Pid, "status", "exit status 0")
 	}
 }
 
@@ -234,7 +243,7 @@ func (c *stdioConn) pumpStderr() {
 			continue
 		}
 		if l := bytes.TrimRight(line, "\r\n"); len(l) > 0 {
-			c.logger.Info("upstream stderr", "line", string(l))
+			c.logger.Log(context.Background(), c.level, "upstream stderr", "line", string(l))
 			c.keepTail(l)
 		}
 		line = line[:0]
