@@ -36,6 +36,7 @@ func TestBuild(t *testing.T) {
 		StreamAfter:        time.Second,
 		StreamRetention:    time.Minute,
 		DrainTimeout:       10 * time.Second,
+		FirstListWait:      5 * time.Second,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,

@@ -83,6 +83,7 @@ const (
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
 	defaultDrainTimeout       = 10 * time.Second
+	defaultFirstListWait      = 5 * time.Second
 	defaultAttributionWindow  = 2 * time.Second
 	defaultAuditSink          = AuditSinkOff
 	defaultAuditBuffer        = 4096
@@ -174,6 +175,14 @@ type Config struct {
 	// for a client whose connection dropped to resume it (key
 	// `stream_retention`, a duration); greater than 0. Defaults to 1 minute.
 	StreamRetention time.Duration
+
+	// FirstListWait is how long a list request (tools/list, resources/list,
+	// resources/templates/list, prompts/list) waits, right after the gateway
+	// started, for upstreams still making their first attempt to start (key
+	// `first_list_wait`, a duration), so that a client that connects at once
+	// sees them in its first list even if it ignores list_changed. 0 or more;
+	// defaults to 5 seconds.
+	FirstListWait time.Duration
 
 	// DrainTimeout is how long `gateway serve`, once asked to stop (SIGINT or
 	// SIGTERM), lets the requests in flight finish while it refuses new ones
@@ -664,6 +673,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("drain_timeout") {
 		c.DrainTimeout = defaultDrainTimeout
+	}
+	if !ix.has("first_list_wait") {
+		c.FirstListWait = defaultFirstListWait
 	}
 	if !ix.has("audit.sink") {
 		c.Audit.Sink = defaultAuditSink

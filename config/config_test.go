@@ -80,6 +80,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		StreamAfter:        time.Second,
 		StreamRetention:    time.Minute,
 		DrainTimeout:       10 * time.Second,
+		FirstListWait:      5 * time.Second,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        1000,
 		SessionIdleTimeout: 30 * time.Minute,
@@ -161,6 +162,7 @@ audit:
 				StreamAfter:        time.Second,
 				StreamRetention:    time.Minute,
 				DrainTimeout:       30 * time.Second,
+				FirstListWait:      5 * time.Second,
 				HTTPIdleTimeout:    90 * time.Second,
 				MaxSessions:        5,
 				SessionIdleTimeout: 90 * time.Minute,
@@ -382,7 +384,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -896,6 +898,7 @@ func TestLoadExample(t *testing.T) {
 		StreamAfter:        time.Second,
 		StreamRetention:    time.Minute,
 		DrainTimeout:       10 * time.Second,
+		FirstListWait:      5 * time.Second,
 		HTTPIdleTimeout:    2 * time.Minute,
 		MaxSessions:        500,
 		SessionIdleTimeout: 15 * time.Minute,

@@ -237,6 +237,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{"body_read_timeout", duration(&c.BodyReadTimeout)},
 		{"http_idle_timeout", duration(&c.HTTPIdleTimeout)},
 		{"drain_timeout", duration(&c.DrainTimeout)},
+		{"first_list_wait", duration(&c.FirstListWait)},
 		{"stream_after", duration(&c.StreamAfter)},
 		{"stream_retention", duration(&c.StreamRetention)},
 		{"max_sessions", integer(&c.MaxSessions)},

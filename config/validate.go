@@ -119,6 +119,9 @@ func (v *validator) settings(c *Config, w where) {
 	if c.StreamRetention <= 0 {
 		v.check(w, "stream_retention", "must be greater than 0, like 1m: a finished stream is kept this long for a client to resume")
 	}
+	if c.FirstListWait < 0 {
+		v.check(w, "first_list_wait", "must be 0 or more, like 5s: a list right after start waits this long for upstreams still starting")
+	}
 	if c.DrainTimeout < 0 {
 		v.check(w, "drain_timeout", "must be 0 or more, like 10s: on SIGTERM, requests in flight get this long to finish")
 	}

@@ -110,6 +110,10 @@ type Gateway struct {
 	// has been ready at once, which is logged.
 	startedAt atomic.Value
 	allReady  atomic.Bool
+	// firstStart is closed once no upstream is still making its first attempt to start (see
+	// awaitFirstStart).
+	firstStart     chan struct{}
+	firstStartOnce sync.Once
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -126,8 +130,9 @@ type Gateway struct {
 // Nothing is started until Start.
 func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g := &Gateway{
-		cfg:      cfg,
-		draining: make(chan struct{}),
+		cfg:        cfg,
+		draining:   make(chan struct{}),
+		firstStart: make(chan struct{}),
 	}
 	if opts != nil {
 		g.opts = *opts
@@ -176,6 +181,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
 		base.OnChange = func(c *upstream.Client) {
 			g.rebuild()
+			g.firstStartSettled()
 			if c.State() == upstream.StateReady {
 				g.noteAllReady()
 				g.resyncLogLevels()
@@ -346,6 +352,39 @@ func (g *Gateway) Close() error {
 // closeRequestsWait is how long Close lets requests end while their upstreams are still
 // connected.
 const closeRequestsWait = 2 * time.Second
+
+// awaitFirstStart holds a list request, at most first_list_wait, while an upstream is still
+// making its first attempt to start: a client that connects right after the gateway started
+// sees its items in its first list, even if it ignores list_changed.
+func (g *Gateway) awaitFirstStart(ctx context.Context) {
+	if g.firstStartSettled() || g.cfg.FirstListWait <= 0 {
+		return
+	}
+	t := time.NewTimer(g.cfg.FirstListWait)
+	defer t.Stop()
+	select {
+	case <-g.firstStart:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// firstStartSettled reports whether every upstream has made its first attempt to start (it is
+// ready, or down); the first time it is, firstStart closes.
+func (g *Gateway) firstStartSettled() bool {
+	select {
+	case <-g.firstStart:
+		return true
+	default:
+	}
+	for _, u := range g.upstreams {
+		if u.shared.client.State() == upstream.StateStarting {
+			return false
+		}
+	}
+	g.firstStartOnce.Do(func() { close(g.firstStart) })
+	return true
+}
 
 // noteAllReady logs, once, when every upstream has become ready since Start.
 func (g *Gateway) noteAllReady() {

@@ -221,6 +221,7 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 	case protocol.MethodSetLogLevel:
 		return g.setLogLevel(ctx, rq, rq.Params)
 	case protocol.MethodListTools:
+		g.awaitFirstStart(ctx)
 		page, err := listPage(g.snapshot.Load(), upstream.Tools, rq.Params, g.cfg.PageSize)
 		if err != nil {
 			return nil, err
@@ -230,10 +231,13 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		}
 		return bridgeListPage(page, upstream.Tools, rq.Client.ProtocolVersion), nil
 	case protocol.MethodListResources:
+		g.awaitFirstStart(ctx)
 		return listPage(g.snapshot.Load(), upstream.Resources, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListResourceTemplates:
+		g.awaitFirstStart(ctx)
 		return listPage(g.snapshot.Load(), upstream.ResourceTemplates, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListPrompts:
+		g.awaitFirstStart(ctx)
 		return listPage(g.snapshot.Load(), upstream.Prompts, rq.Params, g.cfg.PageSize)
 	case protocol.MethodCallTool:
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)

@@ -334,3 +334,36 @@ func TestOversizedAnswerFailsOnlyItsCall(t *testing.T) {
 		t.Errorf("upstream state %q, want ready", st)
 	}
 }
+
+// TestFirstListWaitsForUpstreamsStillStarting: a client that connects while an upstream is
+// still making its first start (this one takes a second) sees its tools in its first list,
+// without waiting for list_changed, which some hosts ignore.
+func TestFirstListWaitsForUpstreamsStillStarting(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
+first_list_wait: 30s
+upstreams:
+  - name: slow
+    command: sh
+    args: [-c, 'sleep 1; exec "$EXE"']
+    env: {EXE: %q, %s: alpha, %s: %s}
+    inherit_env: [GOCOVERDIR, GORACE]
+`, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker)
+	tg := startGatewayNoWait(t, yaml, nil)
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	res, err := cs.ListTools(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	if !slices.Contains(names, "slow__echo") {
+		t.Errorf("first tools/list right after start: %v, want slow__echo among them", names)
+	}
+}
