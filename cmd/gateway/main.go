@@ -23,6 +23,7 @@ import (
 	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/demo"
 	"github.com/manifold-mcp/manifold/internal/heapfloor"
 )
 
@@ -48,6 +49,8 @@ const usage = `usage:
                                                          connect, print the merged catalog, exit
   gateway health   [-url URL]                            probe a running gateway's /healthz (URL: its base
                                                          URL, default http://127.0.0.1:8080)
+  gateway demo     [-name NAME]                          serve the demo MCP server over stdio (the example
+                                                         config's upstream; one build serves both)
   gateway version                                        print the version
 
 -mcp-servers reads a server list in the format of Claude Desktop or Cursor ("mcpServers")
@@ -68,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return catalog(args[1:], stdout, stderr)
 	case "health":
 		return health(args[1:], stdout, stderr)
+	case "demo":
+		return serveDemo(args[1:], stderr)
 	case "version":
 		fmt.Fprintln(stdout, "manifold", version)
 		return 0
@@ -295,6 +300,23 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// serveDemo serves the demo MCP server over stdin and stdout: the example config starts it as
+// its upstream with the same build as the gateway, so a first run compiles one program.
+func serveDemo(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	name := fs.String("name", "demo", "server name reported in serverInfo")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := demo.Serve(ctx, *name); err != nil {
+		fmt.Fprintln(stderr, "gateway demo:", err)
+		return 1
+	}
+	return 0
 }
 
 // endpointURL is the MCP endpoint's URL a user on this machine can open: for a listener on all

@@ -24,8 +24,8 @@ var allowed = map[string][]string{
 	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "hub", "pipeline", "audit", "internal/loglimit"},
 	"pipeline":              {"protocol", "session", "audit"},
 	"hub":                   {"protocol"},
-	"cmd/gateway":           {"config", "gateway", "upstream", "audit", "internal/heapfloor"},
-	"cmd/demo-server":       {},
+	"cmd/gateway":           {"config", "gateway", "upstream", "audit", "internal/heapfloor", "internal/demo"},
+	"cmd/demo-server":       {"internal/demo"},
 	"cmd/echo-server":       {},
 	"cmd/mcpload":           {},
 	"bench/sidebyside":      {},
@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/archtest":     {},
 	"internal/loglimit":     {},
 	"internal/heapfloor":    {},
+	"internal/demo":         {},
 	"internal/testclock":    {},
 }
 

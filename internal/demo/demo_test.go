@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -15,7 +15,7 @@ func connect(t *testing.T) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := newServer("demo-test").Connect(ctx, st, nil)
+	ss, err := NewServer("demo-test").Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatalf("server connect: %v", err)
 	}
