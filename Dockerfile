@@ -1,12 +1,15 @@
-# Manifold in a container: a static gateway binary on an empty base, run as a non-root user.
+# Manifold in a container, as two targets:
 #
-#   docker build -t manifold .
+#   docker build -t manifold .                              # minimal: the static gateway alone
+#   docker build --target runtimes -t manifold:runtimes .   # with Node.js (npx) and Python (uvx)
+#   docker run -p 8080:8080 manifold
 #   docker run -p 8080:8080 -v "$PWD/gateway.yaml:/etc/manifold/config.yaml:ro" manifold
 #
-# The mounted config must listen on 0.0.0.0:8080 (loopback inside a container is unreachable
-# from outside), and the gateway must then be protected: it has no authentication yet, so put
-# it behind a network policy or an authenticating proxy. Stdio upstreams run inside the
-# container: build an image FROM this one that adds their programs.
+# Both serve config.container.yaml (listen 0.0.0.0:8080, the demo upstream) unless a config
+# is mounted at /etc/manifold/config.yaml; both run as a non-root user. The HEALTHCHECK
+# probes the port the config listens on. Most stdio MCP servers are started with npx or uvx:
+# they need the "runtimes" target. The gateway has no authentication yet: protect it with a
+# network policy or an authenticating proxy.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
@@ -16,12 +19,34 @@ COPY . .
 ARG VERSION=dev
 RUN scripts/build /out/gateway "$VERSION"
 
-FROM scratch
+# runtimes: the gateway on Debian with Node.js and npm (npx) and Python with uv (uvx), for
+# stdio servers published on the npm registry or PyPI. Their packages are fetched when the
+# servers start, into the caches below, which a volume can keep.
+FROM node:22-bookworm-slim AS runtimes
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-pip ca-certificates \
+ && python3 -m pip install --no-cache-dir --break-system-packages uv \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/gateway /usr/local/bin/gateway
+COPY config.container.yaml /etc/manifold/config.yaml
+RUN mkdir -p /cache/npm /cache/uv && chown -R 65532:65532 /cache
+ENV npm_config_cache=/cache/npm UV_CACHE_DIR=/cache/uv
+USER 65532:65532
+EXPOSE 8080
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["/usr/local/bin/gateway", "health", "-config", "/etc/manifold/config.yaml"]
+ENTRYPOINT ["/usr/local/bin/gateway"]
+CMD ["serve", "-config", "/etc/manifold/config.yaml"]
+
+# minimal (the default target): the static gateway on an empty base.
+FROM scratch AS minimal
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/gateway /usr/local/bin/gateway
+COPY config.container.yaml /etc/manifold/config.yaml
+ENV PATH=/usr/local/bin
 USER 65532:65532
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-  CMD ["/usr/local/bin/gateway", "health", "-url", "http://127.0.0.1:8080/healthz"]
+  CMD ["/usr/local/bin/gateway", "health", "-config", "/etc/manifold/config.yaml"]
 ENTRYPOINT ["/usr/local/bin/gateway"]
 CMD ["serve", "-config", "/etc/manifold/config.yaml"]

@@ -6,13 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	neturl "net/url"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -116,11 +119,27 @@ func settled(statuses map[string]upstream.Status) bool {
 // without a shell or curl use it as their HEALTHCHECK.
 func health(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	url := fs.String("url", "http://127.0.0.1:8080", "the gateway's base URL (its /healthz, /mcp or /readyz URL also works)")
+	url := fs.String("url", "", "the gateway's base URL (its /healthz, /mcp or /readyz URL also works); default http://127.0.0.1:8080, or the -config file's listen address")
+	configPath := fs.String("config", "", "a gateway config whose listen address to probe (a container's HEALTHCHECK follows its port so)")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
-	probe, err := healthURL(*url)
+	target := *url
+	switch {
+	case target != "" && *configPath != "":
+		fmt.Fprintln(stderr, "gateway health: give -url or -config, not both")
+		return 2
+	case *configPath != "":
+		cfg, err := config.Load(*configPath, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		target = listenURL(cfg.Listen)
+	case target == "":
+		target = "http://127.0.0.1:8080"
+	}
+	probe, err := healthURL(target)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway health:", err)
 		return 2
@@ -153,4 +172,17 @@ func healthURL(raw string) (string, error) {
 	}
 	u.Path, u.RawQuery, u.Fragment = p+"/healthz", "", ""
 	return u.String(), nil
+}
+
+// listenURL is the base URL at which a gateway listening on addr answers on this machine: a
+// listener on all interfaces is probed on loopback.
+func listenURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -321,16 +321,7 @@ func serveDemo(args []string, stderr io.Writer) int {
 
 // endpointURL is the MCP endpoint's URL a user on this machine can open: for a listener on all
 // interfaces (0.0.0.0, ::) it names loopback, not the unspecified address.
-func endpointURL(addr net.Addr) string {
-	host, port, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return "http://" + addr.String() + "/mcp"
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/mcp"
-}
+func endpointURL(addr net.Addr) string { return listenURL(addr.String()) + "/mcp" }
 
 // openAudit opens the audit trail the config names; nil when it is off. The func it returns
 // drains and closes it.

@@ -629,3 +629,65 @@ func TestValidateChecksCommands(t *testing.T) {
 		t.Errorf("validate with a missing command: exit %d\n%s", code, out.String())
 	}
 }
+
+// TestContainerConfigServedByTheDockerfileBuild builds the gateway exactly as the Dockerfile
+// does (scripts/build) and serves config.container.yaml with it, as the image does: the demo
+// upstream is the binary itself, found on PATH; `gateway health -config` (the image's
+// HEALTHCHECK) follows the config's port. Only the listen address is changed, to loopback: no
+// test listens beyond it. No container engine runs here, so the image itself is not built.
+func TestContainerConfigServedByTheDockerfileBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the gateway")
+	}
+	bin := t.TempDir()
+	exe := filepath.Join(bin, "gateway")
+	build := exec.Command("bash", filepath.Join("..", "..", "scripts", "build"), exe)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build: %v\n%s", err, out)
+	}
+	text, err := os.ReadFile(filepath.Join("..", "..", "config.container.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	if !bytes.Contains(text, []byte("listen: 0.0.0.0:8080\n")) {
+		t.Fatal("config.container.yaml no longer listens on 0.0.0.0:8080: update this test")
+	}
+	cfg := writeFile(t, "container.yaml", string(bytes.Replace(text, []byte("listen: 0.0.0.0:8080\n"), []byte("listen: "+addr+"\n"), 1)))
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	var logs syncBuffer
+	serve := exec.Command(exe, "serve", "-config", cfg)
+	serve.Env, serve.Stdout, serve.Stderr = env, &logs, &logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	defer func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("the gateway exited with %v after SIGTERM\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = serve.Process.Kill()
+			t.Error("the gateway did not stop on SIGTERM")
+		}
+	}()
+
+	healthy := func() bool {
+		check := exec.Command(exe, "health", "-config", cfg)
+		check.Env = env
+		return check.Run() == nil
+	}
+	waitFor(t, "gateway health -config to pass", healthy)
+
+	g := &servedGateway{t: t, url: "http://" + addr + "/mcp"}
+	var body string
+	waitFor(t, "demo__echo through the container config", func() bool {
+		_, body = g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"from the image"}}}`)
+		return strings.Contains(body, "from the image")
+	})
+}
