@@ -344,6 +344,12 @@ func (g *Gateway) forward(ctx context.Context, rq *request, res *resolved, metho
 	}
 	var rpcErr *upstreamRPCError
 	if errors.As(err, &rpcErr) {
+		if method == protocol.MethodReadResource && !isModernVersion(rq.Client.ProtocolVersion) && isNotFoundOf2026(rpcErr.Err) {
+			// Clients of 2025-11-25 and before expect -32002 for a resource not found.
+			translated := *rpcErr.Err
+			translated.Code = protocol.CodeResourceNotFound
+			rpcErr = &upstreamRPCError{Err: &translated}
+		}
 		if rpcErr.Err.Code == protocol.CodeURLElicitationRequired && rq.owner != nil {
 			g.router.rememberRequiredElicitations(res.upstream.connKey(rq.Client.SessionID), rq.owner.sessionID, rpcErr.Err.Data)
 		}
@@ -355,6 +361,19 @@ func (g *Gateway) forward(ctx context.Context, rq *request, res *resolved, metho
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the answer of upstream %s exceeds the gateway's max_response_bytes: ask for less", res.upstream.ns.Name)
 	}
 	return nil, unavailable(rq, res.upstream.ns.Name, res.target.Exposed, err)
+}
+
+// isNotFoundOf2026 reports whether an upstream's error to resources/read is "resource not
+// found" as 2026-07-28 writes it, and as some servers already answer at 2025-11-25: -32602
+// (Invalid params) with the URI in data, where 2025-11-25 has -32002.
+func isNotFoundOf2026(e *protocol.Error) bool {
+	if e.Code != protocol.CodeInvalidParams || len(e.Data) == 0 {
+		return false
+	}
+	var data struct {
+		URI *string `json:"uri"`
+	}
+	return json.Unmarshal(e.Data, &data) == nil && data.URI != nil
 }
 
 // upstreamRPCError is a JSON-RPC error the upstream answered, told apart from the gateway's own.

@@ -247,9 +247,11 @@ func TestUpstreamErrorsFollowTheRule(t *testing.T) {
 	if code != protocol.CodeResourceNotFound || msg != "resource not found: sem+file:///gone.txt" || data != `{"uri":"sem+file:///gone.txt"}` {
 		t.Errorf("subscribe to a resource the upstream lacks: %d %q %s, want -32002 naming the gateway's URI", code, msg, data)
 	}
+	// The upstream writes its not-found as -32602 with the URI (2026-07-28's form); a client of
+	// 2025-11-25 gets -32002, its protocol's code, with the gateway's URI.
 	code, _, data = ask("resources/read", `{"uri":"sem+file:///nothing.txt"}`)
-	if code != protocol.CodeInvalidParams || data != `{"uri":"sem+file:///nothing.txt"}` {
-		t.Errorf("read of a resource the upstream lacks: %d %s, want its not-found with the gateway's URI", code, data)
+	if code != protocol.CodeResourceNotFound || data != `{"uri":"sem+file:///nothing.txt"}` {
+		t.Errorf("read of a resource the upstream lacks: %d %s, want -32002 with the gateway's URI", code, data)
 	}
 	code, msg, data = ask("prompts/get", `{"name":"sem__fails_params"}`)
 	if code != protocol.CodeInvalidParams || msg != "argument who: must not be empty" || data != `{"argument":"who"}` {
@@ -316,5 +318,25 @@ func TestStartLogsEachUpstreamReadyAndThenAll(t *testing.T) {
 	}
 	if ready != 2 {
 		t.Errorf("%d upstream ready lines, want 2:\n%s", ready, logs.String())
+	}
+}
+
+// TestUnknownResourceOfAnUpstreamIsNotFound: an upstream that answers a resources/read of a URI
+// it lacks with -32602 and the URI in data (as 2026-07-28 writes "not found", and the go-sdk
+// server does already) is translated for a 2025-11-25 client to -32002, what its protocol
+// says; other errors pass as they are.
+func TestUnknownResourceOfAnUpstreamIsNotFound(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", ""), nil)
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	h := map[string]string{"Mcp-Session-Id": sid}
+	r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"a+file:///nope.txt"}}`, h)
+	if r.msg.Error == nil || r.msg.Error.Code != protocol.CodeResourceNotFound || !strings.Contains(string(r.msg.Error.Data), "a+file:///nope.txt") {
+		t.Errorf("resources/read of a URI the upstream lacks: %s, want -32002 with the gateway's URI in data", r.body)
+	}
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":7}}}`, h)
+	if r.msg.Error != nil && r.msg.Error.Code == protocol.CodeResourceNotFound {
+		t.Errorf("a tool call's invalid params became -32002: %s", r.body)
 	}
 }
