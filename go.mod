@@ -7,6 +7,7 @@ require (
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/time v0.15.0
 )
 
 require (
@@ -21,7 +22,6 @@ require (
 	golang.org/x/sync v0.20.0 // indirect
 	golang.org/x/sys v0.41.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
-	golang.org/x/time v0.15.0 // indirect
 )
 
 tool github.com/modelcontextprotocol/go-sdk/conformance/everything-server

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/protocol"
+	"golang.org/x/time/rate"
 )
 
 // conn is one live connection to an upstream server that moves JSON-RPC messages. The Client
@@ -235,6 +236,15 @@ const maxStderrLine = 64 << 10
 func (c *stdioConn) pumpStderr() {
 	defer close(c.stderrDone)
 	r := bufio.NewReaderSize(c.stderr, 4096)
+	limit := rate.NewLimiter(stderrLinesPerSecond, stderrBurst)
+	suppressed := 0
+	reportSuppressed := func() {
+		if suppressed > 0 {
+			c.logger.Warn("upstream stderr lines not logged: the upstream writes more than the log takes", "suppressed", suppressed, "limit_per_second", stderrLinesPerSecond)
+			suppressed = 0
+		}
+	}
+	defer reportSuppressed()
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
@@ -243,8 +253,13 @@ func (c *stdioConn) pumpStderr() {
 			continue
 		}
 		if l := bytes.TrimRight(line, "\r\n"); len(l) > 0 {
-			c.logger.Log(context.Background(), c.level, "upstream stderr", "line", string(l))
 			c.keepTail(l)
+			if limit.Allow() {
+				reportSuppressed()
+				c.logger.Log(context.Background(), c.level, "upstream stderr", "line", string(l))
+			} else {
+				suppressed++
+			}
 		}
 		line = line[:0]
 		if err != nil {
@@ -252,6 +267,13 @@ func (c *stdioConn) pumpStderr() {
 		}
 	}
 }
+
+// An upstream's stderr lines are logged at most this fast (with this burst); the rest are
+// counted, and the count logged, so that a flooding server cannot flood the gateway's log.
+const (
+	stderrLinesPerSecond = 100
+	stderrBurst          = 200
+)
 
 // Read implements conn. Nothing on a stdio pipe ties a message to a call.
 func (c *stdioConn) Read() (protocol.Message, arrival, error) {
