@@ -127,17 +127,11 @@ upstreams:
 			<-g.done
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitFor(t, "the gateway to answer "+probeTool, func() bool {
 		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"`+probeTool+`","arguments":{}}}`)
-		if strings.Contains(body, `"result"`) && !strings.Contains(body, `"isError":true`) {
-			return g
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway never answered %s", probeTool)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.Contains(body, `"result"`) && !strings.Contains(body, `"isError":true`)
+	})
+	return g
 }
 
 // post sends one JSON-RPC message and reads the whole answer; nil when the request failed.
@@ -187,15 +181,20 @@ func (g *servedGateway) startCall(sid, body string) (inFlight <-chan struct{}, a
 	return progressed, done
 }
 
-// waitFor polls cond until it holds, for at most 20 seconds.
+// waitFor checks cond every 10 ms until it holds, for at most 20 seconds: for what happens in
+// another process, which has no event to wait on.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
 			t.Fatalf("%s did not happen within 20s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
