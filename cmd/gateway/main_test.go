@@ -113,7 +113,19 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &servedGateway{t: t, url: "http://" + addr + "/mcp", signals: make(chan os.Signal, 2), done: make(chan struct{}), logs: &syncBuffer{}}
+	g := serveConfig(t, cfg)
+	waitFor(t, "the gateway to answer "+probeTool, func() bool {
+		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"`+probeTool+`","arguments":{}}}`)
+		return strings.Contains(body, `"result"`) && !strings.Contains(body, `"isError":true`)
+	})
+	return g
+}
+
+// serveConfig runs serveUntilDone on cfg, its log kept; the test's end stops it (two signals)
+// if the test did not.
+func serveConfig(t *testing.T, cfg *config.Config) *servedGateway {
+	t.Helper()
+	g := &servedGateway{t: t, url: "http://" + cfg.Listen + "/mcp", signals: make(chan os.Signal, 2), done: make(chan struct{}), logs: &syncBuffer{}}
 	go func() {
 		defer close(g.done)
 		g.err = serveUntilDone(g.signals, cfg, slog.New(slog.NewTextHandler(g.logs, nil)))
@@ -127,22 +139,23 @@ upstreams:
 			<-g.done
 		}
 	})
-	waitFor(t, "the gateway to answer "+probeTool, func() bool {
-		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"`+probeTool+`","arguments":{}}}`)
-		return strings.Contains(body, `"result"`) && !strings.Contains(body, `"isError":true`)
-	})
 	return g
 }
 
-// post sends one JSON-RPC message and reads the whole answer; nil when the request failed.
-func (g *servedGateway) post(sid, body string) (*http.Response, string) {
+// request is a POST of one JSON-RPC message to the gateway, within session sid ("" for none).
+func (g *servedGateway) request(sid, body string) *http.Request {
 	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if sid != "" {
 		req.Header.Set("Mcp-Session-Id", sid)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return req
+}
+
+// post sends one JSON-RPC message and reads the whole answer; nil when the request failed.
+func (g *servedGateway) post(sid, body string) (*http.Response, string) {
+	resp, err := http.DefaultClient.Do(g.request(sid, body))
 	if err != nil {
 		return nil, ""
 	}
@@ -156,11 +169,7 @@ func (g *servedGateway) post(sid, body string) (*http.Response, string) {
 func (g *servedGateway) startCall(sid, body string) (inFlight <-chan struct{}, answered <-chan string) {
 	progressed, done := make(chan struct{}), make(chan string, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Session-Id", sid)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(g.request(sid, body))
 		if err != nil {
 			done <- "request failed: " + err.Error()
 			return
@@ -185,15 +194,21 @@ func (g *servedGateway) startCall(sid, body string) (inFlight <-chan struct{}, a
 // another process, which has no event to wait on.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	waitWithin(t, 20*time.Second, what, cond)
+}
+
+// waitWithin is waitFor with another bound.
+func waitWithin(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.NewTimer(20 * time.Second)
+	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	for !cond() {
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			t.Fatalf("%s did not happen within 20s", what)
+			t.Fatalf("%s did not happen within %s", what, bound)
 		}
 	}
 }
@@ -475,52 +490,14 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 		}
 		u.Env[testupstream.EnvRun] = testupstream.Marker
 	}
-	signals := make(chan os.Signal, 1)
-	served := make(chan error, 1)
-	go func() { served <- serveUntilDone(signals, cfg, slog.New(slog.DiscardHandler)) }()
-	defer func() {
-		select {
-		case signals <- syscall.SIGTERM:
-		default:
-		}
-	}()
-
-	url := "http://" + addr + "/mcp"
-	post := func(sid, body string) (string, string) {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if sid != "" {
-			req.Header.Set("Mcp-Session-Id", sid)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.Header.Get("Mcp-Session-Id"), string(b)
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		sid, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		if sid != "" {
-			if _, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`); strings.Contains(body, "hello demo") {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the example config never served demo__echo")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	signals <- syscall.SIGTERM
-	if err := <-served; err != nil {
-		t.Fatalf("serve: %v", err)
-	}
-	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
-		t.Errorf("demo processes left: %v", left)
-	}
+	g := serveConfig(t, cfg)
+	// The first `go run` of the demo may compile it.
+	waitWithin(t, 3*time.Minute, "the example config serving demo__echo", func() bool {
+		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`)
+		return strings.Contains(body, "hello demo")
+	})
+	g.signals <- syscall.SIGTERM
+	g.stopped()
 }
 
 func TestHealthURL(t *testing.T) {
