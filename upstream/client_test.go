@@ -199,23 +199,44 @@ type logRecorder struct {
 func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
 func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
+
+// Handle keeps each record as "LEVEL message key=value ...".
 func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
 	h.mu.Lock()
-	h.recs = append(h.recs, r.Level.String()+" "+r.Message)
+	h.recs = append(h.recs, line)
 	h.mu.Unlock()
 	return nil
 }
 
+// count is how many records have exactly the level and message of rec ("LEVEL message").
 func (h *logRecorder) count(rec string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
 	for _, r := range h.recs {
-		if r == rec {
+		if r == rec || strings.HasPrefix(r, rec+" ") {
 			n++
 		}
 	}
 	return n
+}
+
+// matching returns the records that start with prefix.
+func (h *logRecorder) matching(prefix string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if strings.HasPrefix(r, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // readLog returns the messages an upstream script logged as read, each decoded; nothing while
@@ -849,40 +870,6 @@ func TestClientReportsHowAChildExited(t *testing.T) {
 	}
 }
 
-// textRecorder keeps each record as "LEVEL message key=value ...".
-type textRecorder struct {
-	mu   sync.Mutex
-	recs []string
-}
-
-func (h *textRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *textRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *textRecorder) WithGroup(string) slog.Handler            { return h }
-func (h *textRecorder) Handle(_ context.Context, r slog.Record) error {
-	line := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		line += " " + a.Key + "=" + a.Value.String()
-		return true
-	})
-	h.mu.Lock()
-	h.recs = append(h.recs, line)
-	h.mu.Unlock()
-	return nil
-}
-
-// matching returns the records that start with prefix.
-func (h *textRecorder) matching(prefix string) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.recs {
-		if strings.HasPrefix(r, prefix) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // TestRetriesOfAFailingUpstreamAreQuiet: an upstream that fails to start, again and again, is
 // logged in full once (its process, its stderr, the failure), its retries at debug level only;
 // when it is ready at last, that line says after how many failed attempts.
@@ -894,7 +881,7 @@ func TestRetriesOfAFailingUpstreamAreQuiet(t *testing.T) {
 	// Fails its first three starts, then runs the test upstream.
 	spec.Args = []string{"-c", `echo x >> "$TRIES"; if [ "$(wc -l < "$TRIES")" -gt 3 ]; then exec "$EXE"; fi; echo "not yet" >&2; exit 1`}
 	spec.Env["TRIES"], spec.Env["EXE"] = tries, exe
-	logs := &textRecorder{}
+	logs := &logRecorder{}
 	c := New(spec, &Options{Logger: slog.New(logs), RestartDelay: time.Millisecond, MaxRestartDelay: 2 * time.Millisecond})
 	go c.Run(context.Background())
 	t.Cleanup(func() { c.Close() })

@@ -176,7 +176,7 @@ func TestStdioCloseDoesNotWaitForABlockedWrite(t *testing.T) {
 func TestStdioStderrIsReadToItsEndWhenTheChildExits(t *testing.T) {
 	const lines = 2000
 	for round := range 3 {
-		logs := &textRecorder{}
+		logs := &logRecorder{}
 		c, err := startStdio("talker", stdioOptions{
 			Command: "sh",
 			Args:    []string{"-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "line $i" >&2; i=$((i+1)); done; exit 3`, lines)},
