@@ -157,8 +157,8 @@ type Client struct {
 	liveMu      sync.Mutex
 	liveChanged chan struct{}
 	catalog     atomic.Pointer[Catalog]
-	state       atomic.Value // State
-	// status is the Status reported to operators; replaced whole on every state change.
+	// status is the upstream's state and why, replaced whole on every state change: State and
+	// Status read the same value, so a state is never seen without its reason.
 	status atomic.Pointer[Status]
 
 	// Lifecycle: Run starts once; Close cancels runCtx and waits for done.
@@ -219,7 +219,6 @@ func New(spec Spec, opts *Options) *Client {
 	// Warnings are about what the upstream sends, which it may send at any rate: at most one
 	// record per message a second reaches the log.
 	c.logger = slog.New(loglimit.NewHandler(logger.Handler(), time.Second, c.opts.Now)).With("upstream", spec.Name)
-	c.state.Store(StateStarting)
 	c.status.Store(&Status{State: StateStarting, Since: time.Now()})
 	c.runCtx, c.cancelRun = context.WithCancel(context.Background())
 	return c
@@ -229,7 +228,7 @@ func New(spec Spec, opts *Options) *Client {
 func (c *Client) Name() string { return c.spec.Name }
 
 // State returns the upstream's current state.
-func (c *Client) State() State { return c.state.Load().(State) }
+func (c *Client) State() State { return c.status.Load().State }
 
 // Status is an upstream's state as operators see it (the gateway's /readyz).
 type Status struct {
@@ -324,12 +323,7 @@ func reasonOf(err error) string {
 }
 
 // Status returns the upstream's current state, since when, and why it is down.
-func (c *Client) Status() Status {
-	if s := c.status.Load(); s != nil {
-		return *s
-	}
-	return Status{State: c.State()}
-}
+func (c *Client) Status() Status { return *c.status.Load() }
 
 // Catalog returns the upstream's lists as last fetched, or nil while it is not ready.
 func (c *Client) Catalog() *Catalog {
@@ -442,9 +436,11 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) setState(s State, msg string, attrs ...any) {
-	prev := c.state.Swap(s)
+	// Only Run sets states, so nothing changes the status between this load and the store.
+	old := c.status.Load()
+	prev := old.State
 	st := &Status{State: s, Since: time.Now()}
-	if old := c.status.Load(); old != nil && prev == s {
+	if prev == s {
 		st.Since = old.Since
 	}
 	for i := 0; i+1 < len(attrs); i += 2 {
