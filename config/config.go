@@ -36,9 +36,12 @@
 //
 // Unknown keys, duplicate keys, values of the wrong shape, YAML merge keys
 // (<<) and keys with no value are problems. A few fields accept no value as an
-// empty list or mapping (upstreams, args, env, inherit_env, headers); fields
-// where absence and emptiness mean different things (prefix, allowed_origins)
-// do not.
+// empty list or mapping (upstreams, overrides, profiles, args, env,
+// inherit_env, headers, and include, exclude and overrides under tools,
+// prompts, resources and resource_templates); fields where absence and
+// emptiness mean different things (prefix, allowed_origins, the pattern lists
+// of a profile's selector) do not. An include with no value keeps every item,
+// as if absent; `include: []` keeps none.
 //
 // # Imported server lists
 //
@@ -48,6 +51,28 @@
 // reporting the problems of every file at once:
 //
 //	cfg, err := config.Build(configPath, importPaths, os.LookupEnv)
+//
+// # Overrides
+//
+// A server list is the host's format and cannot carry the gateway's keys, so
+// the config file's top-level `overrides` list sets them, by upstream name, for
+// an upstream of any file:
+//
+//	overrides:
+//	  - name: filesystem      # a server of an imported list, or an upstream above
+//	    isolation: session
+//	    tools: {exclude: ["write_*"]}
+//
+// An entry may set every key of an upstream entry except name, command, url
+// and transport, which say what server the upstream is. A key it sets replaces
+// the upstream's value whole (a list or mapping too, tools and prompts
+// included); the others keep the upstream's values and defaults. A relative
+// dir is relative to the config file's directory, as in an upstream entry. A
+// problem of a value an override sets is reported at the override
+// (gw.yaml:31: overrides[0].isolation: ...). Each upstream has at most one
+// override, and each override names an existing upstream, enabled or not. After
+// Load or Build the upstreams carry the result: Config keeps no list of
+// overrides.
 package config
 
 import (
@@ -225,7 +250,9 @@ type Config struct {
 	PageSize int
 
 	// Upstreams are the upstream MCP servers, in file order (key
-	// `upstreams`), followed by those of imported server lists (see Build).
+	// `upstreams`), followed by those of imported server lists (see Build),
+	// with the top-level overrides applied (key `overrides`; see the package
+	// doc).
 	// Names and effective prefixes are unique across all of them, enabled or
 	// not. The list may be empty: the gateway then starts with no upstreams.
 	Upstreams []Upstream
@@ -239,7 +266,98 @@ type Config struct {
 	// Audit configures the audit trail, one record per completed client request (key
 	// `audit`). If the key is absent, the trail is off.
 	Audit Audit
+
+	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
+	// at /mcp/<name> and exposes a subset of the catalog served at /mcp. Nil when absent.
+	Profiles []Profile
 }
+
+// Profile is a virtual endpoint: /mcp/<Name>, with its own sessions and list_changed,
+// exposing the items of the catalog that one of its selectors selects.
+type Profile struct {
+	// Name is the endpoint's path segment (key `name`): served at /mcp/<Name>. Required,
+	// unique, 1 to 64 characters from A-Z a-z 0-9 _ -.
+	Name string
+
+	// Include lists the selectors (key `include`, a non-empty list): an item is in the
+	// profile when any of them selects it.
+	Include []Selector
+
+	// File and Line say where the profile was written, for messages at run time.
+	File string
+	Line int
+}
+
+// Selector selects items of the catalog for a Profile, by upstream and by glob (see package
+// glob) over the names and URIs clients see at /mcp: after prefixes and renames, as
+// `gateway catalog` prints them.
+type Selector struct {
+	// Upstream restricts the selector to the upstream of that name (key `upstream`), which
+	// must exist; "" selects from every upstream.
+	Upstream string
+
+	// Tools, Prompts, Resources and ResourceTemplates are globs over exposed tool names,
+	// prompt names, resource URIs and resource template URIs (keys `tools`, `prompts`,
+	// `resources`, `resource_templates`). A nil list selects nothing of its kind. A selector
+	// whose entry sets none of the four selects everything of its upstream(s): Load,
+	// Parse and Build set each to ["*"]. An entry with no key at all is a problem.
+	Tools, Prompts, Resources, ResourceTemplates []string
+}
+
+// Filter keeps or drops an upstream's items by glob (see package glob) over the upstream's
+// own names or URIs: an item is kept when Include is nil or one of its patterns matches it,
+// and no pattern of Exclude does. A dropped item does not exist through the gateway.
+type Filter struct {
+	// Include lists the patterns of the items to keep (key `include`); nil keeps every
+	// item, an empty list none.
+	Include []string
+
+	// Exclude lists the patterns of the items to drop (key `exclude`); it wins over Include.
+	Exclude []string
+}
+
+// Shaping is how one upstream's tools, or its prompts, look to clients: which are listed,
+// and under what name, title, description and annotations.
+type Shaping struct {
+	// Filter keeps or drops items by their upstream's own names (keys `include`, `exclude`).
+	Filter
+
+	// Overrides changes single items, by their upstream's own name (key `overrides`, a
+	// mapping of name to settings). Nil when absent.
+	Overrides map[string]ItemOverride
+}
+
+// ItemOverride changes how one tool or prompt looks to clients. An empty field keeps what the
+// upstream says.
+type ItemOverride struct {
+	// Name is the item's new name (key `name`), which clients see behind the upstream's
+	// prefix and separator and call it by; the upstream still receives its own name. 1 to 64
+	// characters from A-Z a-z 0-9 _ . -, and with the prefix and separator at most 64.
+	Name string
+
+	// Title replaces the item's title (key `title`).
+	Title string
+
+	// Description replaces the item's description (key `description`).
+	Description string
+
+	// Annotations set a tool's annotation hints (key `annotations`, a mapping of
+	// readOnlyHint, destructiveHint, idempotentHint and openWorldHint to true or false);
+	// the tool's other annotations stay. Tools only. A presentation choice for hosts that
+	// honour hints, not a security control: the upstream's tool does what it does. Nil when
+	// absent.
+	Annotations map[string]bool
+
+	// Line is the line of the override's key, for messages at run time. It is a line of
+	// the config file (Config.File), where every item override is written: in the
+	// upstream's entry or in a top-level override (see the package doc), also for an
+	// upstream of an imported server list.
+	Line int
+}
+
+// AnnotationHints are the annotation hints an ItemOverride may set, in the order messages
+// list them. It must not be modified.
+var AnnotationHints = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 
 // Audit configures the audit trail: one JSON line per completed client request, saying who
 // asked for what and how it ended.
@@ -305,8 +423,9 @@ type Upstream struct {
 	// Dir is the child's working directory (key `dir`). Empty means the
 	// gateway's working directory. In a config file read from disk (Load,
 	// Build), a relative dir is relative to that file's directory, and so is
-	// a relative Command path (one with a slash), within Dir when it is set.
-	// Only with Command.
+	// a relative Command path (one with a slash), within Dir when it is set;
+	// a dir a top-level override sets for an imported server is relative to
+	// the config file's directory too. Only with Command.
 	Dir string
 
 	// URL is the endpoint of an upstream reached over HTTP, a Streamable
@@ -405,6 +524,24 @@ type Upstream struct {
 	// user's context to others.
 	BroadcastLogs bool
 
+	// Tools shapes the upstream's tools as clients see them (key `tools`): a filter by the
+	// upstream's tool names and overrides of single tools.
+	Tools Shaping
+
+	// Prompts shapes the upstream's prompts as clients see them (key `prompts`), as Tools
+	// does its tools; prompts have no annotations.
+	Prompts Shaping
+
+	// Resources filters the upstream's resources by their URIs, as the upstream lists them
+	// (key `resources`, with `include` and `exclude`). It applies to reads too: a URI the
+	// filter drops cannot be read, subscribed or completed through the gateway, unless it
+	// matches a resource template the gateway lists.
+	Resources Filter
+
+	// ResourceTemplates filters the upstream's resource templates by their URI templates, as
+	// the upstream lists them (key `resource_templates`).
+	ResourceTemplates Filter
+
 	// File is the file this upstream was read from: the config file, or an
 	// imported server list. With Line, for messages at run time.
 	File string
@@ -415,8 +552,9 @@ type Upstream struct {
 }
 
 // EnabledUpstreams returns the upstreams with Enabled set, in file order, in
-// a new slice; the elements share their Args, Env, InheritEnv and Headers
-// with c. It returns nil if none is enabled.
+// a new slice; the elements share their slices and maps (Args, Env,
+// InheritEnv, Headers, and those of Tools, Prompts, Resources and
+// ResourceTemplates) with c. It returns nil if none is enabled.
 func (c *Config) EnabledUpstreams() []Upstream {
 	var out []Upstream
 	for _, u := range c.Upstreams {
@@ -523,36 +661,50 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 		problems []Problem
 		sepKnown = true // whether c.Separator is the one the user meant
 	)
+	var d *decoder // the config file's decoder, nil if there is none to decode
 	if cfg == nil {
 		c = new(Config)
 		applyDefaults(c, &index{})
 		c.File = imports[0].path
 	} else {
-		var ix *index
 		var ps []Problem
-		c, ix, ps = decodeConfig(cfg.path, cfg.data, lookupEnv)
+		c, d, ps = decodeConfig(cfg.path, cfg.data, lookupEnv)
 		problems = append(problems, ps...)
 		if c == nil { // nothing to decode; go on with the imports
 			c = new(Config)
-			ix = &index{}
-			applyDefaults(c, ix)
+			applyDefaults(c, &index{})
 			sepKnown = false
 		} else {
-			top = &where{file: cfg.path, ix: ix}
+			top = &where{file: cfg.path, ix: &d.index}
 		}
 		c.File = cfg.path
 		for i := range c.Upstreams {
-			sites = append(sites, site{where: where{file: cfg.path, ix: ix}, path: upstreamPath(i)})
-			if cfg.onDisk {
-				resolveAgainst(&c.Upstreams[i], filepath.Dir(cfg.path))
-			}
+			sites = append(sites, site{where: *top, path: upstreamPath(i)})
 		}
 	}
+	fromConfig := len(c.Upstreams)
 	for _, imp := range imports {
 		ups, ss, ps := decodeImport(imp.path, imp.data, lookupEnv)
 		c.Upstreams = append(c.Upstreams, ups...)
 		sites = append(sites, ss...)
 		problems = append(problems, ps...)
+	}
+	if d != nil {
+		d.applyOverrides(c, sites)
+		problems = append(problems, d.problems...)
+	}
+	if cfg != nil && cfg.onDisk {
+		// Relative paths written in the config file, in an upstream's entry or in an
+		// override, are relative to its directory.
+		dir := filepath.Dir(cfg.path)
+		for i := range c.Upstreams {
+			switch {
+			case i < fromConfig:
+				resolveAgainst(&c.Upstreams[i], dir, true)
+			case sites[i].overridden("dir"):
+				resolveAgainst(&c.Upstreams[i], dir, false)
+			}
+		}
 	}
 
 	sep := c.Separator
@@ -567,11 +719,13 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 	return c, nil
 }
 
-// resolveAgainst makes a stdio upstream's relative `dir`, and its relative `command` path
-// (one with a slash; a bare name is looked up on PATH), relative to the config file's
-// directory rather than to wherever the gateway was started: a relative command is taken
-// within the upstream's dir, as exec does, and within the config's directory without one.
-func resolveAgainst(u *Upstream, configDir string) {
+// resolveAgainst makes a stdio upstream's relative `dir`, and if command is set its relative
+// `command` path (one with a slash; a bare name is looked up on PATH), relative to the
+// config file's directory rather than to wherever the gateway was started: a relative
+// command is taken within the upstream's dir, as exec does, and within the config's
+// directory without one. The command of an imported server is left as it is: it was not
+// written in the config file.
+func resolveAgainst(u *Upstream, configDir string, command bool) {
 	base, err := filepath.Abs(configDir)
 	if err != nil {
 		return // the working directory is gone: leave the paths as they are
@@ -579,7 +733,7 @@ func resolveAgainst(u *Upstream, configDir string) {
 	if u.Dir != "" && !filepath.IsAbs(u.Dir) {
 		u.Dir = filepath.Join(base, u.Dir)
 	}
-	if strings.Contains(u.Command, "/") && !filepath.IsAbs(u.Command) {
+	if command && strings.Contains(u.Command, "/") && !filepath.IsAbs(u.Command) {
 		within := base
 		if u.Dir != "" {
 			within = u.Dir
@@ -608,10 +762,12 @@ func sortProblems(problems []Problem, cfg *source, imports []source) {
 	})
 }
 
-// decodeConfig decodes the YAML config file data and applies defaults. If
-// there is nothing to decode (a syntax error, an empty file), it returns a
-// nil Config.
-func decodeConfig(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, *index, []Problem) {
+// decodeConfig decodes the YAML config file data and applies defaults. It
+// returns the decoder, which holds the index, the problems found so far and
+// the top-level overrides, still to be applied (see applyOverrides). If there
+// is nothing to decode (a syntax error, an empty file), it returns a nil
+// Config and decoder, and the problems.
+func decodeConfig(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, *decoder, []Problem) {
 	root, problems := parseYAML(file, data)
 	if root == nil {
 		return nil, nil, problems
@@ -619,7 +775,7 @@ func decodeConfig(file string, data []byte, lookupEnv func(string) (string, bool
 	d := newDecoder(file, lookupEnv)
 	c := d.config(root)
 	applyDefaults(c, &d.index)
-	return c, &d.index, d.problems
+	return c, d, nil
 }
 
 // applyDefaults sets every field the file left out. A field whose value could
@@ -693,6 +849,7 @@ func applyDefaults(c *Config, ix *index) {
 		}
 		applyUpstreamDefaults(u, func(key string) bool { return ix.has(path + "." + key) })
 	}
+	applySelectorDefaults(c.Profiles, ix)
 }
 
 // applyUpstreamDefaults fills the settings an upstream entry leaves out, for the config file

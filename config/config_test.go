@@ -384,8 +384,8 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams)"
-		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams, overrides, profiles)"
+		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
@@ -749,19 +749,7 @@ func TestParseProblems(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tt.yaml), env(tt.env))
-			if tt.want == nil {
-				if err != nil {
-					t.Fatalf("Parse: %v", err)
-				}
-				return
-			}
-			var cerr *config.Error
-			if !errors.As(err, &cerr) {
-				t.Fatalf("Parse error = %v, want a *config.Error", err)
-			}
-			if diff := cmp.Diff(tt.want, cerr.Problems); diff != "" {
-				t.Errorf("problems mismatch (-want +got):\n%s", diff)
-			}
+			checkProblems(t, "Parse", err, tt.want)
 		})
 	}
 }
@@ -781,7 +769,7 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
 		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},
@@ -1020,4 +1008,22 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse returned an Error with no problems")
 		}
 	})
+}
+
+// checkProblems checks that err, from the call named what, lists want: no error for nil.
+func checkProblems(t *testing.T, what string, err error, want []config.Problem) {
+	t.Helper()
+	if want == nil {
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return
+	}
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("%s error = %v, want a *config.Error", what, err)
+	}
+	if diff := cmp.Diff(want, cerr.Problems); diff != "" {
+		t.Errorf("problems mismatch (-want +got):\n%s", diff)
+	}
 }

@@ -199,6 +199,9 @@ type decoder struct {
 	lookupEnv func(string) (string, bool)
 	index
 	problems []Problem
+	// overrides are the entries of the config file's top-level `overrides`, kept until the
+	// upstreams of every file are known (see applyOverrides).
+	overrides []overrideEntry
 }
 
 func newDecoder(file string, lookupEnv func(string) (string, bool)) *decoder {
@@ -222,6 +225,9 @@ type decodeFunc func(d *decoder, n *yaml.Node, path string) bool
 type field struct {
 	key    string
 	decode decodeFunc
+	// unlisted leaves the key out of the known keys an unknown key's message lists: its
+	// decoder only explains why it is not allowed there.
+	unlisted bool
 }
 
 // config decodes the top-level mapping.
@@ -229,26 +235,28 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	c := new(Config)
 	d.lines[""] = root.Line
 	d.mapping(root, "", "a mapping of settings such as `upstreams:`", []field{
-		{"listen", str(&c.Listen)},
-		{"separator", str(&c.Separator)},
-		{"log_level", str(&c.LogLevel)},
-		{"allowed_origins", notNull("write [] to accept only requests without an Origin header, or remove the key for the loopback defaults", strList(&c.AllowedOrigins))},
-		{"max_body_bytes", integer(&c.MaxBodyBytes)},
-		{"body_read_timeout", duration(&c.BodyReadTimeout)},
-		{"http_idle_timeout", duration(&c.HTTPIdleTimeout)},
-		{"drain_timeout", duration(&c.DrainTimeout)},
-		{"first_list_wait", duration(&c.FirstListWait)},
-		{"stream_after", duration(&c.StreamAfter)},
-		{"stream_retention", duration(&c.StreamRetention)},
-		{"max_sessions", integer(&c.MaxSessions)},
-		{"session_idle_timeout", duration(&c.SessionIdleTimeout)},
-		{"max_batch_entries", integer(&c.MaxBatchEntries)},
-		{"max_calls_per_session", integer(&c.MaxCallsPerSession)},
-		{"max_calls", integer(&c.MaxCalls)},
-		{"page_size", integer(&c.PageSize)},
-		{"roots", strList(&c.Roots)},
-		{"audit", audit(&c.Audit)},
-		{"upstreams", upstreams(&c.Upstreams)},
+		{key: "listen", decode: str(&c.Listen)},
+		{key: "separator", decode: str(&c.Separator)},
+		{key: "log_level", decode: str(&c.LogLevel)},
+		{key: "allowed_origins", decode: notNull("write [] to accept only requests without an Origin header, or remove the key for the loopback defaults", strList(&c.AllowedOrigins))},
+		{key: "max_body_bytes", decode: integer(&c.MaxBodyBytes)},
+		{key: "body_read_timeout", decode: duration(&c.BodyReadTimeout)},
+		{key: "http_idle_timeout", decode: duration(&c.HTTPIdleTimeout)},
+		{key: "drain_timeout", decode: duration(&c.DrainTimeout)},
+		{key: "first_list_wait", decode: duration(&c.FirstListWait)},
+		{key: "stream_after", decode: duration(&c.StreamAfter)},
+		{key: "stream_retention", decode: duration(&c.StreamRetention)},
+		{key: "max_sessions", decode: integer(&c.MaxSessions)},
+		{key: "session_idle_timeout", decode: duration(&c.SessionIdleTimeout)},
+		{key: "max_batch_entries", decode: integer(&c.MaxBatchEntries)},
+		{key: "max_calls_per_session", decode: integer(&c.MaxCallsPerSession)},
+		{key: "max_calls", decode: integer(&c.MaxCalls)},
+		{key: "page_size", decode: integer(&c.PageSize)},
+		{key: "roots", decode: strList(&c.Roots)},
+		{key: "audit", decode: audit(&c.Audit)},
+		{key: "upstreams", decode: upstreams(&c.Upstreams)},
+		{key: "overrides", decode: overrideList(&d.overrides)},
+		{key: "profiles", decode: profiles(&c.Profiles)},
 	})
 	return c
 }
@@ -257,9 +265,9 @@ func (d *decoder) config(root *yaml.Node) *Config {
 func audit(a *Audit) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		return d.mapping(n, path, "a mapping with `sink:` off, stdout or file", []field{
-			{"sink", str(&a.Sink)},
-			{"path", str(&a.Path)},
-			{"buffer", integer(&a.Buffer)},
+			{key: "sink", decode: str(&a.Sink)},
+			{key: "path", decode: str(&a.Path)},
+			{key: "buffer", decode: integer(&a.Buffer)},
 		})
 	}
 }
@@ -287,28 +295,39 @@ func upstreams(dst *[]Upstream) decodeFunc {
 func upstream(u *Upstream) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		u.File, u.Line = d.file, n.Line
-		return d.mapping(n, path, "a mapping with at least `name:` and `command:` or `url:`", []field{
-			{"name", str(&u.Name)},
-			{"command", str(&u.Command)},
-			{"args", strList(&u.Args)},
-			{"env", strMap(&u.Env)},
-			{"inherit_env", inheritEnv(&u.InheritEnv, &u.InheritAllEnv)},
-			{"dir", str(&u.Dir)},
-			{"url", str(&u.URL)},
-			{"headers", strMap(&u.Headers)},
-			{"transport", str(&u.Transport)},
-			{"prefix", notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
-			{"request_timeout", duration(&u.RequestTimeout)},
-			{"initialize_timeout", duration(&u.InitializeTimeout)},
-			{"max_response_bytes", integer(&u.MaxResponseBytes)},
-			{"isolation", str(&u.Isolation)},
-			{"isolation_idle_timeout", duration(&u.IsolationIdleTimeout)},
-			{"max_connections", integer(&u.MaxConnections)},
-			{"attribution_window", duration(&u.AttributionWindow)},
-			{"enabled", boolean(&u.Enabled)},
-			{"include_instructions", boolean(&u.IncludeInstructions)},
-			{"broadcast_logs", boolean(&u.BroadcastLogs)},
-		})
+		return d.mapping(n, path, "a mapping with at least `name:` and `command:` or `url:`", upstreamFields(u))
+	}
+}
+
+// upstreamFields returns the keys of an upstream entry, decoding into u. A key's decoder
+// replaces the value of its field whole (a list, a mapping), so that a top-level override
+// decoded into an upstream that has the field already replaces it.
+func upstreamFields(u *Upstream) []field {
+	return []field{
+		{key: "name", decode: str(&u.Name)},
+		{key: "command", decode: str(&u.Command)},
+		{key: "args", decode: strList(&u.Args)},
+		{key: "env", decode: strMap(&u.Env)},
+		{key: "inherit_env", decode: inheritEnv(&u.InheritEnv, &u.InheritAllEnv)},
+		{key: "dir", decode: str(&u.Dir)},
+		{key: "url", decode: str(&u.URL)},
+		{key: "headers", decode: strMap(&u.Headers)},
+		{key: "transport", decode: str(&u.Transport)},
+		{key: "prefix", decode: notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
+		{key: "request_timeout", decode: duration(&u.RequestTimeout)},
+		{key: "initialize_timeout", decode: duration(&u.InitializeTimeout)},
+		{key: "max_response_bytes", decode: integer(&u.MaxResponseBytes)},
+		{key: "isolation", decode: str(&u.Isolation)},
+		{key: "isolation_idle_timeout", decode: duration(&u.IsolationIdleTimeout)},
+		{key: "max_connections", decode: integer(&u.MaxConnections)},
+		{key: "attribution_window", decode: duration(&u.AttributionWindow)},
+		{key: "enabled", decode: boolean(&u.Enabled)},
+		{key: "include_instructions", decode: boolean(&u.IncludeInstructions)},
+		{key: "broadcast_logs", decode: boolean(&u.BroadcastLogs)},
+		{key: "tools", decode: shaping(&u.Tools, "tool")},
+		{key: "prompts", decode: shaping(&u.Prompts, "prompt")},
+		{key: "resources", decode: filter(&u.Resources, `a mapping with include: and/or exclude:, lists of URI patterns like ["file:///docs/*"]`)},
+		{key: "resource_templates", decode: filter(&u.ResourceTemplates, `a mapping with include: and/or exclude:, lists of URI template patterns like ["file:///{path}"]`)},
 	}
 }
 
@@ -334,9 +353,11 @@ func (d *decoder) mapping(n *yaml.Node, path, want string, fields []field) bool 
 				return
 			}
 		}
-		known := make([]string, len(fields))
-		for i, f := range fields {
-			known[i] = f.key
+		var known []string
+		for _, f := range fields {
+			if !f.unlisted {
+				known = append(known, f.key)
+			}
 		}
 		d.problemf(line, fpath, "unknown field (known: %s)", strings.Join(known, ", "))
 	})
@@ -460,11 +481,13 @@ func boolean(dst *bool) decodeFunc {
 	}
 }
 
-// strList decodes a list of strings. No value means an empty list.
+// strList decodes a list of strings. No value means an empty list (nil); `[]` is an empty
+// list that is not nil.
 func strList(dst *[]string) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		v := resolve(n)
 		if isNull(v) {
+			*dst = nil
 			return true
 		}
 		if v.Kind != yaml.SequenceNode {
@@ -489,6 +512,7 @@ func inheritEnv(list *[]string, all *bool) decodeFunc {
 		v := resolve(n)
 		switch {
 		case isNull(v) || v.Kind == yaml.SequenceNode:
+			*all = false
 			return strList(list)(d, n, path)
 		case v.Kind != yaml.ScalarNode:
 			d.problemf(n.Line, path, "want %s; got %s", want, describe(v))
@@ -502,7 +526,7 @@ func inheritEnv(list *[]string, all *bool) decodeFunc {
 			d.problemf(n.Line, path, "want %s; got %s (a single name is written as a list: [NAME])", want, quote(s))
 			return false
 		}
-		*all = true
+		*list, *all = nil, true
 		return true
 	}
 }
@@ -513,6 +537,7 @@ func inheritEnv(list *[]string, all *bool) decodeFunc {
 func strMap(dst *map[string]string) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		if isNull(resolve(n)) {
+			*dst = nil
 			return true
 		}
 		// An entry whose value cannot be decoded is left out and marked bad.

@@ -33,6 +33,10 @@ import (
 // gateway does not read it, and the server would start without those
 // variables.
 //
+// A server list has none of the gateway's own settings (isolation, prefix,
+// tools, ...): the upstreams get the defaults, and Build applies the config
+// file's top-level overrides to them (see the package doc).
+//
 // String values may refer to variables, looked up with lookupEnv (nil means
 // none is set): ${NAME}, ${NAME:-default}, VS Code's ${env:NAME}, and $$ for a
 // literal $, as in the config file. References the gateway cannot resolve,

@@ -36,6 +36,35 @@ type site struct {
 	imported bool
 	// key is the server key as written, for an imported server.
 	key string
+	// over is where the top-level override of this upstream was written (the config
+	// file), and overPath the override's path, "overrides[i]"; nil and "" if none.
+	over     *where
+	overPath string
+}
+
+// locate returns where the upstream's field named key was set, and its path there: in the
+// upstream's top-level override if that sets the key, else in the upstream's own entry
+// (see field). Checks of a field's value use it, so that a problem of a value an override
+// set is reported at the override.
+func (s *site) locate(key string) (where, string) {
+	if s.over != nil {
+		if p := join(s.overPath, key); s.over.ix.present(p) {
+			return *s.over, p
+		}
+	}
+	return s.where, s.field(key)
+}
+
+// present reports whether the upstream's field named key was set, by its entry or its
+// override.
+func (s *site) present(key string) bool {
+	w, p := s.locate(key)
+	return w.ix.present(p)
+}
+
+// overridden reports whether the upstream's top-level override sets key.
+func (s *site) overridden(key string) bool {
+	return s.over != nil && s.over.ix.present(join(s.overPath, key))
 }
 
 // field returns the path of the upstream's field named key in the config
@@ -83,6 +112,12 @@ func (v *validator) check(w where, path, msg string) {
 	v.problems = append(v.problems, Problem{File: w.file, Line: w.ix.line(path), Field: path, Message: msg})
 }
 
+// checkKey is check for the upstream's field named key, where it was set (see site.locate).
+func (v *validator) checkKey(s *site, key, msg string) {
+	w, p := s.locate(key)
+	v.check(w, p, msg)
+}
+
 // validate returns every problem of c. top tells where the top-level
 // settings were found and which failed to decode; nil means they are all
 // defaults, which need no check. sites[i] tells the same of c.Upstreams[i].
@@ -96,6 +131,9 @@ func validate(c *Config, top *where, sites []site, sep string) []Problem {
 		}
 	}
 	v.upstreams(c.Upstreams, sites, sep)
+	if top != nil {
+		v.profiles(c.Profiles, *top, c.Upstreams)
+	}
 	return v.problems
 }
 
@@ -170,11 +208,13 @@ func (v *validator) audit(a *Audit, w where) {
 	}
 }
 
-// upstreams checks each upstream, and that names and prefixes are unique
-// across all of them, whatever file they come from.
+// upstreams checks each upstream, and that names, prefixes and the names clients
+// see of renamed tools and prompts are unique across all of them, whatever file
+// they come from.
 func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 	names := make(map[string]int)    // name → index of the first upstream with it
 	prefixes := make(map[string]int) // effective prefix → index of the first upstream with it
+	var tools, prompts []namedItem
 	for i := range ups {
 		u, s := &ups[i], &sites[i]
 		if !s.ix.usable(s.path) {
@@ -204,90 +244,114 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 
 		v.kind(u, s)
 		if u.RequestTimeout <= 0 {
-			v.check(s.where, s.field("request_timeout"), "must be greater than 0, like 60s")
+			v.checkKey(s, "request_timeout", "must be greater than 0, like 60s")
 		}
 		switch u.Isolation {
 		case IsolationShared, IsolationPrincipal, IsolationSession:
 		default:
-			v.check(s.where, s.field("isolation"), fmt.Sprintf("%q is not an isolation mode: use shared, principal or session", u.Isolation))
+			v.checkKey(s, "isolation", fmt.Sprintf("%q is not an isolation mode: use shared, principal or session", u.Isolation))
 		}
 		if u.IsolationIdleTimeout <= 0 {
-			v.check(s.where, s.field("isolation_idle_timeout"), "must be greater than 0, like 5m")
+			v.checkKey(s, "isolation_idle_timeout", "must be greater than 0, like 5m")
 		}
 		if u.MaxConnections <= 0 {
-			v.check(s.where, s.field("max_connections"), "must be greater than 0, like 100")
+			v.checkKey(s, "max_connections", "must be greater than 0, like 100")
 		}
 		if u.AttributionWindow < 0 {
-			v.check(s.where, s.field("attribution_window"), "must not be negative: use a duration like 2s, or 0 to turn the window off")
+			v.checkKey(s, "attribution_window", "must not be negative: use a duration like 2s, or 0 to turn the window off")
 		}
 		if u.InitializeTimeout <= 0 {
-			v.check(s.where, s.field("initialize_timeout"), "must be greater than 0, like 30s")
+			v.checkKey(s, "initialize_timeout", "must be greater than 0, like 30s")
 		}
 		if u.MaxResponseBytes <= 0 {
-			v.check(s.where, s.field("max_response_bytes"), "must be greater than 0: it is the largest message accepted from this upstream, in bytes (default 16777216, 16 MiB)")
+			v.checkKey(s, "max_response_bytes", "must be greater than 0: it is the largest message accepted from this upstream, in bytes (default 16777216, 16 MiB)")
 		}
-		envPath := s.field("env")
+		envWhere, envPath := s.locate("env")
 		for _, k := range sortedKeys(u.Env) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
-				v.check(s.where, join(envPath, k), "not a valid environment variable name: it must be non-empty, without = or NUL")
+				v.check(envWhere, join(envPath, k), "not a valid environment variable name: it must be non-empty, without = or NUL")
 			}
 		}
+		inheritWhere, inheritPath := s.locate("inherit_env")
 		for i, name := range u.InheritEnv {
 			if !validEnvPattern(name) {
-				v.check(s.where, fmt.Sprintf("%s[%d]", s.field("inherit_env"), i),
+				v.check(inheritWhere, fmt.Sprintf("%s[%d]", inheritPath, i),
 					fmt.Sprintf("%s is not a variable name: use A-Z a-z 0-9 _, not starting with a digit, and optionally a final * to match a prefix, like AWS_*", quote(name)))
 			}
 		}
 		v.headers(u, s)
 
-		// A prefix taken from the name is reported at the name, where it
-		// is written; it is checked only if the name itself is fine. The
-		// prefix of an imported server always comes from its key.
-		prefixPath, from := s.field("prefix"), ""
-		if s.imported || !s.ix.present(prefixPath) {
-			if !nameOK {
-				continue
-			}
-			prefixPath, from = namePath, " (taken from the name)"
-			if s.imported {
-				from = " (taken from the server key)"
-			}
+		prefixOK := v.prefix(ups, sites, i, sep, nameOK, prefixes)
+		v.upstreamFilter(s, "resources", &u.Resources)
+		v.upstreamFilter(s, "resource_templates", &u.ResourceTemplates)
+		c := shapingCheck{up: i, s: s, prefix: u.Prefix, sep: sep, exposedOK: prefixOK && (u.Prefix == "" || sep != "")}
+		c.key, c.item = "tools", "tool"
+		tools = append(tools, v.shaping(&u.Tools, c)...)
+		c.key, c.item = "prompts", "prompt"
+		prompts = append(prompts, v.shaping(&u.Prompts, c)...)
+	}
+	v.exposedNames(tools, "tool", ups, sites)
+	v.exposedNames(prompts, "prompt", ups, sites)
+}
+
+// prefix checks the effective prefix of ups[i], and that it is unique; prefixes maps each
+// prefix seen to the index of the first upstream with it. It reports whether the prefix is
+// fine. nameOK says whether the upstream's name is valid and unique.
+//
+// A prefix taken from the name is reported at the name, where it is written; it is checked
+// only if the name itself is fine. The prefix of an imported server comes from its key,
+// unless the upstream's override sets one.
+func (v *validator) prefix(ups []Upstream, sites []site, i int, sep string, nameOK bool, prefixes map[string]int) bool {
+	u, s := &ups[i], &sites[i]
+	fromKey := s.imported && !s.overridden("prefix") // the prefix is the server key
+	w, prefixPath := s.locate("prefix")
+	from := ""
+	if fromKey || !s.present("prefix") {
+		if !nameOK {
+			return false
 		}
-		if !s.ix.usable(prefixPath) {
-			continue
-		}
-		if msg := checkPrefix(u.Prefix, from); msg != "" {
-			v.check(s.where, prefixPath, msg)
-			continue
-		}
-		if sep != "" && u.Prefix != "" && strings.Index(u.Prefix+sep, sep) != len(u.Prefix) {
-			fix := "choose another prefix or separator"
-			if s.imported {
-				fix = "rename the server, or choose another separator"
-			}
-			v.check(s.where, prefixPath, fmt.Sprintf("prefix %q%s clashes with the separator %q: in %q the separator is found too early; %s",
-				u.Prefix, from, sep, u.Prefix+sep+"tool", fix))
-			continue
-		}
-		j, dup := prefixes[u.Prefix]
-		switch {
-		case !dup:
-			prefixes[u.Prefix] = i
-		case u.Prefix == "":
-			v.check(s.where, prefixPath, fmt.Sprintf(`"" (unprefixed) is also the prefix of %s %q (%s): at most one upstream can be unprefixed; give one of them a prefix`,
-				sites[j].path, ups[j].Name, sites[j].loc(s)))
-		default:
-			fix := "give one of them a distinct prefix"
-			switch {
-			case s.imported && sites[j].imported:
-				fix = "rename one of them"
-			case s.imported:
-				fix = "rename the server, or give the other a distinct prefix"
-			}
-			v.check(s.where, prefixPath, fmt.Sprintf("prefix %q%s is also the prefix of %s %q (%s): %s",
-				u.Prefix, from, sites[j].path, ups[j].Name, sites[j].loc(s), fix))
+		w, prefixPath, from = s.where, s.field("name"), " (taken from the name)"
+		if fromKey {
+			from = " (taken from the server key)"
 		}
 	}
+	if !w.ix.usable(prefixPath) {
+		return false
+	}
+	if msg := checkPrefix(u.Prefix, from); msg != "" {
+		v.check(w, prefixPath, msg)
+		return false
+	}
+	if sep != "" && u.Prefix != "" && strings.Index(u.Prefix+sep, sep) != len(u.Prefix) {
+		fix := "choose another prefix or separator"
+		if fromKey {
+			fix = "rename the server, or choose another separator"
+		}
+		v.check(w, prefixPath, fmt.Sprintf("prefix %q%s clashes with the separator %q: in %q the separator is found too early; %s",
+			u.Prefix, from, sep, u.Prefix+sep+"tool", fix))
+		return false
+	}
+	j, dup := prefixes[u.Prefix]
+	switch {
+	case !dup:
+		prefixes[u.Prefix] = i
+		return true
+	case u.Prefix == "":
+		v.check(w, prefixPath, fmt.Sprintf(`"" (unprefixed) is also the prefix of %s %q (%s): at most one upstream can be unprefixed; give one of them a prefix`,
+			sites[j].path, ups[j].Name, sites[j].loc(s)))
+	default:
+		otherFromKey := sites[j].imported && !sites[j].overridden("prefix")
+		fix := "give one of them a distinct prefix"
+		switch {
+		case fromKey && otherFromKey:
+			fix = "rename one of them"
+		case fromKey:
+			fix = "rename the server, or give the other a distinct prefix"
+		}
+		v.check(w, prefixPath, fmt.Sprintf("prefix %q%s is also the prefix of %s %q (%s): %s",
+			u.Prefix, from, sites[j].path, ups[j].Name, sites[j].loc(s), fix))
+	}
+	return false
 }
 
 // sanitized returns a note for messages if name was made from an imported
@@ -330,13 +394,13 @@ func (v *validator) kind(u *Upstream, s *site) {
 	}
 
 	if stdio {
-		if p := s.field("headers"); s.ix.present(p) {
-			v.check(s.where, p, "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env")
+		if s.present("headers") {
+			v.checkKey(s, "headers", "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env")
 		}
 	} else {
 		for _, key := range []string{"args", "env", "inherit_env", "dir"} {
-			if p := s.field(key); s.ix.present(p) {
-				v.check(s.where, p, "only for a stdio upstream (with command): remove it from this HTTP upstream")
+			if s.present(key) {
+				v.checkKey(s, key, "only for a stdio upstream (with command): remove it from this HTTP upstream")
 			}
 		}
 		v.check(s.where, urlPath, checkURL(u.URL))
@@ -346,23 +410,23 @@ func (v *validator) kind(u *Upstream, s *site) {
 // headers checks the names and values of u's HTTP headers. Messages never
 // quote values.
 func (v *validator) headers(u *Upstream, s *site) {
-	path := s.field("headers")
+	w, path := s.locate("headers")
 	seen := make(map[string]string) // lower-case name → name as written
 	for _, name := range sortedKeys(u.Headers) {
 		p := join(path, name)
 		lower := strings.ToLower(name)
 		switch {
 		case !validToken(name):
-			v.check(s.where, p, fmt.Sprintf("%s is not a valid header name: use letters, digits and !#$%%&'*+-.^_`|~", quote(name)))
+			v.check(w, p, fmt.Sprintf("%s is not a valid header name: use letters, digits and !#$%%&'*+-.^_`|~", quote(name)))
 		case transportHeaders[lower]:
-			v.check(s.where, p, fmt.Sprintf("%s is set by the gateway's transport: remove it", quote(name)))
+			v.check(w, p, fmt.Sprintf("%s is set by the gateway's transport: remove it", quote(name)))
 		case seen[lower] != "":
-			v.check(s.where, p, fmt.Sprintf("same header as %s (header names are case-insensitive): keep one", quote(seen[lower])))
+			v.check(w, p, fmt.Sprintf("same header as %s (header names are case-insensitive): keep one", quote(seen[lower])))
 		default:
 			seen[lower] = name
 		}
 		if strings.ContainsAny(u.Headers[name], "\r\n\x00") {
-			v.check(s.where, p, "the value holds a line break or NUL, which an HTTP header cannot carry (the value is not shown)")
+			v.check(w, p, "the value holds a line break or NUL, which an HTTP header cannot carry (the value is not shown)")
 		}
 	}
 }
