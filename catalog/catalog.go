@@ -21,10 +21,8 @@ package catalog
 import (
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/manifold-mcp/manifold/protocol"
@@ -44,6 +42,8 @@ type Namespace struct {
 	Scheme string
 	// IncludeInstructions says whether the upstream's instructions reach clients.
 	IncludeInstructions bool
+	// Shaping filters and overrides the upstream's items; the zero value changes nothing.
+	Shaping Shaping
 }
 
 // Namespaces returns the namespaces of the given upstreams, in their order: copies of them
@@ -105,9 +105,10 @@ type Collision struct {
 // Builder merges the upstreams' lists into snapshots. Build is called whenever an upstream
 // changes. Its methods are safe for concurrent use; builds are serialized.
 type Builder struct {
-	sources []Source
-	sep     string
-	logger  *slog.Logger
+	sources  []Source
+	sep      string
+	logger   *slog.Logger
+	profiles []*Profile
 
 	mu sync.Mutex
 	// warned holds the collisions of the last build, all logged, so that a collision is logged
@@ -130,6 +131,14 @@ func NewBuilder(sources []Source, sep string, logger *slog.Logger) *Builder {
 	return &Builder{sources: sources, sep: sep, logger: logger, warned: map[string]bool{}, former: map[string]*Namespace{}}
 }
 
+// SetProfiles sets the profiles each Build derives a snapshot for (Snapshot.Profile). Call it
+// before the first Build.
+func (b *Builder) SetProfiles(profiles []*Profile) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.profiles = profiles
+}
+
 // Build merges the upstreams' current lists. On a name collision config order wins and the
 // loser is logged once while the collision lasts (design decision 2).
 func (b *Builder) Build() *Snapshot {
@@ -147,7 +156,6 @@ func (b *Builder) Build() *Snapshot {
 		schemes:   map[string]*Namespace{},
 		statuses:  map[string]upstream.Status{},
 	}
-	var instructions []string
 	templates := map[string]*Entry{}
 	for _, src := range b.sources {
 		ns := src.Namespace()
@@ -165,7 +173,7 @@ func (b *Builder) Build() *Snapshot {
 		}
 		if ns.IncludeInstructions {
 			if info := src.Server(); info != nil && info.Instructions != "" {
-				instructions = append(instructions, fmt.Sprintf("[%s] %s", ns.Name, info.Instructions))
+				s.instructions = append(s.instructions, nsText{ns, fmt.Sprintf("[%s] %s", ns.Name, info.Instructions)})
 			}
 		}
 		for _, k := range upstream.Kinds {
@@ -180,20 +188,40 @@ func (b *Builder) Build() *Snapshot {
 			case upstream.ResourceTemplates:
 				seen = templates
 			}
-			for _, it := range cat.List(k) {
+			list := cat.List(k)
+			filter, overrides := ns.Shaping.Filters[k], ns.Shaping.Overrides[k]
+			renamed := b.renamedLocked(ns, k, list)
+			for _, it := range list {
+				if !filter.Keeps(it.Key) {
+					continue
+				}
+				var ov *Override
+				if o, ok := overrides[it.Key]; ok {
+					ov = &o
+				}
 				var exposed string
 				switch k {
 				case upstream.Tools, upstream.Prompts:
-					exposed = ExposedName(ns.Prefix, b.sep, it.Key)
+					name := it.Key
+					if ov != nil && ov.Name != "" {
+						name = ov.Name
+					}
+					exposed = ExposedName(ns.Prefix, b.sep, name)
 				default:
 					exposed = ExposeURI(ns.Scheme, it.Key)
 				}
-				if prev, dup := seen[exposed]; dup {
+				prev, dup := seen[exposed]
+				if !dup && renamed[exposed] && (ov == nil || ov.Name == "") {
+					// An item renamed in the config takes the name from the one the
+					// upstream lists under it.
+					prev, dup = &Entry{Namespace: ns}, true
+				}
+				if dup {
 					b.warnCollisionLocked(warned, k, exposed, prev, ns, it.Key)
 					s.collisions = append(s.collisions, Collision{Kind: kindLabels[k], Name: exposed, KeptUpstream: prev.Namespace.Name, DroppedUpstream: ns.Name, DroppedOriginal: it.Key})
 					continue
 				}
-				raw, err := rewriteField(it.Raw, k.KeyField(), exposed)
+				raw, err := shapeItem(it.Raw, k, exposed, ns, b.sep, ov)
 				if err != nil {
 					b.logger.Warn("an upstream list entry could not be rewritten; it is left out", "upstream", ns.Name, "kind", k.String(), "key", it.Key, "error", err.Error())
 					continue
@@ -215,16 +243,33 @@ func (b *Builder) Build() *Snapshot {
 		}
 	}
 	b.warned, b.former = warned, former
-	for _, k := range upstream.Kinds {
-		h := fnv.New64a()
-		for _, e := range s.lists[k] {
-			h.Write(e.raw)
-			h.Write([]byte{0})
+	s.seal()
+	if len(b.profiles) > 0 {
+		s.profiles = make(map[string]*Snapshot, len(b.profiles))
+		for _, p := range b.profiles {
+			s.profiles[p.Name] = s.restrict(p)
 		}
-		s.version[k] = h.Sum64()
 	}
-	s.instructions = strings.Join(instructions, "\n\n")
 	return s
+}
+
+// renamedLocked returns the exposed names that list's items of kind k take from ns's
+// overrides, nil when none is renamed. b.mu must be held.
+func (b *Builder) renamedLocked(ns *Namespace, k upstream.Kind, list []upstream.Item) map[string]bool {
+	overrides := ns.Shaping.Overrides[k]
+	if len(overrides) == 0 {
+		return nil
+	}
+	var renamed map[string]bool
+	for _, it := range list {
+		if ov, ok := overrides[it.Key]; ok && ov.Name != "" && ns.Shaping.Filters[k].Keeps(it.Key) {
+			if renamed == nil {
+				renamed = map[string]bool{}
+			}
+			renamed[ExposedName(ns.Prefix, b.sep, ov.Name)] = true
+		}
+	}
+	return renamed
 }
 
 // warnCollisionLocked records a collision of this build in warned and logs it unless the last

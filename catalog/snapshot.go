@@ -4,10 +4,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"strconv"
 	"strings"
 
+	"github.com/manifold-mcp/manifold/glob"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -37,9 +39,19 @@ type Snapshot struct {
 	resources map[string]*Entry
 	// schemes finds upstreams by the scheme prefix of their URIs; unprefixed is the upstream
 	// whose URIs pass unchanged, if any.
-	schemes      map[string]*Namespace
-	unprefixed   *Namespace
-	instructions string
+	schemes    map[string]*Namespace
+	unprefixed *Namespace
+	// instructions are the instructions of the upstreams marked to include them, in config
+	// order.
+	instructions []nsText
+	// templates match, per upstream, the URIs its listed templates expand to: such a URI is
+	// readable whatever the upstream's resource filter (or the profile) says of listed
+	// resources.
+	templates map[*Namespace]glob.Set
+	// profile is the profile this snapshot serves, nil for the whole catalog; profiles are
+	// the whole catalog's snapshots of each profile.
+	profile  *Profile
+	profiles map[string]*Snapshot
 	// collisions lists the items left out because an earlier upstream exposes the same name.
 	collisions []Collision
 	// statuses are the upstreams' statuses as this snapshot saw them: one reported ready has
@@ -53,22 +65,113 @@ func (s *Snapshot) Tool(name string) *Entry { return s.tools[name] }
 // Prompt returns the prompt clients know by the exposed name, or nil.
 func (s *Snapshot) Prompt(name string) *Entry { return s.prompts[name] }
 
+// nsText is a text that comes from one upstream.
+type nsText struct {
+	ns   *Namespace
+	text string
+}
+
 // ResolveURI finds the upstream of an exposed resource URI (or template) and the URI in its
 // own terms: a listed resource first, then the scheme prefix, then the unprefixed upstream.
-// ok is false when no upstream can serve it.
+// ok is false when no upstream can serve it, or when the upstream's resource filter or the
+// snapshot's profile leaves the URI out (unless it matches a listed template).
 func (s *Snapshot) ResolveURI(uri string) (ns *Namespace, original string, ok bool) {
 	if e, ok := s.resources[uri]; ok {
 		return e.Namespace, e.Original, true
 	}
-	if scheme, original, ok := splitExposedURI(uri); ok {
-		if ns, ok := s.schemes[scheme]; ok {
-			return ns, original, true
+	ns, original = s.unprefixed, uri
+	if scheme, o, ok := splitExposedURI(uri); ok {
+		if owner, ok := s.schemes[scheme]; ok {
+			ns, original = owner, o
 		}
 	}
-	if s.unprefixed != nil {
-		return s.unprefixed, uri, true
+	if ns == nil || !s.readable(ns, uri, original) {
+		return nil, "", false
 	}
-	return nil, "", false
+	return ns, original, true
+}
+
+// readable reports whether an unlisted URI of ns may be read: the whole catalog's own
+// filter and the profile's selectors decide, unless the URI matches a listed template.
+func (s *Snapshot) readable(ns *Namespace, exposed, original string) bool {
+	filter := ns.Shaping.Filters[upstream.Resources]
+	if filter.keepsAll() && s.profile == nil {
+		return true
+	}
+	if s.templates[ns].Match(exposed) {
+		return true
+	}
+	return filter.Keeps(original) && (s.profile == nil || s.profile.Admits(ns, upstream.Resources, exposed))
+}
+
+// Profile returns the snapshot of the named profile taken at the same moment, or nil if
+// there is no such profile.
+func (s *Snapshot) Profile(name string) *Snapshot { return s.profiles[name] }
+
+// seal computes what a snapshot derives from its lists: versions and template patterns.
+func (s *Snapshot) seal() {
+	for _, k := range upstream.Kinds {
+		h := fnv.New64a()
+		for _, e := range s.lists[k] {
+			h.Write(e.raw)
+			h.Write([]byte{0})
+		}
+		s.version[k] = h.Sum64()
+	}
+	s.templates = map[*Namespace]glob.Set{}
+	for _, e := range s.lists[upstream.ResourceTemplates] {
+		if p := templatePattern(e.Exposed); p != nil {
+			s.templates[e.Namespace] = append(s.templates[e.Namespace], p)
+		}
+	}
+}
+
+// restrict returns the snapshot of profile p: the items p admits, and the upstreams whose
+// URIs it reaches.
+func (s *Snapshot) restrict(p *Profile) *Snapshot {
+	ps := &Snapshot{
+		tools:      map[string]*Entry{},
+		prompts:    map[string]*Entry{},
+		resources:  map[string]*Entry{},
+		schemes:    map[string]*Namespace{},
+		statuses:   s.statuses,
+		collisions: s.collisions,
+		profile:    p,
+	}
+	for _, k := range upstream.Kinds {
+		for _, e := range s.lists[k] {
+			if !p.Admits(e.Namespace, k, e.Exposed) {
+				continue
+			}
+			ps.lists[k] = append(ps.lists[k], e)
+			switch k {
+			case upstream.Tools:
+				ps.tools[e.Exposed] = e
+			case upstream.Prompts:
+				ps.prompts[e.Exposed] = e
+			case upstream.Resources:
+				ps.resources[e.Exposed] = e
+			}
+		}
+	}
+	reaches := func(ns *Namespace) bool {
+		return p.reaches(ns, upstream.Resources) || p.reaches(ns, upstream.ResourceTemplates)
+	}
+	for scheme, ns := range s.schemes {
+		if reaches(ns) {
+			ps.schemes[scheme] = ns
+		}
+	}
+	if s.unprefixed != nil && reaches(s.unprefixed) {
+		ps.unprefixed = s.unprefixed
+	}
+	for _, in := range s.instructions {
+		if p.reachesAny(in.ns) {
+			ps.instructions = append(ps.instructions, in)
+		}
+	}
+	ps.seal()
+	return ps
 }
 
 // Version identifies the content of kind k's list: it differs when the list changed.
@@ -76,7 +179,16 @@ func (s *Snapshot) Version(k upstream.Kind) uint64 { return s.version[k] }
 
 // Instructions are the instructions of the upstreams marked to include them, each headed by
 // the upstream's name; "" when none.
-func (s *Snapshot) Instructions() string { return s.instructions }
+func (s *Snapshot) Instructions() string {
+	if len(s.instructions) == 0 {
+		return ""
+	}
+	texts := make([]string, len(s.instructions))
+	for i, in := range s.instructions {
+		texts[i] = in.text
+	}
+	return strings.Join(texts, "\n\n")
+}
 
 // Statuses returns each upstream's status, by name, as this snapshot saw it: one reported
 // ready has its items in it. The map is the caller's.
@@ -181,4 +293,10 @@ func (s *Snapshot) View() View {
 		}
 	}
 	return view
+}
+
+// Admits reports whether the snapshot's profile admits the item of kind k that ns exposes as
+// exposed; true for the whole catalog.
+func (s *Snapshot) Admits(ns *Namespace, k upstream.Kind, exposed string) bool {
+	return s.profile == nil || s.profile.Admits(ns, k, exposed)
 }
