@@ -61,6 +61,11 @@ func useFakeUpstreams(g *Gateway, clients ...upstreamClient) {
 	}
 	g.logs.upstreams, g.tasks.upstreams = g.upstreams, g.upstreams
 	g.builder = catalog.NewBuilder(sources, g.cfg.Separator, g.logger)
+	profiles, err := profilesOf(g.cfg.Profiles)
+	if err != nil {
+		panic(err)
+	}
+	g.builder.SetProfiles(profiles)
 	g.snapshot.Store(g.builder.Build())
 }
 
@@ -236,7 +241,7 @@ func openStreams(tb testing.TB, g *Gateway, ctx context.Context, ids []string) *
 	h := g.Handler()
 	var wg sync.WaitGroup
 	for _, sid := range ids {
-		ls, err := g.hub.Open(sid)
+		ls, err := g.hub.Open(sid, "")
 		if err != nil {
 			tb.Fatal(err)
 		}

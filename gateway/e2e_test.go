@@ -62,6 +62,12 @@ func startGatewayWith(t testing.TB, yaml string, opts *gateway.Options, waitForU
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	return startConfigured(t, cfg, opts, waitForUpstreams)
+}
+
+// startConfigured is startGateway for a config already built.
+func startConfigured(t testing.TB, cfg *config.Config, opts *gateway.Options, waitForUpstreams bool) *testGateway {
+	t.Helper()
 	if opts == nil {
 		opts = &gateway.Options{}
 	}
@@ -141,6 +147,9 @@ func closeShared() {
 	defer sharedMu.Unlock()
 	if shared != nil {
 		shared.close()
+	}
+	if shaped != nil {
+		shaped.close()
 	}
 }
 

@@ -167,7 +167,17 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	enabled := cfg.EnabledUpstreams()
 	specs := make([]catalog.Namespace, len(enabled))
 	for i, u := range enabled {
-		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions}
+		shaping, err := shapingOf(&u)
+		if err != nil {
+			g.cancel()
+			return nil, err
+		}
+		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
+	}
+	profiles, err := profilesOf(cfg.Profiles)
+	if err != nil {
+		g.cancel()
+		return nil, err
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
 	for i, u := range enabled {
@@ -224,6 +234,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		sources[i] = ue
 	}
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
+	g.builder.SetProfiles(profiles)
 	g.snapshot.Store(g.builder.Build())
 	return g, nil
 }
@@ -266,7 +277,7 @@ func (g *Gateway) onUpstreamNotification(client *upstream.Client, n *protocol.No
 // stream by id. *hub.Local is the in-process one; a replicated hub will carry the same calls
 // between replicas.
 type liveHub interface {
-	Open(sessionID string) (*hub.Session, error)
+	Open(sessionID, group string) (*hub.Session, error)
 	Lookup(sessionID string) *hub.Session
 	End(sessionID string) bool
 	Sessions() []*hub.Session
@@ -402,12 +413,44 @@ func (g *Gateway) noteAllReady() {
 	}
 }
 
-// rebuild merges the catalog anew and tells every client whose lists changed.
+// rebuild merges the catalog anew and tells every client whose lists changed: the clients of
+// /mcp when the whole catalog's did, those of a profile when the profile's did.
 func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
 	next := g.builder.Build()
 	prev := g.snapshot.Swap(next)
+	changed := map[string][]string{}
+	if c := listsChanged(prev, next); len(c) > 0 {
+		changed[""] = c
+	}
+	for _, p := range g.cfg.Profiles {
+		if c := listsChanged(prev.Profile(p.Name), next.Profile(p.Name)); len(c) > 0 {
+			changed[p.Name] = c
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	ids := map[string][]string{} // profile → its sessions live here
+	for _, s := range g.hub.Sessions() {
+		if _, ok := changed[s.Group()]; ok {
+			ids[s.Group()] = append(ids[s.Group()], s.ID())
+		}
+	}
+	for profile, methods := range changed {
+		if len(ids[profile]) == 0 {
+			continue // no sessions: notifySessions would take that for all of them
+		}
+		for _, method := range methods {
+			g.router.notifySessions(&protocol.Notification{Method: method}, ids[profile]...)
+		}
+	}
+}
+
+// listsChanged returns the list_changed notifications that tell a client of prev that its
+// lists are now next's.
+func listsChanged(prev, next *catalog.Snapshot) []string {
 	var changed []string
 	if prev.Version(upstream.Tools) != next.Version(upstream.Tools) {
 		changed = append(changed, protocol.NotificationToolsChanged)
@@ -419,14 +462,7 @@ func (g *Gateway) rebuild() {
 	if prev.Version(upstream.Prompts) != next.Version(upstream.Prompts) {
 		changed = append(changed, protocol.NotificationPromptsChanged)
 	}
-	for _, method := range changed {
-		g.broadcast(method)
-	}
-}
-
-// broadcast sends a notification without params to every session's standalone stream.
-func (g *Gateway) broadcast(method string) {
-	g.router.notifySessions(&protocol.Notification{Method: method})
+	return changed
 }
 
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that

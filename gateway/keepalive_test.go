@@ -135,7 +135,7 @@ func TestStandaloneStreamStaysOpenAfterAnEvent(t *testing.T) {
 				t.Fatalf("stream line %q, want %q…", line, want)
 			}
 		}
-		g.broadcast(protocol.NotificationToolsChanged)
+		g.router.notifySessions(&protocol.Notification{Method: protocol.NotificationToolsChanged})
 		for _, want := range []string{"id: ", "event: message", "data: "} {
 			if line := <-lines; !strings.HasPrefix(line, want) {
 				t.Fatalf("stream line %q, want %q…", line, want)

@@ -76,7 +76,7 @@ func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline
 // looked up. A name that is not in the catalog is refused here, before any check; a refused
 // resource still comes with its target, so that the refusal names the URI.
 func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
-	snap := g.snapshot.Load()
+	snap := g.catalogOf(rq.Client.Profile)
 	params := rq.Params
 	switch rq.Method {
 	case protocol.MethodCallTool, protocol.MethodGetPrompt:
@@ -89,7 +89,7 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 			kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
 		}
 		if entry == nil {
-			return nil, g.unknownName(rq, kind, what, name)
+			return nil, g.unknownName(rq, snap, kind, what, name)
 		}
 		forward, err := withMember(params, "name", entry.Original)
 		if err != nil {
@@ -154,12 +154,12 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 
 // unknownName refuses a tool or prompt name not in the catalog: unknown, or unavailable when
 // the upstream that listed it is down (it may come back).
-func (g *Gateway) unknownName(rq *request, kind pipeline.Kind, what, name string) error {
+func (g *Gateway) unknownName(rq *request, snap *catalog.Snapshot, kind pipeline.Kind, what, name string) error {
 	k := upstream.Tools
 	if kind == pipeline.Prompt {
 		k = upstream.Prompts
 	}
-	if ns := g.builder.FormerOwner(k, name); ns != nil && g.upstreamOf(ns).Catalog() == nil {
+	if ns := g.builder.FormerOwner(k, name); ns != nil && g.upstreamOf(ns).Catalog() == nil && snap.Admits(ns, k, name) {
 		return unavailable(rq, ns.Name, name, upstream.ErrUnavailable)
 	}
 	reason := pipeline.ReasonUnknownTool
@@ -222,7 +222,7 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		return g.setLogLevel(ctx, rq, rq.Params)
 	case protocol.MethodListTools:
 		g.awaitFirstStart(ctx)
-		page, err := listPage(g.snapshot.Load(), upstream.Tools, rq.Params, g.cfg.PageSize)
+		page, err := listPage(g.catalogOf(rq.Client.Profile), upstream.Tools, rq.Params, g.cfg.PageSize)
 		if err != nil {
 			return nil, err
 		}
@@ -232,13 +232,13 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		return bridgeListPage(page, upstream.Tools, rq.Client.ProtocolVersion), nil
 	case protocol.MethodListResources:
 		g.awaitFirstStart(ctx)
-		return listPage(g.snapshot.Load(), upstream.Resources, rq.Params, g.cfg.PageSize)
+		return listPage(g.catalogOf(rq.Client.Profile), upstream.Resources, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListResourceTemplates:
 		g.awaitFirstStart(ctx)
-		return listPage(g.snapshot.Load(), upstream.ResourceTemplates, rq.Params, g.cfg.PageSize)
+		return listPage(g.catalogOf(rq.Client.Profile), upstream.ResourceTemplates, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListPrompts:
 		g.awaitFirstStart(ctx)
-		return listPage(g.snapshot.Load(), upstream.Prompts, rq.Params, g.cfg.PageSize)
+		return listPage(g.catalogOf(rq.Client.Profile), upstream.Prompts, rq.Params, g.cfg.PageSize)
 	case protocol.MethodCallTool:
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
 		switch {

@@ -43,6 +43,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	loopback := isLoopbackListen(g.cfg.Listen)
 	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, loopback, http.HandlerFunc(g.serveMCP)))
+	// Each profile is a virtual endpoint of its own: its sessions live there only.
+	mux.Handle("/mcp/{profile}", checkOrigin(g.cfg.AllowedOrigins, loopback, http.HandlerFunc(g.serveMCP)))
 	// The probes carry no Origin check (orchestrators send none), but on a loopback listener
 	// the same Host check as /mcp: a web page using DNS rebinding must not read them. Beyond
 	// loopback any Host is answered (Kubernetes probes send the pod's address).
@@ -64,6 +66,11 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 				"internal error (request %s); the gateway's log has the details", requestID))
 		}
 	}()
+	if p := r.PathValue("profile"); p != "" && g.snapshot.Load().Profile(p) == nil {
+		writeHTTPError(w, http.StatusNotFound, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"no MCP endpoint at %s: the gateway serves /mcp and the profiles of its config (%s)", r.URL.Path, g.profileList()))
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
 		g.servePOST(w, r, requestID)
@@ -149,7 +156,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	if !ok {
 		return
 	}
-	ls, err := g.hub.Open(rec.ID)
+	ls, err := g.hub.Open(rec.ID, rec.Profile)
 	if err != nil {
 		writeLocalSessionError(w, idOf(msg), err)
 		return
@@ -242,7 +249,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 			"a batch of %d messages is over the gateway's limit of %d (max_batch_entries): send fewer at once", len(entries), limit))
 		return
 	}
-	ls, err := g.hub.Open(rec.ID)
+	ls, err := g.hub.Open(rec.ID, rec.Profile)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return
@@ -315,6 +322,13 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 			"the session store is unavailable; retry shortly"))
 		return nil, false
 	}
+	if rec.Profile != r.PathValue("profile") {
+		// A session lives on the endpoint that initialized it; elsewhere it does not exist,
+		// as an unknown id (nothing tells a client that it exists on another endpoint).
+		writeHTTPError(w, http.StatusNotFound, id, protocol.Errorf(protocol.CodeSessionNotFound,
+			"session not found: it ended or never existed; send initialize to start a new one"))
+		return nil, false
+	}
 	// An unsupported value is a 400 (mcp-notes §4.7). A supported version other than the
 	// negotiated one is left unspecified by the spec; the conformance suite sends one, and the
 	// session's negotiated version governs either way.
@@ -375,6 +389,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		ProtocolVersion:    version,
 		ClientInfo:         clientInfo,
 		ClientCapabilities: p.Capabilities,
+		Profile:            r.PathValue("profile"),
 	})
 	if errors.Is(err, session.ErrLimit) {
 		w.Header().Set("Retry-After", "5")
@@ -394,7 +409,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		"serverInfo":      protocol.Implementation{Name: "manifold", Title: "Manifold MCP gateway", Version: g.opts.Version},
 	}
 	// instructions exist from 2025-03-26 on (mcp-notes §13, row 6).
-	if ins := g.snapshot.Load().Instructions(); ins != "" && version != protocol.Version20241105 {
+	if ins := g.catalogOf(r.PathValue("profile")).Instructions(); ins != "" && version != protocol.Version20241105 {
 		result["instructions"] = ins
 	}
 	raw, _ := json.Marshal(result)
@@ -569,6 +584,7 @@ func (g *Gateway) requestValue(rec *session.Record, req *protocol.Request, reque
 			Capabilities:    rec.ClientCapabilities,
 			Principal:       rec.Principal,
 			LogLevel:        rec.LogLevel,
+			Profile:         rec.Profile,
 		},
 		LogID:    requestID,
 		Received: g.opts.Now(),
@@ -630,7 +646,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ls, err := g.hub.Open(rec.ID)
+	ls, err := g.hub.Open(rec.ID, rec.Profile)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return

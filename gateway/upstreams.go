@@ -121,5 +121,15 @@ type CatalogItem = catalog.Item
 // the config exposes the same final name or URI.
 type Collision = catalog.Collision
 
-// Catalog returns the merged catalog as clients see it now.
+// Catalog returns the merged catalog as clients of /mcp see it now.
 func (g *Gateway) Catalog() CatalogView { return g.snapshot.Load().View() }
+
+// ProfileCatalog returns the catalog as clients of /mcp/<profile> see it now; ok is false
+// when the config has no such profile.
+func (g *Gateway) ProfileCatalog(profile string) (view CatalogView, ok bool) {
+	ps := g.snapshot.Load().Profile(profile)
+	if ps == nil {
+		return CatalogView{}, false
+	}
+	return ps.View(), true
+}

@@ -50,7 +50,7 @@ func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bystander, err := g.hub.Open(rec.ID)
+	bystander, err := g.hub.Open(rec.ID, rec.Profile)
 	if err != nil {
 		t.Fatal(err)
 	}

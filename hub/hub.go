@@ -102,9 +102,10 @@ func New(parent context.Context, opts *Options) *Local {
 // Tag is the hub's tag.
 func (h *Local) Tag() string { return h.opts.Tag }
 
-// Open returns the live part of session id, creating it on first use. It fails for a session
-// that ended meanwhile, and once Close has begun.
-func (h *Local) Open(id string) (*Session, error) {
+// Open returns the live part of session id, creating it on first use in group (sessions of
+// one group get the same broadcasts; a session's group never changes, so later calls' group is
+// ignored). It fails for a session that ended meanwhile, and once Close has begun.
+func (h *Local) Open(id, group string) (*Session, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing {
@@ -115,7 +116,7 @@ func (h *Local) Open(id string) (*Session, error) {
 		if _, ended := h.ended[id]; ended {
 			return nil, ErrSessionEnded
 		}
-		s = newSession(h, id)
+		s = newSession(h, id, group)
 		h.sessions[id] = s
 	}
 	return s, nil

@@ -20,7 +20,7 @@ func newTestHub(t *testing.T, opts *Options) *Local {
 
 func openSession(t *testing.T, h *Local, id string) *Session {
 	t.Helper()
-	s, err := h.Open(id)
+	s, err := h.Open(id, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestEndedSessionRefusesWork(t *testing.T) {
 	if err := st.Put([]byte("x"), true); !errors.Is(err, ErrStreamDone) {
 		t.Errorf("put on an ended session's stream: %v", err)
 	}
-	if _, err := h.Open("a"); !errors.Is(err, ErrSessionEnded) {
+	if _, err := h.Open("a", ""); !errors.Is(err, ErrSessionEnded) {
 		t.Errorf("reopen an ended session: %v", err)
 	}
 	select {

@@ -34,6 +34,8 @@ var (
 type Session struct {
 	id  string
 	hub *Local
+	// group is what the session was opened in (hub.Open); it never changes.
+	group string
 	// ctx ends when the session ends (DELETE, expiry, shutdown); the session's upstream calls
 	// run under it, not under one HTTP connection (design decision 10).
 	ctx    context.Context
@@ -54,14 +56,17 @@ type Session struct {
 	streamSeq, askSeq uint64
 }
 
-func newSession(h *Local, id string) *Session {
-	s := &Session{id: id, hub: h, streams: map[string]*Stream{}, inflight: map[protocol.ID]context.CancelCauseFunc{}, pending: map[protocol.ID]pendingAsk{}}
+func newSession(h *Local, id, group string) *Session {
+	s := &Session{id: id, hub: h, group: group, streams: map[string]*Stream{}, inflight: map[protocol.ID]context.CancelCauseFunc{}, pending: map[protocol.ID]pendingAsk{}}
 	s.ctx, s.cancel = context.WithCancel(h.ctx)
 	return s
 }
 
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
+
+// Group is the group the session was opened in.
+func (s *Session) Group() string { return s.group }
 
 // Context ends when the session does.
 func (s *Session) Context() context.Context { return s.ctx }

@@ -28,6 +28,9 @@ type ClientContext struct {
 	Principal session.Principal
 	// LogLevel is the level the client asked for, "" for none.
 	LogLevel string
+	// Profile is the virtual endpoint (/mcp/<profile>) the client uses, "" for /mcp: the
+	// catalog it sees and addresses.
+	Profile string
 }
 
 // Request is one client request.

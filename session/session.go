@@ -42,6 +42,9 @@ type Record struct {
 	// Principal is who the session belongs to; zero (anonymous) while authentication is off.
 	// A session is bound to its principal: a request of another is refused.
 	Principal Principal `json:"principal,omitzero"`
+	// Profile is the virtual endpoint the session was initialized on, "" for /mcp: the
+	// session lives there only, and sees that profile's catalog.
+	Profile string `json:"profile,omitempty"`
 	// Subscriptions are the resource URIs the client subscribed to, as it named them.
 	Subscriptions []string `json:"subscriptions,omitempty"`
 	// CreatedAt is when initialize created the session.

@@ -27,12 +27,25 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("catalog", flag.ContinueOnError)
 	load := configFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	profile := fs.String("profile", "", "print the catalog of this profile (served at /mcp/NAME) instead of /mcp's")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
 	cfg, code := load(stderr)
 	if cfg == nil {
 		return code
+	}
+	if *profile != "" && !slices.ContainsFunc(cfg.Profiles, func(p config.Profile) bool { return p.Name == *profile }) {
+		names := make([]string, len(cfg.Profiles))
+		for i, p := range cfg.Profiles {
+			names[i] = p.Name
+		}
+		known := "it has none"
+		if len(names) > 0 {
+			known = "it has " + strings.Join(names, ", ")
+		}
+		fmt.Fprintf(stderr, "gateway catalog: no profile %q in %s: %s\n", *profile, cfg.File, known)
+		return 2
 	}
 	gw, err := gateway.New(cfg, &gateway.Options{Logger: newLogger(cfg, stderr), Version: version})
 	if err != nil {
@@ -56,6 +69,9 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	view := gw.Catalog()
+	if *profile != "" {
+		view, _ = gw.ProfileCatalog(*profile)
+	}
 	statuses := gw.UpstreamStatuses()
 	// An upstream that is not ready makes the exit status 1, so that a script or a CI step
 	// running catalog notices; the catalog of the others is still printed.

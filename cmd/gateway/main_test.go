@@ -428,8 +428,16 @@ upstreams:
     prefix: "g"
     env: {%[2]s: alpha, %[3]s: %[4]s}
     inherit_env: [GOCOVERDIR, GORACE]
+    tools:
+      exclude: [whoami]
+      overrides:
+        echo: {name: say}
   - name: broken
     command: /nonexistent/mcp-server
+profiles:
+  - name: bonly
+    include:
+      - upstream: beta
 `, exe, testupstream.EnvFlavor, testupstream.EnvRun, testupstream.Marker))
 	// broken fails: the catalog of the others is printed, and the exit status says so.
 	var out, errOut bytes.Buffer
@@ -439,7 +447,7 @@ upstreams:
 	for _, want := range []string{
 		"tool      echo ", // alpha's, unprefixed
 		"b__echo",
-		"g__whoami",
+		"g__say ",
 		"resource  file:///readme.txt",
 		"template  g+file:///notes/{id}",
 		"alpha: ready",
@@ -448,6 +456,23 @@ upstreams:
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("catalog output lacks %q:\n%s", want, out.String())
 		}
+	}
+
+	if strings.Contains(out.String(), "g__whoami") || strings.Contains(out.String(), "g__echo") {
+		t.Errorf("catalog output has a tool the config drops or renames:\n%s", out.String())
+	}
+
+	// A profile's catalog: beta's items only.
+	out.Reset()
+	if code := run([]string{"catalog", "-profile", "bonly", "-config", cfg}, &out, io.Discard); code != 1 {
+		t.Fatalf("catalog -profile with an upstream down: exit %d, want 1\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "b__echo") || strings.Contains(out.String(), "g__say") || strings.Contains(out.String(), "tool      echo ") {
+		t.Errorf("catalog -profile bonly lists more or less than beta's items:\n%s", out.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"catalog", "-profile", "nope", "-config", cfg}, io.Discard, &errOut); code != 2 || !strings.Contains(errOut.String(), `no profile "nope"`) || !strings.Contains(errOut.String(), "bonly") {
+		t.Errorf("catalog -profile nope: exit %d, stderr %q; want 2, naming the profiles", code, errOut.String())
 	}
 
 	out.Reset()
@@ -464,7 +489,7 @@ upstreams:
 	for _, it := range view.Items {
 		owners[it.Name] = it.Upstream
 	}
-	if owners["echo"] != "alpha" || owners["b__add"] != "beta" || owners["g__echo"] != "gamma" {
+	if owners["echo"] != "alpha" || owners["b__add"] != "beta" || owners["g__say"] != "gamma" {
 		t.Errorf("owners %v", owners)
 	}
 }
