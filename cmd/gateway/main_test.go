@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -521,6 +522,36 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`)
 		return strings.Contains(body, "hello demo")
 	})
+	// The example's shaping: notes' echo is called as notes__say; its add is not listed.
+	waitWithin(t, 3*time.Minute, "the example config serving notes__say", func() bool {
+		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"notes__say","arguments":{"text":"hello notes"}}}`)
+		return strings.Contains(body, "hello notes")
+	})
+	sid := g.initialize()
+	_, body := g.post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if strings.Contains(body, "notes__add") || strings.Contains(body, `"notes__echo"`) {
+		t.Errorf("/mcp lists a tool the example drops or renames: %s", body)
+	}
+	// Its profile: /mcp/lean lists demo's echo and add, nothing else.
+	lean := *g
+	lean.url += "/lean"
+	_, body = lean.post(lean.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	var listed struct {
+		Result struct {
+			Tools []struct{ Name string } `json:"tools"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(body), &listed); err != nil {
+		t.Fatalf("tools/list on /mcp/lean: %v: %s", err, body)
+	}
+	var names []string
+	for _, tool := range listed.Result.Tools {
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"demo__add", "demo__echo"}) {
+		t.Errorf("/mcp/lean lists %v, want [demo__add demo__echo]", names)
+	}
 	g.signals <- syscall.SIGTERM
 	g.stopped()
 }
