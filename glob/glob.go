@@ -32,7 +32,9 @@ func Compile(pattern string) (*Pattern, error) {
 		return nil, errors.New("empty pattern: write * to match everything")
 	}
 	var re strings.Builder
-	re.WriteString(`^`)
+	// (?s): a wildcard matches a newline too, so that no name or URI slips past an exclude
+	// by carrying one.
+	re.WriteString(`(?s)^`)
 	literal := true
 	for i := 0; i < len(pattern); i++ {
 		switch c := pattern[i]; c {
@@ -98,7 +100,13 @@ func charClass(pattern string, start int) (end int, class string, err error) {
 				return 0, "", fmt.Errorf("%q ends in a lone \\: write \\\\ for a backslash", pattern)
 			}
 			i++
-			b.WriteString(regexp.QuoteMeta(pattern[i : i+1]))
+			// Escaped, a character stands for itself: '-' and ']' included.
+			if e := pattern[i]; e >= 'a' && e <= 'z' || e >= 'A' && e <= 'Z' || e >= '0' && e <= '9' {
+				b.WriteByte(e)
+			} else {
+				b.WriteByte('\\')
+				b.WriteByte(e)
+			}
 		case c == '-' && i > first && i+1 < len(pattern) && pattern[i+1] != ']':
 			b.WriteByte('-')
 		default:

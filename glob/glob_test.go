@@ -26,6 +26,11 @@ func TestMatch(t *testing.T) {
 		{`a\?b`, []string{"a?b"}, []string{"axb"}},
 		{"a.b(c)+$^", []string{"a.b(c)+$^"}, []string{"axb(c)+$^", "a.bc"}},
 		{"get_{id}", []string{"get_{id}"}, []string{"get_1"}},
+		{"*", []string{"a\nb"}, nil},
+		{"file:///secret/*", []string{"file:///secret/key\n"}, []string{"file:///public/\nfile:///secret/x"}},
+		{"a?b", []string{"a\nb"}, nil},
+		{`[a\-z]`, []string{"a", "-", "z"}, []string{"b"}},
+		{`[\]x]`, []string{"]", "x"}, []string{"\\"}},
 	}
 	for _, tt := range tests {
 		p, err := Compile(tt.pattern)
