@@ -150,13 +150,14 @@ func (b *Builder) Build() *Snapshot {
 	former := map[string]*Namespace{}
 	down := map[*Namespace]bool{}
 	s := &Snapshot{
-		tools:     map[string]*Entry{},
-		prompts:   map[string]*Entry{},
-		resources: map[string]*Entry{},
-		schemes:   map[string]*Namespace{},
-		statuses:  map[string]upstream.Status{},
+		tools:           map[string]*Entry{},
+		prompts:         map[string]*Entry{},
+		resources:       map[string]*Entry{},
+		templateEntries: map[string]*Entry{},
+		schemes:         map[string]*Namespace{},
+		statuses:        map[string]upstream.Status{},
 	}
-	templates := map[string]*Entry{}
+	templates := s.templateEntries
 	for _, src := range b.sources {
 		ns := src.Namespace()
 		if ns.Scheme == "" {

@@ -32,23 +32,12 @@ func (p *Profile) Admits(ns *Namespace, k upstream.Kind, exposed string) bool {
 	return false
 }
 
-// reaches reports whether one of the profile's selectors selects any item of kind k from
-// ns: its URIs may then be read through the profile, as far as the patterns allow.
+// reaches reports whether one of the profile's selectors has patterns for kind k of ns: its
+// URIs may then be read through the profile, as far as the patterns allow.
 func (p *Profile) reaches(ns *Namespace, k upstream.Kind) bool {
 	for i := range p.Selectors {
 		s := &p.Selectors[i]
-		if (s.Upstream == "" || s.Upstream == ns.Name) && s.Patterns[k] != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// reachesAny reports whether the profile selects anything of ns: then its instructions
-// reach the profile's clients.
-func (p *Profile) reachesAny(ns *Namespace) bool {
-	for _, k := range upstream.Kinds {
-		if p.reaches(ns, k) {
+		if (s.Upstream == "" || s.Upstream == ns.Name) && len(s.Patterns[k]) > 0 {
 			return true
 		}
 	}

@@ -2,6 +2,9 @@ package catalog
 
 import (
 	"encoding/json"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/manifold-mcp/manifold/glob"
@@ -98,8 +101,10 @@ func shapeItem(raw json.RawMessage, k upstream.Kind, exposed string, ns *Namespa
 		if !ok || !isObject(annotations) {
 			annotations = json.RawMessage(`{}`)
 		}
-		for hint, v := range ov.Annotations {
-			if annotations, err = protocol.SetMember(annotations, hint, json.RawMessage(boolJSON(v))); err != nil {
+		// In a fixed order: the list's bytes, and so its version, must not change from one
+		// build to the next.
+		for _, hint := range slices.Sorted(maps.Keys(ov.Annotations)) {
+			if annotations, err = protocol.SetMember(annotations, hint, json.RawMessage(boolJSON(ov.Annotations[hint]))); err != nil {
 				return nil, err
 			}
 		}
@@ -122,11 +127,14 @@ func boolJSON(v bool) string {
 	return "false"
 }
 
-// templatePattern returns a glob that matches the URIs a URI template expands to, roughly:
-// each {expression} matches any run of characters. A read of such a URI is allowed where
-// the template is listed, whatever filter applies to listed resources.
-func templatePattern(template string) *glob.Pattern {
+// templatePattern returns a regexp that matches the URIs a URI template (RFC 6570) expands
+// to, and the template itself: a simple {var} expands to text without '/', '?' or '#'
+// (they are percent-encoded), other expressions ({+path}, {/seg}, {?query}, …) to any text.
+// A read of such a URI is allowed where the template is listed, whatever filter applies to
+// listed resources. nil for a template that does not compile (never expected).
+func templatePattern(template string) *regexp.Regexp {
 	var b strings.Builder
+	b.WriteString(`(?s)^`)
 	rest := template
 	for {
 		open := strings.IndexByte(rest, '{')
@@ -137,14 +145,20 @@ func templatePattern(template string) *glob.Pattern {
 		if end < 0 {
 			break
 		}
-		b.WriteString(glob.QuoteMeta(rest[:open]))
-		b.WriteByte('*')
+		b.WriteString(regexp.QuoteMeta(rest[:open]))
+		expr := rest[open+1 : open+end]
+		if expr != "" && strings.ContainsRune("+#./;?&", rune(expr[0])) {
+			b.WriteString(`.*`)
+		} else {
+			b.WriteString(`(?:[^/?#]*|` + regexp.QuoteMeta(rest[open:open+end+1]) + `)`)
+		}
 		rest = rest[open+end+1:]
 	}
-	b.WriteString(glob.QuoteMeta(rest))
-	p, err := glob.Compile(b.String())
-	if err != nil { // an empty template: nothing to match
+	b.WriteString(regexp.QuoteMeta(rest))
+	b.WriteString(`$`)
+	re, err := regexp.Compile(b.String())
+	if err != nil {
 		return nil
 	}
-	return p
+	return re
 }

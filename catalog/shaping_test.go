@@ -214,7 +214,8 @@ func TestTemplatePattern(t *testing.T) {
 		match    []string
 		miss     []string
 	}{
-		{"notes://{id}", []string{"notes://1", "notes://a/b", "notes://{id}"}, []string{"note://1"}},
+		{"notes://{id}", []string{"notes://1", "notes://{id}", "notes://a%2Fb"}, []string{"note://1", "notes://a/b", "notes://../x", "notes://1?x", "notes://1#x"}},
+		{"file:///{+path}", []string{"file:///a/b/c"}, []string{"files:///a"}},
 		{"file:///{+path}/x[1]*", []string{"file:///a/b/x[1]*"}, []string{"file:///a/x1"}},
 		{"repo://{owner}/{name}/issues{?state}", []string{"repo://a/b/issues", "repo://a/b/issues?state=open"}, []string{"repo://a/b/pulls"}},
 		{"plain://a", []string{"plain://a"}, []string{"plain://ab"}},
@@ -223,12 +224,12 @@ func TestTemplatePattern(t *testing.T) {
 	for _, tt := range tests {
 		p := templatePattern(tt.template)
 		for _, s := range tt.match {
-			if !p.Match(s) {
+			if !p.MatchString(s) {
 				t.Errorf("template %q does not match %q", tt.template, s)
 			}
 		}
 		for _, s := range tt.miss {
-			if p.Match(s) {
+			if p.MatchString(s) {
 				t.Errorf("template %q matches %q", tt.template, s)
 			}
 		}
@@ -336,5 +337,108 @@ func TestProfiles(t *testing.T) {
 	third := b.Build()
 	if third.Profile("github").Version(upstream.Tools) == next.Profile("github").Version(upstream.Tools) {
 		t.Error("the github profile's tool version did not change when gh dropped a tool")
+	}
+}
+
+// TestAnnotationOverridesKeepTheListStable: hints set by an override come in one order, so
+// that a rebuild without change gives the same list, version and cursors (no spurious
+// list_changed).
+func TestAnnotationOverridesKeepTheListStable(t *testing.T) {
+	var shaping Shaping
+	shaping.Overrides[upstream.Tools] = map[string]Override{"a": {Annotations: map[string]bool{
+		"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false,
+	}}}
+	ns := Namespaces([]Namespace{{Name: "up", Prefix: "up", Shaping: shaping}}, nil)
+	b := NewBuilder(sourcesOf(&fakeSource{ns: ns[0], catalog: toolCatalog("a")}), "__", nil)
+	first := b.Build()
+	want, _ := first.Page(upstream.Tools, "", 10)
+	for range 20 {
+		next := b.Build()
+		if got, _ := next.Page(upstream.Tools, "", 10); string(got) != string(want) || next.Version(upstream.Tools) != first.Version(upstream.Tools) {
+			t.Fatalf("a rebuild without change gave another list:\n%s\nthen\n%s", want, got)
+		}
+	}
+}
+
+// TestFilteredReadsRefuseURIsThatHideTheirTarget: where a filter or a profile restricts
+// reads, a URI whose target a server would resolve differently from its text (dot segments,
+// needless percent-escapes, control characters) is refused; plain URIs are judged as before.
+func TestFilteredReadsRefuseURIsThatHideTheirTarget(t *testing.T) {
+	var shaping Shaping
+	shaping.Filters[upstream.Resources] = mustFilter(t, []string{"file:///srv/*"}, []string{"file:///srv/secret/*"})
+	ns := Namespaces([]Namespace{{Name: "fs", Prefix: "fs", Shaping: shaping}, {Name: "open", Prefix: "open"}}, nil)
+	fs := &fakeSource{ns: ns[0], catalog: catalogOf(map[upstream.Kind][]string{upstream.ResourceTemplates: {"notes://{id}"}})}
+	open := &fakeSource{ns: ns[1], catalog: catalogOf(nil)}
+	snap := NewBuilder(sourcesOf(fs, open), "__", nil).Build()
+	for uri, readable := range map[string]bool{
+		"fs+file:///srv/public/a.md":             true,
+		"fs+file:///srv/public/a%20b.md":         true, // an escape that is needed
+		"fs+file:///srv/secret/key":              false,
+		"fs+file:///srv/public/../secret/key":    false,
+		"fs+file:///srv/public/%2e%2e/secret/k":  false,
+		"fs+file:///srv/%73ecret/key":            false,
+		"fs+file:///srv/secret%2Fkey":            false,
+		"fs+file:///srv/secret/key\n":            false,
+		"fs+file:///srv/./secret/key":            false,
+		"fs+file:///srv/public\\..\\secret\\key": false,
+		"fs+file:///srv/x/..":                    false,
+		"fs+notes://42":                          true,
+		"fs+notes://../../etc/passwd":            false,
+		"fs+notes://a/b":                         false, // {id} expands to no '/'
+		"open+file:///anything/../at/all":        true,  // no filter: the server decides
+	} {
+		if _, _, ok := snap.ResolveURI(uri); ok != readable {
+			t.Errorf("ResolveURI(%q) ok = %v, want %v", uri, ok, readable)
+		}
+	}
+	if ns, original, ok := snap.Owner("fs+file:///srv/secret/key"); !ok || ns.Name != "fs" || original != "file:///srv/secret/key" {
+		t.Errorf("Owner of a dropped URI = %v, %q, %v; want fs's, for unsubscribing", ns, original, ok)
+	}
+}
+
+// TestProfileInstructionsComeFromTheUpstreamsItServes: a selector without an upstream
+// serves what its patterns match; only those upstreams' instructions reach the profile.
+func TestProfileInstructionsComeFromTheUpstreamsItServes(t *testing.T) {
+	ns := Namespaces([]Namespace{{Name: "a", Prefix: "a", IncludeInstructions: true}, {Name: "b", Prefix: "b", IncludeInstructions: true}}, nil)
+	var srcs []Source
+	for _, n := range ns {
+		srcs = append(srcs, &fakeSource{ns: n, catalog: toolCatalog("x"), server: &protocol.InitializeResult{Instructions: "use " + n.Name}})
+	}
+	b := NewBuilder(srcs, "__", nil)
+	b.SetProfiles([]*Profile{
+		profileOf(t, "a-tools", map[string]map[upstream.Kind][]string{"": {upstream.Tools: {"a__*"}}}),
+		profileOf(t, "nothing", map[string]map[upstream.Kind][]string{"b": {upstream.Tools: {}}}),
+	})
+	snap := b.Build()
+	if got := snap.Profile("a-tools").Instructions(); got != "[a] use a" {
+		t.Errorf("a-tools instructions = %q, want a's only", got)
+	}
+	if got := snap.Profile("nothing").Instructions(); got != "" {
+		t.Errorf("a profile that serves nothing has instructions %q", got)
+	}
+	if !snap.Profile("a-tools").Serves(ns[0]) || snap.Profile("a-tools").Serves(ns[1]) || !snap.Serves(ns[1]) {
+		t.Error("Serves: a-tools must serve a only, the whole catalog both")
+	}
+}
+
+// TestDroppedTemplateIsUnknown: a template the filter drops, or a profile does not list, is
+// not found by Template (what completion/complete resolves), though its upstream's other
+// URIs may still be read.
+func TestDroppedTemplateIsUnknown(t *testing.T) {
+	var shaping Shaping
+	shaping.Filters[upstream.ResourceTemplates] = mustFilter(t, nil, []string{"admin://*"})
+	ns := Namespaces([]Namespace{{Name: "fs", Prefix: "fs", Shaping: shaping}}, nil)
+	src := &fakeSource{ns: ns[0], catalog: catalogOf(map[upstream.Kind][]string{upstream.ResourceTemplates: {"notes://{id}", "admin://{user}"}})}
+	b := NewBuilder(sourcesOf(src), "__", nil)
+	b.SetProfiles([]*Profile{profileOf(t, "res", map[string]map[upstream.Kind][]string{"fs": {upstream.Resources: {"*"}}})})
+	snap := b.Build()
+	if snap.Template("fs+notes://{id}") == nil {
+		t.Error("a listed template is not found")
+	}
+	if snap.Template("fs+admin://{user}") != nil {
+		t.Error("a dropped template is found")
+	}
+	if snap.Profile("res").Template("fs+notes://{id}") != nil {
+		t.Error("a template the profile does not list is found there")
 	}
 }

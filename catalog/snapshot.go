@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"regexp"
 	"strconv"
 	"strings"
 
-	"github.com/manifold-mcp/manifold/glob"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -35,8 +35,9 @@ type Snapshot struct {
 	version [upstream.NumKinds]uint64
 	// tools and prompts find items by exposed name.
 	tools, prompts map[string]*Entry
-	// resources finds listed resources by exposed URI.
-	resources map[string]*Entry
+	// resources finds listed resources by exposed URI, templateEntries listed templates by
+	// exposed URI template.
+	resources, templateEntries map[string]*Entry
 	// schemes finds upstreams by the scheme prefix of their URIs; unprefixed is the upstream
 	// whose URIs pass unchanged, if any.
 	schemes    map[string]*Namespace
@@ -47,11 +48,14 @@ type Snapshot struct {
 	// templates match, per upstream, the URIs its listed templates expand to: such a URI is
 	// readable whatever the upstream's resource filter (or the profile) says of listed
 	// resources.
-	templates map[*Namespace]glob.Set
+	templates map[*Namespace][]*regexp.Regexp
 	// profile is the profile this snapshot serves, nil for the whole catalog; profiles are
 	// the whole catalog's snapshots of each profile.
 	profile  *Profile
 	profiles map[string]*Snapshot
+	// serves holds the upstreams a profile's snapshot lists items of; nil for the whole
+	// catalog, which serves every upstream.
+	serves map[*Namespace]bool
 	// collisions lists the items left out because an earlier upstream exposes the same name.
 	collisions []Collision
 	// statuses are the upstreams' statuses as this snapshot saw them: one reported ready has
@@ -93,15 +97,83 @@ func (s *Snapshot) ResolveURI(uri string) (ns *Namespace, original string, ok bo
 
 // readable reports whether an unlisted URI of ns may be read: the whole catalog's own
 // filter and the profile's selectors decide, unless the URI matches a listed template.
+// Where a filter or a profile restricts reads, only a URI in plain form is judged (see
+// plainURI): a server may resolve "docs/../secret" or "%73ecret" to what a pattern drops.
 func (s *Snapshot) readable(ns *Namespace, exposed, original string) bool {
 	filter := ns.Shaping.Filters[upstream.Resources]
 	if filter.keepsAll() && s.profile == nil {
 		return true
 	}
-	if s.templates[ns].Match(exposed) {
-		return true
+	if !plainURI(original) {
+		return false
+	}
+	for _, t := range s.templates[ns] {
+		if t.MatchString(exposed) {
+			return true
+		}
 	}
 	return filter.Keeps(original) && (s.profile == nil || s.profile.Admits(ns, upstream.Resources, exposed))
+}
+
+// plainURI reports whether uri is in a form patterns can judge: no dot segments ("." or
+// ".." between slashes), no percent-escape of a character that needs none (letters, digits,
+// - . _ ~) or of a separator or control character (/ \ and below 0x20), and no control
+// character or backslash as it stands.
+func plainURI(uri string) bool {
+	for i := 0; i < len(uri); i++ {
+		switch c := uri[i]; {
+		case c < 0x20 || c == 0x7f || c == '\\':
+			return false
+		case c == '%':
+			if i+2 >= len(uri) {
+				return false
+			}
+			b, err := strconv.ParseUint(uri[i+1:i+3], 16, 8)
+			if err != nil {
+				return false
+			}
+			d := byte(b)
+			if d < 0x20 || d == 0x7f || d == '/' || d == '\\' || d == '.' || d == '-' || d == '_' || d == '~' ||
+				d >= 'a' && d <= 'z' || d >= 'A' && d <= 'Z' || d >= '0' && d <= '9' {
+				return false
+			}
+		}
+	}
+	path := uri
+	if end := strings.IndexAny(path, "?#"); end >= 0 {
+		path = path[:end]
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// Serves reports whether the snapshot lists items of ns: always for the whole catalog, and
+// for a profile's when one of its selectors takes any. What such an upstream sends to every
+// client (a broadcast log message) reaches the profile's clients only then.
+func (s *Snapshot) Serves(ns *Namespace) bool { return s.serves == nil || s.serves[ns] }
+
+// Template returns the listed resource template clients know by the exposed URI template,
+// or nil.
+func (s *Snapshot) Template(uriTemplate string) *Entry { return s.templateEntries[uriTemplate] }
+
+// Owner finds the upstream of an exposed URI as ResolveURI does, but in the whole catalog and
+// whatever filters and profiles say: for undoing what a client did earlier (unsubscribing),
+// never for reading.
+func (s *Snapshot) Owner(uri string) (ns *Namespace, original string, ok bool) {
+	if e, ok := s.resources[uri]; ok {
+		return e.Namespace, e.Original, true
+	}
+	ns, original = s.unprefixed, uri
+	if scheme, o, ok := splitExposedURI(uri); ok {
+		if owner, ok := s.schemes[scheme]; ok {
+			ns, original = owner, o
+		}
+	}
+	return ns, original, ns != nil
 }
 
 // Profile returns the snapshot of the named profile taken at the same moment, or nil if
@@ -118,10 +190,10 @@ func (s *Snapshot) seal() {
 		}
 		s.version[k] = h.Sum64()
 	}
-	s.templates = map[*Namespace]glob.Set{}
+	s.templates = map[*Namespace][]*regexp.Regexp{}
 	for _, e := range s.lists[upstream.ResourceTemplates] {
-		if p := templatePattern(e.Exposed); p != nil {
-			s.templates[e.Namespace] = append(s.templates[e.Namespace], p)
+		if re := templatePattern(e.Exposed); re != nil {
+			s.templates[e.Namespace] = append(s.templates[e.Namespace], re)
 		}
 	}
 }
@@ -130,19 +202,22 @@ func (s *Snapshot) seal() {
 // URIs it reaches.
 func (s *Snapshot) restrict(p *Profile) *Snapshot {
 	ps := &Snapshot{
-		tools:      map[string]*Entry{},
-		prompts:    map[string]*Entry{},
-		resources:  map[string]*Entry{},
-		schemes:    map[string]*Namespace{},
-		statuses:   s.statuses,
-		collisions: s.collisions,
-		profile:    p,
+		tools:           map[string]*Entry{},
+		prompts:         map[string]*Entry{},
+		resources:       map[string]*Entry{},
+		templateEntries: map[string]*Entry{},
+		schemes:         map[string]*Namespace{},
+		statuses:        s.statuses,
+		profile:         p,
 	}
+	serves := map[*Namespace]bool{}
+	ps.serves = serves
 	for _, k := range upstream.Kinds {
 		for _, e := range s.lists[k] {
 			if !p.Admits(e.Namespace, k, e.Exposed) {
 				continue
 			}
+			serves[e.Namespace] = true
 			ps.lists[k] = append(ps.lists[k], e)
 			switch k {
 			case upstream.Tools:
@@ -151,7 +226,15 @@ func (s *Snapshot) restrict(p *Profile) *Snapshot {
 				ps.prompts[e.Exposed] = e
 			case upstream.Resources:
 				ps.resources[e.Exposed] = e
+			case upstream.ResourceTemplates:
+				ps.templateEntries[e.Exposed] = e
 			}
+		}
+	}
+	// A collision concerns the profile when the name it is about is listed there.
+	for _, c := range s.collisions {
+		if ps.listed(c.Kind, c.Name) {
+			ps.collisions = append(ps.collisions, c)
 		}
 	}
 	reaches := func(ns *Namespace) bool {
@@ -166,7 +249,7 @@ func (s *Snapshot) restrict(p *Profile) *Snapshot {
 		ps.unprefixed = s.unprefixed
 	}
 	for _, in := range s.instructions {
-		if p.reachesAny(in.ns) {
+		if serves[in.ns] {
 			ps.instructions = append(ps.instructions, in)
 		}
 	}
@@ -299,4 +382,20 @@ func (s *Snapshot) View() View {
 // exposed; true for the whole catalog.
 func (s *Snapshot) Admits(ns *Namespace, k upstream.Kind, exposed string) bool {
 	return s.profile == nil || s.profile.Admits(ns, k, exposed)
+}
+
+// listed reports whether the item of the kind labelled kind ("tool", …) named name is in the
+// snapshot's lists.
+func (s *Snapshot) listed(kind, name string) bool {
+	switch kind {
+	case kindLabels[upstream.Tools]:
+		return s.tools[name] != nil
+	case kindLabels[upstream.Prompts]:
+		return s.prompts[name] != nil
+	case kindLabels[upstream.Resources]:
+		return s.resources[name] != nil
+	case kindLabels[upstream.ResourceTemplates]:
+		return s.templateEntries[name] != nil
+	}
+	return false
 }

@@ -226,7 +226,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.conns.Store(upstreamClient(client), ue.shared)
 		g.upstreams = append(g.upstreams, ue)
 	}
-	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams}
+	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
+		return g.catalogOf(profile).Serves(ns)
+	}}
 	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
 	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
 	sources := make([]catalog.Source, len(g.upstreams))

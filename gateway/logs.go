@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -20,6 +21,9 @@ import (
 type sessionLogs struct {
 	router    *messageRouter
 	upstreams []*upstreamEntry
+	// serves reports whether the endpoint of a session's group (a profile, "" for /mcp)
+	// shows anything of an upstream, whose broadcast logs then reach its sessions.
+	serves func(group string, ns *catalog.Namespace) bool
 }
 
 // levelRank orders the RFC 5424 levels, debug lowest; -1 for an unknown level.
@@ -107,6 +111,9 @@ func (l *sessionLogs) deliver(c *conn, n *protocol.Notification, origin upstream
 		return
 	}
 	for _, s := range l.router.hub.Sessions() {
+		if !l.serves(s.Group(), c.upstream.ns) {
+			continue // a profile that shows nothing of this upstream
+		}
 		rec, err := l.router.store.Get(l.router.ctx, s.ID())
 		if err == nil && levelAllows(rec.LogLevel, level) {
 			_ = l.router.deliver(s.ID(), "", data)

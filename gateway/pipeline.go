@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/pipeline"
@@ -115,6 +116,11 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		target := pipeline.Target{Kind: pipeline.Resource, Exposed: uri}
 		ns, original, ok := snap.ResolveURI(uri)
+		if rq.Method == protocol.MethodUnsubscribe && !ok {
+			// Undoing a subscription needs only its owner: the URI may have stopped being
+			// readable since (a template no longer listed), and its updates must stop.
+			ns, original, ok = g.snapshot.Load().Owner(uri)
+		}
 		if !ok {
 			return &resolved{target: target}, &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + uri}
 		}
@@ -194,9 +200,15 @@ func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessa
 		ref["name"], _ = json.Marshal(original)
 	case "ref/resource":
 		_ = json.Unmarshal(ref["uri"], &exposed)
-		var ok bool
-		if ns, original, ok = snap.ResolveURI(exposed); !ok {
-			return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", exposed)
+		// A listed template, or a resource URI the client may read; a template the catalog
+		// does not list (dropped, or outside the profile) is unknown.
+		if e := snap.Template(exposed); e != nil {
+			ns, original = e.Namespace, e.Original
+		} else {
+			var ok bool
+			if ns, original, ok = snap.ResolveURI(exposed); !ok || strings.Contains(exposed, "{") {
+				return nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", exposed)
+			}
 		}
 		ref["uri"], _ = json.Marshal(original)
 	default:

@@ -200,6 +200,14 @@ func TestProfilesServeTheirOwnCatalogs(t *testing.T) {
 	if _, err := lean.ReadResource(ctx, &mcp.ReadResourceParams{URI: "alpha+file:///notes/1"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("a note on /mcp/lean: err = %v, want resource not found", err)
 	}
+	// A template outside the profile cannot be completed there; at /mcp it can.
+	complete := &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "alpha+file:///notes/{id}"}, Argument: mcp.CompleteParamsArgument{Name: "id", Value: "1"}}
+	if _, err := lean.Complete(ctx, complete); err == nil || !strings.Contains(err.Error(), "unknown resource template") {
+		t.Errorf("completion of a template outside /mcp/lean: err = %v, want unknown resource template", err)
+	}
+	if _, err := connect(t, tg.url, nil).Complete(ctx, complete); err != nil {
+		t.Errorf("completion of alpha's template at /mcp: %v", err)
+	}
 
 	many := connect(t, tg.url+"/many", nil)
 	tools := listTools(t, many)
