@@ -80,6 +80,16 @@ type nsText struct {
 // ok is false when no upstream can serve it, or when the upstream's resource filter or the
 // snapshot's profile leaves the URI out (unless it matches a listed template).
 func (s *Snapshot) ResolveURI(uri string) (ns *Namespace, original string, ok bool) {
+	ns, original, listed := s.owner(uri)
+	if ns == nil || !listed && !s.readable(ns, uri, original) {
+		return nil, "", false
+	}
+	return ns, original, true
+}
+
+// owner finds the upstream of an exposed URI and the URI in its own terms, and whether it is
+// a listed resource; a nil ns when no upstream can serve it.
+func (s *Snapshot) owner(uri string) (ns *Namespace, original string, listed bool) {
 	if e, ok := s.resources[uri]; ok {
 		return e.Namespace, e.Original, true
 	}
@@ -89,10 +99,7 @@ func (s *Snapshot) ResolveURI(uri string) (ns *Namespace, original string, ok bo
 			ns, original = owner, o
 		}
 	}
-	if ns == nil || !s.readable(ns, uri, original) {
-		return nil, "", false
-	}
-	return ns, original, true
+	return ns, original, false
 }
 
 // readable reports whether an unlisted URI of ns may be read: the whole catalog's own
@@ -164,15 +171,7 @@ func (s *Snapshot) Template(uriTemplate string) *Entry { return s.templateEntrie
 // whatever filters and profiles say: for undoing what a client did earlier (unsubscribing),
 // never for reading.
 func (s *Snapshot) Owner(uri string) (ns *Namespace, original string, ok bool) {
-	if e, ok := s.resources[uri]; ok {
-		return e.Namespace, e.Original, true
-	}
-	ns, original = s.unprefixed, uri
-	if scheme, o, ok := splitExposedURI(uri); ok {
-		if owner, ok := s.schemes[scheme]; ok {
-			ns, original = owner, o
-		}
-	}
+	ns, original, _ = s.owner(uri)
 	return ns, original, ns != nil
 }
 
