@@ -267,6 +267,10 @@ type Config struct {
 	// `audit`). If the key is absent, the trail is off.
 	Audit Audit
 
+	// SessionStore says where sessions live (key `session_store`): in memory, the default,
+	// or in Redis, shared by replicas.
+	SessionStore SessionStore
+
 	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
 	// at /mcp/<name> and exposes a subset of the catalog served at /mcp. Nil when absent.
 	Profiles []Profile
@@ -839,6 +843,7 @@ func applyDefaults(c *Config, ix *index) {
 	if !ix.has("audit.buffer") {
 		c.Audit.Buffer = defaultAuditBuffer
 	}
+	applyStoreDefaults(&c.SessionStore, ix)
 	for i := range c.Upstreams {
 		u, path := &c.Upstreams[i], upstreamPath(i)
 		if !ix.has(path + ".prefix") {

@@ -90,6 +90,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		PageSize:           100,
 		Upstreams:          ups,
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
+		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 	}
 }
 
@@ -192,7 +193,8 @@ audit:
 					File:                 "gw.yaml",
 					Line:                 17,
 				}},
-				Audit: config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 100},
+				Audit:        config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 100},
+				SessionStore: config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 			},
 		},
 		{
@@ -384,7 +386,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, upstreams, overrides, profiles)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -895,6 +897,7 @@ func TestLoadExample(t *testing.T) {
 		MaxCalls:           4096,
 		PageSize:           50,
 		Audit:              config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 4096},
+		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},

@@ -185,6 +185,7 @@ func (v *validator) settings(c *Config, w where) {
 		v.check(w, "page_size", fmt.Sprintf("must be from 1 to %d (default 100)", maxPageSize))
 	}
 	v.audit(&c.Audit, w)
+	v.sessionStore(&c.SessionStore, w)
 }
 
 // audit checks the settings of the audit trail.
