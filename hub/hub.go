@@ -40,6 +40,8 @@ type Options struct {
 	FinishedRetention time.Duration
 	// MaxStreams bounds the streams a session keeps; complete ones go first. If zero, 64.
 	MaxStreams int
+	// Log keeps what clients can resume beyond this process; nil keeps it here only.
+	Log EventLog
 }
 
 // Local is the in-process hub.

@@ -61,7 +61,7 @@ func TestResumeDeliversWhatTheDroppedConnectionMissed(t *testing.T) {
 		t.Fatalf("the answer after the drop: %v", err)
 	}
 
-	resumed, c2, err := s.Resume(st.EventID(1))
+	resumed, c2, err := s.Resume(context.Background(), st.EventID(1))
 	if err != nil || resumed != st {
 		t.Fatalf("Resume: %v, %v", resumed, err)
 	}
@@ -70,7 +70,7 @@ func TestResumeDeliversWhatTheDroppedConnectionMissed(t *testing.T) {
 		t.Errorf("resumed connection got %v (%v), want what came after event 1, complete", got, state)
 	}
 	// Resuming again from the priming event replays everything, once each.
-	_, c3, err := s.Resume(st.EventID(0))
+	_, c3, err := s.Resume(context.Background(), st.EventID(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +89,12 @@ func TestResumeRefusesIDsOfOtherSessionsAndUnknownStreams(t *testing.T) {
 	c.Detach()
 
 	for _, id := range []string{st.EventID(0), "nonsense", "", "x.1", st.ID() + ".x"} {
-		if _, _, err := b.Resume(id); !errors.Is(err, ErrUnknownStream) {
+		if _, _, err := b.Resume(context.Background(), id); !errors.Is(err, ErrUnknownStream) {
 			t.Errorf("session b resumed %q: %v, want ErrUnknownStream", id, err)
 		}
 	}
 	// An id past what the stream holds is no place to resume from.
-	if _, _, err := a.Resume(st.EventID(5)); !errors.Is(err, ErrEventsLost) {
+	if _, _, err := a.Resume(context.Background(), st.EventID(5)); !errors.Is(err, ErrEventsLost) {
 		t.Errorf("resume past the end: %v", err)
 	}
 }
@@ -127,7 +127,7 @@ func TestStreamLogIsBounded(t *testing.T) {
 		}
 		drain(c)
 	}
-	if _, _, err := s.Resume(st.EventID(1)); !errors.Is(err, ErrEventsLost) {
+	if _, _, err := s.Resume(context.Background(), st.EventID(1)); !errors.Is(err, ErrEventsLost) {
 		t.Errorf("resume from an event no longer held: %v, want ErrEventsLost", err)
 	}
 
@@ -167,7 +167,7 @@ func TestStandaloneStream(t *testing.T) {
 	if err := h.Deliver("a", "", []byte("list_changed")); err != nil {
 		t.Fatalf("Deliver to the standalone stream: %v", err)
 	}
-	_, c2, err := s.Resume(st.EventID(0))
+	_, c2, err := s.Resume(context.Background(), st.EventID(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestStandaloneStream(t *testing.T) {
 		t.Errorf("resumed standalone stream: %v", got)
 	}
 	// Another connection taking the stream over detaches the first.
-	_, c3, err := s.Resume(st.EventID(1))
+	_, c3, err := s.Resume(context.Background(), st.EventID(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestStandaloneStream(t *testing.T) {
 	if err != nil || st4 == st {
 		t.Fatalf("reopen: %v", err)
 	}
-	if _, _, err := s.Resume(st.EventID(1)); !errors.Is(err, ErrUnknownStream) {
+	if _, _, err := s.Resume(context.Background(), st.EventID(1)); !errors.Is(err, ErrUnknownStream) {
 		t.Errorf("resume of the replaced stream: %v", err)
 	}
 }
@@ -203,13 +203,13 @@ func TestCompleteStreamsAreKeptForTheRetentionPeriod(t *testing.T) {
 	_ = st.Put([]byte("result"), true)
 	drain(c)
 	c.Detach()
-	if _, _, err := s.Resume(st.EventID(0)); err != nil {
+	if _, _, err := s.Resume(context.Background(), st.EventID(0)); err != nil {
 		t.Fatalf("resume within the retention period: %v", err)
 	}
 	s.Stream(st.ID()).writer.Detach()
 	now = now.Add(2 * time.Minute)
 	h.Sweep(now)
-	if _, _, err := s.Resume(st.EventID(0)); !errors.Is(err, ErrUnknownStream) {
+	if _, _, err := s.Resume(context.Background(), st.EventID(0)); !errors.Is(err, ErrUnknownStream) {
 		t.Errorf("resume after the retention period: %v", err)
 	}
 	// A session keeps at most MaxStreams: at the cap, the oldest complete stream goes, never
@@ -303,14 +303,14 @@ func TestFinishedStreamIsKeptBriefly(t *testing.T) {
 	_ = st.Put([]byte("progress"), false)
 	drain(c)
 	c.Finish() // not complete yet: the same as Detach
-	_, c2, err := s.Resume(st.EventID(1))
+	_, c2, err := s.Resume(context.Background(), st.EventID(1))
 	if err != nil {
 		t.Fatalf("an unfinished stream was not kept: %v", err)
 	}
 	_ = st.Put([]byte("result"), true)
 	drain(c2)
 	c2.Finish()
-	if _, c3, err := s.Resume(st.EventID(1)); err != nil {
+	if _, c3, err := s.Resume(context.Background(), st.EventID(1)); err != nil {
 		t.Fatalf("resume just after the end: %v", err)
 	} else {
 		if got, _ := drain(c3); fmt.Sprint(got) != "[result]" {
@@ -320,7 +320,7 @@ func TestFinishedStreamIsKeptBriefly(t *testing.T) {
 	}
 	now = now.Add(11 * time.Second)
 	h.Sweep(now)
-	if _, _, err := s.Resume(st.EventID(2)); !errors.Is(err, ErrUnknownStream) {
+	if _, _, err := s.Resume(context.Background(), st.EventID(2)); !errors.Is(err, ErrUnknownStream) {
 		t.Errorf("resume of a finished stream after its short retention: %v, want ErrUnknownStream", err)
 	}
 }
@@ -364,7 +364,7 @@ func TestEventsHandedOutButNotWrittenStay(t *testing.T) {
 	if err := st.Put([]byte("d"), false); err != nil {
 		t.Fatalf("put d: %v", err)
 	}
-	_, c2, err := s.Resume(st.EventID(0))
+	_, c2, err := s.Resume(context.Background(), st.EventID(0))
 	if err != nil {
 		t.Fatalf("resume from the priming event: %v", err)
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 
@@ -219,7 +220,7 @@ func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
 // Resume attaches the caller to the stream that lastEventID came from, after that event: a
 // stream of this session only (mcp-notes §4.5). It fails with ErrUnknownStream for an id of
 // no stream of the session, ErrEventsLost when what came after it is no longer held.
-func (s *Session) Resume(lastEventID string) (*Stream, *Cursor, error) {
+func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cursor, error) {
 	streamID, seq, ok := splitEventID(lastEventID)
 	if !ok {
 		return nil, nil, ErrUnknownStream
@@ -227,8 +228,30 @@ func (s *Session) Resume(lastEventID string) (*Stream, *Cursor, error) {
 	s.mu.Lock()
 	st := s.streams[streamID]
 	s.mu.Unlock()
-	if st == nil {
-		return nil, nil, ErrUnknownStream
+	if st == nil || st.readBack() {
+		// Not produced here: the event log may hold it (a restart, another replica), and
+		// more of it each time.
+		replayed, err := s.replay(ctx, streamID, seq)
+		if err != nil {
+			return nil, nil, fmt.Errorf("resume from the event log: %w", err)
+		}
+		if replayed == nil && st == nil {
+			return nil, nil, ErrUnknownStream
+		}
+		if replayed != nil {
+			s.mu.Lock()
+			if s.ctx.Err() != nil {
+				s.mu.Unlock()
+				return nil, nil, ErrSessionEnded
+			}
+			if held := s.streams[streamID]; held == nil || held.readBack() {
+				s.streams[streamID] = replayed
+				st = replayed
+			} else {
+				st = held // produced here meanwhile: not expected, but the live one wins
+			}
+			s.mu.Unlock()
+		}
 	}
 	c, err := st.Attach(seq)
 	if errors.Is(err, ErrStreamDone) {

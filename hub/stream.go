@@ -56,6 +56,12 @@ type Stream struct {
 	streamed bool
 	// resumable is set once the client has an event id of this stream. Guarded by mu.
 	resumable bool
+	// logged is the highest sequence number appended to the hub's event log, loggedEnd
+	// whether its end was; fromLog marks a stream read back from that log, which is not
+	// written again. Guarded by mu.
+	logged    uint64
+	loggedEnd bool
+	fromLog   bool
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it
@@ -122,6 +128,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 	} else {
 		s.streamed = true
 	}
+	s.logLocked()
 	s.wakeLocked()
 	s.mu.Unlock()
 	return nil
@@ -149,6 +156,7 @@ func (s *Stream) Unanswered() {
 	defer s.mu.Unlock()
 	if !s.dropped && !s.complete {
 		s.answeredLocked()
+		s.logLocked()
 		s.wakeLocked()
 	}
 }
@@ -306,6 +314,7 @@ func (c *Cursor) MarkResumable() {
 	s := c.stream
 	s.mu.Lock()
 	s.resumable = true
+	s.logLocked()
 	s.mu.Unlock()
 }
 
