@@ -36,6 +36,8 @@ var allowed = map[string][]string{
 	"internal/heapfloor":    {},
 	"internal/demo":         {},
 	"internal/testclock":    {},
+	"internal/tcprelay":     {},
+	"internal/testredis":    {},
 }
 
 func TestImportsPointOneWay(t *testing.T) {
