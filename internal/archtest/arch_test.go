@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	"internal/demo":         {},
 	"internal/testclock":    {},
 	"internal/tcprelay":     {},
+	"session/storetest":     {"session", "internal/testclock"},
 	"internal/testredis":    {},
 }
 

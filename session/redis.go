@@ -1,0 +1,696 @@
+package session
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// RedisOptions configures a RedisStore. Exactly one of URL, SentinelMaster (with
+// SentinelAddrs) and ClusterAddrs names the server.
+type RedisOptions struct {
+	// URL names a single server: redis://[user:password@]host:port[/db], rediss://… for TLS,
+	// or unix:///path. The user (an ACL user) and password are taken from it; the timeouts
+	// and pool size below replace any given in its query.
+	URL string
+
+	// SentinelMaster and SentinelAddrs name a master watched by Redis Sentinel: its name
+	// and the sentinels' host:port addresses. SentinelUsername and SentinelPassword
+	// authenticate to the sentinels, when they require it.
+	SentinelMaster   string
+	SentinelAddrs    []string
+	SentinelUsername string
+	SentinelPassword string
+	// DB is the database of the Sentinel form. If zero, database 0. (The URL form names its
+	// database in the URL; a cluster has only database 0.)
+	DB int
+
+	// ClusterAddrs are host:port addresses of nodes of a Redis Cluster, to discover it from.
+	ClusterAddrs []string
+
+	// Username and Password authenticate to the servers of the Sentinel and Cluster forms
+	// (Redis ACL; a password alone for requirepass). The URL form carries its own.
+	Username string
+	Password string
+	// TLSConfig, if not nil, makes connections use TLS with it (with any form; rediss:// in
+	// a URL alone uses TLS with the system's roots). The store does not modify it.
+	TLSConfig *tls.Config
+
+	// KeyPrefix begins every key the store writes, so that stores (and other users of the
+	// server) can share it. It must not contain '{' or '}'. If empty, "manifold".
+	KeyPrefix string
+
+	// DialTimeout, ReadTimeout and WriteTimeout bound connecting to a server, and waiting
+	// for its answer or to send it a command. If zero, 2s, 1s and 1s. A store operation
+	// fails, whatever its context, at the latest when their sum has passed: a request must
+	// not hang on a Redis that has gone.
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// PoolSize is the number of connections kept per server. If zero, go-redis's default
+	// (10 per GOMAXPROCS).
+	PoolSize int
+
+	// MaxSessions caps the live sessions of all stores that share the server and key
+	// prefix (all replicas). If zero, there is no cap.
+	MaxSessions int
+	// IdleTimeout is how long a session lives unused: the ttl of its keys, put off by
+	// Touch. Required (> 0).
+	IdleTimeout time.Duration
+
+	// Now returns the current time, for what does not decide expiry: the CreatedAt of new
+	// sessions, task records' Created and Ended. Expiry runs on Redis's clock. If nil,
+	// time.Now is used.
+	Now func() time.Time
+	// Logger receives a line for each stored record the store cannot read. If nil, nothing
+	// is logged.
+	Logger *slog.Logger
+}
+
+// Defaults of RedisOptions.
+const (
+	defaultRedisKeyPrefix    = "manifold"
+	defaultRedisDialTimeout  = 2 * time.Second
+	defaultRedisReadTimeout  = time.Second
+	defaultRedisWriteTimeout = time.Second
+)
+
+// RedisStore is a Store in Redis, shared by the gateway's replicas: any replica serves any
+// session. It is safe for concurrent use.
+//
+// Keys. Every key of a session is hash-tagged by the session's hash (the first 32 hex
+// digits of the SHA-256 of its id), so that all of them live in one cluster slot:
+//
+//	<prefix>:{<hash>}:rec     the record (JSON)
+//	<prefix>:{<hash>}:rev     reverse records by the gateway's request id (hash)
+//	<prefix>:{<hash>}:tasks   task records by task id (hash)
+//	<prefix>:{<hash>}:tdl     task ids by ttl deadline (sorted set)
+//	<prefix>:{<hash>}:tend    ended tasks, in the order they make room (sorted set)
+//	<prefix>:{<hash>}:idx     the session's global index keys and their values (hash)
+//
+// and global keys find records by what is not a session id:
+//
+//	<prefix>:sessions              session hashes by expiry (sorted set): the MaxSessions cap
+//	<prefix>:revup:<hash>          reverse record by upstream and upstream request id
+//	<prefix>:task:<hash>           task by task id
+//	<prefix>:taskup:<hash>         task by upstream and upstream task id
+//
+// A session id is a bearer secret: no key or value holds one, and none is sent to the
+// server (MONITOR shows values too). Records name their session by its hash, and the store
+// fills SessionID back in when it reads them: from the caller's argument where it names
+// the session, else from the ids of the sessions this store created or read (Create, Get,
+// Update, Touch), forgotten when a session is deleted or Expire finds it gone. A record of
+// a session this replica never saw is returned with SessionID "" (and, if its upstream key
+// names the session, Upstream ""): the gateway reads each session before it serves one of
+// its requests, so this happens only for a session that no client of this replica uses.
+//
+// Expiry. Every key carries a ttl: the session's keys IdleTimeout after it was last used,
+// the global index keys IdleTimeout after they were last refreshed. Get reads the record
+// and its ttl in one round trip and does not put it off; Touch puts off all of the
+// session's ttls (and its score in the cap's index) only once less than half of
+// IdleTimeout is left, as far as this store knows from its last Create, Get, Update or
+// Touch, so that most Touches cost no round trip. Delete removes every key of the session
+// at once, so that it is unknown to all replicas from then on. Records are never cached:
+// each Get reads Redis.
+//
+// Stored values are JSON with a schema version; a record this build cannot read (a newer
+// version, or garbage) is reported as ErrUndecodable, which wraps ErrNotFound.
+//
+// Every operation is bounded by the sum of the timeouts (4s by default), and go-redis does
+// not retry: a Redis that does not answer is an error, not a wait.
+type RedisStore struct {
+	opts   RedisOptions
+	client redis.UniversalClient
+	logger *slog.Logger
+	// opTimeout bounds each operation: DialTimeout + ReadTimeout + WriteTimeout.
+	opTimeout time.Duration
+	// sessionsKey is the index of live sessions (MaxSessions).
+	sessionsKey string
+
+	mu sync.Mutex
+	// known holds the sessions this store created or read, by hash: their ids, and when
+	// their keys were last known to expire. Guarded by mu. Invariant: an entry goes when its
+	// session is deleted here or Expire finds it gone, so that it holds at most the live
+	// sessions seen here plus those that ended since the last Expire.
+	known map[string]knownSession
+}
+
+// knownSession is a session this store has seen.
+type knownSession struct {
+	id string
+	// expires is when its keys were last known to expire, on this process's monotonic
+	// clock.
+	expires time.Time
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns a RedisStore configured by opts, which it copies. It does not
+// connect: call Ping to learn whether the server answers. It fails if opts are incomplete
+// or contradictory, naming every problem.
+func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
+	if opts == nil {
+		return nil, errors.New("session store: redis: no options: a server and IdleTimeout are required")
+	}
+	o := *opts
+	o.SentinelAddrs = append([]string(nil), opts.SentinelAddrs...)
+	o.ClusterAddrs = append([]string(nil), opts.ClusterAddrs...)
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = defaultRedisKeyPrefix
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = defaultRedisDialTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = defaultRedisReadTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = defaultRedisWriteTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	client, err := newRedisClient(&o)
+	if err != nil {
+		return nil, fmt.Errorf("session store: redis: %w", err)
+	}
+	return &RedisStore{
+		opts:        o,
+		client:      client,
+		logger:      logger,
+		opTimeout:   o.DialTimeout + o.ReadTimeout + o.WriteTimeout,
+		sessionsKey: o.KeyPrefix + ":sessions",
+		known:       map[string]knownSession{},
+	}, nil
+}
+
+// newRedisClient validates o, with defaults applied, and builds its client.
+func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
+	var problems []error
+	forms := 0
+	for _, set := range []bool{o.URL != "", o.SentinelMaster != "" || len(o.SentinelAddrs) > 0, len(o.ClusterAddrs) > 0} {
+		if set {
+			forms++
+		}
+	}
+	switch {
+	case forms == 0:
+		problems = append(problems, errors.New("no server: set URL, SentinelMaster and SentinelAddrs, or ClusterAddrs"))
+	case forms > 1:
+		problems = append(problems, errors.New("more than one server: set only one of URL, SentinelMaster and SentinelAddrs, or ClusterAddrs"))
+	}
+	if (o.SentinelMaster == "") != (len(o.SentinelAddrs) == 0) {
+		problems = append(problems, errors.New("SentinelMaster and SentinelAddrs go together"))
+	}
+	if o.URL != "" && (o.Username != "" || o.Password != "") {
+		problems = append(problems, errors.New("Username and Password are for the Sentinel and Cluster forms: put the credentials in the URL"))
+	}
+	if o.DB != 0 && o.SentinelMaster == "" {
+		problems = append(problems, errors.New("DB is for the Sentinel form: put the database in the URL"))
+	}
+	if strings.ContainsAny(o.KeyPrefix, "{}") {
+		problems = append(problems, fmt.Errorf("KeyPrefix %q contains '{' or '}', which would break the keys' hash tags", o.KeyPrefix))
+	}
+	if o.IdleTimeout <= 0 {
+		problems = append(problems, fmt.Errorf("IdleTimeout is %v, must be positive", o.IdleTimeout))
+	} else if o.IdleTimeout < 2*time.Millisecond {
+		problems = append(problems, fmt.Errorf("IdleTimeout %v is below Redis's resolution", o.IdleTimeout))
+	}
+	for name, d := range map[string]time.Duration{"DialTimeout": o.DialTimeout, "ReadTimeout": o.ReadTimeout, "WriteTimeout": o.WriteTimeout} {
+		if d < 0 {
+			problems = append(problems, fmt.Errorf("%s is %v, must not be negative", name, d))
+		}
+	}
+	if o.PoolSize < 0 {
+		problems = append(problems, fmt.Errorf("PoolSize is %d, must not be negative", o.PoolSize))
+	}
+	if o.MaxSessions < 0 {
+		problems = append(problems, fmt.Errorf("MaxSessions is %d, must not be negative", o.MaxSessions))
+	}
+	var url *redis.Options
+	if o.URL != "" {
+		var err error
+		if url, err = redis.ParseURL(o.URL); err != nil {
+			problems = append(problems, fmt.Errorf("URL: %w", err))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+
+	// Fail fast: no command retries (a retry could run a script twice), one dial per
+	// attempt, and the context's deadline bounds every socket operation.
+	const noRetries = -1
+	disabled := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	switch {
+	case url != nil:
+		url.DialTimeout, url.ReadTimeout, url.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
+		if o.PoolSize > 0 {
+			url.PoolSize = o.PoolSize
+		}
+		if o.TLSConfig != nil {
+			tc := o.TLSConfig.Clone()
+			if tc.ServerName == "" {
+				tc.ServerName, _, _ = net.SplitHostPort(url.Addr)
+			}
+			url.TLSConfig = tc
+		}
+		url.MaxRetries, url.DialerRetries, url.ContextTimeoutEnabled = noRetries, 1, true
+		url.DisableIdentity = true
+		url.MaintNotificationsConfig = disabled
+		return redis.NewClient(url), nil
+	case o.SentinelMaster != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            o.SentinelMaster,
+			SentinelAddrs:         o.SentinelAddrs,
+			SentinelUsername:      o.SentinelUsername,
+			SentinelPassword:      o.SentinelPassword,
+			Username:              o.Username,
+			Password:              o.Password,
+			DB:                    o.DB,
+			TLSConfig:             cloneTLS(o.TLSConfig),
+			DialTimeout:           o.DialTimeout,
+			ReadTimeout:           o.ReadTimeout,
+			WriteTimeout:          o.WriteTimeout,
+			PoolSize:              o.PoolSize,
+			MaxRetries:            noRetries,
+			DialerRetries:         1,
+			ContextTimeoutEnabled: true,
+			DisableIdentity:       true,
+		}), nil
+	default:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                    o.ClusterAddrs,
+			Username:                 o.Username,
+			Password:                 o.Password,
+			TLSConfig:                cloneTLS(o.TLSConfig),
+			DialTimeout:              o.DialTimeout,
+			ReadTimeout:              o.ReadTimeout,
+			WriteTimeout:             o.WriteTimeout,
+			PoolSize:                 o.PoolSize,
+			MaxRetries:               noRetries,
+			DialerRetries:            1,
+			ContextTimeoutEnabled:    true,
+			DisableIdentity:          true,
+			MaintNotificationsConfig: disabled,
+		}), nil
+	}
+}
+
+func cloneTLS(c *tls.Config) *tls.Config {
+	if c == nil {
+		return nil
+	}
+	return c.Clone()
+}
+
+// Ping reports whether the server answers, within the store's timeouts: for a readiness
+// check.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return opError(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Close closes the store's connections. The sessions stay in Redis. Close may be called
+// more than once; no other method may be called after it.
+func (s *RedisStore) Close() error {
+	if err := s.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("session store: close: %w", err)
+	}
+	return nil
+}
+
+// opError is the error of operation op that failed with err: it names the store and the
+// operation, and says so when the operation's context (the caller's, bounded by the store's
+// timeouts) has ended, which go-redis reports as a mere i/o timeout.
+func opError(ctx context.Context, op string, err error) error {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded // the connection's deadline, the context's, passed first
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("session store: %s: %w (%w)", op, err, cerr)
+	}
+	return fmt.Errorf("session store: %s: %w", op, err)
+}
+
+// bound derives the context of one operation: ctx, ending at the latest after the store's
+// timeouts.
+func (s *RedisStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opTimeout)
+}
+
+// sessionKeys are the keys of one session.
+type sessionKeys struct {
+	hash                            string
+	rec, rev, tasks, tdl, tend, idx string
+}
+
+func (s *RedisStore) keysOf(hash string) sessionKeys {
+	base := s.opts.KeyPrefix + ":{" + hash + "}:"
+	return sessionKeys{
+		hash: hash,
+		rec:  base + "rec", rev: base + "rev", tasks: base + "tasks",
+		tdl: base + "tdl", tend: base + "tend", idx: base + "idx",
+	}
+}
+
+// all lists every key of the session, the record first.
+func (k sessionKeys) all() []string {
+	return []string{k.rec, k.rev, k.tasks, k.tdl, k.tend, k.idx}
+}
+
+// globalKey names a global index key from its name in a session's index hash.
+func (s *RedisStore) globalKey(name string) string { return s.opts.KeyPrefix + ":" + name }
+
+// ttlMillis is IdleTimeout in the milliseconds Redis counts in.
+func (s *RedisStore) ttlMillis() int64 { return max(s.opts.IdleTimeout.Milliseconds(), 1) }
+
+// learn records that session id (of hash) exists and that its keys expire at expires.
+func (s *RedisStore) learn(hash, id string, expires time.Time) {
+	s.mu.Lock()
+	s.known[hash] = knownSession{id: id, expires: expires}
+	s.mu.Unlock()
+}
+
+// forget drops session hash from the sessions this store knows.
+func (s *RedisStore) forget(hash string) {
+	s.mu.Lock()
+	delete(s.known, hash)
+	s.mu.Unlock()
+}
+
+// idOf returns the id of session hash if this store knows it, else "".
+func (s *RedisStore) idOf(hash string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.known[hash].id
+}
+
+// undecodable logs that a stored record could not be read, naming the session by its
+// fingerprint only, and returns err.
+func (s *RedisStore) undecodable(op, what, hash string, err error) error {
+	s.logger.Warn("session store: a stored record cannot be read: it is treated as absent",
+		"op", op, "record", what, "session", hash[:min(12, len(hash))], "error", err.Error())
+	return err
+}
+
+// Create implements Store. It fails with ErrLimit when the sessions of all stores sharing
+// the server and prefix number MaxSessions.
+func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
+	rec.ID = NewID()
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = s.opts.Now()
+	}
+	hash := sessionHash(rec.ID)
+	k := s.keysOf(hash)
+	value, err := encodeRecord(&rec, hash)
+	if err != nil {
+		return nil, opError(ctx, "create", err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	ttl := s.ttlMillis()
+	start := time.Now()
+	// The record is written beside its admission, in one round trip, and removed again if
+	// the cap refuses it: its id was never handed out, so no one can have read it.
+	pipe := s.client.Pipeline()
+	admit := scriptAdmit.Eval(ctx, pipe, []string{s.sessionsKey}, hash, ttl, s.opts.MaxSessions)
+	pipe.Set(ctx, k.rec, value, time.Duration(ttl)*time.Millisecond)
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.bestEffort(ctx, func(p redis.Pipeliner) {
+			p.Del(ctx, k.rec)
+			p.ZRem(ctx, s.sessionsKey, hash)
+		})
+		return nil, opError(ctx, "create", err)
+	}
+	if n, _ := admit.Int(); n != 1 {
+		s.bestEffort(ctx, func(p redis.Pipeliner) { p.Del(ctx, k.rec) })
+		return nil, ErrLimit
+	}
+	s.learn(hash, rec.ID, start.Add(time.Duration(ttl)*time.Millisecond))
+	return &rec, nil
+}
+
+// bestEffort sends commands whose failure changes nothing for the caller (the cleanup of
+// what has failed, or of what a ttl removes anyway).
+func (s *RedisStore) bestEffort(ctx context.Context, build func(redis.Pipeliner)) {
+	pipe := s.client.Pipeline()
+	build(pipe)
+	_, _ = pipe.Exec(ctx)
+}
+
+// Get implements Store. It reads the record in one round trip: with its ttl when this store
+// does not know the session yet, alone when it does (what Touch needs to know it learnt
+// then, or when it last renewed the ttl itself; another replica's renewal only makes it
+// renew earlier than needed).
+func (s *RedisStore) Get(ctx context.Context, id string) (*Record, error) {
+	hash := sessionHash(id)
+	k := s.keysOf(hash)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	s.mu.Lock()
+	_, known := s.known[hash]
+	s.mu.Unlock()
+	start := time.Now()
+	var (
+		value string
+		err   error
+		pttl  *redis.DurationCmd
+	)
+	if known {
+		value, err = s.client.Get(ctx, k.rec).Result()
+	} else {
+		pipe := s.client.Pipeline()
+		get := pipe.Get(ctx, k.rec)
+		pttl = pipe.PTTL(ctx, k.rec)
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		value, err = get.Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, opError(ctx, "get", err)
+	}
+	rec, err := decodeRecord(value, id, hash)
+	if err != nil {
+		return nil, s.undecodable("get", "session", hash, err)
+	}
+	if pttl != nil {
+		if left := pttl.Val(); left > 0 {
+			s.learn(hash, id, start.Add(left))
+		}
+	}
+	return rec, nil
+}
+
+// Touch implements Store. It costs a round trip only when less than half of the session's
+// ttl is left, as far as this store knows, or when it does not know the session.
+func (s *RedisStore) Touch(ctx context.Context, id string) error {
+	hash := sessionHash(id)
+	s.mu.Lock()
+	e, ok := s.known[hash]
+	s.mu.Unlock()
+	if ok && time.Until(e.expires) > s.opts.IdleTimeout/2 {
+		return nil
+	}
+	return s.refresh(ctx, id, hash)
+}
+
+// refresh puts off the expiry of all of a session's keys to IdleTimeout from now: the
+// session's own keys and its score in the index of live sessions in one round trip, its
+// global index keys, if it has any, in a second.
+func (s *RedisStore) refresh(ctx context.Context, id, hash string) error {
+	k := s.keysOf(hash)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	ttl := s.ttlMillis()
+	start := time.Now()
+	pipe := s.client.Pipeline()
+	keys := scriptRefresh.Eval(ctx, pipe, k.all(), ttl)
+	scriptIndexTouch.Eval(ctx, pipe, []string{s.sessionsKey}, hash, ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return opError(ctx, "touch", err)
+	}
+	res, err := keys.Slice()
+	if err != nil {
+		return opError(ctx, "touch", err)
+	}
+	if n, _ := res[0].(int64); n != 1 {
+		return nil // an unknown session is not an error
+	}
+	s.learn(hash, id, start.Add(time.Duration(ttl)*time.Millisecond))
+	if len(res) == 1 {
+		return nil
+	}
+	pipe = s.client.Pipeline()
+	for _, name := range res[1:] {
+		if name, ok := name.(string); ok {
+			pipe.PExpire(ctx, s.globalKey(name), time.Duration(ttl)*time.Millisecond)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return opError(ctx, "touch: index keys", err)
+	}
+	return nil
+}
+
+// maxUpdateTries bounds the attempts of an Update that races other Updates of the session.
+const maxUpdateTries = 16
+
+// Update implements Store. It reads the record, applies change, and stores the result if
+// the record has not changed meanwhile (else it starts over); the record keeps its ttl.
+func (s *RedisStore) Update(ctx context.Context, id string, change func(*Record)) (*Record, error) {
+	hash := sessionHash(id)
+	k := s.keysOf(hash)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	for range maxUpdateTries {
+		old, err := s.client.Get(ctx, k.rec).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, opError(ctx, "update", err)
+		}
+		rec, err := decodeRecord(old, id, hash)
+		if err != nil {
+			return nil, s.undecodable("update", "session", hash, err)
+		}
+		change(rec)
+		rec.ID = id
+		value, err := encodeRecord(rec, hash)
+		if err != nil {
+			return nil, opError(ctx, "update", err)
+		}
+		start := time.Now()
+		res, err := scriptUpdate.Run(ctx, s.client, []string{k.rec}, old, value).Int64Slice()
+		if err != nil {
+			return nil, opError(ctx, "update", err)
+		}
+		if len(res) == 0 {
+			return nil, errors.New("session store: update: an empty answer")
+		}
+		switch res[0] {
+		case -1:
+			return nil, ErrNotFound
+		case 0:
+			continue // changed meanwhile
+		}
+		if len(res) > 1 && res[1] > 0 {
+			s.learn(hash, id, start.Add(time.Duration(res[1])*time.Millisecond))
+		}
+		return rec, nil
+	}
+	return nil, fmt.Errorf("session store: update: the record kept changing (%d tries)", maxUpdateTries)
+}
+
+// Delete implements Store. The session's keys go in one step, its global index keys in a
+// second (they lead nowhere once the session's keys are gone).
+func (s *RedisStore) Delete(ctx context.Context, id string) error {
+	hash := sessionHash(id)
+	k := s.keysOf(hash)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	idx := scriptDelete.Eval(ctx, pipe, k.all())
+	pipe.ZRem(ctx, s.sessionsKey, hash)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return opError(ctx, "delete", err)
+	}
+	s.forget(hash)
+	entries, _ := idx.StringSlice()
+	if err := s.deleteIndexEntries(ctx, entries, nil); err != nil {
+		return opError(ctx, "delete", err)
+	}
+	return nil
+}
+
+// deleteIndexEntries deletes the global index keys of entries (name, value, ...) that
+// still hold those values, except those in keep (name → value).
+func (s *RedisStore) deleteIndexEntries(ctx context.Context, entries []string, keep map[string]string) error {
+	pipe := s.client.Pipeline()
+	for i := 0; i+1 < len(entries); i += 2 {
+		name, value := entries[i], entries[i+1]
+		if v, ok := keep[name]; ok && v == value {
+			continue
+		}
+		scriptDeleteIfEqual.Eval(ctx, pipe, []string{s.globalKey(name)}, value)
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("index keys: %w", err)
+	}
+	return nil
+}
+
+// expireBatch is how many sessions one pipeline of Expire asks about.
+const expireBatch = 1000
+
+// Expire implements Store. Redis ends idle sessions itself, by their ttl: cutoff is ignored.
+// Expire reports the sessions this store knows (it created or read them) whose record has
+// gone since, by expiry or by a Delete of another replica, each once, and forgets them; it
+// also drops the expired members of the index of live sessions. (A Get that read a session
+// just before it ended may make it known again, and so reported again.)
+func (s *RedisStore) Expire(ctx context.Context, _ time.Time) ([]string, error) {
+	s.mu.Lock()
+	hashes := make([]string, 0, len(s.known))
+	for h := range s.known {
+		hashes = append(hashes, h)
+	}
+	s.mu.Unlock()
+
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	// All of them are asked about before any is forgotten, so that a failure loses none.
+	var goneHashes []string
+	for start := 0; start < len(hashes) || start == 0; start += expireBatch {
+		batch := hashes[start:min(start+expireBatch, len(hashes))]
+		pipe := s.client.Pipeline()
+		if start == 0 {
+			scriptIndexPrune.Eval(ctx, pipe, []string{s.sessionsKey})
+		}
+		exists := make([]*redis.IntCmd, len(batch))
+		for i, h := range batch {
+			exists[i] = pipe.Exists(ctx, s.keysOf(h).rec)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, opError(ctx, "expire", err)
+		}
+		for i, h := range batch {
+			if exists[i].Val() == 0 {
+				goneHashes = append(goneHashes, h)
+			}
+		}
+	}
+	var gone []string
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range goneHashes {
+		if e, ok := s.known[h]; ok {
+			delete(s.known, h)
+			gone = append(gone, e.id)
+		}
+	}
+	return gone, nil
+}

@@ -1,0 +1,205 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LoggedEvent is one event of a stream's log: its sequence number in the stream and the
+// message.
+type LoggedEvent struct {
+	Seq  uint64
+	Data []byte
+}
+
+// EventLogOptions configures a RedisEventLog.
+type EventLogOptions struct {
+	// Retention is how long a stream's events stay after its last append (its key's TTL). If
+	// zero, a minute.
+	Retention time.Duration
+	// MaxEvents caps the events kept per stream (approximately: Redis trims in whole nodes).
+	// If zero, 1000.
+	MaxEvents int64
+	// Queue is how many appends may wait to be written; one that finds it full is dropped
+	// and counted, so that a slow Redis never holds up a stream. If zero, 4096.
+	Queue int
+}
+
+// RedisEventLog keeps the events of sessions' SSE streams in Redis Streams, one per stream,
+// under the session's hashed key (…:{hash}:ev:<stream>), so that a client can resume a stream
+// with Last-Event-ID wherever the log is read. Appends are queued and written by one
+// goroutine in pipelines, off the request's path; Replay reads directly. Entry ids are the
+// events' sequence numbers (seq+1, so that the priming event 0 never needs one), so an event
+// appended twice is refused by Redis rather than stored twice; a stream's end is an entry
+// marked "end".
+type RedisEventLog struct {
+	store *RedisStore
+	opts  EventLogOptions
+
+	queue   chan logAppend
+	dropped atomic.Int64
+	failed  atomic.Int64
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// logAppend is one queued append.
+type logAppend struct {
+	key      string
+	events   []LoggedEvent
+	complete bool
+}
+
+// NewEventLog returns an event log on the store's Redis; Close stops its writer.
+func (s *RedisStore) NewEventLog(opts *EventLogOptions) *RedisEventLog {
+	var o EventLogOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Retention <= 0 {
+		o.Retention = time.Minute
+	}
+	if o.MaxEvents <= 0 {
+		o.MaxEvents = 1000
+	}
+	if o.Queue <= 0 {
+		o.Queue = 4096
+	}
+	l := &RedisEventLog{store: s, opts: o, queue: make(chan logAppend, o.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.write()
+	return l
+}
+
+// key is the Redis key of a stream's log.
+func (l *RedisEventLog) key(sessionID, streamID string) string {
+	return l.store.opts.KeyPrefix + ":{" + sessionHash(sessionID) + "}:ev:" + streamID
+}
+
+// Append queues a stream's events, in order, and its end when complete. It never blocks: past
+// the queue's size the append is dropped and counted (the stream then resumes only where it
+// is held).
+func (l *RedisEventLog) Append(sessionID, streamID string, events []LoggedEvent, complete bool) {
+	op := logAppend{key: l.key(sessionID, streamID), events: events, complete: complete}
+	select {
+	case l.queue <- op:
+	default:
+		if l.dropped.Add(1) == 1 {
+			l.store.logger.Warn("the event log's queue is full: appends are dropped; those streams resume only on the replica that holds them", "queue", l.opts.Queue)
+		}
+	}
+}
+
+// write takes queued appends and writes them in pipelines until Close.
+func (l *RedisEventLog) write() {
+	defer close(l.done)
+	const batch = 256
+	for {
+		var ops []logAppend
+		select {
+		case op := <-l.queue:
+			ops = append(ops, op)
+		case <-l.stop:
+			// Write what is queued, then stop.
+			for {
+				select {
+				case op := <-l.queue:
+					ops = append(ops, op)
+					continue
+				default:
+				}
+				break
+			}
+			if len(ops) > 0 {
+				l.flush(ops)
+			}
+			return
+		}
+	more:
+		for len(ops) < batch {
+			select {
+			case op := <-l.queue:
+				ops = append(ops, op)
+			default:
+				break more
+			}
+		}
+		l.flush(ops)
+	}
+}
+
+// flush writes appends in one pipeline. An entry Redis refuses because its id is not above
+// the stream's last (written before) is not an error.
+func (l *RedisEventLog) flush(ops []logAppend) {
+	ctx, cancel := l.store.bound(context.Background())
+	defer cancel()
+	pipe := l.store.client.Pipeline()
+	for _, op := range ops {
+		for _, e := range op.events {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true,
+				ID: strconv.FormatUint(e.Seq+1, 10) + "-0", Values: []any{"d", e.Data}})
+		}
+		if op.complete {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "*", Values: []any{"end", "1"}})
+		}
+		pipe.PExpire(ctx, op.key, l.opts.Retention)
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !strings.Contains(e.Error(), "equal or smaller than the target stream top item") {
+			if l.failed.Add(1) == 1 || l.failed.Load()%1000 == 0 {
+				l.store.logger.Warn("writing to the event log failed; those streams resume only on the replica that holds them", "failures", l.failed.Load(), "error", e.Error())
+			}
+			return
+		}
+	}
+}
+
+// Replay returns a stream's events after sequence number after, in order, and whether the
+// stream is complete. An unknown stream (another session's, expired, never logged) is no
+// events and no error.
+func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) ([]LoggedEvent, bool, error) {
+	ctx, cancel := l.store.bound(ctx)
+	defer cancel()
+	entries, err := l.store.client.XRange(ctx, l.key(sessionID, streamID), strconv.FormatUint(after+2, 10)+"-0", "+").Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("event log: replay: %w", err)
+	}
+	var events []LoggedEvent
+	complete := false
+	for _, e := range entries {
+		if _, ok := e.Values["end"]; ok {
+			complete = true
+			continue
+		}
+		ms, _, _ := strings.Cut(e.ID, "-")
+		n, err := strconv.ParseUint(ms, 10, 64)
+		data, ok := e.Values["d"].(string)
+		if err != nil || n == 0 || !ok {
+			continue // not an entry of ours
+		}
+		events = append(events, LoggedEvent{Seq: n - 1, Data: []byte(data)})
+	}
+	return events, complete, nil
+}
+
+// Dropped returns how many appends were dropped because the queue was full.
+func (l *RedisEventLog) Dropped() int64 { return l.dropped.Load() }
+
+// Close writes what is queued and stops the writer. It may be called more than once.
+func (l *RedisEventLog) Close() error {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+	return nil
+}
