@@ -15,6 +15,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -95,7 +96,13 @@ func emptyGateway(tb testing.TB, opts *Options) *Gateway {
 // real HTTP handler.
 func benchGateway(b testing.TB, upstreams, tools int) *Gateway {
 	b.Helper()
-	cfg, err := config.Parse("bench.yaml", []byte("max_sessions: 100000\nupstreams: []\n"), nil)
+	return benchGatewayOn(b, upstreams, tools, "")
+}
+
+// benchGatewayOn is benchGateway with more top-level settings (a session store).
+func benchGatewayOn(b testing.TB, upstreams, tools int, settings string) *Gateway {
+	b.Helper()
+	cfg, err := config.Parse("bench.yaml", []byte("max_sessions: 100000\n"+settings+"upstreams: []\n"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +161,11 @@ func initSession(b testing.TB, h http.Handler) string {
 // BenchmarkCallToolThroughHandler is one tools/call through the whole HTTP handler (session
 // lookup, decode, routing, params rewrite, encode) against an upstream that answers at once.
 func BenchmarkCallToolThroughHandler(b *testing.B) {
-	g := benchGateway(b, 20, 100)
+	benchCallTool(b, benchGateway(b, 20, 100))
+}
+
+// benchCallTool measures one tools/call after another through g's handler.
+func benchCallTool(b *testing.B, g *Gateway) {
 	h := g.Handler()
 	sid := initSession(b, h)
 	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up13__tool_042","arguments":{"text":"hello"},"_meta":{"progressToken":"p1"}}}`
@@ -164,6 +175,13 @@ func BenchmarkCallToolThroughHandler(b *testing.B) {
 			b.Fatalf("%d %s", rec.Code, rec.Body)
 		}
 	}
+}
+
+// BenchmarkCallToolRedisStore is BenchmarkCallToolThroughHandler with the sessions in the
+// Redis at 127.0.0.1:6379 (skipped when none answers): what the store adds to a call.
+func BenchmarkCallToolRedisStore(b *testing.B) {
+	addr := testredis.Addr(b)
+	benchCallTool(b, benchGatewayOn(b, 20, 100, fmt.Sprintf("session_store: {type: redis, url: \"redis://%s/0\", key_prefix: %s}\n", addr, testredis.Prefix(b, addr))))
 }
 
 // BenchmarkCatalogHeap reports the heap that the merged catalog of 20 upstreams × 100 tools

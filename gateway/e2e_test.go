@@ -19,12 +19,15 @@ import (
 
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testupstream.RunTests(m, closeShared))
+	code := testupstream.RunTests(m, closeShared)
+	testredis.Stop()
+	os.Exit(code)
 }
 
 // upstreamYAML is one test upstream entry: the test binary re-executed as a go-sdk server.

@@ -71,6 +71,8 @@ type Gateway struct {
 	opts   Options
 	logger *slog.Logger
 	store  session.Store
+	// closeStore releases the store the gateway opened itself (nothing for one it was given).
+	closeStore func() error
 
 	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
 	// catalog's namespace ns.
@@ -149,9 +151,13 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
-	g.store = g.opts.Store
+	g.store, g.closeStore = g.opts.Store, func() error { return nil }
+	var events hub.EventLog
 	if g.store == nil {
-		g.store = session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: g.opts.Now})
+		var err error
+		if g.store, events, g.closeStore, err = openStore(cfg, g.opts.Now, g.logger); err != nil {
+			return nil, err
+		}
 	}
 	if g.opts.ExpiryInterval <= 0 {
 		g.opts.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
@@ -161,7 +167,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.checks = pipeline.Chain(g.opts.Checks)
-	g.hub = hub.New(g.ctx, &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention})
+	g.hub = hub.New(g.ctx, &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events})
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots)}
 
 	enabled := cfg.EnabledUpstreams()
@@ -170,6 +176,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		shaping, err := shapingOf(&u)
 		if err != nil {
 			g.cancel()
+			_ = g.closeStore()
 			return nil, err
 		}
 		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
@@ -177,6 +184,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	profiles, err := profilesOf(cfg.Profiles)
 	if err != nil {
 		g.cancel()
+		_ = g.closeStore()
 		return nil, err
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
@@ -358,6 +366,9 @@ func (g *Gateway) Close() error {
 		}
 		g.workers.Wait()
 		<-requestsDone
+		if err := g.closeStore(); err != nil {
+			g.logger.Warn("closing the session store failed", "error", err.Error())
+		}
 	})
 	return nil
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -15,9 +16,27 @@ func (g *Gateway) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 
 // readiness is the body of /readyz.
 type readiness struct {
-	Status    string                    `json:"status"`
-	Upstreams map[string]upstreamHealth `json:"upstreams"`
+	Status string `json:"status"`
+	// SessionStore is reported for a store shared by replicas (Redis): without it the gateway
+	// cannot serve a session, so an unreachable one makes the gateway unready.
+	SessionStore *storeHealth              `json:"session_store,omitempty"`
+	Upstreams    map[string]upstreamHealth `json:"upstreams"`
 }
+
+// storeHealth is what a probe learns of a shared session store: its kind and whether it
+// answers. The error stays in the log: it may name internal addresses.
+type storeHealth struct {
+	Type  string `json:"type"`
+	State string `json:"state"` // "ok" or "unreachable"
+}
+
+// pinger is a session store that can tell whether it answers (a Redis store).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// storeReadyTimeout bounds the readiness probe's check of the session store.
+const storeReadyTimeout = 2 * time.Second
 
 // upstreamHealth is what a probe learns of one upstream: its state, since when, a short class
 // of why it is down, and the exit status of a process that exited. The error itself, which may name internal addresses and paths,
@@ -31,13 +50,25 @@ type upstreamHealth struct {
 
 // serveReadyz answers readiness probes: the config is loaded and the listener is up, so the
 // gateway serves. Each upstream's state is reported, but one that is down does not make the
-// gateway unready — its other upstreams still serve. Only a draining gateway is unready.
-func (g *Gateway) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+// gateway unready — its other upstreams still serve. A draining gateway is unready, and so is
+// one whose shared session store (Redis) does not answer.
+func (g *Gateway) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	body := readiness{Status: "ready", Upstreams: map[string]upstreamHealth{}}
 	for name, st := range g.UpstreamStatuses() {
 		body.Upstreams[name] = upstreamHealth{State: st.State, Since: st.Since, Reason: st.Reason, ExitCode: st.ExitCode}
 	}
 	status := http.StatusOK
+	if p, ok := g.store.(pinger); ok {
+		body.SessionStore = &storeHealth{Type: g.cfg.SessionStore.Type, State: "ok"}
+		ctx, cancel := context.WithTimeout(r.Context(), storeReadyTimeout)
+		err := p.Ping(ctx)
+		cancel()
+		if err != nil {
+			g.logger.Warn("readiness: the session store does not answer", "store", g.cfg.SessionStore.Type, "error", err.Error())
+			body.SessionStore.State = "unreachable"
+			body.Status, status = "session_store_unreachable", http.StatusServiceUnavailable
+		}
+	}
 	select {
 	case <-g.draining:
 		body.Status, status = "draining", http.StatusServiceUnavailable

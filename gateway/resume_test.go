@@ -19,6 +19,12 @@ import (
 func TestResumeAfterADroppedPOSTStream(t *testing.T) {
 	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), nil)
 	t.Cleanup(tg.close)
+	resumeAfterDroppedPOSTStream(t, tg)
+}
+
+// resumeAfterDroppedPOSTStream is the flow of TestResumeAfterADroppedPOSTStream on tg, whose
+// upstream r is of the reverse flavor.
+func resumeAfterDroppedPOSTStream(t *testing.T, tg *testGateway) {
 	c := rawClient{t: t, url: tg.url}
 	sid := c.initializeAs("2025-11-25", `{"sampling":{},"elicitation":{}}`)
 	h := map[string]string{"Mcp-Session-Id": sid}

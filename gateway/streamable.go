@@ -663,7 +663,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	lastEventID := r.Header.Get(headerLastEventID)
 	resuming := lastEventID != "" && prime
 	if resuming {
-		st, c, err = ls.Resume(lastEventID)
+		st, c, err = ls.Resume(r.Context(), lastEventID)
 	} else {
 		st, c, err = ls.OpenStandalone()
 	}

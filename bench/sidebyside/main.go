@@ -59,6 +59,7 @@ func main() {
 	errorsCalls := flag.Int("errors-calls", 20, "calls per session in the errors-only check")
 	other := flag.String("other", "", "command line of another MCP proxy to compare, serving the echo upstream over stdio at the URL given by -other-url (optional)")
 	otherURL := flag.String("other-url", "", "MCP endpoint of -other")
+	redisAddr := flag.String("redis", "127.0.0.1:6379", "a Redis to compare the gateway with its session store there (gateway-stdio-redis); skipped when it does not answer, or when empty")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	flag.Parse()
 	// An interrupted run still stops every process it started: a signal ends the current load
@@ -80,7 +81,7 @@ func main() {
 	}
 	m := measurer{ctx: ctx, mcpload: filepath.Join(absBin, "mcpload"), rounds: *rounds, args: []string{"-duration", duration.String(), "-warmup", warmup.String()}}
 	fmt.Printf("side by side: %d rounds of %s per target and concurrency, alternating; echo tool, prefix \"\"\n\n", *rounds, *duration)
-	if err := run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL); err != nil {
+	if err := run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr); err != nil {
 		fail(err)
 	}
 	if *lists && ctx.Err() == nil {
@@ -126,14 +127,15 @@ func (f *fleet) start(logName, name string, args ...string) error {
 	return nil
 }
 
-// gateway writes a config with the given upstream entries and starts a gateway on it.
-func (f *fleet) gateway(bin, name, upstreams string) (string, error) {
+// gateway writes a config with the given top-level settings and upstream entries and starts
+// a gateway on it.
+func (f *fleet) gateway(bin, name, settings, upstreams string) (string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return "", err
 	}
 	cfg := filepath.Join(f.dir, "gateway-"+name+".yaml")
-	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\nupstreams:\n%s", addr, upstreams)
+	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\n%supstreams:\n%s", addr, settings, upstreams)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		return "", err
 	}
@@ -199,7 +201,7 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 }
 
 // run compares the echo tool directly and through the gateway over stdio and HTTP.
-func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL string) error {
+func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string) error {
 	f, err := newFleet()
 	if err != nil {
 		return err
@@ -213,11 +215,11 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	if err := f.start("echo.log", echo, "-http", echoAddr); err != nil {
 		return err
 	}
-	gwStdio, err := f.gateway(bin, "stdio", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
+	gwStdio, err := f.gateway(bin, "stdio", "", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
 	if err != nil {
 		return err
 	}
-	gwHTTP, err := f.gateway(bin, "http", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    url: http://%s/mcp\n", echoAddr))
+	gwHTTP, err := f.gateway(bin, "http", "", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    url: http://%s/mcp\n", echoAddr))
 	if err != nil {
 		return err
 	}
@@ -234,6 +236,16 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 			return err
 		}
 		targets = append(targets, target{name: "other-proxy", url: otherURL, floor: stdioFloor})
+	}
+	if redisAddr != "" {
+		gwRedis, cleanup, err := f.redisGateway(bin, echo, redisAddr)
+		switch {
+		case err != nil:
+			fmt.Printf("no Redis store compared: %v\n\n", err)
+		default:
+			defer cleanup()
+			targets = append(targets, target{name: "gateway-redis", url: gwRedis, floor: stdioFloor})
+		}
 	}
 	if err := f.waitUp(targets); err != nil {
 		return err
@@ -286,7 +298,7 @@ func runLists(bin string, m measurer, ns []int) error {
 	for i := range 20 {
 		fmt.Fprintf(&ups, "  - name: up%02d\n    command: %q\n    args: [-tools, \"99\"]\n", i, echo)
 	}
-	gw, err := f.gateway(bin, "20x100", ups.String())
+	gw, err := f.gateway(bin, "20x100", "", ups.String())
 	if err != nil {
 		return err
 	}

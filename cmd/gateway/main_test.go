@@ -20,11 +20,21 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
+// envServe makes the test binary a gateway process: `serve` with the arguments after the
+// test flags, for tests that run replicas as processes of their own.
+const envServe = "MANIFOLD_TEST_SERVE"
+
 func TestMain(m *testing.M) {
-	os.Exit(testupstream.RunTests(m, nil))
+	if os.Getenv(envServe) == "1" {
+		os.Exit(run(strings.Fields(os.Getenv(envServe+"_ARGS")), os.Stdout, os.Stderr))
+	}
+	code := testupstream.RunTests(m, nil)
+	testredis.Stop()
+	os.Exit(code)
 }
 
 func writeFile(t *testing.T, name, text string) string {

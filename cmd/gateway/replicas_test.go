@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/testredis"
+	"github.com/manifold-mcp/manifold/internal/testupstream"
+)
+
+// replica is a gateway process of its own (this test binary, as `gateway serve`).
+type replica struct {
+	*servedGateway
+	cmd *exec.Cmd
+}
+
+// startReplica starts a gateway process on the config text (its listen address is added) and
+// waits until it answers /readyz; the test's end stops it.
+func startReplica(t *testing.T, name, configText string) *replica {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	cfg := writeFile(t, name+".yaml", "listen: "+addr+"\n"+configText)
+	logs := &syncBuffer{}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), envServe+"=1", envServe+"_ARGS=serve -config "+cfg, testupstream.EnvRun+"="+testupstream.Marker)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("replica %s did not stop on SIGTERM:\n%s", name, logs.String())
+		}
+	})
+	r := &replica{servedGateway: &servedGateway{t: t, url: "http://" + addr + "/mcp", logs: logs}, cmd: cmd}
+	waitWithin(t, 30*time.Second, "replica "+name+" to be ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return r
+}
+
+// redisReplicaConfig is the config of a replica on Redis at addr under prefix, fronting one
+// test upstream "r" of the given flavor.
+func redisReplicaConfig(t *testing.T, addr, prefix, flavor string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`log_level: debug
+session_store:
+  type: redis
+  url: redis://%s/0
+  key_prefix: %s
+upstreams:
+  - name: r
+    command: %q
+    env: {%s: %s, %s: %s}
+    inherit_env: [GOCOVERDIR, GORACE]
+`, addr, prefix, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, testupstream.Marker)
+}
+
+// TestReplicasShareSessionsThroughRedis: two gateway processes on one Redis. A session
+// initialized on A lists and calls tools on B; ended on A, it is gone on B at once.
+func TestReplicasShareSessionsThroughRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two gateway processes")
+	}
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	a := startReplica(t, "a", redisReplicaConfig(t, addr, prefix, "alpha"))
+	b := startReplica(t, "b", redisReplicaConfig(t, addr, prefix, "alpha"))
+
+	sid := a.initialize()
+	if sid == "" {
+		t.Fatalf("initialize on A failed:\n%s", a.logs.String())
+	}
+	resp, body := b.post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if resp == nil || resp.StatusCode != http.StatusOK || !strings.Contains(body, `"r__echo"`) {
+		t.Fatalf("tools/list on B with A's session: %v %s", status(resp), body)
+	}
+	resp, body = b.post(sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"r__echo","arguments":{"text":"from b"}}}`)
+	if resp == nil || resp.StatusCode != http.StatusOK || !strings.Contains(body, "alpha:from b") {
+		t.Fatalf("tools/call on B with A's session: %v %s", status(resp), body)
+	}
+
+	del, _ := http.NewRequest(http.MethodDelete, a.url, nil)
+	del.Header.Set("Mcp-Session-Id", sid)
+	dresp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dresp.Body.Close()
+	if dresp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE on A: %d", dresp.StatusCode)
+	}
+	resp, body = b.post(sid, `{"jsonrpc":"2.0","id":4,"method":"tools/list"}`)
+	if resp == nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("tools/list on B right after DELETE on A: %v %s, want 404", status(resp), body)
+	}
+}
+
+// TestResumeOnAnotherReplica: a call's stream drops on A while the call waits for the client;
+// the client answers on A, and resumes the stream on B: B reads what A logged in Redis and
+// sends the events after the client's last, once each, ending with the result.
+func TestResumeOnAnotherReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two gateway processes")
+	}
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	a := startReplica(t, "a", redisReplicaConfig(t, addr, prefix, "reverse"))
+	b := startReplica(t, "b", redisReplicaConfig(t, addr, prefix, "reverse"))
+
+	resp, _ := a.post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"t","version":"1"}}}`)
+	if resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("initialize on A: %v", status(resp))
+	}
+	sid := resp.Header.Get("Mcp-Session-Id")
+	a.post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	call, err := http.DefaultClient.Do(a.request(sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"r__ask","arguments":{"text":"q"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := sseEvents(call.Body)
+	sampling := <-events
+	if !strings.Contains(sampling.data, "sampling/createMessage") || sampling.id == "" {
+		t.Fatalf("first event %+v, want the sampling request with an id", sampling)
+	}
+	call.Body.Close() // the connection drops; the call goes on, on A
+	samplingID := jsonField(sampling.data, "id")
+	if r, body := a.post(sid, `{"jsonrpc":"2.0","id":`+samplingID+`,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"sampled"}}}`); r == nil || r.StatusCode != http.StatusAccepted {
+		t.Fatalf("the sampling answer on A: %v %s", status(r), body)
+	}
+
+	// The elicitation went on the stream while nobody listened: B finds it in the log.
+	var elicitID string
+	waitFor(t, "B to replay the elicitation from the log", func() bool {
+		got := resumeOn(t, b, sid, sampling.id)
+		if len(got) == 0 || !strings.Contains(got[0].data, "elicitation/create") {
+			return false
+		}
+		elicitID = jsonField(got[0].data, "id")
+		return true
+	})
+	if r, body := a.post(sid, `{"jsonrpc":"2.0","id":`+elicitID+`,"result":{"action":"accept","content":{"answer":"yes"}}}`); r == nil || r.StatusCode != http.StatusAccepted {
+		t.Fatalf("the elicitation answer on A: %v %s", status(r), body)
+	}
+	// Once the call has ended on A, B replays exactly the rest: the elicitation, then the
+	// result, once each; the sampling request the client had does not come again.
+	var got []sseEvent
+	waitFor(t, "B to replay the whole stream", func() bool {
+		got = resumeOn(t, b, sid, sampling.id)
+		return len(got) > 0 && strings.Contains(got[len(got)-1].data, `"id":7`)
+	})
+	if len(got) != 2 || !strings.Contains(got[0].data, "elicitation/create") || !strings.Contains(got[1].data, "sampled=sampled;elicited=yes") {
+		t.Errorf("resumed on B: %+v, want the elicitation and the result, once each", got)
+	}
+}
+
+// sseEvent is one event of an SSE stream.
+type sseEvent struct{ id, data string }
+
+// sseEvents reads an SSE body's events with data into a channel, closed at its end.
+func sseEvents(body io.Reader) <-chan sseEvent {
+	out := make(chan sseEvent, 64)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(body)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				ev.id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				ev.data = strings.TrimPrefix(line, "data: ")
+			case line == "":
+				if ev.data != "" {
+					out <- ev
+				}
+				ev = sseEvent{}
+			}
+		}
+	}()
+	return out
+}
+
+// resumeOn resumes the stream of lastEventID on r and returns its events until it ends.
+func resumeOn(t *testing.T, r *replica, sid, lastEventID string) []sseEvent {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, r.url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Last-Event-ID", lastEventID)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	var got []sseEvent
+	for ev := range sseEvents(resp.Body) {
+		got = append(got, ev)
+	}
+	return got
+}
+
+// jsonField returns the raw value of a top-level member of a JSON object, crudely: enough for
+// the ids of the test's messages.
+func jsonField(obj, name string) string {
+	i := strings.Index(obj, `"`+name+`":`)
+	if i < 0 {
+		return ""
+	}
+	rest := obj[i+len(name)+3:]
+	end := strings.IndexAny(rest, ",}")
+	return rest[:end]
+}
+
+func status(resp *http.Response) string {
+	if resp == nil {
+		return "no response"
+	}
+	return resp.Status
+}

@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// openStore opens the session store the config names: in this process's memory, or in Redis
+// (connected lazily: a Redis that is down at start makes requests fail fast and /readyz say
+// so, and the gateway recovers by itself when it returns), with an event log there so that a
+// stream resumes wherever it is asked for. close releases them.
+func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (store session.Store, events hub.EventLog, close func() error, err error) {
+	s := cfg.SessionStore
+	if s.Type != config.StoreRedis {
+		return session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: now}), nil, func() error { return nil }, nil
+	}
+	opts := &session.RedisOptions{
+		URL:            s.URL,
+		SentinelMaster: s.SentinelMaster,
+		SentinelAddrs:  s.SentinelAddrs,
+		ClusterAddrs:   s.ClusterAddrs,
+		Username:       s.Username,
+		Password:       s.Password,
+		KeyPrefix:      s.KeyPrefix,
+		DialTimeout:    s.DialTimeout,
+		ReadTimeout:    s.ReadTimeout,
+		WriteTimeout:   s.WriteTimeout,
+		PoolSize:       s.PoolSize,
+		MaxSessions:    cfg.MaxSessions,
+		IdleTimeout:    cfg.SessionIdleTimeout,
+		Now:            now,
+		Logger:         logger,
+	}
+	if s.TLS {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	rs, err := session.NewRedisStore(opts)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("session store (redis): %w", err)
+	}
+	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, time.Minute)})
+	return rs, redisEvents{log}, func() error { return errors.Join(log.Close(), rs.Close()) }, nil
+}
+
+// redisEvents is the Redis event log as the hub uses it.
+type redisEvents struct{ log *session.RedisEventLog }
+
+func (r redisEvents) Append(sessionID, streamID string, events []hub.Event, complete bool) {
+	logged := make([]session.LoggedEvent, len(events))
+	for i, e := range events {
+		logged[i] = session.LoggedEvent{Seq: e.Seq, Data: e.Data}
+	}
+	r.log.Append(sessionID, streamID, logged, complete)
+}
+
+func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, after uint64) ([]hub.Event, bool, error) {
+	logged, complete, err := r.log.Replay(ctx, sessionID, streamID, after)
+	events := make([]hub.Event, len(logged))
+	for i, e := range logged {
+		events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
+	}
+	return events, complete, err
+}
