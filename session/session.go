@@ -1,8 +1,11 @@
 // Package session keeps the state of client sessions of the gateway's server face, behind a
-// Store: a Record is plain data that any replica could load, so that a shared store (Redis)
-// can later stand beside the in-memory one without changing its users.
+// Store: a Record is plain data that any replica can load. Two stores implement it, with the
+// same behaviour (package storetest runs one suite against both): MemoryStore, in this
+// process, and RedisStore, shared by replicas, with RedisEventLog beside it for the events
+// of resumable streams.
 //
 //	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 1000})
+//	// or: store, err := session.NewRedisStore(&session.RedisOptions{URL: "redis://127.0.0.1:6379/0", IdleTimeout: 30 * time.Minute})
 //	rec, err := store.Create(ctx, session.Record{ProtocolVersion: "2025-11-25"})
 //	rec, err = store.Get(ctx, rec.ID)                  // ErrNotFound once deleted or expired
 //	err = store.Touch(ctx, rec.ID)                     // its client used it: expiry is put off
