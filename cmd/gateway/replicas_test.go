@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,13 +53,25 @@ func startReplica(t *testing.T, name, configText string) *replica {
 		}
 	})
 	r := &replica{servedGateway: &servedGateway{t: t, url: "http://" + addr + "/mcp", logs: logs}, cmd: cmd}
-	waitWithin(t, 30*time.Second, "replica "+name+" to be ready", func() bool {
+	// Ready, and its upstreams with it: /readyz is 200 while an upstream still starts.
+	waitWithin(t, 30*time.Second, "replica "+name+" and its upstreams to be ready", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		defer resp.Body.Close()
+		var body struct {
+			Upstreams map[string]struct{ State string } `json:"upstreams"`
+		}
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil || len(body.Upstreams) == 0 {
+			return false
+		}
+		for _, u := range body.Upstreams {
+			if u.State != "ready" {
+				return false
+			}
+		}
+		return true
 	})
 	return r
 }
