@@ -187,16 +187,19 @@ func startStdio(name string, o stdioOptions, logger *slog.Logger) (*stdioConn, e
 
 // waitChild reaps the child. When it exits, a pipe held open by a grandchild must not keep the
 // connection alive: ReadMessage gets a short while to drain what the child wrote, then ends.
+//
+// It logs the exit before it reports it (closing exited): Close waits for that, so that nothing
+// is logged after Close returns, when the log's writer may be gone.
 func (c *stdioConn) waitChild() {
 	err := c.cmd.Wait()
 	c.exitCode = c.cmd.ProcessState.ExitCode()
+	status := "exit status 0"
+	if err != nil {
+		status = err.Error()
+	}
+	c.logger.Log(context.Background(), c.level, "upstream process exited", "pid", c.cmd.Process.Pid, "status", status)
 	close(c.exited)
 	_ = c.stdout.SetReadDeadline(time.Now().Add(exitDrainTime))
-	if err != nil {
-		c.logger.Log(context.Background(), c.level, "upstream process exited", "pid", c.cmd.Process.Pid, "status", err.Error())
-	} else {
-		c.logger.Log(context.Background(), c.level, "upstream process exited", "pid", c.cmd.Process.Pid, "status", "exit status 0")
-	}
 }
 
 // The last stderr lines of a child are kept for the report of its exit.
