@@ -61,11 +61,19 @@ func (r redisEvents) Append(sessionID, streamID string, events []hub.Event, comp
 	r.log.Append(sessionID, streamID, logged, complete)
 }
 
-func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, after uint64) ([]hub.Event, bool, error) {
-	logged, complete, err := r.log.Replay(ctx, sessionID, streamID, after)
-	events := make([]hub.Event, len(logged))
-	for i, e := range logged {
-		events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
+func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*hub.Replayed, error) {
+	logged, complete, found, err := r.log.Replay(ctx, sessionID, streamID, after)
+	switch {
+	case errors.Is(err, session.ErrEventsLost):
+		return nil, hub.ErrEventsLost
+	case err != nil:
+		return nil, err
+	case !found:
+		return nil, nil
 	}
-	return events, complete, err
+	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged)), Complete: complete}
+	for i, e := range logged {
+		replayed.Events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
+	}
+	return replayed, nil
 }

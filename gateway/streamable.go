@@ -680,6 +680,11 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest,
 			"the events after Last-Event-ID %q are no longer held: open the stream without it", lastEventID))
 		return
+	case errors.Is(err, hub.ErrLogUnavailable):
+		g.logger.Warn("resuming a stream from the event log failed", "session", fingerprint(rec.ID), "error", err.Error())
+		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
+			"the session store is unavailable; retry shortly"))
+		return
 	case err != nil:
 		writeLocalSessionError(w, nil, err)
 		return

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -22,6 +23,9 @@ func (l *memLog) Append(sessionID, streamID string, events []Event, complete boo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := sessionID + "/" + streamID
+	if l.events[key] == nil {
+		l.events[key] = []Event{} // the stream exists from its first append
+	}
 	for _, e := range events {
 		l.events[key] = append(l.events[key], Event{Seq: e.Seq, Data: append([]byte(nil), e.Data...)})
 	}
@@ -30,17 +34,20 @@ func (l *memLog) Append(sessionID, streamID string, events []Event, complete boo
 	}
 }
 
-func (l *memLog) Replay(_ context.Context, sessionID, streamID string, after uint64) ([]Event, bool, error) {
+func (l *memLog) Replay(_ context.Context, sessionID, streamID string, after uint64) (*Replayed, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := sessionID + "/" + streamID
-	var out []Event
+	if _, ok := l.events[key]; !ok && !l.complete[key] {
+		return nil, nil
+	}
+	r := &Replayed{Complete: l.complete[key]}
 	for _, e := range l.events[key] {
 		if e.Seq > after {
-			out = append(out, e)
+			r.Events = append(r.Events, e)
 		}
 	}
-	return out, l.complete[key], nil
+	return r, nil
 }
 
 func (l *memLog) seqs(sessionID, streamID string) string {
@@ -65,8 +72,8 @@ func TestEventLogHoldsWhatAClientCanResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.Put([]byte("early"), false) // before the client has an id: held here only
-	if got := log.seqs("a", st.ID()); got != "[] false" {
-		t.Fatalf("before the priming event the log holds %s", got)
+	if _, known := log.events["a/"+st.ID()]; known {
+		t.Fatalf("before the priming event the log knows the stream")
 	}
 	c.MarkResumable() // the priming event was written
 	_ = st.Put([]byte("progress"), false)
@@ -126,10 +133,60 @@ func TestResumeFromTheEventLog(t *testing.T) {
 	}
 	// Another session's id, or a stream the log never held, stays unknown.
 	other := openSession(t, second, "b")
-	if _, _, err := other.Resume(context.Background(), st.EventID(1)); err != ErrUnknownStream {
+	if _, _, err := other.Resume(context.Background(), st.EventID(1)); !errors.Is(err, ErrUnknownStream) {
 		t.Errorf("another session resuming: %v, want ErrUnknownStream", err)
 	}
-	if _, _, err := s2.Resume(context.Background(), "first_zz.1"); err != ErrUnknownStream {
+	if _, _, err := s2.Resume(context.Background(), "first_zz.1"); !errors.Is(err, ErrUnknownStream) {
 		t.Errorf("an unknown stream: %v, want ErrUnknownStream", err)
+	}
+}
+
+// TestResumeFromThePrimingEventAlone: a stream whose client has only the priming event id
+// (the call sent nothing yet) is known to the log: another process resumes it (nothing to
+// send yet) rather than calling it unknown, and later gets what came meanwhile.
+func TestResumeFromThePrimingEventAlone(t *testing.T) {
+	log := newMemLog()
+	first := newTestHub(t, &Options{Log: log, Tag: "first"})
+	st := openSession(t, first, "a").NewStream(1)
+	c, _ := st.Attach(0)
+	c.MarkResumable()
+
+	s2 := openSession(t, newTestHub(t, &Options{Log: log, Tag: "second"}), "a")
+	_, c2, err := s2.Resume(context.Background(), st.EventID(0))
+	if err != nil {
+		t.Fatalf("resuming from the priming event: %v", err)
+	}
+	if got, _ := drain(c2); len(got) != 0 {
+		t.Errorf("got %v before anything was sent", got)
+	}
+	c2.Finish()
+	_ = st.Put([]byte("result"), true)
+	_, c3, err := s2.Resume(context.Background(), st.EventID(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, state := drain(c3); fmt.Sprint(got) != "[result]" || state != Complete {
+		t.Errorf("the second resume: %v, %v; want [result]", got, state)
+	}
+}
+
+// gapLog is a log that lost the first events of every stream.
+type gapLog struct{ memLog }
+
+func (l *gapLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*Replayed, error) {
+	return &Replayed{Events: []Event{{Seq: after + 5, Data: []byte("later")}}, Complete: true}, nil
+}
+
+// TestResumeRefusesAGapAndAnAbsurdID: events missing from the log, or an id at the end of
+// the sequence numbers, are refused, never replayed as a short stream (or a panic).
+func TestResumeRefusesAGapAndAnAbsurdID(t *testing.T) {
+	s := openSession(t, newTestHub(t, &Options{Log: &gapLog{memLog: *newMemLog()}}), "a")
+	if _, _, err := s.Resume(context.Background(), "other_1.1"); !errors.Is(err, ErrEventsLost) {
+		t.Errorf("a gap in the log: %v, want ErrEventsLost", err)
+	}
+	for _, id := range []string{"other_1.18446744073709551615", "other_1.18446744073709551614"} {
+		if _, _, err := s.Resume(context.Background(), id); !errors.Is(err, ErrUnknownStream) {
+			t.Errorf("Resume(%q): %v, want ErrUnknownStream", id, err)
+		}
 	}
 }

@@ -59,9 +59,10 @@ type Stream struct {
 	// logged is the highest sequence number appended to the hub's event log, loggedEnd
 	// whether its end was; fromLog marks a stream read back from that log, which is not
 	// written again. Guarded by mu.
-	logged    uint64
-	loggedEnd bool
-	fromLog   bool
+	logged      uint64
+	loggedStart bool
+	loggedEnd   bool
+	fromLog     bool
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it

@@ -457,47 +457,34 @@ func (s *RedisStore) bestEffort(ctx context.Context, build func(redis.Pipeliner)
 	_, _ = pipe.Exec(ctx)
 }
 
-// Get implements Store. It reads the record in one round trip: with its ttl when this store
-// does not know the session yet, alone when it does (what Touch needs to know it learnt
-// then, or when it last renewed the ttl itself; another replica's renewal only makes it
-// renew earlier than needed).
+// Get implements Store. It reads the record and its ttl in one command (a script), so that
+// Touch always knows how long the session has left in Redis, whoever renewed it last, or
+// shortened it (a replica with a shorter idle timeout, a restore, a failover that lost a
+// renewal).
 func (s *RedisStore) Get(ctx context.Context, id string) (*Record, error) {
 	hash := sessionHash(id)
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	s.mu.Lock()
-	_, known := s.known[hash]
-	s.mu.Unlock()
 	start := time.Now()
-	var (
-		value string
-		err   error
-		pttl  *redis.DurationCmd
-	)
-	if known {
-		value, err = s.client.Get(ctx, k.rec).Result()
-	} else {
-		pipe := s.client.Pipeline()
-		get := pipe.Get(ctx, k.rec)
-		pttl = pipe.PTTL(ctx, k.rec)
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		value, err = get.Result()
-	}
+	res, err := scriptGet.Run(ctx, s.client, []string{k.rec}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, opError(ctx, "get", err)
 	}
+	if len(res) != 2 {
+		return nil, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
+	}
+	value, _ := res[0].(string)
+	left, _ := res[1].(int64)
 	rec, err := decodeRecord(value, id, hash)
 	if err != nil {
 		return nil, s.undecodable("get", "session", hash, err)
 	}
-	if pttl != nil {
-		if left := pttl.Val(); left > 0 {
-			s.learn(hash, id, start.Add(left))
-		}
+	if left > 0 {
+		s.learn(hash, id, start.Add(time.Duration(left)*time.Millisecond))
 	}
 	return rec, nil
 }
@@ -616,10 +603,13 @@ func (s *RedisStore) Delete(ctx context.Context, id string) error {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return opError(ctx, "delete", err)
 	}
+	// The session is gone everywhere: that is what Delete reports. Its global index keys lead
+	// nowhere now and carry TTLs; failing to remove them is logged, not returned, so that the
+	// caller ends the session's live part here.
 	s.forget(hash)
 	entries, _ := idx.StringSlice()
 	if err := s.deleteIndexEntries(ctx, entries, nil); err != nil {
-		return opError(ctx, "delete", err)
+		s.logger.Warn("session store: the index keys of a deleted session stay until their TTL", "session", hash[:12], "error", err.Error())
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +13,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// ErrEventsLost is returned by RedisEventLog.Replay when events that followed the one asked
+// about are no longer held (trimmed, expired, or never written because the queue was full).
+var ErrEventsLost = errors.New("events after this id are no longer held")
+
+// replayPage is the most events one Replay returns: about what a stream holds in memory; a
+// client that resumes again gets the next ones.
+const replayPage = 256
 
 // LoggedEvent is one event of a stream's log: its sequence number in the stream and the
 // message.
@@ -143,6 +153,11 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	defer cancel()
 	pipe := l.store.client.Pipeline()
 	for _, op := range ops {
+		if len(op.events) == 0 && !op.complete {
+			// The stream exists (its client holds the priming event's id): a marker before
+			// every event's id, refused as a duplicate if one came first.
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: []any{"start", "1"}})
+		}
 		for _, e := range op.events {
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true,
 				ID: strconv.FormatUint(e.Seq+1, 10) + "-0", Values: []any{"d", e.Data}})
@@ -166,32 +181,62 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	}
 }
 
-// Replay returns a stream's events after sequence number after, in order, and whether the
-// stream is complete. An unknown stream (another session's, expired, never logged) is no
-// events and no error.
-func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) ([]LoggedEvent, bool, error) {
+// Replay returns a stream's events after sequence number after, in order and without a gap
+// (at most a page of them), and whether its end follows them; found is false when the log
+// holds nothing of the stream (another session's, expired, never logged). ErrEventsLost when
+// events after after are no longer all held.
+func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) (events []LoggedEvent, complete, found bool, err error) {
+	if after >= math.MaxUint64-1 {
+		return nil, false, false, nil
+	}
 	ctx, cancel := l.store.bound(ctx)
 	defer cancel()
-	entries, err := l.store.client.XRange(ctx, l.key(sessionID, streamID), strconv.FormatUint(after+2, 10)+"-0", "+").Result()
-	if err != nil {
-		return nil, false, fmt.Errorf("event log: replay: %w", err)
+	key := l.key(sessionID, streamID)
+	pipe := l.store.client.Pipeline()
+	head := pipe.XRangeN(ctx, key, "-", "+", 1)
+	rest := pipe.XRangeN(ctx, key, strconv.FormatUint(after+2, 10)+"-0", "+", replayPage+1)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, false, fmt.Errorf("event log: replay: %w", err)
 	}
-	var events []LoggedEvent
-	complete := false
-	for _, e := range entries {
+	if len(head.Val()) == 0 {
+		return nil, false, false, nil
+	}
+	for _, e := range rest.Val() {
 		if _, ok := e.Values["end"]; ok {
 			complete = true
+			break
+		}
+		seq, ok := entrySeq(e)
+		if !ok {
 			continue
 		}
-		ms, _, _ := strings.Cut(e.ID, "-")
-		n, err := strconv.ParseUint(ms, 10, 64)
-		data, ok := e.Values["d"].(string)
-		if err != nil || n == 0 || !ok {
-			continue // not an entry of ours
+		if seq != after+1+uint64(len(events)) {
+			return nil, false, true, ErrEventsLost
 		}
-		events = append(events, LoggedEvent{Seq: n - 1, Data: []byte(data)})
+		if len(events) == replayPage {
+			break // a page: the client resumes again for the next
+		}
+		events = append(events, LoggedEvent{Seq: seq, Data: []byte(e.Values["d"].(string))})
 	}
-	return events, complete, nil
+	// The first event logged after the one asked about must be the next one: an earlier
+	// part trimmed away, or a log that began later (an expired key written again), is a gap.
+	if first, ok := entrySeq(head.Val()[0]); ok && first > after+1 {
+		return nil, false, true, ErrEventsLost
+	}
+	return events, complete, true, nil
+}
+
+// entrySeq returns the sequence number of an event entry, ok false for a marker.
+func entrySeq(e redis.XMessage) (uint64, bool) {
+	if _, ok := e.Values["d"].(string); !ok {
+		return 0, false
+	}
+	ms, _, _ := strings.Cut(e.ID, "-")
+	n, err := strconv.ParseUint(ms, 10, 64)
+	if err != nil || n == 0 {
+		return 0, false
+	}
+	return n - 1, true
 }
 
 // Dropped returns how many appends were dropped because the queue was full.

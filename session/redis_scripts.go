@@ -74,6 +74,14 @@ var scriptIndexPrune = redis.NewScript(luaPrelude + `
 return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowMs())
 `)
 
+// scriptGet returns a session's record and its ttl in milliseconds, or nil when there is no
+// record. KEYS: the record.
+var scriptGet = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return nil end
+return {v, redis.call('PTTL', KEYS[1])}
+`)
+
 // scriptRefresh sets the ttl of a session's keys (KEYS: rec, rev, tasks, tdl, tend, idx) to
 // ARGV[1] ms if its record exists. It returns {0} if not, else {1, the names of the session's
 // global index keys...}, whose ttls the caller sets too.

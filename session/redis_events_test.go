@@ -1,0 +1,141 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/testredis"
+)
+
+// eventLogOn returns an event log on the test Redis, under a prefix of the test's own, and
+// a writer flush: Close, which writes what is queued (a new log is returned for more).
+func eventLogOn(t *testing.T, opts *EventLogOptions) (*RedisStore, func() *RedisEventLog) {
+	t.Helper()
+	addr := redisAddr(t)
+	s, err := NewRedisStore(&RedisOptions{URL: "redis://" + addr + "/0", KeyPrefix: testredis.Prefix(t, addr), IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, func() *RedisEventLog {
+		l := s.NewEventLog(opts)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+}
+
+func events(seqs ...uint64) []LoggedEvent {
+	out := make([]LoggedEvent, len(seqs))
+	for i, s := range seqs {
+		out[i] = LoggedEvent{Seq: s, Data: []byte(fmt.Sprintf("event %d", s))}
+	}
+	return out
+}
+
+func seqsOf(es []LoggedEvent) []uint64 {
+	var out []uint64
+	for _, e := range es {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+// TestEventLogReplay: a stream's events come back after the id asked about, each once, with
+// its end; a stream known only by its start is found with nothing to send; another
+// session's stream, or an absurd id, is not found.
+func TestEventLogReplay(t *testing.T) {
+	ctx := context.Background()
+	_, open := eventLogOn(t, nil)
+	l := open()
+	l.Append("s1", "st", nil, false) // the client holds the priming event's id
+	l.Append("s1", "quiet", nil, false)
+	l.Append("s1", "st", events(1, 2), false)
+	l.Append("s1", "st", events(2, 3), true) // 2 again: refused by Redis, not stored twice
+	l.Close()
+
+	got, complete, found, err := l.Replay(ctx, "s1", "st", 1)
+	if err != nil || !found || !complete || fmt.Sprint(seqsOf(got)) != "[2 3]" || string(got[0].Data) != "event 2" {
+		t.Errorf("Replay after 1 = %v, complete %v, found %v, %v; want [2 3], complete", seqsOf(got), complete, found, err)
+	}
+	got, complete, found, err = l.Replay(ctx, "s1", "quiet", 0)
+	if err != nil || !found || complete || len(got) != 0 {
+		t.Errorf("a stream with nothing yet: %v, complete %v, found %v, %v; want found, empty", seqsOf(got), complete, found, err)
+	}
+	for _, tc := range []struct {
+		session string
+		after   uint64
+	}{{"s2", 0}, {"s1", math.MaxUint64}, {"s1", math.MaxUint64 - 1}} {
+		if got, _, found, err := l.Replay(ctx, tc.session, "st", tc.after); found || err != nil || len(got) != 0 {
+			t.Errorf("Replay(%s, after %d) = %v, found %v, %v; want not found", tc.session, tc.after, seqsOf(got), found, err)
+		}
+	}
+}
+
+// TestEventLogReplaySaysWhatIsLost: events trimmed from the head, or missing in the middle
+// (an append dropped), are ErrEventsLost, never a shorter stream.
+func TestEventLogReplaySaysWhatIsLost(t *testing.T) {
+	ctx := context.Background()
+	_, open := eventLogOn(t, &EventLogOptions{MaxEvents: 10})
+	l := open()
+	l.Append("s", "trimmed", nil, false)
+	var many []uint64
+	for i := uint64(1); i <= 500; i++ {
+		many = append(many, i)
+	}
+	l.Append("s", "trimmed", events(many...), false)
+	l.Append("s", "holey", nil, false)
+	l.Append("s", "holey", events(1, 2, 4), false)
+	l.Close()
+	if _, _, _, err := l.Replay(ctx, "s", "trimmed", 3); !errors.Is(err, ErrEventsLost) {
+		t.Errorf("after trimmed events: %v, want ErrEventsLost", err)
+	}
+	if got, _, _, err := l.Replay(ctx, "s", "trimmed", 499); err != nil || fmt.Sprint(seqsOf(got)) != "[500]" {
+		t.Errorf("after what is still held: %v, %v; want [500]", seqsOf(got), err)
+	}
+	if _, _, _, err := l.Replay(ctx, "s", "holey", 1); !errors.Is(err, ErrEventsLost) {
+		t.Errorf("across a missing event: %v, want ErrEventsLost", err)
+	}
+}
+
+// TestEventLogReplaysInPages: a long stream comes back a page at a time; the last page has
+// its end.
+func TestEventLogReplaysInPages(t *testing.T) {
+	ctx := context.Background()
+	_, open := eventLogOn(t, nil)
+	l := open()
+	var seqs []uint64
+	for i := uint64(1); i <= replayPage+10; i++ {
+		seqs = append(seqs, i)
+	}
+	l.Append("s", "long", events(seqs...), true)
+	l.Close()
+	got, complete, _, err := l.Replay(ctx, "s", "long", 0)
+	if err != nil || len(got) != replayPage || complete {
+		t.Fatalf("first page: %d events, complete %v, %v; want %d, not complete", len(got), complete, err, replayPage)
+	}
+	got, complete, _, err = l.Replay(ctx, "s", "long", got[len(got)-1].Seq)
+	if err != nil || len(got) != 10 || !complete {
+		t.Errorf("second page: %d events, complete %v, %v; want 10, complete", len(got), complete, err)
+	}
+}
+
+// TestEventLogKeysHoldNoSessionID: the log's keys name a session by its hash, as the
+// store's do.
+func TestEventLogKeysHoldNoSessionID(t *testing.T) {
+	s, open := eventLogOn(t, nil)
+	l := open()
+	id := NewID()
+	l.Append(id, "st", events(1), true)
+	l.Close()
+	keys, err := testredis.Keys(redisAddr(t), s.opts.KeyPrefix)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %v, %v; want the stream's one", keys, err)
+	}
+	if keys[0] != s.opts.KeyPrefix+":{"+sessionHash(id)+"}:ev:st" {
+		t.Errorf("key %q", keys[0])
+	}
+}
