@@ -317,7 +317,26 @@ func (g *Gateway) Start() {
 		}
 		g.workers.Add(1)
 		go g.expireSessions()
+		if w, ok := g.store.(endedWatcher); ok {
+			g.workers.Add(1)
+			go func() {
+				defer g.workers.Done()
+				w.WatchEnded(g.ctx, func(id string) {
+					if g.hub.Lookup(id) != nil {
+						g.logger.Info("session ended on another replica", "session", fingerprint(id))
+						g.endLocal(id)
+					}
+				})
+			}()
+		}
 	})
+}
+
+// endedWatcher is a session store shared by replicas that tells each of them when a session
+// was deleted through another (a Redis store), so that what it holds of the session live ends
+// at once rather than at its next expiry pass.
+type endedWatcher interface {
+	WatchEnded(ctx context.Context, ended func(id string))
 }
 
 // Drain begins the gateway's shutdown while it still listens: /readyz answers 503, new sessions

@@ -600,6 +600,8 @@ func (s *RedisStore) Delete(ctx context.Context, id string) error {
 	pipe := s.client.Pipeline()
 	idx := scriptDelete.Eval(ctx, pipe, k.all())
 	pipe.ZRem(ctx, s.sessionsKey, hash)
+	// In the same round trip: the replicas that hold the session live end it now (WatchEnded).
+	pipe.Publish(ctx, s.endedChannel(), hash)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return opError(ctx, "delete", err)
 	}

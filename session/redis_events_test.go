@@ -139,3 +139,66 @@ func TestEventLogKeysHoldNoSessionID(t *testing.T) {
 		t.Errorf("key %q", keys[0])
 	}
 }
+
+// TestWatchEnded: a session deleted through one store is announced to another on the same
+// Redis that knows it, by id; one it never saw is not; the watch ends with its context.
+func TestWatchEnded(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testredis.Prefix(t, addr)
+	open := func() *RedisStore {
+		s, err := NewRedisStore(&RedisOptions{URL: "redis://" + addr + "/0", KeyPrefix: prefix, IdleTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan string, 4)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		b.WatchEnded(ctx, func(id string) { ended <- id })
+	}()
+
+	known, err := a.Create(ctx, Record{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, known.ID); err != nil { // b serves it: b knows it
+		t.Fatal(err)
+	}
+	unseen, err := a.Create(ctx, Record{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The subscription may not be up yet: delete until the announcement comes.
+	deadline := time.After(10 * time.Second)
+	for done := false; !done; {
+		if err := a.Delete(ctx, unseen.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Delete(ctx, known.ID); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case id := <-ended:
+			if id != known.ID {
+				t.Fatalf("announced %q, want the session b knows", id)
+			}
+			done = true
+		case <-time.After(100 * time.Millisecond):
+			// b forgot nothing yet; a Get again keeps it known after a missed message
+			_, _ = b.Get(ctx, known.ID)
+		case <-deadline:
+			t.Fatal("no announcement of the deleted session reached b")
+		}
+	}
+	cancel()
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchEnded did not return when its context ended")
+	}
+}

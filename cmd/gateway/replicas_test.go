@@ -137,6 +137,51 @@ func TestReplicasShareSessionsThroughRedis(t *testing.T) {
 	}
 }
 
+// TestDeleteEndsTheSessionOnEveryReplica: a session's stream open on B ends as soon as the
+// session is deleted through A, not at B's next expiry pass (a minute away here).
+func TestDeleteEndsTheSessionOnEveryReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two gateway processes")
+	}
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	a := startReplica(t, "a", redisReplicaConfig(t, addr, prefix, "alpha"))
+	b := startReplica(t, "b", redisReplicaConfig(t, addr, prefix, "alpha"))
+	sid := a.initialize()
+	if sid == "" {
+		t.Fatalf("initialize on A failed:\n%s", a.logs.String())
+	}
+	get, _ := http.NewRequest(http.MethodGet, b.url, nil)
+	get.Header.Set("Accept", "text/event-stream")
+	get.Header.Set("Mcp-Session-Id", sid)
+	stream, err := http.DefaultClient.Do(get)
+	if err != nil || stream.StatusCode != http.StatusOK {
+		t.Fatalf("the standalone stream on B: %v %v", status(stream), err)
+	}
+	defer stream.Body.Close()
+	ended := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stream.Body)
+		close(ended)
+	}()
+
+	del, _ := http.NewRequest(http.MethodDelete, a.url, nil)
+	del.Header.Set("Mcp-Session-Id", sid)
+	dresp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dresp.Body.Close()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("B's stream of the deleted session is still open:\n%s", b.logs.String())
+	}
+	if !strings.Contains(b.logs.String(), "session ended on another replica") {
+		t.Errorf("B does not log why the session ended:\n%s", b.logs.String())
+	}
+}
+
 // TestResumeOnAnotherReplica: a call's stream drops on A while the call waits for the client;
 // the client answers on A, and resumes the stream on B: B reads what A logged in Redis and
 // sends the events after the client's last, once each, ending with the result.
