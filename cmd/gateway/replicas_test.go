@@ -97,17 +97,34 @@ upstreams:
 `, addr, prefix, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, testupstream.Marker)
 }
 
-// TestReplicasShareSessionsThroughRedis: two gateway processes on one Redis. A session
-// initialized on A lists and calls tools on B; ended on A, it is gone on B at once.
-func TestReplicasShareSessionsThroughRedis(t *testing.T) {
+// twoAlphaReplicas starts two replicas on the test Redis, each fronting an alpha upstream.
+func twoAlphaReplicas(t *testing.T) (a, b *replica) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs two gateway processes")
 	}
 	addr := testredis.Addr(t)
 	prefix := testredis.Prefix(t, addr)
-	a := startReplica(t, "a", redisReplicaConfig(t, addr, prefix, "alpha"))
-	b := startReplica(t, "b", redisReplicaConfig(t, addr, prefix, "alpha"))
+	return startReplica(t, "a", redisReplicaConfig(t, addr, prefix, "alpha")), startReplica(t, "b", redisReplicaConfig(t, addr, prefix, "alpha"))
+}
 
+// deleteSession sends DELETE for session sid to r and returns the status.
+func deleteSession(t *testing.T, r *replica, sid string) int {
+	t.Helper()
+	del, _ := http.NewRequest(http.MethodDelete, r.url, nil)
+	del.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestReplicasShareSessionsThroughRedis: two gateway processes on one Redis. A session
+// initialized on A lists and calls tools on B; ended on A, it is gone on B at once.
+func TestReplicasShareSessionsThroughRedis(t *testing.T) {
+	a, b := twoAlphaReplicas(t)
 	sid := a.initialize()
 	if sid == "" {
 		t.Fatalf("initialize on A failed:\n%s", a.logs.String())
@@ -121,15 +138,8 @@ func TestReplicasShareSessionsThroughRedis(t *testing.T) {
 		t.Fatalf("tools/call on B with A's session: %v %s", status(resp), body)
 	}
 
-	del, _ := http.NewRequest(http.MethodDelete, a.url, nil)
-	del.Header.Set("Mcp-Session-Id", sid)
-	dresp, err := http.DefaultClient.Do(del)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dresp.Body.Close()
-	if dresp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE on A: %d", dresp.StatusCode)
+	if code := deleteSession(t, a, sid); code != http.StatusNoContent {
+		t.Fatalf("DELETE on A: %d", code)
 	}
 	resp, body = b.post(sid, `{"jsonrpc":"2.0","id":4,"method":"tools/list"}`)
 	if resp == nil || resp.StatusCode != http.StatusNotFound {
@@ -140,13 +150,7 @@ func TestReplicasShareSessionsThroughRedis(t *testing.T) {
 // TestDeleteEndsTheSessionOnEveryReplica: a session's stream open on B ends as soon as the
 // session is deleted through A, not at B's next expiry pass (a minute away here).
 func TestDeleteEndsTheSessionOnEveryReplica(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs two gateway processes")
-	}
-	addr := testredis.Addr(t)
-	prefix := testredis.Prefix(t, addr)
-	a := startReplica(t, "a", redisReplicaConfig(t, addr, prefix, "alpha"))
-	b := startReplica(t, "b", redisReplicaConfig(t, addr, prefix, "alpha"))
+	a, b := twoAlphaReplicas(t)
 	sid := a.initialize()
 	if sid == "" {
 		t.Fatalf("initialize on A failed:\n%s", a.logs.String())
@@ -165,13 +169,9 @@ func TestDeleteEndsTheSessionOnEveryReplica(t *testing.T) {
 		close(ended)
 	}()
 
-	del, _ := http.NewRequest(http.MethodDelete, a.url, nil)
-	del.Header.Set("Mcp-Session-Id", sid)
-	dresp, err := http.DefaultClient.Do(del)
-	if err != nil {
-		t.Fatal(err)
+	if code := deleteSession(t, a, sid); code != http.StatusNoContent {
+		t.Fatalf("DELETE on A: %d", code)
 	}
-	dresp.Body.Close()
 	select {
 	case <-ended:
 	case <-time.After(20 * time.Second):
