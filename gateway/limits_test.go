@@ -24,6 +24,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/testclock"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -38,17 +39,7 @@ const waitBound = 10 * time.Second
 // waitBound.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(waitBound)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("%s did not happen within %s", what, waitBound)
-		}
-	}
+	testwait.Until(t, waitBound, what, cond)
 }
 
 // startSession sends initialize for protocol version with the given client capabilities (a

@@ -11,16 +11,12 @@ import (
 	"github.com/manifold-mcp/manifold/internal/testredis"
 )
 
-// eventLogOn returns an event log on the test Redis, under a prefix of the test's own, and
-// a writer flush: Close, which writes what is queued (a new log is returned for more).
+// eventLogOn returns a store on the test Redis, under a prefix of the test's own, and a
+// function that opens an event log on it (closed when the test ends; Close writes what is
+// queued).
 func eventLogOn(t *testing.T, opts *EventLogOptions) (*RedisStore, func() *RedisEventLog) {
 	t.Helper()
-	addr := redisAddr(t)
-	s, err := NewRedisStore(&RedisOptions{URL: "redis://" + addr + "/0", KeyPrefix: testredis.Prefix(t, addr), IdleTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute})
 	return s, func() *RedisEventLog {
 		l := s.NewEventLog(opts)
 		t.Cleanup(func() { l.Close() })
@@ -143,17 +139,11 @@ func TestEventLogKeysHoldNoSessionID(t *testing.T) {
 // TestWatchEnded: a session deleted through one store is announced to another on the same
 // Redis that knows it, by id; one it never saw is not; the watch ends with its context.
 func TestWatchEnded(t *testing.T) {
-	addr := redisAddr(t)
-	prefix := testredis.Prefix(t, addr)
+	first := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute})
 	open := func() *RedisStore {
-		s, err := NewRedisStore(&RedisOptions{URL: "redis://" + addr + "/0", KeyPrefix: prefix, IdleTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: first.opts.KeyPrefix})
 	}
-	a, b := open(), open()
+	a, b := first, open()
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan string, 4)
 	watched := make(chan struct{})

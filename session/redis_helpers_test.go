@@ -4,15 +4,14 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/manifold-mcp/manifold/internal/testredis"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -33,27 +32,6 @@ func redisAddr(t testing.TB) string {
 	return testredis.Addr(t)
 }
 
-// startRedisServer starts a redis-server that keeps nothing on disk on a free loopback
-// port, with extra arguments, and waits until it answers.
-func startRedisServer(bin string, extra ...string) (string, *exec.Cmd, error) {
-	port, err := freePort()
-	if err != nil {
-		return "", nil, err
-	}
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, extra...)
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := waitRedis(addr, 5*time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return "", nil, err
-	}
-	return addr, cmd, nil
-}
-
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -63,35 +41,6 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func waitRedis(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := pingRedis(addr, 200*time.Millisecond)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func pingRedis(addr string, timeout time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1, DialerRetries: 1, DisableIdentity: true})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
-	defer cancel()
-	return c.Ping(ctx).Err()
-}
-
-// scanKeys lists the keys under prefix.
-func scanKeys(ctx context.Context, c *redis.Client, prefix string) ([]string, error) {
-	var keys []string
-	it := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	return keys, it.Err()
-}
-
 // checkGoroutines fails t if, once its cleanups registered later have run, more
 // goroutines run than now: what a test starts, it stops. go-redis's probe of a server that
 // stopped answering sleeps 1s between tries, hence the wait.
@@ -99,14 +48,9 @@ func checkGoroutines(t testing.TB) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(3 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("%d goroutines left running, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testwait.Within(3*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines left running, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 	})
 }
@@ -132,4 +76,10 @@ func OpenTestRedisStore(t testing.TB, opts RedisOptions) *RedisStore {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// scanKeys lists the keys under prefix, a store's key prefix or one of its kinds.
+func scanKeys(t testing.TB, prefix string) ([]string, error) {
+	t.Helper()
+	return testredis.Keys(redisAddr(t), prefix+":")
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/manifold-mcp/manifold/internal/testredis"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // These tests run against a real Redis server (redis_helpers_test.go); the behaviour the
@@ -121,20 +123,16 @@ func TestRedisTouchRefreshesBelowHalf(t *testing.T) {
 	}
 
 	// Once less than half is left (with a margin for the round trip), Touch refreshes.
-	deadline := time.Now().Add(5 * time.Second)
-	for pttl(t, raw, k.rec) > idle/2-100*time.Millisecond {
-		if time.Now().After(deadline) {
-			t.Fatal("the ttl does not fall")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, "the ttl to fall below half", func() bool {
+		return pttl(t, raw, k.rec) <= idle/2-100*time.Millisecond
+	})
 	if err := s.Touch(ctx, rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if trips, cmds := log.take(); trips == 0 || trips > 2 {
 		t.Errorf("Touch below half took %d round trips (%v), want 1 or 2", trips, cmds)
 	}
-	keys, err := scanKeys(ctx, raw, s.opts.KeyPrefix)
+	keys, err := scanKeys(t, s.opts.KeyPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +300,7 @@ func monitor(t *testing.T, addr string) func() []string {
 func dumpKeys(t *testing.T, c *redis.Client, prefix string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := scanKeys(ctx, c, prefix)
+	keys, err := scanKeys(t, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,17 +578,10 @@ func TestRedisGone(t *testing.T) {
 		failsFast(t, s, "gone")
 
 		r.restore()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testwait.Until(t, 5*time.Second, "Get to work again once Redis is back", func() bool {
 			_, err := s.Get(ctx, rec.ID)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Redis is back but Get still fails: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err == nil
+		})
 		if err := s.Touch(ctx, rec.ID); err != nil {
 			t.Errorf("Touch after Redis came back: %v", err)
 		}
@@ -681,33 +672,13 @@ func TestRedisOptions(t *testing.T) {
 // watching it, started here.
 func TestRedisSentinel(t *testing.T) {
 	redisAddr(t)
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed: the Sentinel form is not tested")
-	}
-	master, mcmd, err := startRedisServer(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mcmd.Process.Kill(); _ = mcmd.Wait() })
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	master := testredis.StartServer(t, "--save", "", "--appendonly", "no")
 	host, mport, _ := strings.Cut(master, ":")
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "port %d\nbind 127.0.0.1\nsentinel monitor mymaster %s %s 1\n", port, host, mport), 0o600); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor mymaster %s %s 1\n", host, mport), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	scmd := exec.Command(bin, conf, "--sentinel")
-	if err := scmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = scmd.Process.Kill(); _ = scmd.Wait() })
-	sentinel := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := waitRedis(sentinel, 5*time.Second); err != nil {
-		t.Fatalf("the sentinel does not answer: %v", err)
-	}
+	sentinel := testredis.StartServer(t, conf, "--sentinel")
 	checkGoroutines(t)
 
 	s, err := NewRedisStore(&RedisOptions{SentinelMaster: "mymaster", SentinelAddrs: []string{sentinel}, IdleTimeout: time.Minute, KeyPrefix: "mtest-sentinel"})
@@ -746,7 +717,7 @@ func TestRedisIndexKeysGo(t *testing.T) {
 	ctx := context.Background()
 	count := func(kind string) int {
 		t.Helper()
-		keys, err := scanKeys(ctx, raw, s.opts.KeyPrefix+":"+kind)
+		keys, err := scanKeys(t, s.opts.KeyPrefix+":"+kind)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -770,7 +741,7 @@ func TestRedisIndexKeysGo(t *testing.T) {
 	if n, m := count("task"), count("taskup"); n != MaxTasksPerSession || m != MaxTasksPerSession {
 		t.Errorf("%d task and %d taskup index keys for %d tasks", n, m, MaxTasksPerSession)
 	}
-	keys, _ := scanKeys(ctx, raw, s.opts.KeyPrefix)
+	keys, _ := scanKeys(t, s.opts.KeyPrefix)
 	for _, key := range keys {
 		if d := pttl(t, raw, key); d <= 0 {
 			t.Errorf("key %s has no ttl (%v)", key, d)
@@ -779,7 +750,7 @@ func TestRedisIndexKeysGo(t *testing.T) {
 	if err := s.Delete(ctx, rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if keys, _ := scanKeys(ctx, raw, s.opts.KeyPrefix); len(keys) != 0 {
+	if keys, _ := scanKeys(t, s.opts.KeyPrefix); len(keys) != 0 {
 		t.Errorf("keys left after Delete: %v", keys)
 	}
 }

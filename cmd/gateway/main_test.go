@@ -22,6 +22,7 @@ import (
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // envServe makes the test binary a gateway process: `serve` with the arguments after the
@@ -211,17 +212,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // waitWithin is waitFor with another bound.
 func waitWithin(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(bound)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("%s did not happen within %s", what, bound)
-		}
-	}
+	testwait.Until(t, bound, what, cond)
 }
 
 // syncBuffer is a buffer safe for the logger's writes and the test's reads.

@@ -38,7 +38,8 @@ var allowed = map[string][]string{
 	"internal/testclock":    {},
 	"internal/tcprelay":     {},
 	"session/storetest":     {"session", "internal/testclock"},
-	"internal/testredis":    {},
+	"internal/testredis":    {"internal/testwait"},
+	"internal/testwait":     {},
 }
 
 func TestImportsPointOneWay(t *testing.T) {

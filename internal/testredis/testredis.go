@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // DefaultAddr is where the machine's own Redis listens.
@@ -51,33 +54,53 @@ func find() {
 		addr = DefaultAddr
 		return
 	}
+	a, cmd, err := start("--save", "", "--appendonly", "no")
+	if err != nil {
+		why = "nothing answers at " + DefaultAddr + ", and " + err.Error()
+		return
+	}
+	addr, started = a, cmd
+}
+
+// StartServer starts redis-server with args (a config file, --sentinel, …) on a free
+// loopback port, waits until it answers PING, and stops it when the test ends; it returns
+// its host:port. It skips the test when redis-server is not on PATH.
+func StartServer(t testing.TB, args ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not on PATH")
+	}
+	a, cmd, err := start(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return a
+}
+
+// start starts redis-server with args on a free loopback port and waits until it answers.
+func start(args ...string) (string, *exec.Cmd, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		why = "nothing answers at " + DefaultAddr + " and redis-server is not on PATH"
-		return
+		return "", nil, errors.New("redis-server is not on PATH")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		why = err.Error()
-		return
+		return "", nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd := exec.Command(bin, append(args, "--port", fmt.Sprint(port), "--bind", "127.0.0.1")...)
 	if err := cmd.Start(); err != nil {
-		why = "starting redis-server: " + err.Error()
-		return
+		return "", nil, fmt.Errorf("starting redis-server: %w", err)
 	}
 	a := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if ping(a) == nil {
-			addr, started = a, cmd
-			return
-		}
+	if testwait.Within(5*time.Second, func() bool { return ping(a) == nil }) {
+		return a, cmd, nil
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	why = "redis-server started on " + a + " but did not answer"
+	return "", nil, fmt.Errorf("redis-server started on %s but did not answer", a)
 }
 
 // Stop stops a redis-server this package started; for TestMain, after the tests.

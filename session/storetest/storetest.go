@@ -65,15 +65,18 @@ func ClockPassIdle(clock *testclock.Clock, idle time.Duration) func(t *testing.T
 	}
 }
 
-// PollPassIdle is the PassIdle of a store whose sessions expire by themselves in real time:
-// it calls keep every idle/10 until Get reports each session of gone unknown and at least
-// idle has passed. It fails the test if that takes longer than limit: a session that does
-// not expire is a failure, not a longer wait.
+// PollPassIdle is the PassIdle of a store whose sessions expire by themselves in real time,
+// on a clock no test controls (Redis's): it calls keep every idle/10, as a client using its
+// session would, until Get reports each session of gone unknown and at least idle has
+// passed. It fails the test if that takes longer than limit: a session that does not expire
+// is a failure, not a longer wait.
 func PollPassIdle(store session.Store, idle, limit time.Duration) func(t *testing.T, keep func(), gone ...string) {
 	return func(t *testing.T, keep func(), gone ...string) {
 		t.Helper()
 		ctx := context.Background()
 		start := time.Now()
+		tick := time.NewTicker(idle / 10)
+		defer tick.Stop()
 		for {
 			if keep != nil {
 				keep()
@@ -90,7 +93,7 @@ func PollPassIdle(store session.Store, idle, limit time.Duration) func(t *testin
 			if time.Since(start) > limit {
 				t.Fatalf("%d of %d sessions still live %v after they were last used; the idle timeout is %v", live, len(gone), limit, idle)
 			}
-			time.Sleep(idle / 10)
+			<-tick.C
 		}
 	}
 }
