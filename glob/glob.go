@@ -127,21 +127,6 @@ func (p *Pattern) Match(s string) bool {
 	return p.re.MatchString(s)
 }
 
-// QuoteMeta returns a pattern that matches s and nothing else.
-func QuoteMeta(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
 // Set is a list of patterns; it matches a string that any of them matches. The nil Set
 // matches nothing.
 type Set []*Pattern

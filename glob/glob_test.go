@@ -67,21 +67,6 @@ func TestCompileRefusesBadPatterns(t *testing.T) {
 	}
 }
 
-func TestQuoteMetaMatchesOnlyItself(t *testing.T) {
-	for _, s := range []string{"plain", "a*b", "[x]?", `back\slash`, "demo://notes/{id}"} {
-		p, err := Compile(QuoteMeta(s))
-		if err != nil {
-			t.Fatalf("Compile(QuoteMeta(%q)): %v", s, err)
-		}
-		if !p.Match(s) {
-			t.Errorf("QuoteMeta(%q) does not match itself", s)
-		}
-		if p.Match(s + "x") {
-			t.Errorf("QuoteMeta(%q) matches more than itself", s)
-		}
-	}
-}
-
 func TestSet(t *testing.T) {
 	var none Set
 	if none.Match("x") {
