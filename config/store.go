@@ -69,7 +69,21 @@ type SessionStore struct {
 	// PoolSize is the most connections to Redis (key `pool_size`); 0, the default, lets the
 	// client choose (10 per CPU).
 	PoolSize int
+
+	// ReplicaLease is how long what a replica owns (its in-flight calls, the upstream
+	// subscriptions it made for sessions) stays its own without renewal (key
+	// `replica_lease`, a duration of at least 500ms): a replica renews it three times per
+	// lease, and the others take over from one that stopped once it runs out. 0, the
+	// default, is DefaultReplicaLease.
+	ReplicaLease time.Duration
 }
+
+// DefaultReplicaLease is the replica lease when the config sets none.
+const DefaultReplicaLease = 10 * time.Second
+
+// minReplicaLease is the shortest replica lease accepted: a shorter one would be lost to a
+// Redis round trip that took a little long.
+const minReplicaLease = 500 * time.Millisecond
 
 // sessionStore decodes the `session_store` mapping.
 func sessionStore(s *SessionStore) decodeFunc {
@@ -96,6 +110,7 @@ func sessionStore(s *SessionStore) decodeFunc {
 			{key: "read_timeout", decode: duration(&s.ReadTimeout)},
 			{key: "write_timeout", decode: duration(&s.WriteTimeout)},
 			{key: "pool_size", decode: integer(&s.PoolSize)},
+			{key: "replica_lease", decode: duration(&s.ReplicaLease)},
 		})
 	}
 }
@@ -120,7 +135,7 @@ func applyStoreDefaults(s *SessionStore, ix *index) {
 }
 
 // redisOnly are the session_store keys that belong to a Redis store.
-var redisOnly = []string{"url", "sentinel", "cluster", "username", "password", "tls", "key_prefix", "dial_timeout", "read_timeout", "write_timeout", "pool_size"}
+var redisOnly = []string{"url", "sentinel", "cluster", "username", "password", "tls", "key_prefix", "dial_timeout", "read_timeout", "write_timeout", "pool_size", "replica_lease"}
 
 // sessionStore checks the session store settings.
 func (v *validator) sessionStore(s *SessionStore, w where) {
@@ -177,6 +192,9 @@ func (v *validator) sessionStore(s *SessionStore, w where) {
 	}
 	if s.PoolSize < 0 {
 		v.check(w, p+".pool_size", "must be 0 (the client's default) or more")
+	}
+	if w.ix.present(p+".replica_lease") && s.ReplicaLease < minReplicaLease {
+		v.check(w, p+".replica_lease", fmt.Sprintf("must be at least %s, like 10s: how long a replica that stopped keeps what it owned before the others take over", minReplicaLease))
 	}
 }
 

@@ -21,8 +21,9 @@ func TestSessionStore(t *testing.T) {
   key_prefix: "mf:prod"
   read_timeout: 250ms
   pool_size: 20
+  replica_lease: 3s
 upstreams: []
-`, config.SessionStore{Type: "redis", URL: "rediss://gw:secret@redis.internal:6380/2", KeyPrefix: "mf:prod", DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: time.Second, PoolSize: 20}},
+`, config.SessionStore{Type: "redis", URL: "rediss://gw:secret@redis.internal:6380/2", KeyPrefix: "mf:prod", DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: time.Second, PoolSize: 20, ReplicaLease: 3 * time.Second}},
 		{"redis by sentinel", `session_store:
   type: redis
   sentinel: {master: mymaster, addrs: ["10.0.0.1:26379", "10.0.0.2:26379"]}
@@ -78,10 +79,11 @@ func TestSessionStoreProblems(t *testing.T) {
 			p(3, "session_store.sentinel.master", "required: the name of the master the sentinels monitor, like mymaster"),
 			p(4, "session_store.sentinel.addrs[0]", `"nohost" is not host:port`),
 		}},
-		{"limits", "session_store:\n  type: redis\n  url: redis://a:6379\n  key_prefix: \"a b\"\n  read_timeout: 0s\n  pool_size: -1\nupstreams: []\n", []config.Problem{
+		{"limits", "session_store:\n  type: redis\n  url: redis://a:6379\n  key_prefix: \"a b\"\n  read_timeout: 0s\n  pool_size: -1\n  replica_lease: 100ms\nupstreams: []\n", []config.Problem{
 			p(4, "session_store.key_prefix", `"a b" is not a key prefix: use 1 to 64 characters from A-Z a-z 0-9 _ - . :`),
 			p(5, "session_store.read_timeout", "must be greater than 0, like 1s: a request that needs Redis fails after it when Redis is gone"),
 			p(6, "session_store.pool_size", "must be 0 (the client's default) or more"),
+			p(7, "session_store.replica_lease", "must be at least 500ms, like 10s: how long a replica that stopped keeps what it owned before the others take over"),
 		}},
 	}
 	for _, tt := range tests {

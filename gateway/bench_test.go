@@ -40,6 +40,7 @@ func (f *fakeUpstream) State() upstream.State                                 { 
 func (f *fakeUpstream) Status() upstream.Status                               { return upstream.Status{State: upstream.StateReady} }
 func (f *fakeUpstream) Run(ctx context.Context)                               { <-ctx.Done() }
 func (f *fakeUpstream) Close() error                                          { return nil }
+func (f *fakeUpstream) Refresh()                                              {}
 
 // toolJSON is a typical tool entry: a name, a description and a small input schema.
 func toolJSON(name string) json.RawMessage {

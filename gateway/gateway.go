@@ -89,6 +89,8 @@ type Gateway struct {
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
 	hub liveHub
+	// replicas carries what is live between replicas sharing a Redis store; nil otherwise.
+	replicas *replicas
 
 	mu sync.Mutex
 	// closing is set by Close: no worker starts any more. Guarded by mu.
@@ -167,8 +169,20 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.checks = pipeline.Chain(g.opts.Checks)
-	g.hub = hub.New(g.ctx, &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events})
-	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots)}
+	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
+	if rs, ok := g.store.(*session.RedisStore); ok {
+		// Replicas share the sessions: what is live of them travels on the bus.
+		hubOpts.Tag = newReplicaName()
+		lease := cfg.SessionStore.ReplicaLease
+		if lease <= 0 {
+			lease = config.DefaultReplicaLease
+		}
+		g.replicas = newReplicas(g, nil)
+		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
+		hubOpts.Producing = g.replicas.producing
+	}
+	g.hub = hub.New(g.ctx, hubOpts)
+	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
 
 	enabled := cfg.EnabledUpstreams()
 	specs := make([]catalog.Namespace, len(enabled))
@@ -207,6 +221,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 					g.subs.renew(ready)
 				}
 			}
+		}
+		if g.replicas != nil {
+			base.OnListChanged = func(c *upstream.Client) { g.replicas.listChanged(c.Name()) }
 		}
 		base.OnRequest = g.onUpstreamRequest
 		base.OnNotification = g.onUpstreamNotification
@@ -299,6 +316,9 @@ type liveHub interface {
 	RequestsDone() <-chan struct{}
 	// Tag names this process in the ids it makes.
 	Tag() string
+	// Extend and Orphaned follow the streams other replicas produce (see hub.Local).
+	Extend(sessionID, streamID string, events []hub.Event, complete bool) bool
+	Orphaned(producer string)
 }
 
 var _ liveHub = (*hub.Local)(nil)
@@ -317,6 +337,13 @@ func (g *Gateway) Start() {
 		}
 		g.workers.Add(1)
 		go g.expireSessions()
+		if g.replicas != nil {
+			g.workers.Add(1)
+			go func() {
+				defer g.workers.Done()
+				g.replicas.run(g.ctx)
+			}()
+		}
 		if w, ok := g.store.(endedWatcher); ok {
 			g.workers.Add(1)
 			go func() {
@@ -325,7 +352,10 @@ func (g *Gateway) Start() {
 					if g.hub.Lookup(id) != nil {
 						g.logger.Info("session ended on another replica", "session", fingerprint(id))
 						g.endLocal(id)
+						return
 					}
+					// Subscriptions taken over from a stopped replica name it by digest.
+					g.subs.drop(id)
 				})
 			}()
 		}
@@ -544,6 +574,9 @@ func (g *Gateway) nextRequestID() string {
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
+	if g.replicas != nil {
+		g.replicas.ended(id)
+	}
 	for _, u := range g.upstreams {
 		if u.pool != nil {
 			u.pool.closeSession(id)

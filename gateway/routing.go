@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,8 @@ type messageRouter struct {
 	elicitations urlElicitations
 	// progressSeq numbers the progress tokens the gateway gives upstreams.
 	progressSeq atomic.Uint64
+	// replicas carries messages for streams other replicas hold; nil for one replica.
+	replicas *replicas
 }
 
 // sessionLive reports whether a session is live here.
@@ -50,14 +53,28 @@ func (rt *messageRouter) notifySessions(n *protocol.Notification, ids ...string)
 		return
 	}
 	if len(ids) == 0 {
+		// To every session: each replica tells those it holds the stream of.
 		for _, s := range rt.hub.Sessions() {
-			ids = append(ids, s.ID())
+			_ = rt.deliverHere(s.ID(), "", data)
 		}
+		return
 	}
 	for _, id := range ids {
+		if digest, ok := strings.CutPrefix(id, digestKey); ok {
+			// A session known here by its digest only (subscriptions taken over from a
+			// stopped replica): its stream is elsewhere.
+			if rt.replicas != nil {
+				rt.replicas.deliverElsewhere(digest, data)
+			}
+			continue
+		}
 		_ = rt.deliver(id, "", data)
 	}
 }
+
+// digestKey begins the key of a session known by its digest only (session.Digest), where
+// its id would be.
+const digestKey = "#"
 
 // callOwner is one client request being served, as plain values: its session, the stream
 // its related messages go on, and what the client declared. It rides with the upstream call
@@ -114,8 +131,19 @@ func (rt *messageRouter) send(o *callOwner, m protocol.Message) error {
 }
 
 // deliver puts an encoded message on a session's stream ("" for the standalone one); a
-// stream whose client does not keep up is closed, and said so in the log.
+// stream whose client does not keep up is closed, and said so in the log. A standalone
+// stream another replica holds gets it from there.
 func (rt *messageRouter) deliver(sessionID, streamID string, data []byte) error {
+	err := rt.deliverHere(sessionID, streamID, data)
+	if errors.Is(err, hub.ErrNoStream) && streamID == "" && rt.replicas != nil {
+		rt.replicas.deliverElsewhere(session.Digest(sessionID), data)
+		return nil
+	}
+	return err
+}
+
+// deliverHere is deliver to the streams this replica holds only.
+func (rt *messageRouter) deliverHere(sessionID, streamID string, data []byte) error {
 	err := rt.hub.Deliver(sessionID, streamID, data)
 	if errors.Is(err, hub.ErrStreamOverflow) {
 		rt.logger.Warn("a session's stream was closed: its client is not reading it", "session", fingerprint(sessionID))

@@ -21,6 +21,10 @@ const keepAliveInterval = 25 * time.Second
 // retryMillis is the reconnection delay the priming event gives clients (SSE retry field).
 const retryMillis = 1000
 
+// drainRetryEvent ends a stream the gateway closes as it drains: a short reconnection delay,
+// so that the client resumes on another replica at once.
+var drainRetryEvent = []byte("retry: 100\n\n")
+
 // streamWriter writes one stream of a session to one HTTP connection. It runs on the HTTP
 // handler's goroutine: nothing writes to w after it returns.
 type streamWriter struct {
@@ -239,6 +243,8 @@ func (sw *streamWriter) follow(ctx context.Context, sessionEnded, draining <-cha
 		case <-sessionEnded:
 			return
 		case <-draining: // nil for a stream that ends with its answer
+			// The client reconnects soon, and resumes on another replica.
+			_ = writeWithDeadline(sw.w, sw.rc, drainRetryEvent)
 			return
 		}
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -61,19 +63,34 @@ func (r redisEvents) Append(sessionID, streamID string, events []hub.Event, comp
 	r.log.Append(sessionID, streamID, logged, complete)
 }
 
+func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID) {
+	var ids json.RawMessage
+	if len(requests) > 0 {
+		ids, _ = json.Marshal(requests)
+	}
+	r.log.Start(sessionID, streamID, ids)
+}
+
 func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*hub.Replayed, error) {
-	logged, complete, found, err := r.log.Replay(ctx, sessionID, streamID, after)
+	logged, err := r.log.Replay(ctx, sessionID, streamID, after)
 	switch {
 	case errors.Is(err, session.ErrEventsLost):
 		return nil, hub.ErrEventsLost
 	case err != nil:
 		return nil, err
-	case !found:
+	case logged == nil:
 		return nil, nil
 	}
-	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged)), Complete: complete}
-	for i, e := range logged {
+	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged.Events)), Complete: logged.Complete, More: logged.More}
+	for i, e := range logged.Events {
 		replayed.Events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
+	}
+	if logged.Requests != nil {
+		if err := json.Unmarshal(logged.Requests, &replayed.Requests); err != nil {
+			replayed.Requests = nil
+		}
 	}
 	return replayed, nil
 }
+
+var _ hub.RequestLog = redisEvents{}

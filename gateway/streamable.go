@@ -167,11 +167,12 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		g.touch(r.Context(), rec.ID)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Response:
-		g.takeAnswer(ls, m)
+		g.takeAnswer(r.Context(), ls, m)
 		g.touch(r.Context(), rec.ID)
 		w.WriteHeader(http.StatusAccepted)
 	case *protocol.Request:
 		st := ls.NewStream(1)
+		st.Expect(m.ID)
 		sw, ok := g.attachAnswer(w, idOf(msg), st, rec)
 		if !ok {
 			return
@@ -188,10 +189,15 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 // takeAnswer delivers a client's answer to a request the gateway sent it for an upstream: by
 // its id, which names this process, to the session's request waiting here; the request's own
 // end removes its record from the store.
-func (g *Gateway) takeAnswer(ls *hub.Session, m *protocol.Response) {
-	if !ls.Answer(m) {
-		g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(ls.ID()), "id", m.ID.String())
+func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
+	if ls.Answer(m) {
+		return
 	}
+	// Sent by another replica (its name begins the id): the answer goes there.
+	if g.replicas != nil && g.replicas.answerElsewhere(ctx, ls.ID(), m) {
+		return
+	}
+	g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(ls.ID()), "id", m.ID.String())
 }
 
 // attachAnswer makes the POST's connection the writer of the stream of its answer; when it
@@ -265,7 +271,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		case *protocol.Notification:
 			g.handleNotification(r, rec, ls, m)
 		case *protocol.Response:
-			g.takeAnswer(ls, m)
+			g.takeAnswer(r.Context(), ls, m)
 		case *protocol.Request:
 			if m.Method == protocol.MethodInitialize {
 				refused = append(refused, &protocol.Response{ID: m.ID, Error: protocol.Errorf(protocol.CodeInvalidRequest, "initialize must not be part of a batch")})
@@ -279,6 +285,9 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	st := ls.NewStream(len(requests) + len(refused))
+	for _, req := range requests {
+		st.Expect(req.ID)
+	}
 	sw, ok := g.attachAnswer(w, nil, st, rec)
 	if !ok {
 		return
@@ -439,8 +448,9 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 			RequestID json.RawMessage `json:"requestId"`
 		}
 		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
-			if id, err := protocol.ParseID(p.RequestID); err == nil {
-				ls.CancelRequest(id)
+			if id, err := protocol.ParseID(p.RequestID); err == nil && !ls.CancelRequest(id) && g.replicas != nil {
+				// Not served here: the replica serving it stops it.
+				g.replicas.cancelElsewhere(r.Context(), rec.ID, id)
 			}
 		}
 	}
@@ -662,6 +672,16 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	var c *hub.Cursor
 	lastEventID := r.Header.Get(headerLastEventID)
 	resuming := lastEventID != "" && prime
+	if g.replicas != nil {
+		// This replica holds a stream of the session from now on: messages raised for it
+		// elsewhere come here, and so do the events of a stream another replica produces.
+		if err := g.replicas.follow(r.Context(), rec.ID); err != nil {
+			g.logger.Warn("following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
+			writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
+				"the session store is unavailable; retry shortly"))
+			return
+		}
+	}
 	if resuming {
 		st, c, err = ls.Resume(r.Context(), lastEventID)
 	} else {

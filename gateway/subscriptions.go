@@ -182,7 +182,82 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 	}
 	s.mu.Unlock()
 	s.record(ctx, sessionID, res.target.Exposed, on)
+	if r := s.router.replicas; r != nil {
+		r.subscribed(ctx, session.Digest(sessionID), u.ns.Name, original, on)
+	}
 	return json.RawMessage(`{}`), nil
+}
+
+// dropElsewhere drops a session's subscription to an upstream's uri that this replica holds,
+// because another now does (or the session unsubscribed there): the session is named by its
+// digest, and by its id when this replica knows it. Unsubscribed upstream when it was the
+// last subscriber.
+func (s *subscriptions) dropElsewhere(digest, sessionID, upstreamName, uri string) {
+	s.mu.Lock()
+	var last []subKey
+	for key, e := range s.entries {
+		if key.uri != uri || key.conn.upstream.ns.Name != upstreamName {
+			continue
+		}
+		mine := e.sessions[digestKey+digest] || sessionID != "" && e.sessions[sessionID]
+		if !mine {
+			continue
+		}
+		delete(e.sessions, digestKey+digest)
+		if sessionID != "" {
+			delete(e.sessions, sessionID)
+		}
+		if len(e.sessions) == 0 && e.on != nil {
+			last = append(last, key)
+		}
+	}
+	s.mu.Unlock()
+	for _, key := range last {
+		s.goWorker(func() { s.unsubscribeUnused(key) })
+	}
+}
+
+// takeOver subscribes, on this replica's shared connection, a session known by its digest to
+// an exposed uri, for a replica that stopped; it reports whether it did. The other replicas
+// are told, so that one holds it.
+func (s *subscriptions) takeOver(ctx context.Context, digest, profile, exposedURI string) bool {
+	g := s.router.replicas.g
+	ns, original, ok := g.catalogOf(profile).ResolveURI(exposedURI)
+	if !ok {
+		return false
+	}
+	u := g.upstreamOf(ns)
+	if u.pool != nil {
+		// The session's own connection went with the replica; a new one opens with the
+		// session's next call, without this subscription.
+		return false
+	}
+	key := subKey{u.shared, original}
+	e, err := s.acquire(ctx, key)
+	if err != nil {
+		return false
+	}
+	defer s.release(key, e)
+	info := u.shared.client.Server()
+	if info == nil {
+		return false
+	}
+	s.mu.Lock()
+	current := e.on == info
+	s.mu.Unlock()
+	if !current {
+		params, _ := json.Marshal(map[string]string{"uri": original})
+		if _, err := u.shared.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
+			s.router.logger.Warn("taking over a subscription failed", "upstream", ns.Name, "error", err.Error())
+			return false
+		}
+	}
+	s.mu.Lock()
+	e.sessions[digestKey+digest] = true
+	e.on = info
+	s.mu.Unlock()
+	s.router.replicas.subscribed(ctx, digest, ns.Name, original, true)
+	return true
 }
 
 // recordSubscription keeps the session record's list of subscriptions, which says what the
@@ -205,13 +280,15 @@ func (s *subscriptions) record(ctx context.Context, sessionID, uri string, on bo
 // dropSubscriptions removes an ended session's subscriptions, unsubscribing upstream where it
 // was the last subscriber.
 func (s *subscriptions) drop(sessionID string) {
+	byDigest := digestKey + session.Digest(sessionID)
 	s.mu.Lock()
 	var last []subKey
 	for key, e := range s.entries {
-		if !e.sessions[sessionID] {
+		if !e.sessions[sessionID] && !e.sessions[byDigest] {
 			continue
 		}
 		delete(e.sessions, sessionID)
+		delete(e.sessions, byDigest)
 		if len(e.sessions) > 0 {
 			continue
 		}

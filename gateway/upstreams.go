@@ -22,6 +22,8 @@ type upstreamClient interface {
 	Status() upstream.Status
 	Run(ctx context.Context)
 	Close() error
+	// Refresh refetches the upstream's lists (another replica heard them change).
+	Refresh()
 }
 
 var _ upstreamClient = (*upstream.Client)(nil)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+
+	"github.com/manifold-mcp/manifold/protocol"
 )
 
 // EventLog keeps streams' events beyond this process (in Redis, a Stream per stream), so that
@@ -30,6 +32,22 @@ type Replayed struct {
 	Events []Event
 	// Complete says that the stream's end was logged and follows Events.
 	Complete bool
+	// More says that the log holds more events after these (Events is a page): the client
+	// resumes again for them.
+	More bool
+	// Requests are the ids of the requests the stream answers, as its producer logged them
+	// (RequestLog); nil when it logged none.
+	Requests []protocol.ID
+}
+
+// RequestLog is an EventLog that records, when a stream starts, the ids of the requests it
+// answers, so that a replica resuming it after its producer stopped can answer those that
+// never were with an error instead of silence.
+type RequestLog interface {
+	EventLog
+	// Start records that a stream exists, and the requests it answers; it takes the place of
+	// the first Append with no events.
+	Start(sessionID, streamID string, requests []protocol.ID)
 }
 
 // ErrLogUnavailable wraps the error of an event log that could not be read (its store is
@@ -51,6 +69,15 @@ func (s *Stream) logLocked() {
 	if len(events) == 0 && s.loggedStart && (!s.complete || s.loggedEnd) {
 		return
 	}
+	if !s.loggedStart {
+		if rl, ok := log.(RequestLog); ok {
+			rl.Start(s.session.id, s.id, s.requests)
+			if len(events) == 0 && !s.complete {
+				s.loggedStart = true
+				return
+			}
+		}
+	}
 	s.loggedStart = true
 	s.logged = max(s.logged, last)
 	s.loggedEnd = s.complete
@@ -64,9 +91,10 @@ func (s *Stream) readBack() bool {
 	return s.fromLog
 }
 
-// replay makes a stream of what the event log holds of streamID after seq: it ends after
-// what was logged, since nothing here produces more of it (a client that resumes again
-// later gets what was logged meanwhile). nil when the log holds nothing of it.
+// replay makes a stream of what the event log holds of streamID after seq. When its producer
+// still runs (Options.Producing), the stream stays open for the events it goes on producing
+// (Extend); otherwise it ends after what was logged, with an error answer for each request
+// the producer never answered. nil when the log holds nothing of it.
 func (s *Session) replay(ctx context.Context, streamID string, after uint64) (*Stream, error) {
 	log := s.hub.opts.Log
 	if log == nil || after >= math.MaxUint64-1 {
@@ -81,14 +109,28 @@ func (s *Session) replay(ctx context.Context, streamID string, after uint64) (*S
 	case r == nil:
 		return nil, nil
 	}
-	st := &Stream{id: streamID, session: s, limits: s.hub.opts.Limits, first: after + 1, complete: true,
-		resumable: true, fromLog: true, done: make(chan struct{})}
+	st := &Stream{id: streamID, session: s, limits: s.hub.opts.Limits, first: after + 1, complete: r.Complete,
+		resumable: true, fromLog: true, requests: r.Requests, responses: -1, done: make(chan struct{})}
 	for i, e := range r.Events {
 		if e.Seq != after+1+uint64(i) {
 			return nil, ErrEventsLost // the log broke its promise: say so rather than skip
 		}
 		st.events = append(st.events, e.Data)
 		st.size += len(e.Data)
+		st.noteAnswer(e.Data)
+	}
+	switch {
+	case r.More:
+		// A page: it ends here, and the client resumes again for the next one.
+		st.complete = true
+	case !st.complete:
+		// A stream still being produced, or one whose producer stopped.
+		producing := s.hub.opts.Producing
+		if producing == nil || !producing(ctx, streamID) {
+			st.orphanLocked()
+		} else {
+			st.following = true
+		}
 	}
 	return st, nil
 }

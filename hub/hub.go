@@ -42,6 +42,11 @@ type Options struct {
 	MaxStreams int
 	// Log keeps what clients can resume beyond this process; nil keeps it here only.
 	Log EventLog
+	// Producing reports whether the replica that produced a stream (its tag: Producer) still
+	// runs, and makes that stream's further events reach this hub (Extend) if so. A stream
+	// read back from the log whose producer stopped ends with an error answer for each request
+	// it did not answer. Nil: no producer but this hub runs.
+	Producing func(ctx context.Context, streamID string) bool
 }
 
 // Local is the in-process hub.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/manifold-mcp/manifold/protocol"
 )
 
 // Errors of a stream's writers and of those who put messages on it.
@@ -63,6 +65,13 @@ type Stream struct {
 	loggedStart bool
 	loggedEnd   bool
 	fromLog     bool
+	// requests are the ids of the requests the stream answers (Expect), logged with its
+	// start; answered holds those whose answer a stream read back from the log carries, and
+	// following marks such a stream whose producer, another replica, still runs: its events
+	// come by Extend. Guarded by mu.
+	requests  []protocol.ID
+	answered  map[protocol.ID]bool
+	following bool
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -25,8 +26,19 @@ const replayPage = 256
 // LoggedEvent is one event of a stream's log: its sequence number in the stream and the
 // message.
 type LoggedEvent struct {
-	Seq  uint64
-	Data []byte
+	Seq  uint64 `json:"q"`
+	Data []byte `json:"d"`
+}
+
+// Logged is what an event log holds of a stream after an event.
+type Logged struct {
+	// Events follow the event asked about, in order, without a gap (at most a page).
+	Events []LoggedEvent
+	// Complete says that the stream's end follows Events; More, that more events follow.
+	Complete, More bool
+	// Requests is what Start recorded: the ids of the requests the stream answers, a JSON
+	// array; nil when none was.
+	Requests json.RawMessage
 }
 
 // EventLogOptions configures a RedisEventLog.
@@ -65,8 +77,13 @@ type RedisEventLog struct {
 // logAppend is one queued append.
 type logAppend struct {
 	key      string
+	digest   string
+	stream   string
 	events   []LoggedEvent
 	complete bool
+	// start marks the stream's first append (Start), with the ids of its requests.
+	start    bool
+	requests json.RawMessage
 }
 
 // NewEventLog returns an event log on the store's Redis; Close stops its writer.
@@ -98,7 +115,17 @@ func (l *RedisEventLog) key(sessionID, streamID string) string {
 // the queue's size the append is dropped and counted (the stream then resumes only where it
 // is held).
 func (l *RedisEventLog) Append(sessionID, streamID string, events []LoggedEvent, complete bool) {
-	op := logAppend{key: l.key(sessionID, streamID), events: events, complete: complete}
+	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, events: events, complete: complete, start: len(events) == 0 && !complete})
+}
+
+// Start queues the marker that a stream exists (its client holds an event id of it), with the
+// ids of the requests it answers (a JSON array), so that a replica resuming it after its
+// producer stopped knows which answers never came.
+func (l *RedisEventLog) Start(sessionID, streamID string, requests json.RawMessage) {
+	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, start: true, requests: requests})
+}
+
+func (l *RedisEventLog) queueOp(op logAppend) {
 	select {
 	case l.queue <- op:
 	default:
@@ -153,10 +180,14 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	defer cancel()
 	pipe := l.store.client.Pipeline()
 	for _, op := range ops {
-		if len(op.events) == 0 && !op.complete {
+		if op.start {
 			// The stream exists (its client holds the priming event's id): a marker before
 			// every event's id, refused as a duplicate if one came first.
-			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: []any{"start", "1"}})
+			values := []any{"start", "1"}
+			if op.requests != nil {
+				values = append(values, "rq", string(op.requests))
+			}
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: values})
 		}
 		for _, e := range op.events {
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true,
@@ -166,6 +197,13 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "*", Values: []any{"end", "1"}})
 		}
 		pipe.PExpire(ctx, op.key, l.opts.Retention)
+		if len(op.events) > 0 || op.complete {
+			// In the same round trip, live to a replica where the stream's client resumed
+			// it (RedisBus.Follow); Redis drops it when none listens.
+			if msg, err := eventsMessage(op.digest, op.stream, op.events, op.complete, nil); err == nil {
+				pipe.Publish(ctx, l.store.sessionChannel(op.digest), msg)
+			}
+		}
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {
@@ -185,9 +223,18 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 // (at most a page of them), and whether its end follows them; found is false when the log
 // holds nothing of the stream (another session's, expired, never logged). ErrEventsLost when
 // events after after are no longer all held.
-func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) (events []LoggedEvent, complete, found bool, err error) {
+func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*Logged, error) {
+	events, complete, requests, found, err := l.replay(ctx, sessionID, streamID, after)
+	if err != nil || !found {
+		return nil, err
+	}
+	more := !complete && len(events) == replayPage
+	return &Logged{Events: events, Complete: complete, More: more, Requests: requests}, nil
+}
+
+func (l *RedisEventLog) replay(ctx context.Context, sessionID, streamID string, after uint64) (events []LoggedEvent, complete bool, requests json.RawMessage, found bool, err error) {
 	if after >= math.MaxUint64-1 {
-		return nil, false, false, nil
+		return nil, false, nil, false, nil
 	}
 	ctx, cancel := l.store.bound(ctx)
 	defer cancel()
@@ -196,10 +243,13 @@ func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, 
 	head := pipe.XRangeN(ctx, key, "-", "+", 1)
 	rest := pipe.XRangeN(ctx, key, strconv.FormatUint(after+2, 10)+"-0", "+", replayPage+1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, false, fmt.Errorf("event log: replay: %w", err)
+		return nil, false, nil, false, fmt.Errorf("event log: replay: %w", err)
 	}
 	if len(head.Val()) == 0 {
-		return nil, false, false, nil
+		return nil, false, nil, false, nil
+	}
+	if rq, ok := head.Val()[0].Values["rq"].(string); ok && json.Valid([]byte(rq)) {
+		requests = json.RawMessage(rq)
 	}
 	for _, e := range rest.Val() {
 		if _, ok := e.Values["end"]; ok {
@@ -211,7 +261,7 @@ func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, 
 			continue
 		}
 		if seq != after+1+uint64(len(events)) {
-			return nil, false, true, ErrEventsLost
+			return nil, false, nil, true, ErrEventsLost
 		}
 		if len(events) == replayPage {
 			break // a page: the client resumes again for the next
@@ -221,9 +271,9 @@ func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, 
 	// The first event logged after the one asked about must be the next one: an earlier
 	// part trimmed away, or a log that began later (an expired key written again), is a gap.
 	if first, ok := entrySeq(head.Val()[0]); ok && first > after+1 {
-		return nil, false, true, ErrEventsLost
+		return nil, false, nil, true, ErrEventsLost
 	}
-	return events, complete, true, nil
+	return events, complete, requests, true, nil
 }
 
 // entrySeq returns the sequence number of an event entry, ok false for a marker.

@@ -2,9 +2,11 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,11 +55,11 @@ func TestEventLogReplay(t *testing.T) {
 	l.Append("s1", "st", events(2, 3), true) // 2 again: refused by Redis, not stored twice
 	l.Close()
 
-	got, complete, found, err := l.Replay(ctx, "s1", "st", 1)
+	got, complete, found, err := replayOf(ctx, l, "s1", "st", 1)
 	if err != nil || !found || !complete || fmt.Sprint(seqsOf(got)) != "[2 3]" || string(got[0].Data) != "event 2" {
 		t.Errorf("Replay after 1 = %v, complete %v, found %v, %v; want [2 3], complete", seqsOf(got), complete, found, err)
 	}
-	got, complete, found, err = l.Replay(ctx, "s1", "quiet", 0)
+	got, complete, found, err = replayOf(ctx, l, "s1", "quiet", 0)
 	if err != nil || !found || complete || len(got) != 0 {
 		t.Errorf("a stream with nothing yet: %v, complete %v, found %v, %v; want found, empty", seqsOf(got), complete, found, err)
 	}
@@ -65,7 +67,7 @@ func TestEventLogReplay(t *testing.T) {
 		session string
 		after   uint64
 	}{{"s2", 0}, {"s1", math.MaxUint64}, {"s1", math.MaxUint64 - 1}} {
-		if got, _, found, err := l.Replay(ctx, tc.session, "st", tc.after); found || err != nil || len(got) != 0 {
+		if got, _, found, err := replayOf(ctx, l, tc.session, "st", tc.after); found || err != nil || len(got) != 0 {
 			t.Errorf("Replay(%s, after %d) = %v, found %v, %v; want not found", tc.session, tc.after, seqsOf(got), found, err)
 		}
 	}
@@ -86,13 +88,13 @@ func TestEventLogReplaySaysWhatIsLost(t *testing.T) {
 	l.Append("s", "holey", nil, false)
 	l.Append("s", "holey", events(1, 2, 4), false)
 	l.Close()
-	if _, _, _, err := l.Replay(ctx, "s", "trimmed", 3); !errors.Is(err, ErrEventsLost) {
+	if _, _, _, err := replayOf(ctx, l, "s", "trimmed", 3); !errors.Is(err, ErrEventsLost) {
 		t.Errorf("after trimmed events: %v, want ErrEventsLost", err)
 	}
-	if got, _, _, err := l.Replay(ctx, "s", "trimmed", 499); err != nil || fmt.Sprint(seqsOf(got)) != "[500]" {
+	if got, _, _, err := replayOf(ctx, l, "s", "trimmed", 499); err != nil || fmt.Sprint(seqsOf(got)) != "[500]" {
 		t.Errorf("after what is still held: %v, %v; want [500]", seqsOf(got), err)
 	}
-	if _, _, _, err := l.Replay(ctx, "s", "holey", 1); !errors.Is(err, ErrEventsLost) {
+	if _, _, _, err := replayOf(ctx, l, "s", "holey", 1); !errors.Is(err, ErrEventsLost) {
 		t.Errorf("across a missing event: %v, want ErrEventsLost", err)
 	}
 }
@@ -109,11 +111,11 @@ func TestEventLogReplaysInPages(t *testing.T) {
 	}
 	l.Append("s", "long", events(seqs...), true)
 	l.Close()
-	got, complete, _, err := l.Replay(ctx, "s", "long", 0)
+	got, complete, _, err := replayOf(ctx, l, "s", "long", 0)
 	if err != nil || len(got) != replayPage || complete {
 		t.Fatalf("first page: %d events, complete %v, %v; want %d, not complete", len(got), complete, err, replayPage)
 	}
-	got, complete, _, err = l.Replay(ctx, "s", "long", got[len(got)-1].Seq)
+	got, complete, _, err = replayOf(ctx, l, "s", "long", got[len(got)-1].Seq)
 	if err != nil || len(got) != 10 || !complete {
 		t.Errorf("second page: %d events, complete %v, %v; want 10, complete", len(got), complete, err)
 	}
@@ -190,5 +192,47 @@ func TestWatchEnded(t *testing.T) {
 	case <-watched:
 	case <-time.After(10 * time.Second):
 		t.Fatal("WatchEnded did not return when its context ended")
+	}
+}
+
+// replayOf is Replay as separate values.
+func replayOf(ctx context.Context, l *RedisEventLog, sessionID, streamID string, after uint64) ([]LoggedEvent, bool, bool, error) {
+	got, err := l.Replay(ctx, sessionID, streamID, after)
+	if got == nil {
+		return nil, false, errors.Is(err, ErrEventsLost), err
+	}
+	return got.Events, got.Complete, true, err
+}
+
+// TestEventLogKeepsRequestsAndPublishesAppends: Start records the ids a stream answers, which
+// Replay returns; each append is published on the session's channel in the same round trip,
+// for a replica following the session.
+func TestEventLogKeepsRequestsAndPublishesAppends(t *testing.T) {
+	ctx := context.Background()
+	s, open := eventLogOn(t, nil)
+	id := NewID()
+	sub := s.client.Subscribe(ctx, s.sessionChannel(Digest(id)))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	l := open()
+	l.Start(id, "st", json.RawMessage(`[7,"x"]`))
+	l.Append(id, "st", events(1), true)
+	l.Close()
+	got, err := l.Replay(ctx, id, "st", 0)
+	if err != nil || got == nil || string(got.Requests) != `[7,"x"]` || len(got.Events) != 1 || !got.Complete {
+		t.Fatalf("Replay = %+v, %v; want requests [7,\"x\"], one event, complete", got, err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m BusMessage
+	if err := json.Unmarshal([]byte(msg.Payload), &m); err != nil || m.Kind != BusEvents || m.Stream != "st" || len(m.Events) != 1 || m.Events[0].Seq != 1 || !m.Complete || m.Session != Digest(id) {
+		t.Errorf("published %s (%v); want the events of st, complete, for the session's digest", msg.Payload, err)
+	}
+	if strings.Contains(msg.Payload, id) {
+		t.Errorf("the published message holds the session id: %s", msg.Payload)
 	}
 }

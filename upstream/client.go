@@ -124,6 +124,10 @@ type Options struct {
 	// requests get a method-not-found error.
 	// origin says whom the request may be for, decided when it was read (see Origin).
 	OnRequest func(ctx context.Context, c *Client, req *protocol.Request, origin Origin) (json.RawMessage, error)
+	// OnListChanged, when set, is told of each list_changed the upstream sends, besides the
+	// refetch it causes: replicas of a gateway tell each other, since an upstream they share
+	// may announce a change to one connection only. It must not block.
+	OnListChanged func(c *Client)
 	// OnNotification receives the upstream's notifications other than list_changed, with their
 	// Origin; notifications/progress, which names its request by token, carries only its
 	// Arrival.
@@ -956,6 +960,22 @@ func (cn *connection) handleNotification(n *protocol.Notification, from arrival)
 		return
 	}
 	cn.markDirty(k)
+	if cb := cn.client.opts.OnListChanged; cb != nil {
+		cb(cn.client)
+	}
+}
+
+// Refresh refetches every list of the current connection, as if the upstream had announced
+// that each changed; OnChange follows if one did. It does nothing while the upstream is not
+// ready.
+func (c *Client) Refresh() {
+	cn := c.live.Load()
+	if cn == nil {
+		return
+	}
+	for _, k := range Kinds {
+		cn.markDirty(k)
+	}
 }
 
 func (cn *connection) markDirty(k Kind) {

@@ -1,0 +1,332 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// Kinds of the gateway's messages between replicas (session.BusMessage.Kind).
+const (
+	// busDeliver: put Data on the session's standalone stream, on the replica that holds it.
+	busDeliver = "deliver"
+	// busAnswer: a client's answer (Data) to a request sent to it by the receiving replica.
+	busAnswer = "answer"
+	// busCancel: the client cancelled its request Data; the replica serving it stops it.
+	busCancel = "cancel"
+	// busRefresh: upstream Text announced a list change: refetch its lists.
+	busRefresh = "refresh"
+	// busSubscribed: the sending replica holds the session's subscription to URI Text of
+	// upstream Stream now (or dropped it): the others drop theirs.
+	busSubscribed = "subscribed"
+)
+
+// bus is what the gateway needs of the bus between the replicas sharing a Redis store
+// (session.RedisBus).
+type bus interface {
+	Replica() string
+	Run(ctx context.Context)
+	Send(ctx context.Context, replica string, m *session.BusMessage) (bool, error)
+	Broadcast(ctx context.Context, m *session.BusMessage) error
+	Publish(ctx context.Context, digest string, m *session.BusMessage) (bool, error)
+	Follow(ctx context.Context, sessionID string) error
+	Unfollow(sessionID string)
+	Alive(ctx context.Context, replica string) (bool, error)
+	Own(ctx context.Context, digest string) error
+	ClaimOwned(ctx context.Context, replica string) ([]string, error)
+}
+
+// digestReader reads a session's record by its digest, for a replica taking over what another
+// owned (session.RedisStore).
+type digestReader interface {
+	GetByDigest(ctx context.Context, digest string) (*session.Record, error)
+}
+
+// replicas carries what is live of sessions between the replicas that share a Redis store
+// (design decision 6): a message for a stream another replica holds, a client's answer to a
+// request another replica sent, a cancel of a request another replica serves, list changes,
+// and who holds a session's subscriptions. Each message is one Redis round trip; those raised
+// on an upstream's read loop are queued and sent by a goroutine of their own, so that the
+// read loop never waits for Redis. Nil when sessions live in this process's memory.
+type replicas struct {
+	g      *Gateway
+	bus    bus
+	logger *slog.Logger
+
+	// outbox holds the messages sent off the read loops, in order.
+	outbox chan outgoing
+
+	mu sync.Mutex
+	// followed holds the sessions whose messages this replica receives (it holds a stream
+	// of theirs). Guarded by mu.
+	followed map[string]bool
+}
+
+// outgoing is a queued message: to a session's followers (digest), or to every replica.
+type outgoing struct {
+	digest string
+	msg    *session.BusMessage
+}
+
+// outboxSize bounds the queued messages; past it they are dropped, and logged.
+const outboxSize = 4096
+
+func newReplicas(g *Gateway, b bus) *replicas {
+	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}}
+}
+
+// run serves the bus and sends the outbox until the gateway closes.
+func (r *replicas) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.bus.Run(ctx) })
+	wg.Go(func() { r.send(ctx) })
+	wg.Wait()
+}
+
+func (r *replicas) send(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-r.outbox:
+			var err error
+			if o.digest != "" {
+				_, err = r.bus.Publish(ctx, o.digest, o.msg)
+			} else {
+				err = r.bus.Broadcast(ctx, o.msg)
+			}
+			if err != nil && ctx.Err() == nil {
+				r.logger.Warn("a message to the other replicas was lost: Redis did not take it", "kind", o.msg.Kind, "error", err.Error())
+			}
+		}
+	}
+}
+
+// post queues a message; it never blocks.
+func (r *replicas) post(o outgoing) {
+	select {
+	case r.outbox <- o:
+	default:
+		r.logger.Warn("a message to the other replicas was dropped: too many wait to be sent", "kind", o.msg.Kind)
+	}
+}
+
+// deliverElsewhere sends a message for session id's standalone stream to the replica that
+// holds it, if one does.
+func (r *replicas) deliverElsewhere(digest string, data []byte) {
+	r.post(outgoing{digest: digest, msg: &session.BusMessage{Kind: busDeliver, Data: data}})
+}
+
+// follow makes the messages for session id reach this replica, which holds (or is about to
+// resume) a stream of it. Until the session ends here.
+func (r *replicas) follow(ctx context.Context, id string) error {
+	r.mu.Lock()
+	if r.followed[id] {
+		r.mu.Unlock()
+		return nil
+	}
+	r.followed[id] = true
+	r.mu.Unlock()
+	if err := r.bus.Follow(ctx, id); err != nil {
+		r.mu.Lock()
+		delete(r.followed, id)
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// ended forgets session id here.
+func (r *replicas) ended(id string) {
+	r.mu.Lock()
+	followed := r.followed[id]
+	delete(r.followed, id)
+	r.mu.Unlock()
+	if followed {
+		r.bus.Unfollow(id)
+	}
+}
+
+// producing reports whether the replica that produced a stream still runs (a stream read back
+// from the event log stays open for its further events if so).
+func (r *replicas) producing(ctx context.Context, streamID string) bool {
+	p := hub.Producer(streamID)
+	if p == "" || p == r.bus.Replica() {
+		return false // this process's streams are held here: one not held is not produced
+	}
+	alive, err := r.bus.Alive(ctx, p)
+	if err != nil {
+		// Not known to have stopped: followed, and ended with errors when it is.
+		r.logger.Warn("could not learn whether a replica still runs", "replica", p, "error", err.Error())
+		return true
+	}
+	return alive
+}
+
+// answerElsewhere sends a client's answer to a request that another replica sent it (its id
+// names that replica); it reports whether that replica listens.
+func (r *replicas) answerElsewhere(ctx context.Context, sessionID string, resp *protocol.Response) bool {
+	s, ok := resp.ID.Raw(), true
+	var id string
+	if ok = json.Unmarshal(s, &id) == nil; !ok {
+		return false
+	}
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return false
+	}
+	if _, err := strconv.ParseUint(id[i+1:], 10, 64); err != nil {
+		return false
+	}
+	replica := id[:i]
+	if replica == r.bus.Replica() {
+		return false
+	}
+	data, err := protocol.Encode(resp)
+	if err != nil {
+		return false
+	}
+	sent, err := r.bus.Send(ctx, replica, &session.BusMessage{Kind: busAnswer, Session: session.Digest(sessionID), Data: data})
+	if err != nil {
+		r.logger.Warn("a client's answer for another replica was lost", "session", fingerprint(sessionID), "error", err.Error())
+	}
+	return sent
+}
+
+// cancelElsewhere tells every replica that the client cancelled its request id: the one
+// serving it stops it.
+func (r *replicas) cancelElsewhere(ctx context.Context, sessionID string, id protocol.ID) {
+	if err := r.bus.Broadcast(ctx, &session.BusMessage{Kind: busCancel, Session: session.Digest(sessionID), Data: id.Raw()}); err != nil {
+		r.logger.Warn("a client's cancel could not reach the other replicas", "session", fingerprint(sessionID), "error", err.Error())
+	}
+}
+
+// listChanged tells the other replicas that an upstream announced a list change.
+func (r *replicas) listChanged(upstreamName string) {
+	r.post(outgoing{msg: &session.BusMessage{Kind: busRefresh, Text: upstreamName}})
+}
+
+// subscribed tells the other replicas that this one now holds (or dropped) session id's
+// subscription to an upstream's uri, so that they drop any they hold: one upstream
+// subscription per session and URI, whichever replica it was made on. What this replica
+// holds is recorded with it, for a survivor to take over if it stops.
+func (r *replicas) subscribed(ctx context.Context, digest, upstreamName, uri string, on bool) {
+	r.post(outgoing{msg: &session.BusMessage{Kind: busSubscribed, Session: digest, Stream: upstreamName, Text: uri}})
+	if on {
+		if err := r.bus.Own(ctx, digest); err != nil {
+			r.logger.Warn("recording a subscription this replica holds failed: it is not taken over if this replica stops", "error", err.Error())
+		}
+	}
+}
+
+// receive handles a message from another replica (or a broadcast of this one). It runs on the
+// bus's goroutine and never blocks: what calls an upstream runs on a worker.
+func (r *replicas) receive(m *session.BusMessage) {
+	g := r.g
+	switch m.Kind {
+	case session.BusEvents:
+		if m.SessionID == "" {
+			return
+		}
+		events := make([]hub.Event, len(m.Events))
+		for i, e := range m.Events {
+			events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
+		}
+		g.hub.Extend(m.SessionID, m.Stream, events, m.Complete)
+	case busDeliver:
+		if m.SessionID != "" {
+			_ = g.router.deliverHere(m.SessionID, "", m.Data)
+		}
+	case busAnswer:
+		if ls := g.hub.Lookup(m.SessionID); ls != nil {
+			msg, err := protocol.Decode(m.Data)
+			if resp, ok := msg.(*protocol.Response); err == nil && ok {
+				g.takeAnswer(g.ctx, ls, resp)
+			}
+		}
+	case busCancel:
+		if ls := g.hub.Lookup(m.SessionID); ls != nil {
+			if id, err := protocol.ParseID(m.Data); err == nil {
+				ls.CancelRequest(id)
+			}
+		}
+	case busRefresh:
+		if m.From == r.bus.Replica() {
+			return
+		}
+		for _, u := range g.upstreams {
+			if u.ns.Name == m.Text {
+				u.shared.client.Refresh()
+			}
+		}
+	case busSubscribed:
+		if m.From == r.bus.Replica() {
+			return
+		}
+		g.subs.dropElsewhere(m.Session, m.SessionID, m.Stream, m.Text)
+	}
+}
+
+// gone handles a replica whose lease ran out: the streams it produced that clients resumed
+// here end, with an error for each request it did not answer; the replica that claimed it
+// (claimed) takes its subscriptions over.
+func (r *replicas) gone(replica string, claimed bool) {
+	r.logger.Warn("a replica stopped without handing over: its calls in flight are lost", "replica", replica, "taking_over", claimed)
+	r.g.hub.Orphaned(replica)
+	if claimed {
+		r.g.goWorker(func() { r.takeOver(replica) })
+	}
+}
+
+// takeOver subscribes upstream, on this replica, for the sessions whose subscriptions a
+// stopped replica held. Their updates reach them wherever their stream is. Subscriptions on a
+// session's own upstream connection (isolation) are not taken over: that connection went with
+// the replica.
+func (r *replicas) takeOver(replica string) {
+	ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+	defer cancel()
+	digests, err := r.bus.ClaimOwned(ctx, replica)
+	if err != nil {
+		r.logger.Warn("taking over the subscriptions of a stopped replica failed", "replica", replica, "error", err.Error())
+		return
+	}
+	reader, ok := r.g.store.(digestReader)
+	if !ok {
+		return
+	}
+	taken := 0
+	for _, digest := range digests {
+		rec, err := reader.GetByDigest(ctx, digest)
+		if errors.Is(err, session.ErrNotFound) {
+			continue // ended meanwhile
+		}
+		if err != nil {
+			r.logger.Warn("taking over a session's subscriptions failed", "replica", replica, "error", err.Error())
+			continue
+		}
+		for _, uri := range rec.Subscriptions {
+			if r.g.subs.takeOver(ctx, digest, rec.Profile, uri) {
+				taken++
+			}
+		}
+	}
+	r.logger.Info("took over the subscriptions of a stopped replica", "replica", replica, "sessions", len(digests), "subscriptions", taken)
+}
+
+// newReplicaName names this process among the replicas: random, so that a restarted replica
+// is a new one (what the old one owned is taken over, not resumed).
+func newReplicaName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

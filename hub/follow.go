@@ -1,0 +1,138 @@
+package hub
+
+import (
+	"strings"
+
+	"github.com/manifold-mcp/manifold/protocol"
+)
+
+// Expect records the ids of the requests the stream answers, before its first event: they are
+// logged with its start, so that a replica resuming the stream after this one stopped can
+// answer those never answered with an error (see Orphaned).
+func (s *Stream) Expect(ids ...protocol.ID) {
+	s.mu.Lock()
+	s.requests = append(s.requests, ids...)
+	s.mu.Unlock()
+}
+
+// Producer names the hub (its Tag) that produced a stream, from the stream's id.
+func Producer(streamID string) string {
+	i := strings.LastIndexByte(streamID, '_')
+	if i <= 0 {
+		return ""
+	}
+	return streamID[:i]
+}
+
+// noteAnswer notes the id of a response among a stream's events read back from the log.
+func (s *Stream) noteAnswer(data []byte) {
+	msg, err := protocol.Decode(data)
+	if err != nil {
+		return
+	}
+	if resp, ok := msg.(*protocol.Response); ok {
+		if s.answered == nil {
+			s.answered = map[protocol.ID]bool{}
+		}
+		s.answered[resp.ID] = true
+	}
+}
+
+// ErrProducerStopped is the error answer of a request whose stream's producer, another
+// replica, stopped before answering it.
+var ErrProducerStopped = protocol.Errorf(protocol.CodeShuttingDown,
+	"the gateway replica running this request stopped before it finished; it may have run in part upstream: check before sending it again")
+
+// orphanLocked ends a stream read back from the log whose producer stopped: each request it
+// never answered gets an error answer, and the stream completes. The answers are logged, so
+// that every replica resuming the stream later reads the same.
+func (s *Stream) orphanLocked() {
+	for _, id := range s.requests {
+		if s.answered[id] {
+			continue
+		}
+		data, err := protocol.Encode(&protocol.Response{ID: id, Error: ErrProducerStopped})
+		if err != nil {
+			continue
+		}
+		s.events = append(s.events, data)
+		s.size += len(data)
+		s.noteAnswer(data)
+	}
+	s.following = false
+	s.complete = true
+	if s.fromLog && s.session.hub.opts.Log != nil {
+		// Logged as if produced here: seq numbers follow the log's, so that a second
+		// replica doing the same adds nothing (the log refuses an id it holds).
+		last := s.first + uint64(len(s.events)) - 1
+		var events []Event
+		for seq := s.first; seq <= last; seq++ {
+			events = append(events, Event{Seq: seq, Data: s.events[seq-s.first]})
+		}
+		s.session.hub.opts.Log.Append(s.session.id, s.id, events, true)
+	}
+	s.wakeLocked()
+}
+
+// Extend adds to a stream read back from the log the events its producer, another replica,
+// published since: those after the last held, in order. An event already held is skipped; a
+// gap (events published while this replica did not follow) drops the stream, so that its
+// client resumes again and reads them from the log. It reports whether the stream was
+// followed here.
+func (h *Local) Extend(sessionID, streamID string, events []Event, complete bool) bool {
+	ls := h.Lookup(sessionID)
+	if ls == nil {
+		return false
+	}
+	st := ls.Stream(streamID)
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.following || st.dropped {
+		return false
+	}
+	next := st.first + uint64(len(st.events))
+	for _, e := range events {
+		switch {
+		case e.Seq < next:
+			continue
+		case e.Seq > next:
+			st.dropLocked()
+			return true
+		}
+		st.events = append(st.events, e.Data)
+		st.size += len(e.Data)
+		st.noteAnswer(e.Data)
+		next++
+	}
+	if complete {
+		st.following = false
+		st.complete = true
+	}
+	st.wakeLocked()
+	return true
+}
+
+// Orphaned ends the streams followed here whose producer, the hub tagged producer, stopped:
+// each request they did not answer gets an error answer (ErrProducerStopped).
+func (h *Local) Orphaned(producer string) {
+	for _, ls := range h.Sessions() {
+		ls.mu.Lock()
+		var streams []*Stream
+		for _, st := range ls.streams {
+			if Producer(st.id) == producer {
+				streams = append(streams, st)
+			}
+		}
+		ls.mu.Unlock()
+		for _, st := range streams {
+			st.mu.Lock()
+			if st.following && !st.dropped {
+				st.orphanLocked()
+			}
+			st.mu.Unlock()
+		}
+	}
+}
