@@ -1,0 +1,180 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/internal/testredis"
+	"github.com/manifold-mcp/manifold/internal/testwait"
+)
+
+// roundRobin is a load balancer without affinity of the test's own making: each HTTP request
+// goes to the next replica, whatever session it belongs to.
+type roundRobin struct {
+	targets []*url.URL
+	next    atomic.Uint64
+	// sent counts the requests sent to each replica.
+	sent []atomic.Int64
+}
+
+func newRoundRobin(t *testing.T, urls ...string) *roundRobin {
+	rr := &roundRobin{sent: make([]atomic.Int64, len(urls))}
+	for _, u := range urls {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr.targets = append(rr.targets, parsed)
+	}
+	return rr
+}
+
+func (rr *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
+	i := int(rr.next.Add(1)-1) % len(rr.targets)
+	rr.sent[i].Add(1)
+	out := req.Clone(req.Context())
+	out.URL.Scheme, out.URL.Host = rr.targets[i].Scheme, rr.targets[i].Host
+	out.Host = rr.targets[i].Host
+	return http.DefaultTransport.RoundTrip(out)
+}
+
+// twoReplicas starts two gateways on one Redis key prefix in front of the same upstreams
+// (Streamable HTTP servers in this process): replicas of one deployment.
+func twoReplicas(t *testing.T, upstreams string) (a, b *testGateway) {
+	t.Helper()
+	addr := testredis.Addr(t)
+	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
+session_store:
+  type: redis
+  url: redis://%s/0
+  key_prefix: %s
+  replica_lease: 1s
+upstreams:
+%s`, addr, testredis.Prefix(t, addr), upstreams)
+	a, b = startGateway(t, yaml, nil), startGateway(t, yaml, nil)
+	t.Cleanup(a.close)
+	t.Cleanup(b.close)
+	return a, b
+}
+
+// TestSDKClientAcrossReplicasWithoutAffinity: the official Go SDK client talks to two
+// replicas through a balancer without affinity, so that its requests, its answers to the
+// upstream's sampling and elicitation requests, its cancels and its standalone stream land on
+// either replica. Every call gets its own answer, every reverse request reaches it and its
+// answer reaches the call waiting on the other replica, a resource update raised through one
+// replica reaches the stream held by the other, and a cancel sent to the replica not running
+// the call stops it upstream.
+func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
+	// Closed after the replicas (cleanups run last first), whose streams to them stay open.
+	reverse := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	t.Cleanup(reverse.Close)
+	semantics := httptest.NewServer(goSDKHandler(t, "semantics", false))
+	t.Cleanup(semantics.Close)
+	a, b := twoReplicas(t, fmt.Sprintf("  - name: r\n    url: %s\n  - name: s\n    url: %s\n", reverse.URL, semantics.URL))
+	rr := newRoundRobin(t, a.url, b.url)
+
+	updated := make(chan string, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			prompt := req.Params.Messages[0].Content.(*mcp.TextContent).Text
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "S/" + prompt}}, nil
+		},
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": strings.TrimPrefix(req.Params.Message, "answer for ")}}, nil
+		},
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			updated <- req.Params.URI
+		},
+	})
+	ctx := ctxT(t)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	for round := range 8 {
+		text := fmt.Sprintf("q%d", round)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if got, want := textOf(t, res), fmt.Sprintf("sampled=S/%s;elicited=%s", text, text); got != want {
+			t.Fatalf("round %d: %q, want %q", round, got, want)
+		}
+	}
+
+	resources, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := ""
+	for _, r := range resources.Resources {
+		if strings.HasSuffix(r.URI, "watched.txt") {
+			watched = r.URI
+		}
+	}
+	if watched == "" {
+		t.Fatalf("no watched resource among %d", len(resources.Resources))
+	}
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: watched}); err != nil {
+		t.Fatal(err)
+	}
+	// Two touches: one lands on each replica, whichever holds the subscription.
+	for range 2 {
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "s__touch"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case uri := <-updated:
+			if uri != watched {
+				t.Errorf("update for %q, want %q", uri, watched)
+			}
+		case <-ctx.Done():
+			t.Fatal("no notifications/resources/updated reached the client")
+		}
+	}
+
+	before := cancelsSoFar(ctx, t, cs)
+	for range 2 { // the call and its cancel land on different replicas at least once
+		callCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
+			done <- err
+		}()
+		// The call runs upstream once the upstream counts it... it has no count of running
+		// calls; the cancel is sent once the call's POST left, which the balancer counts.
+		sent := rr.next.Load()
+		testwait.Until(t, 10*time.Second, "the call's POST to leave", func() bool { return rr.next.Load() > sent })
+		cancel()
+		<-done
+	}
+	testwait.Until(t, 10*time.Second, "both block calls to be cancelled upstream", func() bool {
+		return cancelsSoFar(ctx, t, cs) >= before+2
+	})
+	if rr.sent[0].Load() == 0 || rr.sent[1].Load() == 0 {
+		t.Errorf("requests per replica %d and %d: the balancer did not spread them", rr.sent[0].Load(), rr.sent[1].Load())
+	}
+}
+
+// cancelsSoFar reads how many block calls the reverse upstream saw cancelled.
+func cancelsSoFar(ctx context.Context, t *testing.T, cs *mcp.ClientSession) int {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__cancels"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	fmt.Sscan(textOf(t, res), &n)
+	return n
+}
