@@ -47,6 +47,9 @@ type target struct {
 	// floor names the two direct targets whose hops this one adds up (client → gateway over
 	// HTTP, gateway → upstream), nil for a direct target: its floor is what it cannot beat.
 	floor []string
+	// versus names another target this one is also compared with, by the ratios of their
+	// medians (what a proxy or a second replica adds); empty for none.
+	versus string
 }
 
 func main() {
@@ -59,7 +62,7 @@ func main() {
 	errorsCalls := flag.Int("errors-calls", 20, "calls per session in the errors-only check")
 	other := flag.String("other", "", "command line of another MCP proxy to compare, serving the echo upstream over stdio at the URL given by -other-url (optional)")
 	otherURL := flag.String("other-url", "", "MCP endpoint of -other")
-	redisAddr := flag.String("redis", "127.0.0.1:6379", "a Redis to compare the gateway with its session store there (gateway-stdio-redis); skipped when it does not answer, or when empty")
+	redisAddr := flag.String("redis", "127.0.0.1:6379", "a Redis to compare the gateway with its session store there (gateway-redis), the same behind a round-robin proxy of this command's (gateway-redis-proxied), and two replicas sharing it behind that proxy, every session alternating between them (gateway-2replicas); skipped when it does not answer, or when empty")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	flag.Parse()
 	// An interrupted run still stops every process it started: a signal ends the current load
@@ -245,6 +248,12 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		default:
 			defer cleanup()
 			targets = append(targets, target{name: "gateway-redis", url: gwRedis, floor: stdioFloor})
+			more, closeReplicas, err := f.replicaTargets(bin, echo, redisAddr, gwRedis, stdioFloor)
+			if err != nil {
+				return err
+			}
+			defer closeReplicas()
+			targets = append(targets, more...)
 		}
 	}
 	if err := f.waitUp(targets); err != nil {
@@ -267,7 +276,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 			if err != nil {
 				return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
 			}
-			fmt.Printf("errors at n=%d, %d calls per session: %-14s %d errors of %d calls %v\n", errorsN, errorsCalls, t.name, sum(res.Errors), res.Calls+sum(res.Errors), res.Errors)
+			fmt.Printf("errors at n=%d, %d calls per session: %-*s %d errors of %d calls %v\n", errorsN, errorsCalls, nameWidth(targets), t.name, sum(res.Errors), res.Calls+sum(res.Errors), res.Errors)
 			failed = failed || sum(res.Errors) > 0
 		}
 	}
@@ -357,12 +366,13 @@ func report(n int, targets []target, samples map[string][]result) {
 	rate := func(r result) float64 { return r.CallsPerS }
 	p50 := func(r result) float64 { return r.Latency.P50 }
 	p99 := func(r result) float64 { return r.Latency.P99 }
+	w := nameWidth(targets)
 	fmt.Printf("n=%d (medians)\n", n)
-	fmt.Printf("  %-14s %12s %10s %10s %10s %10s %10s\n", "target", "calls/s", "p50 µs", "p99 µs", "×calls/s", "×p50", "×p99")
+	fmt.Printf("  %-*s %12s %10s %10s %10s %10s %10s\n", w, "target", "calls/s", "p50 µs", "p99 µs", "×calls/s", "×p50", "×p99")
 	d := []float64{med("direct", rate), med("direct", p50), med("direct", p99)}
 	for _, t := range targets {
 		v := []float64{med(t.name, rate), med(t.name, p50), med(t.name, p99)}
-		fmt.Printf("  %-14s %12.0f %10.0f %10.0f %10.2f %10.2f %10.2f\n", t.name, v[0], v[1], v[2], v[0]/d[0], v[1]/d[1], v[2]/d[2])
+		fmt.Printf("  %-*s %12.0f %10.0f %10.0f %10.2f %10.2f %10.2f\n", w, t.name, v[0], v[1], v[2], v[0]/d[0], v[1]/d[1], v[2]/d[2])
 	}
 	// The floor: a gateway cannot beat the hops it adds. Its calls/s are at most
 	// 1/(1/a + 1/b) of the direct targets a and b of its two hops, its p50 at least theirs
@@ -376,12 +386,13 @@ func report(n int, targets []target, samples map[string][]result) {
 		floorRate := 1 / (1/med(a, rate) + 1/med(b, rate))
 		floorP50 := med(a, p50) + med(b, p50)
 		if !header {
-			fmt.Printf("  %-14s %12s %10s %10s %10s   %-11s %-11s %s\n", "of the floor", "floor/s", "floor p50", "×calls/s", "×p50", "rounds ×c/s", "rounds ×p50", "hops")
+			fmt.Printf("  %-*s %12s %10s %10s %10s   %-11s %-11s %s\n", w, "of the floor", "floor/s", "floor p50", "×calls/s", "×p50", "rounds ×c/s", "rounds ×p50", "hops")
 			header = true
 		}
 		rateSpread, p50Spread := floorSpread(samples[t.name], samples[a], samples[b])
-		fmt.Printf("  %-14s %12.0f %10.0f %10.2f %10.2f   %-11s %-11s %s + %s\n", t.name, floorRate, floorP50, med(t.name, rate)/floorRate, med(t.name, p50)/floorP50, rateSpread, p50Spread, a, b)
+		fmt.Printf("  %-*s %12.0f %10.0f %10.2f %10.2f   %-11s %-11s %s + %s\n", w, t.name, floorRate, floorP50, med(t.name, rate)/floorRate, med(t.name, p50)/floorP50, rateSpread, p50Spread, a, b)
 	}
+	versusReport(w, targets, samples, med)
 	fmt.Println()
 }
 
