@@ -72,6 +72,10 @@ func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, erro
 	pc.inUse.Add(1)
 	pc.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Unlock()
+	if !ok && p.g.replicas != nil {
+		// The other replicas send the session's calls to this upstream here from now on.
+		p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, true)
+	}
 
 	wait, cancel := context.WithTimeout(ctx, p.spec.InitializeTimeout)
 	defer cancel()
@@ -132,6 +136,11 @@ func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
 	closeIt := func() {
 		pc.conn.client.Close()
 		p.g.conns.Delete(pc.conn.client)
+		if p.g.replicas != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), subscriptionCallTimeout)
+			p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, false)
+			cancel()
+		}
 		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
 	}
 	if !p.g.goWorker(closeIt) {

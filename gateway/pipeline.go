@@ -26,6 +26,9 @@ type request struct {
 	// owner routes the upstreams' messages about the request to its client's stream; nil
 	// when the face gives the request no stream.
 	owner *callOwner
+	// connections name the replicas holding the session's own upstream connections
+	// (session.Record.Connections).
+	connections map[string]string
 }
 
 // resolved is a request's target as the resolver found it, with what forwarding needs.
@@ -426,6 +429,19 @@ func unavailable(rq *request, upstreamName, item string, err error) error {
 // progress token is replaced by one of the gateway's own. A JSON-RPC error the upstream
 // answered comes back as an *upstreamRPCError.
 func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	if u.pool != nil && g.replicas != nil {
+		// The session's own connection lives on one replica: the call runs there.
+		if holder := g.replicas.holderOf(rq, u); holder != "" {
+			if result, err, forwarded := g.replicas.forwardCall(ctx, rq, u, holder, method, params); forwarded {
+				return result, err
+			}
+		}
+	}
+	return g.callHere(ctx, rq, u, method, params)
+}
+
+// callHere is call on a connection of this replica.
+func (g *Gateway) callHere(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
 	c := u.shared
 	if u.pool != nil {
 		if rq.Client.SessionID == "" {

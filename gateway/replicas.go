@@ -70,6 +70,11 @@ type replicas struct {
 	// followed holds the sessions whose messages this replica receives (it holds a stream
 	// of theirs). Guarded by mu.
 	followed map[string]bool
+	// goneReplicas holds the replicas known to have stopped. Guarded by mu.
+	goneReplicas map[string]bool
+
+	// forwarding holds the calls run on the replica holding a session's own connection.
+	forwarding forwarding
 }
 
 // outgoing is a queued message: to a session's followers (digest), or to every replica.
@@ -82,7 +87,8 @@ type outgoing struct {
 const outboxSize = 4096
 
 func newReplicas(g *Gateway, b bus) *replicas {
-	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}}
+	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}, goneReplicas: map[string]bool{},
+		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]context.CancelFunc{}}}
 }
 
 // run serves the bus and sends the outbox until the gateway closes.
@@ -121,10 +127,10 @@ func (r *replicas) post(o outgoing) {
 	}
 }
 
-// deliverElsewhere sends a message for session id's standalone stream to the replica that
-// holds it, if one does.
-func (r *replicas) deliverElsewhere(digest string, data []byte) {
-	r.post(outgoing{digest: digest, msg: &session.BusMessage{Kind: busDeliver, Data: data}})
+// deliverElsewhere sends a message for a session's stream (its standalone stream when
+// streamID is "") to the replica that holds it, if one does.
+func (r *replicas) deliverElsewhere(digest, streamID string, data []byte) {
+	r.post(outgoing{digest: digest, msg: &session.BusMessage{Kind: busDeliver, Stream: streamID, Data: data}})
 }
 
 // follow makes the messages for session id reach this replica, which holds (or is about to
@@ -245,8 +251,14 @@ func (r *replicas) receive(m *session.BusMessage) {
 		g.hub.Extend(m.SessionID, m.Stream, events, m.Complete)
 	case busDeliver:
 		if m.SessionID != "" {
-			_ = g.router.deliverHere(m.SessionID, "", m.Data)
+			_ = g.router.deliverHere(m.SessionID, m.Stream, m.Data)
 		}
+	case busCall:
+		g.goWorker(func() { r.runForwarded(m) })
+	case busCallResult:
+		r.callResult(m)
+	case busCallCancel:
+		r.cancelForwarded(m.Text)
 	case busAnswer:
 		if ls := g.hub.Lookup(m.SessionID); ls != nil {
 			msg, err := protocol.Decode(m.Data)
@@ -282,7 +294,11 @@ func (r *replicas) receive(m *session.BusMessage) {
 // (claimed) takes its subscriptions over.
 func (r *replicas) gone(replica string, claimed bool) {
 	r.logger.Warn("a replica stopped without handing over: its calls in flight are lost", "replica", replica, "taking_over", claimed)
+	r.mu.Lock()
+	r.goneReplicas[replica] = true
+	r.mu.Unlock()
 	r.g.hub.Orphaned(replica)
+	r.failForwarded(replica)
 	if claimed {
 		r.g.goWorker(func() { r.takeOver(replica) })
 	}

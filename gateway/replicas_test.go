@@ -178,3 +178,52 @@ func cancelsSoFar(ctx context.Context, t *testing.T, cs *mcp.ClientSession) int 
 	fmt.Sscan(textOf(t, res), &n)
 	return n
 }
+
+// TestIsolatedSessionCallsRunWhereItsConnectionIs: with isolation: session, a session's own
+// upstream connection (here a child process) lives on the replica that opened it; calls that
+// land on the other replica run there too, with their sampling and cancels: the child counts
+// every cancel, whichever replica the call and the cancel landed on.
+func TestIsolatedSessionCallsRunWhereItsConnectionIs(t *testing.T) {
+	a, b := twoReplicas(t, upstreamYAML("r", "reverse", "    isolation: session\n"))
+	rr := newRoundRobin(t, a.url, b.url)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "S/" + req.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
+		},
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "E"}}, nil
+		},
+	})
+	ctx := ctxT(t)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for round := range 4 {
+		text := fmt.Sprintf("q%d", round)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if got, want := textOf(t, res), "sampled=S/"+text+";elicited=E"; got != want {
+			t.Fatalf("round %d: %q, want %q", round, got, want)
+		}
+	}
+	for i := range 2 {
+		callCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
+			done <- err
+		}()
+		sent := rr.next.Load()
+		testwait.Until(t, 10*time.Second, "the call's POST to leave", func() bool { return rr.next.Load() > sent })
+		cancel()
+		<-done
+		// Read on both replicas: one child counts every cancel.
+		testwait.Until(t, 10*time.Second, fmt.Sprintf("cancel %d to reach the session's child", i+1), func() bool {
+			return cancelsSoFar(ctx, t, cs) == i+1 && cancelsSoFar(ctx, t, cs) == i+1
+		})
+	}
+}

@@ -64,7 +64,7 @@ func (rt *messageRouter) notifySessions(n *protocol.Notification, ids ...string)
 			// A session known here by its digest only (subscriptions taken over from a
 			// stopped replica): its stream is elsewhere.
 			if rt.replicas != nil {
-				rt.replicas.deliverElsewhere(digest, data)
+				rt.replicas.deliverElsewhere(digest, "", data)
 			}
 			continue
 		}
@@ -135,8 +135,9 @@ func (rt *messageRouter) send(o *callOwner, m protocol.Message) error {
 // stream another replica holds gets it from there.
 func (rt *messageRouter) deliver(sessionID, streamID string, data []byte) error {
 	err := rt.deliverHere(sessionID, streamID, data)
-	if errors.Is(err, hub.ErrNoStream) && streamID == "" && rt.replicas != nil {
-		rt.replicas.deliverElsewhere(session.Digest(sessionID), data)
+	if errors.Is(err, hub.ErrNoStream) && rt.replicas != nil && (streamID == "" || hub.Producer(streamID) != rt.hub.Tag()) {
+		// The standalone stream, or the stream of a call forwarded here, is held elsewhere.
+		rt.replicas.deliverElsewhere(session.Digest(sessionID), streamID, data)
 		return nil
 	}
 	return err

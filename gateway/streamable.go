@@ -617,7 +617,7 @@ func (g *Gateway) releaseCall() { g.callsInFlight.Add(-1) }
 // its stream meanwhile. A request the client cancelled, or whose session ended, gets none (nil,
 // mcp-notes §8.2).
 func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *protocol.Response {
-	rq := &request{Request: g.requestValue(rec, req, requestID)}
+	rq := &request{Request: g.requestValue(rec, req, requestID), connections: rec.Connections}
 	rq.owner = &callOwner{sessionID: rec.ID, streamID: out.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	result, wireErr := g.serve(ctx, rq)
 	switch {

@@ -240,7 +240,8 @@ func (h *Local) Deliver(sessionID, streamID string, data []byte) error {
 	} else {
 		st = s.Stream(streamID)
 	}
-	if st == nil {
+	if st == nil || st.readBack() {
+		// A stream read back from the log is another replica's: it takes its messages.
 		return ErrNoStream
 	}
 	return st.Put(data, false)

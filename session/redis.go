@@ -359,8 +359,8 @@ func (s *RedisStore) bound(ctx context.Context) (context.Context, context.Cancel
 
 // sessionKeys are the keys of one session.
 type sessionKeys struct {
-	hash                            string
-	rec, rev, tasks, tdl, tend, idx string
+	hash                                   string
+	rec, rev, tasks, tdl, tend, idx, conns string
 }
 
 func (s *RedisStore) keysOf(hash string) sessionKeys {
@@ -368,13 +368,13 @@ func (s *RedisStore) keysOf(hash string) sessionKeys {
 	return sessionKeys{
 		hash: hash,
 		rec:  base + "rec", rev: base + "rev", tasks: base + "tasks",
-		tdl: base + "tdl", tend: base + "tend", idx: base + "idx",
+		tdl: base + "tdl", tend: base + "tend", idx: base + "idx", conns: base + "conns",
 	}
 }
 
-// all lists every key of the session, the record first.
+// all lists every key of the session, the record first (the scripts know them by place).
 func (k sessionKeys) all() []string {
-	return []string{k.rec, k.rev, k.tasks, k.tdl, k.tend, k.idx}
+	return []string{k.rec, k.rev, k.tasks, k.tdl, k.tend, k.idx, k.conns}
 }
 
 // globalKey names a global index key from its name in a session's index hash.
@@ -467,14 +467,14 @@ func (s *RedisStore) Get(ctx context.Context, id string) (*Record, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	start := time.Now()
-	res, err := scriptGet.Run(ctx, s.client, []string{k.rec}).Slice()
+	res, err := scriptGet.Run(ctx, s.client, []string{k.rec, k.conns}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, opError(ctx, "get", err)
 	}
-	if len(res) != 2 {
+	if len(res) < 2 || len(res)%2 != 0 {
 		return nil, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
 	}
 	value, _ := res[0].(string)
@@ -483,6 +483,7 @@ func (s *RedisStore) Get(ctx context.Context, id string) (*Record, error) {
 	if err != nil {
 		return nil, s.undecodable("get", "session", hash, err)
 	}
+	rec.Connections = connectionsOf(res[2:])
 	if left > 0 {
 		s.learn(hash, id, start.Add(time.Duration(left)*time.Millisecond))
 	}
@@ -685,4 +686,42 @@ func (s *RedisStore) Expire(ctx context.Context, _ time.Time) ([]string, error) 
 		}
 	}
 	return gone, nil
+}
+
+// connectionsOf reads the connections scriptGet returns (field, value, ...); nil for none.
+func connectionsOf(pairs []any) map[string]string {
+	if len(pairs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		k, _ := pairs[i].(string)
+		v, _ := pairs[i+1].(string)
+		m[k] = v
+	}
+	return m
+}
+
+// SetConnection records that replica holds session id's own connection to upstream
+// (isolation: session), beside the record and for as long as it lives: Get returns it in
+// Record.Connections.
+func (s *RedisStore) SetConnection(ctx context.Context, id, upstream, replica string) error {
+	k := s.keysOf(sessionHash(id))
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := scriptSetConnection.Run(ctx, s.client, []string{k.rec, k.conns}, upstream, replica).Err(); err != nil {
+		return opError(ctx, "set connection", err)
+	}
+	return nil
+}
+
+// ClearConnection forgets session id's connection to upstream if replica still holds it.
+func (s *RedisStore) ClearConnection(ctx context.Context, id, upstream, replica string) error {
+	k := s.keysOf(sessionHash(id))
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := scriptClearConnection.Run(ctx, s.client, []string{k.conns}, upstream, replica).Err(); err != nil {
+		return opError(ctx, "clear connection", err)
+	}
+	return nil
 }

@@ -201,7 +201,7 @@ func (b *RedisBus) noteGone(replica string, claimed bool) {
 	seen := b.gone[replica]
 	b.gone[replica] = true
 	b.mu.Unlock()
-	if !seen || claimed {
+	if !seen {
 		b.opts.Gone(replica, claimed)
 	}
 }
@@ -260,8 +260,9 @@ func (b *RedisBus) renew(ctx context.Context) {
 			continue // another replica claimed it
 		}
 		b.store.logger.Info("bus: a replica's lease ran out: taking over what it owned", "replica", r)
-		_ = b.Broadcast(rctx, &BusMessage{Kind: BusReplicaGone, Replica: r})
+		// Noted first: this replica's own broadcast, when it comes back, is then no news.
 		b.noteGone(r, true)
+		_ = b.Broadcast(rctx, &BusMessage{Kind: BusReplicaGone, Replica: r})
 	}
 }
 
@@ -417,14 +418,14 @@ func (s *RedisStore) GetByDigest(ctx context.Context, digest string) (*Record, e
 	k := s.keysOf(digest)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	res, err := scriptGet.Run(ctx, s.client, []string{k.rec}).Slice()
+	res, err := scriptGet.Run(ctx, s.client, []string{k.rec, k.conns}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, opError(ctx, "get", err)
 	}
-	if len(res) != 2 {
+	if len(res) < 2 {
 		return nil, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
 	}
 	value, _ := res[0].(string)

@@ -74,12 +74,32 @@ var scriptIndexPrune = redis.NewScript(luaPrelude + `
 return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowMs())
 `)
 
-// scriptGet returns a session's record and its ttl in milliseconds, or nil when there is no
-// record. KEYS: the record.
+// scriptGet returns a session's record, its ttl in milliseconds and its connections (field,
+// value, ...), or nil when there is no record. KEYS: the record, its connections.
 var scriptGet = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return nil end
-return {v, redis.call('PTTL', KEYS[1])}
+local res = {v, redis.call('PTTL', KEYS[1])}
+for _, x in ipairs(redis.call('HGETALL', KEYS[2])) do table.insert(res, x) end
+return res
+`)
+
+// scriptSetConnection records that replica ARGV[2] holds the session's own connection to
+// upstream ARGV[1] (KEYS: the record, its connections), with the record's ttl; nothing if the
+// record is gone.
+var scriptSetConnection = redis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ttl)
+return 1
+`)
+
+// scriptClearConnection forgets the session's connection to upstream ARGV[1] (KEYS[1]) if
+// replica ARGV[2] holds it.
+var scriptClearConnection = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
 `)
 
 // scriptRefresh sets the ttl of a session's keys (KEYS: rec, rev, tasks, tdl, tend, idx) to

@@ -50,6 +50,11 @@ type Record struct {
 	Profile string `json:"profile,omitempty"`
 	// Subscriptions are the resource URIs the client subscribed to, as it named them.
 	Subscriptions []string `json:"subscriptions,omitempty"`
+	// Connections name, by upstream, the replica that holds the session's own connection to
+	// it (isolation: session), so that a call landing on another replica is run there. A
+	// Redis store keeps them beside the record (SetConnection), not in it: a replica of an
+	// earlier build reads the record as it was.
+	Connections map[string]string `json:"connections,omitempty"`
 	// CreatedAt is when initialize created the session.
 	CreatedAt time.Time `json:"createdAt"`
 }

@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// Kinds of the messages that run a call on the replica holding a session's own upstream
+// connection (isolation: session).
+const (
+	// busCall: run Data (a forwardedCall) on the session's own connection to its upstream,
+	// its messages to stream Stream of the sender; Text names the call.
+	busCall = "call"
+	// busCallResult: how call Text ended (Data: a forwardedResult).
+	busCallResult = "call-result"
+	// busCallCancel: the client cancelled call Text.
+	busCallCancel = "call-cancel"
+)
+
+// forwardedCall is a call another replica runs for this one.
+type forwardedCall struct {
+	Upstream string          `json:"u"`
+	Method   string          `json:"m"`
+	Params   json.RawMessage `json:"p,omitempty"`
+	ClientID json.RawMessage `json:"id,omitempty"`
+}
+
+// forwardedResult is how a forwarded call ended: a result, the upstream's JSON-RPC error, or
+// the upstream unavailable there.
+type forwardedResult struct {
+	Result      json.RawMessage `json:"r,omitempty"`
+	RPCError    *protocol.Error `json:"e,omitempty"`
+	Unavailable string          `json:"x,omitempty"`
+}
+
+// connectionRecorder records which replica holds a session's own upstream connection
+// (session.RedisStore).
+type connectionRecorder interface {
+	SetConnection(ctx context.Context, id, upstream, replica string) error
+	ClearConnection(ctx context.Context, id, upstream, replica string) error
+}
+
+// forwarding is the calls this replica forwarded and waits for, and those it runs for others.
+type forwarding struct {
+	mu sync.Mutex
+	// seq numbers the calls forwarded from here. Guarded by mu.
+	seq uint64
+	// waiting holds the forwarded calls by name, with the replica running each. Guarded by mu.
+	waiting map[string]waitingCall
+	// running holds the cancel funcs of the calls run here for other replicas. Guarded by mu.
+	running map[string]context.CancelFunc
+}
+
+type waitingCall struct {
+	replica string
+	done    chan forwardedResult
+}
+
+// errReplicaStopped ends a forwarded call whose replica stopped before answering.
+var errReplicaStopped = fmt.Errorf("the replica holding the session's connection stopped: %w", upstream.ErrUnavailable)
+
+// holderOf returns the replica that holds the session's own connection to u, when it is
+// another replica not known to have stopped: the call goes there.
+func (r *replicas) holderOf(rq *request, u *upstreamEntry) string {
+	holder := rq.connections[u.ns.Name]
+	if holder == "" || holder == r.bus.Replica() || r.isGone(holder) {
+		return ""
+	}
+	return holder
+}
+
+// isGone reports whether replica is known to have stopped.
+func (r *replicas) isGone(replica string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.goneReplicas[replica]
+}
+
+// recordConnection records that this replica holds the session's own connection to upstream.
+func (r *replicas) recordConnection(ctx context.Context, sessionID, upstreamName string, open bool) {
+	rec, ok := r.g.store.(connectionRecorder)
+	if !ok {
+		return
+	}
+	var err error
+	if open {
+		err = rec.SetConnection(ctx, sessionID, upstreamName, r.bus.Replica())
+	} else {
+		err = rec.ClearConnection(ctx, sessionID, upstreamName, r.bus.Replica())
+	}
+	if err != nil {
+		r.logger.Warn("recording where a session's own upstream connection is failed: another replica may open its own", "upstream", upstreamName, "session", fingerprint(sessionID), "error", err.Error())
+	}
+}
+
+// forwardCall runs a call on replica holder, which holds the session's own connection to u,
+// and returns how it ended there. Messages about the call come back to its stream here.
+func (r *replicas) forwardCall(ctx context.Context, rq *request, u *upstreamEntry, holder, method string, params json.RawMessage) (json.RawMessage, error, bool) {
+	sessionID := rq.Client.SessionID
+	if err := r.follow(ctx, sessionID); err != nil {
+		return nil, nil, false
+	}
+	streamID := ""
+	var clientID json.RawMessage
+	if rq.owner != nil {
+		streamID, clientID = rq.owner.streamID, rq.owner.clientID.Raw()
+	}
+	data, err := json.Marshal(forwardedCall{Upstream: u.ns.Name, Method: method, Params: params, ClientID: clientID})
+	if err != nil {
+		return nil, err, true
+	}
+	f := &r.forwarding
+	f.mu.Lock()
+	f.seq++
+	name := r.bus.Replica() + "-c" + strconv.FormatUint(f.seq, 10)
+	done := make(chan forwardedResult, 1)
+	f.waiting[name] = waitingCall{replica: holder, done: done}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.waiting, name)
+		f.mu.Unlock()
+	}()
+	listens, err := r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCall, Session: session.Digest(sessionID), Stream: streamID, Text: name, Data: data})
+	if err != nil || !listens {
+		// Not reachable: the call runs here, on a connection of this replica's own.
+		return nil, nil, false
+	}
+	select {
+	case res := <-done:
+		switch {
+		case res.RPCError != nil:
+			return nil, &upstreamRPCError{Err: res.RPCError}, true
+		case res.Unavailable != "":
+			return nil, fmt.Errorf("%s: %w", res.Unavailable, upstream.ErrUnavailable), true
+		}
+		return res.Result, nil, true
+	case <-ctx.Done():
+		_, _ = r.bus.Send(context.WithoutCancel(ctx), holder, &session.BusMessage{Kind: busCallCancel, Text: name})
+		return nil, ctx.Err(), true
+	}
+}
+
+// runForwarded runs a call another replica forwarded, on the session's own connection here,
+// and sends back how it ended.
+func (r *replicas) runForwarded(m *session.BusMessage) {
+	g := r.g
+	var fc forwardedCall
+	reply := func(res forwardedResult) {
+		data, _ := json.Marshal(res)
+		ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
+		defer cancel()
+		if _, err := r.bus.Send(ctx, m.From, &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}); err != nil {
+			r.logger.Warn("the result of a call run for another replica was lost", "error", err.Error())
+		}
+	}
+	if m.SessionID == "" || json.Unmarshal(m.Data, &fc) != nil {
+		reply(forwardedResult{Unavailable: "the replica holding the session's connection does not know the session"})
+		return
+	}
+	var u *upstreamEntry
+	for _, e := range g.upstreams {
+		if e.ns.Name == fc.Upstream && e.pool != nil {
+			u = e
+		}
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	defer cancel()
+	f := &r.forwarding
+	f.mu.Lock()
+	f.running[m.Text] = cancel
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.running, m.Text)
+		f.mu.Unlock()
+	}()
+	rec, err := g.store.Get(ctx, m.SessionID)
+	if u == nil || err != nil {
+		reply(forwardedResult{Unavailable: "the session or its upstream is gone on the replica holding its connection"})
+		return
+	}
+	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	if err != nil {
+		reply(forwardedResult{Unavailable: "the replica holding the session's connection is shutting down"})
+		return
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-ls.Context().Done():
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	clientID, _ := protocol.ParseID(fc.ClientID)
+	rq := &request{Request: &pipeline.Request{Method: fc.Method, Params: fc.Params, Client: pipeline.ClientContext{
+		SessionID: rec.ID, ProtocolVersion: rec.ProtocolVersion, Capabilities: rec.ClientCapabilities, LogLevel: rec.LogLevel, Profile: rec.Profile,
+	}}}
+	rq.owner = &callOwner{sessionID: rec.ID, streamID: m.Stream, caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: clientID, logLevel: rec.LogLevel}
+	result, err := g.callHere(ctx, rq, u, fc.Method, fc.Params)
+	var rpcErr *upstreamRPCError
+	switch {
+	case errors.As(err, &rpcErr):
+		reply(forwardedResult{RPCError: rpcErr.Err})
+	case err != nil:
+		reply(forwardedResult{Unavailable: err.Error()})
+	default:
+		reply(forwardedResult{Result: result})
+	}
+}
+
+// callResult hands how a forwarded call ended to the request waiting for it.
+func (r *replicas) callResult(m *session.BusMessage) {
+	var res forwardedResult
+	if json.Unmarshal(m.Data, &res) != nil {
+		res = forwardedResult{Unavailable: "the replica holding the session's connection sent an unreadable result"}
+	}
+	f := &r.forwarding
+	f.mu.Lock()
+	w, ok := f.waiting[m.Text]
+	delete(f.waiting, m.Text)
+	f.mu.Unlock()
+	if ok {
+		w.done <- res
+	}
+}
+
+// cancelForwarded stops a call run here for another replica.
+func (r *replicas) cancelForwarded(name string) {
+	f := &r.forwarding
+	f.mu.Lock()
+	cancel := f.running[name]
+	f.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// failForwarded ends the calls waiting on a replica that stopped.
+func (r *replicas) failForwarded(replica string) {
+	f := &r.forwarding
+	f.mu.Lock()
+	var failed []waitingCall
+	for name, w := range f.waiting {
+		if w.replica == replica {
+			failed = append(failed, w)
+			delete(f.waiting, name)
+		}
+	}
+	f.mu.Unlock()
+	for _, w := range failed {
+		w.done <- forwardedResult{Unavailable: errReplicaStopped.Error()}
+	}
+}
