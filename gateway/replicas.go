@@ -39,6 +39,7 @@ type bus interface {
 	Send(ctx context.Context, replica string, m *session.BusMessage) (bool, error)
 	Broadcast(ctx context.Context, m *session.BusMessage) error
 	Publish(ctx context.Context, digest string, m *session.BusMessage) (bool, error)
+	PublishAll(ctx context.Context, posts []session.Post) error
 	Follow(ctx context.Context, sessionID string) error
 	Unfollow(sessionID string)
 	Alive(ctx context.Context, replica string) (bool, error)
@@ -84,7 +85,7 @@ type outgoing struct {
 }
 
 // outboxSize bounds the queued messages; past it they are dropped, and logged.
-const outboxSize = 4096
+const outboxSize = 16384
 
 func newReplicas(g *Gateway, b bus) *replicas {
 	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}, goneReplicas: map[string]bool{},
@@ -99,21 +100,30 @@ func (r *replicas) run(ctx context.Context) {
 	wg.Wait()
 }
 
+// send sends the outbox: what has queued meanwhile goes in one round trip, so that a burst
+// (a resource update fanned out to many sessions) costs few.
 func (r *replicas) send(ctx context.Context) {
+	const batch = 256
+	posts := make([]session.Post, 0, batch)
 	for {
+		posts = posts[:0]
 		select {
 		case <-ctx.Done():
 			return
 		case o := <-r.outbox:
-			var err error
-			if o.digest != "" {
-				_, err = r.bus.Publish(ctx, o.digest, o.msg)
-			} else {
-				err = r.bus.Broadcast(ctx, o.msg)
+			posts = append(posts, session.Post{Digest: o.digest, Msg: o.msg})
+		}
+	more:
+		for len(posts) < batch {
+			select {
+			case o := <-r.outbox:
+				posts = append(posts, session.Post{Digest: o.digest, Msg: o.msg})
+			default:
+				break more
 			}
-			if err != nil && ctx.Err() == nil {
-				r.logger.Warn("a message to the other replicas was lost: Redis did not take it", "kind", o.msg.Kind, "error", err.Error())
-			}
+		}
+		if err := r.bus.PublishAll(ctx, posts); err != nil && ctx.Err() == nil {
+			r.logger.Warn("messages to the other replicas were lost: Redis did not take them", "messages", len(posts), "error", err.Error())
 		}
 	}
 }
@@ -293,7 +303,7 @@ func (r *replicas) receive(m *session.BusMessage) {
 // here end, with an error for each request it did not answer; the replica that claimed it
 // (claimed) takes its subscriptions over.
 func (r *replicas) gone(replica string, claimed bool) {
-	r.logger.Warn("a replica stopped without handing over: its calls in flight are lost", "replica", replica, "taking_over", claimed)
+	r.logger.Info("a replica's lease ended (it stopped, or lost Redis for a lease): what it produced ends here, what it owned moves", "replica", replica, "taking_over", claimed)
 	r.mu.Lock()
 	r.goneReplicas[replica] = true
 	r.mu.Unlock()

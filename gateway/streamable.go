@@ -140,7 +140,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	if req, ok := msg.(*protocol.Request); ok {
 		if g.isDraining() {
 			// Notifications and answers still come in: a request in flight may wait for one.
-			writeShuttingDown(w, req.ID)
+			g.writeShuttingDown(w, req.ID)
 			return
 		}
 		if req.Method == protocol.MethodInitialize {
@@ -177,7 +177,13 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		if !ok {
 			return
 		}
-		job := g.admitRequest(st, rec, ls, m, requestID)
+		job, err := g.admitRequest(st, rec, ls, m, requestID)
+		if errors.Is(err, hub.ErrClosing) {
+			// The drain began while this request came in: 503, as for one that came after.
+			sw.cursor.Detach()
+			g.writeShuttingDown(w, m.ID)
+			return
+		}
 		if job == nil {
 			sw.answer(r.Context(), nil) // refused: the answer is queued
 			return
@@ -460,7 +466,11 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 // session: the request lives as long as it does within its session, not as long as the HTTP
 // request that brought it (design decision 10). A batch's requests start so, side by side.
 func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) {
-	if job := g.admitRequest(out, rec, ls, req, requestID); job != nil {
+	job, err := g.admitRequest(out, rec, ls, req, requestID)
+	if errors.Is(err, hub.ErrClosing) {
+		_ = respond(out, &protocol.Response{ID: req.ID, Error: g.shuttingDownError()})
+	}
+	if job != nil {
 		go func() {
 			job.answer(job.serve())
 		}()
@@ -469,8 +479,9 @@ func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 
 // admitRequest admits a client request to be served, or answers it at once on out and returns
 // nil: a request past the caps on requests in flight, with an id already in flight, or of a
-// session that ended.
-func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *admittedRequest {
+// session that ended. A request refused because the gateway drains is not answered:
+// hub.ErrClosing, for the caller to answer (a single request gets 503, to go elsewhere).
+func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (*admittedRequest, error) {
 	refuse := func(e *protocol.Error) {
 		// Through the mapper, for the audit record; the error passes as it is.
 		_, wireErr := g.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
@@ -482,24 +493,23 @@ func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 	switch {
 	case errors.Is(err, hub.ErrTooManyCalls):
 		g.tooManyCalls(out, rec, req, requestID, "this session", g.cfg.MaxCallsPerSession)
-		return nil
+		return nil, nil
 	case errors.Is(err, hub.ErrDuplicateID):
 		refuse(protocol.Errorf(protocol.CodeInvalidRequest, "request id %s is already in use by a request in flight", req.ID))
-		return nil
+		return nil, nil
 	case errors.Is(err, hub.ErrClosing):
-		refuse(shuttingDownError())
-		return nil
+		return nil, hub.ErrClosing
 	case err != nil:
 		refuse(protocol.Errorf(protocol.CodeSessionNotFound, "session not found: it ended; send initialize to start a new one"))
-		return nil
+		return nil, nil
 	}
 	if !g.admitCall() {
 		done()
 		ls.RequestDone()
 		g.tooManyCalls(out, rec, req, requestID, "the gateway", g.cfg.MaxCalls)
-		return nil
+		return nil, nil
 	}
-	return &admittedRequest{g: g, ctx: ctx, cancel: cancel, done: done, out: out, rec: rec, ls: ls, req: req, requestID: requestID}
+	return &admittedRequest{g: g, ctx: ctx, cancel: cancel, done: done, out: out, rec: rec, ls: ls, req: req, requestID: requestID}, nil
 }
 
 // admittedRequest is a client request admitted and counted in flight: serve it, then answer
@@ -790,17 +800,21 @@ func (g *Gateway) isDraining() bool {
 	}
 }
 
-// shuttingDownError is the answer to a request that arrives while the gateway drains.
-func shuttingDownError() *protocol.Error {
+// shuttingDownError is the answer to a request that arrives while the gateway drains. With
+// sessions shared by replicas the session goes on elsewhere; otherwise it ends with this one.
+func (g *Gateway) shuttingDownError() *protocol.Error {
+	if g.replicas != nil {
+		return protocol.Errorf(protocol.CodeShuttingDown, "this gateway replica is shutting down: send the request again; another replica serves the session")
+	}
 	return protocol.Errorf(protocol.CodeShuttingDown, "the gateway is shutting down: start a new session (another replica serves it)")
 }
 
 // writeShuttingDown refuses a request that arrives while the gateway drains: 503, and the
 // connection closes so that the client's next one goes elsewhere.
-func writeShuttingDown(w http.ResponseWriter, id protocol.ID) {
+func (g *Gateway) writeShuttingDown(w http.ResponseWriter, id protocol.ID) {
 	w.Header().Set("Connection", "close")
 	w.Header().Set("Retry-After", "1")
-	writeHTTPError(w, http.StatusServiceUnavailable, &id, shuttingDownError())
+	writeHTTPError(w, http.StatusServiceUnavailable, &id, g.shuttingDownError())
 }
 
 func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *protocol.Error) {

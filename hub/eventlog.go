@@ -119,6 +119,11 @@ func (s *Session) replay(ctx context.Context, streamID string, after uint64) (*S
 		st.size += len(e.Data)
 		st.noteAnswer(e.Data)
 	}
+	if len(st.requests) > 0 && after > 0 && !st.complete {
+		// Answers the client had before the resume point count too: a request answered
+		// there must not get an error answer if the producer stops.
+		s.answersBefore(ctx, st, after)
+	}
 	switch {
 	case r.More:
 		// A page: it ends here, and the client resumes again for the next one.

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"strings"
 
 	"github.com/manifold-mcp/manifold/protocol"
@@ -59,8 +60,7 @@ func (s *Stream) orphanLocked() {
 		s.size += len(data)
 		s.noteAnswer(data)
 	}
-	s.following = false
-	s.complete = true
+	s.completeFollowedLocked()
 	if s.fromLog && s.session.hub.opts.Log != nil {
 		// Logged as if produced here: seq numbers follow the log's, so that a second
 		// replica doing the same adds nothing (the log refuses an id it holds).
@@ -93,26 +93,91 @@ func (h *Local) Extend(sessionID, streamID string, events []Event, complete bool
 	if !st.following || st.dropped {
 		return false
 	}
+	if !st.extendLocked(events) {
+		return true
+	}
+	if complete {
+		st.completeFollowedLocked()
+	}
+	st.wakeLocked()
+	return true
+}
+
+// extendLocked adds events its producer logged or published to a followed stream: those
+// after the last held, in order; it reports false when a gap (or a client that does not keep
+// up) dropped the stream.
+func (st *Stream) extendLocked(events []Event) bool {
 	next := st.first + uint64(len(st.events))
 	for _, e := range events {
 		switch {
 		case e.Seq < next:
 			continue
-		case e.Seq > next:
+		case e.Seq > next || !st.roomLocked(len(e.Data)):
 			st.dropLocked()
-			return true
+			return false
 		}
 		st.events = append(st.events, e.Data)
 		st.size += len(e.Data)
 		st.noteAnswer(e.Data)
 		next++
 	}
-	if complete {
-		st.following = false
-		st.complete = true
+	return true
+}
+
+// completeFollowedLocked ends a followed stream: kept for its client for the retention
+// period if none is attached.
+func (st *Stream) completeFollowedLocked() {
+	st.following = false
+	st.complete = true
+	if st.writer == nil {
+		st.keepUntil = st.session.hub.opts.Now().Add(st.session.hub.opts.Retention)
+	}
+}
+
+// answersBefore notes the answers the log holds up to event seq after, read from its start in
+// pages: those the client had before it resumed.
+func (s *Session) answersBefore(ctx context.Context, st *Stream, after uint64) {
+	log := s.hub.opts.Log
+	for from := uint64(0); from < after; {
+		r, err := log.Replay(ctx, s.id, st.id, from)
+		if err != nil || r == nil || len(r.Events) == 0 {
+			return // best effort: what cannot be read is not known to be answered
+		}
+		for _, e := range r.Events {
+			if e.Seq > after {
+				return
+			}
+			st.noteAnswer(e.Data)
+			from = e.Seq
+		}
+		if !r.More {
+			return
+		}
+	}
+}
+
+// catchUp reads again, once a followed stream is where Extend finds it, what its producer
+// logged while it was being read back: nothing published meanwhile is lost.
+func (s *Session) catchUp(ctx context.Context, st *Stream) {
+	st.mu.Lock()
+	following, last := st.following, st.first+uint64(len(st.events))-1
+	st.mu.Unlock()
+	if !following {
+		return
+	}
+	r, err := s.hub.opts.Log.Replay(ctx, s.id, st.id, last)
+	if err != nil || r == nil {
+		return // what was published after the registration comes by Extend
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.following || st.dropped || !st.extendLocked(r.Events) {
+		return
+	}
+	if r.Complete {
+		st.completeFollowedLocked()
 	}
 	st.wakeLocked()
-	return true
 }
 
 // Orphaned ends the streams followed here whose producer, the hub tagged producer, stopped:

@@ -251,6 +251,9 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 				st = held // produced here meanwhile: not expected, but the live one wins
 			}
 			s.mu.Unlock()
+			if st == replayed {
+				s.catchUp(ctx, replayed)
+			}
 		}
 	}
 	c, err := st.Attach(seq)

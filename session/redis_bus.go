@@ -76,7 +76,13 @@ type BusOptions struct {
 type RedisBus struct {
 	store *RedisStore
 	opts  BusOptions
-	ps    *redis.PubSub
+	// ps is the one subscription connection, made by NewBus (it connects on first use) and
+	// closed when Run returns.
+	ps *redis.PubSub
+
+	// subMu makes the followed table and the subscription agree: a Follow and an Unfollow of
+	// one session never cross.
+	subMu sync.Mutex
 
 	mu sync.Mutex
 	// followed maps the digests of the sessions whose channel is followed to their ids, with
@@ -86,6 +92,8 @@ type RedisBus struct {
 	confirmed map[string][]chan struct{}
 	// gone remembers the replicas known to have stopped. Guarded by mu.
 	gone map[string]bool
+	// leased is set once the lease was first taken; only keepLease uses it.
+	leased bool
 }
 
 type follower struct {
@@ -108,6 +116,7 @@ func (s *RedisStore) NewBus(opts *BusOptions) *RedisBus {
 	if b.opts.Gone == nil {
 		b.opts.Gone = func(string, bool) {}
 	}
+	b.ps = s.client.Subscribe(context.Background())
 	return b
 }
 
@@ -130,7 +139,10 @@ func (b *RedisBus) ownedKey(replica string) string {
 // then it gives the lease up at once (the others take over without waiting for it to run
 // out).
 func (b *RedisBus) Run(ctx context.Context) {
-	b.ps = b.store.client.Subscribe(ctx, b.replicaChannel(b.opts.Replica), b.broadcastChannel())
+	if err := b.ps.Subscribe(ctx, b.replicaChannel(b.opts.Replica), b.broadcastChannel()); err != nil {
+		// go-redis subscribes again when it reconnects: receive goes on.
+		b.store.logger.Warn("bus: subscribing failed; trying again", "error", err.Error())
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { b.receive(ctx) })
 	wg.Go(func() { b.keepLease(ctx) })
@@ -212,8 +224,10 @@ func (b *RedisBus) noteGone(replica string, claimed bool) {
 var scriptLease = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+local added = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local res = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+table.insert(res, 1, tostring(added))
+return res
 `)
 
 // scriptAlive answers whether replica ARGV[1]'s lease still runs.
@@ -244,13 +258,20 @@ func (b *RedisBus) keepLease(ctx context.Context) {
 func (b *RedisBus) renew(ctx context.Context) {
 	rctx, cancel := b.store.bound(ctx)
 	defer cancel()
-	expired, err := scriptLease.Run(rctx, b.store.client, []string{b.leasesKey()}, b.opts.Replica, b.opts.Lease.Milliseconds()).StringSlice()
-	if err != nil {
+	res, err := scriptLease.Run(rctx, b.store.client, []string{b.leasesKey()}, b.opts.Replica, b.opts.Lease.Milliseconds()).StringSlice()
+	if err != nil || len(res) == 0 {
 		if ctx.Err() == nil {
-			b.store.logger.Warn("bus: renewing this replica's lease failed; the others take over what it owns if this lasts", "error", err.Error())
+			b.store.logger.Warn("bus: renewing this replica's lease failed; the others take over what it owns if this lasts", "error", fmt.Sprint(err))
 		}
 		return
 	}
+	if res[0] == "1" && b.leased {
+		// Claimed by another while it could not renew: what it owned moved, and the streams
+		// it produces end with errors where clients resumed them.
+		b.store.logger.Error("bus: this replica's lease ran out before it renewed it (a stall, or Redis out of reach for a lease): the other replicas took over what it owned; set a longer replica_lease if this recurs")
+	}
+	b.leased = true
+	expired := res[1:]
 	for _, r := range expired {
 		if r == b.opts.Replica {
 			continue
@@ -298,6 +319,37 @@ func (b *RedisBus) publish(ctx context.Context, channel string, m *BusMessage) (
 	return n, nil
 }
 
+// Post is a message for PublishAll: to the followers of session Digest, or, when Digest is
+// empty, to every replica.
+type Post struct {
+	Digest string
+	Msg    *BusMessage
+}
+
+// PublishAll sends messages in order, in one round trip.
+func (b *RedisBus) PublishAll(ctx context.Context, posts []Post) error {
+	ctx, cancel := b.store.bound(ctx)
+	defer cancel()
+	pipe := b.store.client.Pipeline()
+	for _, p := range posts {
+		p.Msg.From = b.opts.Replica
+		channel := b.broadcastChannel()
+		if p.Digest != "" {
+			p.Msg.Session = p.Digest
+			channel = b.store.sessionChannel(p.Digest)
+		}
+		data, err := json.Marshal(p.Msg)
+		if err != nil {
+			return fmt.Errorf("bus: encode %s: %w", p.Msg.Kind, err)
+		}
+		pipe.Publish(ctx, channel, data)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("bus: publish %d messages: %w", len(posts), err)
+	}
+	return nil
+}
+
 // Send sends m to replica; it reports whether that replica listens.
 func (b *RedisBus) Send(ctx context.Context, replica string, m *BusMessage) (bool, error) {
 	n, err := b.publish(ctx, b.replicaChannel(replica), m)
@@ -319,40 +371,44 @@ func (b *RedisBus) Publish(ctx context.Context, digest string, m *BusMessage) (b
 
 // Follow makes the messages published for session id reach this replica, and returns once
 // Redis has confirmed it, so that nothing published after Follow returns is missed. Each
-// Follow is matched by an Unfollow.
+// Follow that succeeds is matched by an Unfollow.
 func (b *RedisBus) Follow(ctx context.Context, id string) error {
 	digest := sessionHash(id)
 	channel := b.store.sessionChannel(digest)
+	b.subMu.Lock()
 	b.mu.Lock()
 	if f := b.followed[digest]; f != nil {
 		f.count++
 		b.mu.Unlock()
+		b.subMu.Unlock()
 		return nil
 	}
 	b.followed[digest] = &follower{id: id, count: 1}
 	done := make(chan struct{})
 	b.confirmed[channel] = append(b.confirmed[channel], done)
 	b.mu.Unlock()
-	if b.ps == nil {
-		return errors.New("bus: not running")
-	}
 	ctx, cancel := b.store.bound(ctx)
 	defer cancel()
-	if err := b.ps.Subscribe(ctx, channel); err != nil {
-		b.Unfollow(id)
-		return fmt.Errorf("bus: follow a session: %w", err)
+	err := b.ps.Subscribe(ctx, channel)
+	b.subMu.Unlock()
+	if err == nil {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("bus: follow a session: %w", ctx.Err())
-	}
+	b.Unfollow(id)
+	return fmt.Errorf("bus: follow a session: %w", err)
 }
 
 // Unfollow ends one Follow of session id.
 func (b *RedisBus) Unfollow(id string) {
 	digest := sessionHash(id)
+	channel := b.store.sessionChannel(digest)
+	b.subMu.Lock()
+	defer b.subMu.Unlock()
 	b.mu.Lock()
 	f := b.followed[digest]
 	if f == nil {
@@ -364,12 +420,11 @@ func (b *RedisBus) Unfollow(id string) {
 		return
 	}
 	delete(b.followed, digest)
+	delete(b.confirmed, channel)
 	b.mu.Unlock()
-	if b.ps != nil {
-		ctx, cancel := b.store.bound(context.Background())
-		defer cancel()
-		_ = b.ps.Unsubscribe(ctx, b.store.sessionChannel(digest))
-	}
+	ctx, cancel := b.store.bound(context.Background())
+	defer cancel()
+	_ = b.ps.Unsubscribe(ctx, channel)
 }
 
 // Own records that this replica holds something for session digest that another must take
