@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
@@ -35,12 +36,18 @@ type forwardedCall struct {
 }
 
 // forwardedResult is how a forwarded call ended: a result, the upstream's JSON-RPC error, or
-// the upstream unavailable there.
+// the upstream unavailable there; Draining: not run, the holder is shutting down (the call
+// runs on the sender's own connection instead).
 type forwardedResult struct {
 	Result      json.RawMessage `json:"r,omitempty"`
 	RPCError    *protocol.Error `json:"e,omitempty"`
 	Unavailable string          `json:"x,omitempty"`
+	Draining    bool            `json:"dr,omitempty"`
 }
+
+// forwardMargin is how much longer than the upstream's request timeout a forwarded call is
+// waited for: its result may be lost with Redis.
+const forwardMargin = 5 * time.Second
 
 // connectionRecorder records which replica holds a session's own upstream connection
 // (session.RedisStore).
@@ -56,8 +63,14 @@ type forwarding struct {
 	seq uint64
 	// waiting holds the forwarded calls by name, with the replica running each. Guarded by mu.
 	waiting map[string]waitingCall
-	// running holds the cancel funcs of the calls run here for other replicas. Guarded by mu.
-	running map[string]context.CancelFunc
+	// running holds the calls run here for other replicas. Guarded by mu.
+	running map[string]runningCall
+}
+
+// runningCall is a call run here for replica from.
+type runningCall struct {
+	from   string
+	cancel context.CancelFunc
 }
 
 type waitingCall struct {
@@ -82,7 +95,12 @@ func (r *replicas) holderOf(rq *request, u *upstreamEntry) string {
 func (r *replicas) isGone(replica string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.goneReplicas[replica]
+	at, ok := r.goneReplicas[replica]
+	if ok && time.Since(at) >= r.lease {
+		delete(r.goneReplicas, replica)
+		return false
+	}
+	return ok
 }
 
 // recordConnection records that this replica holds the session's own connection to upstream.
@@ -135,15 +153,22 @@ func (r *replicas) forwardCall(ctx context.Context, rq *request, u *upstreamEntr
 		// Not reachable: the call runs here, on a connection of this replica's own.
 		return nil, nil, false
 	}
+	wait := time.NewTimer(u.pool.spec.RequestTimeout + forwardMargin)
+	defer wait.Stop()
 	select {
 	case res := <-done:
 		switch {
+		case res.Draining:
+			return nil, nil, false
 		case res.RPCError != nil:
 			return nil, &upstreamRPCError{Err: res.RPCError}, true
 		case res.Unavailable != "":
 			return nil, fmt.Errorf("%s: %w", res.Unavailable, upstream.ErrUnavailable), true
 		}
 		return res.Result, nil, true
+	case <-wait.C:
+		_, _ = r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCallCancel, Text: name})
+		return nil, fmt.Errorf("the replica holding the session's connection did not answer in time: %w", upstream.ErrTimeout), true
 	case <-ctx.Done():
 		_, _ = r.bus.Send(context.WithoutCancel(ctx), holder, &session.BusMessage{Kind: busCallCancel, Text: name})
 		return nil, ctx.Err(), true
@@ -157,11 +182,8 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 	var fc forwardedCall
 	reply := func(res forwardedResult) {
 		data, _ := json.Marshal(res)
-		ctx, cancel := context.WithTimeout(g.ctx, subscriptionCallTimeout)
-		defer cancel()
-		if _, err := r.bus.Send(ctx, m.From, &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}); err != nil {
-			r.logger.Warn("the result of a call run for another replica was lost", "error", err.Error())
-		}
+		// Through the outbox, after the call's messages queued there before it.
+		r.post(outgoing{replica: m.From, msg: &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}})
 	}
 	if m.SessionID == "" || json.Unmarshal(m.Data, &fc) != nil {
 		reply(forwardedResult{Unavailable: "the replica holding the session's connection does not know the session"})
@@ -177,7 +199,7 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 	defer cancel()
 	f := &r.forwarding
 	f.mu.Lock()
-	f.running[m.Text] = cancel
+	f.running[m.Text] = runningCall{from: m.From, cancel: cancel}
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -191,18 +213,22 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 	}
 	ls, err := g.hub.Open(rec.ID, rec.Profile)
 	if err != nil {
-		reply(forwardedResult{Unavailable: "the replica holding the session's connection is shutting down"})
+		reply(forwardedResult{Draining: true})
 		return
 	}
+	// Counted among the session's requests, so that a drain waits for it (and refuses it
+	// once begun: the sender then runs it itself).
+	callCtx, _, done, err := ls.Begin(protocol.StringID(m.Text), 0)
+	if err != nil {
+		reply(forwardedResult{Draining: true})
+		return
+	}
+	defer ls.RequestDone()
+	defer done()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() {
-		select {
-		case <-ls.Context().Done():
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	stopWith := context.AfterFunc(callCtx, stop)
+	defer stopWith()
 	clientID, _ := protocol.ParseID(fc.ClientID)
 	rq := &request{Request: &pipeline.Request{Method: fc.Method, Params: fc.Params, Client: pipeline.ClientContext{
 		SessionID: rec.ID, ProtocolVersion: rec.ProtocolVersion, Capabilities: rec.ClientCapabilities, LogLevel: rec.LogLevel, Profile: rec.Profile,
@@ -240,17 +266,23 @@ func (r *replicas) callResult(m *session.BusMessage) {
 func (r *replicas) cancelForwarded(name string) {
 	f := &r.forwarding
 	f.mu.Lock()
-	cancel := f.running[name]
+	rc, ok := f.running[name]
 	f.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if ok {
+		rc.cancel()
 	}
 }
 
-// failForwarded ends the calls waiting on a replica that stopped.
+// failForwarded ends the calls waiting on a replica that stopped, and stops those run here
+// for it: nobody waits for their result.
 func (r *replicas) failForwarded(replica string) {
 	f := &r.forwarding
 	f.mu.Lock()
+	for _, rc := range f.running {
+		if rc.from == replica {
+			rc.cancel()
+		}
+	}
 	var failed []waitingCall
 	for name, w := range f.waiting {
 		if w.replica == replica {

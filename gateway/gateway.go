@@ -178,6 +178,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			lease = config.DefaultReplicaLease
 		}
 		g.replicas = newReplicas(g, nil)
+		g.replicas.lease = lease
 		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
 		hubOpts.Producing = g.replicas.producing
 	}

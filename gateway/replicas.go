@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
@@ -44,7 +45,9 @@ type bus interface {
 	Unfollow(sessionID string)
 	Alive(ctx context.Context, replica string) (bool, error)
 	Own(ctx context.Context, digest string) error
+	Disown(ctx context.Context, digest string) error
 	ClaimOwned(ctx context.Context, replica string) ([]string, error)
+	Sequence(ctx context.Context) (uint64, error)
 }
 
 // digestReader reads a session's record by its digest, for a replica taking over what another
@@ -71,25 +74,31 @@ type replicas struct {
 	// followed holds the sessions whose messages this replica receives (it holds a stream
 	// of theirs). Guarded by mu.
 	followed map[string]bool
-	// goneReplicas holds the replicas known to have stopped. Guarded by mu.
-	goneReplicas map[string]bool
+	// goneReplicas holds when replicas were found stopped; an entry counts for a lease (a
+	// replica taken for dead after an outage may renew again). Guarded by mu.
+	goneReplicas map[string]time.Time
+	// lease is the replica lease.
+	lease time.Duration
 
 	// forwarding holds the calls run on the replica holding a session's own connection.
 	forwarding forwarding
 }
 
-// outgoing is a queued message: to a session's followers (digest), or to every replica.
+// outgoing is a queued message: to a replica, to a session's followers (digest), or to every
+// replica. Queued messages leave in order, so that one sent to a replica after messages for
+// a stream it holds arrives after them.
 type outgoing struct {
-	digest string
-	msg    *session.BusMessage
+	replica string
+	digest  string
+	msg     *session.BusMessage
 }
 
 // outboxSize bounds the queued messages; past it they are dropped, and logged.
 const outboxSize = 16384
 
 func newReplicas(g *Gateway, b bus) *replicas {
-	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}, goneReplicas: map[string]bool{},
-		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]context.CancelFunc{}}}
+	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}, goneReplicas: map[string]time.Time{},
+		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
 }
 
 // run serves the bus and sends the outbox until the gateway closes.
@@ -111,13 +120,13 @@ func (r *replicas) send(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case o := <-r.outbox:
-			posts = append(posts, session.Post{Digest: o.digest, Msg: o.msg})
+			posts = append(posts, session.Post{Replica: o.replica, Digest: o.digest, Msg: o.msg})
 		}
 	more:
 		for len(posts) < batch {
 			select {
 			case o := <-r.outbox:
-				posts = append(posts, session.Post{Digest: o.digest, Msg: o.msg})
+				posts = append(posts, session.Post{Replica: o.replica, Digest: o.digest, Msg: o.msg})
 			default:
 				break more
 			}
@@ -171,6 +180,13 @@ func (r *replicas) ended(id string) {
 	if followed {
 		r.bus.Unfollow(id)
 	}
+	// What it owned for the session (subscriptions) is no one's to take over any more.
+	digest := session.Digest(id)
+	r.g.goWorker(func() {
+		ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+		defer cancel()
+		_ = r.bus.Disown(ctx, digest)
+	})
 }
 
 // producing reports whether the replica that produced a stream still runs (a stream read back
@@ -236,13 +252,24 @@ func (r *replicas) listChanged(upstreamName string) {
 // subscription to an upstream's uri, so that they drop any they hold: one upstream
 // subscription per session and URI, whichever replica it was made on. What this replica
 // holds is recorded with it, for a survivor to take over if it stops.
-func (r *replicas) subscribed(ctx context.Context, digest, upstreamName, uri string, on bool) {
-	r.post(outgoing{msg: &session.BusMessage{Kind: busSubscribed, Session: digest, Stream: upstreamName, Text: uri}})
+func (r *replicas) subscribed(ctx context.Context, digest, upstreamName, uri string, on bool, seq uint64) {
+	stamp, _ := json.Marshal(seq)
+	r.post(outgoing{msg: &session.BusMessage{Kind: busSubscribed, Session: digest, Stream: upstreamName, Text: uri, Data: stamp}})
 	if on {
 		if err := r.bus.Own(ctx, digest); err != nil {
 			r.logger.Warn("recording a subscription this replica holds failed: it is not taken over if this replica stops", "error", err.Error())
 		}
 	}
+}
+
+// sequence returns the next stamp of the subscribes and unsubscribes of all replicas; 0 when
+// Redis cannot give one (the subscription then yields to any other).
+func (r *replicas) sequence(ctx context.Context) uint64 {
+	seq, err := r.bus.Sequence(ctx)
+	if err != nil {
+		r.logger.Warn("stamping a subscription failed: another replica's may replace it", "error", err.Error())
+	}
+	return seq
 }
 
 // receive handles a message from another replica (or a broadcast of this one). It runs on the
@@ -295,7 +322,9 @@ func (r *replicas) receive(m *session.BusMessage) {
 		if m.From == r.bus.Replica() {
 			return
 		}
-		g.subs.dropElsewhere(m.Session, m.SessionID, m.Stream, m.Text)
+		var seq uint64
+		_ = json.Unmarshal(m.Data, &seq)
+		g.subs.dropElsewhere(m.Session, m.SessionID, m.Stream, m.Text, seq)
 	}
 }
 
@@ -305,7 +334,7 @@ func (r *replicas) receive(m *session.BusMessage) {
 func (r *replicas) gone(replica string, claimed bool) {
 	r.logger.Info("a replica's lease ended (it stopped, or lost Redis for a lease): what it produced ends here, what it owned moves", "replica", replica, "taking_over", claimed)
 	r.mu.Lock()
-	r.goneReplicas[replica] = true
+	r.goneReplicas[replica] = time.Now()
 	r.mu.Unlock()
 	r.g.hub.Orphaned(replica)
 	r.failForwarded(replica)
@@ -319,9 +348,9 @@ func (r *replicas) gone(replica string, claimed bool) {
 // session's own upstream connection (isolation) are not taken over: that connection went with
 // the replica.
 func (r *replicas) takeOver(replica string) {
-	ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+	claimCtx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
 	defer cancel()
-	digests, err := r.bus.ClaimOwned(ctx, replica)
+	digests, err := r.bus.ClaimOwned(claimCtx, replica)
 	if err != nil {
 		r.logger.Warn("taking over the subscriptions of a stopped replica failed", "replica", replica, "error", err.Error())
 		return
@@ -332,21 +361,32 @@ func (r *replicas) takeOver(replica string) {
 	}
 	taken := 0
 	for _, digest := range digests {
-		rec, err := reader.GetByDigest(ctx, digest)
-		if errors.Is(err, session.ErrNotFound) {
-			continue // ended meanwhile
-		}
-		if err != nil {
-			r.logger.Warn("taking over a session's subscriptions failed", "replica", replica, "error", err.Error())
-			continue
-		}
-		for _, uri := range rec.Subscriptions {
-			if r.g.subs.takeOver(ctx, digest, rec.Profile, uri) {
-				taken++
-			}
-		}
+		// Each session within its own time: a slow one does not cost the others theirs.
+		ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+		taken += r.takeOverSession(ctx, reader, replica, digest)
+		cancel()
 	}
 	r.logger.Info("took over the subscriptions of a stopped replica", "replica", replica, "sessions", len(digests), "subscriptions", taken)
+}
+
+// takeOverSession subscribes here for one session of a stopped replica; it returns how many
+// subscriptions it took.
+func (r *replicas) takeOverSession(ctx context.Context, reader digestReader, replica, digest string) int {
+	taken := 0
+	rec, err := reader.GetByDigest(ctx, digest)
+	if errors.Is(err, session.ErrNotFound) {
+		return 0 // ended meanwhile
+	}
+	if err != nil {
+		r.logger.Warn("taking over a session's subscriptions failed", "replica", replica, "error", err.Error())
+		return 0
+	}
+	for _, uri := range rec.Subscriptions {
+		if r.g.subs.takeOver(ctx, digest, rec.Profile, uri) {
+			taken++
+		}
+	}
+	return taken
 }
 
 // newReplicaName names this process among the replicas: random, so that a restarted replica

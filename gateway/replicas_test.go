@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,5 +226,64 @@ func TestIsolatedSessionCallsRunWhereItsConnectionIs(t *testing.T) {
 		testwait.Until(t, 10*time.Second, fmt.Sprintf("cancel %d to reach the session's child", i+1), func() bool {
 			return cancelsSoFar(ctx, t, cs) == i+1 && cancelsSoFar(ctx, t, cs) == i+1
 		})
+	}
+}
+
+// TestConcurrentSubscribesOnTwoReplicasKeepOne: a session's subscribe to one URI sent twice at
+// once, landing on both replicas, leaves one upstream subscription (the later, by a stamp the
+// replicas share), not none: the update still comes, round after round.
+func TestConcurrentSubscribesOnTwoReplicasKeepOne(t *testing.T) {
+	semantics := httptest.NewServer(goSDKHandler(t, "semantics", false))
+	t.Cleanup(semantics.Close)
+	a, b := twoReplicas(t, fmt.Sprintf("  - name: s\n    url: %s\n", semantics.URL))
+	rr := newRoundRobin(t, a.url, b.url)
+	updated := make(chan string, 64)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	ctx := ctxT(t)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	const watched = "watched.txt"
+	uri := ""
+	resources, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resources.Resources {
+		if strings.HasSuffix(r.URI, "watched.txt") {
+			uri = r.URI
+		}
+	}
+	if uri == "" {
+		t.Fatalf("no %s among the resources", watched)
+	}
+	for round := range 8 {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+					t.Errorf("round %d: subscribe: %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "s__touch"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-updated:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: no update after two concurrent subscribes", round)
+		}
+		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+		for len(updated) > 0 { // a second copy, if both held it for a moment
+			<-updated
+		}
 	}
 }

@@ -737,7 +737,9 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	// A drain ends the standalone stream; a resumed POST stream carries a request in flight
 	// and ends with its answer.
 	var drain <-chan struct{}
-	if st == ls.Standalone() {
+	if st == ls.Standalone() || st.FromLog() {
+		// A stream resumed here from another replica ends too: its client resumes it on
+		// another.
 		drain = g.draining
 	}
 	sw.follow(r.Context(), ls.Context().Done(), drain)

@@ -37,6 +37,14 @@ type subscriptions struct {
 	// has subscribers, is subscribed upstream, or a goroutine holds or waits for its turn, so
 	// that a waiter never holds an entry the table has replaced. Guarded by mu.
 	entries map[subKey]*subEntry
+	// stamps order, across replicas, the subscribes and unsubscribes of a session to a URI:
+	// the latest holds it, whichever replica got it (replicas.subscribed). Guarded by mu.
+	stamps map[subStamp]uint64
+}
+
+// subStamp names a session's subscription to an upstream's URI, for its stamp.
+type subStamp struct {
+	session, upstream, uri string
 }
 
 // subKey is a subscription to one URI on one connection, shared or a session's own.
@@ -139,6 +147,13 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 			c = pc.conn
 		}
 	}
+	var seq uint64
+	if r := s.router.replicas; r != nil {
+		// Stamped before the upstream hears of it: a replica that got an earlier one drops
+		// its own when it hears of this one, and this one outlives an earlier one's news.
+		seq = r.sequence(ctx)
+		s.setStamp(subStamp{sessionID, u.ns.Name, original}, seq)
+	}
 	key := subKey{c, original}
 	e, err := s.acquire(ctx, key)
 	if err != nil {
@@ -183,7 +198,7 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 	s.mu.Unlock()
 	s.record(ctx, sessionID, res.target.Exposed, on)
 	if r := s.router.replicas; r != nil {
-		r.subscribed(ctx, session.Digest(sessionID), u.ns.Name, original, on)
+		r.subscribed(ctx, session.Digest(sessionID), u.ns.Name, original, on, seq)
 	}
 	return json.RawMessage(`{}`), nil
 }
@@ -192,19 +207,32 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 // because another now does (or the session unsubscribed there): the session is named by its
 // digest, and by its id when this replica knows it. Unsubscribed upstream when it was the
 // last subscriber.
-func (s *subscriptions) dropElsewhere(digest, sessionID, upstreamName, uri string) {
+func (s *subscriptions) dropElsewhere(digest, sessionID, upstreamName, uri string, seq uint64) {
 	s.mu.Lock()
+	// A subscription made here after the one announced stays.
+	byDigest := subStamp{digestKey + digest, upstreamName, uri}
+	byID := subStamp{sessionID, upstreamName, uri}
+	keepDigest := s.stamps[byDigest] > seq
+	keepID := sessionID != "" && s.stamps[byID] > seq
+	if !keepDigest {
+		delete(s.stamps, byDigest)
+	}
+	if sessionID != "" && !keepID {
+		delete(s.stamps, byID)
+	}
 	var last []subKey
 	for key, e := range s.entries {
 		if key.uri != uri || key.conn.upstream.ns.Name != upstreamName {
 			continue
 		}
-		mine := e.sessions[digestKey+digest] || sessionID != "" && e.sessions[sessionID]
+		mine := !keepDigest && e.sessions[digestKey+digest] || sessionID != "" && !keepID && e.sessions[sessionID]
 		if !mine {
 			continue
 		}
-		delete(e.sessions, digestKey+digest)
-		if sessionID != "" {
+		if !keepDigest {
+			delete(e.sessions, digestKey+digest)
+		}
+		if sessionID != "" && !keepID {
 			delete(e.sessions, sessionID)
 		}
 		if len(e.sessions) == 0 && e.on != nil {
@@ -232,6 +260,8 @@ func (s *subscriptions) takeOver(ctx context.Context, digest, profile, exposedUR
 		// session's next call, without this subscription.
 		return false
 	}
+	seq := s.router.replicas.sequence(ctx)
+	s.setStamp(subStamp{digestKey + digest, ns.Name, original}, seq)
 	key := subKey{u.shared, original}
 	e, err := s.acquire(ctx, key)
 	if err != nil {
@@ -256,8 +286,18 @@ func (s *subscriptions) takeOver(ctx context.Context, digest, profile, exposedUR
 	e.sessions[digestKey+digest] = true
 	e.on = info
 	s.mu.Unlock()
-	s.router.replicas.subscribed(ctx, digest, ns.Name, original, true)
+	s.router.replicas.subscribed(ctx, digest, ns.Name, original, true, seq)
 	return true
+}
+
+// setStamp records the stamp of a subscribe or unsubscribe made here.
+func (s *subscriptions) setStamp(k subStamp, seq uint64) {
+	s.mu.Lock()
+	if s.stamps == nil {
+		s.stamps = map[subStamp]uint64{}
+	}
+	s.stamps[k] = seq
+	s.mu.Unlock()
 }
 
 // recordSubscription keeps the session record's list of subscriptions, which says what the
@@ -282,6 +322,11 @@ func (s *subscriptions) record(ctx context.Context, sessionID, uri string, on bo
 func (s *subscriptions) drop(sessionID string) {
 	byDigest := digestKey + session.Digest(sessionID)
 	s.mu.Lock()
+	for k := range s.stamps {
+		if k.session == sessionID || k.session == byDigest {
+			delete(s.stamps, k)
+		}
+	}
 	var last []subKey
 	for key, e := range s.entries {
 		if !e.sessions[sessionID] && !e.sessions[byDigest] {

@@ -84,6 +84,10 @@ func (s *Stream) logLocked() {
 	log.Append(s.session.id, s.id, events, s.complete)
 }
 
+// FromLog reports whether the stream was read back from the event log: another replica
+// produced it.
+func (s *Stream) FromLog() bool { return s.readBack() }
+
 // readBack reports whether the stream was read back from the event log.
 func (s *Stream) readBack() bool {
 	s.mu.Lock()

@@ -277,11 +277,24 @@ func (s *Session) Standalone() *Stream {
 	return s.standalone
 }
 
-// Listening reports whether a connection writes the session's standalone stream: a client
-// that listens is using its session.
+// Listening reports whether a connection writes the session's standalone stream, or a
+// stream read back from the log (a standalone stream resumed here from another replica): a
+// client that listens is using its session.
 func (s *Session) Listening() bool {
-	st := s.Standalone()
-	return st != nil && st.attached()
+	s.mu.Lock()
+	streams := make([]*Stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		if st == s.standalone || st.readBack() {
+			streams = append(streams, st)
+		}
+	}
+	s.mu.Unlock()
+	for _, st := range streams {
+		if st.attached() {
+			return true
+		}
+	}
+	return false
 }
 
 // Busy reports whether the session has client requests in flight or requests waiting for its

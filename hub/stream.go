@@ -191,6 +191,11 @@ func (s *Stream) StartStreaming() {
 func (s *Stream) dropLocked() {
 	if !s.dropped {
 		close(s.done)
+		if log := s.session.hub.opts.Log; log != nil && s.loggedStart && !s.loggedEnd && !s.fromLog {
+			// A replica following it learns that it ends here, rather than wait for more.
+			s.loggedEnd = true
+			log.Append(s.session.id, s.id, nil, true)
+		}
 	}
 	s.dropped = true
 	s.events, s.size = nil, 0

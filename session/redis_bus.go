@@ -92,8 +92,11 @@ type RedisBus struct {
 	confirmed map[string][]chan struct{}
 	// gone remembers the replicas known to have stopped. Guarded by mu.
 	gone map[string]bool
-	// leased is set once the lease was first taken; only keepLease uses it.
-	leased bool
+	// leased is set once the lease was first taken; heldSince is when this replica last
+	// began to hold it without a break (a failed renewal, or a lease lost to another, is a
+	// break). Only keepLease uses them.
+	leased    bool
+	heldSince time.Time
 }
 
 type follower struct {
@@ -260,6 +263,7 @@ func (b *RedisBus) renew(ctx context.Context) {
 	defer cancel()
 	res, err := scriptLease.Run(rctx, b.store.client, []string{b.leasesKey()}, b.opts.Replica, b.opts.Lease.Milliseconds()).StringSlice()
 	if err != nil || len(res) == 0 {
+		b.heldSince = time.Time{}
 		if ctx.Err() == nil {
 			b.store.logger.Warn("bus: renewing this replica's lease failed; the others take over what it owns if this lasts", "error", fmt.Sprint(err))
 		}
@@ -270,7 +274,16 @@ func (b *RedisBus) renew(ctx context.Context) {
 		// it produces end with errors where clients resumed them.
 		b.store.logger.Error("bus: this replica's lease ran out before it renewed it (a stall, or Redis out of reach for a lease): the other replicas took over what it owned; set a longer replica_lease if this recurs")
 	}
+	if res[0] == "1" || b.heldSince.IsZero() {
+		b.heldSince = time.Now()
+	}
 	b.leased = true
+	if time.Since(b.heldSince) < b.opts.Lease {
+		// Back from a break (Redis out of reach, a stall): the others' leases may have run
+		// out for the same reason. They get a whole lease to renew before anyone is taken
+		// for dead.
+		return
+	}
 	expired := res[1:]
 	for _, r := range expired {
 		if r == b.opts.Replica {
@@ -289,12 +302,6 @@ func (b *RedisBus) renew(ctx context.Context) {
 
 // Alive reports whether replica's lease still runs.
 func (b *RedisBus) Alive(ctx context.Context, replica string) (bool, error) {
-	b.mu.Lock()
-	gone := b.gone[replica]
-	b.mu.Unlock()
-	if gone {
-		return false, nil
-	}
 	ctx, cancel := b.store.bound(ctx)
 	defer cancel()
 	n, err := scriptAlive.Run(ctx, b.store.client, []string{b.leasesKey()}, replica).Int()
@@ -319,11 +326,12 @@ func (b *RedisBus) publish(ctx context.Context, channel string, m *BusMessage) (
 	return n, nil
 }
 
-// Post is a message for PublishAll: to the followers of session Digest, or, when Digest is
-// empty, to every replica.
+// Post is a message for PublishAll: to Replica, or to the followers of session Digest, or,
+// when both are empty, to every replica.
 type Post struct {
-	Digest string
-	Msg    *BusMessage
+	Replica string
+	Digest  string
+	Msg     *BusMessage
 }
 
 // PublishAll sends messages in order, in one round trip.
@@ -334,7 +342,10 @@ func (b *RedisBus) PublishAll(ctx context.Context, posts []Post) error {
 	for _, p := range posts {
 		p.Msg.From = b.opts.Replica
 		channel := b.broadcastChannel()
-		if p.Digest != "" {
+		switch {
+		case p.Replica != "":
+			channel = b.replicaChannel(p.Replica)
+		case p.Digest != "":
 			p.Msg.Session = p.Digest
 			channel = b.store.sessionChannel(p.Digest)
 		}
@@ -494,4 +505,16 @@ func (s *RedisStore) GetByDigest(ctx context.Context, digest string) (*Record, e
 // eventsMessage is what the event log publishes with an append.
 func eventsMessage(digest, stream string, events []LoggedEvent, complete bool, requests json.RawMessage) ([]byte, error) {
 	return json.Marshal(&BusMessage{Kind: BusEvents, Session: digest, Stream: stream, Events: events, Complete: complete, Requests: requests})
+}
+
+// Sequence returns the next number of a sequence all replicas share (one INCR), which orders
+// what they do apart.
+func (b *RedisBus) Sequence(ctx context.Context) (uint64, error) {
+	ctx, cancel := b.store.bound(ctx)
+	defer cancel()
+	n, err := b.store.client.Incr(ctx, b.store.opts.KeyPrefix+":seq").Uint64()
+	if err != nil {
+		return 0, fmt.Errorf("bus: sequence: %w", err)
+	}
+	return n, nil
 }
