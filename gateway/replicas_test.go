@@ -84,7 +84,7 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 	rr := newRoundRobin(t, a.url, b.url)
 
 	updated := make(chan string, 16)
-	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+	clientOpts := &mcp.ClientOptions{
 		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			prompt := req.Params.Messages[0].Content.(*mcp.TextContent).Text
 			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "S/" + prompt}}, nil
@@ -95,24 +95,10 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 			updated <- req.Params.URI
 		},
-	})
+	}
 	ctx := ctxT(t)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-
-	for round := range 8 {
-		text := fmt.Sprintf("q%d", round)
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
-		if err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if got, want := textOf(t, res), fmt.Sprintf("sampled=S/%s;elicited=%s", text, text); got != want {
-			t.Fatalf("round %d: %q, want %q", round, got, want)
-		}
-	}
+	cs := connectRoundRobin(t, rr, a.url, clientOpts)
+	askRounds(ctx, t, cs, 8, func(text string) string { return fmt.Sprintf("sampled=S/%s;elicited=%s", text, text) })
 
 	resources, err := cs.ListResources(ctx, nil)
 	if err != nil {
@@ -168,6 +154,34 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 	}
 }
 
+// connectRoundRobin connects an SDK client through rr, so that each of its HTTP requests goes
+// to the next replica; the session closes with the test.
+func connectRoundRobin(t *testing.T, rr *roundRobin, endpoint string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, opts)
+	cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: rr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// askRounds calls the reverse upstream's ask tool rounds times and checks each answer.
+func askRounds(ctx context.Context, t *testing.T, cs *mcp.ClientSession, rounds int, want func(text string) string) {
+	t.Helper()
+	for round := range rounds {
+		text := fmt.Sprintf("q%d", round)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if got := textOf(t, res); got != want(text) {
+			t.Fatalf("round %d: %q, want %q", round, got, want(text))
+		}
+	}
+}
+
 // cancelsSoFar reads how many block calls the reverse upstream saw cancelled.
 func cancelsSoFar(ctx context.Context, t *testing.T, cs *mcp.ClientSession) int {
 	t.Helper()
@@ -187,30 +201,17 @@ func cancelsSoFar(ctx context.Context, t *testing.T, cs *mcp.ClientSession) int 
 func TestIsolatedSessionCallsRunWhereItsConnectionIs(t *testing.T) {
 	a, b := twoReplicas(t, upstreamYAML("r", "reverse", "    isolation: session\n"))
 	rr := newRoundRobin(t, a.url, b.url)
-	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+	clientOpts := &mcp.ClientOptions{
 		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "S/" + req.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
 		},
 		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "E"}}, nil
 		},
-	})
+	}
 	ctx := ctxT(t)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	for round := range 4 {
-		text := fmt.Sprintf("q%d", round)
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
-		if err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if got, want := textOf(t, res), "sampled=S/"+text+";elicited=E"; got != want {
-			t.Fatalf("round %d: %q, want %q", round, got, want)
-		}
-	}
+	cs := connectRoundRobin(t, rr, a.url, clientOpts)
+	askRounds(ctx, t, cs, 4, func(text string) string { return "sampled=S/" + text + ";elicited=E" })
 	for i := range 2 {
 		callCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -238,15 +239,11 @@ func TestConcurrentSubscribesOnTwoReplicasKeepOne(t *testing.T) {
 	a, b := twoReplicas(t, fmt.Sprintf("  - name: s\n    url: %s\n", semantics.URL))
 	rr := newRoundRobin(t, a.url, b.url)
 	updated := make(chan string, 64)
-	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+	clientOpts := &mcp.ClientOptions{
 		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
-	})
-	ctx := ctxT(t)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, nil)
-	if err != nil {
-		t.Fatal(err)
 	}
-	defer cs.Close()
+	ctx := ctxT(t)
+	cs := connectRoundRobin(t, rr, a.url, clientOpts)
 	const watched = "watched.txt"
 	uri := ""
 	resources, err := cs.ListResources(ctx, nil)

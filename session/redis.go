@@ -463,31 +463,41 @@ func (s *RedisStore) bestEffort(ctx context.Context, build func(redis.Pipeliner)
 // renewal).
 func (s *RedisStore) Get(ctx context.Context, id string) (*Record, error) {
 	hash := sessionHash(id)
+	start := time.Now()
+	rec, left, err := s.read(ctx, hash, id)
+	if err != nil {
+		return nil, err
+	}
+	if left > 0 {
+		s.learn(hash, id, start.Add(time.Duration(left)*time.Millisecond))
+	}
+	return rec, nil
+}
+
+// read reads the record of session hash (whose id is id, "" when unknown here) with its
+// connections, and the ttl left in milliseconds: one round trip.
+func (s *RedisStore) read(ctx context.Context, hash, id string) (*Record, int64, error) {
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	start := time.Now()
 	res, err := scriptGet.Run(ctx, s.client, []string{k.rec, k.conns}).Slice()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return nil, 0, ErrNotFound
 	}
 	if err != nil {
-		return nil, opError(ctx, "get", err)
+		return nil, 0, opError(ctx, "get", err)
 	}
 	if len(res) < 2 || len(res)%2 != 0 {
-		return nil, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
+		return nil, 0, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
 	}
 	value, _ := res[0].(string)
 	left, _ := res[1].(int64)
 	rec, err := decodeRecord(value, id, hash)
 	if err != nil {
-		return nil, s.undecodable("get", "session", hash, err)
+		return nil, 0, s.undecodable("get", "session", hash, err)
 	}
 	rec.Connections = connectionsOf(res[2:])
-	if left > 0 {
-		s.learn(hash, id, start.Add(time.Duration(left)*time.Millisecond))
-	}
-	return rec, nil
+	return rec, left, nil
 }
 
 // Touch implements Store. It costs a round trip only when less than half of the session's

@@ -481,25 +481,8 @@ func (b *RedisBus) ClaimOwned(ctx context.Context, replica string) ([]string, er
 // GetByDigest reads the record of session digest, for a replica that takes over what
 // another owned and may never have seen the session's id: its ID is empty.
 func (s *RedisStore) GetByDigest(ctx context.Context, digest string) (*Record, error) {
-	k := s.keysOf(digest)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	res, err := scriptGet.Run(ctx, s.client, []string{k.rec, k.conns}).Slice()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, opError(ctx, "get", err)
-	}
-	if len(res) < 2 {
-		return nil, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
-	}
-	value, _ := res[0].(string)
-	rec, err := decodeRecord(value, "", digest)
-	if err != nil {
-		return nil, s.undecodable("get", "session", digest, err)
-	}
-	return rec, nil
+	rec, _, err := s.read(ctx, digest, "")
+	return rec, err
 }
 
 // eventsMessage is what the event log publishes with an append.
