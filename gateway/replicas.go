@@ -51,9 +51,10 @@ type bus interface {
 }
 
 // digestReader reads a session's record by its digest, for a replica taking over what another
-// owned (session.RedisStore).
+// owned (session.RedisStore), and tells which of such sessions still exist.
 type digestReader interface {
 	GetByDigest(ctx context.Context, digest string) (*session.Record, error)
+	Existing(ctx context.Context, digests []string) ([]bool, error)
 }
 
 // replicas carries what is live of sessions between the replicas that share a Redis store
@@ -395,4 +396,25 @@ func newReplicaName() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// sweepTakenOver drops the subscriptions taken over for sessions that ended since: known here
+// by their digest only, their end (by expiry) is not reported here otherwise. One round trip
+// for all of them, on each expiry pass.
+func (r *replicas) sweepTakenOver(ctx context.Context) {
+	digests := r.g.subs.takenOver()
+	reader, ok := r.g.store.(digestReader)
+	if len(digests) == 0 || !ok {
+		return
+	}
+	exists, err := reader.Existing(ctx, digests)
+	if err != nil {
+		r.logger.Warn("checking the sessions of taken-over subscriptions failed; trying again on the next pass", "error", err.Error())
+		return
+	}
+	for i, digest := range digests {
+		if !exists[i] {
+			r.g.subs.dropDigest(digest)
+		}
+	}
 }

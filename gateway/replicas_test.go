@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -52,8 +53,14 @@ func (rr *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
 // (Streamable HTTP servers in this process): replicas of one deployment.
 func twoReplicas(t *testing.T, upstreams string) (a, b *testGateway) {
 	t.Helper()
+	return twoReplicasWith(t, "", upstreams)
+}
+
+// twoReplicasWith is twoReplicas with more top-level settings (extra, YAML lines).
+func twoReplicasWith(t *testing.T, extra, upstreams string) (a, b *testGateway) {
+	t.Helper()
 	addr := testredis.Addr(t)
-	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
+	yaml := fmt.Sprintf(extra+`listen: 127.0.0.1:0
 session_store:
   type: redis
   url: redis://%s/0
@@ -282,5 +289,48 @@ func TestConcurrentSubscribesOnTwoReplicasKeepOne(t *testing.T) {
 		for len(updated) > 0 { // a second copy, if both held it for a moment
 			<-updated
 		}
+	}
+}
+
+// TestTakenOverSubscriptionEndsWithItsSession: a replica that stops hands its subscriptions
+// to a survivor, which knows the session by its digest only; when the session then expires
+// (nothing reports that to a replica that never saw it), the survivor's expiry pass finds it
+// gone and unsubscribes upstream.
+func TestTakenOverSubscriptionEndsWithItsSession(t *testing.T) {
+	semantics := httptest.NewServer(goSDKHandler(t, "semantics", false))
+	t.Cleanup(semantics.Close)
+	a, b := twoReplicasWith(t, "session_idle_timeout: 2s\n", fmt.Sprintf("  - name: s\n    url: %s\n", semantics.URL))
+	counts := func() string {
+		c := rawClient{t: t, url: b.url}
+		sid := c.initializeAs("2025-11-25", `{}`)
+		r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"s__sub_counts","arguments":{}}}`, map[string]string{"Mcp-Session-Id": sid})
+		return string(r.body)
+	}
+	before := counts()
+
+	c := rawClient{t: t, url: a.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	h := map[string]string{"Mcp-Session-Id": sid}
+	list := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"resources/list"}`, h)
+	var resources struct{ Resources []struct{ URI string } }
+	_ = json.Unmarshal(list.msg.Result, &resources)
+	uri := ""
+	for _, r := range resources.Resources {
+		if strings.HasSuffix(r.URI, "watched.txt") {
+			uri = r.URI
+		}
+	}
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"`+uri+`"}}`, h); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("subscribe on A: %d %s", r.status, r.body)
+	}
+	a.close() // A gives its lease up; B claims what it owned and subscribes for the session
+	testwait.Until(t, 20*time.Second, "B to take the subscription over", func() bool {
+		return strings.Contains(counts(), "subscribe=2")
+	})
+	testwait.Until(t, 20*time.Second, "B to unsubscribe once the session expired", func() bool {
+		return strings.Contains(counts(), "unsubscribe=1")
+	})
+	if !strings.Contains(before, "subscribe=0 unsubscribe=0") {
+		t.Errorf("before: %s", before)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -317,10 +318,35 @@ func (s *subscriptions) record(ctx context.Context, sessionID, uri string, on bo
 	}
 }
 
+// takenOver lists the digests of the sessions subscribed here by digest only (taken over from
+// a stopped replica).
+func (s *subscriptions) takenOver() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var digests []string
+	for _, e := range s.entries {
+		for key := range e.sessions {
+			if d, ok := strings.CutPrefix(key, digestKey); ok && !seen[d] {
+				seen[d] = true
+				digests = append(digests, d)
+			}
+		}
+	}
+	return digests
+}
+
 // dropSubscriptions removes an ended session's subscriptions, unsubscribing upstream where it
 // was the last subscriber.
 func (s *subscriptions) drop(sessionID string) {
-	byDigest := digestKey + session.Digest(sessionID)
+	s.dropKeys(sessionID, digestKey+session.Digest(sessionID))
+}
+
+// dropDigest removes the subscriptions of an ended session known here by its digest only.
+func (s *subscriptions) dropDigest(digest string) { s.dropKeys(digestKey+digest, digestKey+digest) }
+
+// dropKeys removes the subscriptions of a session under its id and digest keys.
+func (s *subscriptions) dropKeys(sessionID, byDigest string) {
 	s.mu.Lock()
 	for k := range s.stamps {
 		if k.session == sessionID || k.session == byDigest {

@@ -501,3 +501,22 @@ func (b *RedisBus) Sequence(ctx context.Context) (uint64, error) {
 	}
 	return n, nil
 }
+
+// Existing reports, for each digest, whether its session still exists: one round trip.
+func (s *RedisStore) Existing(ctx context.Context, digests []string) ([]bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(digests))
+	for i, d := range digests {
+		cmds[i] = pipe.Exists(ctx, s.keysOf(d).rec)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, opError(ctx, "exists", err)
+	}
+	out := make([]bool, len(digests))
+	for i, c := range cmds {
+		out[i] = c.Val() == 1
+	}
+	return out, nil
+}
