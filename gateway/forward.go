@@ -33,6 +33,12 @@ type forwardedCall struct {
 	Method   string          `json:"m"`
 	Params   json.RawMessage `json:"p,omitempty"`
 	ClientID json.RawMessage `json:"id,omitempty"`
+	// Exposed and Original name the resource of a resources/subscribe or unsubscribe, which
+	// the holder keeps in its own subscription table; Notify marks a client notification
+	// (roots list_changed) to pass on, with no result.
+	Exposed  string `json:"x,omitempty"`
+	Original string `json:"o,omitempty"`
+	Notify   bool   `json:"n,omitempty"`
 }
 
 // forwardedResult is how a forwarded call ended: a result, the upstream's JSON-RPC error, or
@@ -123,16 +129,22 @@ func (r *replicas) recordConnection(ctx context.Context, sessionID, upstreamName
 // forwardCall runs a call on replica holder, which holds the session's own connection to u,
 // and returns how it ended there. Messages about the call come back to its stream here.
 func (r *replicas) forwardCall(ctx context.Context, rq *request, u *upstreamEntry, holder, method string, params json.RawMessage) (json.RawMessage, error, bool) {
+	return r.forward(ctx, rq, u, holder, forwardedCall{Method: method, Params: params})
+}
+
+// forward sends fc, for upstream u, to replica holder and waits for how it ended there;
+// forwarded is false when it was not run there (the caller runs it here).
+func (r *replicas) forward(ctx context.Context, rq *request, u *upstreamEntry, holder string, fc forwardedCall) (result json.RawMessage, err error, forwarded bool) {
 	sessionID := rq.Client.SessionID
 	if err := r.follow(ctx, sessionID); err != nil {
 		return nil, nil, false
 	}
 	streamID := ""
-	var clientID json.RawMessage
 	if rq.owner != nil {
-		streamID, clientID = rq.owner.streamID, rq.owner.clientID.Raw()
+		streamID, fc.ClientID = rq.owner.streamID, rq.owner.clientID.Raw()
 	}
-	data, err := json.Marshal(forwardedCall{Upstream: u.ns.Name, Method: method, Params: params, ClientID: clientID})
+	fc.Upstream = u.ns.Name
+	data, err := json.Marshal(fc)
 	if err != nil {
 		return nil, err, true
 	}
@@ -181,6 +193,9 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 	g := r.g
 	var fc forwardedCall
 	reply := func(res forwardedResult) {
+		if fc.Notify {
+			return // nobody waits for a notification
+		}
 		data, _ := json.Marshal(res)
 		// Through the outbox, after the call's messages queued there before it.
 		r.post(outgoing{replica: m.From, msg: &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}})
@@ -234,11 +249,23 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 		SessionID: rec.ID, ProtocolVersion: rec.ProtocolVersion, Capabilities: rec.ClientCapabilities, LogLevel: rec.LogLevel, Profile: rec.Profile,
 	}}}
 	rq.owner = &callOwner{sessionID: rec.ID, streamID: m.Stream, caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: clientID, logLevel: rec.LogLevel}
-	result, err := g.callHere(ctx, rq, u, fc.Method, fc.Params)
+	var result json.RawMessage
+	switch {
+	case fc.Notify:
+		g.notifyOwnConnections(ctx, rec.ID, &protocol.Notification{Method: fc.Method, Params: fc.Params})
+	case fc.Method == protocol.MethodSubscribe || fc.Method == protocol.MethodUnsubscribe:
+		res := &resolved{upstream: u, params: fc.Params, target: pipeline.Target{Kind: pipeline.Resource, Upstream: u.ns.Name, Exposed: fc.Exposed, Original: fc.Original}}
+		result, err = g.subs.subscribeHere(ctx, rq, res, fc.Method == protocol.MethodSubscribe)
+	default:
+		result, err = g.callHere(ctx, rq, u, fc.Method, fc.Params)
+	}
 	var rpcErr *upstreamRPCError
+	var protoErr *protocol.Error
 	switch {
 	case errors.As(err, &rpcErr):
 		reply(forwardedResult{RPCError: rpcErr.Err})
+	case errors.As(err, &protoErr):
+		reply(forwardedResult{RPCError: protoErr})
 	case err != nil:
 		reply(forwardedResult{Unavailable: err.Error()})
 	default:
@@ -293,5 +320,27 @@ func (r *replicas) failForwarded(replica string) {
 	f.mu.Unlock()
 	for _, w := range failed {
 		w.done <- forwardedResult{Unavailable: errReplicaStopped.Error()}
+	}
+}
+
+// notifyHolders passes a client's notification (roots list_changed) to the session's own
+// upstream connections held on other replicas.
+func (r *replicas) notifyHolders(ctx context.Context, rec *session.Record, n *protocol.Notification) {
+	rq := &request{Request: &pipeline.Request{Client: pipeline.ClientContext{SessionID: rec.ID}}, connections: rec.Connections}
+	for _, u := range r.g.upstreams {
+		if u.pool == nil || u.pool.existing(rec.ID) != nil {
+			continue
+		}
+		if holder := r.holderOf(rq, u); holder != "" {
+			data, _ := json.Marshal(forwardedCall{Upstream: u.ns.Name, Method: n.Method, Params: n.Params, Notify: true})
+			f := &r.forwarding
+			f.mu.Lock()
+			f.seq++
+			name := r.bus.Replica() + "-n" + strconv.FormatUint(f.seq, 10)
+			f.mu.Unlock()
+			if _, err := r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCall, Session: session.Digest(rec.ID), Text: name, Data: data}); err != nil {
+				r.logger.Debug("passing a client's notification to the replica holding its connection failed", "error", err.Error())
+			}
+		}
 	}
 }

@@ -454,6 +454,11 @@ func (g *Gateway) callHere(ctx context.Context, rq *request, u *upstreamEntry, m
 		}
 		defer u.pool.release(pc)
 		c = pc.conn
+		if rq.Client.LogLevel != "" {
+			// The level may have been set through another replica: this connection follows
+			// the session's record (a no-op when it is at that level already).
+			g.logs.setUpstreamLevel(ctx, c, rq.Client.LogLevel)
+		}
 	}
 	if rq.owner != nil {
 		var forget func()

@@ -104,7 +104,8 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 		},
 	}
 	ctx := ctxT(t)
-	cs := connectRoundRobin(t, rr, a.url, clientOpts)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, clientOpts)
+	cs := connectRoundRobin(t, rr, a.url, client)
 	askRounds(ctx, t, cs, 8, func(text string) string { return fmt.Sprintf("sampled=S/%s;elicited=%s", text, text) })
 
 	resources, err := cs.ListResources(ctx, nil)
@@ -163,9 +164,8 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 
 // connectRoundRobin connects an SDK client through rr, so that each of its HTTP requests goes
 // to the next replica; the session closes with the test.
-func connectRoundRobin(t *testing.T, rr *roundRobin, endpoint string, opts *mcp.ClientOptions) *mcp.ClientSession {
+func connectRoundRobin(t *testing.T, rr *roundRobin, endpoint string, client *mcp.Client) *mcp.ClientSession {
 	t.Helper()
-	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, opts)
 	cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: rr}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,8 @@ func TestIsolatedSessionCallsRunWhereItsConnectionIs(t *testing.T) {
 		},
 	}
 	ctx := ctxT(t)
-	cs := connectRoundRobin(t, rr, a.url, clientOpts)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, clientOpts)
+	cs := connectRoundRobin(t, rr, a.url, client)
 	askRounds(ctx, t, cs, 4, func(text string) string { return "sampled=S/" + text + ";elicited=E" })
 	for i := range 2 {
 		callCtx, cancel := context.WithCancel(ctx)
@@ -235,6 +236,13 @@ func TestIsolatedSessionCallsRunWhereItsConnectionIs(t *testing.T) {
 			return cancelsSoFar(ctx, t, cs) == i+1 && cancelsSoFar(ctx, t, cs) == i+1
 		})
 	}
+	// Roots changes, sent to either replica, reach the child too.
+	client.AddRoots(&mcp.Root{URI: "file:///one"})
+	client.AddRoots(&mcp.Root{URI: "file:///two"})
+	testwait.Until(t, 10*time.Second, "both roots changes to reach the session's child", func() bool {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__roots_changes"})
+		return err == nil && textOf(t, res) == "2"
+	})
 }
 
 // TestConcurrentSubscribesOnTwoReplicasKeepOne: a session's subscribe to one URI sent twice at
@@ -250,7 +258,8 @@ func TestConcurrentSubscribesOnTwoReplicasKeepOne(t *testing.T) {
 		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
 	}
 	ctx := ctxT(t)
-	cs := connectRoundRobin(t, rr, a.url, clientOpts)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, clientOpts)
+	cs := connectRoundRobin(t, rr, a.url, client)
 	const watched = "watched.txt"
 	uri := ""
 	resources, err := cs.ListResources(ctx, nil)
@@ -332,5 +341,52 @@ func TestTakenOverSubscriptionEndsWithItsSession(t *testing.T) {
 	})
 	if !strings.Contains(before, "subscribe=0 unsubscribe=0") {
 		t.Errorf("before: %s", before)
+	}
+}
+
+// TestIsolatedSessionSubscribesWhereItsConnectionIs: with isolation: session, a subscribe that
+// lands on the replica without the session's connection is made on that connection, where the
+// upstream's updates for the session come from.
+func TestIsolatedSessionSubscribesWhereItsConnectionIs(t *testing.T) {
+	a, b := twoReplicas(t, upstreamYAML("s", "semantics", "    isolation: session\n"))
+	rr := newRoundRobin(t, a.url, b.url)
+	updated := make(chan string, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	cs := connectRoundRobin(t, rr, a.url, client)
+	ctx := ctxT(t)
+	resources, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := ""
+	for _, r := range resources.Resources {
+		if strings.HasSuffix(r.URI, "watched.txt") {
+			uri = r.URI
+		}
+	}
+	for round := range 3 { // subscribes land on both replicas
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "s__touch"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-updated:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: no update from the session's own connection", round)
+		}
+		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "s__sub_counts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(t, res); got != "subscribe=3 unsubscribe=3" {
+		t.Errorf("the session's child saw %s, want every subscribe and unsubscribe", got)
 	}
 }

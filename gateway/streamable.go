@@ -449,6 +449,9 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		// The session's own upstream connections ask this client for roots: tell them. A
 		// shared connection's roots are the config's, which did not change.
 		g.notifyOwnConnections(r.Context(), rec.ID, n)
+		if g.replicas != nil {
+			g.replicas.notifyHolders(r.Context(), rec, n)
+		}
 	case protocol.NotificationCancelled:
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
