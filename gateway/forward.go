@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -48,7 +49,41 @@ type forwardedResult struct {
 	Result      json.RawMessage `json:"r,omitempty"`
 	RPCError    *protocol.Error `json:"e,omitempty"`
 	Unavailable string          `json:"x,omitempty"`
-	Draining    bool            `json:"dr,omitempty"`
+	// Reason says why, for Unavailable: "timeout", "limit" (max_connections) or "ended" (the
+	// session), else unavailable; the sender refuses the call for the same reason.
+	Reason   string `json:"why,omitempty"`
+	Draining bool   `json:"dr,omitempty"`
+}
+
+// Reasons a forwarded call failed, and the errors they stand for.
+var forwardReasons = []struct {
+	name string
+	err  error
+}{
+	{"timeout", upstream.ErrTimeout},
+	{"limit", errConnectionLimit},
+	{"ended", hub.ErrSessionEnded},
+}
+
+// failedResult is how a call that failed on this replica travels back.
+func failedResult(err error) forwardedResult {
+	res := forwardedResult{Unavailable: err.Error()}
+	for _, r := range forwardReasons {
+		if errors.Is(err, r.err) {
+			res.Reason = r.name
+		}
+	}
+	return res
+}
+
+// failure is the error of a forwarded call that failed there, with its reason.
+func (res forwardedResult) failure() error {
+	for _, r := range forwardReasons {
+		if res.Reason == r.name {
+			return fmt.Errorf("%s: %w", res.Unavailable, r.err)
+		}
+	}
+	return fmt.Errorf("%s: %w", res.Unavailable, upstream.ErrUnavailable)
 }
 
 // forwardMargin is how much longer than the upstream's request timeout a forwarded call is
@@ -175,7 +210,7 @@ func (r *replicas) forward(ctx context.Context, rq *request, u *upstreamEntry, h
 		case res.RPCError != nil:
 			return nil, &upstreamRPCError{Err: res.RPCError}, true
 		case res.Unavailable != "":
-			return nil, fmt.Errorf("%s: %w", res.Unavailable, upstream.ErrUnavailable), true
+			return nil, res.failure(), true
 		}
 		return res.Result, nil, true
 	case <-wait.C:
@@ -267,7 +302,7 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 	case errors.As(err, &protoErr):
 		reply(forwardedResult{RPCError: protoErr})
 	case err != nil:
-		reply(forwardedResult{Unavailable: err.Error()})
+		reply(failedResult(err))
 	default:
 		reply(forwardedResult{Result: result})
 	}
