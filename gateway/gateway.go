@@ -565,6 +565,7 @@ func (g *Gateway) expireSessions() {
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
 		if g.replicas != nil {
 			g.replicas.sweepTakenOver(g.ctx)
+			g.replicas.sweepFollowed()
 		}
 	}
 }

@@ -30,6 +30,9 @@ const (
 	// busSubscribed: the sending replica holds the session's subscription to URI Text of
 	// upstream Stream now (or dropped it): the others drop theirs.
 	busSubscribed = "subscribed"
+	// busStandalone: the sending replica opened the session's standalone stream: the
+	// others drop theirs, which nobody will read again.
+	busStandalone = "standalone"
 )
 
 // bus is what the gateway needs of the bus between the replicas sharing a Redis store
@@ -73,8 +76,8 @@ type replicas struct {
 
 	mu sync.Mutex
 	// followed holds the sessions whose messages this replica receives (it holds a stream
-	// of theirs). Guarded by mu.
-	followed map[string]bool
+	// of theirs), with when it began. Guarded by mu.
+	followed map[string]time.Time
 	// goneReplicas holds when replicas were found stopped; an entry counts for a lease (a
 	// replica taken for dead after an outage may renew again). Guarded by mu.
 	goneReplicas map[string]time.Time
@@ -98,7 +101,7 @@ type outgoing struct {
 const outboxSize = 16384
 
 func newReplicas(g *Gateway, b bus) *replicas {
-	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]bool{}, goneReplicas: map[string]time.Time{},
+	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]time.Time{}, goneReplicas: map[string]time.Time{},
 		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
 }
 
@@ -157,11 +160,12 @@ func (r *replicas) deliverElsewhere(digest, streamID string, data []byte) {
 // resume) a stream of it. Until the session ends here.
 func (r *replicas) follow(ctx context.Context, id string) error {
 	r.mu.Lock()
-	if r.followed[id] {
+	if _, ok := r.followed[id]; ok {
+		r.followed[id] = time.Now()
 		r.mu.Unlock()
 		return nil
 	}
-	r.followed[id] = true
+	r.followed[id] = time.Now()
 	r.mu.Unlock()
 	if err := r.bus.Follow(ctx, id); err != nil {
 		r.mu.Lock()
@@ -174,13 +178,7 @@ func (r *replicas) follow(ctx context.Context, id string) error {
 
 // ended forgets session id here.
 func (r *replicas) ended(id string) {
-	r.mu.Lock()
-	followed := r.followed[id]
-	delete(r.followed, id)
-	r.mu.Unlock()
-	if followed {
-		r.bus.Unfollow(id)
-	}
+	r.unfollow(id)
 	// What it owned for the session (subscriptions) is no one's to take over any more.
 	digest := session.Digest(id)
 	r.g.goWorker(func() {
@@ -310,6 +308,13 @@ func (r *replicas) receive(m *session.BusMessage) {
 				ls.CancelRequest(id)
 			}
 		}
+	case busStandalone:
+		if m.From == r.bus.Replica() {
+			return
+		}
+		if ls := g.hub.Lookup(m.SessionID); ls != nil {
+			ls.DropStandalone()
+		}
 	case busRefresh:
 		if m.From == r.bus.Replica() {
 			return
@@ -415,6 +420,45 @@ func (r *replicas) sweepTakenOver(ctx context.Context) {
 	for i, digest := range digests {
 		if !exists[i] {
 			r.g.subs.dropDigest(digest)
+		}
+	}
+}
+
+// openedStandalone tells the replicas following session id that its standalone stream is
+// here now.
+func (r *replicas) openedStandalone(id string) {
+	r.post(outgoing{digest: session.Digest(id), msg: &session.BusMessage{Kind: busStandalone}})
+}
+
+// unfollow stops receiving session id's messages here.
+func (r *replicas) unfollow(id string) {
+	r.mu.Lock()
+	_, followed := r.followed[id]
+	delete(r.followed, id)
+	r.mu.Unlock()
+	if followed {
+		r.bus.Unfollow(id)
+	}
+}
+
+// followGrace is how long a session is followed at least, so that a stream about to be
+// opened after a follow is not left without its messages.
+const followGrace = 10 * time.Second
+
+// sweepFollowed stops following the sessions that hold no stream here any more and have no
+// request in flight here: their messages go to the replicas that do.
+func (r *replicas) sweepFollowed() {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.followed))
+	for id, since := range r.followed {
+		if time.Since(since) > followGrace {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		if ls := r.g.hub.Lookup(id); ls == nil || !ls.HoldsStreams() && !ls.Busy() {
+			r.unfollow(id)
 		}
 	}
 }

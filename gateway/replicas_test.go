@@ -390,3 +390,59 @@ func TestIsolatedSessionSubscribesWhereItsConnectionIs(t *testing.T) {
 		t.Errorf("the session's child saw %s, want every subscribe and unsubscribe", got)
 	}
 }
+
+// TestStandaloneStreamMovesToAnotherReplica: a client whose standalone stream dropped on A
+// opens a new one on B (no Last-Event-ID): A drops the one it kept, so that a resource update
+// A raises for the session reaches the stream on B instead of one nobody reads.
+func TestStandaloneStreamMovesToAnotherReplica(t *testing.T) {
+	semantics := httptest.NewServer(goSDKHandler(t, "semantics", false))
+	t.Cleanup(semantics.Close)
+	a, b := twoReplicas(t, fmt.Sprintf("  - name: s\n    url: %s\n", semantics.URL))
+	onA, onB := rawClient{t: t, url: a.url}, rawClient{t: t, url: b.url}
+	sid := onA.initializeAs("2025-11-25", `{}`)
+	h := map[string]string{"Mcp-Session-Id": sid}
+	list := onA.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"resources/list"}`, h)
+	var resources struct{ Resources []struct{ URI string } }
+	_ = json.Unmarshal(list.msg.Result, &resources)
+	uri := ""
+	for _, r := range resources.Resources {
+		if strings.HasSuffix(r.URI, "watched.txt") {
+			uri = r.URI
+		}
+	}
+	if r := onA.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"`+uri+`"}}`, h); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("subscribe on A: %d %s", r.status, r.body)
+	}
+	touch := func(id int) {
+		t.Helper()
+		if r := onA.do(http.MethodPost, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"s__touch"}}`, id), h); r.status != http.StatusOK || r.msg.Error != nil {
+			t.Fatalf("touch: %d %s", r.status, r.body)
+		}
+	}
+	conn, drop := context.WithCancel(t.Context())
+	_, first := onA.openStandalone(conn, sid)
+	touch(3)
+	if m := first.next(t, "an update on A's stream"); m.Method != "notifications/resources/updated" {
+		t.Fatalf("on A: %+v", m)
+	}
+	drop() // A keeps the stream for a resume that will not come
+	_, second := onB.openStandalone(t.Context(), sid)
+	// The move is announced asynchronously: touch until the stream on B hears of it, fewer
+	// times than the stream kept on A holds (past that, it would be dropped as unread anyway).
+	id := 3
+	testwait.Until(t, 20*time.Second, "an update raised on A to reach the stream opened on B", func() bool {
+		if id++; id > 100 {
+			t.Fatal("100 updates went to the stream kept on A, none to the one opened on B")
+		}
+		touch(id)
+		select {
+		case m := <-second.messages:
+			if m.Method != "notifications/resources/updated" {
+				t.Fatalf("on B: %+v", m)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}

@@ -699,6 +699,9 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		st, c, err = ls.Resume(r.Context(), lastEventID)
 	} else {
 		st, c, err = ls.OpenStandalone()
+		if err == nil && g.replicas != nil {
+			g.replicas.openedStandalone(rec.ID)
+		}
 	}
 	switch {
 	case errors.Is(err, hub.ErrStreamOpen):

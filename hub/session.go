@@ -297,6 +297,30 @@ func (s *Session) Listening() bool {
 	return false
 }
 
+// HoldsStreams reports whether the session has streams here, open or kept for resumption.
+func (s *Session) HoldsStreams() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams) > 0
+}
+
+// DropStandalone drops the session's standalone stream here: its client opened a new one
+// elsewhere, which takes the messages from now on.
+func (s *Session) DropStandalone() {
+	s.mu.Lock()
+	st := s.standalone
+	if st != nil {
+		s.standalone = nil
+		delete(s.streams, st.id)
+	}
+	s.mu.Unlock()
+	if st != nil {
+		st.mu.Lock()
+		st.dropLocked()
+		st.mu.Unlock()
+	}
+}
+
 // Busy reports whether the session has client requests in flight or requests waiting for its
 // client's answer: it is in use, whatever its last request's time.
 func (s *Session) Busy() bool {
