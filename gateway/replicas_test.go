@@ -143,13 +143,13 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 	for range 2 { // the call and its cancel land on different replicas at least once
 		callCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
+		// The upstream has no count of running calls; the cancel is sent once the call's POST
+		// left, which the balancer counts (read before the call starts, which may send at once).
+		sent := rr.next.Load()
 		go func() {
 			_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
 			done <- err
 		}()
-		// The call runs upstream once the upstream counts it... it has no count of running
-		// calls; the cancel is sent once the call's POST left, which the balancer counts.
-		sent := rr.next.Load()
 		testwait.Until(t, 10*time.Second, "the call's POST to leave", func() bool { return rr.next.Load() > sent })
 		cancel()
 		<-done
@@ -187,6 +187,18 @@ func askRounds(ctx context.Context, t *testing.T, cs *mcp.ClientSession, rounds 
 			t.Fatalf("round %d: %q, want %q", round, got, want(text))
 		}
 	}
+}
+
+// blockingOn reads how many block calls the reverse upstream is running.
+func blockingOn(ctx context.Context, t *testing.T, cs *mcp.ClientSession) int {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__blocking"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	fmt.Sscan(textOf(t, res), &n)
+	return n
 }
 
 // cancelsSoFar reads how many block calls the reverse upstream saw cancelled.
@@ -227,8 +239,11 @@ func TestIsolatedSessionCallsRunWhereItsConnectionIs(t *testing.T) {
 			_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
 			done <- err
 		}()
-		sent := rr.next.Load()
-		testwait.Until(t, 10*time.Second, "the call's POST to leave", func() bool { return rr.next.Load() > sent })
+		// The cancel must find the call at the child: a call cancelled before it was
+		// forwarded never reaches it.
+		testwait.Until(t, 10*time.Second, "the block call to reach the session's child", func() bool {
+			return blockingOn(ctx, t, cs) == 1 && blockingOn(ctx, t, cs) == 1
+		})
 		cancel()
 		<-done
 		// Read on both replicas: one child counts every cancel.
@@ -445,4 +460,75 @@ func TestStandaloneStreamMovesToAnotherReplica(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// TestForwardedCallProgressComesBeforeItsResult: a call forwarded to the replica holding the
+// session's own connection reports progress there; the progress reaches the client's stream,
+// on the replica it called, before the result, call after call.
+func TestForwardedCallProgressComesBeforeItsResult(t *testing.T) {
+	a, b := twoReplicas(t, upstreamYAML("r", "reverse", "    isolation: session\n"))
+	onA, onB := rawClient{t: t, url: a.url}, rawClient{t: t, url: b.url}
+	sid := onA.initializeAs("2025-11-25", `{}`)
+	// The session's connection opens on A, with its first call.
+	if r := onA.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r__cancels"}}`, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("first call on A: %d %s", r.status, r.body)
+	}
+	for i := range 30 {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"r__progress_fast","_meta":{"progressToken":"p%d"}}}`, 100+i, i)
+		stream := readSSE(t, onB.post(ctxT(t), sid, body).Body)
+		progress := 0
+		for {
+			m := stream.next(t, "the forwarded call's progress and result")
+			if m.Method == "notifications/progress" {
+				progress++
+				continue
+			}
+			if !m.isResponse() {
+				t.Fatalf("call %d: unexpected %+v", i, m)
+			}
+			break
+		}
+		if progress != 3 {
+			t.Fatalf("call %d: %d progress notifications before the result, want 3", i, progress)
+		}
+	}
+}
+
+// TestDrainWaitsForForwardedCalls: a replica draining counts the calls it runs for others on a
+// session's own connection among its requests in flight: it is not idle until they end.
+func TestDrainWaitsForForwardedCalls(t *testing.T) {
+	a, b := twoReplicas(t, upstreamYAML("r", "reverse", "    isolation: session\n"))
+	onA, onB := rawClient{t: t, url: a.url}, rawClient{t: t, url: b.url}
+	sid := onA.initializeAs("2025-11-25", `{}`)
+	h := map[string]string{"Mcp-Session-Id": sid}
+	if r := onA.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r__cancels"}}`, h); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("first call on A: %d %s", r.status, r.body)
+	}
+	// Runs on A, for B, until cancelled; its progress says that the upstream has it.
+	stream := readSSE(t, onB.post(ctxT(t), sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"r__hold","_meta":{"progressToken":"h"}}}`).Body)
+	if m := stream.next(t, "the held call's progress"); m.Method != "notifications/progress" {
+		t.Fatalf("first event: %+v", m)
+	}
+	a.gw.Drain()
+	idle := a.gw.Idle()
+	// Idle is told by a goroutine of its own: give it a moment to say so wrongly. (Under load
+	// a broken drain may pass this check; a correct one never fails it.)
+	if testwait.Within(300*time.Millisecond, func() bool {
+		select {
+		case <-idle:
+			return true
+		default:
+			return false
+		}
+	}) {
+		t.Fatal("A is idle while a call it runs for B is in flight")
+	}
+	if r := onB.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`, h); r.status != http.StatusAccepted {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	select {
+	case <-idle:
+	case <-time.After(waitBound):
+		t.Fatal("A is not idle after the forwarded call was cancelled")
+	}
 }

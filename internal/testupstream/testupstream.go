@@ -178,7 +178,8 @@ func New(flavor string) (*mcp.Server, error) {
 //   - "slow_ask": waits 300 ms, then samples, so that calls of two clients overlap;
 //   - "progress": sends three progress notifications with the caller's token, then answers
 //     the token it saw;
-//   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count;
+//   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count,
+//     "blocking" how many block calls are running;
 //   - "roots_later": asks for roots after its call returned, and writes "roots_later got
 //     <answer>" to stderr; "last_roots" answers the first root's URI (or "no roots", or the
 //     error);
@@ -190,6 +191,7 @@ func New(flavor string) (*mcp.Server, error) {
 //     then announces that elicitation complete, outside its call.
 func addReverseTools(server *mcp.Server) {
 	var cancels atomic.Int64 // of "block" and "hold" calls
+	var blocking atomic.Int64
 	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
 		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
 			MaxTokens: 10,
@@ -239,6 +241,16 @@ func addReverseTools(server *mcp.Server) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			return text(fmt.Sprintf("token=%v", token)), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "progress_fast", Description: "reports progress three times at once, then answers"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			token := req.Params.GetProgressToken()
+			for i := range 3 {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i + 1), Total: 3}); err != nil {
+					return nil, nil, err
+				}
+			}
+			return text("done"), nil, nil
 		})
 	// "roots_later" asks for roots after its call returned; "last_roots" answers what came.
 	var lastRoots atomic.Value
@@ -314,9 +326,15 @@ func addReverseTools(server *mcp.Server) {
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			blocking.Add(1)
+			defer blocking.Add(-1)
 			<-ctx.Done()
 			cancels.Add(1)
 			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "blocking", Description: "how many block calls are running"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(fmt.Sprint(blocking.Load())), nil, nil
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "cancels", Description: "how many block calls were cancelled"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
