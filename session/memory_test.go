@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 )
@@ -79,5 +80,38 @@ func TestMemoryTaskRecordsHeld(t *testing.T) {
 	r.mu.Unlock()
 	if left != 0 {
 		t.Errorf("after the sessions ended: %d entries left in the routing tables", left)
+	}
+}
+
+// TestMemoryOwnerCountsHeld: the MemoryStore counts only the owners whose kind has a cap,
+// and holds nothing of an owner once its sessions are deleted or expired.
+func TestMemoryOwnerCountsHeld(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	s := NewMemoryStore(&MemoryOptions{MaxPerPrincipal: 5, Now: func() time.Time { return now }})
+	alice := Principal{Issuer: "i", Subject: "alice"}
+	a, _ := s.Create(ctx, Record{Principal: alice})
+	b, _ := s.Create(ctx, Record{Principal: alice})
+	_, _ = s.Create(ctx, Record{ClientAddr: "192.0.2.1"}) // MaxPerAnonymousAddr is 0: not counted
+	held := func() map[string]int {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return maps.Clone(s.owners)
+	}
+	if got := held(); len(got) != 1 || got["principal\x00i\x00alice"] != 2 {
+		t.Errorf("owner counts %v, want alice's 2 only", got)
+	}
+	_ = s.Delete(ctx, a.ID)
+	_ = s.Delete(ctx, a.ID)
+	now = now.Add(time.Hour)
+	_ = s.Touch(ctx, b.ID)
+	if got := held(); len(got) != 1 || got["principal\x00i\x00alice"] != 1 {
+		t.Errorf("owner counts %v after one Delete (twice), want alice's 1", got)
+	}
+	if expired, _ := s.Expire(ctx, now.Add(time.Nanosecond)); len(expired) != 2 {
+		t.Fatalf("Expire = %v, want both sessions left", expired)
+	}
+	if got := held(); len(got) != 0 {
+		t.Errorf("owner counts %v after every session ended, want none", got)
 	}
 }

@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +65,14 @@ type RedisOptions struct {
 	// MaxSessions caps the live sessions of all stores that share the server and key
 	// prefix (all replicas). If zero, there is no cap.
 	MaxSessions int
+	// MaxPerPrincipal caps the live sessions of each authenticated principal (those whose
+	// Principal has the same Key), across all stores that share the server and key prefix.
+	// If zero, there is no cap.
+	MaxPerPrincipal int
+	// MaxPerAnonymousAddr caps the live anonymous sessions of each client address (those
+	// with the same ClientAddr), across all stores that share the server and key prefix.
+	// Anonymous sessions without a ClientAddr are not counted. If zero, there is no cap.
+	MaxPerAnonymousAddr int
 	// IdleTimeout is how long a session lives unused: the ttl of its keys, put off by
 	// Touch. Required (> 0).
 	IdleTimeout time.Duration
@@ -96,13 +106,39 @@ const (
 //	<prefix>:{<hash>}:tdl     task ids by ttl deadline (sorted set)
 //	<prefix>:{<hash>}:tend    ended tasks, in the order they make room (sorted set)
 //	<prefix>:{<hash>}:idx     the session's global index keys and their values (hash)
+//	<prefix>:{<hash>}:conns   the replicas that hold its own upstream connections (hash)
+//	<prefix>:{<hash>}:owner   its owner set and ClientAddr (JSON, ownerWire), if it has either
 //
 // and global keys find records by what is not a session id:
 //
 //	<prefix>:sessions              session hashes by expiry (sorted set): the MaxSessions cap
+//	<prefix>:owner:{<prefix>:sessions}:<sha256>
+//	                               the session hashes of one principal or anonymous address
+//	                               by expiry (sorted set): MaxPerPrincipal, MaxPerAnonymousAddr
 //	<prefix>:revup:<hash>          reverse record by upstream and upstream request id
 //	<prefix>:task:<hash>           task by task id
 //	<prefix>:taskup:<hash>         task by upstream and upstream task id
+//
+// The owner sets are named by the SHA-256 of the principal or address, so that no key names
+// a user, and are hash-tagged into the slot of <prefix>:sessions, so that one script admits
+// a session under both caps at once (a cluster runs a script only on keys of one slot). A
+// session counts against the principal or address it was created with (which Update must
+// not change); Touch and Delete keep its member up whatever this store's caps, so that
+// replicas whose caps differ keep one count.
+//
+// What the caps need of a session is kept beside its record, not in it, as its connections
+// are: a replica of the previous build, during a rolling upgrade, reads the record and
+// refuses any member it does not know (recordWire). Create writes the owner key in the
+// round trip that writes the record, with the record's ttl; the scripts that put off or
+// delete the session's keys (refresh, Delete) take it with them, as one of the session's
+// keys (sessionKeys.all). Get reads it with the record, in the same script, and so learns
+// the session's owner set for Touch and Delete, and the record's ClientAddr; a Touch or
+// Delete of a session this store has not read reads the owner key alone first. A session
+// written by the previous build has no owner key: it counts against no one, as that build
+// admitted it to no owner set. A replica of the previous build puts off and deletes the
+// record but not the owner key (it knows neither that nor the owner sets): the key then
+// expires on its own ttl, when the session's member in its owner set does, and the session
+// counts against no one from then on, as if that build had created it.
 //
 // A session id is a bearer secret: no key or value holds one, and none is sent to the
 // server (MONITOR shows values too). Records name their session by its hash, and the store
@@ -114,13 +150,17 @@ const (
 // its requests, so this happens only for a session that no client of this replica uses.
 //
 // Expiry. Every key carries a ttl: the session's keys IdleTimeout after it was last used,
-// the global index keys IdleTimeout after they were last refreshed. Get reads the record
-// and its ttl in one round trip and does not put it off; Touch puts off all of the
-// session's ttls (and its score in the cap's index) only once less than half of
-// IdleTimeout is left, as far as this store knows from its last Create, Get, Update or
-// Touch, so that most Touches cost no round trip. Delete removes every key of the session
-// at once, so that it is unknown to all replicas from then on. Records are never cached:
-// each Get reads Redis.
+// the global index keys IdleTimeout after they were last refreshed, the index of live
+// sessions and the owner sets IdleTimeout after a member was last added or put off. A
+// member of these sets stands for its session until its Delete removes it, or until its
+// score, its session's expiry as its Create or Touch set both, passes: a member left by a
+// Delete that failed halfway, or by a replica of an earlier build, counts for at most
+// IdleTimeout. Get reads the record and its ttl in one round trip and does not put it off;
+// Touch puts off all of the session's ttls (and its score in the caps' indexes) only once
+// less than half of IdleTimeout is left, as far as this store knows from its last Create,
+// Get, Update or Touch, so that most Touches cost no round trip. Delete removes every key
+// of the session at once, so that it is unknown to all replicas from then on. Records are
+// never cached: each Get reads Redis.
 //
 // Stored values are JSON with a schema version; a record this build cannot read (a newer
 // version, or garbage) is reported as ErrUndecodable, which wraps ErrNotFound.
@@ -135,6 +175,8 @@ type RedisStore struct {
 	opTimeout time.Duration
 	// sessionsKey is the index of live sessions (MaxSessions).
 	sessionsKey string
+	// ownerKeyBase begins the names of the owner sets (ownerKey).
+	ownerKeyBase string
 
 	mu sync.Mutex
 	// known holds the sessions this store created or read, by hash: their ids, and when
@@ -150,6 +192,10 @@ type knownSession struct {
 	// expires is when its keys were last known to expire, on this process's monotonic
 	// clock.
 	expires time.Time
+	// owner names the owner set the session counts in ("" for none), if ownerKnown: learnt
+	// at Create, or from its owner key, read by Get or for a Touch or Delete (ownerSet).
+	owner      string
+	ownerKnown bool
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -188,12 +234,13 @@ func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
 		return nil, fmt.Errorf("session store: redis: %w", err)
 	}
 	return &RedisStore{
-		opts:        o,
-		client:      client,
-		logger:      logger,
-		opTimeout:   o.DialTimeout + o.ReadTimeout + o.WriteTimeout,
-		sessionsKey: o.KeyPrefix + ":sessions",
-		known:       map[string]knownSession{},
+		opts:         o,
+		client:       client,
+		logger:       logger,
+		opTimeout:    o.DialTimeout + o.ReadTimeout + o.WriteTimeout,
+		sessionsKey:  o.KeyPrefix + ":sessions",
+		ownerKeyBase: o.KeyPrefix + ":owner:{" + o.KeyPrefix + ":sessions}:",
+		known:        map[string]knownSession{},
 	}, nil
 }
 
@@ -237,8 +284,10 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 	if o.PoolSize < 0 {
 		problems = append(problems, fmt.Errorf("PoolSize is %d, must not be negative", o.PoolSize))
 	}
-	if o.MaxSessions < 0 {
-		problems = append(problems, fmt.Errorf("MaxSessions is %d, must not be negative", o.MaxSessions))
+	for name, n := range map[string]int{"MaxSessions": o.MaxSessions, "MaxPerPrincipal": o.MaxPerPrincipal, "MaxPerAnonymousAddr": o.MaxPerAnonymousAddr} {
+		if n < 0 {
+			problems = append(problems, fmt.Errorf("%s is %d, must not be negative", name, n))
+		}
 	}
 	var url *redis.Options
 	if o.URL != "" {
@@ -359,8 +408,8 @@ func (s *RedisStore) bound(ctx context.Context) (context.Context, context.Cancel
 
 // sessionKeys are the keys of one session.
 type sessionKeys struct {
-	hash                                   string
-	rec, rev, tasks, tdl, tend, idx, conns string
+	hash                                          string
+	rec, rev, tasks, tdl, tend, idx, conns, owner string
 }
 
 func (s *RedisStore) keysOf(hash string) sessionKeys {
@@ -369,12 +418,14 @@ func (s *RedisStore) keysOf(hash string) sessionKeys {
 		hash: hash,
 		rec:  base + "rec", rev: base + "rev", tasks: base + "tasks",
 		tdl: base + "tdl", tend: base + "tend", idx: base + "idx", conns: base + "conns",
+		owner: base + "owner",
 	}
 }
 
-// all lists every key of the session, the record first (the scripts know them by place).
+// all lists every key of the session, the record first (the scripts know them by place):
+// those that refresh puts off and Delete deletes.
 func (k sessionKeys) all() []string {
-	return []string{k.rec, k.rev, k.tasks, k.tdl, k.tend, k.idx, k.conns}
+	return []string{k.rec, k.rev, k.tasks, k.tdl, k.tend, k.idx, k.conns, k.owner}
 }
 
 // globalKey names a global index key from its name in a session's index hash.
@@ -383,11 +434,83 @@ func (s *RedisStore) globalKey(name string) string { return s.opts.KeyPrefix + "
 // ttlMillis is IdleTimeout in the milliseconds Redis counts in.
 func (s *RedisStore) ttlMillis() int64 { return max(s.opts.IdleTimeout.Milliseconds(), 1) }
 
+// ownerHash names rec's owner (ownerOf) by its SHA-256 in hex, "" if it has none: what its
+// owner key stores (ownerWire).
+func ownerHash(rec *Record) string {
+	owner, _ := ownerOf(rec)
+	if owner == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(sum[:])
+}
+
+// ownerSetKey names the owner set of the owner whose hash is hash (ownerHash), "" for none:
+// in the slot of sessionsKey, named by a hash, so that the key holds nothing of the user's.
+func (s *RedisStore) ownerSetKey(hash string) string {
+	if hash == "" {
+		return ""
+	}
+	return s.ownerKeyBase + hash
+}
+
+// ownerKey names the owner set of rec's owner, "" if it has none.
+func (s *RedisStore) ownerKey(rec *Record) string { return s.ownerSetKey(ownerHash(rec)) }
+
+// decodeOwnerKey reads the owner key (value) of session hash for operation op: an owner
+// key that cannot be read is logged and counts for no one.
+func (s *RedisStore) decodeOwnerKey(op, hash, value string) ownerWire {
+	w, err := decodeOwner(value, hash)
+	if err != nil {
+		_ = s.undecodable(op, "owner", hash, err)
+	}
+	return w
+}
+
 // learn records that session id (of hash) exists and that its keys expire at expires.
 func (s *RedisStore) learn(hash, id string, expires time.Time) {
+	s.learnOwner(hash, id, expires, "", false)
+}
+
+// learnOwner is learn and, if ownerKnown, that session hash counts in owner set owner ("" for
+// none).
+func (s *RedisStore) learnOwner(hash, id string, expires time.Time, owner string, ownerKnown bool) {
 	s.mu.Lock()
-	s.known[hash] = knownSession{id: id, expires: expires}
+	e := s.known[hash]
+	e.id, e.expires = id, expires
+	if ownerKnown {
+		e.owner, e.ownerKnown = owner, true
+	}
+	s.known[hash] = e
 	s.mu.Unlock()
+}
+
+// ownerSet returns the owner set session hash counts in ("" for none), from what this store
+// knows of it or else by reading its owner key (and its record's ttl) in one round trip:
+// found is false if the record is gone. An owner key that cannot be read counts for no one.
+func (s *RedisStore) ownerSet(ctx context.Context, op, hash, id string) (owner string, found bool, err error) {
+	s.mu.Lock()
+	e, ok := s.known[hash]
+	s.mu.Unlock()
+	if ok && e.ownerKnown {
+		return e.owner, true, nil
+	}
+	k := s.keysOf(hash)
+	start := time.Now()
+	res, err := scriptOwner.Run(ctx, s.client, []string{k.rec, k.owner}).Slice()
+	if err != nil {
+		return "", false, err
+	}
+	if len(res) != 2 {
+		return "", false, fmt.Errorf("unexpected answer of %d values", len(res))
+	}
+	left, _ := res[0].(int64)
+	value, _ := res[1].(string)
+	owner = s.ownerSetKey(s.decodeOwnerKey(op, hash, value).Owner)
+	if left > 0 {
+		s.learnOwner(hash, id, start.Add(time.Duration(left)*time.Millisecond), owner, true)
+	}
+	return owner, left != -2, nil
 }
 
 // forget drops session hash from the sessions this store knows.
@@ -413,7 +536,10 @@ func (s *RedisStore) undecodable(op, what, hash string, err error) error {
 }
 
 // Create implements Store. It fails with ErrLimit when the sessions of all stores sharing
-// the server and prefix number MaxSessions.
+// the server and prefix number MaxSessions, with ErrOwnerLimit when those of the session's
+// principal (or anonymous address) number MaxPerPrincipal (MaxPerAnonymousAddr). Both caps
+// are checked and the session admitted to both in one script, so that replicas racing
+// cannot pass a cap together.
 func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
 	rec.ID = NewID()
 	if rec.CreatedAt.IsZero() {
@@ -425,27 +551,48 @@ func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
 	if err != nil {
 		return nil, opError(ctx, "create", err)
 	}
+	// The session is admitted to its owner's set only when its kind has a cap here; its
+	// owner key names the set in any case, so that replicas with the cap keep it up there.
+	ownerH := ownerHash(&rec)
+	owner := s.ownerSetKey(ownerH)
+	ownerValue := encodeOwner(hash, ownerH, rec.ClientAddr)
+	indexes := []string{s.sessionsKey}
+	_, ownerLimit := ownerCap(&rec, s.opts.MaxPerPrincipal, s.opts.MaxPerAnonymousAddr)
+	if ownerLimit > 0 {
+		indexes = append(indexes, owner)
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	ttl := s.ttlMillis()
 	start := time.Now()
-	// The record is written beside its admission, in one round trip, and removed again if
-	// the cap refuses it: its id was never handed out, so no one can have read it.
+	// The record and its owner key are written beside its admission, in one round trip,
+	// and removed again if a cap refuses it: its id was never handed out, so no one can have
+	// read them.
 	pipe := s.client.Pipeline()
-	admit := scriptAdmit.Eval(ctx, pipe, []string{s.sessionsKey}, hash, ttl, s.opts.MaxSessions)
+	admit := scriptAdmit.Eval(ctx, pipe, indexes, hash, ttl, s.opts.MaxSessions, ownerLimit)
 	pipe.Set(ctx, k.rec, value, time.Duration(ttl)*time.Millisecond)
+	if ownerValue != "" {
+		pipe.Set(ctx, k.owner, ownerValue, time.Duration(ttl)*time.Millisecond)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		s.bestEffort(ctx, func(p redis.Pipeliner) {
-			p.Del(ctx, k.rec)
-			p.ZRem(ctx, s.sessionsKey, hash)
+			p.Del(ctx, k.rec, k.owner)
+			for _, key := range indexes {
+				p.ZRem(ctx, key, hash)
+			}
 		})
 		return nil, opError(ctx, "create", err)
 	}
-	if n, _ := admit.Int(); n != 1 {
-		s.bestEffort(ctx, func(p redis.Pipeliner) { p.Del(ctx, k.rec) })
+	switch n, _ := admit.Int(); n {
+	case 1:
+	case admitOwnerFull:
+		s.bestEffort(ctx, func(p redis.Pipeliner) { p.Del(ctx, k.rec, k.owner) })
+		return nil, ErrOwnerLimit
+	default:
+		s.bestEffort(ctx, func(p redis.Pipeliner) { p.Del(ctx, k.rec, k.owner) })
 		return nil, ErrLimit
 	}
-	s.learn(hash, rec.ID, start.Add(time.Duration(ttl)*time.Millisecond))
+	s.learnOwner(hash, rec.ID, start.Add(time.Duration(ttl)*time.Millisecond), owner, true)
 	return &rec, nil
 }
 
@@ -460,44 +607,49 @@ func (s *RedisStore) bestEffort(ctx context.Context, build func(redis.Pipeliner)
 // Get implements Store. It reads the record and its ttl in one command (a script), so that
 // Touch always knows how long the session has left in Redis, whoever renewed it last, or
 // shortened it (a replica with a shorter idle timeout, a restore, a failover that lost a
-// renewal).
+// renewal). The same script reads what is kept beside the record: its connections, and its
+// owner key, for the record's ClientAddr and for the owner set that Touch and Delete keep.
 func (s *RedisStore) Get(ctx context.Context, id string) (*Record, error) {
 	hash := sessionHash(id)
 	start := time.Now()
-	rec, left, err := s.read(ctx, hash, id)
+	rec, left, owner, err := s.read(ctx, hash, id)
 	if err != nil {
 		return nil, err
 	}
 	if left > 0 {
-		s.learn(hash, id, start.Add(time.Duration(left)*time.Millisecond))
+		s.learnOwner(hash, id, start.Add(time.Duration(left)*time.Millisecond), owner, true)
 	}
 	return rec, nil
 }
 
-// read reads the record of session hash (whose id is id, "" when unknown here) with its
-// connections, and the ttl left in milliseconds: one round trip.
-func (s *RedisStore) read(ctx context.Context, hash, id string) (*Record, int64, error) {
+// read reads the record of session hash (whose id is id, "" when unknown here) with what is
+// kept beside it (its connections, and its ClientAddr from its owner key), the ttl left in
+// milliseconds, and the owner set it counts in ("" for none): one round trip.
+func (s *RedisStore) read(ctx context.Context, hash, id string) (rec *Record, left int64, owner string, err error) {
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	res, err := scriptGet.Run(ctx, s.client, []string{k.rec, k.conns}).Slice()
+	res, err := scriptGet.Run(ctx, s.client, []string{k.rec, k.conns, k.owner}).Slice()
 	if errors.Is(err, redis.Nil) {
-		return nil, 0, ErrNotFound
+		return nil, 0, "", ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, opError(ctx, "get", err)
+		return nil, 0, "", opError(ctx, "get", err)
 	}
-	if len(res) < 2 || len(res)%2 != 0 {
-		return nil, 0, opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
+	if len(res) < 3 || len(res)%2 != 1 {
+		return nil, 0, "", opError(ctx, "get", fmt.Errorf("unexpected answer of %d values", len(res)))
 	}
 	value, _ := res[0].(string)
-	left, _ := res[1].(int64)
-	rec, err := decodeRecord(value, id, hash)
+	left, _ = res[1].(int64)
+	ownerValue, _ := res[2].(string)
+	rec, err = decodeRecord(value, id, hash)
 	if err != nil {
-		return nil, 0, s.undecodable("get", "session", hash, err)
+		return nil, 0, "", s.undecodable("get", "session", hash, err)
 	}
-	rec.Connections = connectionsOf(res[2:])
-	return rec, left, nil
+	rec.Connections = connectionsOf(res[3:])
+	o := s.decodeOwnerKey("get", hash, ownerValue)
+	rec.ClientAddr = o.ClientAddr
+	return rec, left, s.ownerSetKey(o.Owner), nil
 }
 
 // Touch implements Store. It costs a round trip only when less than half of the session's
@@ -514,17 +666,30 @@ func (s *RedisStore) Touch(ctx context.Context, id string) error {
 }
 
 // refresh puts off the expiry of all of a session's keys to IdleTimeout from now: the
-// session's own keys and its score in the index of live sessions in one round trip, its
-// global index keys, if it has any, in a second.
+// session's own keys (its owner key with them) and its score in the index of live sessions
+// and in its owner's set in one round trip, its global index keys, if it has any, in a
+// second. (Of a session this store has not read, its owner key is read first, for its
+// owner set.)
 func (s *RedisStore) refresh(ctx context.Context, id, hash string) error {
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	owner, found, err := s.ownerSet(ctx, "touch", hash, id)
+	if err != nil {
+		return opError(ctx, "touch", err)
+	}
+	if !found {
+		return nil // an unknown session is not an error
+	}
+	indexes := []string{s.sessionsKey}
+	if owner != "" {
+		indexes = append(indexes, owner)
+	}
 	ttl := s.ttlMillis()
 	start := time.Now()
 	pipe := s.client.Pipeline()
 	keys := scriptRefresh.Eval(ctx, pipe, k.all(), ttl)
-	scriptIndexTouch.Eval(ctx, pipe, []string{s.sessionsKey}, hash, ttl)
+	scriptIndexTouch.Eval(ctx, pipe, indexes, hash, ttl)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return opError(ctx, "touch", err)
 	}
@@ -556,23 +721,32 @@ const maxUpdateTries = 16
 
 // Update implements Store. It reads the record, applies change, and stores the result if
 // the record has not changed meanwhile (else it starts over); the record keeps its ttl.
+// What is kept beside the record is not changed: the owner key (change sees the record's
+// ClientAddr, which it must not change), and the connections (which change does not see).
 func (s *RedisStore) Update(ctx context.Context, id string, change func(*Record)) (*Record, error) {
 	hash := sessionHash(id)
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	for range maxUpdateTries {
-		old, err := s.client.Get(ctx, k.rec).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil, ErrNotFound
-		}
+		// One command, of one slot: the record and its owner key share the session's tag.
+		vals, err := s.client.MGet(ctx, k.rec, k.owner).Result()
 		if err != nil {
 			return nil, opError(ctx, "update", err)
+		}
+		if len(vals) != 2 {
+			return nil, opError(ctx, "update", fmt.Errorf("unexpected answer of %d values", len(vals)))
+		}
+		old, ok := vals[0].(string)
+		if !ok {
+			return nil, ErrNotFound
 		}
 		rec, err := decodeRecord(old, id, hash)
 		if err != nil {
 			return nil, s.undecodable("update", "session", hash, err)
 		}
+		ownerValue, _ := vals[1].(string)
+		rec.ClientAddr = s.decodeOwnerKey("update", hash, ownerValue).ClientAddr
 		change(rec)
 		rec.ID = id
 		value, err := encodeRecord(rec, hash)
@@ -601,16 +775,26 @@ func (s *RedisStore) Update(ctx context.Context, id string, change func(*Record)
 	return nil, fmt.Errorf("session store: update: the record kept changing (%d tries)", maxUpdateTries)
 }
 
-// Delete implements Store. The session's keys go in one step, its global index keys in a
-// second (they lead nowhere once the session's keys are gone).
+// Delete implements Store. The session's keys go in one step (its owner key with them),
+// with its members of the index of live sessions and of its owner's set, its global index
+// keys in a second (they lead nowhere once the session's keys are gone). (Of a session this
+// store has not read, its owner key is read first, for its owner set: whether or not its
+// record is still there.)
 func (s *RedisStore) Delete(ctx context.Context, id string) error {
 	hash := sessionHash(id)
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	owner, _, err := s.ownerSet(ctx, "delete", hash, id)
+	if err != nil {
+		return opError(ctx, "delete", err)
+	}
 	pipe := s.client.Pipeline()
 	idx := scriptDelete.Eval(ctx, pipe, k.all())
 	pipe.ZRem(ctx, s.sessionsKey, hash)
+	if owner != "" {
+		pipe.ZRem(ctx, owner, hash)
+	}
 	// In the same round trip: the replicas that hold the session live end it now (WatchEnded).
 	pipe.Publish(ctx, s.endedChannel(), hash)
 	if _, err := pipe.Exec(ctx); err != nil {

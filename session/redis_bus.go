@@ -481,7 +481,7 @@ func (b *RedisBus) ClaimOwned(ctx context.Context, replica string) ([]string, er
 // GetByDigest reads the record of session digest, for a replica that takes over what
 // another owned and may never have seen the session's id: its ID is empty.
 func (s *RedisStore) GetByDigest(ctx context.Context, digest string) (*Record, error) {
-	rec, _, err := s.read(ctx, digest, "")
+	rec, _, _, err := s.read(ctx, digest, "")
 	return rec, err
 }
 

@@ -51,7 +51,11 @@ func upstreamHash(upstream, upstreamID string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// recordWire is the stored form of a Record (version 1): the record less its id.
+// recordWire is the stored form of a Record (version 1): the record less its id, its
+// connections (kept beside it, by SetConnection) and its ClientAddr (kept beside it, in
+// ownerWire). A replica of an earlier build reads records during a rolling upgrade, and
+// refuses one with a member it does not know (decodeWire): this form must stay as that
+// build wrote it. What a later build adds goes beside the record, or in a new version.
 type recordWire struct {
 	V       int    `json:"v"`
 	Session string `json:"s"`
@@ -103,6 +107,53 @@ func decodeRecord(data, id, hash string) (*Record, error) {
 		Subscriptions:      w.Subscriptions,
 		CreatedAt:          w.CreatedAt,
 	}, nil
+}
+
+// ownerWire is the stored form of what the per-owner caps need of a session (version 1),
+// kept beside its record (sessionKeys.owner) with the record's ttl: the owner set it was
+// admitted to, or would be on a store with that cap, by the SHA-256 of its owner
+// (RedisStore.ownerKey), and the ClientAddr it was created with. It is written by Create
+// only when the session has one of them, and never changed: Update must not change either.
+//
+// Unlike a record, it is read without refusing members it does not know, so that a later
+// build may add some within version 1 without this one losing the owner; a value that is
+// not one, or names another session or a malformed owner, is refused.
+type ownerWire struct {
+	V          int    `json:"v"`
+	Session    string `json:"s"`
+	Owner      string `json:"owner,omitempty"`
+	ClientAddr string `json:"clientAddr,omitempty"`
+}
+
+// encodeOwner returns the stored form of the owner (hex SHA-256, "" for none) and client
+// address of session hash; "" when it has neither, for nothing is stored then.
+func encodeOwner(hash, owner, clientAddr string) string {
+	if owner == "" && clientAddr == "" {
+		return ""
+	}
+	v, _ := marshalWire(ownerWire{V: wireVersion, Session: hash, Owner: owner, ClientAddr: clientAddr}) // strings only: cannot fail
+	return v
+}
+
+// decodeOwner reads the stored owner of session hash: "" (no such key) is a session without
+// an owner or address.
+func decodeOwner(data, hash string) (ownerWire, error) {
+	var w ownerWire
+	if data == "" {
+		return w, nil
+	}
+	if err := json.Unmarshal([]byte(data), &w); err != nil {
+		return ownerWire{}, fmt.Errorf("%w: %v", ErrUndecodable, err)
+	}
+	switch {
+	case w.V < 1 || w.V > wireVersion:
+		return ownerWire{}, fmt.Errorf("%w: schema version %d, this build reads 1 to %d", ErrUndecodable, w.V, wireVersion)
+	case w.Session != hash:
+		return ownerWire{}, fmt.Errorf("%w: the owner names another session", ErrUndecodable)
+	case w.Owner != "" && !isSHA256(w.Owner):
+		return ownerWire{}, fmt.Errorf("%w: bad owner hash", ErrUndecodable)
+	}
+	return w, nil
 }
 
 // reverseWire is the stored form of a ReverseRecord (version 1).
@@ -294,8 +345,13 @@ func endKey(ended, created time.Time, id string) string {
 	return nanoKey(ended) + "|" + nanoKey(created) + "|" + id
 }
 
-func isHash(s string) bool {
-	if len(s) != 32 {
+func isHash(s string) bool { return isLowerHex(s, 32) }
+
+// isSHA256 reports whether s is a SHA-256 in lower-case hex: an owner's.
+func isSHA256(s string) bool { return isLowerHex(s, 64) }
+
+func isLowerHex(s string, n int) bool {
+	if len(s) != n {
 		return false
 	}
 	_, err := hex.DecodeString(s)

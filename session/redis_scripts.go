@@ -2,8 +2,9 @@ package session
 
 import "github.com/redis/go-redis/v9"
 
-// The Lua scripts of a RedisStore. Each touches the keys of one session only, or one global
-// key only, so that each runs on one node of a cluster: work that spans a session's keys and
+// The Lua scripts of a RedisStore. Each touches the keys of one session only, or global keys
+// of one slot only (the index of live sessions and the owner sets, which share its hash
+// slot), so that each runs on one node of a cluster: work that spans a session's keys and
 // global keys is split into a script per slot, sent in one pipeline where possible. Times
 // that decide expiry are Redis's own (TIME); the others come from the store's clock, as
 // arguments.
@@ -47,26 +48,40 @@ local function nowMs()
 end
 `
 
-// scriptAdmit admits a new session to the index of live sessions (KEYS[1], a sorted set of
-// session hashes by expiry in Redis ms): it drops the expired members, refuses (0) when
-// ARGV[3] > 0 members are left, else adds ARGV[1] to expire in ARGV[2] ms (1). The set
-// itself expires with its last member.
+// admitOwnerFull is scriptAdmit's answer when the owner's set is full.
+const admitOwnerFull = -1
+
+// scriptAdmit admits a new session to the index of live sessions (KEYS[1]) and, if KEYS[2]
+// is given, to the set of its owner (KEYS[2], in the same slot): sorted sets of session
+// hashes by expiry in Redis ms. It drops the expired members of each; it refuses with 0
+// when ARGV[3] > 0 members of the index are left, with -1 (admitOwnerFull) when ARGV[4]
+// members of the owner's set are; else it adds ARGV[1] to both, to expire in ARGV[2] ms,
+// and returns 1. Each set expires with its last member. (The members of deleted sessions
+// were removed by their Delete; a member's score is when its session's keys expire, as its
+// Create and Touch set them both: a script of one slot cannot ask another whether a record
+// still exists.)
 var scriptAdmit = redis.NewScript(luaPrelude + `
 local now = nowMs()
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 1, #KEYS do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now) end
 local cap = tonumber(ARGV[3])
 if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if #KEYS > 1 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return -1 end
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
 return 1
 `)
 
 // scriptIndexTouch puts off the expiry of member ARGV[1] of the index of live sessions
-// (KEYS[1]) to ARGV[2] ms from now, if it is a member.
+// (KEYS[1]) and of its owner's set (KEYS[2], if given) to ARGV[2] ms from now, in each
+// where it is a member, and the set's own expiry with it.
 var scriptIndexTouch = redis.NewScript(luaPrelude + `
-local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', nowMs() + tonumber(ARGV[2]), ARGV[1])
-if n > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return n
+local at = nowMs() + tonumber(ARGV[2])
+for i = 1, #KEYS do
+  if redis.call('ZADD', KEYS[i], 'XX', 'CH', at, ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+end
+return 0
 `)
 
 // scriptIndexPrune drops the expired members of the index of live sessions (KEYS[1]).
@@ -74,14 +89,22 @@ var scriptIndexPrune = redis.NewScript(luaPrelude + `
 return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowMs())
 `)
 
-// scriptGet returns a session's record, its ttl in milliseconds and its connections (field,
-// value, ...), or nil when there is no record. KEYS: the record, its connections.
+// scriptGet returns a session's record, its ttl in milliseconds, its owner key ("" if it
+// has none) and its connections (field, value, ...), or nil when there is no record. KEYS:
+// the record, its connections, its owner key.
 var scriptGet = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return nil end
-local res = {v, redis.call('PTTL', KEYS[1])}
+local res = {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or ''}
 for _, x in ipairs(redis.call('HGETALL', KEYS[2])) do table.insert(res, x) end
 return res
+`)
+
+// scriptOwner returns the ttl of a session's record in milliseconds (-2 if it is gone) and
+// its owner key ("" if it has none), whether or not the record is there. KEYS: the record,
+// its owner key.
+var scriptOwner = redis.NewScript(`
+return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
 `)
 
 // scriptSetConnection records that replica ARGV[2] holds the session's own connection to
@@ -102,8 +125,8 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL'
 return 0
 `)
 
-// scriptRefresh sets the ttl of a session's keys (KEYS: rec, rev, tasks, tdl, tend, idx) to
-// ARGV[1] ms if its record exists. It returns {0} if not, else {1, the names of the session's
+// scriptRefresh sets the ttl of a session's keys (KEYS: rec, rev, tasks, tdl, tend, idx,
+// then the others: sessionKeys.all) to ARGV[1] ms if its record exists. It returns {0} if not, else {1, the names of the session's
 // global index keys...}, whose ttls the caller sets too.
 var scriptRefresh = redis.NewScript(`
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return {0} end
@@ -124,8 +147,8 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return {1, redis.call('PTTL', KEYS[1])}
 `)
 
-// scriptDelete deletes a session's keys (KEYS: rec, rev, tasks, tdl, tend, idx) and returns
-// its index hash (name, value, ...), whose global keys the caller deletes.
+// scriptDelete deletes a session's keys (KEYS: rec, rev, tasks, tdl, tend, idx, then the
+// others: sessionKeys.all) and returns its index hash (name, value, ...), whose global keys the caller deletes.
 var scriptDelete = redis.NewScript(`
 local res = redis.call('HGETALL', KEYS[6])
 redis.call('DEL', unpack(KEYS))

@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -155,8 +157,8 @@ func TestRedisTouchRefreshesBelowHalf(t *testing.T) {
 // TestRedisStoresNoSessionID: no key, no stored value and no command sent to Redis (as
 // MONITOR shows them) holds a session id, whatever the operation.
 func TestRedisStoresNoSessionID(t *testing.T) {
-	s := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute})
-	other := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: s.opts.KeyPrefix})
+	s := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, MaxPerPrincipal: 5})
+	other := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: s.opts.KeyPrefix, MaxPerPrincipal: 5})
 	raw := rawClient(redisAddr(t))
 	defer raw.Close()
 	ctx := context.Background()
@@ -164,7 +166,7 @@ func TestRedisStoresNoSessionID(t *testing.T) {
 	lines := monitor(t, redisAddr(t))
 	var ids []string
 	for range 2 {
-		rec, err := s.Create(ctx, Record{ProtocolVersion: "2025-11-25", ClientInfo: []byte(`{"name":"c"}`), Principal: Principal{Issuer: "i", Subject: "s"}, Subscriptions: []string{"file:///x"}})
+		rec, err := s.Create(ctx, Record{ProtocolVersion: "2025-11-25", ClientInfo: []byte(`{"name":"c"}`), Principal: Principal{Issuer: "i", Subject: "s"}, ClientAddr: "192.0.2.1", Subscriptions: []string{"file:///x"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,6 +355,8 @@ func TestRedisUndecodableRecords(t *testing.T) {
 	}
 
 	// The version 1 wire form, as pinned here: a change that breaks it needs a new version.
+	// It is the previous release's too, which reads the records of this one during a rolling
+	// upgrade (TestRedisRecordsReadByPreviousBuild): nothing may be added to it.
 	set(`{"v":1,"s":"` + h + `","protocolVersion":"2025-11-25","clientInfo":"{\"name\": \"c\"}","initialized":true,"logLevel":"info","principal":{"iss":"i","sub":"s"},"profile":"p","subscriptions":["x"],"createdAt":"2026-01-02T03:04:05.000000006Z"}`)
 	got, err := s.Get(ctx, id)
 	want := &Record{ID: id, ProtocolVersion: "2025-11-25", ClientInfo: []byte(`{"name": "c"}`), Initialized: true, LogLevel: "info",
@@ -360,6 +364,52 @@ func TestRedisUndecodableRecords(t *testing.T) {
 	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Get of a version 1 record = %+v, %v; want %+v", got, err, want)
 	}
+	// Its owner key, version 1, beside it: the owner set by its hash, and the ClientAddr.
+	owner := ownerHash(want)
+	if err := raw.Set(ctx, k.owner, `{"v":1,"s":"`+h+`","owner":"`+owner+`","clientAddr":"192.0.2.1"}`, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Get(ctx, id)
+	want.ClientAddr = "192.0.2.1"
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Get of a version 1 record with its owner key = %+v, %v; want %+v", got, err, want)
+	}
+	if o, _, err := s.ownerSet(ctx, "test", h, id); err != nil || o != s.ownerKey(want) {
+		t.Errorf("owner set of the session = %q, %v; want %q", o, err, s.ownerKey(want))
+	}
+	// A later build may add members to the owner key within version 1: they are ignored. An
+	// owner key that cannot be read loses the session's owner and address, not its record.
+	for _, tc := range []struct{ name, value, addr string }{
+		{"unknown member", `{"v":1,"s":"` + h + `","owner":"` + owner + `","clientAddr":"192.0.2.9","later":[1]}`, "192.0.2.9"},
+		{"newer version", `{"v":2,"s":"` + h + `","owner":"` + owner + `"}`, ""},
+		{"another session's", `{"v":1,"s":"` + sessionHash(NewID()) + `","owner":"` + owner + `"}`, ""},
+		{"bad owner hash", `{"v":1,"s":"` + h + `","owner":"` + strings.ToUpper(owner) + `"}`, ""},
+		{"not JSON", "garbage", ""},
+	} {
+		t.Run("owner key: "+tc.name, func(t *testing.T) {
+			if err := raw.Set(ctx, k.owner, tc.value, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			logMu.Lock()
+			logs.Reset()
+			logMu.Unlock()
+			fresh := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: s.opts.KeyPrefix, Logger: logger})
+			got, err := fresh.Get(ctx, id)
+			if err != nil || got.ClientAddr != tc.addr || got.LogLevel != "info" {
+				t.Errorf("Get = %+v, %v; want the record with ClientAddr %q", got, err, tc.addr)
+			}
+			logMu.Lock()
+			line := logs.String()
+			logMu.Unlock()
+			switch {
+			case tc.addr != "" && line != "":
+				t.Errorf("log: %q, want nothing", line)
+			case tc.addr == "" && (strings.Count(line, "\n") != 1 || !strings.Contains(line, "record=owner") || !strings.Contains(line, "session="+h[:12])):
+				t.Errorf("log: %q, want one line on the owner key of session %s", line, h[:12])
+			}
+		})
+	}
+	raw.Del(ctx, k.owner)
 
 	other := sessionHash(NewID())
 	for _, tc := range []struct{ name, value string }{
@@ -368,6 +418,7 @@ func TestRedisUndecodableRecords(t *testing.T) {
 		{"version as a string", `{"v":"1","s":"` + h + `"}`},
 		{"another session's record", `{"v":1,"s":"` + other + `","createdAt":"2026-01-01T00:00:00Z"}`},
 		{"unknown field", `{"v":1,"s":"` + h + `","createdAt":"2026-01-01T00:00:00Z","admin":true}`},
+		{"clientAddr, which is kept beside the record", `{"v":1,"s":"` + h + `","clientAddr":"192.0.2.1","createdAt":"2026-01-01T00:00:00Z"}`},
 		{"data after the record", `{"v":1,"s":"` + h + `","createdAt":"2026-01-01T00:00:00Z"}{}`},
 		{"wrong type", `{"v":1,"s":"` + h + `","createdAt":5}`},
 		{"not an object", `[1,2]`},
@@ -651,7 +702,8 @@ func TestRedisOptions(t *testing.T) {
 		{"credentials beside a URL", &RedisOptions{URL: "redis://x", Password: "pw", IdleTimeout: time.Minute}, []string{"in the URL"}},
 		{"bad URL", &RedisOptions{URL: "http://x", IdleTimeout: time.Minute}, []string{"URL"}},
 		{"hash tag in the prefix", &RedisOptions{URL: "redis://x", KeyPrefix: "a{b}", IdleTimeout: time.Minute}, []string{"KeyPrefix"}},
-		{"all at once", &RedisOptions{URL: "redis://x", KeyPrefix: "{", IdleTimeout: -1, MaxSessions: -1, ReadTimeout: -1}, []string{"KeyPrefix", "IdleTimeout", "MaxSessions", "ReadTimeout"}},
+		{"all at once", &RedisOptions{URL: "redis://x", KeyPrefix: "{", IdleTimeout: -1, MaxSessions: -1, MaxPerPrincipal: -1, MaxPerAnonymousAddr: -1, ReadTimeout: -1},
+			[]string{"KeyPrefix", "IdleTimeout", "MaxSessions", "MaxPerPrincipal", "MaxPerAnonymousAddr", "ReadTimeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := NewRedisStore(tc.opts)
@@ -752,5 +804,438 @@ func TestRedisIndexKeysGo(t *testing.T) {
 	}
 	if keys, _ := scanKeys(t, s.opts.KeyPrefix); len(keys) != 0 {
 		t.Errorf("keys left after Delete: %v", keys)
+	}
+}
+
+// TestRedisOwnerLimitAcrossReplicas: MaxPerPrincipal holds across replicas: of 20 Creates
+// of one principal that race each other on two stores sharing one Redis, exactly the cap
+// pass; a session deleted by the replica that did not create it (nor read it) makes room.
+func TestRedisOwnerLimitAcrossReplicas(t *testing.T) {
+	const limit, tries = 3, 20
+	ctx := context.Background()
+	r1 := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, MaxPerPrincipal: limit, MaxPerAnonymousAddr: limit})
+	r2 := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, MaxPerPrincipal: limit, MaxPerAnonymousAddr: limit, KeyPrefix: r1.opts.KeyPrefix})
+	replicas := []*RedisStore{r1, r2}
+	alice := Principal{Issuer: "https://issuer.example", Subject: "alice"}
+
+	for _, rec := range []Record{{Principal: alice}, {ClientAddr: "192.0.2.1"}} {
+		var mu sync.Mutex
+		var created []string
+		refused := 0
+		var wg sync.WaitGroup
+		ready := make(chan struct{})
+		for i := range tries {
+			wg.Go(func() {
+				<-ready
+				got, err := replicas[i%2].Create(ctx, rec)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					created = append(created, got.ID)
+				case errors.Is(err, ErrOwnerLimit):
+					refused++
+				default:
+					t.Errorf("Create on replica %d: %v", i%2+1, err)
+				}
+			})
+		}
+		close(ready)
+		wg.Wait()
+		if len(created) != limit || refused != tries-limit {
+			t.Fatalf("%d racing Creates of %s %s on two replicas: %d created, %d refused; want %d and %d",
+				tries, rec.Principal, rec.ClientAddr, len(created), refused, limit, tries-limit)
+		}
+
+		// Each replica deletes a session it may not know: it reads its owner key first.
+		for _, r := range replicas {
+			if err := r.Delete(ctx, created[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: r1.opts.KeyPrefix})
+		if err := fresh.Delete(ctx, created[1]); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range replicas {
+			if _, err := r.Create(ctx, rec); err != nil {
+				t.Errorf("replica %d: a session after two were deleted: %v", i+1, err)
+			}
+		}
+		if _, err := r1.Create(ctx, rec); !errors.Is(err, ErrOwnerLimit) {
+			t.Errorf("full again: %v, want ErrOwnerLimit", err)
+		}
+	}
+}
+
+// TestRedisOwnerSets: an owner set is named by a hash only, in the slot of the index of live
+// sessions; it lives as long as its sessions: it takes their ttl, a Touch that puts off a
+// session's expiry puts off its member's and the set's (on a replica that never read the
+// session too, and whatever that replica's caps), and it goes when its sessions are deleted.
+func TestRedisOwnerSets(t *testing.T) {
+	const idle = 1200 * time.Millisecond
+	s := OpenTestRedisStore(t, RedisOptions{IdleTimeout: idle, MaxPerPrincipal: 2, MaxPerAnonymousAddr: 2})
+	other := OpenTestRedisStore(t, RedisOptions{IdleTimeout: idle, KeyPrefix: s.opts.KeyPrefix})
+	raw := rawClient(redisAddr(t))
+	defer raw.Close()
+	ctx := context.Background()
+	alice := Principal{Issuer: "https://issuer.example", Subject: "alice"}
+	const addr = "192.0.2.1"
+	a, err := s.Create(ctx, Record{Principal: alice, ClientAddr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Create(ctx, Record{ClientAddr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownerA, ownerB := s.ownerKey(&Record{Principal: alice}), s.ownerKey(&Record{ClientAddr: addr})
+	for _, id := range []string{a.ID, b.ID} {
+		k := s.keysOf(sessionHash(id))
+		if rec, owner := pttl(t, raw, k.rec), pttl(t, raw, k.owner); owner < rec-50*time.Millisecond || owner > rec+50*time.Millisecond {
+			t.Errorf("after Create, the owner key expires in %v, the record in %v", owner, rec)
+		}
+	}
+
+	keys, err := scanKeys(t, s.opts.KeyPrefix+":owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ownerA, ownerB}
+	slices.Sort(keys)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("owner sets %v, want %v", keys, want)
+	}
+	for _, key := range keys {
+		for _, secret := range []string{"alice", "issuer", addr} {
+			if strings.Contains(key, secret) {
+				t.Errorf("owner set %s names %q", key, secret)
+			}
+		}
+		if tag := hashTag(key); tag != s.sessionsKey {
+			t.Errorf("owner set %s is in the slot of %q, want that of the index %s", key, tag, s.sessionsKey)
+		}
+		if d := pttl(t, raw, key); d < idle*3/4 || d > idle {
+			t.Errorf("owner set %s expires in %v, want about %v", key, d, idle)
+		}
+	}
+	// left is how long the member of session id has in owner set key, by Redis's clock.
+	left := func(key, id string) time.Duration {
+		t.Helper()
+		score, err := raw.ZScore(ctx, key, sessionHash(id)).Result()
+		if err != nil {
+			t.Fatalf("the member of a session in %s: %v", key, err)
+		}
+		now, err := raw.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(int64(score)-now.UnixMilli()) * time.Millisecond
+	}
+
+	testwait.Until(t, 5*time.Second, "the ttls to fall below half", func() bool {
+		return pttl(t, raw, ownerA) <= idle/2-100*time.Millisecond
+	})
+	if err := other.Touch(ctx, a.ID); err != nil { // other never read a
+		t.Fatal(err)
+	}
+	if err := s.Touch(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, id string
+	}{{ownerA, a.ID}, {ownerB, b.ID}} {
+		if d := pttl(t, raw, c.key); d < idle*3/4 {
+			t.Errorf("after Touch, owner set %s expires in %v, want about %v", c.key, d, idle)
+		}
+		if d := left(c.key, c.id); d < idle*3/4 || d > idle {
+			t.Errorf("after Touch, the session's member expires in %v, want about %v", d, idle)
+		}
+		k := s.keysOf(sessionHash(c.id))
+		if rec := pttl(t, raw, k.rec); rec < left(c.key, c.id)-50*time.Millisecond {
+			t.Errorf("after Touch, the record expires in %v, before its member (%v)", rec, left(c.key, c.id))
+		}
+		// The key beside the record that names the owner set lives as long as the record.
+		if rec, owner := pttl(t, raw, k.rec), pttl(t, raw, k.owner); owner < rec-50*time.Millisecond || owner > rec+50*time.Millisecond {
+			t.Errorf("after Touch, the owner key expires in %v, the record in %v", owner, rec)
+		}
+	}
+
+	// Deleted by a replica that never read it, and by the one that created it.
+	if err := other.Delete(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := scanKeys(t, s.opts.KeyPrefix); len(keys) != 0 {
+		t.Errorf("keys left after the sessions were deleted: %v", keys)
+	}
+}
+
+// hashTag returns what Redis Cluster hashes of key for its slot: its hash tag, if it has
+// one, else all of it.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// TestRedisClusterOwnerLimits runs a store with every cap on a Redis Cluster (one node that
+// serves every slot, started here), which refuses a command or script whose keys are not
+// in one slot: the scripts that admit and touch a session in the index of live sessions
+// and its owner's set, those that read its owner key beside its record, and Delete.
+func TestRedisClusterOwnerLimits(t *testing.T) {
+	redisAddr(t)
+	addr := testredis.StartServer(t, "--save", "", "--appendonly", "no",
+		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"))
+	ctx := context.Background()
+	raw := rawClient(addr)
+	defer raw.Close()
+	slots := make([]any, 0, 16386)
+	slots = append(slots, "CLUSTER", "ADDSLOTS")
+	for i := range 16384 {
+		slots = append(slots, i)
+	}
+	if err := raw.Do(ctx, slots...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*time.Second, "the cluster to be up", func() bool {
+		return strings.Contains(raw.ClusterInfo(ctx).Val(), "cluster_state:ok")
+	})
+	checkGoroutines(t)
+	s, err := NewRedisStore(&RedisOptions{ClusterAddrs: []string{addr}, IdleTimeout: time.Minute,
+		MaxSessions: 10, MaxPerPrincipal: 1, MaxPerAnonymousAddr: 1, KeyPrefix: "mtest-cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := NewRedisStore(&RedisOptions{ClusterAddrs: []string{addr}, IdleTimeout: time.Minute, KeyPrefix: "mtest-cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	alice := Principal{Issuer: "https://issuer.example", Subject: "alice"}
+	for _, rec := range []Record{{Principal: alice}, {ClientAddr: "192.0.2.1"}} {
+		a, err := s.Create(ctx, rec)
+		if err != nil {
+			t.Fatalf("Create on a cluster: %v", err)
+		}
+		if _, err := s.Create(ctx, rec); !errors.Is(err, ErrOwnerLimit) {
+			t.Errorf("a second session: %v, want ErrOwnerLimit", err)
+		}
+		steps := []error{s.refresh(ctx, a.ID, sessionHash(a.ID)), other.refresh(ctx, a.ID, sessionHash(a.ID))}
+		_, err = s.Update(ctx, a.ID, func(r *Record) { r.LogLevel = "debug" })
+		steps = append(steps, err)
+		if got, err := s.Get(ctx, a.ID); err != nil || got.ClientAddr != rec.ClientAddr {
+			t.Errorf("Get on a cluster = %+v, %v; want ClientAddr %q", got, err, rec.ClientAddr)
+		}
+		_, err = s.Expire(ctx, time.Now())
+		steps = append(steps, err, other.Delete(ctx, a.ID))
+		if err := errors.Join(steps...); err != nil {
+			t.Fatalf("on a cluster: %v", err)
+		}
+		if _, err := s.Create(ctx, rec); err != nil {
+			t.Errorf("a session after the first was deleted: %v", err)
+		}
+	}
+}
+
+// prevRecordWire and prevPrincipal are recordWire and Principal as the previous release
+// declared them: the build that reads the records of this one during a rolling upgrade,
+// with decodeWire, which refuses a member it does not know (in the principal too). They are
+// copied here, not derived from this build's, so that a member added to the record fails
+// TestRedisRecordsReadByPreviousBuild.
+type prevRecordWire struct {
+	V                  int           `json:"v"`
+	Session            string        `json:"s"`
+	ProtocolVersion    string        `json:"protocolVersion,omitempty"`
+	ClientInfo         string        `json:"clientInfo,omitempty"`
+	ClientCapabilities string        `json:"clientCapabilities,omitempty"`
+	Initialized        bool          `json:"initialized,omitempty"`
+	LogLevel           string        `json:"logLevel,omitempty"`
+	Principal          prevPrincipal `json:"principal,omitzero"`
+	Profile            string        `json:"profile,omitempty"`
+	Subscriptions      []string      `json:"subscriptions,omitempty"`
+	CreatedAt          time.Time     `json:"createdAt"`
+}
+
+type prevPrincipal struct {
+	Issuer  string `json:"iss,omitempty"`
+	Subject string `json:"sub,omitempty"`
+}
+
+// TestRedisRecordsReadByPreviousBuild: a replica of the previous release reads every record
+// this build writes (the promise of rolling upgrades): what the per-owner caps need, the
+// ClientAddr and the owner set, is kept beside the record, not in it, through Create,
+// SetConnection and Update. This build returns the ClientAddr from there, and reads a
+// session the previous build wrote (no owner key), which counts against no one.
+func TestRedisRecordsReadByPreviousBuild(t *testing.T) {
+	s := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, MaxPerPrincipal: 1, MaxPerAnonymousAddr: 1})
+	other := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: s.opts.KeyPrefix})
+	raw := rawClient(redisAddr(t))
+	defer raw.Close()
+	ctx := context.Background()
+	alice := Principal{Issuer: "https://issuer.example", Subject: "alice"}
+	const addr = "192.0.2.1"
+
+	// A principal of issuer and subject only is stored as the previous build stored it.
+	if b, err := json.Marshal(Principal{Issuer: "i", Subject: "s"}); err != nil || string(b) != `{"iss":"i","sub":"s"}` {
+		t.Errorf("a principal is stored as %s, %v; want {\"iss\":\"i\",\"sub\":\"s\"}", b, err)
+	}
+
+	// readPrev reads the stored record of id as the previous build does.
+	readPrev := func(what, id string) string {
+		t.Helper()
+		h := sessionHash(id)
+		value, err := raw.Get(ctx, s.keysOf(h).rec).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		var w prevRecordWire
+		if err := decodeWire(value, &w, h, &w.V, &w.Session); err != nil {
+			t.Errorf("%s: the previous build cannot read the record %s: %v", what, value, err)
+		}
+		if strings.Contains(value, "clientAddr") || strings.Contains(value, addr) {
+			t.Errorf("%s: the record %s holds the client address", what, value)
+		}
+		return value
+	}
+
+	for _, in := range []Record{
+		{Principal: alice, ClientAddr: addr, ProtocolVersion: "2025-11-25", ClientInfo: json.RawMessage(`{"name":"c"}`),
+			ClientCapabilities: json.RawMessage(`{}`), Profile: "ops", Subscriptions: []string{"file:///a"}},
+		{ClientAddr: addr},
+	} {
+		rec, err := s.Create(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		what := in.Principal.String() + " " + in.ClientAddr
+		if value := readPrev(what+": created", rec.ID); !in.Principal.Anonymous() && !strings.Contains(value, `"principal":{"iss":"https://issuer.example","sub":"alice"}`) {
+			t.Errorf("%s: the record %s does not hold the principal as the previous build did", what, value)
+		}
+		if _, err := s.Create(ctx, in); !errors.Is(err, ErrOwnerLimit) {
+			t.Errorf("%s: a second session: %v, want ErrOwnerLimit", what, err)
+		}
+		if err := s.SetConnection(ctx, rec.ID, "u", "replica-1"); err != nil {
+			t.Fatal(err)
+		}
+		up, err := other.Update(ctx, rec.ID, func(r *Record) {
+			if r.ClientAddr != addr {
+				t.Errorf("%s: Update's change sees ClientAddr %q, want %q", what, r.ClientAddr, addr)
+			}
+			r.LogLevel, r.Initialized = "debug", true
+		})
+		if err != nil || up.ClientAddr != addr {
+			t.Fatalf("%s: Update = %+v, %v; want ClientAddr %q", what, up, err, addr)
+		}
+		readPrev(what+": updated", rec.ID)
+		got, err := other.Get(ctx, rec.ID)
+		if err != nil || got.ClientAddr != addr || got.LogLevel != "debug" || got.Connections["u"] != "replica-1" {
+			t.Errorf("%s: Get = %+v, %v; want ClientAddr %q, LogLevel debug and the connection", what, got, err, addr)
+		}
+	}
+
+	// A session of the previous build: no owner key. Its principal's cap does not count it
+	// (the previous build admitted it to no owner set); it is touched and deleted as any.
+	id := NewID()
+	h := sessionHash(id)
+	old := `{"v":1,"s":"` + h + `","principal":{"iss":"https://issuer.example","sub":"bob"},"createdAt":"2026-01-02T03:04:05Z"}`
+	if err := raw.Set(ctx, s.keysOf(h).rec, old, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bob := Principal{Issuer: "https://issuer.example", Subject: "bob"}
+	if got, err := other.Get(ctx, id); err != nil || !got.Principal.Same(bob) || got.ClientAddr != "" {
+		t.Errorf("Get of the previous build's record = %+v, %v", got, err)
+	}
+	if err := s.refresh(ctx, id, h); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Create(ctx, Record{Principal: bob})
+	if err != nil {
+		t.Errorf("bob's session beside one of the previous build: %v", err)
+	}
+	if err := other.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, Record{Principal: bob}); !errors.Is(err, ErrOwnerLimit) {
+		t.Errorf("bob's second session of this build: %v, want ErrOwnerLimit", err)
+	}
+	if b != nil {
+		if _, err := s.Get(ctx, b.ID); err != nil {
+			t.Errorf("bob's session after the previous build's was deleted: %v", err)
+		}
+	}
+}
+
+// TestRedisOwnerKeyRoundTrips: keeping the owner beside the record costs no round trip:
+// Create and Get take one, Touch and Delete of a session the store knows take what they
+// did, and of a session it has not seen, one more: to read the owner key.
+func TestRedisOwnerKeyRoundTrips(t *testing.T) {
+	opts := RedisOptions{IdleTimeout: time.Minute, MaxPerPrincipal: 5, MaxPerAnonymousAddr: 5}
+	s := OpenTestRedisStore(t, opts)
+	opts.KeyPrefix = s.opts.KeyPrefix
+	raw := rawClient(redisAddr(t))
+	defer raw.Close()
+	ctx := context.Background()
+	alice := Principal{Issuer: "https://issuer.example", Subject: "alice"}
+
+	// Each step runs on a replica of its own; the first round loads the scripts.
+	for round := range 2 {
+		for _, in := range []Record{{Principal: alice, ClientAddr: "192.0.2.1"}, {ClientAddr: "192.0.2.1"}, {}} {
+			replicas := make([]*RedisStore, 4)
+			logs := make([]*commandLog, 4)
+			for i := range replicas {
+				replicas[i] = OpenTestRedisStore(t, opts)
+				logs[i] = logCommands(replicas[i])
+			}
+			// check counts the round trips of replica i since the last check, but those that
+			// set up a new connection.
+			check := func(what string, i, want int) {
+				t.Helper()
+				trips, cmds := logs[i].take()
+				trips -= strings.Count(strings.Join(cmds, " "), "hello")
+				if round > 0 && trips != want {
+					t.Errorf("%s %s: %d round trips (%v), want %d", in.Principal, in.ClientAddr, trips, cmds, want)
+				}
+			}
+			a, err := replicas[0].Create(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("Create", 0, 1)
+			if _, err := replicas[1].Get(ctx, a.ID); err != nil {
+				t.Fatal(err)
+			}
+			check("Get", 1, 1)
+			for i, want := range []int{1, 1, 2} { // it created it, read it, or has not seen it
+				if err := replicas[i].refresh(ctx, a.ID, sessionHash(a.ID)); err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("Touch on replica %d", i+1), i, want)
+			}
+			if err := replicas[3].Delete(ctx, a.ID); err != nil { // has not seen it
+				t.Fatal(err)
+			}
+			check("Delete on a replica that has not seen it", 3, 2)
+			b, err := replicas[0].Create(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs[0].take()
+			if err := replicas[0].Delete(ctx, b.ID); err != nil {
+				t.Fatal(err)
+			}
+			check("Delete on the replica that created it", 0, 1)
+		}
+	}
+	if keys, _ := scanKeys(t, s.opts.KeyPrefix); len(keys) != 0 {
+		t.Errorf("keys left after the sessions were deleted: %v", keys)
 	}
 }

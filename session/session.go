@@ -4,7 +4,7 @@
 // process, and RedisStore, shared by replicas, with RedisEventLog beside it for the events
 // of resumable streams.
 //
-//	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 1000})
+//	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 1000, MaxPerPrincipal: 20})
 //	// or: store, err := session.NewRedisStore(&session.RedisOptions{URL: "redis://127.0.0.1:6379/0", IdleTimeout: 30 * time.Minute})
 //	rec, err := store.Create(ctx, session.Record{ProtocolVersion: "2025-11-25"})
 //	rec, err = store.Get(ctx, rec.ID)                  // ErrNotFound once deleted or expired
@@ -27,6 +27,12 @@ var ErrNotFound = errors.New("session not found")
 // ErrLimit is returned by Create when the store already holds its maximum of sessions.
 var ErrLimit = errors.New("session limit reached")
 
+// ErrOwnerLimit is returned by Create when the new session's owner already holds its maximum
+// of sessions: its principal (MaxPerPrincipal of the store's options), or, for an anonymous
+// session, its client address (MaxPerAnonymousAddr). It is not ErrLimit: the store as a
+// whole has room.
+var ErrOwnerLimit = errors.New("session limit of this principal or client address reached")
+
 // Record is one client session as the store keeps it. It is plain data: it holds nothing that
 // only one process could use. Records returned by a Store are shared: treat them as read-only
 // and change a session through Store.Update.
@@ -45,6 +51,19 @@ type Record struct {
 	// Principal is who the session belongs to; zero (anonymous) while authentication is off.
 	// A session is bound to its principal: a request of another is refused.
 	Principal Principal `json:"principal,omitzero"`
+	// ClientAddr is the client's address (an IP, without port) as the gateway saw it at
+	// initialize; empty if unknown. The stores compare it as given: an anonymous session
+	// counts against its address's cap (MaxPerAnonymousAddr).
+	//
+	// A session counts against the principal or address it was created with: Update must not
+	// change the principal's identity (Principal.Key) or ClientAddr.
+	//
+	// A Redis store keeps it beside the record (with the owner set the session counts in),
+	// not in it, as it keeps Connections: a replica of the previous build reads the record
+	// as it was. Get and Update return it from there, read in the same round trip as the
+	// record; Update does not store a change to it. A session created by the previous build
+	// has none.
+	ClientAddr string `json:"clientAddr,omitempty"`
 	// Profile is the virtual endpoint the session was initialized on, "" for /mcp: the
 	// session lives there only, and sees that profile's catalog.
 	Profile string `json:"profile,omitempty"`
@@ -59,20 +78,56 @@ type Record struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// Principal identifies who makes requests: an issuer and a subject (OIDC), or a named API
-// key. The zero Principal is anonymous.
+// Principal is who makes requests: an OIDC token's issuer and subject, or a named API key
+// (Issuer APIKeyIssuer, Subject the key's name). Issuer and Subject identify it; the rest is
+// what policy reads of it, as the credential of the request at hand said. The zero Principal
+// is anonymous (authentication off).
 type Principal struct {
 	Issuer  string `json:"iss,omitempty"`
 	Subject string `json:"sub,omitempty"`
+	// Email, Groups, Roles and Scopes come from the token's claims (or the API key's entry).
+	Email  string   `json:"email,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	Roles  []string `json:"roles,omitempty"`
+	Scopes []string `json:"scopes,omitempty"`
 }
 
-// Anonymous reports whether p is the zero Principal.
-func (p Principal) Anonymous() bool { return p == Principal{} }
+// APIKeyIssuer is the Issuer of a Principal authenticated by an API key.
+const APIKeyIssuer = "manifold:api-key"
 
-// String names the principal in logs and audit records: "anonymous", or subject@issuer.
-func (p Principal) String() string {
+// Anonymous reports whether p is the zero Principal.
+func (p Principal) Anonymous() bool { return p.Issuer == "" && p.Subject == "" }
+
+// Same reports whether p and q are the same principal: the same issuer and subject, whatever
+// their claims say today.
+func (p Principal) Same(q Principal) bool { return p.Issuer == q.Issuer && p.Subject == q.Subject }
+
+// Key is p's identity as one string, for maps and store keys: "" when anonymous.
+func (p Principal) Key() string {
 	if p.Anonymous() {
+		return ""
+	}
+	return p.Issuer + "\x00" + p.Subject
+}
+
+// HasScope reports whether p was granted scope.
+func (p Principal) HasScope(scope string) bool {
+	for _, s := range p.Scopes {
+		if s == scope {
+			return true
+		}
+	}
+	return false
+}
+
+// String names the principal in logs and audit records: "anonymous", "apikey:NAME", or
+// subject@issuer.
+func (p Principal) String() string {
+	switch {
+	case p.Anonymous():
 		return "anonymous"
+	case p.Issuer == APIKeyIssuer:
+		return "apikey:" + p.Subject
 	}
 	return p.Subject + "@" + p.Issuer
 }
@@ -83,7 +138,9 @@ type Store interface {
 	Routes
 	Tasks
 	// Create stores a new session with a fresh random ID (rec.ID is ignored) and returns it.
-	// It fails with ErrLimit when the store is full.
+	// It fails with ErrLimit when the store is full, else with ErrOwnerLimit when the
+	// session's principal (or, anonymous, its ClientAddr) holds its maximum of sessions.
+	// A refused session takes no room. Deleted and expired sessions count for nothing.
 	Create(ctx context.Context, rec Record) (*Record, error)
 	// Get returns the live session with that id, or ErrNotFound. Reading a session does not
 	// mark it used: the gateway reads sessions on behalf of others (log fan-out, log levels).

@@ -13,7 +13,10 @@ import (
 func TestMemoryStoreBehaviour(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
 		const idle = 30 * time.Minute
-		s := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: opts.MaxSessions, Now: opts.Clock.Now})
+		s := session.NewMemoryStore(&session.MemoryOptions{
+			MaxSessions: opts.MaxSessions, MaxPerPrincipal: opts.MaxPerPrincipal, MaxPerAnonymousAddr: opts.MaxPerAnonymousAddr,
+			Now: opts.Clock.Now,
+		})
 		return storetest.Harness{Store: s, IdleTimeout: idle, PassIdle: storetest.ClockPassIdle(opts.Clock, idle)}
 	})
 }
@@ -26,7 +29,10 @@ func TestRedisStoreBehaviour(t *testing.T) {
 		if opts.ShortIdle {
 			idle = 400 * time.Millisecond
 		}
-		s := session.OpenTestRedisStore(t, session.RedisOptions{MaxSessions: opts.MaxSessions, IdleTimeout: idle, Now: opts.Clock.Now})
+		s := session.OpenTestRedisStore(t, session.RedisOptions{
+			MaxSessions: opts.MaxSessions, MaxPerPrincipal: opts.MaxPerPrincipal, MaxPerAnonymousAddr: opts.MaxPerAnonymousAddr,
+			IdleTimeout: idle, Now: opts.Clock.Now,
+		})
 		return storetest.Harness{Store: s, IdleTimeout: idle, PassIdle: storetest.PollPassIdle(s, idle, 5*time.Second)}
 	})
 }

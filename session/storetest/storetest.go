@@ -4,7 +4,7 @@
 //
 //	func TestMemoryStore(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
-//			s := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: opts.MaxSessions, Now: opts.Clock.Now})
+//			s := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: opts.MaxSessions, MaxPerPrincipal: opts.MaxPerPrincipal, MaxPerAnonymousAddr: opts.MaxPerAnonymousAddr, Now: opts.Clock.Now})
 //			return storetest.Harness{Store: s, IdleTimeout: time.Hour, PassIdle: storetest.ClockPassIdle(opts.Clock, time.Hour)}
 //		})
 //	}
@@ -32,6 +32,10 @@ import (
 type Options struct {
 	// MaxSessions is the cap of live sessions; zero means none.
 	MaxSessions int
+	// MaxPerPrincipal and MaxPerAnonymousAddr are the caps of live sessions of each
+	// principal and of each anonymous client address; zero means none.
+	MaxPerPrincipal     int
+	MaxPerAnonymousAddr int
 	// Clock is the store's clock (its Now) for what is not idle expiry: CreatedAt, task
 	// records' Created and Ended. Tests move it by hand.
 	Clock *testclock.Clock
@@ -120,6 +124,12 @@ func Run(t *testing.T, newStore func(t *testing.T, opts Options) Harness) {
 		{"TaskRecordsAreBounded", s.taskRecordsAreBounded},
 		{"GoneTasksMakeRoom", s.goneTasksMakeRoom},
 		{"Concurrent", s.concurrent},
+		{"PrincipalLimit", s.principalLimit},
+		{"AnonymousAddrLimit", s.anonymousAddrLimit},
+		{"NoOwnerLimits", s.noOwnerLimits},
+		{"OwnerAndStoreLimits", s.ownerAndStoreLimits},
+		{"OwnerLimitExpiry", s.ownerLimitExpiry},
+		{"OwnerLimitConcurrent", s.ownerLimitConcurrent},
 	} {
 		t.Run(tc.name, tc.run)
 	}
@@ -170,6 +180,7 @@ func (s suite) createAndGet(t *testing.T) {
 		Initialized:        true,
 		LogLevel:           "info",
 		Principal:          session.Principal{Issuer: "https://issuer.example", Subject: "alice"},
+		ClientAddr:         "2001:db8::7",
 		Profile:            "ops",
 		Subscriptions:      []string{"file:///a", "ui://b?c=<d>"},
 	}
