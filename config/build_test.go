@@ -46,6 +46,7 @@ func TestBuild(t *testing.T) {
 		PageSize:           100,
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
+		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
 		Upstreams: []config.Upstream{
 			configUpstream(buildConfig, config.Upstream{
 				Name: "github", Command: mustAbs(t, filepath.Join(filepath.Dir(buildConfig), "github-mcp")), Prefix: "github", RequestTimeout: time.Minute, Enabled: true, Line: 3,

@@ -271,6 +271,14 @@ type Config struct {
 	// or in Redis, shared by replicas.
 	SessionStore SessionStore
 
+	// PublicURL is the gateway's URL as clients reach it (key `public_url`), like
+	// https://mcp.example.com behind a reverse proxy: the base of every URL the gateway
+	// advertises (resource metadata, the token audience). Empty: http://LISTEN.
+	PublicURL string
+
+	// Auth says how clients authenticate (key `auth`); absent, they do not.
+	Auth Auth
+
 	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
 	// at /mcp/<name> and exposes a subset of the catalog served at /mcp. Nil when absent.
 	Profiles []Profile
@@ -527,6 +535,11 @@ type Upstream struct {
 	// client's call to every session (key `broadcast_logs`). Off by default: they may carry one
 	// user's context to others.
 	BroadcastLogs bool
+
+	// Credentials are what the gateway presents to this HTTP upstream besides Headers (key
+	// `credentials`): header values read from files, the OAuth client credentials grant, or a
+	// token exchange per principal.
+	Credentials Credentials
 
 	// Tools shapes the upstream's tools as clients see them (key `tools`): a filter by the
 	// upstream's tool names and overrides of single tools.
@@ -844,6 +857,7 @@ func applyDefaults(c *Config, ix *index) {
 		c.Audit.Buffer = defaultAuditBuffer
 	}
 	applyStoreDefaults(&c.SessionStore, ix)
+	applyAuthDefaults(c, ix)
 	for i := range c.Upstreams {
 		u, path := &c.Upstreams[i], upstreamPath(i)
 		if !ix.has(path + ".prefix") {
@@ -853,6 +867,11 @@ func applyDefaults(c *Config, ix *index) {
 			u.Transport = defaultTransport(u)
 		}
 		applyUpstreamDefaults(u, func(key string) bool { return ix.has(path + "." + key) })
+		for _, t := range []*TokenRequest{u.Credentials.ClientCredentials, u.Credentials.TokenExchange} {
+			if t != nil && t.Resource == "" {
+				t.Resource = u.URL
+			}
+		}
 	}
 	applySelectorDefaults(c.Profiles, ix)
 }

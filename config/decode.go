@@ -258,6 +258,8 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "upstreams", decode: upstreams(&c.Upstreams)},
 		{key: "overrides", decode: overrideList(&d.overrides)},
 		{key: "profiles", decode: profiles(&c.Profiles)},
+		{key: "public_url", decode: str(&c.PublicURL)},
+		{key: "auth", decode: authSettings(&c.Auth)},
 	})
 	return c
 }
@@ -313,6 +315,7 @@ func upstreamFields(u *Upstream) []field {
 		{key: "dir", decode: str(&u.Dir)},
 		{key: "url", decode: str(&u.URL)},
 		{key: "headers", decode: strMap(&u.Headers)},
+		{key: "credentials", decode: credentials(&u.Credentials)},
 		{key: "transport", decode: str(&u.Transport)},
 		{key: "prefix", decode: notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
 		{key: "request_timeout", decode: duration(&u.RequestTimeout)},

@@ -186,6 +186,7 @@ func (v *validator) settings(c *Config, w where) {
 	}
 	v.audit(&c.Audit, w)
 	v.sessionStore(&c.SessionStore, w)
+	v.authSettings(c, w)
 }
 
 // audit checks the settings of the audit trail.
@@ -281,6 +282,7 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 			}
 		}
 		v.headers(u, s)
+		v.credentials(u, s)
 
 		prefixOK := v.prefix(ups, sites, i, sep, nameOK, prefixes)
 		v.upstreamFilter(s, "resources", &u.Resources)

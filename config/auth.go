@@ -1,0 +1,452 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// This file holds who may connect: the top-level `auth` and `public_url`, the session caps per
+// principal and per address, and each upstream's `credentials`.
+
+// Defaults of authentication and the session caps.
+const (
+	defaultClockSkew             = 30 * time.Second
+	defaultJWKSRefreshInterval   = time.Minute
+	defaultMaxSessionsPerOwner   = 64
+	defaultMaxSessionsPerAddress = 512
+	defaultIssuerClaimSubject    = "sub"
+	defaultIssuerClaimEmail      = "email"
+	defaultIssuerClaimGroups     = "groups"
+	defaultIssuerClaimRoles      = "roles"
+	defaultIssuerClaimScopes     = "scope"
+	minJWKSRefreshInterval       = time.Second
+)
+
+// Auth says how clients prove who they are (key `auth`). With neither OIDC issuers nor API
+// keys, authentication is off: every client is anonymous, and the gateway listens on loopback
+// only unless AllowUnauthenticated is set.
+type Auth struct {
+	// Resource is the gateway's canonical resource URI (RFC 8707) that tokens must be issued
+	// for (key `resource`), advertised in the protected resource metadata. Defaults to
+	// PublicURL + "/mcp" (or http://LISTEN/mcp without a public URL).
+	Resource string
+
+	// Scopes are the scopes every request needs (key `scopes`): a token without one of them
+	// is refused with 403 insufficient_scope naming them. They are advertised as
+	// scopes_supported. Nil: none needed.
+	Scopes []string
+
+	// OIDC lists the trusted token issuers (key `oidc`).
+	OIDC []Issuer
+
+	// APIKeys are keys of service accounts, by hash (key `api_keys`); APIKeysFile names a
+	// file of more (key `api_keys_file`, YAML or JSON: a list of the same entries), read at
+	// start.
+	APIKeys     []APIKey
+	APIKeysFile string
+
+	// AllowUnauthenticated lets the gateway listen beyond loopback with authentication off
+	// (key `allow_unauthenticated`). Off by default: a gateway reachable from the network
+	// without auth would hand its upstreams' tools to anyone who can reach it.
+	AllowUnauthenticated bool
+
+	// MaxSessionsPerPrincipal caps the live sessions of one authenticated principal (key
+	// `max_sessions_per_principal`), across replicas sharing a Redis store; greater than 0.
+	// Defaults to 64.
+	MaxSessionsPerPrincipal int
+
+	// MaxSessionsPerAddress caps the live anonymous sessions (authentication off) from one
+	// client address (key `max_sessions_per_address`); greater than 0. Defaults to 512.
+	MaxSessionsPerAddress int
+}
+
+// Enabled reports whether clients must authenticate.
+func (a *Auth) Enabled() bool { return len(a.OIDC) > 0 || len(a.APIKeys) > 0 || a.APIKeysFile != "" }
+
+// Issuer is one trusted OIDC issuer of access tokens.
+type Issuer struct {
+	// URL is the issuer identifier, the tokens' `iss` (key `issuer`); its discovery document is
+	// at URL/.well-known/openid-configuration.
+	URL string
+
+	// Audiences are the `aud` values accepted (key `audiences`). Nil: Auth.Resource only. Set
+	// them for identity providers that put their own identifier for the API in `aud`.
+	Audiences []string
+
+	// Claim names (key `claims`, a mapping of subject, email, groups, roles, scopes); dotted
+	// paths reach into nested claims, like realm_access.roles. Defaults: sub, email, groups,
+	// roles, scope.
+	SubjectClaim, EmailClaim, GroupsClaim, RolesClaim, ScopesClaim string
+
+	// ClockSkew is the leeway on exp and nbf (key `clock_skew`); 0 or more. Defaults to 30s.
+	ClockSkew time.Duration
+
+	// JWKSRefreshInterval bounds how often the issuer's keys are fetched again for a token
+	// signed with a key not seen yet (key `jwks_refresh_interval`); at least 1s. Defaults to
+	// 1 minute. Between fetches such tokens are refused.
+	JWKSRefreshInterval time.Duration
+
+	// AllowHTTP lets the issuer and its keys be fetched over plain http beyond loopback (key
+	// `allow_http`), for a test identity provider on a private network. Off: https, or http
+	// on loopback only.
+	AllowHTTP bool
+}
+
+// APIKey is one service account's key, by its hash.
+type APIKey struct {
+	// Name is the principal's subject (key `name`), unique.
+	Name string
+	// Hash is "sha256:" and the hex SHA-256 of the key (key `hash`); `gateway apikey` makes a
+	// key and its hash.
+	Hash string
+	// Email, Groups, Roles and Scopes are what policy reads of the principal.
+	Email                 string
+	Groups, Roles, Scopes []string
+}
+
+// Credentials are what the gateway presents to an HTTP upstream (key `credentials` of an
+// upstream), besides its static Headers. The client's own token never reaches an upstream.
+type Credentials struct {
+	// HeaderFiles set headers whose values are read from files, such as mounted secrets (key
+	// `header_files`, a list of {name, path, prefix}); a changed file is read again.
+	HeaderFiles []HeaderFile
+
+	// ClientCredentials gets the gateway's own token for the upstream with the OAuth 2.0
+	// client credentials grant (key `client_credentials`).
+	ClientCredentials *TokenRequest
+
+	// TokenExchange trades each caller's token for one for the upstream (RFC 8693; key
+	// `token_exchange`), cached per principal until it expires. Needs isolation: principal, so
+	// that each principal's calls travel on a connection carrying its own token.
+	TokenExchange *TokenRequest
+}
+
+// HeaderFile is a header whose value is read from a file.
+type HeaderFile struct {
+	Name, Path, Prefix string
+}
+
+// TokenRequest is how to get a token from an authorization server's token endpoint.
+type TokenRequest struct {
+	// TokenURL is the token endpoint (key `token_url`).
+	TokenURL string
+	// ClientID and ClientSecret authenticate the gateway there (keys `client_id`,
+	// `client_secret`; write the secret as ${ENV}).
+	ClientID, ClientSecret string
+	// Scopes are requested (key `scopes`).
+	Scopes []string
+	// Resource is sent as `resource` (key `resource`). Defaults to the upstream's URL.
+	Resource string
+	// Audience is sent as `audience` when set (key `audience`).
+	Audience string
+}
+
+// auth decodes the top-level `auth` mapping.
+func authSettings(a *Auth) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping with oidc:, api_keys: and/or api_keys_file:", []field{
+			{key: "resource", decode: str(&a.Resource)},
+			{key: "scopes", decode: strList(&a.Scopes)},
+			{key: "oidc", decode: listOf(&a.OIDC, "a list of issuers (lines starting with `- issuer:`)", issuer)},
+			{key: "api_keys", decode: listOf(&a.APIKeys, "a list of API keys (lines starting with `- name:`)", apiKey)},
+			{key: "api_keys_file", decode: str(&a.APIKeysFile)},
+			{key: "allow_unauthenticated", decode: boolean(&a.AllowUnauthenticated)},
+			{key: "max_sessions_per_principal", decode: integer(&a.MaxSessionsPerPrincipal)},
+			{key: "max_sessions_per_address", decode: integer(&a.MaxSessionsPerAddress)},
+		})
+	}
+}
+
+func issuer(is *Issuer) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping with `issuer:` (the tokens' iss)", []field{
+			{key: "issuer", decode: str(&is.URL)},
+			{key: "audiences", decode: strList(&is.Audiences)},
+			{key: "claims", decode: func(d *decoder, n *yaml.Node, path string) bool {
+				return d.mapping(n, path, "a mapping of claim names: subject, email, groups, roles, scopes", []field{
+					{key: "subject", decode: str(&is.SubjectClaim)},
+					{key: "email", decode: str(&is.EmailClaim)},
+					{key: "groups", decode: str(&is.GroupsClaim)},
+					{key: "roles", decode: str(&is.RolesClaim)},
+					{key: "scopes", decode: str(&is.ScopesClaim)},
+				})
+			}},
+			{key: "clock_skew", decode: duration(&is.ClockSkew)},
+			{key: "jwks_refresh_interval", decode: duration(&is.JWKSRefreshInterval)},
+			{key: "allow_http", decode: boolean(&is.AllowHTTP)},
+		})
+	}
+}
+
+func apiKey(k *APIKey) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping with `name:` and `hash:` (sha256:HEX; `gateway apikey` makes one)", []field{
+			{key: "name", decode: str(&k.Name)},
+			{key: "hash", decode: str(&k.Hash)},
+			{key: "email", decode: str(&k.Email)},
+			{key: "groups", decode: strList(&k.Groups)},
+			{key: "roles", decode: strList(&k.Roles)},
+			{key: "scopes", decode: strList(&k.Scopes)},
+		})
+	}
+}
+
+// credentials decodes an upstream's `credentials` mapping.
+func credentials(c *Credentials) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		*c = Credentials{}
+		return d.mapping(n, path, "a mapping with header_files:, client_credentials: or token_exchange:", []field{
+			{key: "header_files", decode: listOf(&c.HeaderFiles, "a list of {name, path, prefix}", func(h *HeaderFile) decodeFunc {
+				return func(d *decoder, n *yaml.Node, path string) bool {
+					return d.mapping(n, path, "a mapping with `name:` (the header) and `path:` (the file holding its value)", []field{
+						{key: "name", decode: str(&h.Name)},
+						{key: "path", decode: str(&h.Path)},
+						{key: "prefix", decode: str(&h.Prefix)},
+					})
+				}
+			})},
+			{key: "client_credentials", decode: tokenRequest(&c.ClientCredentials)},
+			{key: "token_exchange", decode: tokenRequest(&c.TokenExchange)},
+		})
+	}
+}
+
+func tokenRequest(dst **TokenRequest) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		t := new(TokenRequest)
+		*dst = t
+		return d.mapping(n, path, "a mapping with token_url:, client_id: and client_secret:", []field{
+			{key: "token_url", decode: str(&t.TokenURL)},
+			{key: "client_id", decode: str(&t.ClientID)},
+			{key: "client_secret", decode: str(&t.ClientSecret)},
+			{key: "scopes", decode: strList(&t.Scopes)},
+			{key: "resource", decode: str(&t.Resource)},
+			{key: "audience", decode: str(&t.Audience)},
+		})
+	}
+}
+
+// listOf decodes a list whose entries item decodes. No value leaves it nil.
+func listOf[T any](dst *[]T, want string, item func(*T) decodeFunc) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		v := resolve(n)
+		if isNull(v) {
+			return true
+		}
+		if v.Kind != yaml.SequenceNode {
+			d.problemf(n.Line, path, "want %s, got %s", want, describe(v))
+			return false
+		}
+		*dst = make([]T, len(v.Content))
+		for i, e := range v.Content {
+			d.decodeField(fmt.Sprintf("%s[%d]", path, i), e.Line, e, item(&(*dst)[i]))
+		}
+		return true
+	}
+}
+
+// applyAuthDefaults fills the auth settings the file leaves out.
+func applyAuthDefaults(c *Config, ix *index) {
+	a := &c.Auth
+	if !ix.has("auth.max_sessions_per_principal") {
+		a.MaxSessionsPerPrincipal = defaultMaxSessionsPerOwner
+	}
+	if !ix.has("auth.max_sessions_per_address") {
+		a.MaxSessionsPerAddress = defaultMaxSessionsPerAddress
+	}
+	if !ix.has("auth.resource") {
+		a.Resource = c.BaseURL() + "/mcp"
+	}
+	for i := range a.OIDC {
+		is, p := &a.OIDC[i], fmt.Sprintf("auth.oidc[%d]", i)
+		def := func(dst *string, key, value string) {
+			if !ix.has(p + ".claims." + key) {
+				*dst = value
+			}
+		}
+		def(&is.SubjectClaim, "subject", defaultIssuerClaimSubject)
+		def(&is.EmailClaim, "email", defaultIssuerClaimEmail)
+		def(&is.GroupsClaim, "groups", defaultIssuerClaimGroups)
+		def(&is.RolesClaim, "roles", defaultIssuerClaimRoles)
+		def(&is.ScopesClaim, "scopes", defaultIssuerClaimScopes)
+		if !ix.has(p + ".clock_skew") {
+			is.ClockSkew = defaultClockSkew
+		}
+		if !ix.has(p + ".jwks_refresh_interval") {
+			is.JWKSRefreshInterval = defaultJWKSRefreshInterval
+		}
+	}
+}
+
+// BaseURL is the gateway's URL as clients reach it, without a trailing slash: PublicURL, or
+// http://LISTEN (with 127.0.0.1 for an empty host) without one. Every URL the gateway
+// advertises is built on it; the Host header of a request is never trusted for that.
+func (c *Config) BaseURL() string {
+	if c.PublicURL != "" {
+		return strings.TrimRight(c.PublicURL, "/")
+	}
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return "http://" + c.Listen
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// claimKeys are the keys of an issuer's `claims`, in the order of Issuer's claim fields.
+var claimKeys = []string{"subject", "email", "groups", "roles", "scopes"}
+
+// sha256Hash is the form of an API key's hash.
+var sha256Hash = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// authSettings checks the auth settings and the listener they allow.
+func (v *validator) authSettings(c *Config, w where) {
+	a := &c.Auth
+	if c.PublicURL != "" {
+		v.check(w, "public_url", checkPublicURL(c.PublicURL))
+	}
+	if w.ix.present("auth.resource") {
+		v.check(w, "auth.resource", checkPublicURL(a.Resource))
+	}
+	if checkListen(c.Listen) == "" {
+		v.check(w, "listen", CheckUnauthenticated(c))
+	}
+	if a.MaxSessionsPerPrincipal <= 0 {
+		v.check(w, "auth.max_sessions_per_principal", "must be greater than 0, like 64: the most sessions one user may hold at once")
+	}
+	if a.MaxSessionsPerAddress <= 0 {
+		v.check(w, "auth.max_sessions_per_address", "must be greater than 0, like 512: the most anonymous sessions one client address may hold at once")
+	}
+	issuers := map[string]bool{}
+	for i := range a.OIDC {
+		is, p := &a.OIDC[i], fmt.Sprintf("auth.oidc[%d]", i)
+		switch msg := checkPublicURL(is.URL); {
+		case is.URL == "":
+			v.check(w, p+".issuer", "required: the issuer's URL, exactly as its tokens' iss claim, like https://login.example.com/realms/acme")
+		case msg != "":
+			v.check(w, p+".issuer", msg)
+		case issuers[is.URL]:
+			v.check(w, p+".issuer", "the same issuer is listed twice: keep one")
+		}
+		issuers[is.URL] = true
+		if is.ClockSkew < 0 {
+			v.check(w, p+".clock_skew", "must be 0 or more, like 30s")
+		}
+		if is.JWKSRefreshInterval < minJWKSRefreshInterval {
+			v.check(w, p+".jwks_refresh_interval", fmt.Sprintf("must be at least %s, like 1m: tokens with unknown keys make the gateway fetch the issuer's keys at most this often", minJWKSRefreshInterval))
+		}
+		for j, aud := range is.Audiences {
+			if aud == "" {
+				v.check(w, fmt.Sprintf("%s.audiences[%d]", p, j), "empty: write the aud value your identity provider puts in tokens for this gateway")
+			}
+		}
+		for i, claim := range []string{is.SubjectClaim, is.EmailClaim, is.GroupsClaim, is.RolesClaim, is.ScopesClaim} {
+			if claim == "" {
+				v.check(w, p+".claims."+claimKeys[i], "empty: name the claim, or remove the key for the default")
+			}
+		}
+	}
+	names := map[string]bool{}
+	for i := range a.APIKeys {
+		k, p := &a.APIKeys[i], fmt.Sprintf("auth.api_keys[%d]", i)
+		switch {
+		case k.Name == "":
+			v.check(w, p+".name", "required: the service account's name, which policy and the audit trail show")
+		case names[k.Name]:
+			v.check(w, p+".name", fmt.Sprintf("%s names another API key too: names must be unique", quote(k.Name)))
+		}
+		names[k.Name] = true
+		if !sha256Hash.MatchString(k.Hash) {
+			v.check(w, p+".hash", "not a key hash: want sha256: and 64 lower-case hex digits; `gateway apikey` makes a key and its hash (never put the key itself here)")
+		}
+	}
+}
+
+// CheckUnauthenticated says what is wrong when c's listener is reachable beyond this machine
+// with authentication off and no explicit opt-out; "" when nothing is.
+func CheckUnauthenticated(c *Config) string {
+	if c.Auth.Enabled() || c.Auth.AllowUnauthenticated || listensOnLoopbackOnly(c.Listen) {
+		return ""
+	}
+	return fmt.Sprintf("%s is reachable beyond this machine and no authentication is configured: configure auth (oidc or api_keys), listen on 127.0.0.1, or set auth.allow_unauthenticated: true to serve anyone who can reach it", quote(c.Listen))
+}
+
+// checkPublicURL checks a URL the gateway advertises.
+func checkPublicURL(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return fmt.Sprintf("%s is not an absolute http(s) URL, like https://mcp.example.com", quote(s))
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Sprintf("%s must not have a query or fragment", quote(s))
+	}
+	return ""
+}
+
+// listensOnLoopbackOnly reports whether the listen address accepts connections from this
+// machine only.
+func listensOnLoopbackOnly(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// credentials checks an upstream's credentials.
+func (v *validator) credentials(u *Upstream, s *site) {
+	if !s.present("credentials") {
+		return
+	}
+	w, path := s.locate("credentials")
+	c := &u.Credentials
+	if u.URL == "" {
+		v.check(w, path, "only for an HTTP upstream (with url): a stdio upstream takes its credentials from env")
+		return
+	}
+	for i, h := range c.HeaderFiles {
+		p := fmt.Sprintf("%s.header_files[%d]", path, i)
+		switch {
+		case !validToken(h.Name):
+			v.check(w, p+".name", fmt.Sprintf("%s is not a valid header name", quote(h.Name)))
+		case transportHeaders[strings.ToLower(h.Name)]:
+			v.check(w, p+".name", fmt.Sprintf("%s is set by the gateway's transport: remove it", quote(h.Name)))
+		}
+		if h.Path == "" {
+			v.check(w, p+".path", "required: the file holding the header's value, like /run/secrets/token")
+		}
+	}
+	for _, kt := range []struct {
+		key string
+		t   *TokenRequest
+	}{{"client_credentials", c.ClientCredentials}, {"token_exchange", c.TokenExchange}} {
+		key, t := kt.key, kt.t
+		if t == nil {
+			continue
+		}
+		p := path + "." + key
+		if msg := checkPublicURL(t.TokenURL); t.TokenURL == "" {
+			v.check(w, p+".token_url", "required: the authorization server's token endpoint")
+		} else {
+			v.check(w, p+".token_url", msg)
+		}
+		if t.ClientID == "" {
+			v.check(w, p+".client_id", "required: the gateway's client id at that authorization server")
+		}
+	}
+	if c.TokenExchange != nil && u.Isolation != IsolationPrincipal {
+		v.check(w, path+".token_exchange", "needs isolation: principal, so that each user's calls travel on a connection carrying that user's token")
+	}
+}
