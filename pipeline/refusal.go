@@ -27,6 +27,7 @@ const (
 	ReasonTooManyTasks        = "too_many_tasks"
 	ReasonDenied              = "denied"
 	ReasonRateLimited         = "rate_limited"
+	ReasonUnauthenticated     = "unauthenticated"
 )
 
 // Keys of the gateway's own _meta entries in a refused tool result.

@@ -22,10 +22,12 @@ var allowed = map[string][]string{
 	"audit":                 {},
 	"upstream":              {"protocol", "internal/loglimit"},
 	"catalog":               {"protocol", "upstream", "glob"},
-	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "internal/loglimit"},
+	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "auth", "auth/credential", "internal/loglimit"},
 	"pipeline":              {"protocol", "session", "audit"},
+	"auth":                  {"session", "pipeline"},
+	"auth/credential":       {"session"},
 	"hub":                   {"protocol"},
-	"cmd/gateway":           {"config", "gateway", "upstream", "audit", "internal/heapfloor", "internal/demo"},
+	"cmd/gateway":           {"config", "gateway", "upstream", "audit", "auth", "internal/heapfloor", "internal/demo"},
 	"cmd/demo-server":       {"internal/demo"},
 	"cmd/echo-server":       {},
 	"cmd/mcpload":           {},
@@ -40,6 +42,7 @@ var allowed = map[string][]string{
 	"session/storetest":     {"session", "internal/testclock"},
 	"internal/testredis":    {"internal/testwait"},
 	"internal/testwait":     {},
+	"internal/testissuer":   {},
 }
 
 func TestImportsPointOneWay(t *testing.T) {
