@@ -100,10 +100,13 @@ func benchGateway(b testing.TB, upstreams, tools int) *Gateway {
 	return benchGatewayOn(b, upstreams, tools, "")
 }
 
+// authSessions lets the benchmarks' one client address hold every session they make.
+const authSessions = "auth: {max_sessions_per_address: 100000}\n"
+
 // benchGatewayOn is benchGateway with more top-level settings (a session store).
 func benchGatewayOn(b testing.TB, upstreams, tools int, settings string) *Gateway {
 	b.Helper()
-	cfg, err := config.Parse("bench.yaml", []byte("max_sessions: 100000\n"+settings+"upstreams: []\n"), nil)
+	cfg, err := config.Parse("bench.yaml", []byte("max_sessions: 100000\n"+authSessions+settings+"upstreams: []\n"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

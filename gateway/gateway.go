@@ -25,12 +25,14 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/hub"
@@ -62,6 +64,9 @@ type Options struct {
 	// UpstreamOptions are the base options of every upstream client; the gateway sets the
 	// logger and callbacks. If nil, the upstream package's defaults.
 	UpstreamOptions *upstream.Options
+	// AuthHTTPClient fetches the OIDC issuers' discovery documents and keys, and upstream
+	// tokens. If nil, a client with a timeout of its own.
+	AuthHTTPClient *http.Client
 }
 
 // Gateway serves MCP clients in front of the configured upstreams. It is safe for concurrent
@@ -85,6 +90,8 @@ type Gateway struct {
 
 	// checks is the policy chain.
 	checks pipeline.Chain
+	// auth authenticates clients; nil when authentication is off.
+	auth *authn
 
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
@@ -167,8 +174,17 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			g.opts.ExpiryInterval = time.Minute
 		}
 	}
+	var err error
+	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
+		_ = g.closeStore()
+		return nil, err
+	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.checks = pipeline.Chain(g.opts.Checks)
+	if g.auth != nil {
+		// Authentication is the chain's first check (design decision 7).
+		g.checks = append(pipeline.Chain{auth.RequirePrincipal()}, g.checks...)
+	}
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
@@ -228,6 +244,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		base.OnRequest = g.onUpstreamRequest
 		base.OnNotification = g.onUpstreamNotification
+		creds := g.upstreamCredentials(&u, base.HTTPClient)
+		if creds.shared != nil {
+			base.HTTPClient = creds.shared
+		}
 		client := upstream.New(upstream.Spec{
 			Name:              u.Name,
 			Transport:         u.Transport,
@@ -247,7 +267,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
-			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections, conns: map[string]*pooledConn{}}
+			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,
+				perPrincipal: u.Isolation == config.IsolationPrincipal, credentialsFor: creds.perPrincipal,
+				conns: map[string]*pooledConn{}, keys: map[string]string{}}
 		}
 		g.conns.Store(upstreamClient(client), ue.shared)
 		g.upstreams = append(g.upstreams, ue)
@@ -415,6 +437,9 @@ func (g *Gateway) Close() error {
 			u.shared.client.Close()
 		}
 		g.workers.Wait()
+		if g.auth != nil {
+			g.auth.verifier.Close() // key fetches in flight end
+		}
 		<-requestsDone
 		if err := g.closeStore(); err != nil {
 			g.logger.Warn("closing the session store failed", "error", err.Error())

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -17,10 +19,11 @@ import (
 // connections open.
 var errConnectionLimit = errors.New("connection limit reached")
 
-// connPool holds the connections of an upstream configured with isolation session (or
-// principal, which is per session until authentication exists): one per client session,
-// opened on its first call or subscribe, closed with the session or when idle (not while it
-// has subscriptions). The upstream's shared connection still serves the catalog.
+// connPool holds the connections of an upstream configured with isolation session or
+// principal: one per client session, or one per authenticated principal on this replica
+// (an anonymous session gets its own), opened on the first call or subscribe, closed with
+// the (last) session using it or when idle (not while it has subscriptions). The upstream's
+// shared connection still serves the catalog.
 type connPool struct {
 	g        *Gateway
 	upstream *upstreamEntry
@@ -28,10 +31,46 @@ type connPool struct {
 	opts     upstream.Options
 	idle     time.Duration
 	max      int
+	// perPrincipal is set for isolation: principal. Such connections live on each replica
+	// (nothing is forwarded between replicas for them).
+	perPrincipal bool
+	// credentialsFor gives the HTTP client of a principal's own connection (its exchanged
+	// token); nil: the pool's options as they are.
+	credentialsFor func(session.Principal) *http.Client
 
 	mu sync.Mutex
-	// conns holds the open connections by client session id. Guarded by mu.
+	// conns holds the open connections by pool key: the session id, or under isolation
+	// principal "p:" and the principal's key. Guarded by mu.
 	conns map[string]*pooledConn
+	// keys maps each session using a connection of the pool to that connection's key (under
+	// isolation: session, the session id itself). Guarded by mu.
+	keys map[string]string
+}
+
+// forwards reports whether calls to this pool's connections are run on the replica that
+// holds them (isolation: session); a principal's connection is per replica.
+func (p *connPool) forwards() bool { return !p.perPrincipal }
+
+// keyFor is the pool key of sessionID's connection when principal p calls.
+func (p *connPool) keyFor(sessionID string, who session.Principal) string {
+	if !p.perPrincipal || who.Anonymous() {
+		return sessionID
+	}
+	return "p:" + who.Key()
+}
+
+// keyOf is the pool key of the connection sessionID's calls use; the session id itself
+// when it has none yet.
+func (p *connPool) keyOf(sessionID string) string {
+	if !p.perPrincipal {
+		return sessionID
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k, ok := p.keys[sessionID]; ok {
+		return k
+	}
+	return sessionID
 }
 
 // pooledConn is one session's own connection to the upstream, with what the pool keeps of it.
@@ -45,18 +84,22 @@ type pooledConn struct {
 	levelOnce sync.Once
 }
 
-// existing returns the session's connection if it has one.
+// existing returns the connection the session's calls use, if it has one.
 func (p *connPool) existing(sessionID string) *pooledConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if k, ok := p.keys[sessionID]; ok {
+		return p.conns[k]
+	}
 	return p.conns[sessionID]
 }
 
-// get returns the session's own connection to the upstream, opening it on first use. The
-// caller must call release when its call is done.
-func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, error) {
+// get returns the connection of the session (or of its principal, who) to the upstream,
+// opening it on first use. The caller must call release when its call is done.
+func (p *connPool) get(ctx context.Context, sessionID string, who session.Principal) (*pooledConn, error) {
+	key := p.keyFor(sessionID, who)
 	p.mu.Lock()
-	pc, ok := p.conns[sessionID]
+	pc, ok := p.conns[key]
 	if !ok && !p.g.router.sessionLive(sessionID) {
 		// The session ended (a request raced its end): no child is started for it.
 		p.mu.Unlock()
@@ -67,12 +110,15 @@ func (p *connPool) get(ctx context.Context, sessionID string) (*pooledConn, erro
 			p.mu.Unlock()
 			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.upstream.ns.Name, errConnectionLimit, p.max)
 		}
-		pc = p.openLocked(sessionID)
+		pc = p.openLocked(key, sessionID, who)
+	}
+	if p.perPrincipal && p.keys[sessionID] == "" && p.g.router.sessionLive(sessionID) {
+		p.keys[sessionID] = key
 	}
 	pc.inUse.Add(1)
 	pc.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Unlock()
-	if !ok && p.g.replicas != nil {
+	if !ok && p.g.replicas != nil && p.forwards() {
 		// The other replicas send the session's calls to this upstream here from now on.
 		p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, true)
 	}
@@ -99,11 +145,15 @@ func (p *connPool) release(pc *pooledConn) {
 	pc.inUse.Add(-1)
 }
 
-// openLocked starts a connection for the session; it runs on a goroutine the gateway owns.
-func (p *connPool) openLocked(sessionID string) *pooledConn {
+// openLocked starts the connection of pool key key, for the session or its principal who;
+// it runs on a goroutine the gateway owns.
+func (p *connPool) openLocked(key, sessionID string, who session.Principal) *pooledConn {
 	pc := &pooledConn{ready: make(chan struct{})}
 	var readyOnce sync.Once
 	opts := p.opts
+	if p.credentialsFor != nil && key != sessionID {
+		opts.HTTPClient = p.credentialsFor(who)
+	}
 	opts.OnChange = func(c *upstream.Client) {
 		if c.State() == upstream.StateReady {
 			readyOnce.Do(func() { close(pc.ready) })
@@ -111,37 +161,63 @@ func (p *connPool) openLocked(sessionID string) *pooledConn {
 		}
 	}
 	client := upstream.New(p.spec, &opts)
-	pc.conn = &conn{upstream: p.upstream, client: client, session: sessionID}
-	p.conns[sessionID] = pc
+	pc.conn = &conn{upstream: p.upstream, client: client, pooled: key}
+	if key == sessionID {
+		pc.conn.session = sessionID
+	}
+	p.conns[key] = pc
 	p.g.conns.Store(upstreamClient(client), pc.conn)
 	// Refused once the gateway closes: the connection then never becomes ready, the call
 	// waiting for it ends with its session, and closeAll closes it.
 	p.g.goWorker(func() { client.Run(p.g.ctx) })
-	p.g.logger.Info("opened a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
+	if key == sessionID {
+		p.g.logger.Info("opened a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
+	} else {
+		p.g.logger.Info("opened a principal's own upstream connection", "upstream", p.upstream.ns.Name, "principal", who.String())
+	}
 	return pc
 }
 
-// closeSession closes the session's connection, if any, in the background.
+// closeSession closes the session's connection, if any, in the background; a principal's
+// connection closes with the last session using it.
 func (p *connPool) closeSession(sessionID string) {
 	p.mu.Lock()
-	pc, ok := p.conns[sessionID]
-	delete(p.conns, sessionID)
+	key, mapped := p.keys[sessionID]
+	delete(p.keys, sessionID)
+	if !mapped {
+		key = sessionID
+	}
+	if key != sessionID {
+		for _, k := range p.keys {
+			if k == key {
+				p.mu.Unlock()
+				return // another session of the principal still uses it
+			}
+		}
+	}
+	pc, ok := p.conns[key]
+	delete(p.conns, key)
 	p.mu.Unlock()
 	if ok {
-		p.closeConn(pc, sessionID)
+		p.closeConn(pc, key)
 	}
 }
 
-func (p *connPool) closeConn(pc *pooledConn, sessionID string) {
+// closeConn closes the connection of pool key key.
+func (p *connPool) closeConn(pc *pooledConn, key string) {
 	closeIt := func() {
 		pc.conn.client.Close()
 		p.g.conns.Delete(pc.conn.client)
-		if p.g.replicas != nil {
+		if p.g.replicas != nil && p.forwards() {
 			ctx, cancel := context.WithTimeout(context.Background(), subscriptionCallTimeout)
-			p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, false)
+			p.g.replicas.recordConnection(ctx, key, p.upstream.ns.Name, false)
 			cancel()
 		}
-		p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
+		if pc.conn.session != "" {
+			p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(key))
+		} else {
+			p.g.logger.Info("closed a principal's own upstream connection", "upstream", p.upstream.ns.Name, "connection", fingerprint(key))
+		}
 	}
 	if !p.g.goWorker(closeIt) {
 		closeIt() // the gateway is closing: at once, on the caller's goroutine
@@ -162,6 +238,11 @@ func (p *connPool) sweep(now time.Time) {
 			delete(p.conns, id)
 		}
 	}
+	for sid, key := range p.keys {
+		if idle[key] != nil {
+			delete(p.keys, sid)
+		}
+	}
 	p.mu.Unlock()
 	for id, pc := range idle {
 		p.closeConn(pc, id)
@@ -173,6 +254,7 @@ func (p *connPool) closeAll() {
 	p.mu.Lock()
 	conns := p.conns
 	p.conns = map[string]*pooledConn{}
+	p.keys = map[string]string{}
 	p.mu.Unlock()
 	for id, pc := range conns {
 		p.closeConn(pc, id)

@@ -23,7 +23,7 @@ func TestProbesCheckHostOnlyOnLoopback(t *testing.T) {
 		{"0.0.0.0:8080", "gateway.internal", http.StatusOK},
 	}
 	for _, tc := range cases {
-		cfg, err := config.Parse("t.yaml", []byte("listen: "+tc.listen+"\nupstreams: []\n"), nil)
+		cfg, err := config.Parse("t.yaml", []byte("listen: "+tc.listen+"\nauth: {allow_unauthenticated: true}\nupstreams: []\n"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

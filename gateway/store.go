@@ -22,24 +22,27 @@ import (
 func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (store session.Store, events hub.EventLog, close func() error, err error) {
 	s := cfg.SessionStore
 	if s.Type != config.StoreRedis {
-		return session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: now}), nil, func() error { return nil }, nil
+		return session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: now,
+			MaxPerPrincipal: cfg.Auth.MaxSessionsPerPrincipal, MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress}), nil, func() error { return nil }, nil
 	}
 	opts := &session.RedisOptions{
-		URL:            s.URL,
-		SentinelMaster: s.SentinelMaster,
-		SentinelAddrs:  s.SentinelAddrs,
-		ClusterAddrs:   s.ClusterAddrs,
-		Username:       s.Username,
-		Password:       s.Password,
-		KeyPrefix:      s.KeyPrefix,
-		DialTimeout:    s.DialTimeout,
-		ReadTimeout:    s.ReadTimeout,
-		WriteTimeout:   s.WriteTimeout,
-		PoolSize:       s.PoolSize,
-		MaxSessions:    cfg.MaxSessions,
-		IdleTimeout:    cfg.SessionIdleTimeout,
-		Now:            now,
-		Logger:         logger,
+		URL:                 s.URL,
+		SentinelMaster:      s.SentinelMaster,
+		SentinelAddrs:       s.SentinelAddrs,
+		ClusterAddrs:        s.ClusterAddrs,
+		Username:            s.Username,
+		Password:            s.Password,
+		KeyPrefix:           s.KeyPrefix,
+		DialTimeout:         s.DialTimeout,
+		ReadTimeout:         s.ReadTimeout,
+		WriteTimeout:        s.WriteTimeout,
+		PoolSize:            s.PoolSize,
+		MaxSessions:         cfg.MaxSessions,
+		IdleTimeout:         cfg.SessionIdleTimeout,
+		MaxPerPrincipal:     cfg.Auth.MaxSessionsPerPrincipal,
+		MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
+		Now:                 now,
+		Logger:              logger,
 	}
 	if s.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -42,9 +42,13 @@ var serverCapabilitiesWithTasks = json.RawMessage(`{"completions":{},"logging":{
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	loopback := isLoopbackListen(g.cfg.Listen)
-	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, loopback, http.HandlerFunc(g.serveMCP)))
+	mcp := g.authenticate(http.HandlerFunc(g.serveMCP))
+	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, loopback, mcp))
 	// Each profile is a virtual endpoint of its own: its sessions live there only.
-	mux.Handle("/mcp/{profile}", checkOrigin(g.cfg.AllowedOrigins, loopback, http.HandlerFunc(g.serveMCP)))
+	mux.Handle("/mcp/{profile}", checkOrigin(g.cfg.AllowedOrigins, loopback, mcp))
+	// Where clients learn how to get a token (RFC 9728), when authentication is on. Browser
+	// clients read it cross-origin: it carries no secret.
+	g.serveMetadata(mux)
 	// The probes carry no Origin check (orchestrators send none), but on a loopback listener
 	// the same Host check as /mcp: a web page using DNS rebinding must not read them. Beyond
 	// loopback any Host is answered (Kubernetes probes send the pod's address).
@@ -337,9 +341,15 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 			"the session store is unavailable; retry shortly"))
 		return nil, false
 	}
-	if rec.Profile != r.PathValue("profile") {
-		// A session lives on the endpoint that initialized it; elsewhere it does not exist,
-		// as an unknown id (nothing tells a client that it exists on another endpoint).
+	who := principalOf(r.Context())
+	if !rec.Principal.Same(who) {
+		g.logger.Warn("a request named another principal's session: answered as an unknown session",
+			"session", fingerprint(rec.ID), "principal", who.String(), "remote", clientAddr(r))
+	}
+	if rec.Profile != r.PathValue("profile") || !rec.Principal.Same(who) {
+		// A session lives on the endpoint that initialized it, for the principal who did;
+		// elsewhere, or for anyone else, it does not exist, as an unknown id (nothing tells a
+		// client that it exists on another endpoint or is someone else's).
 		writeHTTPError(w, http.StatusNotFound, id, protocol.Errorf(protocol.CodeSessionNotFound,
 			"session not found: it ended or never existed; send initialize to start a new one"))
 		return nil, false
@@ -351,6 +361,13 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 		writeHTTPError(w, http.StatusBadRequest, id, protocol.Errorf(protocol.CodeRequestRejected,
 			"unsupported Mcp-Protocol-Version %q: this session speaks %q", v, rec.ProtocolVersion))
 		return nil, false
+	}
+	if !who.Anonymous() {
+		// Policy reads what this request's credential says of its principal (groups, scopes
+		// change), not what the one that initialized the session said.
+		current := *rec
+		current.Principal = who
+		rec = &current
 	}
 	// Marking the session used is left to the caller: a request marks it once served, so that
 	// no more than this one store operation comes before its call is forwarded.
@@ -398,14 +415,30 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	received := g.opts.Now()
 	audited := func(sessionID string, outcome pipeline.Outcome) {
 		g.writeAudit(context.Background(), &pipeline.Request{ID: req.ID, Method: req.Method, LogID: requestID, Received: received,
-			Client: pipeline.ClientContext{SessionID: sessionID, ProtocolVersion: version, Capabilities: p.Capabilities}}, nil, outcome)
+			Client: pipeline.ClientContext{SessionID: sessionID, ProtocolVersion: version, Capabilities: p.Capabilities, Principal: principalOf(r.Context())}}, nil, outcome)
 	}
 	rec, err := g.store.Create(r.Context(), session.Record{
 		ProtocolVersion:    version,
 		ClientInfo:         clientInfo,
 		ClientCapabilities: p.Capabilities,
 		Profile:            r.PathValue("profile"),
+		// The record binds the session to who opened it: the identity, not the claims,
+		// which every request's own credential supplies.
+		Principal:  identityOf(principalOf(r.Context())),
+		ClientAddr: clientAddr(r),
 	})
+	if errors.Is(err, session.ErrOwnerLimit) {
+		who := principalOf(r.Context())
+		audited("", pipeline.Outcome{Result: audit.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
+		limit, whose := g.cfg.Auth.MaxSessionsPerPrincipal, "max_sessions_per_principal"
+		if who.Anonymous() {
+			limit, whose = g.cfg.Auth.MaxSessionsPerAddress, "max_sessions_per_address"
+		}
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusTooManyRequests, &req.ID, protocol.Errorf(protocol.CodeSessionLimit,
+			"you already hold %d sessions (auth.%s): end unused ones with DELETE, or let them expire", limit, whose))
+		return
+	}
 	if errors.Is(err, session.ErrLimit) {
 		w.Header().Set("Retry-After", "5")
 		audited("", pipeline.Outcome{Result: audit.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
@@ -432,7 +465,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	if p.ClientInfo != nil {
 		name = p.ClientInfo.Name
 	}
-	g.logger.Info("session started", "session", fingerprint(rec.ID), "protocol_version", version, "client", name)
+	g.logger.Info("session started", "session", fingerprint(rec.ID), "protocol_version", version, "client", name, "principal", rec.Principal.String())
 	audited(rec.ID, pipeline.Outcome{Result: audit.OutcomeOK})
 	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
 }

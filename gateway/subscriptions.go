@@ -117,7 +117,7 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 	if sessionID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s needs a session: updates go to the session's stream", rq.Method)
 	}
-	if r := s.router.replicas; r != nil && res.upstream.pool != nil {
+	if r := s.router.replicas; r != nil && res.upstream.pool != nil && res.upstream.pool.forwards() {
 		// The session's own connection is on another replica: the subscription is made there.
 		if holder := r.holderOf(rq, res.upstream); holder != "" {
 			result, err, forwarded := r.forward(ctx, rq, res.upstream, holder, forwardedCall{Method: rq.Method, Params: res.params, Exposed: res.target.Exposed, Original: res.target.Original})
@@ -149,7 +149,7 @@ func (s *subscriptions) subscribeHere(ctx context.Context, rq *request, res *res
 	c := u.shared // the connection the subscription lives on
 	if u.pool != nil {
 		if on {
-			pc, err := u.pool.get(ctx, sessionID)
+			pc, err := u.pool.get(ctx, sessionID, rq.Client.Principal)
 			if err != nil {
 				return nil, failed(err)
 			}

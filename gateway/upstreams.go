@@ -66,8 +66,12 @@ type conn struct {
 	// upstream is the upstream the connection is to.
 	upstream *upstreamEntry
 	client   upstreamClient
-	// session is the id of the session whose own connection this is; "" for the shared one.
+	// session is the id of the session whose own connection this is; "" for the shared one
+	// and for a principal's own.
 	session string
+	// pooled is the pool key of an isolated connection (a session id, or a principal's key
+	// under isolation: principal); "" for the shared one.
+	pooled string
 	// noOwnerOnce logs once that requests on this connection cannot be routed to one client.
 	noOwnerOnce sync.Once
 	// progress maps the progress tokens the gateway gave this connection to the calls they
@@ -89,10 +93,12 @@ type conn struct {
 func (c *conn) connKey(sessionID string) string {
 	name := c.upstream.ns.Name
 	switch {
+	case c.pooled != "":
+		return name + "\x00" + c.pooled
 	case c.session != "":
 		return name + "\x00" + c.session
 	case c.upstream.pool != nil && sessionID != "":
-		return name + "\x00" + sessionID
+		return name + "\x00" + c.upstream.pool.keyOf(sessionID)
 	}
 	return name
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/demo"
@@ -51,6 +52,8 @@ const usage = `usage:
                                                          URL, default http://127.0.0.1:8080)
   gateway demo     [-name NAME]                          serve the demo MCP server over stdio (the example
                                                          config's upstream; one build serves both)
+  gateway apikey   -name NAME                            make an API key: prints the key (give it to the
+                                                         service) and the config entry with its hash
   gateway version                                        print the version
 
 -mcp-servers reads a server list in the format of Claude Desktop or Cursor ("mcpServers")
@@ -73,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return health(args[1:], stdout, stderr)
 	case "demo":
 		return serveDemo(args[1:], stderr)
+	case "apikey":
+		return newAPIKey(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "manifold", version)
 		return 0
@@ -209,7 +214,15 @@ func serve(args []string, stderr io.Writer) int {
 		return code
 	}
 	if *listen != "" {
+		defaultResource := cfg.BaseURL() + "/mcp"
 		cfg.Listen = *listen
+		if cfg.Auth.Resource == defaultResource {
+			cfg.Auth.Resource = cfg.BaseURL() + "/mcp"
+		}
+		if msg := config.CheckUnauthenticated(cfg); msg != "" {
+			fmt.Fprintf(stderr, "gateway serve: -listen %q: %s\n", *listen, msg)
+			return 1
+		}
 	}
 	logger := newLogger(cfg, stderr)
 	signals := make(chan os.Signal, 2)
@@ -257,8 +270,14 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	srv.RegisterOnShutdown(gw.Drain)
 	gw.Start()
 	logger.Info("manifold listening", "url", endpointURL(ln.Addr()), "listen", ln.Addr().String(), "upstreams", len(cfg.EnabledUpstreams()), "version", version)
-	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
-		logger.Warn("the gateway listens beyond loopback without authentication: protect it (network policy or a proxy in front)", "listen", cfg.Listen)
+	loopback := strings.HasPrefix(ln.Addr().String(), "127.") || strings.HasPrefix(ln.Addr().String(), "[::1]")
+	switch {
+	case cfg.Auth.Enabled():
+		logger.Info("authentication on: every request needs a bearer token or an API key", "resource", cfg.Auth.Resource, "issuers", len(cfg.Auth.OIDC), "api_keys", len(cfg.Auth.APIKeys), "api_keys_file", cfg.Auth.APIKeysFile)
+	case loopback:
+		logger.Info("authentication off: clients are anonymous, and the gateway serves this machine only (configure auth to serve beyond loopback)")
+	default:
+		logger.Warn("authentication off beyond loopback (auth.allow_unauthenticated): anyone who can reach the gateway may use its upstreams; protect it with a network policy or a proxy in front", "listen", cfg.Listen)
 	}
 	for _, u := range cfg.EnabledUpstreams() {
 		if u.InheritAllEnv {
@@ -348,4 +367,26 @@ func logLevel(s string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// newAPIKey makes an API key for a service account: the key for the service, and the entry
+// of auth.api_keys that holds its hash (the gateway never stores the key itself).
+func newAPIKey(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("apikey", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "", "the service account's name (the principal policy and the audit trail see)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *name == "" {
+		fmt.Fprintln(stderr, "gateway apikey: -name NAME is required")
+		return 2
+	}
+	key, hash, err := auth.NewAPIKey()
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway apikey: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "key (give it to the service; it is shown once): %s\n\nconfig entry:\nauth:\n  api_keys:\n    - name: %s\n      hash: %s\n", key, *name, hash)
+	return 0
 }

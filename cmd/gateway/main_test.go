@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
@@ -723,4 +725,57 @@ func TestContainerConfigServedByTheDockerfileBuild(t *testing.T) {
 		_, body = g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"from the image"}}}`)
 		return strings.Contains(body, "from the image")
 	})
+}
+
+// TestServeRefusesUnauthenticatedBeyondLoopback: with authentication off, -listen on all
+// interfaces is refused before anything starts, saying how to fix it; the config's explicit
+// opt-out allows it.
+func TestServeRefusesUnauthenticatedBeyondLoopback(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte("upstreams: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code := run([]string{"serve", "-config", cfg, "-listen", "0.0.0.0:0"}, &out, &out); code != 1 || !strings.Contains(out.String(), "no authentication is configured") || !strings.Contains(out.String(), "allow_unauthenticated") {
+		t.Errorf("serve -listen 0.0.0.0:0 without auth: exit %d, output %q", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"validate", "-config", writeConfig(t, "listen: 0.0.0.0:8080\nupstreams: []\n")}, &out, &out); code != 1 || !strings.Contains(out.String(), "gw.yaml:1: listen:") {
+		t.Errorf("validate of a config listening beyond loopback without auth: exit %d, output %q", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"validate", "-config", writeConfig(t, "listen: 0.0.0.0:8080\nauth: {allow_unauthenticated: true}\nupstreams: []\n")}, &out, &out); code != 0 {
+		t.Errorf("validate with the explicit opt-out: exit %d, output %q", code, out.String())
+	}
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAPIKeyCommand: gateway apikey prints a key and the config entry holding its hash, and
+// that entry authenticates the key.
+func TestAPIKeyCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"apikey"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "-name") {
+		t.Errorf("apikey without -name: exit %d, %q", code, errOut.String())
+	}
+	if code := run([]string{"apikey", "-name", "ci-bot"}, &out, &errOut); code != 0 {
+		t.Fatalf("apikey: exit %d, %q", code, errOut.String())
+	}
+	text := out.String()
+	key := regexp.MustCompile(`mfk_[A-Za-z0-9_-]+`).FindString(text)
+	hash := regexp.MustCompile(`sha256:[0-9a-f]{64}`).FindString(text)
+	if key == "" || hash == "" || auth.HashAPIKey(key) != hash || !strings.Contains(text, "name: ci-bot") {
+		t.Errorf("apikey printed %q: want a key, and an entry with its hash", text)
+	}
+	entry := text[strings.Index(text, "auth:"):]
+	if code := run([]string{"validate", "-config", writeConfig(t, entry+"upstreams: []\n")}, io.Discard, &errOut); code != 0 {
+		t.Errorf("the printed entry does not validate: %q", errOut.String())
+	}
 }

@@ -1,0 +1,227 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/auth/credential"
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// metadataPath is where the gateway serves its protected resource metadata (RFC 9728); an
+// endpoint's own document is at this path followed by the endpoint's path.
+const metadataPath = "/.well-known/oauth-protected-resource"
+
+// authn is the first stage of the pipeline at the HTTP face: who the caller is (design
+// decision 7). Nil when authentication is off.
+type authn struct {
+	verifier *auth.Authenticator
+	// scopes are needed by every request; base is the gateway's URL as clients reach it.
+	scopes []string
+	base   string
+	// exchangers trade callers' tokens for upstream tokens (token_exchange): each is told
+	// of every caller's current token.
+	exchangers []*credential.Exchanger
+}
+
+// newAuthn builds the authentication of cfg; nil, nil when it is off.
+func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
+	a := cfg.Auth
+	if !a.Enabled() {
+		return nil, nil
+	}
+	keys := make([]auth.APIKey, 0, len(a.APIKeys))
+	for _, k := range a.APIKeys {
+		keys = append(keys, auth.APIKey{Name: k.Name, Hash: k.Hash, Email: k.Email, Groups: k.Groups, Roles: k.Roles, Scopes: k.Scopes})
+	}
+	if a.APIKeysFile != "" {
+		more, err := auth.LoadAPIKeys(a.APIKeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth.api_keys_file: %w", err)
+		}
+		keys = append(keys, more...)
+	}
+	issuers := make([]auth.Issuer, len(a.OIDC))
+	for i, is := range a.OIDC {
+		issuers[i] = auth.Issuer{
+			URL:       is.URL,
+			Audiences: is.Audiences,
+			Claims: auth.ClaimNames{Subject: is.SubjectClaim, Email: is.EmailClaim, Groups: is.GroupsClaim,
+				Roles: is.RolesClaim, Scopes: is.ScopesClaim},
+			ClockSkew:           is.ClockSkew,
+			JWKSRefreshInterval: is.JWKSRefreshInterval,
+			AllowHTTP:           is.AllowHTTP,
+		}
+	}
+	v, err := auth.New(auth.Config{Resource: a.Resource, Issuers: issuers, APIKeys: keys, HTTPClient: opts.AuthHTTPClient, Now: opts.Now, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL()}, nil
+}
+
+// metadataURL is the URL of the protected resource metadata of the endpoint at path.
+func (a *authn) metadataURL(path string) string { return a.base + metadataPath + path }
+
+// principalKey carries the authenticated principal in a request's context.
+type principalKey struct{}
+
+// principalOf returns the principal that authenticated the request of ctx; anonymous when
+// authentication is off.
+func principalOf(ctx context.Context) session.Principal {
+	p, _ := ctx.Value(principalKey{}).(session.Principal)
+	return p
+}
+
+// authenticate lets a request reach next once it proves who it is, with its principal in its
+// context; otherwise it answers 401 (no or a bad credential), 400 (a malformed one) or 403
+// (a scope missing), with the challenge that tells the client where to get a token. The
+// credential is checked on every request, within a session too: a session is not a
+// credential.
+func (g *Gateway) authenticate(next http.Handler) http.Handler {
+	if g.auth == nil {
+		return next
+	}
+	a := g.auth
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		metadata := a.metadataURL(r.URL.Path)
+		who, err := a.verifier.Authenticate(r.Context(), r)
+		if err != nil {
+			status, challenge := auth.Challenge(err, metadata, a.scopes)
+			w.Header().Set("WWW-Authenticate", challenge)
+			msg := "authentication required: send Authorization: Bearer with a token for " + g.cfg.Auth.Resource + " (the WWW-Authenticate header says where to get one)"
+			var authErr *auth.Error
+			if errors.As(err, &authErr) {
+				msg = "authentication failed: " + authErr.Description
+				g.logger.Info("request refused: authentication failed", "path", r.URL.Path, "reason", authErr.Description, "remote", clientAddr(r))
+			}
+			writeHTTPError(w, status, nil, protocol.Errorf(protocol.CodeRequestRejected, "%s", msg))
+			return
+		}
+		if missing := missingScopes(who.Principal, a.scopes); len(missing) > 0 {
+			status, challenge := auth.InsufficientScope(a.scopes, metadata)
+			w.Header().Set("WWW-Authenticate", challenge)
+			writeHTTPError(w, status, nil, protocol.Errorf(protocol.CodeRequestRejected,
+				"insufficient scope: this gateway needs a token with the scopes %s", strings.Join(missing, " ")))
+			return
+		}
+		if who.Token != "" {
+			for _, e := range a.exchangers {
+				e.Remember(who.Principal, who.Token, who.Expiry)
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who.Principal)))
+	})
+}
+
+// identityOf is p less its claims: what a session record keeps of its principal.
+func identityOf(p session.Principal) session.Principal {
+	return session.Principal{Issuer: p.Issuer, Subject: p.Subject}
+}
+
+// missingScopes returns the scopes of need that p was not granted.
+func missingScopes(p session.Principal, need []string) []string {
+	var missing []string
+	for _, s := range need {
+		if !p.HasScope(s) {
+			missing = append(missing, s)
+		}
+	}
+	return missing
+}
+
+// serveMetadata registers the protected resource metadata documents: at the root, and
+// path-suffixed for /mcp and each profile. Every endpoint names the gateway's one resource,
+// which all of them accept tokens for.
+func (g *Gateway) serveMetadata(mux *http.ServeMux) {
+	if g.auth == nil {
+		return
+	}
+	md := auth.MetadataHandler(auth.ResourceMetadata{
+		Resource:               g.cfg.Auth.Resource,
+		AuthorizationServers:   g.auth.verifier.Issuers(),
+		ScopesSupported:        g.cfg.Auth.Scopes,
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "Manifold MCP gateway",
+	})
+	mux.Handle(metadataPath, md)
+	mux.Handle(metadataPath+"/mcp", md)
+	mux.Handle(metadataPath+"/mcp/{profile}", md)
+}
+
+// clientAddr is the address the request came from, without the port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// upstreamAuth is what a gateway presents to one HTTP upstream: never the client's token
+// (design decision 8).
+type upstreamAuth struct {
+	// shared is the HTTP client of the upstream's shared connection, with the header files
+	// and client credentials configured; nil when none are.
+	shared *http.Client
+	// perPrincipal gives the HTTP client of a principal's own connection (token exchange);
+	// nil when the upstream has none.
+	perPrincipal func(session.Principal) *http.Client
+}
+
+// upstreamCredentials builds the credentials of u on top of base, the upstream's HTTP client
+// (nil: the upstream package's default transport).
+func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) upstreamAuth {
+	c := u.Credentials
+	if u.URL == "" || (len(c.HeaderFiles) == 0 && c.ClientCredentials == nil && c.TokenExchange == nil) {
+		return upstreamAuth{}
+	}
+	transport := http.RoundTripper(upstreamTransport())
+	if base != nil && base.Transport != nil {
+		transport = base.Transport
+	}
+	var sources []credential.Source
+	for _, h := range c.HeaderFiles {
+		sources = append(sources, credential.FileHeader(h.Name, h.Path, h.Prefix))
+	}
+	if cc := c.ClientCredentials; cc != nil {
+		sources = append(sources, credential.ClientCredentials(credential.ClientCredentialsConfig{
+			TokenURL: cc.TokenURL, ClientID: cc.ClientID, ClientSecret: cc.ClientSecret,
+			Scopes: cc.Scopes, Resource: cc.Resource, Audience: cc.Audience, HTTPClient: g.opts.AuthHTTPClient,
+		}))
+	}
+	var out upstreamAuth
+	if len(sources) > 0 {
+		out.shared = &http.Client{Transport: credential.Transport(transport, sources...)}
+	}
+	if te := c.TokenExchange; te != nil && g.auth != nil {
+		ex := credential.NewExchanger(credential.ExchangeConfig{
+			TokenURL: te.TokenURL, ClientID: te.ClientID, ClientSecret: te.ClientSecret,
+			Resource: te.Resource, Audience: te.Audience, Scopes: te.Scopes,
+			HTTPClient: g.opts.AuthHTTPClient, Now: g.opts.Now,
+		})
+		g.auth.exchangers = append(g.auth.exchangers, ex)
+		// The header files still go with every request; the exchanged token replaces the
+		// gateway's own Authorization.
+		out.perPrincipal = func(p session.Principal) *http.Client {
+			return &http.Client{Transport: credential.Transport(transport, append(sources[:len(sources):len(sources)], ex.For(p))...)}
+		}
+	}
+	return out
+}
+
+// upstreamTransport is the HTTP transport of upstreams with credentials of their own, as the
+// upstream package makes its default: many sessions share one upstream.
+func upstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 1024
+	return t
+}
