@@ -1,9 +1,10 @@
 // Command sidebyside measures what the gateway costs: in one run it alternates, for several
 // rounds, the load tool against the fast echo upstream's own HTTP face (direct) and against
-// the gateway in front of the same upstream over stdio and over Streamable HTTP, at each
-// concurrency asked for; then it checks a high concurrency for errors only. It prints the
-// medians and the ratios gateway/direct, which stay meaningful on a shared, noisy machine
-// where absolute figures do not. bench/run builds the binaries and calls it.
+// the gateway in front of the same upstream over stdio (with authentication off, and on:
+// gateway-auth, a JWT of a local issuer verified on every request) and over Streamable
+// HTTP, at each concurrency asked for; then it checks a high concurrency for errors only. It
+// prints the medians and the ratios gateway/direct, which stay meaningful on a shared, noisy
+// machine where absolute figures do not. bench/run builds the binaries and calls it.
 package main
 
 import (
@@ -50,6 +51,9 @@ type target struct {
 	// versus names another target this one is also compared with, by the ratios of their
 	// medians (what a proxy or a second replica adds); empty for none.
 	versus string
+	// bearer is a token the load tool sends on every request (through its environment, not
+	// its command line); empty for none.
+	bearer string
 }
 
 func main() {
@@ -154,7 +158,7 @@ func (f *fleet) waitUp(targets []target) error {
 		if t.stdio != "" {
 			continue // the load tool starts it
 		}
-		if err := waitUp(t.url, 60*time.Second); err != nil {
+		if err := waitUp(t.url, t.bearer, 60*time.Second); err != nil {
 			return fmt.Errorf("%s: %w (logs in %s)", t.name, err, f.dir)
 		}
 	}
@@ -203,7 +207,8 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 	return failed, nil
 }
 
-// run compares the echo tool directly and through the gateway over stdio and HTTP.
+// run compares the echo tool directly and through the gateway over stdio (authentication
+// off and on) and HTTP.
 func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string) error {
 	f, err := newFleet()
 	if err != nil {
@@ -227,10 +232,16 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		return err
 	}
 	stdioFloor, httpFloor := []string{"direct", "direct-stdio"}, []string{"direct", "direct"}
+	gwAuth, closeIssuer, err := f.authGateway(bin, echo, stdioFloor)
+	if err != nil {
+		return err
+	}
+	defer closeIssuer()
 	targets := []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
 		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
+		gwAuth,
 		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
 	}
 	if other != "" {
@@ -420,6 +431,12 @@ func load(ctx context.Context, mcpload string, t target, n int, args ...string) 
 		endpoint = []string{"-stdio", t.stdio}
 	}
 	cmd := exec.CommandContext(ctx, mcpload, append(append(endpoint, "-n", strconv.Itoa(n), "-json"), args...)...)
+	// The token goes through the environment, never the command line; a target without one
+	// gets none, whatever this process's environment holds.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envBearer+"=") })
+	if t.bearer != "" {
+		cmd.Env = append(cmd.Env, envBearer+"="+t.bearer)
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	runErr := cmd.Run() // exit 1 means "some calls failed"; the JSON says which
@@ -477,21 +494,32 @@ func stop(cmd *exec.Cmd) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
-// waitUp waits until url answers an initialize POST.
-func waitUp(url string, limit time.Duration) error {
+// envBearer is the variable the load tool reads a bearer token from.
+const envBearer = "MCPLOAD_BEARER"
+
+// waitUp waits until url answers an initialize POST, sent with bearer as the
+// Authorization unless bearer is "".
+func waitUp(url, bearer string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sidebyside","version":"1"}}}`
 	for {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
+			err = fmt.Errorf("initialize answered %s", resp.Status)
 			if resp.StatusCode == http.StatusOK {
 				if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
 					del, _ := http.NewRequest(http.MethodDelete, url, nil)
 					del.Header.Set("Mcp-Session-Id", sid)
+					if bearer != "" {
+						del.Header.Set("Authorization", "Bearer "+bearer)
+					}
 					if r, err := http.DefaultClient.Do(del); err == nil {
 						r.Body.Close()
 					}

@@ -62,7 +62,7 @@ func runHTTP(ctx context.Context, cfg *Config) (*Result, error) {
 	// sits the run out.
 	for w := range sessions {
 		wg.Go(func() {
-			s := newHTTPSession(ctx, client, u)
+			s := newHTTPSession(ctx, client, u, cfg.Bearer)
 			d, kind, err := s.initialize(ctx)
 			switch kind {
 			case "":
@@ -104,8 +104,9 @@ func runHTTP(ctx context.Context, cfg *Config) (*Result, error) {
 // use.
 type httpSession struct {
 	client *http.Client
-	// post is the template of every POST: URL, headers and the run's ctx. Its Header is
-	// set by initialize and read-only afterwards.
+	// post is the template of every POST: URL, headers (Authorization included) and the
+	// run's ctx; DELETE sends its headers too. Its Header is set by initialize and
+	// read-only afterwards.
 	post http.Request
 
 	body    []byte        // the last answer; reused
@@ -115,12 +116,17 @@ type httpSession struct {
 	getBody func() (io.ReadCloser, error)
 }
 
-// newHTTPSession returns a session, not yet initialized, that POSTs to u.
-func newHTTPSession(ctx context.Context, client *http.Client, u *url.URL) *httpSession {
+// newHTTPSession returns a session, not yet initialized, that POSTs to u; every request
+// it sends carries bearer as its Authorization, unless bearer is "".
+func newHTTPSession(ctx context.Context, client *http.Client, u *url.URL, bearer string) *httpSession {
 	s := &httpSession{client: client, sse: bufio.NewReaderSize(nil, 16<<10)}
 	tmpl, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil) // u is valid
 	tmpl.Header["Content-Type"] = []string{"application/json"}
 	tmpl.Header["Accept"] = []string{"application/json, text/event-stream"} // mcp-notes §4.2
+	if bearer != "" {
+		// On every request, within a session too: a session id is no credential.
+		tmpl.Header["Authorization"] = []string{"Bearer " + bearer}
+	}
 	s.post = *tmpl
 	// getBody lets the transport resend a request that a stale keep-alive connection
 	// refused before any of it was written.

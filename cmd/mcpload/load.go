@@ -43,6 +43,10 @@ type Config struct {
 	// MinTools is the least number of tools a tools/list answer must list. If zero,
 	// defaults to 1; a negative value accepts any tools array, an empty one included.
 	MinTools int
+	// Bearer is a token sent as "Authorization: Bearer <Bearer>" on every HTTP request of
+	// every session (POST and DELETE alike). If empty, no Authorization header is sent. It
+	// must be empty with Command.
+	Bearer string
 	// Timeout bounds each call, and each initialize. If zero, defaults to 30s.
 	Timeout time.Duration
 	// Delete makes each HTTP worker DELETE its session at the end.
@@ -103,6 +107,7 @@ var (
 	errNoTarget = errors.New("need exactly one of a URL and a stdio command")
 	errNoStop   = errors.New("need a number of calls or a duration")
 	errMethod   = errors.New("method must be " + MethodCall + " or " + MethodList)
+	errBearer   = errors.New("a bearer token is sent over HTTP only, and must be visible ASCII without spaces")
 )
 
 // withDefaults returns cfg with its zero fields defaulted, or an error when it cannot run.
@@ -112,6 +117,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Calls <= 0 && cfg.Duration <= 0 {
 		return cfg, errNoStop
+	}
+	if cfg.Bearer != "" && (cfg.URL == "" || !validBearer(cfg.Bearer)) {
+		return cfg, errBearer
 	}
 	switch cfg.Method {
 	case "":
@@ -134,6 +142,17 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Timeout = 30 * time.Second
 	}
 	return cfg, nil
+}
+
+// validBearer reports whether tok can follow "Bearer " in a header: visible ASCII, no
+// spaces (RFC 6750 §2.1 allows less; the server judges the rest).
+func validBearer(tok string) bool {
+	for i := range len(tok) {
+		if tok[i] <= ' ' || tok[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Run performs one load run and returns what it measured. Failed calls are counted in

@@ -27,6 +27,10 @@
 //	-min-tools K    least number of tools a tools/list answer must list (default 1; 0
 //	                accepts an empty list)
 //	-timeout D      bound on each call and initialize (default 30s)
+//	-bearer TOKEN   send "Authorization: Bearer TOKEN" on every HTTP request (POST and
+//	                DELETE) of every session; when empty, the token is read from the
+//	                environment variable MCPLOAD_BEARER, so that it need not show in
+//	                process lists (-url only; the variable is ignored with -stdio)
 //	-delete         DELETE each HTTP session at the end (default true; -delete=false
 //	                leaves them)
 //	-json           print one JSON object instead of the summary:
@@ -66,6 +70,9 @@ import (
 // version is reported in clientInfo.
 const version = "0.1.0"
 
+// envBearer holds the bearer token when -bearer is not given.
+const envBearer = "MCPLOAD_BEARER"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -91,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Tool, "tool", "echo", "tool to call (tools/call)")
 	fs.StringVar(&cfg.Text, "text", "hello", "text argument prefix (tools/call)")
 	fs.IntVar(&minTools, "min-tools", 1, "least number `K` of tools a tools/list answer must list")
+	fs.StringVar(&cfg.Bearer, "bearer", "", "send `TOKEN` as \"Authorization: Bearer TOKEN\" on every HTTP request (if empty, $"+envBearer+")")
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "bound on each call")
 	fs.BoolVar(&cfg.Delete, "delete", true, "DELETE each HTTP session at the end")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object")
@@ -109,6 +117,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Calls <= 0 && cfg.Duration <= 0 {
 		problems = append(problems, "give -calls or -duration")
+	}
+	switch {
+	case cfg.Bearer != "" && cfg.URL == "":
+		problems = append(problems, "-bearer applies to -url only")
+	case cfg.Bearer == "" && cfg.URL != "":
+		cfg.Bearer = os.Getenv(envBearer)
+	}
+	if !validBearer(cfg.Bearer) {
+		problems = append(problems, "the bearer token (-bearer or $"+envBearer+") must be visible ASCII without spaces")
 	}
 	if cfg.Workers < 1 || cfg.Calls < 0 || cfg.Duration < 0 || cfg.Warmup < 0 || cfg.Timeout <= 0 {
 		problems = append(problems, "-n must be at least 1; -calls, -duration, -warmup must not be negative; -timeout must be positive")

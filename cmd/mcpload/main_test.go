@@ -65,6 +65,11 @@ type fakeServer struct {
 	sse   bool                 // answer with SSE streams instead of JSON
 	fault func(n int64) string // "", "wrong", "rpc", "500" or "hang"; nil means none
 	tools int                  // the number of tools tools/list lists
+	// bearer, when set, is the token every request must carry as "Authorization: Bearer
+	// <bearer>"; a request without it gets 401 and is counted in unauthorized.
+	bearer string
+
+	unauthorized atomic.Int64
 
 	calls   atomic.Int64
 	opened  atomic.Int64
@@ -87,6 +92,12 @@ func startFake(t *testing.T, f *fakeServer) string {
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.bearer != "" && (len(r.Header.Values("Authorization")) != 1 || r.Header.Get("Authorization") != "Bearer "+f.bearer) {
+		f.unauthorized.Add(1)
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
 	session := r.Header.Get("MCP-Session-Id")
 	f.mu.Lock()
 	known := f.sessions[session]
@@ -304,6 +315,51 @@ func TestHTTPDurationAndWarmup(t *testing.T) {
 	checkCounts(t, r, 6, 2, map[string]int64{})
 }
 
+// TestHTTPBearer: with a bearer token, every request of every session carries it, the
+// initialize, the calls and the DELETEs; without one, the server's 401s are counted.
+func TestHTTPBearer(t *testing.T) {
+	const token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJiZW5jaCJ9.c2ln"
+	f := &fakeServer{bearer: token}
+	url := startFake(t, f)
+	r := run1(t, Config{URL: url, Workers: 3, Calls: 5, Delete: true, Bearer: token})
+	checkCounts(t, r, 15, 3, map[string]int64{})
+	if f.deleted.Load() != 3 || f.unauthorized.Load() != 0 {
+		t.Errorf("%d sessions deleted, %d requests refused; want 3, 0", f.deleted.Load(), f.unauthorized.Load())
+	}
+
+	r = run1(t, Config{URL: url, Workers: 2, Calls: 5, Delete: true})
+	checkCounts(t, r, 0, 0, map[string]int64{"http-401": 2})
+
+	// The command line takes the token from the environment when -bearer is not given.
+	t.Setenv(envBearer, token)
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"-url", url, "-n", "2", "-calls", "3", "-json"}, &stdout, &stderr); code != 0 {
+		t.Errorf("with $%s: exit %d, stdout %s, stderr %s", envBearer, code, stdout.String(), stderr.String())
+	}
+	// -bearer wins over the environment.
+	t.Setenv(envBearer, "wrong")
+	stdout.Reset()
+	if code := run(context.Background(), []string{"-url", url, "-bearer", token, "-calls", "3", "-json"}, &stdout, &stderr); code != 0 {
+		t.Errorf("with -bearer: exit %d, stdout %s, stderr %s", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if code := run(context.Background(), []string{"-url", url, "-calls", "3", "-json"}, &stdout, &stderr); code != 1 {
+		t.Errorf("with a wrong $%s: exit %d, want 1; stdout %s", envBearer, code, stdout.String())
+	}
+	if f.deleted.Load() != 6 {
+		t.Errorf("%d sessions deleted, want 6", f.deleted.Load())
+	}
+
+	for _, args := range [][]string{
+		{"-stdio", "x", "-bearer", token, "-calls", "1"},
+		{"-url", url, "-bearer", "two words", "-calls", "1"},
+	} {
+		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("run %v: exit %d, want 2", args, code)
+		}
+	}
+}
+
 func TestHTTPUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -321,6 +377,8 @@ func TestConfigErrors(t *testing.T) {
 		{URL: "http://x/mcp", Command: []string{"x"}, Calls: 1},
 		{URL: "http://x/mcp"},
 		{URL: "ftp://x/mcp", Calls: 1},
+		{Command: []string{"x"}, Calls: 1, Bearer: "tok"},
+		{URL: "http://x/mcp", Calls: 1, Bearer: "tok\r\nX-Evil: 1"},
 	} {
 		if _, err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("Run(%+v) succeeded", cfg)
