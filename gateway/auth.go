@@ -13,6 +13,7 @@ import (
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
 )
 
 // metadataPath is where the gateway serves its protected resource metadata (RFC 9728); an
@@ -183,7 +184,7 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 	if u.URL == "" || (len(c.HeaderFiles) == 0 && c.ClientCredentials == nil && c.TokenExchange == nil) {
 		return upstreamAuth{}
 	}
-	transport := http.RoundTripper(upstreamTransport())
+	transport := http.RoundTripper(upstream.NewHTTPTransport())
 	if base != nil && base.Transport != nil {
 		transport = base.Transport
 	}
@@ -215,13 +216,4 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 		}
 	}
 	return out
-}
-
-// upstreamTransport is the HTTP transport of upstreams with credentials of their own, as the
-// upstream package makes its default: many sessions share one upstream.
-func upstreamTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 256
-	t.MaxIdleConns = 1024
-	return t
 }

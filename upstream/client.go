@@ -200,12 +200,7 @@ func New(spec Spec, opts *Options) *Client {
 		}
 	}
 	if c.opts.HTTPClient == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		// Many client sessions share this upstream: keep enough idle connections for
-		// concurrent calls, or each one past the default two pays for a new connection.
-		t.MaxIdleConnsPerHost = 256
-		t.MaxIdleConns = 1024
-		c.opts.HTTPClient = &http.Client{Transport: t}
+		c.opts.HTTPClient = &http.Client{Transport: NewHTTPTransport()}
 	}
 	if c.opts.RestartDelay <= 0 {
 		c.opts.RestartDelay = time.Second
@@ -1093,3 +1088,14 @@ func (cn *connection) respond(resp *protocol.Response) {
 
 // Spec returns the upstream's spec, with its defaults applied.
 func (c *Client) Spec() Spec { return c.spec }
+
+// NewHTTPTransport returns the HTTP transport an upstream client makes for itself when
+// Options.HTTPClient is nil; a caller that wraps it (to add credentials) starts from it.
+func NewHTTPTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Many client sessions share an upstream: keep enough idle connections for concurrent
+	// calls, or each one past the default two pays for a new connection.
+	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 1024
+	return t
+}
