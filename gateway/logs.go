@@ -103,7 +103,7 @@ func (l *sessionLogs) deliver(c *conn, n *protocol.Notification, origin upstream
 		}
 		return
 	}
-	if !c.upstream.broadcastLogs || c.session != "" {
+	if !c.upstream.broadcastLogs || c.pooled != "" {
 		return
 	}
 	data, err := protocol.Encode(n)

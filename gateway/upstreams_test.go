@@ -61,10 +61,16 @@ func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
 	take := func() []hub.Event { events, _, _ := stream.Next(); return events }
 	note := &protocol.Notification{Method: protocol.NotificationMessage, Params: json.RawMessage(`{"level":"info","data":"x"}`)}
 
-	own := &conn{upstream: u, client: up, session: "served-elsewhere"}
+	own := &conn{upstream: u, client: up, session: "served-elsewhere", pooled: "served-elsewhere"}
 	g.logs.deliver(own, note, upstream.Origin{})
 	if batch := take(); len(batch) != 0 {
 		t.Errorf("a log of another session's own connection reached a bystander: %d events", len(batch))
+	}
+	// Nor one of another principal's connection (isolation: principal).
+	principals := &conn{upstream: u, client: up, pooled: "p:r1:https://idp\x00alice"}
+	g.logs.deliver(principals, note, upstream.Origin{})
+	if batch := take(); len(batch) != 0 {
+		t.Errorf("a log of another principal's own connection reached a bystander: %d events", len(batch))
 	}
 	g.logs.deliver(u.shared, note, upstream.Origin{})
 	if batch := take(); len(batch) != 1 {
