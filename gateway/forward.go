@@ -40,6 +40,12 @@ type forwardedCall struct {
 	Exposed  string `json:"x,omitempty"`
 	Original string `json:"o,omitempty"`
 	Notify   bool   `json:"n,omitempty"`
+	// Subject and SubjectExpiry are the caller's current access token and its expiry, for an
+	// upstream with token exchange (isolation: principal): the holder exchanges the token the
+	// client presents now, not the one it presented when its connection opened. The bus is
+	// the gateway's own; the token never reaches an upstream.
+	Subject       string    `json:"st,omitempty"`
+	SubjectExpiry time.Time `json:"se,omitzero"`
 }
 
 // forwardedResult is how a forwarded call ended: a result, the upstream's JSON-RPC error, or
@@ -179,6 +185,9 @@ func (r *replicas) forward(ctx context.Context, rq *request, u *upstreamEntry, h
 		streamID, fc.ClientID = rq.owner.streamID, rq.owner.clientID.Raw()
 	}
 	fc.Upstream = u.ns.Name
+	if ex := u.pool.credentials.exchanger; ex != nil {
+		fc.Subject, fc.SubjectExpiry, _ = ex.Subject(rq.Client.Principal)
+	}
 	data, err := json.Marshal(fc)
 	if err != nil {
 		return nil, err, true
@@ -282,7 +291,11 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 	clientID, _ := protocol.ParseID(fc.ClientID)
 	rq := &request{Request: &pipeline.Request{Method: fc.Method, Params: fc.Params, Client: pipeline.ClientContext{
 		SessionID: rec.ID, ProtocolVersion: rec.ProtocolVersion, Capabilities: rec.ClientCapabilities, LogLevel: rec.LogLevel, Profile: rec.Profile,
+		Principal: rec.Principal,
 	}}}
+	if ex := u.pool.credentials.exchanger; ex != nil && fc.Subject != "" {
+		ex.Remember(rec.Principal, fc.Subject, fc.SubjectExpiry)
+	}
 	rq.owner = &callOwner{sessionID: rec.ID, streamID: m.Stream, caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: clientID, logLevel: rec.LogLevel}
 	var result json.RawMessage
 	switch {

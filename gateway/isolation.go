@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -31,12 +31,13 @@ type connPool struct {
 	opts     upstream.Options
 	idle     time.Duration
 	max      int
-	// perPrincipal is set for isolation: principal. Such connections live on each replica
-	// (nothing is forwarded between replicas for them).
+	// perPrincipal is set for isolation: principal. Each replica holds its own connection
+	// per principal; a session's calls run on the replica where it first called the
+	// upstream (as under isolation: session), on that replica's connection of its principal.
 	perPrincipal bool
-	// credentialsFor gives the HTTP client of a principal's own connection (its exchanged
-	// token); nil: the pool's options as they are.
-	credentialsFor func(session.Principal) *http.Client
+	// credentials are the upstream's own credentials: a principal's connection carries its
+	// exchanged token (perPrincipal), which the exchanger forgets when the connection closes.
+	credentials upstreamAuth
 
 	mu sync.Mutex
 	// conns holds the open connections by pool key: the session id, or under isolation
@@ -47,16 +48,14 @@ type connPool struct {
 	keys map[string]string
 }
 
-// forwards reports whether calls to this pool's connections are run on the replica that
-// holds them (isolation: session); a principal's connection is per replica.
-func (p *connPool) forwards() bool { return !p.perPrincipal }
-
-// keyFor is the pool key of sessionID's connection when principal p calls.
+// keyFor is the pool key of sessionID's connection when principal who calls. A principal's
+// key names this replica too: what the store keeps of a connection (tasks, requests sent to
+// clients) is keyed by it, and each replica has its own connection of the principal.
 func (p *connPool) keyFor(sessionID string, who session.Principal) string {
 	if !p.perPrincipal || who.Anonymous() {
 		return sessionID
 	}
-	return "p:" + who.Key()
+	return "p:" + p.g.hub.Tag() + ":" + who.Key()
 }
 
 // keyOf is the pool key of the connection sessionID's calls use; the session id itself
@@ -77,6 +76,8 @@ func (p *connPool) keyOf(sessionID string) string {
 type pooledConn struct {
 	conn  *conn
 	ready chan struct{} // closed once the connection is ready
+	// principal is whose connection it is under isolation: principal; zero otherwise.
+	principal session.Principal
 	// lastUsed is the unix nano time of the last call; inUse counts calls in flight.
 	lastUsed atomic.Int64
 	inUse    atomic.Int32
@@ -97,6 +98,10 @@ func (p *connPool) existing(sessionID string) *pooledConn {
 // get returns the connection of the session (or of its principal, who) to the upstream,
 // opening it on first use. The caller must call release when its call is done.
 func (p *connPool) get(ctx context.Context, sessionID string, who session.Principal) (*pooledConn, error) {
+	if p.credentials.exchanger != nil && who.Issuer == session.APIKeyIssuer {
+		return nil, &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: p.upstream.ns.Name,
+			Message: fmt.Sprintf("upstream %s is called with each user's own token (token exchange), and an API key has none: call it as a user signed in with the identity provider", p.upstream.ns.Name)}
+	}
 	key := p.keyFor(sessionID, who)
 	p.mu.Lock()
 	pc, ok := p.conns[key]
@@ -112,13 +117,18 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 		}
 		pc = p.openLocked(key, sessionID, who)
 	}
-	if p.perPrincipal && p.keys[sessionID] == "" && p.g.router.sessionLive(sessionID) {
-		p.keys[sessionID] = key
+	firstUse := !ok // of the session's own connection
+	if p.perPrincipal {
+		_, mapped := p.keys[sessionID]
+		firstUse = !mapped && p.g.router.sessionLive(sessionID)
+		if firstUse {
+			p.keys[sessionID] = key
+		}
 	}
 	pc.inUse.Add(1)
 	pc.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Unlock()
-	if !ok && p.g.replicas != nil && p.forwards() {
+	if firstUse && p.g.replicas != nil {
 		// The other replicas send the session's calls to this upstream here from now on.
 		p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, true)
 	}
@@ -151,8 +161,8 @@ func (p *connPool) openLocked(key, sessionID string, who session.Principal) *poo
 	pc := &pooledConn{ready: make(chan struct{})}
 	var readyOnce sync.Once
 	opts := p.opts
-	if p.credentialsFor != nil && key != sessionID {
-		opts.HTTPClient = p.credentialsFor(who)
+	if p.credentials.perPrincipal != nil && key != sessionID {
+		opts.HTTPClient = p.credentials.perPrincipal(who)
 	}
 	opts.OnChange = func(c *upstream.Client) {
 		if c.State() == upstream.StateReady {
@@ -164,6 +174,8 @@ func (p *connPool) openLocked(key, sessionID string, who session.Principal) *poo
 	pc.conn = &conn{upstream: p.upstream, client: client, pooled: key}
 	if key == sessionID {
 		pc.conn.session = sessionID
+	} else {
+		pc.principal = who
 	}
 	p.conns[key] = pc
 	p.g.conns.Store(upstreamClient(client), pc.conn)
@@ -191,16 +203,54 @@ func (p *connPool) closeSession(sessionID string) {
 		for _, k := range p.keys {
 			if k == key {
 				p.mu.Unlock()
-				return // another session of the principal still uses it
+				p.unrecord([]string{sessionID})
+				return // another session of the principal still uses the connection
 			}
 		}
 	}
 	pc, ok := p.conns[key]
 	delete(p.conns, key)
 	p.mu.Unlock()
+	if ok || mapped {
+		p.unrecord([]string{sessionID})
+	}
 	if ok {
 		p.closeConn(pc, key)
 	}
+}
+
+// unrecord tells the other replicas, in the background, that these sessions' calls to the
+// upstream no longer run here.
+func (p *connPool) unrecord(sessionIDs []string) {
+	if p.g.replicas == nil || len(sessionIDs) == 0 {
+		return
+	}
+	unrecordIt := func() {
+		for _, id := range sessionIDs {
+			ctx, cancel := context.WithTimeout(context.Background(), subscriptionCallTimeout)
+			p.g.replicas.recordConnection(ctx, id, p.upstream.ns.Name, false)
+			cancel()
+		}
+	}
+	if !p.g.goWorker(unrecordIt) {
+		unrecordIt()
+	}
+}
+
+// usersLocked returns the sessions whose calls use the connection of key: the session itself
+// under isolation: session, the principal's sessions here under isolation: principal. The
+// caller holds p.mu.
+func (p *connPool) usersLocked(key string) []string {
+	if !p.perPrincipal {
+		return []string{key}
+	}
+	var ids []string
+	for id, k := range p.keys {
+		if k == key {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // closeConn closes the connection of pool key key.
@@ -208,10 +258,9 @@ func (p *connPool) closeConn(pc *pooledConn, key string) {
 	closeIt := func() {
 		pc.conn.client.Close()
 		p.g.conns.Delete(pc.conn.client)
-		if p.g.replicas != nil && p.forwards() {
-			ctx, cancel := context.WithTimeout(context.Background(), subscriptionCallTimeout)
-			p.g.replicas.recordConnection(ctx, key, p.upstream.ns.Name, false)
-			cancel()
+		if ex := p.credentials.exchanger; ex != nil && !pc.principal.Anonymous() {
+			// The principal's tokens are kept no longer than its connection.
+			ex.Forget(pc.principal)
 		}
 		if pc.conn.session != "" {
 			p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(key))
@@ -232,10 +281,12 @@ func (p *connPool) sweep(now time.Time) {
 	cutoff := now.Add(-p.idle).UnixNano()
 	p.mu.Lock()
 	idle := map[string]*pooledConn{}
+	var users []string
 	for id, pc := range p.conns {
 		if pc.inUse.Load() == 0 && pc.lastUsed.Load() < cutoff && !p.g.subs.holds(pc.conn) {
 			idle[id] = pc
 			delete(p.conns, id)
+			users = append(users, p.usersLocked(id)...)
 		}
 	}
 	for sid, key := range p.keys {
@@ -244,6 +295,7 @@ func (p *connPool) sweep(now time.Time) {
 		}
 	}
 	p.mu.Unlock()
+	p.unrecord(users)
 	for id, pc := range idle {
 		p.closeConn(pc, id)
 	}
@@ -253,9 +305,14 @@ func (p *connPool) sweep(now time.Time) {
 func (p *connPool) closeAll() {
 	p.mu.Lock()
 	conns := p.conns
+	var users []string
+	for id := range conns {
+		users = append(users, p.usersLocked(id)...)
+	}
 	p.conns = map[string]*pooledConn{}
 	p.keys = map[string]string{}
 	p.mu.Unlock()
+	p.unrecord(users)
 	for id, pc := range conns {
 		p.closeConn(pc, id)
 	}

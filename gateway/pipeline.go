@@ -429,7 +429,7 @@ func unavailable(rq *request, upstreamName, item string, err error) error {
 // progress token is replaced by one of the gateway's own. A JSON-RPC error the upstream
 // answered comes back as an *upstreamRPCError.
 func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
-	if u.pool != nil && u.pool.forwards() && g.replicas != nil {
+	if u.pool != nil && g.replicas != nil {
 		// The session's own connection lives on one replica: the call runs there.
 		if holder := g.replicas.holderOf(rq, u); holder != "" {
 			if result, err, forwarded := g.replicas.forwardCall(ctx, rq, u, holder, method, params); forwarded {

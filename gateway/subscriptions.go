@@ -117,7 +117,7 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 	if sessionID == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "%s needs a session: updates go to the session's stream", rq.Method)
 	}
-	if r := s.router.replicas; r != nil && res.upstream.pool != nil && res.upstream.pool.forwards() {
+	if r := s.router.replicas; r != nil && res.upstream.pool != nil {
 		// The session's own connection is on another replica: the subscription is made there.
 		if holder := r.holderOf(rq, res.upstream); holder != "" {
 			result, err, forwarded := r.forward(ctx, rq, res.upstream, holder, forwardedCall{Method: rq.Method, Params: res.params, Exposed: res.target.Exposed, Original: res.target.Original})

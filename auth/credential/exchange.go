@@ -150,6 +150,19 @@ func (e *Exchanger) Remember(p session.Principal, subjectToken string, expiry ti
 	e.entries[key] = &exchangeEntry{subject: subjectToken, subjectExpiry: expiry}
 }
 
+// Subject returns p's latest remembered subject token and its expiry, if it may still be
+// exchanged: for a gateway replica that hands a call to the replica holding p's connection,
+// which then remembers it too.
+func (e *Exchanger) Subject(p session.Principal) (token string, expiry time.Time, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ent := e.entries[p.Key()]
+	if ent == nil || !ent.subjectCurrent(e.now()) {
+		return "", time.Time{}, false
+	}
+	return ent.subject, ent.subjectExpiry, true
+}
+
 // sweepLocked drops the entries whose subject and exchanged tokens have both expired at now
 // and that have no exchange in flight.
 func (e *Exchanger) sweepLocked(now time.Time) {

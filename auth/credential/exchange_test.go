@@ -418,3 +418,27 @@ func TestExchangerMemoryBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeSubject: the latest subject token is handed out while it may be exchanged, and
+// not once it expired or was forgotten.
+func TestExchangeSubject(t *testing.T) {
+	clock := testclock.New(t0)
+	e := NewExchanger(ExchangeConfig{TokenURL: "https://as.example/token", Now: clock.Now})
+	if _, _, ok := e.Subject(alice); ok {
+		t.Error("a subject token of a principal never remembered")
+	}
+	e.Remember(alice, "first", t0.Add(time.Hour))
+	e.Remember(alice, "second", t0.Add(2*time.Hour))
+	if tok, exp, ok := e.Subject(alice); !ok || tok != "second" || !exp.Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("Subject = %q %v %v, want the latest", tok, exp, ok)
+	}
+	clock.Advance(2 * time.Hour)
+	if _, _, ok := e.Subject(alice); ok {
+		t.Error("an expired subject token was handed out")
+	}
+	e.Remember(alice, "third", t0.Add(3*time.Hour))
+	e.Forget(alice)
+	if _, _, ok := e.Subject(alice); ok {
+		t.Error("a forgotten subject token was handed out")
+	}
+}
