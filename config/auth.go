@@ -317,7 +317,7 @@ func (v *validator) authSettings(c *Config, w where) {
 		v.check(w, "auth.resource", checkPublicURL(a.Resource))
 	}
 	if checkListen(c.Listen) == "" {
-		v.check(w, "listen", CheckUnauthenticated(c))
+		v.check(w, "listen", CheckExposure(c, w.ix.present("auth.resource")))
 	}
 	if a.MaxSessionsPerPrincipal <= 0 {
 		v.check(w, "auth.max_sessions_per_principal", "must be greater than 0, like 64: the most sessions one user may hold at once")
@@ -370,13 +370,19 @@ func (v *validator) authSettings(c *Config, w where) {
 	}
 }
 
-// CheckUnauthenticated says what is wrong when c's listener is reachable beyond this machine
-// with authentication off and no explicit opt-out; "" when nothing is.
-func CheckUnauthenticated(c *Config) string {
-	if c.Auth.Enabled() || c.Auth.AllowUnauthenticated || listensOnLoopbackOnly(c.Listen) {
+// CheckExposure says what is wrong when c's listener is reachable beyond this machine: with
+// authentication off and no explicit opt-out, or with token issuers but no URL to advertise
+// (resourceSet: auth.resource is set explicitly); "" when nothing is.
+func CheckExposure(c *Config, resourceSet bool) string {
+	switch {
+	case listensOnLoopbackOnly(c.Listen):
 		return ""
+	case !c.Auth.Enabled() && !c.Auth.AllowUnauthenticated:
+		return fmt.Sprintf("%s is reachable beyond this machine and no authentication is configured: configure auth (oidc or api_keys), listen on 127.0.0.1, or set auth.allow_unauthenticated: true to serve anyone who can reach it", quote(c.Listen))
+	case len(c.Auth.OIDC) > 0 && c.PublicURL == "" && !resourceSet:
+		return "clients beyond this machine get tokens for the URL they reach the gateway at: set public_url, like https://mcp.example.com (or auth.resource)"
 	}
-	return fmt.Sprintf("%s is reachable beyond this machine and no authentication is configured: configure auth (oidc or api_keys), listen on 127.0.0.1, or set auth.allow_unauthenticated: true to serve anyone who can reach it", quote(c.Listen))
+	return ""
 }
 
 // checkPublicURL checks a URL the gateway advertises.
@@ -405,8 +411,9 @@ func listensOnLoopbackOnly(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// credentials checks an upstream's credentials.
-func (v *validator) credentials(u *Upstream, s *site) {
+// credentials checks an upstream's credentials; hasIssuers says whether auth.oidc lists
+// issuers, whose tokens a token exchange trades.
+func (v *validator) credentials(u *Upstream, s *site, hasIssuers bool) {
 	if !s.present("credentials") {
 		return
 	}
@@ -448,5 +455,8 @@ func (v *validator) credentials(u *Upstream, s *site) {
 	}
 	if c.TokenExchange != nil && u.Isolation != IsolationPrincipal {
 		v.check(w, path+".token_exchange", "needs isolation: principal, so that each user's calls travel on a connection carrying that user's token")
+	}
+	if c.TokenExchange != nil && !hasIssuers {
+		v.check(w, path+".token_exchange", "needs auth.oidc: the tokens exchanged are the users' own access tokens (an API key or an anonymous client has none)")
 	}
 }

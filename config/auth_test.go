@@ -85,6 +85,11 @@ func TestAuthProblems(t *testing.T) {
 		}},
 		{"no auth on all interfaces, by choice", "listen: :8080\nauth: {allow_unauthenticated: true}\nupstreams: []\n", nil},
 		{"no auth on loopback", "listen: 127.0.0.1:8080\nupstreams: []\n", nil},
+		{"an issuer beyond loopback and no public URL", "listen: 0.0.0.0:8080\nauth:\n  oidc: [{issuer: \"https://idp.example.com\"}]\nupstreams: []\n", []config.Problem{
+			p(1, "listen", "clients beyond this machine get tokens for the URL they reach the gateway at: set public_url, like https://mcp.example.com (or auth.resource)"),
+		}},
+		{"an issuer beyond loopback and a resource", "listen: 0.0.0.0:8080\nauth:\n  resource: https://mcp.example.com/mcp\n  oidc: [{issuer: \"https://idp.example.com\"}]\nupstreams: []\n", nil},
+		{"API keys beyond loopback need no public URL", "listen: 0.0.0.0:8080\nauth:\n  api_keys: [{name: a, hash: \"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}]\nupstreams: []\n", nil},
 		{"bad issuer settings", "auth:\n  oidc:\n    - {audiences: [\"\"]}\n    - {issuer: \"login.example.com\", jwks_refresh_interval: 10ms, clock_skew: -1s, claims: {subject: \"\"}}\nupstreams: []\n", []config.Problem{
 			p(3, "auth.oidc[0].issuer", "required: the issuer's URL, exactly as its tokens' iss claim, like https://login.example.com/realms/acme"),
 			p(3, "auth.oidc[0].audiences[0]", "empty: write the aud value your identity provider puts in tokens for this gateway"),
@@ -119,6 +124,7 @@ func TestAuthProblems(t *testing.T) {
 			p(9, "upstreams[1].credentials.token_exchange.token_url", `"nope" is not an absolute http(s) URL, like https://mcp.example.com`),
 			p(9, "upstreams[1].credentials.token_exchange.client_id", "required: the gateway's client id at that authorization server"),
 			p(9, "upstreams[1].credentials.token_exchange", "needs isolation: principal, so that each user's calls travel on a connection carrying that user's token"),
+			p(9, "upstreams[1].credentials.token_exchange", "needs auth.oidc: the tokens exchanged are the users' own access tokens (an API key or an anonymous client has none)"),
 		}},
 	}
 	for _, tt := range tests {

@@ -130,7 +130,7 @@ func validate(c *Config, top *where, sites []site, sep string) []Problem {
 			sep = ""
 		}
 	}
-	v.upstreams(c.Upstreams, sites, sep)
+	v.upstreams(c.Upstreams, sites, sep, len(c.Auth.OIDC) > 0)
 	if top != nil {
 		v.profiles(c.Profiles, *top, c.Upstreams)
 	}
@@ -210,10 +210,10 @@ func (v *validator) audit(a *Audit, w where) {
 	}
 }
 
-// upstreams checks each upstream, and that names, prefixes and the names clients
+// upstreams checks each upstream (hasIssuers: whether auth.oidc lists issuers), and that names, prefixes and the names clients
 // see of renamed tools and prompts are unique across all of them, whatever file
 // they come from.
-func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
+func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssuers bool) {
 	names := make(map[string]int)    // name → index of the first upstream with it
 	prefixes := make(map[string]int) // effective prefix → index of the first upstream with it
 	var tools, prompts []namedItem
@@ -282,7 +282,7 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string) {
 			}
 		}
 		v.headers(u, s)
-		v.credentials(u, s)
+		v.credentials(u, s, hasIssuers)
 
 		prefixOK := v.prefix(ups, sites, i, sep, nameOK, prefixes)
 		v.upstreamFilter(s, "resources", &u.Resources)

@@ -49,11 +49,21 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 		}
 		keys = append(keys, more...)
 	}
+	// Every endpoint's metadata names a resource of its own (RFC 9728 §3.3): a client may ask
+	// for a token for any of them, and each is the gateway's.
+	resources := []string{a.Resource, cfg.BaseURL()}
+	for _, p := range cfg.Profiles {
+		resources = append(resources, profileResource(a.Resource, p.Name))
+	}
 	issuers := make([]auth.Issuer, len(a.OIDC))
 	for i, is := range a.OIDC {
+		audiences := is.Audiences
+		if len(audiences) == 0 {
+			audiences = resources
+		}
 		issuers[i] = auth.Issuer{
 			URL:       is.URL,
-			Audiences: is.Audiences,
+			Audiences: audiences,
 			Claims: auth.ClaimNames{Subject: is.SubjectClaim, Email: is.EmailClaim, Groups: is.GroupsClaim,
 				Roles: is.RolesClaim, Scopes: is.ScopesClaim},
 			ClockSkew:           is.ClockSkew,
@@ -68,8 +78,19 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL()}, nil
 }
 
-// metadataURL is the URL of the protected resource metadata of the endpoint at path.
-func (a *authn) metadataURL(path string) string { return a.base + metadataPath + path }
+// metadataURL is the URL of the protected resource metadata of the endpoint at path; "" when
+// there is none to point to (API keys only: no authorization server to discover).
+func (a *authn) metadataURL(path string) string {
+	if len(a.verifier.Issuers()) == 0 {
+		return ""
+	}
+	return a.base + metadataPath + path
+}
+
+// profileResource is the resource identifier of a profile's endpoint.
+func profileResource(resource, profile string) string {
+	return strings.TrimRight(resource, "/") + "/" + profile
+}
 
 // principalKey carries the authenticated principal in a request's context.
 type principalKey struct{}
@@ -141,20 +162,29 @@ func missingScopes(p session.Principal, need []string) []string {
 // serveMetadata registers the protected resource metadata documents: at the root, and
 // path-suffixed for /mcp and each profile. Every endpoint names the gateway's one resource,
 // which all of them accept tokens for.
+//
+// Each document names the resource whose URL the well-known path was inserted into (RFC 9728
+// §3.3): the gateway's base URL at the root, the resource of /mcp, and a profile's own. Tokens
+// for any of them are accepted everywhere. With API keys only there is no authorization
+// server to name, and no document.
 func (g *Gateway) serveMetadata(mux *http.ServeMux) {
-	if g.auth == nil {
+	if g.auth == nil || len(g.auth.verifier.Issuers()) == 0 {
 		return
 	}
-	md := auth.MetadataHandler(auth.ResourceMetadata{
-		Resource:               g.cfg.Auth.Resource,
-		AuthorizationServers:   g.auth.verifier.Issuers(),
-		ScopesSupported:        g.cfg.Auth.Scopes,
-		BearerMethodsSupported: []string{"header"},
-		ResourceName:           "Manifold MCP gateway",
-	})
-	mux.Handle(metadataPath, md)
-	mux.Handle(metadataPath+"/mcp", md)
-	mux.Handle(metadataPath+"/mcp/{profile}", md)
+	document := func(resource string) http.Handler {
+		return auth.MetadataHandler(auth.ResourceMetadata{
+			Resource:               resource,
+			AuthorizationServers:   g.auth.verifier.Issuers(),
+			ScopesSupported:        g.cfg.Auth.Scopes,
+			BearerMethodsSupported: []string{"header"},
+			ResourceName:           "Manifold MCP gateway",
+		})
+	}
+	mux.Handle(metadataPath, document(g.cfg.BaseURL()))
+	mux.Handle(metadataPath+"/mcp", document(g.cfg.Auth.Resource))
+	for _, p := range g.cfg.Profiles {
+		mux.Handle(metadataPath+"/mcp/"+p.Name, document(profileResource(g.cfg.Auth.Resource, p.Name)))
+	}
 }
 
 // clientAddr is the address the request came from, without the port.
@@ -172,9 +202,11 @@ type upstreamAuth struct {
 	// shared is the HTTP client of the upstream's shared connection, with the header files
 	// and client credentials configured; nil when none are.
 	shared *http.Client
-	// perPrincipal gives the HTTP client of a principal's own connection (token exchange);
-	// nil when the upstream has none.
+	// perPrincipal gives the HTTP client of a principal's own connection: the header files
+	// and the principal's exchanged token; nil when the upstream has no token exchange.
 	perPrincipal func(session.Principal) *http.Client
+	// exchanger trades principals' tokens for the upstream's; nil without token exchange.
+	exchanger *credential.Exchanger
 }
 
 // upstreamCredentials builds the credentials of u on top of base, the upstream's HTTP client
@@ -188,19 +220,20 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 	if base != nil && base.Transport != nil {
 		transport = base.Transport
 	}
-	var sources []credential.Source
+	var files []credential.Source
 	for _, h := range c.HeaderFiles {
-		sources = append(sources, credential.FileHeader(h.Name, h.Path, h.Prefix))
+		files = append(files, credential.FileHeader(h.Name, h.Path, h.Prefix))
 	}
+	sources := files
 	if cc := c.ClientCredentials; cc != nil {
-		sources = append(sources, credential.ClientCredentials(credential.ClientCredentialsConfig{
+		sources = append(sources[:len(files):len(files)], credential.ClientCredentials(credential.ClientCredentialsConfig{
 			TokenURL: cc.TokenURL, ClientID: cc.ClientID, ClientSecret: cc.ClientSecret,
 			Scopes: cc.Scopes, Resource: cc.Resource, Audience: cc.Audience, HTTPClient: g.opts.AuthHTTPClient,
 		}))
 	}
 	var out upstreamAuth
 	if len(sources) > 0 {
-		out.shared = &http.Client{Transport: credential.Transport(transport, sources...)}
+		out.shared = credentialedClient(transport, sources)
 	}
 	if te := c.TokenExchange; te != nil && g.auth != nil {
 		ex := credential.NewExchanger(credential.ExchangeConfig{
@@ -209,11 +242,30 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 			HTTPClient: g.opts.AuthHTTPClient, Now: g.opts.Now,
 		})
 		g.auth.exchangers = append(g.auth.exchangers, ex)
-		// The header files still go with every request; the exchanged token replaces the
-		// gateway's own Authorization.
+		out.exchanger = ex
+		// The header files still go with every request; the principal's exchanged token is
+		// its Authorization (the gateway's own client-credentials token is not asked for).
 		out.perPrincipal = func(p session.Principal) *http.Client {
-			return &http.Client{Transport: credential.Transport(transport, append(sources[:len(sources):len(sources)], ex.For(p))...)}
+			return credentialedClient(transport, append(files[:len(files):len(files)], ex.For(p)))
 		}
 	}
 	return out
+}
+
+// credentialedClient is an HTTP client that adds the sources' headers to every request it
+// sends through transport, and follows a redirect only within the same host: credentials
+// meant for the upstream must not travel to wherever it redirects.
+func credentialedClient(transport http.RoundTripper, sources []credential.Source) *http.Client {
+	return &http.Client{
+		Transport: credential.Transport(transport, sources...),
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			if req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
+				return http.ErrUseLastResponse
+			}
+			return nil
+		},
+	}
 }

@@ -123,10 +123,10 @@ func TestAuthChallengesAndAccepts(t *testing.T) {
 	if got := r.header.Get("WWW-Authenticate"); r.status != http.StatusUnauthorized || !strings.Contains(got, `resource_metadata="https://gw.test/.well-known/oauth-protected-resource/mcp/ops"`) {
 		t.Errorf("profile without a token: %d %q", r.status, got)
 	}
-	// The metadata, at the root and path-suffixed for /mcp and the profile: all of them name
-	// the gateway's one resource and the issuer.
+	// The metadata, at the root and path-suffixed for /mcp and the profile: each names the
+	// resource its URL was built from (RFC 9728 §3.3), and the issuer.
 	base := strings.TrimSuffix(tg.url, "/mcp")
-	for _, path := range []string{"", "/mcp", "/mcp/ops"} {
+	for path, resource := range map[string]string{"": "https://gw.test", "/mcp": gatewayResource, "/mcp/ops": gatewayResource + "/ops"} {
 		resp, err := http.Get(base + "/.well-known/oauth-protected-resource" + path)
 		if err != nil {
 			t.Fatal(err)
@@ -134,9 +134,18 @@ func TestAuthChallengesAndAccepts(t *testing.T) {
 		var md auth.ResourceMetadata
 		err = json.NewDecoder(resp.Body).Decode(&md)
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK || md.Resource != gatewayResource || len(md.AuthorizationServers) != 1 || md.AuthorizationServers[0] != iss.URL || strings.Join(md.ScopesSupported, " ") != "mcp" {
-			t.Errorf("metadata at %q: %d %+v (%v)", path, resp.StatusCode, md, err)
+		if err != nil || resp.StatusCode != http.StatusOK || md.Resource != resource || len(md.AuthorizationServers) != 1 || md.AuthorizationServers[0] != iss.URL || strings.Join(md.ScopesSupported, " ") != "mcp" {
+			t.Errorf("metadata at %q: %d %+v (%v), want resource %s", path, resp.StatusCode, md, err, resource)
 		}
+	}
+	if resp, err := http.Get(base + "/.well-known/oauth-protected-resource/mcp/nope"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("metadata of a profile that does not exist: %v %v", resp.StatusCode, err)
+	}
+	// A token for the profile's resource, as a client that read its metadata asks for, works
+	// there.
+	opsToken := iss.Token(t, map[string]any{"sub": "alice", "aud": gatewayResource + "/ops", "scope": "mcp"})
+	if _, err := connectAs(t, tg.url+"/ops", opsToken, nil).ListTools(ctxT(t), nil); err != nil {
+		t.Errorf("a token for the profile's resource: %v", err)
 	}
 
 	// A valid token works through the Go SDK client, with no further key fetch per request.
@@ -369,7 +378,8 @@ func TestUpstreamsGetTheGatewaysCredentials(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("from-a-file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tg := startGateway(t, authYAML(iss, "mfk_unused", fmt.Sprintf(`upstreams:
+	const apiKey = "mfk_key-of-a-service"
+	tg := startGateway(t, authYAML(iss, apiKey, fmt.Sprintf(`upstreams:
   - name: filed
     url: %s
     credentials:
@@ -417,6 +427,12 @@ func TestUpstreamsGetTheGatewaysCredentials(t *testing.T) {
 	}
 	if n := tg.gw.IsolatedConnections("exchanged"); n != 2 {
 		t.Errorf("%d connections of the principal-isolated upstream, want one per user: 2", n)
+	}
+	// A service with an API key has no token to exchange: it is told so at once.
+	keyed := connectAs(t, tg.url, apiKey, nil)
+	res, err := keyed.CallTool(ctx, &mcp.CallToolParams{Name: "exchanged__echo", Arguments: map[string]any{"text": "hi"}})
+	if err != nil || !res.IsError || !strings.Contains(textOf(t, res), "API key") {
+		t.Errorf("an API key calling a token-exchange upstream: %v %v, want a tool error saying why", res, err)
 	}
 	var ccResources, exchanges int
 	for _, f := range tokens.requests() {
@@ -487,5 +503,54 @@ func TestChainRefusesAnonymousWhenAuthIsOn(t *testing.T) {
 	}
 	if res, err := serve(session.Principal{Issuer: iss.URL, Subject: "alice"}); err != nil || !strings.Contains(string(res), "you") {
 		t.Errorf("request value of alice: %s %v", res, err)
+	}
+}
+
+// TestPrincipalConnectionsAcrossReplicas: with sessions in Redis and no affinity, a user's
+// session runs its calls on the replica where it first called a principal-isolated upstream,
+// on that replica's connection of the user, with its sampling and elicitation answered
+// through either replica; another user gets a connection of their own. The cap on a user's
+// sessions holds across the replicas.
+func TestPrincipalConnectionsAcrossReplicas(t *testing.T) {
+	iss := testissuer.New(t)
+	a, b := twoReplicasWith(t, fmt.Sprintf("public_url: https://gw.test\nauth:\n  max_sessions_per_principal: 2\n  oidc:\n    - issuer: %s\n", iss.URL),
+		upstreamYAML("r", "reverse", "    isolation: principal\n")[1:])
+	clientOpts := &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "S/" + req.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
+		},
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "E"}}, nil
+		},
+	}
+	ctx := ctxT(t)
+	open := func(sub string) *mcp.ClientSession {
+		rr := newRoundRobin(t, a.url, b.url)
+		client := mcp.NewClient(&mcp.Implementation{Name: sub, Version: "1"}, clientOpts)
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: bearer{userToken(t, iss, sub), rr}}}, nil)
+		if err != nil {
+			t.Fatalf("%s connects: %v", sub, err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	connections := func() int { return a.gw.IsolatedConnections("r") + b.gw.IsolatedConnections("r") }
+	alice := open("alice")
+	askRounds(ctx, t, alice, 4, func(text string) string { return "sampled=S/" + text + ";elicited=E" })
+	if n := connections(); n != 1 {
+		t.Errorf("%d connections for alice's session, want 1 (on the replica of its first call)", n)
+	}
+	bob := open("bob")
+	askRounds(ctx, t, bob, 4, func(text string) string { return "sampled=S/" + text + ";elicited=E" })
+	if n := connections(); n != 2 {
+		t.Errorf("%d connections for two users, want 2", n)
+	}
+	open("alice")
+	// A third session of alice's, on either replica, is refused: the cap is shared.
+	for _, tg := range []*testGateway{a, b} {
+		r := rawClient{t: t, url: tg.url}.do(http.MethodPost, initBody, map[string]string{"Authorization": "Bearer " + userToken(t, iss, "alice")})
+		if r.status != http.StatusTooManyRequests {
+			t.Errorf("alice's third session: %d %s, want 429", r.status, r.body)
+		}
 	}
 }

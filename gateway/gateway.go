@@ -268,7 +268,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
 			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,
-				perPrincipal: u.Isolation == config.IsolationPrincipal, credentialsFor: creds.perPrincipal,
+				perPrincipal: u.Isolation == config.IsolationPrincipal, credentials: creds,
 				conns: map[string]*pooledConn{}, keys: map[string]string{}}
 		}
 		g.conns.Store(upstreamClient(client), ue.shared)

@@ -216,10 +216,11 @@ func serve(args []string, stderr io.Writer) int {
 	if *listen != "" {
 		defaultResource := cfg.BaseURL() + "/mcp"
 		cfg.Listen = *listen
-		if cfg.Auth.Resource == defaultResource {
+		resourceSet := cfg.Auth.Resource != defaultResource
+		if !resourceSet {
 			cfg.Auth.Resource = cfg.BaseURL() + "/mcp"
 		}
-		if msg := config.CheckUnauthenticated(cfg); msg != "" {
+		if msg := config.CheckExposure(cfg, resourceSet); msg != "" {
 			fmt.Fprintf(stderr, "gateway serve: -listen %q: %s\n", *listen, msg)
 			return 1
 		}
