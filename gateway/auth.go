@@ -256,16 +256,5 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 // sends through transport, and follows a redirect only within the same host: credentials
 // meant for the upstream must not travel to wherever it redirects.
 func credentialedClient(transport http.RoundTripper, sources []credential.Source) *http.Client {
-	return &http.Client{
-		Transport: credential.Transport(transport, sources...),
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 10 {
-				return errors.New("stopped after 10 redirects")
-			}
-			if req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
-				return http.ErrUseLastResponse
-			}
-			return nil
-		},
-	}
+	return &http.Client{Transport: credential.Transport(transport, sources...), CheckRedirect: upstream.SameHostRedirects}
 }

@@ -133,8 +133,8 @@ type Options struct {
 	// Arrival.
 	OnNotification func(c *Client, n *protocol.Notification, origin Origin)
 	// HTTPClient makes the requests of HTTP upstreams. If nil, a client of its own that keeps
-	// up to 256 idle connections to the upstream and has no overall timeout (streams are
-	// long-lived).
+	// up to 256 idle connections to the upstream, has no overall timeout (streams are
+	// long-lived) and follows redirects within the upstream's host only (SameHostRedirects).
 	HTTPClient *http.Client
 	// RestartDelay is the first wait before reconnecting a failed upstream; it doubles up to
 	// MaxRestartDelay, with jitter. If zero, 1 second and 30 seconds.
@@ -200,7 +200,7 @@ func New(spec Spec, opts *Options) *Client {
 		}
 	}
 	if c.opts.HTTPClient == nil {
-		c.opts.HTTPClient = &http.Client{Transport: NewHTTPTransport()}
+		c.opts.HTTPClient = &http.Client{Transport: NewHTTPTransport(), CheckRedirect: SameHostRedirects}
 	}
 	if c.opts.RestartDelay <= 0 {
 		c.opts.RestartDelay = time.Second
@@ -1098,4 +1098,19 @@ func NewHTTPTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 256
 	t.MaxIdleConns = 1024
 	return t
+}
+
+// SameHostRedirects is the redirect policy of upstream HTTP clients: a redirect is followed
+// only to the same scheme and host, so that headers meant for the upstream (its configured
+// headers, the gateway's credentials) never travel elsewhere; the redirect itself is then
+// the answer. Go drops Authorization on a redirect to another host, but not a custom header
+// such as X-Api-Key.
+func SameHostRedirects(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
+		return http.ErrUseLastResponse
+	}
+	return nil
 }
