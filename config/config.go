@@ -279,6 +279,10 @@ type Config struct {
 	// Auth says how clients authenticate (key `auth`); absent, they do not.
 	Auth Auth
 
+	// Policy decides who may see and call what, and how often (key `policy`); absent,
+	// everything is allowed.
+	Policy Policy
+
 	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
 	// at /mcp/<name> and exposes a subset of the catalog served at /mcp. Nil when absent.
 	Profiles []Profile
@@ -535,6 +539,11 @@ type Upstream struct {
 	// client's call to every session (key `broadcast_logs`). Off by default: they may carry one
 	// user's context to others.
 	BroadcastLogs bool
+
+	// TrustAnnotations lets policy rules match this upstream's tool annotations (key
+	// `trust_annotations`). Annotations come from the upstream: off by default, a rule on
+	// readOnlyHint never matches its tools.
+	TrustAnnotations bool
 
 	// Credentials are what the gateway presents to this HTTP upstream besides Headers (key
 	// `credentials`): header values read from files, the OAuth client credentials grant, or a
@@ -858,6 +867,7 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	applyStoreDefaults(&c.SessionStore, ix)
 	applyAuthDefaults(c, ix)
+	applyPolicyDefaults(&c.Policy, ix)
 	for i := range c.Upstreams {
 		u, path := &c.Upstreams[i], upstreamPath(i)
 		if !ix.has(path + ".prefix") {

@@ -260,6 +260,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "profiles", decode: profiles(&c.Profiles)},
 		{key: "public_url", decode: str(&c.PublicURL)},
 		{key: "auth", decode: authSettings(&c.Auth)},
+		{key: "policy", decode: policySettings(&c.Policy)},
 	})
 	return c
 }
@@ -316,6 +317,7 @@ func upstreamFields(u *Upstream) []field {
 		{key: "url", decode: str(&u.URL)},
 		{key: "headers", decode: strMap(&u.Headers)},
 		{key: "credentials", decode: credentials(&u.Credentials)},
+		{key: "trust_annotations", decode: boolean(&u.TrustAnnotations)},
 		{key: "transport", decode: str(&u.Transport)},
 		{key: "prefix", decode: notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
 		{key: "request_timeout", decode: duration(&u.RequestTimeout)},

@@ -187,6 +187,7 @@ func (v *validator) settings(c *Config, w where) {
 	v.audit(&c.Audit, w)
 	v.sessionStore(&c.SessionStore, w)
 	v.authSettings(c, w)
+	v.policy(c, w)
 }
 
 // audit checks the settings of the audit trail.

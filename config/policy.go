@@ -1,0 +1,368 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/manifold-mcp/manifold/glob"
+)
+
+// This file holds the top-level `policy`: who may see and call what, and how often.
+
+// Effects of a policy rule (Rule.Effect) and defaults (Policy.Default).
+const (
+	EffectAllow   = "allow"
+	EffectDeny    = "deny"
+	EffectHide    = "hide"
+	EffectApprove = "approve"
+)
+
+// Keys of a rate limit (RateLimit.Key).
+const (
+	LimitPrincipal         = "principal"
+	LimitPrincipalUpstream = "principal_upstream"
+	LimitPrincipalTool     = "principal_tool"
+	LimitUpstream          = "upstream"
+)
+
+// What a shared rate limit does when Redis cannot be reached (Policy.SharedLimitFailure).
+const (
+	FailOpen   = "open"
+	FailClosed = "closed"
+)
+
+// Policy is the gateway's policy (key `policy`): rules evaluated in order, first match wins,
+// and rate limits. Absent: everything is allowed, without limits.
+type Policy struct {
+	// Default is the effect when no rule matches (key `default`): allow, deny or hide.
+	// Defaults to allow.
+	Default string
+
+	// DryRun evaluates and audits every decision without enforcing it (key `dry_run`).
+	DryRun bool
+
+	// Rules are evaluated in order; the first that matches decides (key `rules`).
+	Rules []Rule
+
+	// RateLimits are checked for every tools/call and other targeted request (key
+	// `rate_limits`), all that apply; the first exhausted refuses.
+	RateLimits []RateLimit
+
+	// SharedLimitFailure is what a shared rate limit does while Redis cannot be reached (key
+	// `shared_limit_failure`): open (allow) or closed (refuse). Defaults to open.
+	SharedLimitFailure string
+
+	// File and Line say where the `policy` key is, for messages at run time.
+	File string
+	Line int
+}
+
+// Rule is one policy rule: an effect for the requests its match admits.
+type Rule struct {
+	// Name names the rule in audit records and explanations (key `name`). Defaults to
+	// "rule N" (1-based).
+	Name string
+	// Effect is allow, deny, hide or approve (key `effect`). Approve is enforced by human
+	// approval; until that exists it denies.
+	Effect string
+	// Reason is told to a client refused by the rule (key `reason`).
+	Reason string
+	// Match says which requests the rule applies to (key `match`); empty matches all.
+	Match Match
+	// Line is the rule's line in File, for messages.
+	Line int
+}
+
+// Match selects requests. Every field set must match; an unset field matches anything.
+type Match struct {
+	// Principal matchers (key `principal`): any listed value matching is enough per field.
+	Subjects, Groups, Roles, Scopes, APIKeys []string
+	// Anonymous, when set, matches only requests without (true) or with (false) a principal.
+	Anonymous *bool
+	// Upstreams are globs over upstream names (key `upstreams`).
+	Upstreams []string
+	// Tools, Prompts and Resources are globs over the upstream's own tool and prompt names and
+	// resource URIs (keys `tools`, `prompts`, `resources`). When one of them is set, a request
+	// for another kind of item does not match.
+	Tools, Prompts, Resources []string
+	// Arguments match argument values by JSON pointer (key `arguments`).
+	Arguments []ArgumentMatch
+	// Annotations match a tool's annotation hints (key `annotations`, a mapping of
+	// readOnlyHint, destructiveHint, openWorldHint to true or false); they count only for
+	// upstreams with trust_annotations.
+	ReadOnlyHint, DestructiveHint, OpenWorldHint *bool
+}
+
+// ArgumentMatch matches one argument value.
+type ArgumentMatch struct {
+	// Pointer is a JSON pointer into the arguments, like /path (key `pointer`).
+	Pointer string
+	// Equals matches a value equal to it (strings compare as text, others as their JSON);
+	// Matches matches a string value against a regular expression (RE2), whole or in part.
+	// Exactly one is set.
+	Equals  *string
+	Matches string
+}
+
+// RateLimit is one rate limit.
+type RateLimit struct {
+	// Key is what is counted separately (key `key`): principal, principal_upstream,
+	// principal_tool or upstream.
+	Key string
+	// Rate is how many requests per second are allowed on average (key `rate`, like "10/s",
+	// "600/m" or "2/h"); Burst is how many may come at once (key `burst`); at least 1.
+	Rate  float64
+	Burst int
+	// Per is the period Rate was written over, kept for messages.
+	Per time.Duration
+	// Shared counts in Redis, for all replicas together (key `shared`); needs session_store
+	// type redis.
+	Shared bool
+	// Upstreams and Tools restrict the limit to some upstreams and tools (globs, keys
+	// `upstreams`, `tools`); unset: all.
+	Upstreams, Tools []string
+	// Line is the limit's line in File.
+	Line int
+}
+
+// Defaults of the policy.
+const defaultSharedLimitFailure = FailOpen
+
+// policySettings decodes the top-level `policy` mapping.
+func policySettings(p *Policy) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		p.File, p.Line = d.file, n.Line
+		return d.mapping(n, path, "a mapping with rules:, default: and/or rate_limits:", []field{
+			{key: "default", decode: str(&p.Default)},
+			{key: "dry_run", decode: boolean(&p.DryRun)},
+			{key: "rules", decode: listOf(&p.Rules, "a list of rules (lines starting with `- effect:`)", rule)},
+			{key: "rate_limits", decode: listOf(&p.RateLimits, "a list of rate limits (lines starting with `- key:`)", rateLimit)},
+			{key: "shared_limit_failure", decode: str(&p.SharedLimitFailure)},
+		})
+	}
+}
+
+func rule(r *Rule) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		r.Line = n.Line
+		return d.mapping(n, path, "a mapping with `effect:` and `match:`", []field{
+			{key: "name", decode: str(&r.Name)},
+			{key: "effect", decode: str(&r.Effect)},
+			{key: "reason", decode: str(&r.Reason)},
+			{key: "match", decode: match(&r.Match)},
+		})
+	}
+}
+
+func match(m *Match) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping of principal:, upstreams:, tools:, prompts:, resources:, arguments:, annotations:", []field{
+			{key: "principal", decode: func(d *decoder, n *yaml.Node, path string) bool {
+				return d.mapping(n, path, "a mapping of subjects:, groups:, roles:, scopes:, api_keys: (lists) and/or anonymous: (true or false)", []field{
+					{key: "subjects", decode: strList(&m.Subjects)},
+					{key: "groups", decode: strList(&m.Groups)},
+					{key: "roles", decode: strList(&m.Roles)},
+					{key: "scopes", decode: strList(&m.Scopes)},
+					{key: "api_keys", decode: strList(&m.APIKeys)},
+					{key: "anonymous", decode: optionalBool(&m.Anonymous)},
+				})
+			}},
+			{key: "upstreams", decode: strList(&m.Upstreams)},
+			{key: "tools", decode: strList(&m.Tools)},
+			{key: "prompts", decode: strList(&m.Prompts)},
+			{key: "resources", decode: strList(&m.Resources)},
+			{key: "arguments", decode: listOf(&m.Arguments, "a list of {pointer, equals} or {pointer, matches}", func(a *ArgumentMatch) decodeFunc {
+				return func(d *decoder, n *yaml.Node, path string) bool {
+					return d.mapping(n, path, "a mapping with `pointer:` (like /path) and `equals:` or `matches:`", []field{
+						{key: "pointer", decode: str(&a.Pointer)},
+						{key: "equals", decode: func(d *decoder, n *yaml.Node, path string) bool {
+							var s string
+							if !str(&s)(d, n, path) {
+								return false
+							}
+							a.Equals = &s
+							return true
+						}},
+						{key: "matches", decode: str(&a.Matches)},
+					})
+				}
+			})},
+			{key: "annotations", decode: func(d *decoder, n *yaml.Node, path string) bool {
+				return d.mapping(n, path, "a mapping of readOnlyHint, destructiveHint, openWorldHint to true or false", []field{
+					{key: "readOnlyHint", decode: optionalBool(&m.ReadOnlyHint)},
+					{key: "destructiveHint", decode: optionalBool(&m.DestructiveHint)},
+					{key: "openWorldHint", decode: optionalBool(&m.OpenWorldHint)},
+				})
+			}},
+		})
+	}
+}
+
+func rateLimit(l *RateLimit) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		l.Line = n.Line
+		return d.mapping(n, path, "a mapping with `key:`, `rate:` (like 10/s) and `burst:`", []field{
+			{key: "key", decode: str(&l.Key)},
+			{key: "rate", decode: func(d *decoder, n *yaml.Node, path string) bool {
+				s, ok := d.scalar(n, path, "a rate like 10/s, 600/m or 2/h")
+				if !ok {
+					return false
+				}
+				rate, per, err := parseRate(s)
+				if err != nil {
+					d.problemf(n.Line, path, "%s", err.Error())
+					return false
+				}
+				l.Rate, l.Per = rate, per
+				return true
+			}},
+			{key: "burst", decode: integer(&l.Burst)},
+			{key: "shared", decode: boolean(&l.Shared)},
+			{key: "upstreams", decode: strList(&l.Upstreams)},
+			{key: "tools", decode: strList(&l.Tools)},
+		})
+	}
+}
+
+// optionalBool decodes true or false into a *bool that is nil when the key is absent.
+func optionalBool(dst **bool) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		var b bool
+		if !boolean(&b)(d, n, path) {
+			return false
+		}
+		*dst = &b
+		return true
+	}
+}
+
+// parseRate reads "N/s", "N/m" or "N/h" (N a positive number) as requests per second.
+func parseRate(s string) (perSecond float64, per time.Duration, err error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	periods := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
+	per, known := periods[strings.TrimSpace(unit)]
+	n, nerr := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !ok || !known || nerr != nil || n <= 0 || math.IsInf(n, 0) {
+		return 0, 0, fmt.Errorf("want a rate like 10/s, 600/m or 2/h (a positive number per s, m or h), got %s", quote(s))
+	}
+	return n / per.Seconds(), per, nil
+}
+
+// applyPolicyDefaults fills the policy settings the file leaves out.
+func applyPolicyDefaults(p *Policy, ix *index) {
+	if !ix.has("policy.default") {
+		p.Default = EffectAllow
+	}
+	if !ix.has("policy.shared_limit_failure") {
+		p.SharedLimitFailure = defaultSharedLimitFailure
+	}
+	for i := range p.Rules {
+		if !ix.has(fmt.Sprintf("policy.rules[%d].name", i)) {
+			p.Rules[i].Name = fmt.Sprintf("rule %d", i+1)
+		}
+	}
+}
+
+// policy checks the policy: effects, patterns, pointers, regular expressions and limits, each
+// reported at its line.
+func (v *validator) policy(c *Config, w where) {
+	p := &c.Policy
+	switch p.Default {
+	case EffectAllow, EffectDeny, EffectHide:
+	default:
+		v.check(w, "policy.default", fmt.Sprintf("%s is not a default effect: use allow, deny or hide", quote(p.Default)))
+	}
+	switch p.SharedLimitFailure {
+	case FailOpen, FailClosed:
+	default:
+		v.check(w, "policy.shared_limit_failure", fmt.Sprintf("%s: use open (allow while Redis is unreachable) or closed (refuse)", quote(p.SharedLimitFailure)))
+	}
+	names := map[string]int{}
+	for i := range p.Rules {
+		r, rp := &p.Rules[i], fmt.Sprintf("policy.rules[%d]", i)
+		switch r.Effect {
+		case EffectAllow, EffectDeny, EffectHide, EffectApprove:
+		case "":
+			v.check(w, rp+".effect", "required: allow, deny, hide or approve")
+		default:
+			v.check(w, rp+".effect", fmt.Sprintf("%s is not an effect: use allow, deny, hide or approve", quote(r.Effect)))
+		}
+		if j, dup := names[r.Name]; dup {
+			v.check(w, rp+".name", fmt.Sprintf("%s also names rule %d: names must be unique (audit records name the deciding rule)", quote(r.Name), j+1))
+		}
+		names[r.Name] = i
+		m, mp := &r.Match, rp+".match"
+		for _, list := range []struct {
+			key      string
+			patterns []string
+		}{{"principal.subjects", m.Subjects}, {"principal.api_keys", m.APIKeys}, {"upstreams", m.Upstreams}, {"tools", m.Tools}, {"prompts", m.Prompts}, {"resources", m.Resources}} {
+			for j, pat := range list.patterns {
+				if _, err := glob.Compile(pat); err != nil {
+					v.check(w, fmt.Sprintf("%s.%s[%d]", mp, list.key, j), err.Error())
+				}
+			}
+		}
+		for j, a := range m.Arguments {
+			ap := fmt.Sprintf("%s.arguments[%d]", mp, j)
+			if msg := checkPointer(a.Pointer); msg != "" {
+				v.check(w, ap+".pointer", msg)
+			}
+			switch {
+			case a.Equals == nil && a.Matches == "":
+				v.check(w, ap, "needs equals: (a value) or matches: (a regular expression)")
+			case a.Equals != nil && a.Matches != "":
+				v.check(w, ap, "equals and matches are alternatives: keep one")
+			case a.Matches != "":
+				if _, err := regexp.Compile(a.Matches); err != nil {
+					v.check(w, ap+".matches", "not a regular expression (RE2 syntax): "+err.Error())
+				}
+			}
+		}
+	}
+	for i := range p.RateLimits {
+		l, lp := &p.RateLimits[i], fmt.Sprintf("policy.rate_limits[%d]", i)
+		switch l.Key {
+		case LimitPrincipal, LimitPrincipalUpstream, LimitPrincipalTool, LimitUpstream:
+		default:
+			v.check(w, lp+".key", fmt.Sprintf("%s is not a limit key: use principal, principal_upstream, principal_tool or upstream", quote(l.Key)))
+		}
+		if !w.ix.present(lp + ".rate") {
+			v.check(w, lp+".rate", "required: how many requests, like 10/s, 600/m or 2/h")
+		}
+		if l.Burst < 1 {
+			v.check(w, lp+".burst", "must be at least 1: how many requests may come at once")
+		}
+		if l.Shared && c.SessionStore.Type != StoreRedis {
+			v.check(w, lp+".shared", "a shared limit is counted in Redis: set session_store type: redis, or remove shared")
+		}
+		for _, list := range []struct {
+			key      string
+			patterns []string
+		}{{"upstreams", l.Upstreams}, {"tools", l.Tools}} {
+			for j, pat := range list.patterns {
+				if _, err := glob.Compile(pat); err != nil {
+					v.check(w, fmt.Sprintf("%s.%s[%d]", lp, list.key, j), err.Error())
+				}
+			}
+		}
+	}
+}
+
+// checkPointer checks a JSON pointer (RFC 6901) into arguments.
+func checkPointer(p string) string {
+	if p == "" || p[0] != '/' {
+		return fmt.Sprintf("%s is not a JSON pointer: write /name, or /name/0/field for nested values", quote(p))
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || (p[i+1] != '0' && p[i+1] != '1')) {
+			return fmt.Sprintf("%s: ~ must be followed by 0 (for ~) or 1 (for /)", quote(p))
+		}
+	}
+	return ""
+}

@@ -1,0 +1,99 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/manifold-mcp/manifold/config"
+)
+
+func TestParsePolicy(t *testing.T) {
+	yaml := `
+session_store: {type: redis, url: "redis://127.0.0.1:6379/0"}
+policy:
+  default: deny
+  dry_run: true
+  rules:
+    - name: read-only tools
+      effect: allow
+      match:
+        upstreams: [docs]
+        annotations: {readOnlyHint: true}
+    - effect: hide
+      reason: not for contractors
+      match:
+        principal: {groups: [contractors], anonymous: false}
+        tools: ["delete_*"]
+        arguments: [{pointer: /path, matches: "^/etc/"}, {pointer: /force, equals: "true"}]
+  rate_limits:
+    - {key: principal, rate: 600/m, burst: 20}
+    - {key: upstream, rate: 5/s, burst: 5, shared: true, upstreams: [docs], tools: ["search*"]}
+  shared_limit_failure: closed
+upstreams:
+  - {name: docs, command: x, trust_annotations: true}
+`
+	c, err := config.Parse("gw.yaml", []byte(yaml), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes, no, force := true, false, "true"
+	want := config.Policy{
+		Default: "deny", DryRun: true, SharedLimitFailure: "closed", File: "gw.yaml", Line: 4,
+		Rules: []config.Rule{
+			{Name: "read-only tools", Effect: "allow", Line: 7, Match: config.Match{Upstreams: []string{"docs"}, ReadOnlyHint: &yes}},
+			{Name: "rule 2", Effect: "hide", Reason: "not for contractors", Line: 12, Match: config.Match{
+				Groups: []string{"contractors"}, Anonymous: &no, Tools: []string{"delete_*"},
+				Arguments: []config.ArgumentMatch{{Pointer: "/path", Matches: "^/etc/"}, {Pointer: "/force", Equals: &force}},
+			}},
+		},
+		RateLimits: []config.RateLimit{
+			{Key: "principal", Rate: 10, Per: time.Minute, Burst: 20, Line: 19},
+			{Key: "upstream", Rate: 5, Per: time.Second, Burst: 5, Shared: true, Upstreams: []string{"docs"}, Tools: []string{"search*"}, Line: 20},
+		},
+	}
+	if diff := cmp.Diff(want, c.Policy); diff != "" {
+		t.Errorf("policy (-want +got):\n%s", diff)
+	}
+	if !c.Upstreams[0].TrustAnnotations {
+		t.Error("trust_annotations not read")
+	}
+}
+
+func TestPolicyProblems(t *testing.T) {
+	p := func(line int, field, msg string) config.Problem {
+		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
+	}
+	tests := []struct {
+		name string
+		yaml string
+		want []config.Problem
+	}{
+		{"effects", "policy:\n  default: approve\n  rules:\n    - {effect: permit}\n    - {name: a, effect: deny}\n    - {name: a}\nupstreams: []\n", []config.Problem{
+			p(2, "policy.default", `"approve" is not a default effect: use allow, deny or hide`),
+			p(4, "policy.rules[0].effect", `"permit" is not an effect: use allow, deny, hide or approve`),
+			p(6, "policy.rules[2].effect", "required: allow, deny, hide or approve"),
+			p(6, "policy.rules[2].name", `"a" also names rule 2: names must be unique (audit records name the deciding rule)`),
+		}},
+		{"matchers", "policy:\n  rules:\n    - effect: deny\n      match:\n        tools: [\"[a-\"]\n        arguments:\n          - {pointer: path, equals: x}\n          - {pointer: /a, matches: \"(\"}\n          - {pointer: /b}\nupstreams: []\n", []config.Problem{
+			p(5, "policy.rules[0].match.tools[0]", `"[a-" has a [ without its closing ]: write \[ for a literal bracket`),
+			p(7, "policy.rules[0].match.arguments[0].pointer", `"path" is not a JSON pointer: write /name, or /name/0/field for nested values`),
+			p(8, "policy.rules[0].match.arguments[1].matches", "not a regular expression (RE2 syntax): error parsing regexp: missing closing ): `(`"),
+			p(9, "policy.rules[0].match.arguments[2]", "needs equals: (a value) or matches: (a regular expression)"),
+		}},
+		{"limits", "policy:\n  rate_limits:\n    - {key: user, rate: 10/d, burst: 0}\n    - {key: principal, burst: 1, shared: true}\nupstreams: []\n", []config.Problem{
+			p(3, "policy.rate_limits[0].rate", `want a rate like 10/s, 600/m or 2/h (a positive number per s, m or h), got "10/d"`),
+			p(3, "policy.rate_limits[0].key", `"user" is not a limit key: use principal, principal_upstream, principal_tool or upstream`),
+			p(3, "policy.rate_limits[0].burst", "must be at least 1: how many requests may come at once"),
+			p(4, "policy.rate_limits[1].rate", "required: how many requests, like 10/s, 600/m or 2/h"),
+			p(4, "policy.rate_limits[1].shared", "a shared limit is counted in Redis: set session_store type: redis, or remove shared"),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse("gw.yaml", []byte(tt.yaml), env(nil))
+			checkProblems(t, "Parse", err, tt.want)
+		})
+	}
+}
