@@ -1,0 +1,25 @@
+// Package policy owns the decision for each client request (design.md, decision 7): which
+// items a principal may see, and whether a request on one may go on.
+//
+// Rules are the `policy.rules` of the config, compiled once and then read by every request:
+// the first rule whose match admits the request decides its effect (allow, deny, hide or
+// approve), the policy's default when none does.
+//
+//	rules, err := policy.Compile(&cfg.Policy, func(upstream string) bool { return trust[upstream] })
+//	if err != nil { ... }
+//	d := rules.Decide(policy.Input{
+//		Principal: principal,
+//		Upstream:  t.Upstream,
+//		Kind:      t.Kind,
+//		Name:      t.Original, // the upstream's own name: renames are presentation
+//		Arguments: t.Arguments,
+//	})
+//	if d.Effect != config.EffectAllow && !d.DryRun { ... refuse, per the refusal table ... }
+//
+//	// Lists: an item is listed unless hidden; a filtered catalog may be cached per ViewKey.
+//	key := rules.ViewKey(principal)
+//	if rules.Visible(policy.Input{Principal: principal, Upstream: u, Kind: pipeline.Tool, Name: name}) { ... }
+//
+//	// `gateway explain`: why a request got its decision.
+//	steps, d := rules.Explain(in)
+package policy

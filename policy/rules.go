@@ -1,0 +1,586 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/glob"
+	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// The reasons a refusal gives when its rule (or the default) has none.
+const (
+	defaultDenyReason    = "the gateway's policy does not allow this request; ask the gateway's operator for access"
+	defaultHideReason    = "hidden from this principal by the gateway's policy"
+	defaultApproveReason = "this request needs an approval, which the gateway cannot obtain yet; ask the gateway's operator"
+)
+
+// DefaultRule is Decision.Rule when no rule matched and the policy's default decided.
+const DefaultRule = "default"
+
+// Rules is a compiled rule set: `policy.rules` of the config, in order, and the default.
+// Safe for concurrent use; immutable. The nil *Rules allows everything, as an absent policy
+// does.
+type Rules struct {
+	rules []rule
+	// def is the decision when no rule matches.
+	def Decision
+	// dryRun: decisions are made and reported, not enforced (Decision.DryRun).
+	dryRun bool
+	// trusted reports whether an upstream's annotations are trusted; never nil.
+	trusted func(upstream string) bool
+	// view are the indexes of the rules whose principal matchers ViewKey evaluates.
+	view []int
+}
+
+// rule is one compiled config.Rule. A nil matcher field is unset and matches anything; a
+// set one that is empty (like `groups: []`) matches nothing.
+type rule struct {
+	cfg      *config.Rule
+	decision Decision
+
+	subjects, apiKeys      glob.Set
+	groups, roles, scopes  []string
+	anonymous              tri
+	principal              bool // any principal matcher is set
+	upstreams              glob.Set
+	items                  bool // any of tools, prompts, resources is set
+	tools, prompts, resrcs glob.Set
+	hasTools               bool
+	hasPrompts             bool
+	hasResources           bool
+	args                   []argMatcher
+	readOnly               tri
+	destructive            tri
+	openWorld              tri
+}
+
+// tri is an optional bool.
+type tri uint8
+
+const (
+	unset tri = iota
+	isTrue
+	isFalse
+)
+
+func triOf(b *bool) tri {
+	switch {
+	case b == nil:
+		return unset
+	case *b:
+		return isTrue
+	}
+	return isFalse
+}
+
+func (t tri) String() string { return strconv.FormatBool(t == isTrue) }
+
+// argMatcher is one compiled config.ArgumentMatch.
+type argMatcher struct {
+	ptr    pointer
+	equals *string
+	re     *regexp.Regexp
+}
+
+// Compile compiles p; nil p allows everything. trusted reports whether an upstream's
+// annotations are trusted (its trust_annotations): for the others, annotation matchers never
+// match. If trusted is nil, no upstream's are. trusted is called during decisions (at most
+// once per decision, only when a rule with annotation matchers is reached), so it must be
+// safe for concurrent use and cheap. Compile keeps p's rules (read-only) for
+// Explain: p must not be modified afterwards.
+//
+// The config package validates a policy before it gets here, so the errors Compile returns
+// (an unknown effect, a glob, regular expression or JSON pointer that does not compile) name
+// the rule but are not worded for users.
+func Compile(p *config.Policy, trusted func(upstream string) bool) (*Rules, error) {
+	if trusted == nil {
+		trusted = func(string) bool { return false }
+	}
+	if p == nil {
+		p = &config.Policy{}
+	}
+	def := p.Default
+	if def == "" {
+		def = config.EffectAllow
+	}
+	if !validEffect(def) {
+		return nil, fmt.Errorf("policy default: unknown effect %q", def)
+	}
+	r := &Rules{
+		rules:   make([]rule, len(p.Rules)),
+		def:     decision(def, DefaultRule, "", p.DryRun),
+		dryRun:  p.DryRun,
+		trusted: trusted,
+	}
+	for i := range p.Rules {
+		c := &p.Rules[i]
+		name := c.Name
+		if name == "" {
+			name = fmt.Sprintf("rule %d", i+1)
+		}
+		if err := r.rules[i].compile(c, name, p.DryRun); err != nil {
+			return nil, fmt.Errorf("policy rule %q: %w", name, err)
+		}
+	}
+	r.view = viewRules(r.rules, def)
+	return r, nil
+}
+
+func validEffect(e string) bool {
+	switch e {
+	case config.EffectAllow, config.EffectDeny, config.EffectHide, config.EffectApprove:
+		return true
+	}
+	return false
+}
+
+// decision returns the decision of effect by rule, with reason or a default one.
+func decision(effect, rule, reason string, dryRun bool) Decision {
+	if reason == "" {
+		switch effect {
+		case config.EffectDeny:
+			reason = defaultDenyReason
+		case config.EffectHide:
+			reason = defaultHideReason
+		case config.EffectApprove:
+			reason = defaultApproveReason
+		}
+	}
+	return Decision{Effect: effect, Rule: rule, Reason: reason, DryRun: dryRun}
+}
+
+func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
+	if !validEffect(c.Effect) {
+		return fmt.Errorf("unknown effect %q", c.Effect)
+	}
+	r.cfg = c
+	r.decision = decision(c.Effect, name, c.Reason, dryRun)
+	m := &c.Match
+	var err error
+	globs := []struct {
+		key  string
+		dst  *glob.Set
+		list []string
+	}{
+		{"subjects", &r.subjects, m.Subjects},
+		{"api_keys", &r.apiKeys, m.APIKeys},
+		{"upstreams", &r.upstreams, m.Upstreams},
+		{"tools", &r.tools, m.Tools},
+		{"prompts", &r.prompts, m.Prompts},
+		{"resources", &r.resrcs, m.Resources},
+	}
+	for _, g := range globs {
+		if *g.dst, err = glob.CompileSet(g.list); err != nil {
+			return fmt.Errorf("%s: %w", g.key, err)
+		}
+	}
+	r.groups, r.roles, r.scopes = m.Groups, m.Roles, m.Scopes
+	r.anonymous = triOf(m.Anonymous)
+	r.principal = m.Subjects != nil || m.APIKeys != nil || m.Groups != nil || m.Roles != nil ||
+		m.Scopes != nil || m.Anonymous != nil
+	r.hasTools, r.hasPrompts, r.hasResources = m.Tools != nil, m.Prompts != nil, m.Resources != nil
+	r.items = r.hasTools || r.hasPrompts || r.hasResources
+	r.readOnly, r.destructive, r.openWorld = triOf(m.ReadOnlyHint), triOf(m.DestructiveHint), triOf(m.OpenWorldHint)
+	for i, a := range m.Arguments {
+		am := argMatcher{equals: a.Equals}
+		if am.ptr, err = compilePointer(a.Pointer); err != nil {
+			return fmt.Errorf("arguments[%d]: pointer %q: %w", i, a.Pointer, err)
+		}
+		switch {
+		case a.Equals != nil && a.Matches != "":
+			return fmt.Errorf("arguments[%d]: both equals and matches are set", i)
+		case a.Equals == nil && a.Matches == "":
+			return fmt.Errorf("arguments[%d]: neither equals nor matches is set", i)
+		case a.Matches != "":
+			if am.re, err = regexp.Compile(a.Matches); err != nil {
+				return fmt.Errorf("arguments[%d]: matches: %w", i, err)
+			}
+		}
+		r.args = append(r.args, am)
+	}
+	return nil
+}
+
+// Input is the subject of a decision: who asks for what.
+type Input struct {
+	Principal session.Principal
+	// Upstream is the name of the upstream that serves the item.
+	Upstream string
+	// Kind is what is addressed: Tool, Prompt or Resource (a resource URI, or for a
+	// completion a resource template). A completion's caller passes Prompt or Resource, for
+	// what is completed; other kinds match no rule with tools, prompts or resources set.
+	Kind pipeline.Kind
+	// Name is the upstream's OWN tool or prompt name or resource URI (renames are
+	// presentation).
+	Name string
+	// Arguments are the tools/call or prompts/get arguments, raw JSON; nil when none.
+	// Arguments that are not valid JSON match no argument matcher.
+	Arguments json.RawMessage
+	// Annotations are the tool's annotation hints as the upstream declared them; nil when
+	// unknown, which is read as declaring none (the MCP defaults apply).
+	Annotations *Annotations
+}
+
+// Annotations are a tool's annotation hints (MCP 2025-11-25, ToolAnnotations); nil is a hint
+// not declared.
+type Annotations struct{ ReadOnly, Destructive, OpenWorld *bool }
+
+// Decision is what the rules decided for one Input.
+type Decision struct {
+	// Effect is config.EffectAllow, EffectDeny, EffectHide or EffectApprove. Approve is
+	// reported as such; the gateway treats it as deny until approvals exist.
+	Effect string
+	// Rule is the deciding rule's name; DefaultRule when none matched.
+	Rule string
+	// Reason is the rule's reason, or for deny, hide and approve without one a default
+	// sentence.
+	Reason string
+	// DryRun is set when the rule set is in dry run: the effect was decided but is not to be
+	// enforced (it is for the audit trail).
+	DryRun bool
+}
+
+// Decide returns the decision for in: the effect of the first rule that matches it, or the
+// default. It is on the hot path of every request: it does not allocate unless a rule's
+// argument matcher meets an escaped string.
+func (r *Rules) Decide(in Input) Decision {
+	if r == nil {
+		return Decision{Effect: config.EffectAllow, Rule: DefaultRule}
+	}
+	st := state{r: r}
+	for i := range r.rules {
+		if r.rules[i].check(&in, &st).ok() {
+			return r.rules[i].decision
+		}
+	}
+	return r.def
+}
+
+// Visible reports whether an item may be listed for in.Principal: false when the decision
+// for it is hide. Deny and approve still list the item: the client sees it and is refused on
+// use. A list entry has no arguments, so the rules with argument matchers are skipped (and
+// in.Arguments is ignored). In dry run, every item is visible.
+func (r *Rules) Visible(in Input) bool {
+	if r == nil || r.dryRun {
+		return true
+	}
+	st := state{r: r}
+	for i := range r.rules {
+		c := &r.rules[i]
+		if c.args != nil {
+			continue
+		}
+		if c.check(&in, &st).ok() {
+			return c.decision.Effect != config.EffectHide
+		}
+	}
+	return r.def.Effect != config.EffectHide
+}
+
+// ViewKey returns a string identifying what p may see: two principals with the same key get
+// the same Visible answer for every item. A catalog filtered by Visible can thus be cached
+// per key rather than per session. Keys compare only among those of the same *Rules.
+//
+// Whether a principal sees an item depends on it only through which rules' principal
+// matchers it satisfies, and only for the rules that Visible reads and that can change an
+// outcome: hide rules, and the other rules that come before a hide (a later hide rule or a
+// hide default), which they may shadow. Rules without principal matchers match every
+// principal alike. The key is the indexes, among those rules, of the ones whose principal
+// matchers p satisfies, joined by commas; in dry run, and for a rule set without such rules,
+// it is "" for everyone.
+func (r *Rules) ViewKey(p session.Principal) string {
+	if r == nil || r.dryRun || len(r.view) == 0 {
+		return ""
+	}
+	var buf []byte
+	for _, i := range r.view {
+		if r.rules[i].checkPrincipal(&p).ok() {
+			if buf != nil {
+				buf = append(buf, ',')
+			} else {
+				buf = make([]byte, 0, 32)
+			}
+			buf = strconv.AppendInt(buf, int64(i), 10)
+		}
+	}
+	return string(buf)
+}
+
+// viewRules returns the indexes of the rules ViewKey reads (see there).
+func viewRules(rules []rule, def string) []int {
+	var view []int
+	hideFollows := def == config.EffectHide
+	for i := len(rules) - 1; i >= 0; i-- {
+		c := &rules[i]
+		if c.args != nil {
+			continue // never read by Visible
+		}
+		hide := c.decision.Effect == config.EffectHide
+		if c.principal && (hide || hideFollows) {
+			view = append(view, i)
+		}
+		hideFollows = hideFollows || hide
+	}
+	for i, j := 0, len(view)-1; i < j; i, j = i+1, j-1 {
+		view[i], view[j] = view[j], view[i]
+	}
+	return view
+}
+
+// state is what one evaluation learns once and reuses across rules.
+type state struct {
+	r *Rules
+	// trust is whether the input's upstream's annotations are trusted; unset until read.
+	trust tri
+	// args is whether the input's arguments are valid JSON; unset until read.
+	args tri
+}
+
+func (st *state) trusted(upstream string) bool {
+	if st.trust == unset {
+		st.trust = isFalse
+		if st.r.trusted(upstream) {
+			st.trust = isTrue
+		}
+	}
+	return st.trust == isTrue
+}
+
+func (st *state) validArgs(args []byte) bool {
+	if st.args == unset {
+		st.args = isFalse
+		if len(args) > 0 && json.Valid(args) {
+			st.args = isTrue
+		}
+	}
+	return st.args == isTrue
+}
+
+// field names the matcher that failed.
+type field uint8
+
+const (
+	matched field = iota
+	fUpstreams
+	fKind // tools, prompts, resources are set, but not for the input's kind
+	fName
+	fAnonymous
+	fSubjects
+	fAPIKeys
+	fGroups
+	fRoles
+	fScopes
+	fAnnotations
+	fArguments
+)
+
+// failure says why a rule did not match: which matcher failed, and for some, what exactly.
+type failure struct {
+	field field
+	// arg is the index of the failing argument matcher (fArguments).
+	arg int
+	// why is a detail of the failure: argument and annotation failures.
+	why why
+}
+
+type why uint8
+
+const (
+	_ why = iota
+	wNotTrusted
+	wNotTool
+	wReadOnly
+	wDestructive
+	wOpenWorld
+	wInvalidArgs
+	wMissing
+	wNotEqual
+	wNotString
+	wNoMatch
+)
+
+func (f failure) ok() bool { return f.field == matched }
+
+// check matches in against the rule, every matcher in a fixed order (cheap ones first), and
+// returns the first that fails.
+func (c *rule) check(in *Input, st *state) failure {
+	if c.upstreams != nil && !c.upstreams.Match(in.Upstream) {
+		return failure{field: fUpstreams}
+	}
+	if c.items {
+		var set glob.Set
+		switch {
+		case in.Kind == pipeline.Tool && c.hasTools:
+			set = c.tools
+		case in.Kind == pipeline.Prompt && c.hasPrompts:
+			set = c.prompts
+		case in.Kind == pipeline.Resource && c.hasResources:
+			set = c.resrcs
+		default:
+			return failure{field: fKind}
+		}
+		if !set.Match(in.Name) {
+			return failure{field: fName}
+		}
+	}
+	if c.principal {
+		if f := c.checkPrincipal(&in.Principal); !f.ok() {
+			return f
+		}
+	}
+	if c.readOnly != unset || c.destructive != unset || c.openWorld != unset {
+		if w := c.checkAnnotations(in, st); w != 0 {
+			return failure{field: fAnnotations, why: w}
+		}
+	}
+	for i := range c.args {
+		if w := c.args[i].check(in.Arguments, st); w != 0 {
+			return failure{field: fArguments, arg: i, why: w}
+		}
+	}
+	return failure{}
+}
+
+// checkPrincipal matches p against the rule's principal matchers. Subjects are globs over
+// the subject of a principal that has one: never the anonymous principal, but an API key's
+// (its name), as for any other; api_keys match API keys only. Groups, roles and scopes are
+// literal: the principal must hold one of those listed.
+func (c *rule) checkPrincipal(p *session.Principal) failure {
+	anonymous := p.Anonymous()
+	switch {
+	case c.anonymous == isTrue && !anonymous, c.anonymous == isFalse && anonymous:
+		return failure{field: fAnonymous}
+	case c.subjects != nil && (anonymous || !c.subjects.Match(p.Subject)):
+		return failure{field: fSubjects}
+	case c.apiKeys != nil && (p.Issuer != session.APIKeyIssuer || !c.apiKeys.Match(p.Subject)):
+		return failure{field: fAPIKeys}
+	case c.groups != nil && !holdsAny(p.Groups, c.groups):
+		return failure{field: fGroups}
+	case c.roles != nil && !holdsAny(p.Roles, c.roles):
+		return failure{field: fRoles}
+	case c.scopes != nil && !holdsAny(p.Scopes, c.scopes):
+		return failure{field: fScopes}
+	}
+	return failure{}
+}
+
+// holdsAny reports whether held and listed have a value in common.
+func holdsAny(held, listed []string) bool {
+	for _, h := range held {
+		for _, l := range listed {
+			if h == l {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hints returns the tool's hints, each declared or the MCP default (readOnlyHint false,
+// destructiveHint true, openWorldHint true), and whether each was declared.
+func hints(a *Annotations) (readOnly, destructive, openWorld bool, declared [3]bool) {
+	readOnly, destructive, openWorld = false, true, true
+	if a == nil {
+		return
+	}
+	if a.ReadOnly != nil {
+		readOnly, declared[0] = *a.ReadOnly, true
+	}
+	if a.Destructive != nil {
+		destructive, declared[1] = *a.Destructive, true
+	}
+	if a.OpenWorld != nil {
+		openWorld, declared[2] = *a.OpenWorld, true
+	}
+	return
+}
+
+// checkAnnotations matches the tool's annotations against the rule's; 0 when they match.
+// Only tools have annotations, and only a trusted upstream's count.
+func (c *rule) checkAnnotations(in *Input, st *state) why {
+	if in.Kind != pipeline.Tool {
+		return wNotTool
+	}
+	if !st.trusted(in.Upstream) {
+		return wNotTrusted
+	}
+	readOnly, destructive, openWorld, _ := hints(in.Annotations)
+	switch {
+	case c.readOnly != unset && (c.readOnly == isTrue) != readOnly:
+		return wReadOnly
+	case c.destructive != unset && (c.destructive == isTrue) != destructive:
+		return wDestructive
+	case c.openWorld != unset && (c.openWorld == isTrue) != openWorld:
+		return wOpenWorld
+	}
+	return 0
+}
+
+// check matches the arguments; 0 when they match.
+func (a *argMatcher) check(args json.RawMessage, st *state) why {
+	if !st.validArgs(args) {
+		if len(args) == 0 {
+			return wMissing
+		}
+		return wInvalidArgs
+	}
+	v, ok := a.ptr.resolve(args)
+	if !ok {
+		return wMissing
+	}
+	if a.re != nil {
+		if v[0] != '"' {
+			return wNotString
+		}
+		inside := v[1 : len(v)-1]
+		if matchString(a.re, inside) {
+			return 0
+		}
+		return wNoMatch
+	}
+	if v[0] == '"' {
+		if stringEquals(v[1:len(v)-1], *a.equals) {
+			return 0
+		}
+		return wNotEqual
+	}
+	if compactEquals(v, *a.equals) {
+		return 0
+	}
+	return wNotEqual
+}
+
+// matchString reports whether re matches the decoded JSON string whose inside is given.
+func matchString(re *regexp.Regexp, inside []byte) bool {
+	if plain(inside) {
+		return re.Match(inside)
+	}
+	s, ok := decodeString(inside)
+	return ok && re.MatchString(s)
+}
+
+// stringEquals reports whether the JSON string whose inside is given decodes to want.
+func stringEquals(inside []byte, want string) bool {
+	if plain(inside) {
+		return string(inside) == want
+	}
+	s, ok := decodeString(inside)
+	return ok && s == want
+}
+
+// plain reports whether the inside of a JSON string is its text as is: no escapes, valid
+// UTF-8 (a decoder replaces invalid bytes with U+FFFD).
+func plain(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' {
+			return false
+		}
+	}
+	return utf8.Valid(b)
+}
