@@ -27,6 +27,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"log/slog"
 	"time"
 )
@@ -106,6 +107,10 @@ type Record struct {
 	// Decisions are what the policy stages decided on the way (JSON "decisions"), in the
 	// order they ran; nil, and left out, when no stage recorded one.
 	Decisions []Decision
+
+	// Arguments are the request's arguments with the configured fields redacted (JSON
+	// "arguments"), when the trail is configured to keep them; nil otherwise.
+	Arguments json.RawMessage
 }
 
 // Decision is what one policy stage decided about a request, for the record.
@@ -116,6 +121,8 @@ type Decision struct {
 	Effect string `json:"effect"`
 	// Rule identifies the configured rule that decided, if one did.
 	Rule string `json:"rule,omitempty"`
+	// DryRun marks a decision made but not enforced (the policy's dry run).
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // slogRecord returns r as the slog record of its JSON line: the time as the record's own, the
@@ -146,6 +153,9 @@ func (r *Record) slogRecord() slog.Record {
 	}
 	if len(r.Decisions) > 0 {
 		rec.AddAttrs(slog.Any("decisions", r.Decisions))
+	}
+	if len(r.Arguments) > 0 {
+		rec.AddAttrs(slog.Any("arguments", r.Arguments))
 	}
 	return rec
 }

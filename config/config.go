@@ -388,6 +388,15 @@ type Audit struct {
 	// Sink is "file", and allowed only then.
 	Path string
 
+	// Arguments keeps the arguments of tools/call and prompts/get in their records (key
+	// `arguments`), with the members Redact names replaced. Off by default: arguments may
+	// carry what users typed.
+	Arguments bool
+
+	// Redact names argument members whose values never reach a record (key `redact`, names
+	// matched at any depth, case-insensitively), like [password, token].
+	Redact []string
+
 	// Buffer is how many records may wait to be written (key `buffer`), from 1 to 1048576.
 	// A record that finds it full is dropped and counted, so that a slow output never holds
 	// up a request. Defaults to 4096.

@@ -272,6 +272,8 @@ func audit(a *Audit) decodeFunc {
 			{key: "sink", decode: str(&a.Sink)},
 			{key: "path", decode: str(&a.Path)},
 			{key: "buffer", decode: integer(&a.Buffer)},
+			{key: "arguments", decode: boolean(&a.Arguments)},
+			{key: "redact", decode: strList(&a.Redact)},
 		})
 	}
 }

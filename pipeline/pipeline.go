@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 )
@@ -44,6 +45,9 @@ type Request struct {
 	LogID string
 	// Received is when the face took the request.
 	Received time.Time
+	// Decisions are what the policy chain decided on the way, in order, for the request's
+	// audit record; checks append to it.
+	Decisions []audit.Decision
 }
 
 // Kind is what a request addresses.

@@ -919,3 +919,7 @@ func (s *RedisStore) ClearConnection(ctx context.Context, id, upstream, replica 
 	}
 	return nil
 }
+
+// Client returns the store's Redis client, for what shares the store's Redis (the policy's
+// shared rate limits). Closing the store closes it.
+func (s *RedisStore) Client() redis.UniversalClient { return s.client }
