@@ -35,7 +35,11 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 		if rec.Target == "" {
 			rec.Target = t.Exposed
 		}
+		if g.cfg.Audit.Arguments && t.Arguments != nil {
+			rec.Arguments = audit.Redact(t.Arguments, g.cfg.Audit.Redact)
+		}
 	}
+	rec.Decisions = req.Decisions
 	if ctx.Err() != nil {
 		// The client cancelled the request, or its session ended: nobody got an answer.
 		rec.Outcome, rec.Code = audit.OutcomeCancelled, 0

@@ -92,6 +92,8 @@ type Gateway struct {
 	checks pipeline.Chain
 	// auth authenticates clients; nil when authentication is off.
 	auth *authn
+	// gate is the policy: rules and rate limits; nil when there is none.
+	gate *gate
 
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
@@ -181,10 +183,22 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.checks = pipeline.Chain(g.opts.Checks)
-	if g.auth != nil {
-		// Authentication is the chain's first check (design decision 7).
-		g.checks = append(pipeline.Chain{auth.RequirePrincipal()}, g.checks...)
+	lr, _ := g.store.(limitRedis)
+	if g.gate, err = newGate(cfg, lr, g.opts.Now, g.logger); err != nil {
+		g.cancel()
+		_ = g.closeStore()
+		return nil, err
 	}
+	// The chain in the order of design decision 7: who the caller is, what the policy
+	// says of the target and how often, then the checks given (plugins, approval).
+	var chain pipeline.Chain
+	if g.auth != nil {
+		chain = append(chain, auth.RequirePrincipal())
+	}
+	if g.gate != nil {
+		chain = append(chain, pipeline.CheckFunc(g.policyCheck))
+	}
+	g.checks = append(chain, g.checks...)
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
@@ -521,10 +535,20 @@ func (g *Gateway) rebuild() {
 		return
 	}
 	ids := map[string][]string{} // profile → its sessions live here
+	// A session whose view the policy cuts hears only of changes to what it sees.
+	byMethod := map[string][]string{} // method → sessions told of it by their own view
+	memo := map[string][]string{}
 	for _, s := range g.hub.Sessions() {
-		if _, ok := changed[s.Group()]; ok {
-			ids[s.Group()] = append(ids[s.Group()], s.ID())
+		if _, ok := changed[s.Group()]; !ok {
+			continue
 		}
+		if own, ok := g.gate.changedFor(s.ID(), profileOf(prev, s.Group()), profileOf(next, s.Group()), g.kindOf, memo); ok {
+			for _, method := range own {
+				byMethod[method] = append(byMethod[method], s.ID())
+			}
+			continue
+		}
+		ids[s.Group()] = append(ids[s.Group()], s.ID())
 	}
 	for profile, methods := range changed {
 		if len(ids[profile]) == 0 {
@@ -533,6 +557,9 @@ func (g *Gateway) rebuild() {
 		for _, method := range methods {
 			g.router.notifySessions(&protocol.Notification{Method: method}, ids[profile]...)
 		}
+	}
+	for method, sessions := range byMethod {
+		g.router.notifySessions(&protocol.Notification{Method: method}, sessions...)
 	}
 }
 
@@ -587,6 +614,9 @@ func (g *Gateway) expireSessions() {
 				u.pool.sweep(g.opts.Now())
 			}
 		}
+		if g.gate != nil && g.gate.limiter != nil {
+			g.gate.limiter.Sweep()
+		}
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
 		if g.replicas != nil {
 			g.replicas.sweepTakenOver(g.ctx)
@@ -613,6 +643,7 @@ func (g *Gateway) endLocal(id string) {
 		}
 	}
 	g.subs.drop(id)
+	g.gate.forgetView(id)
 }
 
 // goWorker runs f on a goroutine the gateway owns: Close waits for it. Once Close has begun it

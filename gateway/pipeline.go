@@ -80,7 +80,7 @@ func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline
 // looked up. A name that is not in the catalog is refused here, before any check; a refused
 // resource still comes with its target, so that the refusal names the URI.
 func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
-	snap := g.catalogOf(rq.Client.Profile)
+	snap := g.viewOf(rq.Client)
 	params := rq.Params
 	switch rq.Method {
 	case protocol.MethodCallTool, protocol.MethodGetPrompt:
@@ -93,6 +93,7 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 			kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
 		}
 		if entry == nil {
+			g.auditHidden(rq, kind, name)
 			return nil, g.unknownName(rq, snap, kind, what, name)
 		}
 		forward, err := withMember(params, "name", entry.Original)
@@ -101,8 +102,9 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
 			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
-		if len(g.checks) > 0 {
-			// Only checks read the arguments: without any, the request does not pay for it.
+		if len(g.checks) > 0 || g.cfg.Audit.Arguments {
+			// Only checks and the audit trail read the arguments: without them, the request
+			// does not pay for it.
 			res.target.Arguments, _, _ = protocol.Member(params, "arguments")
 		}
 		if kind == pipeline.Tool {
@@ -237,7 +239,7 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		return g.setLogLevel(ctx, rq, rq.Params)
 	case protocol.MethodListTools:
 		g.awaitFirstStart(ctx)
-		page, err := listPage(g.catalogOf(rq.Client.Profile), upstream.Tools, rq.Params, g.cfg.PageSize)
+		page, err := listPage(g.viewOf(rq.Client), upstream.Tools, rq.Params, g.cfg.PageSize)
 		if err != nil {
 			return nil, err
 		}
@@ -247,13 +249,13 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		return bridgeListPage(page, upstream.Tools, rq.Client.ProtocolVersion), nil
 	case protocol.MethodListResources:
 		g.awaitFirstStart(ctx)
-		return listPage(g.catalogOf(rq.Client.Profile), upstream.Resources, rq.Params, g.cfg.PageSize)
+		return listPage(g.viewOf(rq.Client), upstream.Resources, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListResourceTemplates:
 		g.awaitFirstStart(ctx)
-		return listPage(g.catalogOf(rq.Client.Profile), upstream.ResourceTemplates, rq.Params, g.cfg.PageSize)
+		return listPage(g.viewOf(rq.Client), upstream.ResourceTemplates, rq.Params, g.cfg.PageSize)
 	case protocol.MethodListPrompts:
 		g.awaitFirstStart(ctx)
-		return listPage(g.catalogOf(rq.Client.Profile), upstream.Prompts, rq.Params, g.cfg.PageSize)
+		return listPage(g.viewOf(rq.Client), upstream.Prompts, rq.Params, g.cfg.PageSize)
 	case protocol.MethodCallTool:
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
 		switch {

@@ -75,7 +75,11 @@ var noProfile = catalog.NewBuilder(nil, "", nil).Build()
 
 // catalogOf returns the catalog a client of profile sees now: the whole one for "".
 func (g *Gateway) catalogOf(profile string) *catalog.Snapshot {
-	snap := g.snapshot.Load()
+	return profileOf(g.snapshot.Load(), profile)
+}
+
+// profileOf returns snap's catalog of profile: snap itself for "".
+func profileOf(snap *catalog.Snapshot, profile string) *catalog.Snapshot {
 	if profile == "" {
 		return snap
 	}

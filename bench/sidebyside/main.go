@@ -1,10 +1,11 @@
 // Command sidebyside measures what the gateway costs: in one run it alternates, for several
 // rounds, the load tool against the fast echo upstream's own HTTP face (direct) and against
 // the gateway in front of the same upstream over stdio (with authentication off, and on:
-// gateway-auth, a JWT of a local issuer verified on every request) and over Streamable
-// HTTP, at each concurrency asked for; then it checks a high concurrency for errors only. It
-// prints the medians and the ratios gateway/direct, which stay meaningful on a shared, noisy
-// machine where absolute figures do not. bench/run builds the binaries and calls it.
+// gateway-auth, a JWT of a local issuer verified on every request; and gateway-policy, a
+// rule set and rate limits deciding every call) and over Streamable HTTP, at each concurrency
+// asked for; then it checks a high concurrency for errors only. It prints the medians and
+// the ratios gateway/direct, which stay meaningful on a shared, noisy machine where absolute
+// figures do not. bench/run builds the binaries and calls it.
 package main
 
 import (
@@ -208,7 +209,7 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 }
 
 // run compares the echo tool directly and through the gateway over stdio (authentication
-// off and on) and HTTP.
+// off and on, and with a policy) and HTTP.
 func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string) error {
 	f, err := newFleet()
 	if err != nil {
@@ -237,11 +238,16 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		return err
 	}
 	defer closeIssuer()
+	gwPolicy, err := f.policyGateway(bin, echo, stdioFloor)
+	if err != nil {
+		return err
+	}
 	targets := []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
 		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
 		gwAuth,
+		gwPolicy,
 		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
 	}
 	if other != "" {

@@ -52,6 +52,8 @@ const usage = `usage:
                                                          URL, default http://127.0.0.1:8080)
   gateway demo     [-name NAME]                          serve the demo MCP server over stdio (the example
                                                          config's upstream; one build serves both)
+  gateway explain  -config FILE -upstream U -tool T [-subject S|-api-key K] [-groups G,...] [-args JSON]
+                                                         print which policy rule decides a call, and why
   gateway apikey   -name NAME                            make an API key: prints the key (give it to the
                                                          service) and the config entry with its hash
   gateway version                                        print the version
@@ -78,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serveDemo(args[1:], stderr)
 	case "apikey":
 		return newAPIKey(args[1:], stdout, stderr)
+	case "explain":
+		return explain(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "manifold", version)
 		return 0

@@ -779,3 +779,38 @@ func TestAPIKeyCommand(t *testing.T) {
 		t.Errorf("the printed entry does not validate: %q", errOut.String())
 	}
 }
+
+// TestExplainCommand: gateway explain names the deciding rule and why the rules before it did
+// not match, for a principal and a call given on the command line.
+func TestExplainCommand(t *testing.T) {
+	cfg := writeConfig(t, `upstreams:
+  - {name: docs, command: x, trust_annotations: true}
+policy:
+  default: deny
+  rules:
+    - name: contractors-no-delete
+      effect: hide
+      match: {principal: {groups: [contractors]}, tools: ["delete_*"]}
+    - name: read-only
+      effect: allow
+      match: {annotations: {readOnlyHint: true}}
+`)
+	var out, errOut bytes.Buffer
+	code := run([]string{"explain", "-config", cfg, "-api-key", "ci", "-groups", "eng", "-upstream", "docs", "-tool", "search", "-annotations", `{"readOnlyHint":true}`}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("explain: exit %d, %s", code, errOut.String())
+	}
+	text := out.String()
+	for _, want := range []string{"apikey:ci", "no  contractors-no-delete (", `"search" matches none of ["delete_*"]`, "YES read-only", "decision: allow by read-only"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, text)
+		}
+	}
+	out.Reset()
+	if code := run([]string{"explain", "-config", cfg, "-subject", "sam", "-groups", "contractors", "-upstream", "docs", "-tool", "delete_all"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "decision: hide by contractors-no-delete") {
+		t.Errorf("explain of a hidden tool: exit %d:\n%s", code, out.String())
+	}
+	if code := run([]string{"explain", "-config", cfg, "-upstream", "docs"}, io.Discard, &errOut); code != 2 {
+		t.Errorf("explain without a target: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// explain prints which policy rule decides a request, and why each rule before it did not
+// match: a policy change can be tried before it bites. Names are the upstream's own (policy
+// matches them; renames are presentation).
+func explain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	load := configFlags(fs)
+	subject := fs.String("subject", "", "the principal's subject (sub); empty with -api-key or for anonymous")
+	issuer := fs.String("issuer", "", "the principal's issuer (default: the config's first OIDC issuer)")
+	apiKey := fs.String("api-key", "", "the principal is the API key of this name")
+	groups := fs.String("groups", "", "the principal's groups, comma-separated")
+	roles := fs.String("roles", "", "the principal's roles, comma-separated")
+	scopes := fs.String("scopes", "", "the principal's scopes, comma-separated")
+	up := fs.String("upstream", "", "the upstream (required)")
+	tool := fs.String("tool", "", "a tool, by the upstream's own name")
+	prompt := fs.String("prompt", "", "a prompt, by the upstream's own name")
+	resource := fs.String("resource", "", "a resource URI, as the upstream knows it")
+	arguments := fs.String("args", "", "the call's arguments, a JSON object")
+	annotations := fs.String("annotations", "", `the tool's annotations, a JSON object like {"readOnlyHint":true}`)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, code := load(stderr)
+	if cfg == nil {
+		return code
+	}
+	in := policy.Input{Upstream: *up, Arguments: json.RawMessage(*arguments)}
+	switch {
+	case *tool != "":
+		in.Kind, in.Name = pipeline.Tool, *tool
+	case *prompt != "":
+		in.Kind, in.Name = pipeline.Prompt, *prompt
+	case *resource != "":
+		in.Kind, in.Name = pipeline.Resource, *resource
+	}
+	if *up == "" || in.Name == "" {
+		fmt.Fprintln(stderr, "gateway explain: -upstream and one of -tool, -prompt or -resource are required")
+		return 2
+	}
+	if *arguments != "" && !json.Valid([]byte(*arguments)) {
+		fmt.Fprintln(stderr, "gateway explain: -args is not JSON")
+		return 2
+	}
+	if *annotations != "" {
+		var a struct {
+			ReadOnly    *bool `json:"readOnlyHint"`
+			Destructive *bool `json:"destructiveHint"`
+			OpenWorld   *bool `json:"openWorldHint"`
+		}
+		if err := json.Unmarshal([]byte(*annotations), &a); err != nil {
+			fmt.Fprintf(stderr, "gateway explain: -annotations: %v\n", err)
+			return 2
+		}
+		in.Annotations = &policy.Annotations{ReadOnly: a.ReadOnly, Destructive: a.Destructive, OpenWorld: a.OpenWorld}
+	}
+	switch {
+	case *apiKey != "":
+		in.Principal = session.Principal{Issuer: session.APIKeyIssuer, Subject: *apiKey}
+	case *subject != "":
+		in.Principal = session.Principal{Issuer: *issuer, Subject: *subject}
+		if in.Principal.Issuer == "" && len(cfg.Auth.OIDC) > 0 {
+			in.Principal.Issuer = cfg.Auth.OIDC[0].URL
+		}
+	}
+	in.Principal.Groups, in.Principal.Roles, in.Principal.Scopes = list(*groups), list(*roles), list(*scopes)
+	trusted := map[string]bool{}
+	known := false
+	for _, u := range cfg.Upstreams {
+		trusted[u.Name] = u.TrustAnnotations
+		known = known || u.Name == *up
+	}
+	if !known {
+		fmt.Fprintf(stderr, "gateway explain: warning: the config has no upstream %q\n", *up)
+	}
+	rules, err := policy.Compile(&cfg.Policy, func(u string) bool { return trusted[u] })
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	steps, d := rules.Explain(in)
+	fmt.Fprintf(stdout, "principal %s, %s %q of upstream %s\n", in.Principal.String(), in.Kind, in.Name, in.Upstream)
+	for _, s := range steps {
+		mark := "  no "
+		if s.Matched {
+			mark = "  YES"
+		}
+		fmt.Fprintf(stdout, "%s %s (%s:%d)", mark, s.Rule, cfg.Policy.File, s.Line)
+		if s.Why != "" {
+			fmt.Fprintf(stdout, ": %s", s.Why)
+		}
+		fmt.Fprintln(stdout)
+	}
+	fmt.Fprintf(stdout, "decision: %s by %s", d.Effect, d.Rule)
+	if d.Reason != "" {
+		fmt.Fprintf(stdout, " (%s)", d.Reason)
+	}
+	if d.DryRun {
+		fmt.Fprint(stdout, " [dry run: not enforced]")
+	}
+	fmt.Fprintln(stdout)
+	return 0
+}
+
+// list splits a comma-separated flag value.
+func list(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy"
+	"github.com/manifold-mcp/manifold/policy/limit"
+	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// gate is the policy of the gateway (design decision 7, after authentication): the rules
+// that decide what each principal sees and may call, and the rate limits. Nil parts are
+// off.
+type gate struct {
+	rules   *policy.Rules
+	limiter *limit.Limiter
+
+	// views caches the catalog as each distinct rule outcome sees it (policy.ViewKey), per
+	// profile, for the snapshot it was cut from; a new snapshot empties it.
+	mu    sync.Mutex
+	base  map[string]*catalog.Snapshot // profile → the snapshot the views of it were cut from
+	views map[string]*catalog.Snapshot // profile + "\x00" + view key → the view
+	// seen remembers the view of each session here, so that a catalog change reaches a
+	// session as list_changed only when its own view changed.
+	seen sync.Map // session id → sessionView
+}
+
+// sessionView is the view a session was last served, and a principal it was served for.
+type sessionView struct {
+	key       string
+	principal session.Principal
+}
+
+// newGate compiles the config's policy; nil when there is none.
+func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, logger *slog.Logger) (*gate, error) {
+	p := &cfg.Policy
+	if len(p.Rules) == 0 && len(p.RateLimits) == 0 && p.Default == config.EffectAllow {
+		return nil, nil
+	}
+	trusted := map[string]bool{}
+	for _, u := range cfg.Upstreams {
+		trusted[u.Name] = u.TrustAnnotations
+	}
+	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{}}
+	var err error
+	if g.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {
+		return nil, fmt.Errorf("policy (%s:%d): %w", p.File, p.Line, err)
+	}
+	if len(p.RateLimits) > 0 {
+		opts := limit.Options{Limits: p.RateLimits, FailClosed: p.SharedLimitFailure == config.FailClosed, Now: now, Logger: logger}
+		if limiterRedis != nil {
+			opts.Redis, opts.KeyPrefix = limiterRedis.Client(), cfg.SessionStore.KeyPrefix
+		}
+		if g.limiter, err = limit.New(opts); err != nil {
+			return nil, fmt.Errorf("policy rate limits (%s:%d): %w", p.File, p.Line, err)
+		}
+	}
+	return g, nil
+}
+
+// limitRedis is a session store that lends its Redis client to the shared rate limits.
+type limitRedis interface {
+	Client() redis.UniversalClient
+}
+
+// check is the policy's link of the chain: the rules' decision on the request's target, then
+// the rate limits. A hidden item is refused as a missing one; a denied one with the rule's
+// reason; dry run records the decision and lets the request go on.
+func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
+	gt := g.gate
+	if t.Kind == pipeline.Gateway {
+		return nil
+	}
+	in := g.policyInput(req.Client.Principal, t)
+	d := gt.rules.Decide(in)
+	req.Decisions = append(req.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
+	if !d.DryRun {
+		switch d.Effect {
+		case config.EffectHide:
+			return hiddenRefusal(t)
+		case config.EffectDeny, config.EffectApprove:
+			msg := d.Reason
+			if msg == "" {
+				msg = "denied by the gateway's policy"
+			}
+			return &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: t.Upstream,
+				Message: fmt.Sprintf("%s (rule %q); ask the gateway's operator if you need it", msg, d.Rule)}
+		}
+	}
+	if gt.limiter == nil {
+		return nil
+	}
+	tool := ""
+	if t.Kind == pipeline.Tool {
+		tool = t.Original
+	}
+	v := gt.limiter.Allow(ctx, limit.Request{Principal: req.Client.Principal, Upstream: t.Upstream, Tool: tool})
+	if v.Allowed {
+		return nil
+	}
+	req.Decisions = append(req.Decisions, audit.Decision{Check: "rate_limit", Effect: config.EffectDeny, Rule: v.Limit, DryRun: d.DryRun})
+	if d.DryRun {
+		return nil
+	}
+	return &pipeline.Refusal{Reason: pipeline.ReasonRateLimited, Upstream: t.Upstream, RetryAfter: v.RetryAfter,
+		Message: fmt.Sprintf("rate limited (%s): try again in %s", v.Limit, v.RetryAfter.Round(100e6))}
+}
+
+// hiddenRefusal is the refusal of a hidden target: that of a missing one (refusal table).
+func hiddenRefusal(t *pipeline.Target) error {
+	switch t.Kind {
+	case pipeline.Tool:
+		return &pipeline.Refusal{Reason: pipeline.ReasonUnknownTool, Message: "unknown tool: " + t.Exposed}
+	case pipeline.Prompt:
+		return &pipeline.Refusal{Reason: pipeline.ReasonUnknownPrompt, Message: "unknown prompt: " + t.Exposed}
+	case pipeline.Resource:
+		return &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + t.Exposed}
+	}
+	return &pipeline.Refusal{Reason: pipeline.ReasonDenied, Message: "not found: " + t.Exposed}
+}
+
+// policyInput is what the rules decide on for target t of principal who.
+func (g *Gateway) policyInput(who session.Principal, t *pipeline.Target) policy.Input {
+	in := policy.Input{Principal: who, Upstream: t.Upstream, Kind: t.Kind, Name: t.Original, Arguments: t.Arguments}
+	switch t.Kind {
+	case pipeline.Tool:
+		if e := g.snapshot.Load().Tool(t.Exposed); e != nil {
+			in.Annotations = annotationsOf(e)
+		}
+	case pipeline.Completion:
+		// A completion is about a prompt's argument or a resource template's.
+		in.Kind = pipeline.Prompt
+		if g.snapshot.Load().Prompt(t.Exposed) == nil {
+			in.Kind = pipeline.Resource
+		}
+	}
+	return in
+}
+
+// annotationsOf reads a tool entry's annotation hints.
+func annotationsOf(e *catalog.Entry) *policy.Annotations {
+	raw := e.Annotations()
+	if raw == nil {
+		return nil
+	}
+	var a struct {
+		ReadOnly    *bool `json:"readOnlyHint"`
+		Destructive *bool `json:"destructiveHint"`
+		OpenWorld   *bool `json:"openWorldHint"`
+	}
+	if json.Unmarshal(raw, &a) != nil {
+		return nil
+	}
+	return &policy.Annotations{ReadOnly: a.ReadOnly, Destructive: a.Destructive, OpenWorld: a.OpenWorld}
+}
+
+// viewOf returns the catalog client sees: its profile's, less what the policy hides from its
+// principal. Views are shared by the principals whose rule outcomes are the same.
+func (g *Gateway) viewOf(client pipeline.ClientContext) *catalog.Snapshot {
+	snap := g.catalogOf(client.Profile)
+	gt := g.gate
+	if gt == nil {
+		return snap
+	}
+	key := gt.rules.ViewKey(client.Principal)
+	if client.SessionID != "" {
+		if prev, ok := gt.seen.Load(client.SessionID); !ok || prev.(sessionView).key != key {
+			gt.seen.Store(client.SessionID, sessionView{key: key, principal: client.Principal})
+		}
+	}
+	return gt.view(snap, client.Profile, key, client.Principal, g.kindOf)
+}
+
+// view returns snap as the principals of view key see it, cached until snap is replaced.
+func (gt *gate) view(snap *catalog.Snapshot, profile, key string, who session.Principal, kindOf func(upstream.Kind) pipeline.Kind) *catalog.Snapshot {
+	cacheKey := profile + "\x00" + key
+	gt.mu.Lock()
+	if gt.base[profile] != snap {
+		for k := range gt.views {
+			if len(k) > len(profile) && k[:len(profile)+1] == profile+"\x00" {
+				delete(gt.views, k)
+			}
+		}
+		gt.base[profile] = snap
+	}
+	v := gt.views[cacheKey]
+	gt.mu.Unlock()
+	if v != nil {
+		return v
+	}
+	v = filterView(gt.rules, snap, who, kindOf)
+	gt.mu.Lock()
+	if gt.base[profile] == snap {
+		gt.views[cacheKey] = v
+	}
+	gt.mu.Unlock()
+	return v
+}
+
+// filterView cuts snap to what rules let who see.
+func filterView(rules *policy.Rules, snap *catalog.Snapshot, who session.Principal, kindOf func(upstream.Kind) pipeline.Kind) *catalog.Snapshot {
+	return snap.Filter(func(e *catalog.Entry, k upstream.Kind) bool {
+		in := policy.Input{Principal: who, Upstream: e.Namespace.Name, Kind: kindOf(k), Name: e.Original}
+		if k == upstream.Tools {
+			in.Annotations = annotationsOf(e)
+		}
+		return rules.Visible(in)
+	})
+}
+
+// kindOf is the pipeline kind of a catalog list's items.
+func (g *Gateway) kindOf(k upstream.Kind) pipeline.Kind {
+	switch k {
+	case upstream.Tools:
+		return pipeline.Tool
+	case upstream.Prompts:
+		return pipeline.Prompt
+	}
+	return pipeline.Resource
+}
+
+// forgetView drops what the gate remembers of an ended session.
+func (gt *gate) forgetView(sessionID string) {
+	if gt != nil {
+		gt.seen.Delete(sessionID)
+	}
+}
+
+// changedFor returns, for a session here, the list_changed notifications its own view needs
+// after the catalog went from prev to next; ok is false when the gate knows no view of the
+// session (it has not listed yet: it gets the catalog's own changes).
+func (gt *gate) changedFor(sessionID string, prev, next *catalog.Snapshot, kindOf func(upstream.Kind) pipeline.Kind, memo map[string][]string) (changed []string, ok bool) {
+	if gt == nil {
+		return nil, false
+	}
+	sv, found := gt.seen.Load(sessionID)
+	if !found {
+		return nil, false
+	}
+	v := sv.(sessionView)
+	memoKey := fmt.Sprintf("%p\x00%s", next, v.key)
+	if c, done := memo[memoKey]; done {
+		return c, true
+	}
+	c := listsChanged(filterView(gt.rules, prev, v.principal, kindOf), filterView(gt.rules, next, v.principal, kindOf))
+	memo[memoKey] = c
+	return c, true
+}
+
+// auditHidden records, for the audit trail only, the decision that hid a tool or prompt the
+// client named: to the client it is unknown, as a missing one.
+func (g *Gateway) auditHidden(rq *request, kind pipeline.Kind, name string) {
+	if g.gate == nil {
+		return
+	}
+	full := g.catalogOf(rq.Client.Profile)
+	e := full.Tool(name)
+	if kind == pipeline.Prompt {
+		e = full.Prompt(name)
+	}
+	if e == nil {
+		return
+	}
+	d := g.gate.rules.Decide(g.policyInput(rq.Client.Principal, &pipeline.Target{Kind: kind, Upstream: e.Namespace.Name, Exposed: name, Original: e.Original}))
+	rq.Decisions = append(rq.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
+}

@@ -1,0 +1,205 @@
+package gateway_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testclock"
+)
+
+// policyYAML is a gateway with two API-key principals (alice in eng, bob a contractor), two
+// alpha upstreams — a with trusted annotations, b without, and b's echo renamed shout — and
+// policy (YAML lines at two spaces under `policy:`).
+func policyYAML(policy string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+auth:
+  api_keys:
+    - {name: alice, hash: %q, groups: [eng]}
+    - {name: bob, hash: %q, groups: [contractors]}
+audit: {arguments: true, redact: [secret]}
+policy:
+%supstreams:%s%s`, auth.HashAPIKey("mfk_alice"), auth.HashAPIKey("mfk_bob"), policy,
+		upstreamYAML("a", "beta", "    trust_annotations: true\n    tools:\n      overrides:\n        whoami: {annotations: {readOnlyHint: true}}\n"),
+		upstreamYAML("b", "beta", "    tools:\n      overrides:\n        whoami: {annotations: {readOnlyHint: true}}\n        echo: {name: shout}\n"))
+}
+
+const policyRules = `  default: deny
+  rules:
+    - {name: contractors-no-add, effect: hide, match: {principal: {groups: [contractors]}, tools: [add]}}
+    - {name: no-etc, effect: deny, reason: "paths under /etc are off limits", match: {tools: [echo], arguments: [{pointer: /text, matches: "^/etc"}]}}
+    - {name: read-only, effect: allow, match: {annotations: {readOnlyHint: true}}}
+    - {name: tools-for-all, effect: allow, match: {tools: [echo, add]}}
+`
+
+// TestPolicyDecidesPerPrincipal: two principals see different catalogs and get allow, deny
+// and hide on the same tool; an argument rule denies with its reason; an annotation rule
+// counts for the trusted upstream only; a rule on a renamed tool matches its original name;
+// every decision is in the audit record, with the arguments redacted as configured.
+func TestPolicyDecidesPerPrincipal(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, policyYAML(policyRules), &gateway.Options{Audit: trail})
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+	bob := connectAs(t, tg.url, "mfk_bob", nil)
+	names := func(cs *mcp.ClientSession) []string {
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toolNames(res.Tools)
+	}
+	if got, want := names(alice), []string{"a__add", "a__echo", "a__whoami", "b__add", "b__shout", "b__whoami"}; !slices.Equal(got, want) {
+		t.Errorf("alice's tools %v, want %v (denied tools are listed)", got, want)
+	}
+	if got, want := names(bob), []string{"a__echo", "a__whoami", "b__shout", "b__whoami"}; !slices.Equal(got, want) {
+		t.Errorf("bob's tools %v, want %v (add hidden from contractors)", got, want)
+	}
+
+	call := func(cs *mcp.ClientSession, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	}
+	// Hidden: exactly as a tool that does not exist.
+	_, hidden := call(bob, "a__add", map[string]any{"a": 1, "b": 2})
+	_, missing := call(bob, "a__nope", nil)
+	if hidden == nil || missing == nil || strings.Replace(hidden.Error(), "a__add", "X", 1) != strings.Replace(missing.Error(), "a__nope", "X", 1) {
+		t.Errorf("bob calling a hidden tool: %v; a missing one: %v; want the same error", hidden, missing)
+	}
+	if res, err := call(alice, "a__add", map[string]any{"a": 1, "b": 2}); err != nil || res.IsError {
+		t.Errorf("alice calling add: %v %v", res, err)
+	}
+	// An argument rule.
+	res, err := call(alice, "a__echo", map[string]any{"text": "/etc/passwd", "secret": "s3"})
+	if err != nil || !res.IsError || !strings.Contains(textOf(t, res), "off limits") || res.Meta["dev.manifold/reason"] != "denied" {
+		t.Errorf("echo of /etc: %v %v, want a denied tool result with the rule's reason", res, err)
+	}
+	if res, err := call(alice, "a__echo", map[string]any{"text": "/tmp"}); err != nil || res.IsError {
+		t.Errorf("echo of /tmp: %v %v", res, err)
+	}
+	// The renamed tool: the rule names the upstream's echo.
+	if res, err := call(alice, "b__shout", map[string]any{"text": "/etc/x"}); err != nil || !res.IsError {
+		t.Errorf("shout (echo renamed) of /etc: %v %v, want denied by the rule on echo", res, err)
+	}
+	// Annotations count for the trusted upstream only: b's whoami falls to the default.
+	if res, err := call(alice, "a__whoami", nil); err != nil || res.IsError {
+		t.Errorf("whoami of the trusted upstream: %v %v", res, err)
+	}
+	if res, err := call(alice, "b__whoami", nil); err != nil || !res.IsError || !strings.Contains(textOf(t, res), `"default"`) {
+		t.Errorf("whoami of the untrusted upstream: %v %v, want denied by the default", res, err)
+	}
+
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var sawDeny, sawHide bool
+	for _, rec := range auditLines(t, out.String()) {
+		if rec["method"] != "tools/call" {
+			continue
+		}
+		decisions := fmt.Sprint(rec["decisions"])
+		if rec["target"] == "echo" && rec["upstream"] == "a" && strings.Contains(decisions, "no-etc") {
+			sawDeny = true
+			if rec["outcome"] != "refused" || rec["reason"] != "denied" || !strings.Contains(decisions, "effect:deny") {
+				t.Errorf("denied call's record: %v", rec)
+			}
+			if args := fmt.Sprint(rec["arguments"]); !strings.Contains(args, "[redacted]") || strings.Contains(args, "s3") || !strings.Contains(args, "/etc/passwd") {
+				t.Errorf("denied call's arguments %s, want the secret redacted and the rest kept", args)
+			}
+		}
+		if rec["principal"] == "apikey:bob" && strings.Contains(decisions, "contractors-no-add") {
+			// The client learns nothing of it (unknown tool); the record says why.
+			sawHide = rec["reason"] == "unknown_tool" && strings.Contains(decisions, "effect:hide")
+		}
+	}
+	if !sawDeny || !sawHide {
+		t.Errorf("audit records lack the deny (%v) or hide (%v) decision:\n%s", sawDeny, sawHide, out.String())
+	}
+}
+
+// TestPolicyDryRun: in dry run nothing is enforced, and the decisions are audited as such.
+func TestPolicyDryRun(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, policyYAML("  dry_run: true\n"+policyRules), &gateway.Options{Audit: trail})
+	bob := connectAs(t, tg.url, "mfk_bob", nil)
+	res, err := bob.CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__add", Arguments: map[string]any{"a": 1, "b": 2}})
+	if err != nil || res.IsError {
+		t.Errorf("bob's add in dry run: %v %v, want it served", res, err)
+	}
+	tg.close()
+	_ = trail.Close()
+	if !strings.Contains(out.String(), `"rule":"contractors-no-add","dryRun":true`) {
+		t.Errorf("no dry-run decision audited:\n%s", out.String())
+	}
+}
+
+// TestRateLimitRefusesAndRecovers: a burst past a principal's limit on a tool is refused
+// with the retry hint, other principals and tools are not affected, and the limit recovers
+// as time passes.
+func TestRateLimitRefusesAndRecovers(t *testing.T) {
+	clock := testclock.New(time.Now())
+	tg := startGateway(t, policyYAML("  rate_limits:\n    - {key: principal_tool, rate: 1/m, burst: 2}\n"), &gateway.Options{Now: clock.Now})
+	defer tg.close()
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+	bob := connectAs(t, tg.url, "mfk_bob", nil)
+	echo := func(cs *mcp.ClientSession, tool string) *mcp.CallToolResult {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for i := range 2 {
+		if res := echo(alice, "a__echo"); res.IsError {
+			t.Fatalf("call %d within the burst: %s", i+1, textOf(t, res))
+		}
+	}
+	res := echo(alice, "a__echo")
+	if !res.IsError || res.Meta["dev.manifold/reason"] != "rate_limited" || res.Meta["dev.manifold/retryAfterSeconds"] == nil {
+		t.Fatalf("call past the burst: %s %v, want rate_limited with retryAfterSeconds", textOf(t, res), res.Meta)
+	}
+	if res := echo(bob, "a__echo"); res.IsError {
+		t.Errorf("bob's call: %s (limits are per principal)", textOf(t, res))
+	}
+	if res := echo(alice, "b__shout"); res.IsError {
+		t.Errorf("alice's other tool: %s (limits are per tool)", textOf(t, res))
+	}
+	clock.Advance(time.Minute)
+	if res := echo(alice, "a__echo"); res.IsError {
+		t.Errorf("a minute later: %s, want the limit recovered", textOf(t, res))
+	}
+}
+
+// TestSharedRateLimitAcrossReplicas: a shared limit counts the calls of both replicas
+// together, in Redis.
+func TestSharedRateLimitAcrossReplicas(t *testing.T) {
+	a, b := twoReplicasWith(t, fmt.Sprintf("auth:\n  api_keys: [{name: alice, hash: %q}]\npolicy:\n  rate_limits:\n    - {key: principal, rate: 1/h, burst: 3, shared: true}\n", auth.HashAPIKey("mfk_alice")),
+		upstreamYAML("a", "beta", "")[1:])
+	ctx := ctxT(t)
+	sessions := []*mcp.ClientSession{connectAs(t, a.url, "mfk_alice", nil), connectAs(t, b.url, "mfk_alice", nil)}
+	allowed := 0
+	for i := range 8 {
+		res, err := sessions[i%2].CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError {
+			allowed++
+		} else if res.Meta["dev.manifold/reason"] != "rate_limited" {
+			t.Fatalf("call %d: %s, want served or rate_limited", i, textOf(t, res))
+		}
+	}
+	if allowed != 3 {
+		t.Errorf("%d of 8 calls served through two replicas, want the shared burst: 3", allowed)
+	}
+}
