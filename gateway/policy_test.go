@@ -203,3 +203,68 @@ func TestSharedRateLimitAcrossReplicas(t *testing.T) {
 		t.Errorf("%d of 8 calls served through two replicas, want the shared burst: 3", allowed)
 	}
 }
+
+// TestHiddenPromptsAndResourcesAreMissing: a prompt and a resource hidden from a principal
+// are left out of its lists, and getting, reading or completing them answers exactly as for
+// items that do not exist.
+func TestHiddenPromptsAndResourcesAreMissing(t *testing.T) {
+	tg := startGateway(t, policyYAML(`  rules:
+    - {name: no-greet, effect: hide, match: {principal: {groups: [contractors]}, prompts: [greet]}}
+    - {name: no-readme, effect: hide, match: {principal: {groups: [contractors]}, resources: ["file:///readme.txt"]}}
+`), nil)
+	defer tg.close()
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+	bob := connectAs(t, tg.url, "mfk_bob", nil)
+	prompts := func(cs *mcp.ClientSession) int {
+		res, err := cs.ListPrompts(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Prompts)
+	}
+	resources := func(cs *mcp.ClientSession) int {
+		res, err := cs.ListResources(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Resources)
+	}
+	if a, b := prompts(alice), prompts(bob); a != 2 || b != 0 {
+		t.Errorf("prompts listed: alice %d, bob %d; want 2 and 0", a, b)
+	}
+	if a, b := resources(alice), resources(bob); a != 2 || b != 0 {
+		t.Errorf("resources listed: alice %d, bob %d; want 2 and 0", a, b)
+	}
+	same := func(what string, hidden, missing error) {
+		t.Helper()
+		norm := func(err error) string {
+			if err == nil {
+				return "<nil>"
+			}
+			s := err.Error()
+			for _, name := range []string{"a__greet", "a__nope", "a+file:///readme.txt", "a+file:///nope.txt"} {
+				s = strings.ReplaceAll(s, name, "X")
+			}
+			return s
+		}
+		if hidden == nil || norm(hidden) != norm(missing) {
+			t.Errorf("%s: hidden %v; missing %v; want the same error", what, hidden, missing)
+		}
+	}
+	_, hidden := bob.GetPrompt(ctx, &mcp.GetPromptParams{Name: "a__greet", Arguments: map[string]string{"who": "x"}})
+	_, missing := bob.GetPrompt(ctx, &mcp.GetPromptParams{Name: "a__nope", Arguments: map[string]string{"who": "x"}})
+	same("prompts/get", hidden, missing)
+	_, hidden = bob.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a+file:///readme.txt"})
+	_, missing = bob.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a+file:///nope.txt"})
+	same("resources/read", hidden, missing)
+	_, hidden = bob.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "a__greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
+	_, missing = bob.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "a__nope"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
+	same("completion/complete", hidden, missing)
+	if _, err := alice.GetPrompt(ctx, &mcp.GetPromptParams{Name: "a__greet", Arguments: map[string]string{"who": "x"}}); err != nil {
+		t.Errorf("alice's prompt: %v", err)
+	}
+	if _, err := alice.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a+file:///readme.txt"}); err != nil {
+		t.Errorf("alice's resource: %v", err)
+	}
+}

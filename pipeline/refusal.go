@@ -179,6 +179,12 @@ func retrySeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) 
 // upstreamWire applies the error rule of design decision 9 to an upstream's JSON-RPC error.
 func upstreamWire(req *Request, t *Target, ue *UpstreamError, logger *slog.Logger) (json.RawMessage, *protocol.Error, Outcome) {
 	e := ue.Err
+	if e.Code == protocol.CodeResourceNotFound && t != nil && t.Exposed != "" {
+		// One form for every missing resource, whether the upstream or the gateway says so:
+		// a resource the policy hides must be indistinguishable from one that does not exist.
+		_, wire, _ := refusalWire(req, t, &Refusal{Reason: ReasonResourceNotFound, Message: "resource not found: " + t.Exposed})
+		return nil, wire, Outcome{Result: audit.OutcomeError, Code: wire.Code, Reason: "upstream_error"}
+	}
 	if !protocol.IsSpecDefined(e.Code) {
 		// At error level, as every record a client's message points to by request id: a log
 		// limiter must not hold it back.
