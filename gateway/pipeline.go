@@ -102,6 +102,9 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
 			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
+		if kind == pipeline.Tool && g.gate != nil {
+			res.target.Annotations = entry.Annotations()
+		}
 		if len(g.checks) > 0 || g.cfg.Audit.Arguments {
 			// Only checks and the audit trail read the arguments: without them, the request
 			// does not pay for it.
@@ -170,7 +173,9 @@ func (g *Gateway) unknownName(rq *request, snap *catalog.Snapshot, kind pipeline
 	if kind == pipeline.Prompt {
 		k = upstream.Prompts
 	}
-	if ns := g.builder.FormerOwner(k, name); ns != nil && g.upstreamOf(ns).Catalog() == nil && snap.Admits(ns, k, name) {
+	// "Unavailable" would tell a name the policy hides from one that does not exist: with a
+	// policy, an unknown name is unknown.
+	if ns := g.builder.FormerOwner(k, name); ns != nil && g.gate == nil && g.upstreamOf(ns).Catalog() == nil && snap.Admits(ns, k, name) {
 		return unavailable(rq, ns.Name, name, upstream.ErrUnavailable)
 	}
 	reason := pipeline.ReasonUnknownTool
@@ -194,6 +199,7 @@ func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessa
 	_ = json.Unmarshal(ref["type"], &refType)
 	var ns *catalog.Namespace
 	var exposed, original string
+	completes := pipeline.Prompt
 	switch refType {
 	case "ref/prompt":
 		_ = json.Unmarshal(ref["name"], &exposed)
@@ -204,6 +210,7 @@ func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessa
 		ns, original = e.Namespace, e.Original
 		ref["name"], _ = json.Marshal(original)
 	case "ref/resource":
+		completes = pipeline.Resource
 		_ = json.Unmarshal(ref["uri"], &exposed)
 		// A listed template, or a resource URI the client may read; a template the catalog
 		// does not list (dropped, or outside the profile) is unknown.
@@ -225,7 +232,7 @@ func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessa
 		return nil, invalidParams(err)
 	}
 	return &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward,
-		target: pipeline.Target{Kind: pipeline.Completion, Upstream: ns.Name, Exposed: exposed, Original: original}}, nil
+		target: pipeline.Target{Kind: pipeline.Completion, Upstream: ns.Name, Exposed: exposed, Original: original, Completes: completes}}, nil
 }
 
 // execute forwards a resolved request, or answers it when the gateway serves it itself.

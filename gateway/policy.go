@@ -16,6 +16,7 @@ import (
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/policy"
 	"github.com/manifold-mcp/manifold/policy/limit"
+	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -83,7 +84,12 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 	if t.Kind == pipeline.Gateway {
 		return nil
 	}
-	in := g.policyInput(req.Client.Principal, t)
+	if t.Kind == pipeline.Task {
+		// A task's call was decided when it was created, in its session; what follows (its
+		// status, its result, its cancel) belongs to it. The rate limits still count.
+		return gt.limit(ctx, req, t, false)
+	}
+	in := policyInput(req.Client.Principal, t)
 	d := gt.rules.Decide(in)
 	req.Decisions = append(req.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
 	if !d.DryRun {
@@ -99,6 +105,11 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 				Message: fmt.Sprintf("%s (rule %q); ask the gateway's operator if you need it", msg, d.Rule)}
 		}
 	}
+	return gt.limit(ctx, req, t, d.DryRun)
+}
+
+// limit applies the rate limits to the request; dryRun records a refusal without enforcing it.
+func (gt *gate) limit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, dryRun bool) error {
 	if gt.limiter == nil {
 		return nil
 	}
@@ -110,8 +121,8 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 	if v.Allowed {
 		return nil
 	}
-	req.Decisions = append(req.Decisions, audit.Decision{Check: "rate_limit", Effect: config.EffectDeny, Rule: v.Limit, DryRun: d.DryRun})
-	if d.DryRun {
+	req.Decisions = append(req.Decisions, audit.Decision{Check: "rate_limit", Effect: config.EffectDeny, Rule: v.Limit, DryRun: dryRun})
+	if dryRun {
 		return nil
 	}
 	return &pipeline.Refusal{Reason: pipeline.ReasonRateLimited, Upstream: t.Upstream, RetryAfter: v.RetryAfter,
@@ -127,31 +138,32 @@ func hiddenRefusal(t *pipeline.Target) error {
 		return &pipeline.Refusal{Reason: pipeline.ReasonUnknownPrompt, Message: "unknown prompt: " + t.Exposed}
 	case pipeline.Resource:
 		return &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + t.Exposed}
+	case pipeline.Completion:
+		// As the resolver answers a completion of a prompt or template it does not know.
+		if t.Completes == pipeline.Prompt {
+			return protocol.Errorf(protocol.CodeInvalidParams, "unknown prompt: %s", t.Exposed)
+		}
+		return protocol.Errorf(protocol.CodeInvalidParams, "unknown resource template: %s", t.Exposed)
 	}
 	return &pipeline.Refusal{Reason: pipeline.ReasonDenied, Message: "not found: " + t.Exposed}
 }
 
-// policyInput is what the rules decide on for target t of principal who.
-func (g *Gateway) policyInput(who session.Principal, t *pipeline.Target) policy.Input {
+// policyInput is what the rules decide on for target t of principal who: the entry the
+// resolver found, as it was listed.
+func policyInput(who session.Principal, t *pipeline.Target) policy.Input {
 	in := policy.Input{Principal: who, Upstream: t.Upstream, Kind: t.Kind, Name: t.Original, Arguments: t.Arguments}
 	switch t.Kind {
 	case pipeline.Tool:
-		if e := g.snapshot.Load().Tool(t.Exposed); e != nil {
-			in.Annotations = annotationsOf(e)
-		}
+		in.Annotations = annotationsOf(t.Annotations)
 	case pipeline.Completion:
 		// A completion is about a prompt's argument or a resource template's.
-		in.Kind = pipeline.Prompt
-		if g.snapshot.Load().Prompt(t.Exposed) == nil {
-			in.Kind = pipeline.Resource
-		}
+		in.Kind = t.Completes
 	}
 	return in
 }
 
-// annotationsOf reads a tool entry's annotation hints.
-func annotationsOf(e *catalog.Entry) *policy.Annotations {
-	raw := e.Annotations()
+// annotationsOf reads a tool's annotation hints from its raw annotations.
+func annotationsOf(raw json.RawMessage) *policy.Annotations {
 	if raw == nil {
 		return nil
 	}
@@ -176,7 +188,8 @@ func (g *Gateway) viewOf(client pipeline.ClientContext) *catalog.Snapshot {
 	}
 	key := gt.rules.ViewKey(client.Principal)
 	if client.SessionID != "" {
-		if prev, ok := gt.seen.Load(client.SessionID); !ok || prev.(sessionView).key != key {
+		// Only for a session live here: one that ended meanwhile must leave nothing behind.
+		if prev, ok := gt.seen.Load(client.SessionID); (!ok || prev.(sessionView).key != key) && g.hub.Lookup(client.SessionID) != nil {
 			gt.seen.Store(client.SessionID, sessionView{key: key, principal: client.Principal})
 		}
 	}
@@ -214,7 +227,7 @@ func filterView(rules *policy.Rules, snap *catalog.Snapshot, who session.Princip
 	return snap.Filter(func(e *catalog.Entry, k upstream.Kind) bool {
 		in := policy.Input{Principal: who, Upstream: e.Namespace.Name, Kind: kindOf(k), Name: e.Original}
 		if k == upstream.Tools {
-			in.Annotations = annotationsOf(e)
+			in.Annotations = annotationsOf(e.Annotations())
 		}
 		return rules.Visible(in)
 	})
@@ -273,6 +286,10 @@ func (g *Gateway) auditHidden(rq *request, kind pipeline.Kind, name string) {
 	if e == nil {
 		return
 	}
-	d := g.gate.rules.Decide(g.policyInput(rq.Client.Principal, &pipeline.Target{Kind: kind, Upstream: e.Namespace.Name, Exposed: name, Original: e.Original}))
+	t := &pipeline.Target{Kind: kind, Upstream: e.Namespace.Name, Exposed: name, Original: e.Original}
+	if kind == pipeline.Tool {
+		t.Annotations = e.Annotations()
+	}
+	d := g.gate.rules.Decide(policyInput(rq.Client.Principal, t))
 	rq.Decisions = append(rq.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
 }

@@ -210,7 +210,7 @@ func TestSharedRateLimitAcrossReplicas(t *testing.T) {
 func TestHiddenPromptsAndResourcesAreMissing(t *testing.T) {
 	tg := startGateway(t, policyYAML(`  rules:
     - {name: no-greet, effect: hide, match: {principal: {groups: [contractors]}, prompts: [greet]}}
-    - {name: no-readme, effect: hide, match: {principal: {groups: [contractors]}, resources: ["file:///readme.txt"]}}
+    - {name: no-readme, effect: hide, match: {principal: {groups: [contractors]}, resources: ["file:///readme.txt", "file:///notes/*"]}}
 `), nil)
 	defer tg.close()
 	ctx := ctxT(t)
@@ -236,6 +236,9 @@ func TestHiddenPromptsAndResourcesAreMissing(t *testing.T) {
 	if a, b := resources(alice), resources(bob); a != 2 || b != 0 {
 		t.Errorf("resources listed: alice %d, bob %d; want 2 and 0", a, b)
 	}
+	if res, err := bob.ListResourceTemplates(ctx, nil); err != nil || len(res.ResourceTemplates) != 0 {
+		t.Errorf("bob's templates: %v %v, want none", res, err)
+	}
 	same := func(what string, hidden, missing error) {
 		t.Helper()
 		norm := func(err error) string {
@@ -243,7 +246,7 @@ func TestHiddenPromptsAndResourcesAreMissing(t *testing.T) {
 				return "<nil>"
 			}
 			s := err.Error()
-			for _, name := range []string{"a__greet", "a__nope", "a+file:///readme.txt", "a+file:///nope.txt"} {
+			for _, name := range []string{"a__greet", "a__nope", "a+file:///readme.txt", "a+file:///nope.txt", "a+file:///notes/{id}", "a+file:///nope/{id}"} {
 				s = strings.ReplaceAll(s, name, "X")
 			}
 			return s
@@ -261,10 +264,35 @@ func TestHiddenPromptsAndResourcesAreMissing(t *testing.T) {
 	_, hidden = bob.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "a__greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
 	_, missing = bob.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "a__nope"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "a"}})
 	same("completion/complete", hidden, missing)
+	_, hidden = bob.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "a+file:///notes/{id}"}, Argument: mcp.CompleteParamsArgument{Name: "id", Value: "a"}})
+	_, missing = bob.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "a+file:///nope/{id}"}, Argument: mcp.CompleteParamsArgument{Name: "id", Value: "a"}})
+	same("completion/complete of a template", hidden, missing)
 	if _, err := alice.GetPrompt(ctx, &mcp.GetPromptParams{Name: "a__greet", Arguments: map[string]string{"who": "x"}}); err != nil {
 		t.Errorf("alice's prompt: %v", err)
 	}
 	if _, err := alice.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a+file:///readme.txt"}); err != nil {
 		t.Errorf("alice's resource: %v", err)
+	}
+}
+
+// TestArgumentRuleDecidesUnderAHidingDefault: an allow rule with an argument matcher keeps
+// its tool listed under a hiding default, and decides each call by its arguments.
+func TestArgumentRuleDecidesUnderAHidingDefault(t *testing.T) {
+	tg := startGateway(t, policyYAML(`  default: hide
+  rules:
+    - {name: echo-hi, effect: allow, match: {tools: [echo], arguments: [{pointer: /text, equals: hi}]}}
+`), nil)
+	defer tg.close()
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+	res, err := alice.ListTools(ctx, nil)
+	if err != nil || !slices.Equal(toolNames(res.Tools), []string{"a__echo", "b__shout"}) {
+		t.Fatalf("tools listed %v (%v), want the two echoes only (b's is renamed shout; the rule names the original)", toolNames(res.Tools), err)
+	}
+	if res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "hi"}}); err != nil || res.IsError {
+		t.Errorf("echo hi: %v %v, want it served", res, err)
+	}
+	if _, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "bye"}}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("echo bye: %v, want unknown tool (hidden by the default)", err)
 	}
 }

@@ -82,6 +82,11 @@ type Target struct {
 	Original string
 	// Arguments are a tools/call's or prompts/get's arguments, raw; nil when none.
 	Arguments json.RawMessage
+	// Annotations are a tool's annotations as its catalog entry lists them, raw; nil for
+	// other targets and tools without any.
+	Annotations json.RawMessage
+	// Completes is, for a Completion, what is completed: Prompt or Resource (a template).
+	Completes Kind
 }
 
 // Check is one link of the policy chain. It returns nil to let the request go on, or an error

@@ -34,7 +34,13 @@ type Rules struct {
 	dryRun bool
 	// trusted reports whether an upstream's annotations are trusted; never nil.
 	trusted func(upstream string) bool
-	// view are the indexes of the rules whose principal matchers ViewKey evaluates.
+	// visible are the rules as Visible reads them, for list entries, which have no
+	// arguments: a hide rule with argument matchers is left out (it cannot hide an entry), and
+	// another such rule is kept without them (an entry it might allow stays listed; the call
+	// is decided with its arguments).
+	visible []rule
+	// view are the indexes in visible of the rules whose principal matchers ViewKey
+	// evaluates.
 	view []int
 }
 
@@ -128,7 +134,16 @@ func Compile(p *config.Policy, trusted func(upstream string) bool) (*Rules, erro
 			return nil, fmt.Errorf("policy rule %q: %w", name, err)
 		}
 	}
-	r.view = viewRules(r.rules, def)
+	for _, c := range r.rules {
+		if c.args != nil {
+			if c.decision.Effect == config.EffectHide {
+				continue
+			}
+			c.args = nil
+		}
+		r.visible = append(r.visible, c)
+	}
+	r.view = viewRules(r.visible, def)
 	return r, nil
 }
 
@@ -271,12 +286,8 @@ func (r *Rules) Visible(in Input) bool {
 		return true
 	}
 	st := state{r: r}
-	for i := range r.rules {
-		c := &r.rules[i]
-		if c.args != nil {
-			continue
-		}
-		if c.check(&in, &st).ok() {
+	for i := range r.visible {
+		if c := &r.visible[i]; c.check(&in, &st).ok() {
 			return c.decision.Effect != config.EffectHide
 		}
 	}
@@ -300,7 +311,7 @@ func (r *Rules) ViewKey(p session.Principal) string {
 	}
 	var buf []byte
 	for _, i := range r.view {
-		if r.rules[i].checkPrincipal(&p).ok() {
+		if r.visible[i].checkPrincipal(&p).ok() {
 			if buf != nil {
 				buf = append(buf, ',')
 			} else {

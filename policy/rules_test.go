@@ -329,7 +329,7 @@ func TestTrustedAskedOnce(t *testing.T) {
 
 func TestVisible(t *testing.T) {
 	p := config.Policy{Rules: []config.Rule{
-		{Name: "args allow", Effect: config.EffectAllow, Match: config.Match{Tools: []string{"secret_*"}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
+		{Name: "args allow", Effect: config.EffectAllow, Match: config.Match{Tools: []string{"maybe"}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
 		{Name: "args hide", Effect: config.EffectHide, Match: config.Match{Tools: []string{"run"}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
 		{Name: "ops see secrets", Effect: config.EffectAllow, Match: config.Match{Groups: []string{"ops"}, Tools: []string{"secret_*"}}},
 		{Name: "hide secrets", Effect: config.EffectHide, Match: config.Match{Tools: []string{"secret_*"}}},
@@ -338,6 +338,7 @@ func TestVisible(t *testing.T) {
 		{Name: "hide private prompts", Effect: config.EffectHide, Match: config.Match{Prompts: []string{"private_*"}}},
 		{Name: "hide secret files", Effect: config.EffectHide, Match: config.Match{Resources: []string{"file:///secret/*"}}},
 		{Name: "hide destructive", Effect: config.EffectHide, Match: config.Match{Upstreams: []string{"github"}, DestructiveHint: ptr(true)}},
+		{Name: "hide maybe", Effect: config.EffectHide, Match: config.Match{Tools: []string{"maybe"}}},
 	}}
 	tool := func(pr session.Principal, name string) Input {
 		return Input{Principal: pr, Upstream: "fs", Kind: pipeline.Tool, Name: name}
@@ -349,7 +350,8 @@ func TestVisible(t *testing.T) {
 	}{
 		{"plain tool", tool(bob, "read"), true},
 		{"hidden", tool(bob, "secret_key"), false},
-		{"argument rule skipped, even with arguments", Input{Principal: bob, Upstream: "fs", Kind: pipeline.Tool, Name: "secret_key", Arguments: json.RawMessage(`{"x":"1"}`)}, false},
+		{"an argument allow rule keeps what a later rule hides listed: the call decides", tool(bob, "maybe"), true},
+		{"arguments play no part in listing", Input{Principal: bob, Upstream: "fs", Kind: pipeline.Tool, Name: "secret_key", Arguments: json.RawMessage(`{"x":"1"}`)}, false},
 		{"argument hide rule skipped", tool(bob, "run"), true},
 		{"allowed by an earlier rule", tool(alice, "secret_key"), true},
 		{"denied is listed", tool(bob, "delete"), true},
