@@ -92,7 +92,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
-		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open"},
+		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute}},
 	}
 }
 
@@ -204,7 +204,7 @@ audit:
 				SessionStore: config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 				PublicURL:    "https://mcp.example.com/",
 				Auth:         config.Auth{Resource: "https://mcp.example.com/mcp", AllowUnauthenticated: true, MaxSessionsPerPrincipal: 8, MaxSessionsPerAddress: 9},
-				Policy:       config.Policy{Default: "allow", SharedLimitFailure: "open"},
+				Policy:       config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute}},
 			},
 		},
 		{
@@ -910,7 +910,7 @@ func TestLoadExample(t *testing.T) {
 		Audit:              config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
-		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open"},
+		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute}},
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},

@@ -54,6 +54,10 @@ type Policy struct {
 	// `rate_limits`), all that apply; the first exhausted refuses.
 	RateLimits []RateLimit
 
+	// Approval configures how calls an approve rule matches are held for a person's decision
+	// (key `approval`).
+	Approval Approval
+
 	// SharedLimitFailure is what a shared rate limit does while Redis cannot be reached (key
 	// `shared_limit_failure`): open (allow) or closed (refuse). Defaults to open.
 	SharedLimitFailure string
@@ -61,6 +65,16 @@ type Policy struct {
 	// File and Line say where the `policy` key is, for messages at run time.
 	File string
 	Line int
+}
+
+// Approval configures the approval of held calls.
+type Approval struct {
+	// Timeout is how long a held call waits for the decision (key `timeout`); greater than 0.
+	// Defaults to 2 minutes.
+	Timeout time.Duration
+	// Remember keeps an approval for this long (key `remember`), for the same principal, tool
+	// and arguments; 0, the default, asks every time.
+	Remember time.Duration
 }
 
 // Rule is one policy rule: an effect for the requests its match admits.
@@ -132,7 +146,10 @@ type RateLimit struct {
 }
 
 // Defaults of the policy.
-const defaultSharedLimitFailure = FailOpen
+const (
+	defaultSharedLimitFailure = FailOpen
+	defaultApprovalTimeout    = 2 * time.Minute
+)
 
 // policySettings decodes the top-level `policy` mapping.
 func policySettings(p *Policy) decodeFunc {
@@ -144,6 +161,12 @@ func policySettings(p *Policy) decodeFunc {
 			{key: "rules", decode: listOf(&p.Rules, "a list of rules (lines starting with `- effect:`)", rule)},
 			{key: "rate_limits", decode: listOf(&p.RateLimits, "a list of rate limits (lines starting with `- key:`)", rateLimit)},
 			{key: "shared_limit_failure", decode: str(&p.SharedLimitFailure)},
+			{key: "approval", decode: func(d *decoder, n *yaml.Node, path string) bool {
+				return d.mapping(n, path, "a mapping with timeout: and/or remember: (durations)", []field{
+					{key: "timeout", decode: duration(&p.Approval.Timeout)},
+					{key: "remember", decode: duration(&p.Approval.Remember)},
+				})
+			}},
 		})
 	}
 }
@@ -262,6 +285,9 @@ func applyPolicyDefaults(p *Policy, ix *index) {
 	if !ix.has("policy.shared_limit_failure") {
 		p.SharedLimitFailure = defaultSharedLimitFailure
 	}
+	if !ix.has("policy.approval.timeout") {
+		p.Approval.Timeout = defaultApprovalTimeout
+	}
 	for i := range p.Rules {
 		if !ix.has(fmt.Sprintf("policy.rules[%d].name", i)) {
 			p.Rules[i].Name = fmt.Sprintf("rule %d", i+1)
@@ -282,6 +308,12 @@ func (v *validator) policy(c *Config, w where) {
 	case FailOpen, FailClosed:
 	default:
 		v.check(w, "policy.shared_limit_failure", fmt.Sprintf("%s: use open (allow while Redis is unreachable) or closed (refuse)", quote(p.SharedLimitFailure)))
+	}
+	if p.Approval.Timeout <= 0 {
+		v.check(w, "policy.approval.timeout", "must be greater than 0, like 2m: how long a held call waits for a person's decision")
+	}
+	if p.Approval.Remember < 0 {
+		v.check(w, "policy.approval.remember", "must be 0 (ask every time) or more, like 10m")
 	}
 	names := map[string]int{}
 	for i := range p.Rules {

@@ -55,7 +55,8 @@ func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *pro
 		t = &res.target // a refusal of the resolver may name what was addressed
 	}
 	if err == nil {
-		err = g.checks.Check(ctx, rq.Request, t)
+		// A check that asks the client (approval) does so on the request's own stream.
+		err = g.checks.Check(context.WithValue(ctx, ownerKey{}, rq.owner), rq.Request, t)
 	}
 	var result json.RawMessage
 	if err == nil {

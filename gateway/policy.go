@@ -25,8 +25,9 @@ import (
 // that decide what each principal sees and may call, and the rate limits. Nil parts are
 // off.
 type gate struct {
-	rules   *policy.Rules
-	limiter *limit.Limiter
+	rules     *policy.Rules
+	limiter   *limit.Limiter
+	approvals *approvals
 
 	// views caches the catalog as each distinct rule outcome sees it (policy.ViewKey), per
 	// profile, for the snapshot it was cut from; a new snapshot empties it.
@@ -54,7 +55,11 @@ func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, 
 	for _, u := range cfg.Upstreams {
 		trusted[u.Name] = u.TrustAnnotations
 	}
-	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{}}
+	if now == nil {
+		now = time.Now
+	}
+	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{},
+		approvals: &approvals{timeout: p.Approval.Timeout, remember: p.Approval.Remember, now: now, granted: map[string]time.Time{}}}
 	var err error
 	if g.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {
 		return nil, fmt.Errorf("policy (%s:%d): %w", p.File, p.Line, err)
@@ -96,7 +101,15 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 		switch d.Effect {
 		case config.EffectHide:
 			return hiddenRefusal(t)
-		case config.EffectDeny, config.EffectApprove:
+		case config.EffectApprove:
+			if t.Kind == pipeline.Tool {
+				if err := g.approve(ctx, req, t, d.Rule); err != nil {
+					return err
+				}
+				break
+			}
+			fallthrough // only tool calls are held for approval; anything else is refused
+		case config.EffectDeny:
 			msg := d.Reason
 			if msg == "" {
 				msg = "denied by the gateway's policy"

@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// Reasons of refusals by approval.
+const (
+	reasonApprovalDeclined = "approval_declined"
+	reasonApprovalTimeout  = "approval_timeout"
+	reasonApprovalNeeded   = "approval_unavailable"
+)
+
+// ownerKey carries a request's owner (its client's stream) to the policy chain, which asks
+// the client for approval on it.
+type ownerKey struct{}
+
+// approvals holds the calls a person approved, for approval.remember: each bound to the
+// principal, the upstream, the tool and the exact arguments.
+type approvals struct {
+	remember time.Duration
+	timeout  time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	granted map[string]time.Time // approvalKey → until
+}
+
+// approvalKey binds an approval to who asked for what, with which arguments (hashed).
+func approvalKey(who session.Principal, t *pipeline.Target) string {
+	h := sha256.New()
+	for _, s := range []string{who.Key(), t.Upstream, t.Original} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	h.Write(canonicalJSON(t.Arguments))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonicalJSON returns raw with its objects' members sorted and no insignificant space, so
+// that the same arguments hash alike however the client wrote them.
+func canonicalJSON(raw json.RawMessage) []byte {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	if len(raw) == 0 || dec.Decode(&v) != nil {
+		return raw
+	}
+	out, err := json.Marshal(v) // maps marshal with sorted keys
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// remembered reports whether an approval of key still holds.
+func (a *approvals) remembered(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, ok := a.granted[key]
+	if ok && !a.now().Before(until) {
+		delete(a.granted, key)
+		return false
+	}
+	return ok
+}
+
+// grant remembers an approval of key.
+func (a *approvals) grant(key string) {
+	if a.remember <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	for k, until := range a.granted {
+		if !now.Before(until) {
+			delete(a.granted, k)
+		}
+	}
+	a.granted[key] = now.Add(a.remember)
+}
+
+// approve holds a call an approve rule matched until a person decides it: the calling
+// client's user, asked with a form elicitation that shows the server, the tool, the
+// arguments and the tool's annotations. It returns nil to let the call go on, or the refusal.
+func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
+	a := g.gate.approvals
+	key := approvalKey(req.Client.Principal, t)
+	if a.remembered(key) {
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
+		return nil
+	}
+	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
+	if owner == nil || !owner.clientCaps().elicitForm {
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
+		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
+			Message: fmt.Sprintf("%s needs a person's approval (rule %q), and this client cannot ask its user (it declared no form elicitation); use a client that can, or ask the gateway's operator", t.Exposed, rule)}
+	}
+	args := "(none)"
+	if len(t.Arguments) > 0 {
+		args = string(canonicalJSON(t.Arguments))
+	}
+	annotations := "(none declared)"
+	if len(t.Annotations) > 0 {
+		annotations = string(canonicalJSON(t.Annotations))
+	}
+	message := fmt.Sprintf("Approve this call?\n\nserver: %s\ntool: %s (%s there)\narguments: %s\nannotations: %s\n\nThe gateway's policy (rule %q) asks a person to approve it.", t.Upstream, t.Exposed, t.Original, args, annotations, rule)
+	params, _ := json.Marshal(map[string]any{
+		"message": message,
+		"requestedSchema": map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"approve": map[string]any{"type": "boolean", "title": "Run this call", "description": "Check to let the call run."},
+			},
+			"required": []string{"approve"},
+		},
+	})
+	askCtx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	result, err := g.router.askClient(askCtx, owner, protocol.MethodElicit, params)
+	if err != nil {
+		if askCtx.Err() != nil && ctx.Err() == nil {
+			req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "timeout"})
+			return &pipeline.Refusal{Reason: reasonApprovalTimeout, Upstream: t.Upstream,
+				Message: fmt.Sprintf("%s was not approved within %s: call it again to be asked again", t.Exposed, a.timeout)}
+		}
+		return fmt.Errorf("asking the client for approval: %w", err)
+	}
+	var answer struct {
+		Action  string `json:"action"`
+		Content struct {
+			Approve bool `json:"approve"`
+		} `json:"content"`
+	}
+	_ = json.Unmarshal(result, &answer)
+	if answer.Action == "accept" && answer.Content.Approve {
+		a.grant(key)
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "elicitation"})
+		return nil
+	}
+	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "elicitation:" + answer.Action})
+	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream,
+		Message: fmt.Sprintf("the user did not approve %s (%s): it did not run", t.Exposed, orDefault(answer.Action, "no answer"))}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// askClient sends a request of the gateway's own to the owner's client, on the owner's
+// stream, and waits for its answer, for ctx, or for the client's call to end. The answer
+// finds it by its id, which names this process (from another replica too).
+func (rt *messageRouter) askClient(ctx context.Context, owner *callOwner, method string, params json.RawMessage) (json.RawMessage, error) {
+	ls := rt.hub.Lookup(owner.sessionID)
+	if ls == nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	id, answer, forget := ls.Ask(cancel)
+	defer forget()
+	if err := rt.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
+	}
+	select {
+	case resp := <-answer:
+		if resp.Error != nil {
+			return nil, resp.Error
+		}
+		return resp.Result, nil
+	case <-ctx.Done():
+	case <-owner.ctx.Done():
+	}
+	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the gateway no longer needs the answer"})
+	_ = rt.send(owner, &protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
+}
