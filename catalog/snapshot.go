@@ -217,17 +217,7 @@ func (s *Snapshot) restrict(p *Profile) *Snapshot {
 				continue
 			}
 			serves[e.Namespace] = true
-			ps.lists[k] = append(ps.lists[k], e)
-			switch k {
-			case upstream.Tools:
-				ps.tools[e.Exposed] = e
-			case upstream.Prompts:
-				ps.prompts[e.Exposed] = e
-			case upstream.Resources:
-				ps.resources[e.Exposed] = e
-			case upstream.ResourceTemplates:
-				ps.templateEntries[e.Exposed] = e
-			}
+			ps.add(k, e)
 		}
 	}
 	// A collision concerns the profile when the name it is about is listed there.
@@ -254,6 +244,22 @@ func (s *Snapshot) restrict(p *Profile) *Snapshot {
 	}
 	ps.seal()
 	return ps
+}
+
+// add appends e to the list of kind k and to the lookup of its kind; used while a snapshot
+// is built, before seal.
+func (s *Snapshot) add(k upstream.Kind, e *Entry) {
+	s.lists[k] = append(s.lists[k], e)
+	switch k {
+	case upstream.Tools:
+		s.tools[e.Exposed] = e
+	case upstream.Prompts:
+		s.prompts[e.Exposed] = e
+	case upstream.Resources:
+		s.resources[e.Exposed] = e
+	case upstream.ResourceTemplates:
+		s.templateEntries[e.Exposed] = e
+	}
 }
 
 // Version identifies the content of kind k's list: it differs when the list changed.

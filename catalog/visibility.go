@@ -36,19 +36,8 @@ func (s *Snapshot) Filter(keep func(e *Entry, k upstream.Kind) bool) *Snapshot {
 	}
 	for _, k := range upstream.Kinds {
 		for _, e := range s.lists[k] {
-			if !keep(e, k) {
-				continue
-			}
-			fs.lists[k] = append(fs.lists[k], e)
-			switch k {
-			case upstream.Tools:
-				fs.tools[e.Exposed] = e
-			case upstream.Prompts:
-				fs.prompts[e.Exposed] = e
-			case upstream.Resources:
-				fs.resources[e.Exposed] = e
-			case upstream.ResourceTemplates:
-				fs.templateEntries[e.Exposed] = e
+			if keep(e, k) {
+				fs.add(k, e)
 			}
 		}
 	}

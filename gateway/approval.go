@@ -130,7 +130,7 @@ func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipelin
 	})
 	askCtx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	result, err := g.router.askClient(askCtx, owner, protocol.MethodElicit, params)
+	result, err := g.router.askOn(askCtx, owner, protocol.MethodElicit, params, "the gateway", nil)
 	if err != nil {
 		if askCtx.Err() != nil && ctx.Err() == nil {
 			req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "timeout"})
@@ -161,36 +161,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// askClient sends a request of the gateway's own to the owner's client, on the owner's
-// stream, and waits for its answer, for ctx, or for the client's call to end. The answer
-// finds it by its id, which names this process (from another replica too).
-func (rt *messageRouter) askClient(ctx context.Context, owner *callOwner, method string, params json.RawMessage) (json.RawMessage, error) {
-	ls := rt.hub.Lookup(owner.sessionID)
-	if ls == nil {
-		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	id, answer, forget := ls.Ask(cancel)
-	defer forget()
-	if err := rt.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
-		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
-	}
-	select {
-	case resp := <-answer:
-		if resp.Error != nil {
-			return nil, resp.Error
-		}
-		return resp.Result, nil
-	case <-ctx.Done():
-	case <-owner.ctx.Done():
-	}
-	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the gateway no longer needs the answer"})
-	_ = rt.send(owner, &protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
 }

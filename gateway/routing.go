@@ -330,6 +330,24 @@ func narrowIncludeContext(params json.RawMessage) json.RawMessage {
 // recorded in the session's routing tables, so that the client's answer and the upstream's
 // cancel find it; its id carries the hub's tag, so that the answer routes without a lookup.
 func (rt *messageRouter) ask(ctx context.Context, owner *callOwner, r *conn, upstreamID protocol.ID, method string, params json.RawMessage) (json.RawMessage, error) {
+	result, err := rt.askOn(ctx, owner, method, params, "the upstream", func(ctx context.Context, id protocol.ID) (func(), error) {
+		rec := session.ReverseRecord{SessionID: owner.sessionID, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: rt.now()}
+		if err := rt.store.PutReverse(ctx, rec); err != nil {
+			return nil, fmt.Errorf("record the request to the client: %w", err)
+		}
+		return func() { _, _ = rt.store.TakeReverse(context.WithoutCancel(ctx), owner.sessionID, rec.ID) }, nil
+	})
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
+	}
+	return result, err
+}
+
+// askOn sends a request to the owner's client on the owner's stream and waits for its
+// answer, for ctx, or for the client's call to end; record, if not nil, runs with the
+// request's id before it is sent, and what it returns once it is answered or given up.
+// When it gives up, it tells the client to stop, on behalf of who ("the upstream").
+func (rt *messageRouter) askOn(ctx context.Context, owner *callOwner, method string, params json.RawMessage, who string, record func(context.Context, protocol.ID) (func(), error)) (json.RawMessage, error) {
 	ls := rt.hub.Lookup(owner.sessionID)
 	if ls == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")
@@ -338,11 +356,13 @@ func (rt *messageRouter) ask(ctx context.Context, owner *callOwner, r *conn, ups
 	defer cancel()
 	id, answer, forget := ls.Ask(cancel)
 	defer forget()
-	rec := session.ReverseRecord{SessionID: owner.sessionID, ID: id.String(), Method: method, Upstream: r.connKey(""), UpstreamID: upstreamID.String(), Sent: rt.now()}
-	if err := rt.store.PutReverse(ctx, rec); err != nil {
-		return nil, fmt.Errorf("record the request to the client: %w", err)
+	if record != nil {
+		done, err := record(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
 	}
-	defer func() { _, _ = rt.store.TakeReverse(context.WithoutCancel(ctx), owner.sessionID, rec.ID) }()
 	if err := rt.send(owner, &protocol.Request{ID: id, Method: method, Params: params}); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's stream for this call is closed")
 	}
@@ -364,8 +384,11 @@ func (rt *messageRouter) ask(ctx context.Context, owner *callOwner, r *conn, ups
 	case <-owner.ctx.Done():
 	}
 	// Tell the client to stop (mcp-notes §8.2); best effort on the same stream.
-	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": "the upstream no longer needs the answer"})
+	note, _ := json.Marshal(map[string]any{"requestId": id, "reason": who + " no longer needs the answer"})
 	_ = rt.send(owner, &protocol.Notification{Method: protocol.NotificationCancelled, Params: note})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	return nil, protocol.Errorf(protocol.CodeInternalError, "request cancelled before the client answered")
 }
 
