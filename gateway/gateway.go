@@ -542,7 +542,7 @@ func (g *Gateway) rebuild() {
 		if _, ok := changed[s.Group()]; !ok {
 			continue
 		}
-		if own, ok := g.gate.changedFor(s.ID(), profileOf(prev, s.Group()), profileOf(next, s.Group()), g.kindOf, memo); ok {
+		if own, ok := g.gate.changedFor(s.ID(), profileOf(prev, s.Group()), profileOf(next, s.Group()), memo); ok {
 			for _, method := range own {
 				byMethod[method] = append(byMethod[method], s.ID())
 			}

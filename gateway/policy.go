@@ -175,20 +175,11 @@ func policyInput(who session.Principal, t *pipeline.Target) policy.Input {
 	return in
 }
 
-// annotationsOf reads a tool's annotation hints from its raw annotations.
+// annotationsOf reads a tool's annotation hints from its raw annotations; nil when it has
+// none, or ones that cannot be read (the rules then take the spec's defaults).
 func annotationsOf(raw json.RawMessage) *policy.Annotations {
-	if raw == nil {
-		return nil
-	}
-	var a struct {
-		ReadOnly    *bool `json:"readOnlyHint"`
-		Destructive *bool `json:"destructiveHint"`
-		OpenWorld   *bool `json:"openWorldHint"`
-	}
-	if json.Unmarshal(raw, &a) != nil {
-		return nil
-	}
-	return &policy.Annotations{ReadOnly: a.ReadOnly, Destructive: a.Destructive, OpenWorld: a.OpenWorld}
+	a, _ := policy.ParseAnnotations(raw)
+	return a
 }
 
 // viewOf returns the catalog client sees: its profile's, less what the policy hides from its
@@ -206,11 +197,11 @@ func (g *Gateway) viewOf(client pipeline.ClientContext) *catalog.Snapshot {
 			gt.seen.Store(client.SessionID, sessionView{key: key, principal: client.Principal})
 		}
 	}
-	return gt.view(snap, client.Profile, key, client.Principal, g.kindOf)
+	return gt.view(snap, client.Profile, key, client.Principal)
 }
 
 // view returns snap as the principals of view key see it, cached until snap is replaced.
-func (gt *gate) view(snap *catalog.Snapshot, profile, key string, who session.Principal, kindOf func(upstream.Kind) pipeline.Kind) *catalog.Snapshot {
+func (gt *gate) view(snap *catalog.Snapshot, profile, key string, who session.Principal) *catalog.Snapshot {
 	cacheKey := profile + "\x00" + key
 	gt.mu.Lock()
 	if gt.base[profile] != snap {
@@ -226,7 +217,7 @@ func (gt *gate) view(snap *catalog.Snapshot, profile, key string, who session.Pr
 	if v != nil {
 		return v
 	}
-	v = filterView(gt.rules, snap, who, kindOf)
+	v = filterView(gt.rules, snap, who)
 	gt.mu.Lock()
 	if gt.base[profile] == snap {
 		gt.views[cacheKey] = v
@@ -236,7 +227,7 @@ func (gt *gate) view(snap *catalog.Snapshot, profile, key string, who session.Pr
 }
 
 // filterView cuts snap to what rules let who see.
-func filterView(rules *policy.Rules, snap *catalog.Snapshot, who session.Principal, kindOf func(upstream.Kind) pipeline.Kind) *catalog.Snapshot {
+func filterView(rules *policy.Rules, snap *catalog.Snapshot, who session.Principal) *catalog.Snapshot {
 	return snap.Filter(func(e *catalog.Entry, k upstream.Kind) bool {
 		in := policy.Input{Principal: who, Upstream: e.Namespace.Name, Kind: kindOf(k), Name: e.Original}
 		if k == upstream.Tools {
@@ -247,7 +238,7 @@ func filterView(rules *policy.Rules, snap *catalog.Snapshot, who session.Princip
 }
 
 // kindOf is the pipeline kind of a catalog list's items.
-func (g *Gateway) kindOf(k upstream.Kind) pipeline.Kind {
+func kindOf(k upstream.Kind) pipeline.Kind {
 	switch k {
 	case upstream.Tools:
 		return pipeline.Tool
@@ -267,7 +258,7 @@ func (gt *gate) forgetView(sessionID string) {
 // changedFor returns, for a session here, the list_changed notifications its own view needs
 // after the catalog went from prev to next; ok is false when the gate knows no view of the
 // session (it has not listed yet: it gets the catalog's own changes).
-func (gt *gate) changedFor(sessionID string, prev, next *catalog.Snapshot, kindOf func(upstream.Kind) pipeline.Kind, memo map[string][]string) (changed []string, ok bool) {
+func (gt *gate) changedFor(sessionID string, prev, next *catalog.Snapshot, memo map[string][]string) (changed []string, ok bool) {
 	if gt == nil {
 		return nil, false
 	}
@@ -280,7 +271,7 @@ func (gt *gate) changedFor(sessionID string, prev, next *catalog.Snapshot, kindO
 	if c, done := memo[memoKey]; done {
 		return c, true
 	}
-	c := listsChanged(filterView(gt.rules, prev, v.principal, kindOf), filterView(gt.rules, next, v.principal, kindOf))
+	c := listsChanged(filterView(gt.rules, prev, v.principal), filterView(gt.rules, next, v.principal))
 	memo[memoKey] = c
 	return c, true
 }

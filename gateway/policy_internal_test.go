@@ -37,7 +37,6 @@ upstreams: []
 		ns := catalog.Namespaces([]catalog.Namespace{{Name: "up", Prefix: "up"}}, slog.New(slog.DiscardHandler))
 		return catalog.NewBuilder([]catalog.Source{newUpstreamEntry(ns[0], f, false)}, "__", slog.New(slog.DiscardHandler)).Build()
 	}
-	g := &Gateway{}
 	prev, hiddenAdded, visibleAdded := snapshotOf("echo"), snapshotOf("echo", "secret_a"), snapshotOf("echo", "secret_a", "public_b")
 	gt.seen.Store("alice", sessionView{key: gt.rules.ViewKey(session.Principal{Issuer: "i", Subject: "alice", Groups: []string{"eng"}}), principal: session.Principal{Issuer: "i", Subject: "alice", Groups: []string{"eng"}}})
 	gt.seen.Store("bob", sessionView{key: gt.rules.ViewKey(session.Principal{Issuer: "i", Subject: "bob", Groups: []string{"contractors"}}), principal: session.Principal{Issuer: "i", Subject: "bob", Groups: []string{"contractors"}}})
@@ -51,13 +50,13 @@ upstreams: []
 	} {
 		memo := map[string][]string{}
 		for who, want := range map[string][]string{"alice": tc.alice, "bob": tc.bob} {
-			got, ok := gt.changedFor(who, tc.from, tc.to, g.kindOf, memo)
+			got, ok := gt.changedFor(who, tc.from, tc.to, memo)
 			if !ok || !slices.Equal(got, want) {
 				t.Errorf("%s: %s told %v (known %v), want %v", tc.name, who, got, ok, want)
 			}
 		}
 	}
-	if _, ok := gt.changedFor("carol", prev, hiddenAdded, g.kindOf, map[string][]string{}); ok {
+	if _, ok := gt.changedFor("carol", prev, hiddenAdded, map[string][]string{}); ok {
 		t.Error("a session that never listed has a view")
 	}
 }

@@ -246,6 +246,23 @@ type Input struct {
 // not declared.
 type Annotations struct{ ReadOnly, Destructive, OpenWorld *bool }
 
+// ParseAnnotations reads a tool's annotations object (raw JSON, as the tool is listed) into
+// the hints rules match; nil when raw is empty or not an object of hints.
+func ParseAnnotations(raw json.RawMessage) (*Annotations, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var a struct {
+		ReadOnly    *bool `json:"readOnlyHint"`
+		Destructive *bool `json:"destructiveHint"`
+		OpenWorld   *bool `json:"openWorldHint"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, fmt.Errorf("annotations: %w", err)
+	}
+	return &Annotations{ReadOnly: a.ReadOnly, Destructive: a.Destructive, OpenWorld: a.OpenWorld}, nil
+}
+
 // Decision is what the rules decided for one Input.
 type Decision struct {
 	// Effect is config.EffectAllow, EffectDeny, EffectHide or EffectApprove. Approve is

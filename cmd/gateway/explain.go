@@ -55,17 +55,10 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gateway explain: -args is not JSON")
 		return 2
 	}
-	if *annotations != "" {
-		var a struct {
-			ReadOnly    *bool `json:"readOnlyHint"`
-			Destructive *bool `json:"destructiveHint"`
-			OpenWorld   *bool `json:"openWorldHint"`
-		}
-		if err := json.Unmarshal([]byte(*annotations), &a); err != nil {
-			fmt.Fprintf(stderr, "gateway explain: -annotations: %v\n", err)
-			return 2
-		}
-		in.Annotations = &policy.Annotations{ReadOnly: a.ReadOnly, Destructive: a.Destructive, OpenWorld: a.OpenWorld}
+	var err error
+	if in.Annotations, err = policy.ParseAnnotations(json.RawMessage(*annotations)); err != nil {
+		fmt.Fprintf(stderr, "gateway explain: -annotations: %v\n", err)
+		return 2
 	}
 	switch {
 	case *apiKey != "":
