@@ -229,6 +229,7 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 		sources = append(sources[:len(files):len(files)], credential.ClientCredentials(credential.ClientCredentialsConfig{
 			TokenURL: cc.TokenURL, ClientID: cc.ClientID, ClientSecret: cc.ClientSecret,
 			Scopes: cc.Scopes, Resource: cc.Resource, Audience: cc.Audience, HTTPClient: g.opts.AuthHTTPClient,
+			Lifetime: g.ctx,
 		}))
 	}
 	var out upstreamAuth
@@ -239,7 +240,7 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 		ex := credential.NewExchanger(credential.ExchangeConfig{
 			TokenURL: te.TokenURL, ClientID: te.ClientID, ClientSecret: te.ClientSecret,
 			Resource: te.Resource, Audience: te.Audience, Scopes: te.Scopes,
-			HTTPClient: g.opts.AuthHTTPClient, Now: g.opts.Now,
+			HTTPClient: g.opts.AuthHTTPClient, Now: g.opts.Now, Lifetime: g.ctx,
 		})
 		g.auth.exchangers = append(g.auth.exchangers, ex)
 		out.exchanger = ex

@@ -40,6 +40,9 @@ type ClientCredentialsConfig struct {
 	// HTTPClient sends the token requests. If nil, a client with a 10s timeout that does not
 	// follow redirects (a redirect fails the request: the form carries secrets).
 	HTTPClient *http.Client
+	// Lifetime ends the token requests in flight when it is done (the gateway's lifetime);
+	// if nil, they end by their own timeout only.
+	Lifetime context.Context
 }
 
 // ClientCredentials returns a Source of "Authorization: Bearer <token>" with a token of the
@@ -71,8 +74,9 @@ func ClientCredentials(cfg ClientCredentialsConfig) Source {
 			Scopes:         append([]string(nil), cfg.Scopes...),
 			EndpointParams: params,
 		},
-		client: client,
-		now:    time.Now,
+		client:   client,
+		now:      time.Now,
+		lifetime: cfg.Lifetime,
 	}
 }
 
@@ -93,6 +97,8 @@ type clientCredentials struct {
 	conf   *clientcredentials.Config
 	client *http.Client
 	now    func() time.Time
+	// lifetime ends the fetches in flight (ClientCredentialsConfig.Lifetime); nil: none.
+	lifetime context.Context
 
 	// mu guards the cached token and the fetch in flight.
 	mu  sync.Mutex
@@ -132,7 +138,7 @@ func (c *clientCredentials) Header(ctx context.Context) (string, string, error) 
 
 // fetch runs the token request of f, started by a caller with ctx, and caches its token.
 func (c *clientCredentials) fetch(ctx context.Context, f *flight) {
-	ctx, cancel := detach(ctx)
+	ctx, cancel := detach(ctx, c.lifetime)
 	defer cancel()
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, c.client)
 	tok, err := c.conf.Token(ctx)

@@ -62,6 +62,9 @@ type ExchangeConfig struct {
 	HTTPClient *http.Client
 	// Now is the clock of expiries. If nil, time.Now.
 	Now func() time.Time
+	// Lifetime ends the token requests in flight when it is done (the gateway's lifetime);
+	// if nil, they end by their own timeout only.
+	Lifetime context.Context
 }
 
 // Exchanger performs RFC 8693 token exchange toward one upstream: it trades a principal's own
@@ -248,7 +251,7 @@ func (e *Exchanger) token(ctx context.Context, key string) (string, error) {
 // exchange runs the token request of f for ent, started by a caller with ctx, and keeps its
 // token in ent unless ent was forgotten meanwhile.
 func (e *Exchanger) exchange(ctx context.Context, ent *exchangeEntry, f *flight, subject string, subjectExpiry time.Time) {
-	ctx, cancel := detach(ctx)
+	ctx, cancel := detach(ctx, e.cfg.Lifetime)
 	defer cancel()
 	start := e.now()
 	token, lifetime, err := e.request(ctx, subject)

@@ -48,7 +48,13 @@ func (f *flight) wait(ctx context.Context) (string, error) {
 }
 
 // detach returns the context a fetch started by a caller with ctx runs in: ctx's values, not
-// its cancellation, and fetchTimeout.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+// its cancellation, fetchTimeout, and the end of lifetime (nil: none), which is what owns the
+// fetch: the gateway that stops ends its token requests in flight.
+func detach(ctx, lifetime context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+	if lifetime == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(lifetime, cancel)
+	return ctx, func() { stop(); cancel() }
 }
