@@ -123,6 +123,8 @@ type Decision struct {
 	Rule string `json:"rule,omitempty"`
 	// DryRun marks a decision made but not enforced (the policy's dry run).
 	DryRun bool `json:"dryRun,omitempty"`
+	// By names the person who decided, such as the operator who approved a held call.
+	By string `json:"by,omitempty"`
 }
 
 // slogRecord returns r as the slog record of its JSON line: the time as the record's own, the

@@ -120,6 +120,9 @@ type Builder struct {
 	// holds the names of the last build's catalog and the names each down upstream listed when
 	// it was last up; an upstream that is up keeps only what it lists now. Guarded by mu.
 	former map[string]*Namespace
+	// withhold, when set, leaves out the tools it reports: those whose definition changed
+	// since it was pinned. Guarded by mu.
+	withhold func(ns *Namespace, tool upstream.Item) bool
 }
 
 // NewBuilder returns a Builder over sources, one per namespace in config order (which decides
@@ -137,6 +140,15 @@ func (b *Builder) SetProfiles(profiles []*Profile) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.profiles = profiles
+}
+
+// SetWithhold sets what leaves tools out of every build from now on: withhold reports, of
+// an upstream's tool as the upstream lists it, whether clients must not see it. A withheld
+// tool is absent like one never listed. Nil withholds nothing.
+func (b *Builder) SetWithhold(withhold func(ns *Namespace, tool upstream.Item) bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.withhold = withhold
 }
 
 // Build merges the upstreams' current lists. On a name collision config order wins and the
@@ -193,7 +205,7 @@ func (b *Builder) Build() *Snapshot {
 			filter, overrides := ns.Shaping.Filters[k], ns.Shaping.Overrides[k]
 			renamed := b.renamedLocked(ns, k, list)
 			for _, it := range list {
-				if !filter.Keeps(it.Key) {
+				if !filter.Keeps(it.Key) || k == upstream.Tools && b.withhold != nil && b.withhold(ns, it) {
 					continue
 				}
 				var ov *Override

@@ -404,3 +404,10 @@ func (s *Snapshot) listed(kind, name string) bool {
 	}
 	return false
 }
+
+// Entries returns the items of kind k in list order. The slice is the snapshot's: do not
+// modify it.
+func (s *Snapshot) Entries(k upstream.Kind) []*Entry { return s.lists[k] }
+
+// Raw returns the item as clients see it. The bytes are the snapshot's: do not modify them.
+func (e *Entry) Raw() json.RawMessage { return e.raw }

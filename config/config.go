@@ -283,6 +283,14 @@ type Config struct {
 	// everything is allowed.
 	Policy Policy
 
+	// Admin configures the admin API and page (key `admin`); absent, there is none.
+	Admin Admin
+
+	// StateDir is where the gateway keeps what must outlive a restart without Redis (key
+	// `state_dir`): the pinned tool definitions. Empty: pins last as long as the process,
+	// unless the session store is Redis, which keeps them.
+	StateDir string
+
 	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
 	// at /mcp/<name> and exposes a subset of the catalog served at /mcp. Nil when absent.
 	Profiles []Profile
@@ -553,6 +561,12 @@ type Upstream struct {
 	// `trust_annotations`). Annotations come from the upstream: off by default, a rule on
 	// readOnlyHint never matches its tools.
 	TrustAnnotations bool
+
+	// Pinning guards this upstream's tool definitions (key `pinning`): withhold records each
+	// tool's definition at first sight and withholds a tool whose definition changes until
+	// an operator accepts the change on the admin API; log only logs the change; off (the
+	// default) does neither.
+	Pinning string
 
 	// Credentials are what the gateway presents to this HTTP upstream besides Headers (key
 	// `credentials`): header values read from files, the OAuth client credentials grant, or a
@@ -912,6 +926,9 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	}
 	if !has("isolation") {
 		u.Isolation = defaultIsolation
+	}
+	if !has("pinning") {
+		u.Pinning = PinningOff
 	}
 	if !has("isolation_idle_timeout") {
 		u.IsolationIdleTimeout = defaultIsolationIdle

@@ -48,6 +48,9 @@ func configUpstream(file string, u config.Upstream) config.Upstream {
 	if u.Isolation == "" {
 		u.Isolation = "shared"
 	}
+	if u.Pinning == "" {
+		u.Pinning = "off"
+	}
 	if u.IsolationIdleTimeout == 0 {
 		u.IsolationIdleTimeout = 5 * time.Minute
 	}
@@ -92,7 +95,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
-		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute}},
+		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 	}
 }
 
@@ -193,6 +196,7 @@ audit:
 					Isolation:            "session",
 					IsolationIdleTimeout: 2 * time.Minute,
 					MaxConnections:       7,
+					Pinning:              "off",
 					AttributionWindow:    500 * time.Millisecond,
 					Enabled:              false,
 					IncludeInstructions:  true,
@@ -204,7 +208,7 @@ audit:
 				SessionStore: config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 				PublicURL:    "https://mcp.example.com/",
 				Auth:         config.Auth{Resource: "https://mcp.example.com/mcp", AllowUnauthenticated: true, MaxSessionsPerPrincipal: 8, MaxSessionsPerAddress: 9},
-				Policy:       config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute}},
+				Policy:       config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 			},
 		},
 		{
@@ -397,8 +401,8 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy)"
-		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir)"
+		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
@@ -782,7 +786,7 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
 		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},
@@ -910,7 +914,7 @@ func TestLoadExample(t *testing.T) {
 		Audit:              config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
-		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute}},
+		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},

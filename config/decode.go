@@ -261,6 +261,8 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "public_url", decode: str(&c.PublicURL)},
 		{key: "auth", decode: authSettings(&c.Auth)},
 		{key: "policy", decode: policySettings(&c.Policy)},
+		{key: "admin", decode: adminSettings(&c.Admin)},
+		{key: "state_dir", decode: str(&c.StateDir)},
 	})
 	return c
 }
@@ -320,6 +322,7 @@ func upstreamFields(u *Upstream) []field {
 		{key: "headers", decode: strMap(&u.Headers)},
 		{key: "credentials", decode: credentials(&u.Credentials)},
 		{key: "trust_annotations", decode: boolean(&u.TrustAnnotations)},
+		{key: "pinning", decode: str(&u.Pinning)},
 		{key: "transport", decode: str(&u.Transport)},
 		{key: "prefix", decode: notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
 		{key: "request_timeout", decode: duration(&u.RequestTimeout)},

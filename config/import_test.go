@@ -33,6 +33,9 @@ func imported(file string, u config.Upstream) config.Upstream {
 	if u.Isolation == "" {
 		u.Isolation = "shared"
 	}
+	if u.Pinning == "" {
+		u.Pinning = "off"
+	}
 	if u.IsolationIdleTimeout == 0 {
 		u.IsolationIdleTimeout = 5 * time.Minute
 	}

@@ -75,6 +75,14 @@ type Approval struct {
 	// Remember keeps an approval for this long (key `remember`), for the same principal, tool
 	// and arguments; 0, the default, asks every time.
 	Remember time.Duration
+	// RememberAnyArguments lets a remembered approval hold for any arguments of the same
+	// tool and principal (key `remember_any_arguments`); off by default, an approval holds
+	// for the exact arguments approved only.
+	RememberAnyArguments bool
+	// By says who decides (key `by`): auto (the default) asks the calling client's user when
+	// the client declared form elicitation, and an operator on the admin API otherwise;
+	// operator always waits for an operator.
+	By string
 }
 
 // Rule is one policy rule: an effect for the requests its match admits.
@@ -162,9 +170,11 @@ func policySettings(p *Policy) decodeFunc {
 			{key: "rate_limits", decode: listOf(&p.RateLimits, "a list of rate limits (lines starting with `- key:`)", rateLimit)},
 			{key: "shared_limit_failure", decode: str(&p.SharedLimitFailure)},
 			{key: "approval", decode: func(d *decoder, n *yaml.Node, path string) bool {
-				return d.mapping(n, path, "a mapping with timeout: and/or remember: (durations)", []field{
+				return d.mapping(n, path, "a mapping with timeout:, remember:, remember_any_arguments: and/or by:", []field{
 					{key: "timeout", decode: duration(&p.Approval.Timeout)},
 					{key: "remember", decode: duration(&p.Approval.Remember)},
+					{key: "remember_any_arguments", decode: boolean(&p.Approval.RememberAnyArguments)},
+					{key: "by", decode: str(&p.Approval.By)},
 				})
 			}},
 		})
@@ -288,6 +298,9 @@ func applyPolicyDefaults(p *Policy, ix *index) {
 	if !ix.has("policy.approval.timeout") {
 		p.Approval.Timeout = defaultApprovalTimeout
 	}
+	if !ix.has("policy.approval.by") {
+		p.Approval.By = ApprovalByAuto
+	}
 	for i := range p.Rules {
 		if !ix.has(fmt.Sprintf("policy.rules[%d].name", i)) {
 			p.Rules[i].Name = fmt.Sprintf("rule %d", i+1)
@@ -311,6 +324,11 @@ func (v *validator) policy(c *Config, w where) {
 	}
 	if p.Approval.Timeout <= 0 {
 		v.check(w, "policy.approval.timeout", "must be greater than 0, like 2m: how long a held call waits for a person's decision")
+	}
+	switch p.Approval.By {
+	case ApprovalByAuto, ApprovalByOperator:
+	default:
+		v.check(w, "policy.approval.by", fmt.Sprintf("%s: use auto (the client's user when it can be asked, else an operator) or operator", quote(p.Approval.By)))
 	}
 	if p.Approval.Remember < 0 {
 		v.check(w, "policy.approval.remember", "must be 0 (ask every time) or more, like 10m")

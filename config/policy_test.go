@@ -40,7 +40,7 @@ upstreams:
 	}
 	yes, no, force := true, false, "true"
 	want := config.Policy{
-		Default: "deny", DryRun: true, SharedLimitFailure: "closed", File: "gw.yaml", Line: 4, Approval: config.Approval{Timeout: 2 * time.Minute},
+		Default: "deny", DryRun: true, SharedLimitFailure: "closed", File: "gw.yaml", Line: 4, Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"},
 		Rules: []config.Rule{
 			{Name: "read-only tools", Effect: "allow", Line: 7, Match: config.Match{Upstreams: []string{"docs"}, ReadOnlyHint: &yes}},
 			{Name: "rule 2", Effect: "hide", Reason: "not for contractors", Line: 12, Match: config.Match{

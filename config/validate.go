@@ -188,6 +188,7 @@ func (v *validator) settings(c *Config, w where) {
 	v.sessionStore(&c.SessionStore, w)
 	v.authSettings(c, w)
 	v.policy(c, w)
+	v.admin(c, w)
 }
 
 // audit checks the settings of the audit trail.
@@ -253,6 +254,11 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssue
 		case IsolationShared, IsolationPrincipal, IsolationSession:
 		default:
 			v.checkKey(s, "isolation", fmt.Sprintf("%q is not an isolation mode: use shared, principal or session", u.Isolation))
+		}
+		switch u.Pinning {
+		case PinningOff, PinningWithhold, PinningLog:
+		default:
+			v.checkKey(s, "pinning", fmt.Sprintf("%q is not a pinning mode: use withhold, log or off", u.Pinning))
 		}
 		if u.IsolationIdleTimeout <= 0 {
 			v.checkKey(s, "isolation_idle_timeout", "must be greater than 0, like 5m")

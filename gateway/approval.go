@@ -32,20 +32,26 @@ type ownerKey struct{}
 type approvals struct {
 	remember time.Duration
 	timeout  time.Duration
-	now      func() time.Time
+	// anyArguments lets an approval hold for any arguments of the tool (configured
+	// explicitly); byOperator sends every approval to an operator.
+	anyArguments, byOperator bool
+	now                      func() time.Time
 
 	mu      sync.Mutex
 	granted map[string]time.Time // approvalKey → until
 }
 
-// approvalKey binds an approval to who asked for what, with which arguments (hashed).
-func approvalKey(who session.Principal, t *pipeline.Target) string {
+// approvalKey binds an approval to who asked for what, with which arguments (hashed), or
+// with any when so configured.
+func approvalKey(who session.Principal, t *pipeline.Target, anyArguments bool) string {
 	h := sha256.New()
 	for _, s := range []string{who.Key(), t.Upstream, t.Original} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	h.Write(canonicalJSON(t.Arguments))
+	if !anyArguments {
+		h.Write(canonicalJSON(t.Arguments))
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -98,16 +104,14 @@ func (a *approvals) grant(key string) {
 // arguments and the tool's annotations. It returns nil to let the call go on, or the refusal.
 func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
 	a := g.gate.approvals
-	key := approvalKey(req.Client.Principal, t)
+	key := approvalKey(req.Client.Principal, t, a.anyArguments)
 	if a.remembered(key) {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
 		return nil
 	}
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
-	if owner == nil || !owner.clientCaps().elicitForm {
-		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
-		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
-			Message: fmt.Sprintf("%s needs a person's approval (rule %q), and this client cannot ask its user (it declared no form elicitation); use a client that can, or ask the gateway's operator", t.Exposed, rule)}
+	if a.byOperator || owner == nil || !owner.clientCaps().elicitForm {
+		return g.approveByOperator(ctx, req, t, rule, key)
 	}
 	args := "(none)"
 	if len(t.Arguments) > 0 {

@@ -38,19 +38,39 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 	if !a.Enabled() {
 		return nil, nil
 	}
-	keys := make([]auth.APIKey, 0, len(a.APIKeys))
-	for _, k := range a.APIKeys {
+	keys, err := apiKeysOf(a.APIKeys, a.APIKeysFile, "auth")
+	if err != nil {
+		return nil, err
+	}
+	v, err := auth.New(auth.Config{Resource: a.Resource, Issuers: issuersOf(cfg), APIKeys: keys, HTTPClient: opts.AuthHTTPClient, Now: opts.Now, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL()}, nil
+}
+
+// apiKeysOf returns the configured API keys and those of file, if set, for the auth package;
+// section names the config section, for errors.
+func apiKeysOf(configured []config.APIKey, file, section string) ([]auth.APIKey, error) {
+	keys := make([]auth.APIKey, 0, len(configured))
+	for _, k := range configured {
 		keys = append(keys, auth.APIKey{Name: k.Name, Hash: k.Hash, Email: k.Email, Groups: k.Groups, Roles: k.Roles, Scopes: k.Scopes})
 	}
-	if a.APIKeysFile != "" {
-		more, err := auth.LoadAPIKeys(a.APIKeysFile)
+	if file != "" {
+		more, err := auth.LoadAPIKeys(file)
 		if err != nil {
-			return nil, fmt.Errorf("auth.api_keys_file: %w", err)
+			return nil, fmt.Errorf("%s.api_keys_file: %w", section, err)
 		}
 		keys = append(keys, more...)
 	}
-	// Every endpoint's metadata names a resource of its own (RFC 9728 §3.3): a client may ask
-	// for a token for any of them, and each is the gateway's.
+	return keys, nil
+}
+
+// issuersOf returns cfg's token issuers for the auth package. Every endpoint's metadata names
+// a resource of its own (RFC 9728 §3.3): a client may ask for a token for any of them, and
+// each is the gateway's.
+func issuersOf(cfg *config.Config) []auth.Issuer {
+	a := cfg.Auth
 	resources := []string{a.Resource, cfg.BaseURL()}
 	for _, p := range cfg.Profiles {
 		resources = append(resources, profileResource(a.Resource, p.Name))
@@ -71,11 +91,7 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 			AllowHTTP:           is.AllowHTTP,
 		}
 	}
-	v, err := auth.New(auth.Config{Resource: a.Resource, Issuers: issuers, APIKeys: keys, HTTPClient: opts.AuthHTTPClient, Now: opts.Now, Logger: opts.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
-	}
-	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL()}, nil
+	return issuers
 }
 
 // metadataURL is the URL of the protected resource metadata of the endpoint at path; "" when

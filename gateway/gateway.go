@@ -94,6 +94,10 @@ type Gateway struct {
 	auth *authn
 	// gate is the policy: rules and rate limits; nil when there is none.
 	gate *gate
+	// pinning guards the pinned upstreams' tool definitions; nil when none is pinned.
+	pinning *pinning
+	// held keeps the calls waiting for an operator's approval; nil without the admin API.
+	held *heldCalls
 
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
@@ -299,6 +303,17 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
 	g.builder.SetProfiles(profiles)
+	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
+		g.cancel()
+		_ = g.closeStore()
+		return nil, err
+	}
+	if g.pinning != nil {
+		g.builder.SetWithhold(g.pinning.withheld)
+	}
+	if cfg.Admin.Enabled() {
+		g.held = newHeldCalls(g)
+	}
 	g.snapshot.Store(g.builder.Build())
 	return g, nil
 }
@@ -520,6 +535,9 @@ func (g *Gateway) noteAllReady() {
 func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
+	if g.pinning != nil {
+		g.pinning.observe(g.ctx, g.upstreams)
+	}
 	next := g.builder.Build()
 	prev := g.snapshot.Swap(next)
 	changed := map[string][]string{}

@@ -33,6 +33,10 @@ const (
 	// busStandalone: the sending replica opened the session's standalone stream: the
 	// others drop theirs, which nobody will read again.
 	busStandalone = "standalone"
+	// busPins: an operator decided on a pinned tool's change: read the pins anew.
+	busPins = "pins"
+	// busDecided: an operator decided the held call Text, which the receiving replica holds.
+	busDecided = "decided"
 )
 
 // bus is what the gateway needs of the bus between the replicas sharing a Redis store
@@ -323,6 +327,20 @@ func (r *replicas) receive(m *session.BusMessage) {
 			if u.ns.Name == m.Text {
 				u.shared.client.Refresh()
 			}
+		}
+	case busPins:
+		if m.From == r.bus.Replica() || g.pinning == nil {
+			return
+		}
+		g.goWorker(func() {
+			if err := g.pinning.reload(g.ctx); err != nil {
+				r.logger.Warn("reading the pins after another replica's decision failed", "error", err.Error())
+			}
+			g.rebuild()
+		})
+	case busDecided:
+		if g.held != nil {
+			g.held.wake(m.Text)
 		}
 	case busSubscribed:
 		if m.From == r.bus.Replica() {

@@ -923,3 +923,7 @@ func (s *RedisStore) ClearConnection(ctx context.Context, id, upstream, replica 
 // Client returns the store's Redis client, for what shares the store's Redis (the policy's
 // shared rate limits). Closing the store closes it.
 func (s *RedisStore) Client() redis.UniversalClient { return s.client }
+
+// KeyPrefix returns the prefix of the store's keys, for other state kept beside the sessions
+// (pins, held calls) under the same prefix.
+func (s *RedisStore) KeyPrefix() string { return s.opts.KeyPrefix }

@@ -290,6 +290,15 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		}
 	}
 
+	adminSrv, err := serveAdmin(gw, cfg, logger)
+	if err != nil {
+		return err
+	}
+	if adminSrv != nil {
+		// The admin listener stops first: a decision taken while the gateway drains would
+		// find its call ended anyway.
+		defer adminSrv.Close()
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -324,6 +333,27 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// serveAdmin starts the admin listener (config key `admin`), if there is one; closing the
+// server it returns stops it.
+func serveAdmin(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (*http.Server, error) {
+	h, err := gw.AdminHandler()
+	if err != nil || h == nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (admin.listen in %s): %w", cfg.Admin.Listen, cfg.File, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("the admin listener stopped", "error", err.Error())
+		}
+	}()
+	logger.Info("admin API and page listening", "url", "http://"+ln.Addr().String()+"/")
+	return srv, nil
 }
 
 // serveDemo serves the demo MCP server over stdin and stdout: the example config starts it as

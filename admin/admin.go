@@ -1,0 +1,152 @@
+// Package admin serves the gateway's admin API and page: JSON over HTTP on a listener of its
+// own, for operators. It shows the upstreams and their state, the catalog, the sessions, the
+// calls held for approval and the pinned tool definitions, and it takes the operator's
+// decisions on held calls and changed definitions.
+//
+// The package knows nothing of how the gateway keeps any of it: the gateway gives a Backend.
+// Every request is authenticated by the gateway's Authorizer (an admin API key, or a token
+// with an admin role), and every action is handed to the Backend with the admin who took it,
+// for the audit trail.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Errors a Backend returns (wrapped) for the answers they stand for.
+var (
+	// ErrNotFound: no such held call, pin or change (404).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the decision came too late (the call was decided or timed out, the
+	// definition changed again): look again (409).
+	ErrConflict = errors.New("conflict")
+	// ErrUnauthorized: no admin credential, or one that is not valid (401).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: a valid credential of someone who is not an admin (403).
+	ErrForbidden = errors.New("forbidden")
+)
+
+// Decisions an operator posts.
+const (
+	Approve = "approve"
+	Deny    = "deny"
+	Accept  = "accept"
+	Reject  = "reject"
+)
+
+// Upstream is one upstream server and its state.
+type Upstream struct {
+	Name      string `json:"name"`
+	Transport string `json:"transport"`
+	Isolation string `json:"isolation"`
+	// State is the shared connection's: starting, ready, backoff, stopped.
+	State string `json:"state"`
+	// Error is the last connection error, if the upstream is not ready.
+	Error string `json:"error,omitempty"`
+	// Tools, Prompts, Resources count what the upstream lists now.
+	Tools     int `json:"tools"`
+	Prompts   int `json:"prompts"`
+	Resources int `json:"resources"`
+	// Withheld counts its tools withheld because their definition changed since pinned.
+	Withheld int `json:"withheld"`
+}
+
+// Tool is one tool of the merged catalog, or one withheld from it.
+type Tool struct {
+	// Name is the name clients see; empty for a withheld tool.
+	Name        string          `json:"name,omitempty"`
+	Upstream    string          `json:"upstream"`
+	Original    string          `json:"original"`
+	Title       string          `json:"title,omitempty"`
+	Description string          `json:"description,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	// Withheld marks a tool clients do not see because its definition changed since it was
+	// pinned and no operator accepted the change.
+	Withheld bool `json:"withheld,omitempty"`
+}
+
+// Session is one client session.
+type Session struct {
+	// Fingerprint is the short hash the gateway's logs and audit name the session by; never
+	// the session id, which is a bearer secret.
+	Fingerprint     string    `json:"fingerprint"`
+	Principal       string    `json:"principal"`
+	Profile         string    `json:"profile,omitempty"`
+	ProtocolVersion string    `json:"protocolVersion"`
+	Client          string    `json:"client,omitempty"`
+	Created         time.Time `json:"created"`
+	// AgeSeconds is how long ago it was created.
+	AgeSeconds float64 `json:"ageSeconds"`
+}
+
+// Approval is a tool call held for a person's decision.
+type Approval struct {
+	ID          string          `json:"id"`
+	Session     string          `json:"session"`
+	Principal   string          `json:"principal"`
+	Upstream    string          `json:"upstream"`
+	Tool        string          `json:"tool"`
+	Original    string          `json:"original"`
+	Arguments   json.RawMessage `json:"arguments,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	Rule        string          `json:"rule"`
+	Held        time.Time       `json:"held"`
+	Deadline    time.Time       `json:"deadline"`
+	Decision    string          `json:"decision,omitempty"`
+	Approver    string          `json:"approver,omitempty"`
+}
+
+// Pin is a pinned tool definition and the change seen since, if any.
+type Pin struct {
+	Upstream   string          `json:"upstream"`
+	Tool       string          `json:"tool"`
+	Hash       string          `json:"hash"`
+	Definition json.RawMessage `json:"definition"`
+	Pinned     time.Time       `json:"pinned"`
+	Change     *Change         `json:"change,omitempty"`
+	// Withheld: clients do not see the tool until the change is accepted.
+	Withheld bool `json:"withheld"`
+}
+
+// Change is a definition an upstream lists that differs from the pinned one.
+type Change struct {
+	Hash       string          `json:"hash"`
+	Definition json.RawMessage `json:"definition"`
+	Seen       time.Time       `json:"seen"`
+	Rejected   bool            `json:"rejected,omitempty"`
+	By         string          `json:"by,omitempty"`
+	// Diff lists the changed members of the definition.
+	Diff []FieldChange `json:"diff"`
+}
+
+// FieldChange is one member of a definition that changed.
+type FieldChange struct {
+	Field  string          `json:"field"`
+	Before json.RawMessage `json:"before,omitempty"`
+	After  json.RawMessage `json:"after,omitempty"`
+}
+
+// Backend is what the admin API shows and acts on: the gateway.
+type Backend interface {
+	Upstreams(ctx context.Context) []Upstream
+	Catalog(ctx context.Context) []Tool
+	Sessions(ctx context.Context) ([]Session, error)
+	Approvals(ctx context.Context) ([]Approval, error)
+	// Decide approves or denies a held call, as admin.
+	Decide(ctx context.Context, id, decision, admin string) (Approval, error)
+	Pins(ctx context.Context) ([]Pin, error)
+	// Resolve accepts or rejects the change of hash of a pinned tool, as admin.
+	Resolve(ctx context.Context, upstream, tool, hash, decision, admin string) (Pin, error)
+	// Audit records an admin request: who, what (action and target) and how it ended.
+	Audit(admin, action, target, outcome string, status int)
+}
+
+// Authorizer tells who an admin request comes from, or why it is refused (ErrUnauthorized,
+// ErrForbidden, wrapped with what to do).
+type Authorizer interface {
+	Admin(r *http.Request) (string, error)
+}

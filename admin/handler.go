@@ -1,0 +1,243 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// Options are the admin handler's settings.
+type Options struct {
+	// AllowedOrigins are the browser origins, besides the page's own, that may call the API
+	// (config.OriginAllowed patterns are not needed here: exact origins).
+	AllowedOrigins []string
+	// LoopbackOnly refuses a Host header that does not name this machine's loopback
+	// interface: the defence against DNS rebinding when the admin listener binds loopback.
+	LoopbackOnly bool
+	// Logger receives the handler's warnings. If nil, they are discarded.
+	Logger *slog.Logger
+}
+
+// maxBody bounds a request body: decisions are a few dozen bytes.
+const maxBody = 4 << 10
+
+// NewHandler returns the admin API (under /api/) and page (at /) over b, with every API
+// request authorized by a.
+func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{b: b, a: a, opts: opts}
+	mux := http.NewServeMux()
+	servePage(mux)
+	mux.Handle("GET /api/whoami", h.api(func(_ *http.Request, admin string) (any, error) {
+		return map[string]string{"admin": admin}, nil
+	}))
+	mux.Handle("GET /api/upstreams", h.api(func(r *http.Request, _ string) (any, error) {
+		return map[string]any{"upstreams": nonNil(b.Upstreams(r.Context()))}, nil
+	}))
+	mux.Handle("GET /api/catalog", h.api(func(r *http.Request, _ string) (any, error) {
+		return map[string]any{"tools": nonNil(b.Catalog(r.Context()))}, nil
+	}))
+	mux.Handle("GET /api/sessions", h.api(func(r *http.Request, _ string) (any, error) {
+		s, err := b.Sessions(r.Context())
+		return map[string]any{"sessions": nonNil(s)}, err
+	}))
+	mux.Handle("GET /api/approvals", h.api(func(r *http.Request, _ string) (any, error) {
+		s, err := b.Approvals(r.Context())
+		return map[string]any{"approvals": nonNil(s)}, err
+	}))
+	mux.Handle("GET /api/pins", h.api(func(r *http.Request, _ string) (any, error) {
+		s, err := b.Pins(r.Context())
+		return map[string]any{"pins": nonNil(s)}, err
+	}))
+	mux.Handle("POST /api/approvals/{id}", h.action("approval", func(r *http.Request, admin string, body decision) (string, any, error) {
+		id := r.PathValue("id")
+		if body.Decision != Approve && body.Decision != Deny {
+			return id, nil, fmt.Errorf("%w: decision must be %q or %q", errBadRequest, Approve, Deny)
+		}
+		a, err := b.Decide(r.Context(), id, body.Decision, admin)
+		return id, map[string]any{"approval": a}, err
+	}))
+	mux.Handle("POST /api/pins/{upstream}/{tool}", h.action("pin", func(r *http.Request, admin string, body decision) (string, any, error) {
+		up, tool := r.PathValue("upstream"), r.PathValue("tool")
+		target := up + "/" + tool
+		if body.Decision != Accept && body.Decision != Reject {
+			return target, nil, fmt.Errorf("%w: decision must be %q or %q", errBadRequest, Accept, Reject)
+		}
+		if body.Hash == "" {
+			return target, nil, fmt.Errorf("%w: hash must name the change decided on (the change's hash in GET /api/pins)", errBadRequest)
+		}
+		p, err := b.Resolve(r.Context(), up, tool, body.Hash, body.Decision, admin)
+		return target, map[string]any{"pin": p}, err
+	}))
+	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "no such admin API endpoint: see the README's Admin API section")
+	}))
+	return h.guard(mux)
+}
+
+type handler struct {
+	b    Backend
+	a    Authorizer
+	opts Options
+}
+
+// decision is the body of a POST.
+type decision struct {
+	Decision string `json:"decision"`
+	Hash     string `json:"hash,omitempty"`
+}
+
+var errBadRequest = errors.New("bad request")
+
+// guard refuses what a browser on another origin, or a rebound host name, sends: the same
+// checks as the MCP endpoint's.
+func (h *handler) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.opts.LoopbackOnly && !isLoopbackHost(r.Host) {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("host %q is not allowed: the admin listener binds loopback and answers only localhost names", r.Host))
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(r, origin) {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("origin %q is not allowed: open the admin page from the admin listener itself, or add the origin to admin.allowed_origins", origin))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// originAllowed admits the page's own origin (the request's host, over the scheme it came
+// on) and the configured ones.
+func (h *handler) originAllowed(r *http.Request, origin string) bool {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if strings.EqualFold(origin, scheme+"://"+r.Host) {
+		return true
+	}
+	for _, o := range h.opts.AllowedOrigins {
+		if strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// authorize answers a request without an admin credential, and returns the admin's name.
+func (h *handler) authorize(w http.ResponseWriter, r *http.Request) (string, bool) {
+	admin, err := h.a.Admin(r)
+	switch {
+	case err == nil:
+		return admin, true
+	case errors.Is(err, ErrForbidden):
+		writeError(w, http.StatusForbidden, err.Error())
+	default:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="manifold-admin"`)
+		writeError(w, http.StatusUnauthorized, err.Error())
+	}
+	return "", false
+}
+
+// api serves a read.
+func (h *handler) api(read func(r *http.Request, admin string) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		admin, ok := h.authorize(w, r)
+		if !ok {
+			return
+		}
+		v, err := read(r, admin)
+		if err != nil {
+			status := statusOf(err)
+			h.opts.Logger.Warn("an admin API read failed", "path", r.URL.Path, "error", err.Error())
+			writeError(w, status, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+// action serves a decision, and has it audited whatever its outcome.
+func (h *handler) action(kind string, act func(r *http.Request, admin string, body decision) (target string, v any, err error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		admin, ok := h.authorize(w, r)
+		if !ok {
+			h.b.Audit("", kind, r.URL.Path, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		var body decision
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err == nil {
+			err = json.Unmarshal(data, &body)
+		}
+		var target string
+		var v any
+		if err != nil {
+			err = fmt.Errorf("%w: the body must be JSON like {\"decision\": \"approve\"}: %v", errBadRequest, err)
+		} else {
+			target, v, err = act(r, admin, body)
+		}
+		action := kind + "/" + body.Decision
+		if err != nil {
+			status := statusOf(err)
+			h.b.Audit(admin, action, target, "refused", status)
+			writeError(w, status, err.Error())
+			return
+		}
+		h.b.Audit(admin, action, target, "ok", http.StatusOK)
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+// statusOf maps a Backend's error to its HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// isLoopbackHost reports whether a Host header names this machine's loopback interface.
+func isLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,109 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Admin configures the admin API and page (key `admin`): a listener of its own for
+// operators, who decide held calls and changed tool definitions there. Without a listen
+// address there is none.
+type Admin struct {
+	// Listen is the admin listener's TCP address, host:port (key `listen`). Empty: no admin
+	// API. Like the MCP listener, it must stay on loopback unless admins authenticate.
+	Listen string
+	// APIKeys are the admins' keys, by hash (key `api_keys`); the same entries as
+	// auth.api_keys, made by `gateway apikey`. APIKeysFile names a file of more.
+	APIKeys     []APIKey
+	APIKeysFile string
+	// Roles admit a bearer token of one of auth.oidc's issuers that carries one of these
+	// roles (key `roles`), as the issuer's roles claim says.
+	Roles []string
+	// AllowedOrigins are browser origins, besides the admin page's own, that may call the
+	// admin API (key `allowed_origins`).
+	AllowedOrigins []string
+	// Webhook is a URL the gateway POSTs each held call to (key `webhook`), as JSON, so that
+	// operators learn of it; empty: none. Held calls are also logged and listed by the API.
+	Webhook string
+
+	// File and Line say where the `admin` key is, for messages at run time.
+	File string
+	Line int
+}
+
+// Enabled reports whether the admin listener runs.
+func (a *Admin) Enabled() bool { return a.Listen != "" }
+
+// The values of Upstream.Pinning and of policy.approval.by.
+const (
+	PinningOff      = "off"
+	PinningWithhold = "withhold"
+	PinningLog      = "log"
+
+	ApprovalByAuto     = "auto"
+	ApprovalByOperator = "operator"
+)
+
+// adminSettings decodes the top-level `admin` mapping.
+func adminSettings(a *Admin) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		a.File, a.Line = d.file, n.Line
+		return d.mapping(n, path, "a mapping with listen:, api_keys: and/or roles:", []field{
+			{key: "listen", decode: str(&a.Listen)},
+			{key: "api_keys", decode: listOf(&a.APIKeys, "a list of API keys (lines starting with `- name:`)", apiKey)},
+			{key: "api_keys_file", decode: str(&a.APIKeysFile)},
+			{key: "roles", decode: strList(&a.Roles)},
+			{key: "allowed_origins", decode: strList(&a.AllowedOrigins)},
+			{key: "webhook", decode: str(&a.Webhook)},
+		})
+	}
+}
+
+// admin checks the admin settings.
+func (v *validator) admin(c *Config, w where) {
+	a := &c.Admin
+	if !a.Enabled() {
+		for key, set := range map[string]bool{"api_keys": len(a.APIKeys) > 0, "api_keys_file": a.APIKeysFile != "", "roles": len(a.Roles) > 0, "webhook": a.Webhook != ""} {
+			if set {
+				v.check(w, "admin."+key, "has no effect without admin.listen: set the admin listener's address, like 127.0.0.1:8081")
+			}
+		}
+		if c.Policy.Approval.By == ApprovalByOperator {
+			v.check(w, "policy.approval.by", "operator needs the admin API, where operators decide: set admin.listen, like 127.0.0.1:8081")
+		}
+		return
+	}
+	if msg := checkListen(a.Listen); msg != "" {
+		v.check(w, "admin.listen", msg)
+	} else if a.Listen == c.Listen && !strings.HasSuffix(a.Listen, ":0") {
+		v.check(w, "admin.listen", "is the MCP listener's address too: the admin API needs a port of its own, like 127.0.0.1:8081")
+	}
+	if len(a.APIKeys) == 0 && a.APIKeysFile == "" && len(a.Roles) == 0 {
+		v.check(w, "admin", "admin.listen is set but nobody can sign in: add api_keys (made by `gateway apikey -name ops`) or roles (with auth.oidc)")
+	}
+	if len(a.Roles) > 0 && len(c.Auth.OIDC) == 0 {
+		v.check(w, "admin.roles", "needs auth.oidc: the roles are read from tokens of its issuers")
+	}
+	names := map[string]bool{}
+	for i := range a.APIKeys {
+		k, p := &a.APIKeys[i], fmt.Sprintf("admin.api_keys[%d]", i)
+		switch {
+		case k.Name == "":
+			v.check(w, p+".name", "required: the admin's name, which the audit trail shows")
+		case names[k.Name]:
+			v.check(w, p+".name", fmt.Sprintf("%s names another admin key too: names must be unique", quote(k.Name)))
+		}
+		names[k.Name] = true
+		if !sha256Hash.MatchString(k.Hash) {
+			v.check(w, p+".hash", "not a key hash: want sha256: and 64 lower-case hex digits; `gateway apikey` makes a key and its hash (never put the key itself here)")
+		}
+	}
+	for i, o := range a.AllowedOrigins {
+		v.check(w, fmt.Sprintf("admin.allowed_origins[%d]", i), checkOrigin(o))
+	}
+	if a.Webhook != "" {
+		v.check(w, "admin.webhook", checkPublicURL(a.Webhook))
+	}
+}

@@ -1,0 +1,337 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testwait"
+)
+
+// adminKey is the admin API key of the tests' admin, "ops".
+const adminKey = "mfk_ops-admin-key"
+
+// adminYAML is the admin section of a test config: a listener, the key of "ops", and more
+// lines (extra, indented by four spaces).
+func adminYAML(extra string) string {
+	return fmt.Sprintf("admin:\n  listen: 127.0.0.1:0\n  api_keys:\n    - {name: ops, hash: %q}\n%s", auth.HashAPIKey(adminKey), extra)
+}
+
+// adminClient calls a gateway's admin API, served on a listener of its own.
+type adminClient struct {
+	t   *testing.T
+	url string
+	key string
+}
+
+func startAdmin(t *testing.T, tg *testGateway) *adminClient {
+	t.Helper()
+	h, err := tg.gw.AdminHandler()
+	if err != nil || h == nil {
+		t.Fatalf("admin handler: %v %v", h, err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &adminClient{t: t, url: srv.URL, key: adminKey}
+}
+
+// do sends a request with the admin key and decodes the JSON answer into out, if not nil.
+func (a *adminClient) do(method, path string, body any, out any) int {
+	a.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, a.url+path, rd)
+	if a.key != "" {
+		req.Header.Set("Authorization", "Bearer "+a.key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(data, out); err != nil {
+			a.t.Fatalf("%s %s: %v in %s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+type heldCall struct {
+	ID        string          `json:"id"`
+	Principal string          `json:"principal"`
+	Tool      string          `json:"tool"`
+	Upstream  string          `json:"upstream"`
+	Arguments json.RawMessage `json:"arguments"`
+	Rule      string          `json:"rule"`
+	Session   string          `json:"session"`
+}
+
+// waitHeld waits until the admin API lists n held calls, and returns them.
+func (a *adminClient) waitHeld(n int) []heldCall {
+	a.t.Helper()
+	var got struct {
+		Approvals []heldCall `json:"approvals"`
+	}
+	if !testwait.Within(10*time.Second, func() bool {
+		a.do("GET", "/api/approvals", nil, &got)
+		return len(got.Approvals) == n
+	}) {
+		a.t.Fatalf("held calls: %+v, want %d", got.Approvals, n)
+	}
+	return got.Approvals
+}
+
+// callAsync calls a tool in the background; the result arrives on the channel.
+func callAsync(ctx context.Context, cs *mcp.ClientSession, name string, args map[string]any) <-chan *mcp.CallToolResult {
+	ch := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "call failed: " + err.Error()}}}
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	if len(res.Content) == 0 {
+		return ""
+	}
+	if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+		return tc.Text
+	}
+	return ""
+}
+
+// TestOperatorDecidesHeldCalls: a client that cannot ask its user (no elicitation) has its
+// call held for an operator, who sees it on the admin API (tool, principal, arguments) and
+// approves or denies it; the call runs only when approved, and the audit record names the
+// approver. Every admin action is audited; the webhook hears of each held call.
+func TestOperatorDecidesHeldCalls(t *testing.T) {
+	var hooks struct {
+		sync.Mutex
+		bodies []string
+	}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		hooks.Lock()
+		hooks.bodies = append(hooks.bodies, string(b))
+		hooks.Unlock()
+	}))
+	defer hook.Close()
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	yaml := adminYAML("  webhook: "+hook.URL+"\n") + policyYAML(`  approval: {timeout: 20s}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`)
+	tg := startGateway(t, yaml, &gateway.Options{Audit: trail})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+
+	done := callAsync(ctx, alice, "a__echo", map[string]any{"text": "hello"})
+	held := adm.waitHeld(1)[0]
+	if held.Tool != "a__echo" || held.Upstream != "a" || held.Principal != "apikey:alice" || held.Rule != "echo-needs-approval" ||
+		!strings.Contains(string(held.Arguments), `"hello"`) || held.Session == "" {
+		t.Errorf("held call as listed: %+v", held)
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("the call ran before a decision: %v", resultText(res))
+	default:
+	}
+	if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Fatalf("approve: %d", code)
+	}
+	if res := <-done; res.IsError || resultText(res) != "beta:hello" {
+		t.Fatalf("approved call: %v %q", res.IsError, resultText(res))
+	}
+	if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil); code != http.StatusNotFound {
+		t.Errorf("a decision on a call that ran: %d, want 404", code)
+	}
+
+	done = callAsync(ctx, alice, "a__echo", map[string]any{"text": "rm -rf /"})
+	held = adm.waitHeld(1)[0]
+	if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil); code != http.StatusOK {
+		t.Fatalf("deny: %d", code)
+	}
+	res := <-done
+	if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" || !strings.Contains(resultText(res), "apikey:ops") {
+		t.Errorf("denied call: %v %v %q", res.IsError, res.Meta, resultText(res))
+	}
+	if got := adm.waitHeld(0); len(got) != 0 {
+		t.Errorf("held after the decisions: %+v", got)
+	}
+
+	// What the API refuses.
+	if code := adm.do("POST", "/api/approvals/nosuch", map[string]string{"decision": "maybe"}, nil); code != http.StatusBadRequest {
+		t.Errorf("a bad decision: %d, want 400", code)
+	}
+	for _, key := range []string{"", "mfk_alice", "mfk_wrong"} {
+		anon := &adminClient{t: t, url: adm.url, key: key}
+		if code := anon.do("GET", "/api/approvals", nil, nil); code != http.StatusUnauthorized {
+			t.Errorf("key %q: %d, want 401", key, code)
+		}
+		if code := anon.do("POST", "/api/approvals/x", map[string]string{"decision": "approve"}, nil); code != http.StatusUnauthorized {
+			t.Errorf("key %q: decision %d, want 401", key, code)
+		}
+	}
+	for name, set := range map[string]func(*http.Request){
+		"foreign origin": func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") },
+		"rebound host":   func(r *http.Request) { r.Host = "evil.example" },
+	} {
+		req, _ := http.NewRequest("GET", adm.url+"/api/approvals", nil)
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		set(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, resp.StatusCode)
+		}
+	}
+
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var approvedBy, deniedBy, adminActions, refusedActions int
+	for _, rec := range auditLines(t, out.String()) {
+		method, _ := rec["method"].(string)
+		switch {
+		case method == "tools/call":
+			decisions, _ := rec["decisions"].([]any)
+			for _, d := range decisions {
+				d, _ := d.(map[string]any)
+				if d["check"] == "approval" && d["rule"] == "operator" && d["by"] == "apikey:ops" {
+					switch d["effect"] {
+					case "allow":
+						approvedBy++
+					case "deny":
+						deniedBy++
+					}
+				}
+			}
+		case strings.HasPrefix(method, "admin/") && rec["outcome"] == "ok":
+			if rec["principal"] == "apikey:ops" {
+				adminActions++
+			}
+		case strings.HasPrefix(method, "admin/"):
+			refusedActions++
+		}
+	}
+	if approvedBy != 1 || deniedBy != 1 || adminActions != 2 || refusedActions < 4 {
+		t.Errorf("audit: approved by ops %d, denied by ops %d, admin actions %d, refused %d; want 1, 1, 2, >= 4:\n%s", approvedBy, deniedBy, adminActions, refusedActions, out.String())
+	}
+	hooks.Lock()
+	defer hooks.Unlock()
+	if len(hooks.bodies) != 2 || !strings.Contains(hooks.bodies[0], `"event":"approval.held"`) || !strings.Contains(hooks.bodies[0], `"tool":"a__echo"`) {
+		t.Errorf("webhook posts: %q", hooks.bodies)
+	}
+}
+
+// TestHeldCallTimesOut: with no decision within approval.timeout, the call gets a tool error
+// saying so, and a decision after that comes too late.
+func TestHeldCallTimesOut(t *testing.T) {
+	yaml := adminYAML("") + policyYAML(`  approval: {timeout: 300ms, by: operator}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`)
+	tg := startGateway(t, yaml, nil)
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	ctx := ctxT(t)
+	// The client could be asked, but by: operator sends every approval to an operator.
+	var asked atomicCount
+	alice := connectAs(t, tg.url, "mfk_alice", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked.add()
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+	}})
+	done := callAsync(ctx, alice, "a__echo", map[string]any{"text": "late"})
+	held := adm.waitHeld(1)[0]
+	res := <-done
+	if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_timeout" {
+		t.Fatalf("unanswered held call: %v %v %q", res.IsError, res.Meta, resultText(res))
+	}
+	if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusNotFound && code != http.StatusConflict {
+		t.Errorf("a decision after the timeout: %d, want 404 or 409", code)
+	}
+	if asked.get() != 0 {
+		t.Errorf("the client's user was asked %d times with by: operator", asked.get())
+	}
+}
+
+type atomicCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *atomicCount) add() { c.mu.Lock(); c.n++; c.mu.Unlock() }
+func (c *atomicCount) get() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// TestDecisionOnAnotherReplicaReleasesTheCall: replicas share held calls through Redis; a
+// call held on one replica is listed by the other's admin API, and the decision posted
+// there releases it where it is held.
+func TestDecisionOnAnotherReplicaReleasesTheCall(t *testing.T) {
+	extra := adminYAML("") + `policy:
+  approval: {timeout: 20s}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {tools: [echo]}}
+`
+	a, b := twoReplicasWith(t, extra, upstreamYAML("a", "beta", ""))
+	adminA, adminB := startAdmin(t, a), startAdmin(t, b)
+	ctx := ctxT(t)
+	cs := connect(t, a.url, nil)
+	for i, decision := range []string{"approve", "deny"} {
+		text := fmt.Sprintf("call %d", i)
+		done := callAsync(ctx, cs, "a__echo", map[string]any{"text": text})
+		held := adminB.waitHeld(1)[0]
+		if got := adminA.waitHeld(1)[0]; got.ID != held.ID {
+			t.Fatalf("the replicas list different held calls: %s and %s", got.ID, held.ID)
+		}
+		if code := adminB.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": decision}, nil); code != http.StatusOK {
+			t.Fatalf("%s on the other replica: %d", decision, code)
+		}
+		res := <-done
+		switch decision {
+		case "approve":
+			if res.IsError || resultText(res) != "beta:"+text {
+				t.Errorf("approved on the other replica: %v %q", res.IsError, resultText(res))
+			}
+		case "deny":
+			if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+				t.Errorf("denied on the other replica: %v %q", res.IsError, resultText(res))
+			}
+		}
+		if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusNotFound {
+			t.Errorf("a second decision, on the holding replica: %d, want 404", code)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/pin"
+	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/upstream"
+)
+
+// pinStoreTimeout bounds one round of pin bookkeeping against the store.
+const pinStoreTimeout = 5 * time.Second
+
+// pinning guards the tool definitions of the upstreams configured with `pinning`: each
+// tool's definition is pinned at first sight; one that changes since is withheld from
+// clients until an operator accepts the change (withhold), or only logged (log). The store
+// is shared by the replicas when it is Redis; pins keeps what this replica last read of it,
+// so that a catalog that did not change costs no round trip.
+type pinning struct {
+	store  pin.Store
+	modes  map[string]string // upstream → config.PinningWithhold or config.PinningLog
+	logger *slog.Logger
+	now    func() time.Time
+
+	mu sync.Mutex
+	// pins are the store's pins as last read or written here. Guarded by mu.
+	pins map[pinKey]pin.Pin
+	// listed holds the hash of each pinned upstream's tools as it lists them now. Guarded
+	// by mu.
+	listed map[pinKey]string
+}
+
+type pinKey struct{ upstream, tool string }
+
+// newPinning returns the pinning of cfg's upstreams, nil when none is pinned. The pins live
+// in Redis with a Redis session store, else in memory, kept in a file in state_dir if set.
+func newPinning(cfg *config.Config, store session.Store, now func() time.Time, logger *slog.Logger) (*pinning, error) {
+	modes := map[string]string{}
+	for _, u := range cfg.EnabledUpstreams() {
+		if u.Pinning == config.PinningWithhold || u.Pinning == config.PinningLog {
+			modes[u.Name] = u.Pinning
+		}
+	}
+	if len(modes) == 0 {
+		return nil, nil
+	}
+	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]string{}}
+	if rs, ok := store.(*session.RedisStore); ok {
+		p.store = pin.NewRedisStore(rs.Client(), rs.KeyPrefix())
+	} else {
+		file := ""
+		if cfg.StateDir != "" {
+			file = filepath.Join(cfg.StateDir, "pins.json")
+		} else {
+			logger.Warn("tool pinning keeps its pins in memory only: a definition changed across a restart is pinned anew; set state_dir to keep them in a file")
+		}
+		ms, err := pin.NewMemoryStore(file)
+		if err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+		p.store = ms
+	}
+	return p, nil
+}
+
+// observe records the definitions the pinned upstreams list now: what is new is pinned,
+// what changed since its pin is recorded as a pending change and logged. A tool whose
+// definition matches what was last read of the store costs nothing.
+func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
+	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
+	defer cancel()
+	listed := map[pinKey]string{}
+	for _, u := range sources {
+		mode, ok := p.modes[u.ns.Name]
+		if !ok {
+			continue
+		}
+		for _, it := range u.Catalog().List(upstream.Tools) {
+			k := pinKey{u.ns.Name, it.Key}
+			h, err := pin.Hash(it.Raw)
+			if err != nil {
+				continue // the catalog leaves out what it cannot read either
+			}
+			listed[k] = h
+			p.mu.Lock()
+			known, seen := p.pins[k]
+			p.mu.Unlock()
+			if seen && (known.Hash == h && known.Change == nil || known.Change != nil && known.Change.Hash == h) {
+				continue
+			}
+			def, _ := pin.Definition(it.Raw)
+			pinned, changed, err := p.store.Observe(ctx, k.upstream, k.tool, h, def, p.now())
+			if err != nil {
+				p.logger.Warn("recording a tool's definition failed; with pinning: withhold, the tool is withheld until it can be checked", "upstream", k.upstream, "tool", k.tool, "error", err.Error())
+				continue
+			}
+			p.mu.Lock()
+			p.pins[k] = pinned
+			p.mu.Unlock()
+			if changed && pinned.Differs(h) && pinned.Pending() {
+				fields := []string{}
+				for _, c := range pin.Diff(pinned.Definition, pinned.Change.Definition) {
+					fields = append(fields, c.Field)
+				}
+				if mode == config.PinningWithhold {
+					p.logger.Warn("an upstream changed a tool's definition since it was pinned: the tool is withheld from clients until an operator accepts the change on the admin API", "upstream", k.upstream, "tool", k.tool, "changed", fields, "hash", h)
+				} else {
+					p.logger.Warn("an upstream changed a tool's definition since it was pinned (pinning: log, so it is still served)", "upstream", k.upstream, "tool", k.tool, "changed", fields, "hash", h)
+				}
+			}
+		}
+	}
+	p.mu.Lock()
+	p.listed = listed
+	p.mu.Unlock()
+}
+
+// withheld reports whether a tool an upstream lists must not reach clients: its upstream
+// withholds changes, and its definition is not the pinned one (or could not be checked).
+func (p *pinning) withheld(ns *catalog.Namespace, it upstream.Item) bool {
+	if p.modes[ns.Name] != config.PinningWithhold {
+		return false
+	}
+	k := pinKey{ns.Name, it.Key}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, listed := p.listed[k]
+	pinned, ok := p.pins[k]
+	return !listed || !ok || pinned.Differs(h)
+}
+
+// reload reads every pin anew from the store: another replica decided on a change.
+func (p *pinning) reload(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
+	defer cancel()
+	all, err := p.store.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the pins: %w", err)
+	}
+	pins := make(map[pinKey]pin.Pin, len(all))
+	for _, pn := range all {
+		pins[pinKey{pn.Upstream, pn.Tool}] = pn
+	}
+	p.mu.Lock()
+	p.pins = pins
+	p.mu.Unlock()
+	return nil
+}
+
+// resolve accepts or rejects the pending change of hash h of a pinned tool.
+func (p *pinning) resolve(ctx context.Context, upstreamName, tool, h string, accept bool, by string) (pin.Pin, error) {
+	var pinned pin.Pin
+	var err error
+	if accept {
+		pinned, err = p.store.Accept(ctx, upstreamName, tool, h, by, p.now())
+	} else {
+		pinned, err = p.store.Reject(ctx, upstreamName, tool, h, by, p.now())
+	}
+	if err != nil {
+		return pin.Pin{}, err
+	}
+	p.mu.Lock()
+	p.pins[pinKey{upstreamName, tool}] = pinned
+	p.mu.Unlock()
+	return pinned, nil
+}
+
+// snapshot returns the pins as last read, and the hash each tool is listed with now.
+func (p *pinning) snapshot() (map[pinKey]pin.Pin, map[pinKey]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pins := make(map[pinKey]pin.Pin, len(p.pins))
+	for k, v := range p.pins {
+		pins[k] = v
+	}
+	listed := make(map[pinKey]string, len(p.listed))
+	for k, v := range p.listed {
+		listed[k] = v
+	}
+	return pins, listed
+}
+
+// isPinStale reports whether err says the decision named a change that is not the pending one.
+func isPinStale(err error) bool { return errors.Is(err, pin.ErrStale) }

@@ -1,0 +1,255 @@
+package hold
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisStore is a Store in Redis, shared by the replicas of a gateway. It is safe for
+// concurrent use. Its keys, under the prefix given to NewRedisStore:
+//
+//   - <prefix>:hold:<id>, a call's JSON (Call), which expires some time (Grace) after the
+//     call's deadline, Redis's clock;
+//   - <prefix>:holds, the index: a sorted set of the ids by deadline (Unix ms), for Pending
+//     and HeldBy. Its members whose calls are gone are trimmed when it is written or read,
+//     and it expires with its last member.
+//
+// Each command or script touches one key only, so the store works on a Redis cluster too.
+type RedisStore struct {
+	client   redis.UniversalClient
+	prefix   string
+	indexKey string
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// maxDecideTries bounds the compare-and-set rounds of a Decide. One is enough but when another
+// replica decides the call at once, which decides it for good: the second round finds it
+// decided.
+const maxDecideTries = 5
+
+// NewRedisStore returns a RedisStore that keeps its keys in client under keyPrefix (see
+// RedisStore). If keyPrefix is "", it defaults to "manifold". The store does not own client:
+// its caller closes it, after the store's last use.
+func NewRedisStore(client redis.UniversalClient, keyPrefix string) *RedisStore {
+	if client == nil {
+		panic("hold: NewRedisStore: nil client")
+	}
+	if keyPrefix == "" {
+		keyPrefix = "manifold"
+	}
+	return &RedisStore{client: client, prefix: keyPrefix, indexKey: keyPrefix + ":holds"}
+}
+
+// callKey is the key of the call id.
+func (s *RedisStore) callKey(id string) string { return s.prefix + ":hold:" + id }
+
+// luaNow sets now to Redis's clock, in Unix ms: the clock the keys expire by.
+const luaNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// scriptIndexAdd adds id ARGV[1] with deadline ARGV[2] (Unix ms) to the index KEYS[1], unless
+// it is there already (then the Hold is refused: the ID is taken), trims the members past
+// their deadline by more than ARGV[3] ms (Grace), and has the index expire that long after
+// its last deadline.
+var scriptIndexAdd = redis.NewScript(luaNow + `
+local grace = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - grace)
+redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], tonumber(last[2]) + grace)
+return 1
+`)
+
+// scriptIndexList trims the members of the index KEYS[1] past their deadline by more than
+// ARGV[1] ms (Grace), and returns those left whose deadline is ARGV[2] (Unix ms, or '-inf')
+// or later.
+var scriptIndexList = redis.NewScript(luaNow + `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
+return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf')
+`)
+
+// scriptSwap replaces the value of KEYS[1] with ARGV[2], keeping its expiry, if it is ARGV[1]:
+// a compare-and-set. It returns {1} when it did, {0, value} with the value it found else, and
+// nil when the key is gone.
+var scriptSwap = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return false end
+if cur ~= ARGV[1] then return {0, cur} end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return {1}
+`)
+
+// Hold implements Store. The call's key expires Grace after its deadline; a deadline that far
+// in the past holds nothing.
+func (s *RedisStore) Hold(ctx context.Context, c Call) error {
+	if err := checkHold(&c); err != nil {
+		return fmt.Errorf("held calls: hold: %w", err)
+	}
+	val, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("held calls: hold: encode: %w", err)
+	}
+	// The index first: a member whose call did not make it is skipped by the listings. (In a
+	// pipeline a script is sent whole: EvalSha could not fall back when Redis lacks it.)
+	pipe := s.client.Pipeline()
+	added := scriptIndexAdd.Eval(ctx, pipe, []string{s.indexKey}, c.ID, c.Deadline.UnixMilli(), Grace.Milliseconds())
+	set := pipe.Do(ctx, "set", s.callKey(c.ID), val, "pxat", c.Deadline.Add(Grace).UnixMilli(), "nx")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("held calls: hold: %w", err)
+	}
+	if err := added.Err(); err != nil {
+		return fmt.Errorf("held calls: hold: index: %w", err)
+	}
+	if err := set.Err(); errors.Is(err, redis.Nil) {
+		return errors.New("held calls: hold: a call with that ID is held already")
+	} else if err != nil {
+		return fmt.Errorf("held calls: hold: %w", err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *RedisStore) Get(ctx context.Context, id string) (Call, error) {
+	val, err := s.client.Get(ctx, s.callKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return Call{}, ErrNotFound
+	}
+	if err != nil {
+		return Call{}, fmt.Errorf("held calls: get: %w", err)
+	}
+	var c Call
+	if err := json.Unmarshal([]byte(val), &c); err != nil {
+		return Call{}, fmt.Errorf("held calls: get: decode: %w", err)
+	}
+	return c, nil
+}
+
+// Decide implements Store. It reads the call, decides it in this process, and stores it back
+// only if it has not changed since (scriptSwap), so that of replicas deciding at once exactly
+// one wins; the call keeps its expiry.
+func (s *RedisStore) Decide(ctx context.Context, id, decision, approver string, at time.Time) (Call, error) {
+	if err := checkDecision(decision); err != nil {
+		return Call{}, fmt.Errorf("held calls: decide: %w", err)
+	}
+	key := s.callKey(id)
+	val, err := s.client.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return Call{}, ErrNotFound
+	}
+	if err != nil {
+		return Call{}, fmt.Errorf("held calls: decide: %w", err)
+	}
+	for range maxDecideTries {
+		var c Call
+		if err := json.Unmarshal([]byte(val), &c); err != nil {
+			return Call{}, fmt.Errorf("held calls: decide: decode: %w", err)
+		}
+		next := c
+		if err := decide(&next, decision, approver, at); err != nil {
+			return c, err
+		}
+		nextVal, err := json.Marshal(next)
+		if err != nil {
+			return Call{}, fmt.Errorf("held calls: decide: encode: %w", err)
+		}
+		res, err := scriptSwap.Run(ctx, s.client, []string{key}, val, nextVal).Slice()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return Call{}, ErrNotFound // released, or expired, since read
+		case err != nil:
+			return Call{}, fmt.Errorf("held calls: decide: %w", err)
+		case len(res) == 1:
+			return next, nil
+		case len(res) == 2:
+			// Another decision came first: the next round reads the call it left.
+			var ok bool
+			if val, ok = res[1].(string); !ok {
+				return Call{}, fmt.Errorf("held calls: decide: unexpected answer of type %T", res[1])
+			}
+		default:
+			return Call{}, fmt.Errorf("held calls: decide: unexpected answer of %d values", len(res))
+		}
+	}
+	return Call{}, fmt.Errorf("held calls: decide: the call kept changing (%d tries)", maxDecideTries)
+}
+
+// Pending implements Store. It takes two round trips: one for the ids in the index, one for
+// their calls.
+func (s *RedisStore) Pending(ctx context.Context, now time.Time) ([]Call, error) {
+	// The index's scores are deadlines in whole ms: the calls of the ms of now are read, then
+	// sorted out by their exact deadline.
+	calls, err := s.list(ctx, fmt.Sprint(now.UnixMilli()))
+	if err != nil {
+		return nil, fmt.Errorf("held calls: pending: %w", err)
+	}
+	return slices.DeleteFunc(calls, func(c Call) bool { return c.Decision != "" || !c.Deadline.After(now) }), nil
+}
+
+// Release implements Store.
+func (s *RedisStore) Release(ctx context.Context, id string) error {
+	pipe := s.client.Pipeline()
+	pipe.Del(ctx, s.callKey(id))
+	pipe.ZRem(ctx, s.indexKey, id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("held calls: release: %w", err)
+	}
+	return nil
+}
+
+// HeldBy implements Store. It reads every call held, by any replica: a takeover is rare, and
+// the index does not say which replica holds a call.
+func (s *RedisStore) HeldBy(ctx context.Context, replica string) ([]Call, error) {
+	calls, err := s.list(ctx, "-inf")
+	if err != nil {
+		return nil, fmt.Errorf("held calls: held by: %w", err)
+	}
+	return slices.DeleteFunc(calls, func(c Call) bool { return c.Replica != replica }), nil
+}
+
+// list trims the index and returns the calls of its members whose deadline is from (Unix ms,
+// or "-inf") or later, oldest first, skipping those gone. It reads the calls with a pipeline
+// of GETs, not an MGET, which a cluster client sends to each node in one round trip whatever
+// the nodes' version.
+func (s *RedisStore) list(ctx context.Context, from string) ([]Call, error) {
+	ids, err := scriptIndexList.Run(ctx, s.client, []string{s.indexKey}, Grace.Milliseconds(), from).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("index: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	pipe := s.client.Pipeline()
+	gets := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		gets[i] = pipe.Get(ctx, s.callKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	calls := make([]Call, 0, len(ids))
+	for _, get := range gets {
+		val, err := get.Result()
+		if errors.Is(err, redis.Nil) {
+			continue // released or expired since the index was read
+		}
+		if err != nil {
+			return nil, err
+		}
+		var c Call
+		if err := json.Unmarshal([]byte(val), &c); err != nil {
+			return nil, fmt.Errorf("decode: %w", err)
+		}
+		calls = append(calls, c)
+	}
+	slices.SortFunc(calls, oldestFirst)
+	return calls, nil
+}

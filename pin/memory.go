@@ -1,0 +1,258 @@
+package pin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MemoryStore is a Store in this process's memory, saved to a file if it was opened with
+// one: the gateway's store for a single replica. It is safe for concurrent use.
+//
+// The file is JSON, {"pins": [...]} with one Pin a line, written whole after each change:
+// to a temporary file in the same directory, synced, then renamed over the old one, so that
+// a crash leaves the old pins or the new, never a mix.
+type MemoryStore struct {
+	// file is where the pins are saved, "" for nowhere. Set at open, then never changed.
+	file string
+
+	mu sync.Mutex
+	// pins holds the pins by upstream and tool. Guarded by mu. Its values share no memory
+	// with what callers are given.
+	pins map[pinKey]Pin
+	// unsaved is set when a save failed: the file lags behind pins, and the next Observe,
+	// Accept or Reject saves them whether or not it changes anything. Guarded by mu.
+	unsaved bool
+}
+
+// pinKey is a pin's upstream and tool.
+type pinKey struct{ upstream, tool string }
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns a MemoryStore. If file is "", it starts empty and keeps its pins
+// in memory only. Otherwise it loads the pins from file (none if file does not exist) and
+// saves them there after each change, creating its directory (mode 0700) if need be; the
+// file has mode 0600. It fails, naming the file, when the file cannot be read or is corrupt.
+func NewMemoryStore(file string) (*MemoryStore, error) {
+	s := &MemoryStore{file: file, pins: map[pinKey]Pin{}}
+	if file == "" {
+		return s, nil
+	}
+	data, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pins: reading %s: %w", file, err)
+	}
+	if err := s.load(data); err != nil {
+		return nil, fmt.Errorf("pins: %s is corrupt: %w; move it away to start with no pins (each tool is then pinned anew at its next sight, as it is then)", file, err)
+	}
+	return s, nil
+}
+
+// pinFile is the form of a MemoryStore's file.
+type pinFile struct {
+	Pins []Pin `json:"pins"`
+}
+
+// load fills the empty s.pins with the pins of data, a file's contents.
+func (s *MemoryStore) load(data []byte) error {
+	var f pinFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	for i, p := range f.Pins {
+		if p.Hash == "" || (p.Change != nil && p.Change.Hash == "") {
+			return fmt.Errorf("pin %d (%q of %q) has no hash", i+1, p.Tool, p.Upstream)
+		}
+		if err := checkNames(p.Upstream, p.Tool); err != nil {
+			return err
+		}
+		k := pinKey{p.Upstream, p.Tool}
+		if _, dup := s.pins[k]; dup {
+			return fmt.Errorf("tool %q of %q is pinned twice", p.Tool, p.Upstream)
+		}
+		var err error
+		if p.Definition, err = compactJSON(p.Definition); err != nil {
+			return fmt.Errorf("pin %d (%q of %q): definition: %w", i+1, p.Tool, p.Upstream, err)
+		}
+		if p.Change != nil {
+			if p.Change.Definition, err = compactJSON(p.Change.Definition); err != nil {
+				return fmt.Errorf("pin %d (%q of %q): changed definition: %w", i+1, p.Tool, p.Upstream, err)
+			}
+		}
+		s.pins[k] = p
+	}
+	return nil
+}
+
+// compactJSON returns v without insignificant space; it fails if v is not JSON.
+func compactJSON(v json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Observe implements Store.Observe. When the file cannot be written, it returns the pin as
+// it is in memory, changed, with the error.
+func (s *MemoryStore) Observe(_ context.Context, upstream, tool, h string, def json.RawMessage, now time.Time) (Pin, bool, error) {
+	if err := checkNames(upstream, tool); err != nil {
+		return Pin{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := pinKey{upstream, tool}
+	next, changed, err := observe(s.getLocked(k), upstream, tool, h, def, now)
+	if err != nil {
+		return Pin{}, false, err
+	}
+	if changed {
+		s.pins[k] = next.clone()
+	}
+	return next, changed, s.saveIfLocked(changed)
+}
+
+// List implements Store.List.
+func (s *MemoryStore) List(context.Context) ([]Pin, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listLocked(), nil
+}
+
+// Accept implements Store.Accept. When the file cannot be written, it returns the pin as it
+// is in memory, accepted, with the error.
+func (s *MemoryStore) Accept(_ context.Context, upstream, tool, h, by string, now time.Time) (Pin, error) {
+	if err := checkNames(upstream, tool); err != nil {
+		return Pin{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := pinKey{upstream, tool}
+	next, err := accept(s.getLocked(k), upstream, tool, h, by, now)
+	if err != nil {
+		return Pin{}, err
+	}
+	s.pins[k] = next.clone()
+	return next, s.saveIfLocked(true)
+}
+
+// Reject implements Store.Reject. When the file cannot be written, it returns the pin as it
+// is in memory, rejected, with the error.
+func (s *MemoryStore) Reject(_ context.Context, upstream, tool, h, by string, now time.Time) (Pin, error) {
+	if err := checkNames(upstream, tool); err != nil {
+		return Pin{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := pinKey{upstream, tool}
+	next, changed, err := reject(s.getLocked(k), upstream, tool, h, by, now)
+	if err != nil {
+		return Pin{}, err
+	}
+	if changed {
+		s.pins[k] = next.clone()
+	}
+	return next, s.saveIfLocked(changed)
+}
+
+// getLocked returns the pin of k, nil if none. The caller must not modify it.
+func (s *MemoryStore) getLocked(k pinKey) *Pin {
+	p, ok := s.pins[k]
+	if !ok {
+		return nil
+	}
+	return &p
+}
+
+// listLocked returns copies of the pins, ordered by upstream, then tool.
+func (s *MemoryStore) listLocked() []Pin {
+	out := make([]Pin, 0, len(s.pins))
+	for _, p := range s.pins {
+		out = append(out, p.clone())
+	}
+	slices.SortFunc(out, comparePins)
+	return out
+}
+
+// saveIfLocked saves the pins to the file, if the store has one, when changed or when an
+// earlier save failed.
+func (s *MemoryStore) saveIfLocked(changed bool) error {
+	if s.file == "" || !(changed || s.unsaved) {
+		return nil
+	}
+	var b bytes.Buffer
+	b.WriteString("{\"pins\": [")
+	for i, p := range s.listLocked() {
+		line, err := encodePin(p)
+		if err != nil {
+			s.unsaved = true
+			return fmt.Errorf("pins: saving %s: %w", s.file, err)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("\n  ")
+		b.Write(line)
+	}
+	b.WriteString("\n]}\n")
+	if err := writeFileAtomic(s.file, b.Bytes()); err != nil {
+		s.unsaved = true
+		return fmt.Errorf("pins: saving %s: %w", s.file, err)
+	}
+	s.unsaved = false
+	return nil
+}
+
+// writeFileAtomic replaces the file path with data (mode 0600), creating its directory
+// (mode 0700) if need be: it writes a temporary file beside it, syncs it and renames it
+// over path, then syncs the directory, so that a crash leaves the old file or the new.
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable once the directory is synced. Some file systems cannot sync a
+	// directory; the file itself is in place either way.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}

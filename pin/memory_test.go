@@ -1,0 +1,213 @@
+package pin
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestMemoryReopen: pins, changes and decisions survive reopening the file.
+func TestMemoryReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state", "pins")
+	file := filepath.Join(dir, "pins.json")
+	v1 := newVersion(t, `{"name": "a", "description": "<b>bold</b> & \u2028"}`)
+	v2 := newVersion(t, `{"name": "a", "description": "changed"}`)
+	v3 := newVersion(t, `{"name": "b"}`)
+
+	s := openFileStore(t, file)
+	for i, o := range []struct {
+		tool string
+		v    version
+	}{{"a", v1}, {"a", v2}, {"b", v3}, {"c", v1}, {"c", v3}} {
+		if _, _, err := s.Observe(ctx, "up", o.tool, o.v.h, o.v.def, tick(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Reject(ctx, "up", "a", v2.h, "bob", tick(5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Accept(ctx, "up", "c", v3.h, "alice", tick(6)); err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := openFileStore(t, file).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pins after reopening mismatch (-before +after):\n%s", diff)
+	}
+
+	for path, mode := range map[string]os.FileMode{dir: 0o700 | os.ModeDir, file: 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != mode {
+			t.Errorf("mode of %s = %v, want %v", path, fi.Mode(), mode)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("the directory holds %d files, want pins.json alone (temporary files left?)", len(entries))
+	}
+}
+
+// TestMemoryMissingFile: a file that does not exist yet is an empty store, and none is
+// written until something is pinned.
+func TestMemoryMissingFile(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "pins.json")
+	s := openFileStore(t, file)
+	if list, err := s.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("List = %v, %v; want none", list, err)
+	}
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Errorf("Stat of the file before any pin = %v, want not found", err)
+	}
+}
+
+// TestMemoryFileForm: the file is the pins, one a line, ordered.
+func TestMemoryFileForm(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "pins.json")
+	s := openFileStore(t, file)
+	v := newVersion(t, `{"name": "a"}`)
+	for _, tool := range []string{"b", "a"} {
+		if _, _, err := s.Observe(ctx, "up", tool, v.h, v.def, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinLine := func(tool string) string {
+		return `{"upstream":"up","tool":"` + tool + `","hash":"` + v.h + `","definition":{"name":"a"},"pinned":"2026-03-01T12:00:00Z"}`
+	}
+	want := "{\"pins\": [\n  " + pinLine("a") + ",\n  " + pinLine("b") + "\n]}\n"
+	if string(data) != want {
+		t.Errorf("file =\n%s\nwant\n%s", data, want)
+	}
+}
+
+// TestMemoryCorruptFile: a file that cannot be read as pins is an error that names the file
+// and says what to do.
+func TestMemoryCorruptFile(t *testing.T) {
+	v := newVersion(t, `{"name": "a"}`)
+	pin := `{"upstream":"up","tool":"a","hash":"` + v.h + `","definition":{"name":"a"},"pinned":"2026-03-01T12:00:00Z"}`
+	tests := []struct {
+		name, data string
+	}{
+		{"not JSON", `{"pins": [`},
+		{"truncated to nothing", ``},
+		{"not pins", `{"pins": {"a": 1}}`},
+		{"a pin without hash", `{"pins": [{"upstream": "up", "tool": "a", "definition": {}}]}`},
+		{"a pin twice", `{"pins": [` + pin + `,` + pin + `]}`},
+		{"an upstream with NUL", `{"pins": [{"upstream": "u\u0000p", "tool": "a", "hash": "sha256:00", "definition": {}}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "pins.json")
+			if err := os.WriteFile(file, []byte(tt.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := NewMemoryStore(file)
+			if err == nil {
+				t.Fatal("NewMemoryStore of a corrupt file succeeded")
+			}
+			if !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "move it away") {
+				t.Errorf("error %q does not name the file %s and say to move it away", err, file)
+			}
+		})
+	}
+	t.Run("a good file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "pins.json")
+		if err := os.WriteFile(file, []byte(`{"pins": [`+pin+`]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		list, err := openFileStore(t, file).List(context.Background())
+		if err != nil || len(list) != 1 || list[0].Hash != v.h {
+			t.Errorf("List = %+v, %v; want the file's one pin", list, err)
+		}
+	})
+}
+
+// TestMemoryUnreadableFile: a file that cannot be read is an error naming it.
+func TestMemoryUnreadableFile(t *testing.T) {
+	dir := t.TempDir() // a directory is no file to read
+	if _, err := NewMemoryStore(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("NewMemoryStore of a directory = %v, want an error naming it", err)
+	}
+}
+
+// TestMemorySaveFails: a save that fails is the error of the call that changed the pin,
+// which stays changed in memory; the next call saves again.
+func TestMemorySaveFails(t *testing.T) {
+	ctx := context.Background()
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "sub")
+	file := filepath.Join(dir, "pins.json")
+	s := openFileStore(t, file)
+	// A file where the directory should be: no one, not even root, can create it.
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := newVersion(t, `{"name": "a"}`)
+	p, changed, err := s.Observe(ctx, "up", "a", v.h, v.def, t0)
+	if err == nil {
+		t.Fatal("Observe succeeded with an unwritable directory")
+	}
+	if !strings.Contains(err.Error(), file) {
+		t.Errorf("error %q does not name the file %s", err, file)
+	}
+	if !changed || p.Hash != v.h {
+		t.Errorf("Observe = %+v, changed %v; want the new pin, changed", p, changed)
+	}
+	if list, err := s.List(ctx); err != nil || len(list) != 1 {
+		t.Errorf("List = %v, %v; want the pin kept in memory", list, err)
+	}
+
+	// Once the directory can be made, the next observation saves, though it changes nothing.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, err := s.Observe(ctx, "up", "a", v.h, v.def, tick(1)); err != nil || changed {
+		t.Fatalf("Observe again = changed %v, %v; want no change and no error", changed, err)
+	}
+	list, err := openFileStore(t, file).List(ctx)
+	if err != nil || len(list) != 1 || list[0].Hash != v.h {
+		t.Errorf("List after reopening = %+v, %v; want the pin saved", list, err)
+	}
+}
+
+// TestMemoryReadOnlyDir: a directory the gateway may not write to fails the save.
+func TestMemoryReadOnlyDir(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes to read-only directories; TestMemorySaveFails covers the failure")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
+	file := filepath.Join(dir, "pins.json")
+	s := openFileStore(t, file)
+	v := newVersion(t, `{"name": "a"}`)
+	if _, _, err := s.Observe(context.Background(), "up", "a", v.h, json.RawMessage(v.def), t0); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("Observe = %v, want an error naming %s", err, file)
+	}
+}
