@@ -99,6 +99,9 @@ type Gateway struct {
 	// held keeps the calls waiting for an operator's approval; nil without the admin API.
 	held *heldCalls
 
+	// events is the event log of the streams, shared by replicas (nil without one).
+	events hub.EventLog
+
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
 	hub liveHub
@@ -203,6 +206,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		chain = append(chain, pipeline.CheckFunc(g.policyCheck))
 	}
 	g.checks = append(chain, g.checks...)
+	g.events = events
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
@@ -370,7 +374,7 @@ type liveHub interface {
 	Tag() string
 	// Extend and Orphaned follow the streams other replicas produce (see hub.Local).
 	Extend(sessionID, streamID string, events []hub.Event, complete bool) bool
-	Orphaned(producer string)
+	Orphaned(producer string, adopted func(streamID string) bool)
 }
 
 var _ liveHub = (*hub.Local)(nil)

@@ -51,8 +51,8 @@ func newHeldCalls(g *Gateway) *heldCalls {
 var errNotDecided = errors.New("no decision in time")
 
 // await holds c until an operator decides it, its deadline, or ctx's end, and returns it as
-// decided.
-func (h *heldCalls) await(ctx context.Context, c hold.Call) (hold.Call, error) {
+// decided. A call taken over (takenOver) is held already: it is only waited for.
+func (h *heldCalls) await(ctx context.Context, c hold.Call, takenOver bool) (hold.Call, error) {
 	decided := make(chan struct{})
 	h.mu.Lock()
 	h.waiting[c.ID] = decided
@@ -66,12 +66,16 @@ func (h *heldCalls) await(ctx context.Context, c hold.Call) (hold.Call, error) {
 		defer cancel()
 		_ = h.store.Release(releaseCtx, c.ID)
 	}()
-	if err := h.store.Hold(ctx, c); err != nil {
-		return c, fmt.Errorf("recording the held call: %w", err)
+	if !takenOver {
+		if err := h.store.Hold(ctx, c); err != nil {
+			return c, fmt.Errorf("recording the held call: %w", err)
+		}
+		h.g.logger.Info("a tool call is held for an operator's approval: decide it on the admin API", "approval", c.ID,
+			"upstream", c.Upstream, "tool", c.Original, "principal", c.Principal, "session", c.Session, "rule", c.Rule, "deadline", c.Deadline.Format(time.RFC3339))
+		h.notify(c)
+	} else if now, err := h.store.Get(ctx, c.ID); err == nil && now.Decision != "" {
+		close(decided) // decided while no replica held it
 	}
-	h.g.logger.Info("a tool call is held for an operator's approval: decide it on the admin API", "approval", c.ID,
-		"upstream", c.Upstream, "tool", c.Original, "principal", c.Principal, "session", c.Session, "rule", c.Rule, "deadline", c.Deadline.Format(time.RFC3339))
-	h.notify(c)
 	timer := time.NewTimer(c.Deadline.Sub(h.g.opts.Now()))
 	defer timer.Stop()
 	select {
@@ -169,7 +173,18 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 	c := hold.Call{ID: hold.NewID(), Replica: g.held.replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(),
 		Upstream: t.Upstream, Tool: t.Exposed, Original: t.Original, Arguments: t.Arguments, Annotations: t.Annotations, Rule: rule,
 		Held: now, Deadline: now.Add(a.timeout)}
-	got, err := g.held.await(ctx, c)
+	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
+	if g.replicas != nil && owner != nil && owner.streamID != "" {
+		// What another replica needs to finish the call if this one stops.
+		c.SessionID, c.StreamID, c.Method, c.Params = req.Client.SessionID, owner.streamID, req.Method, req.Params
+		c.ClientID, _ = json.Marshal(req.ID)
+		c.Caller, _ = json.Marshal(req.Client.Principal)
+	}
+	taken, takenOver := ctx.Value(takenOverKey{}).(hold.Call)
+	if takenOver {
+		c = taken
+	}
+	got, err := g.held.await(ctx, c, takenOver)
 	switch {
 	case errors.Is(err, errNotDecided):
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator:timeout"})

@@ -205,7 +205,8 @@ func (r *replicas) producing(ctx context.Context, streamID string) bool {
 		r.logger.Warn("could not learn whether a replica still runs", "replica", p, "error", err.Error())
 		return true
 	}
-	return alive
+	// A stream of a held call is finished by the replica that took the call over.
+	return alive || r.g.held != nil && r.g.held.adopts(ctx, streamID)
 }
 
 // answerElsewhere sends a client's answer to a request that another replica sent it (its id
@@ -360,7 +361,19 @@ func (r *replicas) gone(replica string, claimed bool) {
 	r.mu.Lock()
 	r.goneReplicas[replica] = time.Now()
 	r.mu.Unlock()
-	r.g.hub.Orphaned(replica)
+	if r.g.held == nil {
+		r.g.hub.Orphaned(replica, nil)
+	} else {
+		// Its held calls never ran: their streams stay open, for the replica that claimed it
+		// to run them once decided and answer there.
+		r.g.goWorker(func() {
+			adopted := r.g.held.streamsHeldBy(replica)
+			r.g.hub.Orphaned(replica, func(streamID string) bool { return adopted[streamID] })
+			if claimed {
+				r.g.held.takeOverFrom(replica)
+			}
+		})
+	}
 	r.failForwarded(replica)
 	if claimed {
 		r.g.goWorker(func() { r.takeOver(replica) })

@@ -61,6 +61,19 @@ type Call struct {
 	// Approver names who decided, and Decided is when; zero while the call is pending.
 	Approver string    `json:"approver,omitempty"`
 	Decided  time.Time `json:"decided,omitzero"`
+
+	// What a replica taking the call over from one that stopped needs to run it and answer
+	// its client on the stream the client resumes: the session's id (a credential: never
+	// shown), the stream and the client's request id, and the request as the client sent it.
+	// Empty when the call's client has no resumable stream.
+	SessionID string `json:"sid,omitempty"`
+	// Caller is the calling principal in full (the gateway's JSON of it), for the policy
+	// the call passes again where it is taken over.
+	Caller   json.RawMessage `json:"caller,omitempty"`
+	StreamID string          `json:"stream,omitempty"`
+	ClientID json.RawMessage `json:"clientId,omitempty"`
+	Method   string          `json:"method,omitempty"`
+	Params   json.RawMessage `json:"params,omitempty"`
 }
 
 // The decisions on a held call.
@@ -124,6 +137,11 @@ type Store interface {
 	// HeldBy returns the calls, pending or decided, not released nor gone, that replica holds,
 	// oldest (Held) first: for a replica that takes over from one that stopped.
 	HeldBy(ctx context.Context, replica string) ([]Call, error)
+	// All returns every call, pending or decided, not released nor gone, oldest (Held) first.
+	All(ctx context.Context) ([]Call, error)
+	// Move makes replica the holder of a call, pending or decided, and returns it as moved:
+	// the replica taking over from one that stopped. An unknown call is ErrNotFound.
+	Move(ctx context.Context, id, replica string) (Call, error)
 }
 
 // checkHold reports why c cannot be held, if it cannot.
@@ -177,6 +195,7 @@ func compactRaw(m json.RawMessage) (json.RawMessage, error) {
 func (c *Call) clone() Call {
 	d := *c
 	d.Arguments, d.Annotations = bytes.Clone(c.Arguments), bytes.Clone(c.Annotations)
+	d.ClientID, d.Params, d.Caller = bytes.Clone(c.ClientID), bytes.Clone(c.Params), bytes.Clone(c.Caller)
 	return d
 }
 

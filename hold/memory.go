@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,7 @@ func (s *MemoryStore) Hold(_ context.Context, c Call) error {
 		return fmt.Errorf("held calls: hold: annotations: %w", err)
 	}
 	c.Held, c.Deadline = c.Held.Round(0), c.Deadline.Round(0)
+	c.ClientID, c.Params, c.Caller = bytes.Clone(c.ClientID), bytes.Clone(c.Params), bytes.Clone(c.Caller)
 
 	now := s.now()
 	s.mu.Lock()
@@ -131,6 +133,26 @@ func (s *MemoryStore) Release(_ context.Context, id string) error {
 // HeldBy implements Store.
 func (s *MemoryStore) HeldBy(_ context.Context, replica string) ([]Call, error) {
 	return s.list(func(c *Call) bool { return c.Replica == replica }), nil
+}
+
+// All implements Store.
+func (s *MemoryStore) All(context.Context) ([]Call, error) {
+	return s.list(func(*Call) bool { return true }), nil
+}
+
+// Move implements Store.
+func (s *MemoryStore) Move(_ context.Context, id, replica string) (Call, error) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.calls[id]
+	if !ok || gone(c, now) {
+		return Call{}, ErrNotFound
+	}
+	next := *c
+	next.Replica = replica
+	s.calls[id] = &next
+	return next.clone(), nil
 }
 
 // list returns copies of the calls not gone that match keep, oldest first.

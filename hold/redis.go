@@ -140,46 +140,58 @@ func (s *RedisStore) Decide(ctx context.Context, id, decision, approver string, 
 	if err := checkDecision(decision); err != nil {
 		return Call{}, fmt.Errorf("held calls: decide: %w", err)
 	}
+	return s.update(ctx, "decide", id, func(c *Call) error { return decide(c, decision, approver, at) })
+}
+
+// Move implements Store, as Decide does.
+func (s *RedisStore) Move(ctx context.Context, id, replica string) (Call, error) {
+	return s.update(ctx, "move", id, func(c *Call) error { c.Replica = replica; return nil })
+}
+
+// update applies change to the call id and stores it back only if it has not changed since it
+// was read (scriptSwap), trying again on the call as another replica left it; the call keeps
+// its expiry. A change that fails returns the call as it stands with the error.
+func (s *RedisStore) update(ctx context.Context, op, id string, change func(*Call) error) (Call, error) {
 	key := s.callKey(id)
 	val, err := s.client.Get(ctx, key).Result()
 	if errors.Is(err, redis.Nil) {
 		return Call{}, ErrNotFound
 	}
 	if err != nil {
-		return Call{}, fmt.Errorf("held calls: decide: %w", err)
+		return Call{}, fmt.Errorf("held calls: %s: %w", op, err)
 	}
 	for range maxDecideTries {
 		var c Call
 		if err := json.Unmarshal([]byte(val), &c); err != nil {
-			return Call{}, fmt.Errorf("held calls: decide: decode: %w", err)
+			return Call{}, fmt.Errorf("held calls: %s: decode: %w", op, err)
 		}
 		next := c
-		if err := decide(&next, decision, approver, at); err != nil {
+		if err := change(&next); err != nil {
 			return c, err
 		}
 		nextVal, err := json.Marshal(next)
 		if err != nil {
-			return Call{}, fmt.Errorf("held calls: decide: encode: %w", err)
+			return Call{}, fmt.Errorf("held calls: %s: encode: %w", op, err)
 		}
 		res, err := scriptSwap.Run(ctx, s.client, []string{key}, val, nextVal).Slice()
 		switch {
 		case errors.Is(err, redis.Nil):
 			return Call{}, ErrNotFound // released, or expired, since read
 		case err != nil:
-			return Call{}, fmt.Errorf("held calls: decide: %w", err)
+			return Call{}, fmt.Errorf("held calls: %s: %w", op, err)
 		case len(res) == 1:
 			return next, nil
 		case len(res) == 2:
-			// Another decision came first: the next round reads the call it left.
+			// Another replica's change came first: the next round reads the call it left.
 			var ok bool
 			if val, ok = res[1].(string); !ok {
-				return Call{}, fmt.Errorf("held calls: decide: unexpected answer of type %T", res[1])
+				return Call{}, fmt.Errorf("held calls: %s: unexpected answer of type %T", op, res[1])
 			}
 		default:
-			return Call{}, fmt.Errorf("held calls: decide: unexpected answer of %d values", len(res))
+			return Call{}, fmt.Errorf("held calls: %s: unexpected answer of %d values", op, len(res))
 		}
 	}
-	return Call{}, fmt.Errorf("held calls: decide: the call kept changing (%d tries)", maxDecideTries)
+	return Call{}, fmt.Errorf("held calls: %s: the call kept changing (%d tries)", op, maxDecideTries)
 }
 
 // Pending implements Store. It takes two round trips: one for the ids in the index, one for
@@ -213,6 +225,15 @@ func (s *RedisStore) HeldBy(ctx context.Context, replica string) ([]Call, error)
 		return nil, fmt.Errorf("held calls: held by: %w", err)
 	}
 	return slices.DeleteFunc(calls, func(c Call) bool { return c.Replica != replica }), nil
+}
+
+// All implements Store.
+func (s *RedisStore) All(ctx context.Context) ([]Call, error) {
+	calls, err := s.list(ctx, "-inf")
+	if err != nil {
+		return nil, fmt.Errorf("held calls: all: %w", err)
+	}
+	return calls, nil
 }
 
 // list trims the index and returns the calls of its members whose deadline is from (Unix ms,

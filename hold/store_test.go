@@ -3,6 +3,7 @@ package hold
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ func testStore(t *testing.T, open opener) {
 		{"Pending", testPending},
 		{"Release", testRelease},
 		{"HeldBy", testHeldBy},
+		{"MoveAndAll", testMoveAndAll},
 		{"DecideConcurrently", testDecideConcurrently},
 	}
 	for _, tt := range tests {
@@ -465,5 +467,43 @@ func testDecideConcurrently(t *testing.T, open opener) {
 	}
 	if diff := cmp.Diff(*winner, mustGet(t, s, c.ID)); diff != "" {
 		t.Errorf("Get (-winner +got):\n%s", diff)
+	}
+}
+
+// testMoveAndAll: Move hands a call, pending or decided, to another replica, keeping
+// everything else, including what a replica taking over needs; All lists every call held.
+func testMoveAndAll(t *testing.T, open opener) {
+	s := open(t)
+	ctx := t.Context()
+	n := now()
+	a := call(n, n.Add(time.Minute))
+	a.Replica, a.SessionID, a.StreamID, a.ClientID, a.Method, a.Params = "r1", "sid", "st-1", json.RawMessage(`7`), "tools/call", json.RawMessage(`{"name":"x"}`)
+	b := call(n.Add(time.Millisecond), n.Add(time.Minute))
+	b.Replica = "r2"
+	mustHold(t, s, a)
+	mustHold(t, s, b)
+	if _, err := s.Decide(ctx, b.ID, Approve, "ops", n); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := s.Move(ctx, a.ID, "r3")
+	if err != nil || moved.Replica != "r3" {
+		t.Fatalf("Move: %+v %v", moved, err)
+	}
+	got := mustGet(t, s, a.ID)
+	if got.Replica != "r3" || got.SessionID != "sid" || got.StreamID != "st-1" || string(got.ClientID) != "7" || got.Method != "tools/call" || string(got.Params) != `{"name":"x"}` {
+		t.Errorf("moved call: %+v", got)
+	}
+	if moved, err := s.Move(ctx, b.ID, "r3"); err != nil || moved.Decision != Approve || moved.Replica != "r3" {
+		t.Errorf("moving a decided call: %+v %v", moved, err)
+	}
+	if _, err := s.Move(ctx, NewID(), "r3"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("moving an unknown call: %v", err)
+	}
+	all, err := s.All(ctx)
+	if err != nil || !slices.Equal(ids(all), []string{a.ID, b.ID}) {
+		t.Errorf("All: %v %v, want %s %s", ids(all), err, a.ID, b.ID)
+	}
+	if held, _ := s.HeldBy(ctx, "r1"); len(held) != 0 {
+		t.Errorf("r1 still holds %v", ids(held))
 	}
 }

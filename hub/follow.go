@@ -181,13 +181,14 @@ func (s *Session) catchUp(ctx context.Context, st *Stream) {
 }
 
 // Orphaned ends the streams followed here whose producer, the hub tagged producer, stopped:
-// each request they did not answer gets an error answer (ErrProducerStopped).
-func (h *Local) Orphaned(producer string) {
+// each request they did not answer gets an error answer (ErrProducerStopped). A stream
+// adopted reports (another replica finishes what it answers) stays open for its events.
+func (h *Local) Orphaned(producer string, adopted func(streamID string) bool) {
 	for _, ls := range h.Sessions() {
 		ls.mu.Lock()
 		var streams []*Stream
 		for _, st := range ls.streams {
-			if Producer(st.id) == producer {
+			if Producer(st.id) == producer && (adopted == nil || !adopted(st.id)) {
 				streams = append(streams, st)
 			}
 		}

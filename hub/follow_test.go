@@ -439,8 +439,8 @@ func TestOrphanedAnswersOnlyUnansweredRequests(t *testing.T) {
 				log.Append("s", followed, tc.extend, false)
 				h.Extend("s", followed, tc.extend, false)
 			}
-			h.Orphaned(tc.producer)
-			h.Orphaned(tc.producer) // a second time: nothing more
+			h.Orphaned(tc.producer, nil)
+			h.Orphaned(tc.producer, nil) // a second time: nothing more
 			got, state := read(c)
 			if diff := cmp.Diff(tc.want, got); diff != "" || state != tc.state {
 				t.Errorf("after Orphaned(%s) the connection reads (-want +got):\n%s\nstate %v, want %v", tc.producer, diff, state, tc.state)

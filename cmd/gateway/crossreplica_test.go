@@ -26,6 +26,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
@@ -1495,5 +1496,120 @@ func TestCrossReplicaRollingRestart(t *testing.T) {
 	}
 	if drained == 0 || hinted != drained {
 		t.Errorf("%d standalone streams ended by a drain, %d of them with a retry hint: want some, all hinted", drained, hinted)
+	}
+}
+
+// TestCrossReplicaHeldCallTakenOverAfterHolderKilled: a tool call held for an operator's
+// approval on A (the client cannot be asked) is read on A's stream up to its priming event;
+// A is killed (SIGKILL) before anyone decides. The call never ran, so once A's lease has run
+// out another replica takes it over: the client's stream, resumed on B, stays open; an
+// operator approves on B's admin API; the call runs and its result arrives on the resumed
+// stream, once, and nothing else does.
+func TestCrossReplicaHeldCallTakenOverAfterHolderKilled(t *testing.T) {
+	for _, resumeFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resumed before the takeover %v", resumeFirst), func(t *testing.T) { heldCallTakenOver(t, resumeFirst) })
+	}
+}
+
+// heldCallTakenOver runs TestCrossReplicaHeldCallTakenOverAfterHolderKilled with the client
+// resuming its stream before the takeover (followed while A's lease runs), or after it (read
+// back from the log).
+func heldCallTakenOver(t *testing.T, resumeFirst bool) {
+	cl := newCrossCluster(t, "debug")
+	const key = "mfk_ops-admin-key-of-the-cluster"
+	cl.config += `policy:
+  approval: {timeout: 1m}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [alpha], tools: [echo]}}
+`
+	admins := map[string]string{}
+	start := func(name string) *node {
+		port := freePort(t)
+		admins[name] = "http://" + port
+		return &node{name: name, replica: startReplica(t, name, cl.config+fmt.Sprintf("admin:\n  listen: %s\n  api_keys:\n    - {name: ops, hash: %q}\n", port, auth.HashAPIKey(key)))}
+	}
+	a, b, c := start("a"), start("b"), start("c")
+	ctx := testCtx(t, time.Minute)
+	admin := func(n *node, method, path, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, method, admins[n.name]+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("admin API of %s: %v", n.name, err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	heldID := func(n *node) string {
+		_, body := admin(n, http.MethodGet, "/api/approvals", "")
+		var list struct {
+			Approvals []struct{ ID string } `json:"approvals"`
+		}
+		_ = json.Unmarshal([]byte(body), &list)
+		if len(list.Approvals) != 1 {
+			return ""
+		}
+		return list.Approvals[0].ID
+	}
+
+	s := cl.session(t, ctx, c, "{}")
+	const callID = 9
+	st, err := s.open(ctx, a.url, toolCall(callID, "alpha__echo", map[string]any{"text": "deploy"}, ""), "")
+	if err != nil {
+		t.Fatalf("alpha__echo on A: %v%s", err, tails(a))
+	}
+	defer st.close()
+	prime, err := st.next(eventBound)
+	if err != nil || prime.id == "" || prime.data != "" {
+		t.Fatalf("first event on A's stream: %v %+v, want the priming event%s", err, prime, tails(a))
+	}
+	var id string
+	waitWithin(t, eventBound, "the call held on A to be listed on B", func() bool { id = heldID(b); return id != "" })
+
+	a.kill(t)
+	if _, err := st.rest(eventBound); err != nil {
+		t.Fatalf("A's stream after SIGKILL: %v", err)
+	}
+	resume := func() *eventStream {
+		resumed, err := s.open(ctx, b.url, "", prime.id)
+		if err != nil {
+			t.Fatalf("resume on B after %s: %v%s", prime.id, err, tails(b, c))
+		}
+		t.Cleanup(resumed.close)
+		return resumed
+	}
+	var resumed *eventStream
+	if resumeFirst {
+		resumed = resume()
+	}
+	waitWithin(t, eventBound, "B or C to take the held call over", func() bool {
+		return strings.Contains(b.logs.String(), "took over a held call") || strings.Contains(c.logs.String(), "took over a held call")
+	})
+	if !resumeFirst {
+		resumed = resume()
+	}
+	if got := heldID(c); got != id {
+		t.Fatalf("held call after the takeover: %q, want %q%s", got, id, tails(b, c))
+	}
+	if status, body := admin(b, http.MethodPost, "/api/approvals/"+id, `{"decision":"approve"}`); status != http.StatusOK {
+		t.Fatalf("approve on B: %d %s%s", status, body, tails(b, c))
+	}
+	got, err := resumed.rest(eventBound)
+	if err != nil {
+		t.Errorf("the stream resumed on B: %v%s", err, tails(b, c))
+	}
+	var messages []string
+	for _, f := range got {
+		if f.data != "" {
+			messages = append(messages, f.data)
+		}
+	}
+	if len(messages) != 1 {
+		t.Fatalf("resumed on B: %q, want the call's one result%s", messages, tails(b, c))
+	}
+	m, err := parseMsg(messages[0])
+	if err != nil || !m.isResponse(fmt.Sprint(callID)) || m.Error != nil || !strings.Contains(string(m.Result), "alpha:deploy") {
+		t.Errorf("the taken-over call's answer: %s, want its result%s", messages[0], tails(b, c))
 	}
 }

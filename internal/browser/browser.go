@@ -68,13 +68,14 @@ func Find() string {
 // started is gone, when the test ends. The context ends after Timeout.
 //
 // With no Chromium installed, New skips the test with a loud message; if the environment
-// variable CI is set, it fails the test instead, so that CI never passes without running it.
+// variable CI is set, or MANIFOLD_BROWSER=require (the README's test command), it fails the
+// test instead, so that CI never passes without running it.
 func New(t testing.TB) context.Context {
 	t.Helper()
 	path := Find()
 	if path == "" {
 		const install = "install Debian's chromium package (apt-get install chromium), or set MANIFOLD_CHROMIUM to a Chromium binary"
-		if os.Getenv("CI") != "" {
+		if os.Getenv("CI") != "" || os.Getenv("MANIFOLD_BROWSER") == "require" {
 			t.Fatalf("NO CHROMIUM: the admin page cannot be tested: %s", install)
 		}
 		t.Skipf("SKIPPED: no Chromium found — the admin page is NOT tested; %s", install)

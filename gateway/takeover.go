@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/manifold-mcp/manifold/hold"
+	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/session"
+)
+
+// takenOverKey carries, to the approval check, the held call a replica took over from one
+// that stopped: the check waits for its decision instead of holding the call anew.
+type takenOverKey struct{}
+
+// streamsHeldBy returns the streams of the calls a stopped replica held: they stay open for
+// the replica taking the calls over. On an error, none (their streams end with an error).
+func (h *heldCalls) streamsHeldBy(replica string) map[string]bool {
+	ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
+	defer cancel()
+	calls, err := h.store.HeldBy(ctx, replica)
+	if err != nil {
+		h.g.logger.Warn("reading the calls a stopped replica held failed: their clients get an error", "replica", replica, "error", err.Error())
+		return nil
+	}
+	streams := map[string]bool{}
+	for _, c := range calls {
+		if c.StreamID != "" {
+			streams[c.StreamID] = true
+		}
+	}
+	return streams
+}
+
+// adopts reports whether a stream of a stopped replica answers a held call that another
+// replica finishes.
+func (h *heldCalls) adopts(ctx context.Context, streamID string) bool {
+	calls, err := h.store.All(ctx)
+	if err != nil {
+		return false
+	}
+	for _, c := range calls {
+		if c.StreamID == streamID {
+			return true
+		}
+	}
+	return false
+}
+
+// takeOverFrom takes over the calls a stopped replica held: they never ran, so this replica
+// waits for their decision and runs them, answering on the stream their client resumes.
+// A call whose client has no resumable stream is dropped: its client saw its request fail
+// and may send it again.
+func (h *heldCalls) takeOverFrom(replica string) {
+	ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
+	calls, err := h.store.HeldBy(ctx, replica)
+	cancel()
+	if err != nil {
+		h.g.logger.Warn("taking over the calls a stopped replica held failed", "replica", replica, "error", err.Error())
+		return
+	}
+	for _, c := range calls {
+		h.g.goWorker(func() { h.takeOver(c) })
+	}
+}
+
+// takeOver finishes one held call of a stopped replica here.
+func (h *heldCalls) takeOver(c hold.Call) {
+	g := h.g
+	ctx := g.ctx
+	moved, err := h.store.Move(ctx, c.ID, h.replica)
+	if err != nil {
+		g.logger.Warn("a held call of a stopped replica could not be taken over", "approval", c.ID, "error", err.Error())
+		return
+	}
+	release := func(why string) {
+		g.logger.Info("a held call of a stopped replica is dropped: it never ran", "approval", c.ID, "why", why)
+		_ = h.store.Release(context.WithoutCancel(ctx), c.ID)
+	}
+	if c.StreamID == "" || g.events == nil {
+		release("its client has no stream to resume")
+		return
+	}
+	rec, err := g.store.Get(ctx, c.SessionID)
+	if err != nil {
+		release("its session ended")
+		return
+	}
+	clientID, err := protocol.ParseID(c.ClientID)
+	if err != nil {
+		release("its request id is unreadable")
+		return
+	}
+	g.logger.Info("took over a held call of a stopped replica", "approval", c.ID, "from", c.Replica, "upstream", c.Upstream, "tool", c.Original, "session", c.Session)
+	req := g.requestValue(rec, &protocol.Request{ID: clientID, Method: c.Method, Params: c.Params}, g.nextRequestID())
+	var caller session.Principal
+	if json.Unmarshal(c.Caller, &caller) == nil && caller.Same(rec.Principal) {
+		req.Client.Principal = caller
+	}
+	result, wireErr := g.serve(context.WithValue(ctx, takenOverKey{}, moved), &request{Request: req})
+	data, err := protocol.Encode(&protocol.Response{ID: clientID, Result: result, Error: wireErr})
+	if err != nil {
+		return
+	}
+	if err := answerOnLoggedStream(ctx, g.events, c.SessionID, c.StreamID, data); err != nil {
+		g.logger.Warn("the answer of a taken-over call could not be logged on its stream", "approval", c.ID, "error", err.Error())
+	}
+}
+
+// answerOnLoggedStream appends a request's answer to a stream of the event log, after the
+// events it holds, and ends the stream: the replica where its client resumed it (or resumes
+// it later) delivers it. A stream already ended is left as it is.
+func answerOnLoggedStream(ctx context.Context, log hub.EventLog, sessionID, streamID string, data []byte) error {
+	var last uint64
+	for {
+		r, err := log.Replay(ctx, sessionID, streamID, last)
+		switch {
+		case err != nil:
+			return fmt.Errorf("reading the stream: %w", err)
+		case r == nil && last == 0:
+			return errors.New("the event log holds nothing of the stream")
+		case r == nil:
+			return errors.New("the stream ended meanwhile")
+		case r.Complete && !r.More:
+			return nil // answered (or ended) already
+		}
+		if n := len(r.Events); n > 0 {
+			last = r.Events[n-1].Seq
+		}
+		if !r.More {
+			break
+		}
+	}
+	log.Append(sessionID, streamID, []hub.Event{{Seq: last + 1, Data: data}}, true)
+	return nil
+}
