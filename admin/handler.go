@@ -13,9 +13,9 @@ import (
 
 // Options are the admin handler's settings.
 type Options struct {
-	// AllowedOrigins are the browser origins, besides the page's own, that may call the API
-	// (config.OriginAllowed patterns are not needed here: exact origins).
-	AllowedOrigins []string
+	// OriginAllowed reports whether a browser origin other than the page's own may call the
+	// API; nil admits the page's own only.
+	OriginAllowed func(origin string) bool
 	// LoopbackOnly refuses a Host header that does not name this machine's loopback
 	// interface: the defence against DNS rebinding when the admin listener binds loopback.
 	LoopbackOnly bool
@@ -122,12 +122,7 @@ func (h *handler) originAllowed(r *http.Request, origin string) bool {
 	if strings.EqualFold(origin, scheme+"://"+r.Host) {
 		return true
 	}
-	for _, o := range h.opts.AllowedOrigins {
-		if strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
-			return true
-		}
-	}
-	return false
+	return h.opts.OriginAllowed != nil && h.opts.OriginAllowed(origin)
 }
 
 // authorize answers a request without an admin credential, and returns the admin's name.

@@ -287,8 +287,9 @@ type Config struct {
 	Admin Admin
 
 	// StateDir is where the gateway keeps what must outlive a restart without Redis (key
-	// `state_dir`): the pinned tool definitions. Empty: pins last as long as the process,
-	// unless the session store is Redis, which keeps them.
+	// `state_dir`; relative to the config file's directory): the pinned tool definitions.
+	// Empty: pins last as long as the process, unless the session store is Redis, which
+	// keeps them.
 	StateDir string
 
 	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
@@ -746,6 +747,11 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 		// Relative paths written in the config file, in an upstream's entry or in an
 		// override, are relative to its directory.
 		dir := filepath.Dir(cfg.path)
+		if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+			if base, err := filepath.Abs(dir); err == nil {
+				c.StateDir = filepath.Join(base, c.StateDir)
+			}
+		}
 		for i := range c.Upstreams {
 			switch {
 			case i < fromConfig:

@@ -32,9 +32,9 @@ func (g *Gateway) AdminHandler() (http.Handler, error) {
 		return nil, err
 	}
 	return admin.NewHandler(adminBackend{g}, authz, admin.Options{
-		AllowedOrigins: g.cfg.Admin.AllowedOrigins,
-		LoopbackOnly:   isLoopbackListen(g.cfg.Admin.Listen),
-		Logger:         g.logger,
+		OriginAllowed: func(origin string) bool { return config.OriginAllowed(g.cfg.Admin.AllowedOrigins, origin) },
+		LoopbackOnly:  isLoopbackListen(g.cfg.Admin.Listen),
+		Logger:        g.logger,
 	}), nil
 }
 

@@ -161,6 +161,16 @@ func TestOperatorDecidesHeldCalls(t *testing.T) {
 		t.Fatalf("the call ran before a decision: %v", resultText(res))
 	default:
 	}
+	var sessions struct {
+		Sessions []struct {
+			Fingerprint, Principal, Client, ProtocolVersion string
+		} `json:"sessions"`
+	}
+	adm.do("GET", "/api/sessions", nil, &sessions)
+	if len(sessions.Sessions) != 1 || sessions.Sessions[0].Fingerprint != held.Session || sessions.Sessions[0].Principal != "apikey:alice" ||
+		sessions.Sessions[0].Client != "authed 1" || sessions.Sessions[0].ProtocolVersion != "2025-11-25" {
+		t.Errorf("sessions: %+v, want alice's, of fingerprint %s", sessions.Sessions, held.Session)
+	}
 	if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
 		t.Fatalf("approve: %d", code)
 	}
@@ -309,6 +319,13 @@ func TestDecisionOnAnotherReplicaReleasesTheCall(t *testing.T) {
 	adminA, adminB := startAdmin(t, a), startAdmin(t, b)
 	ctx := ctxT(t)
 	cs := connect(t, a.url, nil)
+	var sessions struct {
+		Sessions []struct{ Fingerprint, Principal string } `json:"sessions"`
+	}
+	adminB.do("GET", "/api/sessions", nil, &sessions)
+	if len(sessions.Sessions) != 1 || sessions.Sessions[0].Principal != "anonymous" || len(sessions.Sessions[0].Fingerprint) != 12 {
+		t.Errorf("sessions listed on B: %+v, want the one made on A", sessions.Sessions)
+	}
 	for i, decision := range []string{"approve", "deny"} {
 		text := fmt.Sprintf("call %d", i)
 		done := callAsync(ctx, cs, "a__echo", map[string]any{"text": text})

@@ -45,7 +45,7 @@ const readme = `# Manifold demo server
 This is the demo upstream that ships with Manifold, the multiplexing MCP gateway.
 It runs over stdio and needs no network.
 
-- Tools: ` + "`echo`, `add`, `current_time`" + `
+- Tools: ` + "`echo`, `add`, `current_time`, `delete_note`" + `
 - Resources: ` + "`demo://readme`" + ` (this file) and the template ` + "`demo://notes/{id}`" + `
 - Prompt: ` + "`summarize`" + ` (arguments ` + "`text`, `style`" + `; ` + "`style`" + ` has completions)
 `
@@ -80,6 +80,11 @@ func NewServer(name string) *mcp.Server {
 		Name:        "current_time",
 		Description: "Return the current time in RFC 3339 format, in the given IANA time zone (default UTC).",
 	}, currentTime)
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "delete_note",
+		Description: "Delete a demo note for good (the demo keeps nothing: it only says what it would delete). A destructive tool, for trying the gateway's approval of risky calls.",
+		Annotations: &mcp.ToolAnnotations{Title: "Delete a note", DestructiveHint: ptr(true), IdempotentHint: true},
+	}, deleteNote)
 
 	s.AddResource(&mcp.Resource{
 		URI:         readmeURI,
@@ -107,6 +112,16 @@ func NewServer(name string) *mcp.Server {
 	}, summarize)
 	return s
 }
+
+type deleteNoteIn struct {
+	ID string `json:"id" jsonschema:"the id of the note to delete"`
+}
+
+func deleteNote(_ context.Context, _ *mcp.CallToolRequest, in deleteNoteIn) (*mcp.CallToolResult, any, error) {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deleted note " + in.ID}}}, nil, nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 type echoIn struct {
 	Text string `json:"text" jsonschema:"the text to return"`

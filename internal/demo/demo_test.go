@@ -68,7 +68,7 @@ func TestTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"add", "current_time", "echo"}; !slices.Equal(names, want) {
+	if want := []string{"add", "current_time", "delete_note", "echo"}; !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
 	}
 
@@ -94,6 +94,9 @@ func TestTools(t *testing.T) {
 	}
 	if got := text(t, call(t, cs, "current_time", map[string]any{"timezone": "Asia/Tokyo"}).Content); got != "2026-03-01T21:00:00+09:00" {
 		t.Errorf("current_time(Asia/Tokyo) = %q", got)
+	}
+	if got := text(t, call(t, cs, "delete_note", map[string]any{"id": "7"}).Content); got != "deleted note 7" {
+		t.Errorf("delete_note(7) = %q", got)
 	}
 	if res := call(t, cs, "current_time", map[string]any{"timezone": "Mars/Olympus"}); !res.IsError {
 		t.Errorf("current_time(Mars/Olympus) is not a tool error: %+v", res)
