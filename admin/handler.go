@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
+
+	"github.com/manifold-mcp/manifold/internal/loopback"
 )
 
 // Options are the admin handler's settings.
@@ -100,7 +101,7 @@ var errBadRequest = errors.New("bad request")
 // checks as the MCP endpoint's.
 func (h *handler) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.LoopbackOnly && !isLoopbackHost(r.Host) {
+		if h.opts.LoopbackOnly && !loopback.Host(r.Host) {
 			writeError(w, http.StatusForbidden, fmt.Sprintf("host %q is not allowed: the admin listener binds loopback and answers only localhost names", r.Host))
 			return
 		}
@@ -221,18 +222,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
-}
-
-// isLoopbackHost reports whether a Host header names this machine's loopback interface.
-func isLoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

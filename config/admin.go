@@ -86,20 +86,7 @@ func (v *validator) admin(c *Config, w where) {
 	if len(a.Roles) > 0 && len(c.Auth.OIDC) == 0 {
 		v.check(w, "admin.roles", "needs auth.oidc: the roles are read from tokens of its issuers")
 	}
-	names := map[string]bool{}
-	for i := range a.APIKeys {
-		k, p := &a.APIKeys[i], fmt.Sprintf("admin.api_keys[%d]", i)
-		switch {
-		case k.Name == "":
-			v.check(w, p+".name", "required: the admin's name, which the audit trail shows")
-		case names[k.Name]:
-			v.check(w, p+".name", fmt.Sprintf("%s names another admin key too: names must be unique", quote(k.Name)))
-		}
-		names[k.Name] = true
-		if !sha256Hash.MatchString(k.Hash) {
-			v.check(w, p+".hash", "not a key hash: want sha256: and 64 lower-case hex digits; `gateway apikey` makes a key and its hash (never put the key itself here)")
-		}
-	}
+	v.apiKeys(w, "admin.api_keys", a.APIKeys, "the admin's name, which the audit trail shows")
 	for i, o := range a.AllowedOrigins {
 		v.check(w, fmt.Sprintf("admin.allowed_origins[%d]", i), checkOrigin(o))
 	}

@@ -354,12 +354,18 @@ func (v *validator) authSettings(c *Config, w where) {
 			}
 		}
 	}
+	v.apiKeys(w, "auth.api_keys", a.APIKeys, "the service account's name, which policy and the audit trail show")
+}
+
+// apiKeys checks the API keys of a section (path, like auth.api_keys): each named, by a name
+// of its own (whose meaning `named` says), and given by its hash.
+func (v *validator) apiKeys(w where, path string, keys []APIKey, named string) {
 	names := map[string]bool{}
-	for i := range a.APIKeys {
-		k, p := &a.APIKeys[i], fmt.Sprintf("auth.api_keys[%d]", i)
+	for i := range keys {
+		k, p := &keys[i], fmt.Sprintf("%s[%d]", path, i)
 		switch {
 		case k.Name == "":
-			v.check(w, p+".name", "required: the service account's name, which policy and the audit trail show")
+			v.check(w, p+".name", "required: "+named)
 		case names[k.Name]:
 			v.check(w, p+".name", fmt.Sprintf("%s names another API key too: names must be unique", quote(k.Name)))
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/loopback"
 	"github.com/manifold-mcp/manifold/protocol"
 )
 
@@ -32,27 +33,13 @@ func checkHost(loopbackOnly bool, next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isLoopbackHost(r.Host) {
+		if !loopback.Host(r.Host) {
 			writeHTTPError(w, http.StatusForbidden, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"host %q is not allowed: this gateway listens on loopback and answers only localhost names", r.Host))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// isLoopbackHost reports whether a Host header names this machine's loopback interface.
-func isLoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // isLoopbackListen reports whether a listen address binds only loopback.

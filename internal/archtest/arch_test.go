@@ -22,8 +22,8 @@ var allowed = map[string][]string{
 	"audit":                 {},
 	"upstream":              {"protocol", "internal/loglimit"},
 	"catalog":               {"protocol", "upstream", "glob"},
-	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "auth", "auth/credential", "policy", "policy/limit", "internal/loglimit", "admin", "hold", "pin"},
-	"admin":                 {},
+	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "auth", "auth/credential", "policy", "policy/limit", "internal/loglimit", "admin", "hold", "pin", "internal/loopback"},
+	"admin":                 {"internal/loopback"},
 	"hold":                  {},
 	"pin":                   {},
 	"pipeline":              {"protocol", "session", "audit"},
@@ -47,6 +47,7 @@ var allowed = map[string][]string{
 	"session/storetest":     {"session", "internal/testclock"},
 	"internal/testredis":    {"internal/testwait"},
 	"internal/browser":      {},
+	"internal/loopback":     {},
 	"internal/testwait":     {},
 	"internal/testissuer":   {},
 }
