@@ -18,6 +18,7 @@ import (
 	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testissuer"
 	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
@@ -350,5 +351,29 @@ func TestDecisionOnAnotherReplicaReleasesTheCall(t *testing.T) {
 		if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusNotFound {
 			t.Errorf("a second decision, on the holding replica: %d, want 404", code)
 		}
+	}
+}
+
+// TestAdminRoleClaim: with admin.roles, a token of the gateway's issuer carrying an admin role
+// signs in to the admin API, as the subject it names; a valid token without the role is
+// refused with 403, and an MCP client's API key is no admin key (401).
+func TestAdminRoleClaim(t *testing.T) {
+	iss := testissuer.New(t)
+	yaml := authYAML(iss, "mfk_client-key", "admin:\n  listen: 127.0.0.1:0\n  roles: [gateway-admins]\nupstreams:"+upstreamYAML("a", "beta", ""))
+	tg := startGateway(t, yaml, nil)
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	token := func(roles ...string) string {
+		return iss.Token(t, map[string]any{"sub": "sam", "aud": gatewayResource, "scope": "mcp", "roles": roles})
+	}
+	var who struct{ Admin string }
+	if code := (&adminClient{t: t, url: adm.url, key: token("gateway-admins")}).do("GET", "/api/whoami", nil, &who); code != http.StatusOK || !strings.HasPrefix(who.Admin, "sam@") {
+		t.Errorf("a token with the admin role: %d %q", code, who.Admin)
+	}
+	if code := (&adminClient{t: t, url: adm.url, key: token("eng")}).do("GET", "/api/approvals", nil, nil); code != http.StatusForbidden {
+		t.Errorf("a token without the admin role: %d, want 403", code)
+	}
+	if code := (&adminClient{t: t, url: adm.url, key: "mfk_client-key"}).do("GET", "/api/approvals", nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("an MCP client's API key: %d, want 401", code)
 	}
 }
