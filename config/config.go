@@ -286,6 +286,9 @@ type Config struct {
 	// Admin configures the admin API and page (key `admin`); absent, there is none.
 	Admin Admin
 
+	// Plugins are the policy plugins, in the order they are asked (key `plugins`).
+	Plugins []Plugin
+
 	// StateDir is where the gateway keeps what must outlive a restart without Redis (key
 	// `state_dir`; relative to the config file's directory): the pinned tool definitions.
 	// Empty: pins last as long as the process, unless the session store is Redis, which
@@ -747,6 +750,7 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 		// Relative paths written in the config file, in an upstream's entry or in an
 		// override, are relative to its directory.
 		dir := filepath.Dir(cfg.path)
+		resolvePluginPaths(c, dir)
 		if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 			if base, err := filepath.Abs(dir); err == nil {
 				c.StateDir = filepath.Join(base, c.StateDir)
@@ -897,6 +901,7 @@ func applyDefaults(c *Config, ix *index) {
 	applyStoreDefaults(&c.SessionStore, ix)
 	applyAuthDefaults(c, ix)
 	applyPolicyDefaults(&c.Policy, ix)
+	applyPluginDefaults(c, ix)
 	for i := range c.Upstreams {
 		u, path := &c.Upstreams[i], upstreamPath(i)
 		if !ix.has(path + ".prefix") {
