@@ -99,6 +99,15 @@ func (a *approvals) grant(key string) {
 	a.granted[key] = now.Add(a.remember)
 }
 
+// approvalCheck is the chain's last link: a call that a rule or a plugin said needs a
+// person's approval is held until one decides.
+func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
+	if req.Approval == "" || t == nil {
+		return nil
+	}
+	return g.approve(ctx, req, t, req.Approval)
+}
+
 // approve holds a call an approve rule matched until a person decides it: the calling
 // client's user, asked with a form elicitation that shows the server, the tool, the
 // arguments and the tool's annotations. It returns nil to let the call go on, or the refusal.

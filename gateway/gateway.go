@@ -206,6 +206,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		chain = append(chain, pipeline.CheckFunc(g.policyCheck))
 	}
 	g.checks = append(chain, g.checks...)
+	if g.gate != nil {
+		g.checks = append(g.checks, pipeline.CheckFunc(g.approvalCheck))
+	}
 	g.events = events
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {

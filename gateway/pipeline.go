@@ -265,6 +265,13 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		g.awaitFirstStart(ctx)
 		return listPage(g.viewOf(rq.Client), upstream.Prompts, rq.Params, g.cfg.PageSize)
 	case protocol.MethodCallTool:
+		if res.target.Rewritten {
+			params, err := withRawMember(res.params, "arguments", res.target.Arguments)
+			if err != nil {
+				return nil, err
+			}
+			res.params = params
+		}
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
 		switch {
 		case err != nil:
@@ -352,7 +359,12 @@ func nameParams(params json.RawMessage) (string, error) {
 
 // withMember returns params with the string member key set to value; the rest keeps its bytes.
 func withMember(params json.RawMessage, key, value string) (json.RawMessage, error) {
-	out, err := protocol.SetMember(params, key, protocol.AppendString(nil, value))
+	return withRawMember(params, key, protocol.AppendString(nil, value))
+}
+
+// withRawMember returns params with member key set to the JSON value raw.
+func withRawMember(params json.RawMessage, key string, raw json.RawMessage) (json.RawMessage, error) {
+	out, err := protocol.SetMember(params, key, raw)
 	if err != nil {
 		return nil, invalidParams(err)
 	}

@@ -104,9 +104,7 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 			return hiddenRefusal(t)
 		case config.EffectApprove:
 			if t.Kind == pipeline.Tool {
-				if err := g.approve(ctx, req, t, d.Rule); err != nil {
-					return err
-				}
+				req.Approval = d.Rule // asked last in the chain, after the limits and plugins
 				break
 			}
 			fallthrough // only tool calls are held for approval; anything else is refused

@@ -48,6 +48,10 @@ type Request struct {
 	// Decisions are what the policy chain decided on the way, in order, for the request's
 	// audit record; checks append to it.
 	Decisions []audit.Decision
+	// Approval names who asked that a person approve the call before it runs: a policy
+	// rule's name, or "plugin NAME"; "" when none did. The approval check, the chain's last
+	// link, asks.
+	Approval string
 }
 
 // Kind is what a request addresses.
@@ -87,6 +91,9 @@ type Target struct {
 	Annotations json.RawMessage
 	// Completes is, for a Completion, what is completed: Prompt or Resource (a template).
 	Completes Kind
+	// Rewritten: a check replaced Arguments, and the upstream gets them instead of the
+	// client's.
+	Rewritten bool
 }
 
 // Check is one link of the policy chain. It returns nil to let the request go on, or an error
