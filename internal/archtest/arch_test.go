@@ -50,6 +50,13 @@ var allowed = map[string][]string{
 	"internal/loopback":     {},
 	"internal/testwait":     {},
 	"internal/testissuer":   {},
+
+	// Policy plugins: the contract, the host, the SDK, and plugins built with it.
+	"policy/pluginpb":        {},
+	"policy/plugin":          {"plugin/sdk", "policy/pluginpb"},
+	"plugin/sdk":             {"policy/pluginpb"},
+	"examples/plugins/guard": {"plugin/sdk"},
+	"internal/testplugin":    {"plugin/sdk"},
 }
 
 func TestImportsPointOneWay(t *testing.T) {
