@@ -27,6 +27,9 @@ import (
 func TestMain(m *testing.M) {
 	code := testupstream.RunTests(m, closeShared)
 	testredis.Stop()
+	if pluginDir != "" {
+		_ = os.RemoveAll(pluginDir)
+	}
 	os.Exit(code)
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy/plugin"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -94,6 +95,8 @@ type Gateway struct {
 	auth *authn
 	// gate is the policy: rules and rate limits; nil when there is none.
 	gate *gate
+	// plugins are the policy plugins; nil when there are none.
+	plugins *plugin.Host
 	// pinning guards the pinned upstreams' tool definitions; nil when none is pinned.
 	pinning *pinning
 	// held keeps the calls waiting for an operator's approval; nil without the admin API.
@@ -196,14 +199,22 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		_ = g.closeStore()
 		return nil, err
 	}
+	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
+		g.cancel()
+		_ = g.closeStore()
+		return nil, err
+	}
 	// The chain in the order of design decision 7: who the caller is, what the policy
-	// says of the target and how often, then the checks given (plugins, approval).
+	// says of the target and how often, the plugins, the checks given, then approval.
 	var chain pipeline.Chain
 	if g.auth != nil {
 		chain = append(chain, auth.RequirePrincipal())
 	}
 	if g.gate != nil {
 		chain = append(chain, pipeline.CheckFunc(g.policyCheck))
+	}
+	if g.plugins != nil {
+		chain = append(chain, pipeline.CheckFunc(g.pluginCheck))
 	}
 	g.checks = append(chain, g.checks...)
 	if g.gate != nil {
@@ -473,6 +484,11 @@ func (g *Gateway) Close() error {
 			u.shared.client.Close()
 		}
 		g.workers.Wait()
+		if g.plugins != nil {
+			if err := g.plugins.Close(); err != nil {
+				g.logger.Warn("stopping the policy plugins failed", "error", err.Error())
+			}
+		}
 		if g.auth != nil {
 			g.auth.verifier.Close() // key fetches in flight end
 		}

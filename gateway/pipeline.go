@@ -62,6 +62,9 @@ func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *pro
 	if err == nil {
 		result, err = g.execute(ctx, rq, res)
 	}
+	if err == nil && g.plugins != nil && rq.Method == protocol.MethodCallTool && !res.asTask {
+		result, err = g.inspect(ctx, rq.Request, t, result)
+	}
 	return g.finish(ctx, rq.Request, t, result, err)
 }
 
@@ -103,7 +106,7 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
 			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
-		if kind == pipeline.Tool && g.gate != nil {
+		if kind == pipeline.Tool && (g.gate != nil || g.plugins != nil) {
 			res.target.Annotations = entry.Annotations()
 		}
 		if len(g.checks) > 0 || g.cfg.Audit.Arguments {

@@ -48,7 +48,8 @@ type sessionView struct {
 // newGate compiles the config's policy; nil when there is none.
 func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, logger *slog.Logger) (*gate, error) {
 	p := &cfg.Policy
-	if len(p.Rules) == 0 && len(p.RateLimits) == 0 && p.Default == config.EffectAllow {
+	// Plugins may ask for approval, which the gate holds.
+	if len(p.Rules) == 0 && len(p.RateLimits) == 0 && p.Default == config.EffectAllow && len(cfg.Plugins) == 0 {
 		return nil, nil
 	}
 	trusted := map[string]bool{}

@@ -22,7 +22,7 @@ var allowed = map[string][]string{
 	"audit":                 {},
 	"upstream":              {"protocol", "internal/loglimit"},
 	"catalog":               {"protocol", "upstream", "glob"},
-	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "auth", "auth/credential", "policy", "policy/limit", "internal/loglimit", "admin", "hold", "pin", "internal/loopback"},
+	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "auth", "auth/credential", "policy", "policy/limit", "internal/loglimit", "admin", "hold", "pin", "internal/loopback", "policy/plugin"},
 	"admin":                 {"internal/loopback"},
 	"hold":                  {},
 	"pin":                   {},

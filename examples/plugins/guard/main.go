@@ -130,6 +130,9 @@ func (g *guard) withDefaults(raw json.RawMessage) (*sdk.Decision, error) {
 			return nil, fmt.Errorf("arguments: %w", err)
 		}
 	}
+	if args == nil {
+		args = map[string]json.RawMessage{} // the arguments were null
+	}
 	added := false
 	for k, v := range g.defaults {
 		if _, ok := args[k]; !ok {

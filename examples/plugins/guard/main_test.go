@@ -41,6 +41,7 @@ func TestDecide(t *testing.T) {
 		{"numbers and booleans are not strings", `{"n":12345678901234567890,"b":true,"limit":1}`, sdk.Allow()},
 		{"a missing default is added", `{"q":"go"}`, sdk.Rewrite(json.RawMessage(`{"limit":10,"q":"go"}`))},
 		{"no arguments get the defaults", ``, sdk.Rewrite(json.RawMessage(`{"limit":10}`))},
+		{"null arguments get the defaults", `null`, sdk.Rewrite(json.RawMessage(`{"limit":10}`))},
 		{"a present default is kept", `{"q":"go","limit":3}`, sdk.Allow()},
 	}
 	for _, tt := range tests {
