@@ -1,8 +1,9 @@
 // Command sidebyside measures what the gateway costs: in one run it alternates, for several
 // rounds, the load tool against the fast echo upstream's own HTTP face (direct) and against
 // the gateway in front of the same upstream over stdio (with authentication off, and on:
-// gateway-auth, a JWT of a local issuer verified on every request; and gateway-policy, a
-// rule set and rate limits deciding every call) and over Streamable HTTP, at each concurrency
+// gateway-auth, a JWT of a local issuer verified on every request; gateway-policy, a rule set
+// and rate limits deciding every call; and gateway-plugin, one policy plugin asked about
+// every call) and over Streamable HTTP, at each concurrency
 // asked for; then it checks a high concurrency for errors only. It prints the medians and
 // the ratios gateway/direct, which stay meaningful on a shared, noisy machine where absolute
 // figures do not. bench/run builds the binaries and calls it.
@@ -242,12 +243,17 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	if err != nil {
 		return err
 	}
+	gwPlugin, err := f.pluginGateway(bin, echo, stdioFloor)
+	if err != nil {
+		return err
+	}
 	targets := []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
 		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
 		gwAuth,
 		gwPolicy,
+		gwPlugin,
 		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
 	}
 	if other != "" {

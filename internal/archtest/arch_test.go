@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	"cmd/echo-server":       {},
 	"cmd/mcpload":           {},
 	"bench/sidebyside":      {},
+	"bench/allowplugin":     {"plugin/sdk"},
 	"internal/testupstream": {},
 	"internal/archtest":     {},
 	"internal/loglimit":     {},
