@@ -85,19 +85,22 @@ type Session struct {
 
 // Approval is a tool call held for a person's decision.
 type Approval struct {
-	ID          string          `json:"id"`
-	Session     string          `json:"session"`
-	Principal   string          `json:"principal"`
-	Upstream    string          `json:"upstream"`
-	Tool        string          `json:"tool"`
-	Original    string          `json:"original"`
-	Arguments   json.RawMessage `json:"arguments,omitempty"`
-	Annotations json.RawMessage `json:"annotations,omitempty"`
-	Rule        string          `json:"rule"`
-	Held        time.Time       `json:"held"`
-	Deadline    time.Time       `json:"deadline"`
-	Decision    string          `json:"decision,omitempty"`
-	Approver    string          `json:"approver,omitempty"`
+	ID        string          `json:"id"`
+	Session   string          `json:"session"`
+	Principal string          `json:"principal"`
+	Upstream  string          `json:"upstream"`
+	Tool      string          `json:"tool"`
+	Original  string          `json:"original"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ArgumentsText is Arguments indented, as text: what the page shows, so that a number
+	// too large for JavaScript is shown as the client sent it.
+	ArgumentsText string          `json:"argumentsText,omitempty"`
+	Annotations   json.RawMessage `json:"annotations,omitempty"`
+	Rule          string          `json:"rule"`
+	Held          time.Time       `json:"held"`
+	Deadline      time.Time       `json:"deadline"`
+	Decision      string          `json:"decision,omitempty"`
+	Approver      string          `json:"approver,omitempty"`
 }
 
 // Pin is a pinned tool definition and the change seen since, if any.

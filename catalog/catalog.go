@@ -170,6 +170,7 @@ func (b *Builder) Build() *Snapshot {
 		statuses:        map[string]upstream.Status{},
 	}
 	templates := s.templateEntries
+	reserved := map[string]bool{} // exposed names of withheld tools
 	for _, src := range b.sources {
 		ns := src.Namespace()
 		if ns.Scheme == "" {
@@ -205,9 +206,10 @@ func (b *Builder) Build() *Snapshot {
 			filter, overrides := ns.Shaping.Filters[k], ns.Shaping.Overrides[k]
 			renamed := b.renamedLocked(ns, k, list)
 			for _, it := range list {
-				if !filter.Keeps(it.Key) || k == upstream.Tools && b.withhold != nil && b.withhold(ns, it) {
+				if !filter.Keeps(it.Key) {
 					continue
 				}
+				withheld := k == upstream.Tools && b.withhold != nil && b.withhold(ns, it)
 				var ov *Override
 				if o, ok := overrides[it.Key]; ok {
 					ov = &o
@@ -222,6 +224,15 @@ func (b *Builder) Build() *Snapshot {
 					exposed = ExposedName(ns.Prefix, b.sep, name)
 				default:
 					exposed = ExposeURI(ns.Scheme, it.Key)
+				}
+				if withheld {
+					// Absent for clients, but its name stays its upstream's: a later
+					// upstream's tool of the same exposed name must not answer for it.
+					reserved[exposed] = true
+					continue
+				}
+				if reserved[exposed] && k == upstream.Tools {
+					continue
 				}
 				prev, dup := seen[exposed]
 				if !dup && renamed[exposed] && (ov == nil || ov.Name == "") {

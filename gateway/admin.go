@@ -215,10 +215,15 @@ func (b adminBackend) Decide(ctx context.Context, id, decision, by string) (admi
 	return approvalOf(c), nil
 }
 
-func (b adminBackend) Pins(context.Context) ([]admin.Pin, error) {
+func (b adminBackend) Pins(ctx context.Context) ([]admin.Pin, error) {
 	p := b.g.pinning
 	if p == nil {
 		return nil, nil
+	}
+	// The store's pins, not only what this replica last read: another replica's decision
+	// may not have reached this one.
+	if err := p.reload(ctx); err != nil {
+		return nil, err
 	}
 	pins, listed := p.snapshot()
 	out := make([]admin.Pin, 0, len(pins))
@@ -245,6 +250,8 @@ func (b adminBackend) Resolve(ctx context.Context, upstreamName, tool, hash, dec
 	case errors.Is(err, pin.ErrNotFound):
 		return admin.Pin{}, fmt.Errorf("%w: no pin of %s's tool %q", admin.ErrNotFound, upstreamName, tool)
 	case isPinStale(err):
+		_ = g.pinning.reload(ctx) // what this replica knew was out of date
+		g.rebuild()
 		return admin.Pin{}, fmt.Errorf("%w: %v", admin.ErrConflict, err)
 	case err != nil:
 		return admin.Pin{}, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/hold"
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
@@ -85,7 +86,7 @@ func (a *approvals) remembered(key string) bool {
 
 // grant remembers an approval of key.
 func (a *approvals) grant(key string) {
-	if a.remember <= 0 {
+	if a.remember <= 0 || key == "" {
 		return
 	}
 	a.mu.Lock()
@@ -102,6 +103,11 @@ func (a *approvals) grant(key string) {
 // approvalCheck is the chain's last link: a call that a rule or a plugin said needs a
 // person's approval is held until one decides.
 func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
+	if taken, ok := ctx.Value(takenOverKey{}).(hold.Call); ok && t != nil && t.Kind == pipeline.Tool {
+		// A call taken over from a stopped replica was held there: it waits for its decision
+		// here whatever this replica's policy or remembered approvals would say.
+		return g.approveByOperator(ctx, req, t, orDefault(req.Approval, taken.Rule), "")
+	}
 	if req.Approval == "" || t == nil {
 		return nil
 	}

@@ -242,16 +242,14 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	for i, u := range enabled {
 		shaping, err := shapingOf(&u)
 		if err != nil {
-			g.cancel()
-			_ = g.closeStore()
+			g.abandon()
 			return nil, err
 		}
 		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
 	}
 	profiles, err := profilesOf(cfg.Profiles)
 	if err != nil {
-		g.cancel()
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
@@ -322,8 +320,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
 	g.builder.SetProfiles(profiles)
 	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
-		g.cancel()
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
 	if g.pinning != nil {
@@ -334,6 +331,15 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.snapshot.Store(g.builder.Build())
 	return g, nil
+}
+
+// abandon undoes what New started before it failed: the plugins, the store.
+func (g *Gateway) abandon() {
+	g.cancel()
+	if g.plugins != nil {
+		_ = g.plugins.Close()
+	}
+	_ = g.closeStore()
 }
 
 // onUpstreamRequest hands a request from an upstream to the router.

@@ -74,7 +74,7 @@ func (h *heldCalls) await(ctx context.Context, c hold.Call, takenOver bool) (hol
 			"upstream", c.Upstream, "tool", c.Original, "principal", c.Principal, "session", c.Session, "rule", c.Rule, "deadline", c.Deadline.Format(time.RFC3339))
 		h.notify(c)
 	} else if now, err := h.store.Get(ctx, c.ID); err == nil && now.Decision != "" {
-		close(decided) // decided while no replica held it
+		h.wake(c.ID) // decided while no replica held it
 	}
 	timer := time.NewTimer(c.Deadline.Sub(h.g.opts.Now()))
 	defer timer.Stop()
@@ -84,18 +84,32 @@ func (h *heldCalls) await(ctx context.Context, c hold.Call, takenOver bool) (hol
 	case <-ctx.Done():
 		return c, ctx.Err()
 	}
-	// A decision that raced the deadline still counts: the record says.
+	// A decision that raced the deadline still counts: the record says. A read that fails
+	// is tried again, so that a decision an operator was told was taken is not lost to one.
 	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pinStoreTimeout)
 	defer cancel()
-	got, err := h.store.Get(getCtx, c.ID)
-	if err != nil {
-		return c, fmt.Errorf("reading the held call's decision: %w", err)
+	var got hold.Call
+	var err error
+	for try := 0; try < 3; try++ {
+		if got, err = h.store.Get(getCtx, c.ID); err == nil || errors.Is(err, hold.ErrNotFound) || getCtx.Err() != nil {
+			break
+		}
 	}
-	if got.Decision == "" {
+	switch {
+	case err != nil:
+		return c, fmt.Errorf("reading the held call's decision: %w", err)
+	case got.Replica != c.Replica:
+		// Another replica took the call over, taking this one for stopped (it lost Redis
+		// for a lease): that one runs it, this one must not.
+		return got, errTakenOver
+	case got.Decision == "":
 		return got, errNotDecided
 	}
 	return got, nil
 }
+
+// errTakenOver: another replica took a held call over from this one.
+var errTakenOver = errors.New("the held call was taken over by another replica")
 
 // wake tells the waiter of a call held here that it was decided.
 func (h *heldCalls) wake(id string) {
@@ -192,6 +206,10 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 			Message: fmt.Sprintf("%s was held for an operator's approval and no decision came within %s: it did not run; call it again to be held again", t.Exposed, a.timeout)}
 	case err != nil && ctx.Err() != nil:
 		return err
+	case errors.Is(err, errTakenOver):
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator:taken-over"})
+		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
+			Message: fmt.Sprintf("%s was held for an operator's approval on a gateway replica that lost its store for a while; another replica took the call over and answers it on this stream if the client resumes it", t.Exposed)}
 	case err != nil:
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
 		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
@@ -208,6 +226,11 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 
 // approvalOf returns a held call as the admin API shows it.
 func approvalOf(c hold.Call) admin.Approval {
-	return admin.Approval{ID: c.ID, Session: c.Session, Principal: c.Principal, Upstream: c.Upstream, Tool: c.Tool, Original: c.Original,
+	a := admin.Approval{ID: c.ID, Session: c.Session, Principal: c.Principal, Upstream: c.Upstream, Tool: c.Tool, Original: c.Original,
 		Arguments: c.Arguments, Annotations: c.Annotations, Rule: c.Rule, Held: c.Held, Deadline: c.Deadline, Decision: c.Decision, Approver: c.Approver}
+	var text bytes.Buffer
+	if len(c.Arguments) > 0 && json.Indent(&text, c.Arguments, "", "  ") == nil {
+		a.ArgumentsText = text.String()
+	}
+	return a
 }

@@ -124,17 +124,21 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 }
 
 // withheld reports whether a tool an upstream lists must not reach clients: its upstream
-// withholds changes, and its definition is not the pinned one (or could not be checked).
+// withholds changes, and its definition, as the catalog is building it, is not the pinned
+// one (or could not be checked). It hashes the item itself: the upstream may have listed
+// another since observe ran.
 func (p *pinning) withheld(ns *catalog.Namespace, it upstream.Item) bool {
 	if p.modes[ns.Name] != config.PinningWithhold {
 		return false
 	}
-	k := pinKey{ns.Name, it.Key}
+	h, err := pin.Hash(it.Raw)
+	if err != nil {
+		return true
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h, listed := p.listed[k]
-	pinned, ok := p.pins[k]
-	return !listed || !ok || pinned.Differs(h)
+	pinned, ok := p.pins[pinKey{ns.Name, it.Key}]
+	return !ok || pinned.Differs(h)
 }
 
 // reload reads every pin anew from the store: another replica decided on a change.

@@ -62,8 +62,15 @@ func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *pro
 	if err == nil {
 		result, err = g.execute(ctx, rq, res)
 	}
-	if err == nil && g.plugins != nil && rq.Method == protocol.MethodCallTool && !res.asTask {
-		result, err = g.inspect(ctx, rq.Request, t, result)
+	if err == nil && g.plugins != nil {
+		switch {
+		case rq.Method == protocol.MethodCallTool && !res.asTask:
+			result, err = g.inspect(ctx, rq.Request, t, result)
+		case rq.Method == methodTasksResult:
+			// A task's result is its tool call's: it passes the same plugins.
+			call := pipeline.Target{Kind: pipeline.Tool, Upstream: res.upstream.ns.Name, Exposed: res.task.Exposed, Original: res.task.Tool}
+			result, err = g.inspect(ctx, rq.Request, &call, result)
+		}
 	}
 	return g.finish(ctx, rq.Request, t, result, err)
 }
@@ -86,6 +93,13 @@ func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline
 func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 	snap := g.viewOf(rq.Client)
 	params := rq.Params
+	// The gateway reads some members and forwards the bytes: a member given twice would be
+	// read as one value here and as another upstream (by a parser that takes the last).
+	if dup, err := protocol.DuplicateMember(params); err != nil {
+		return nil, invalidParams(err)
+	} else if dup != "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: the member %s appears twice: send each member once", dup)
+	}
 	switch rq.Method {
 	case protocol.MethodCallTool, protocol.MethodGetPrompt:
 		name, err := nameParams(params)
@@ -280,7 +294,7 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		case err != nil:
 			return nil, err
 		case res.asTask:
-			return g.tasks.start(ctx, rq, res.upstream, result)
+			return g.tasks.start(ctx, rq, res.upstream, &res.target, result)
 		}
 		return bridgeToolResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodGetPrompt:

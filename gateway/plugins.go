@@ -107,7 +107,9 @@ func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pip
 // inspect passes a tool's result through the plugins that inspect results (redaction, say).
 // A plugin that fails closed withholds the result.
 func (g *Gateway) inspect(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result []byte) ([]byte, error) {
-	out, results, err := g.plugins.Inspect(ctx, pluginCall(req, t), result)
+	call := pluginCall(req, t)
+	call.Method = "tools/call" // a task's result too is its tool call's
+	out, results, err := g.plugins.Inspect(ctx, call, result)
 	g.notePluginResults(req, "inspect", results)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -258,3 +258,28 @@ func TestPluginWithAWrongChecksumDoesNotStart(t *testing.T) {
 		t.Errorf("processes of the refused plugin: %v", left)
 	}
 }
+
+// TestPluginsInspectTaskResults: a tool call run as a task has its result, fetched with
+// tasks/result, pass the inspecting plugins like a plain call's.
+func TestPluginsInspectTaskResults(t *testing.T) {
+	guard, _ := plugins(t)
+	tg := startGateway(t, "listen: 127.0.0.1:0\nplugins:\n"+pluginYAML("guard", guard, "    config: {}\n    tools: [job]\n")+
+		"upstreams:"+upstreamYAML("tk", "tasks", ""), nil)
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{"list":{},"cancel":{}}},"clientInfo":{"name":"raw","version":"1"}}}`, nil)
+	h := map[string]string{"Mcp-Session-Id": r.header.Get("Mcp-Session-Id")}
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tk__job","arguments":{"text":"mail ann@example.com"},"task":{"ttl":60000}}}`, h)
+	var created struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(r.msg.Result, &created); err != nil || created.Task.TaskID == "" {
+		t.Fatalf("task-augmented call: %s", r.body)
+	}
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":3,"method":"tasks/result","params":{"taskId":"`+created.Task.TaskID+`"}}`, h)
+	if !strings.Contains(string(r.msg.Result), "done:mail [redacted email]") || strings.Contains(string(r.body), "ann@example.com") {
+		t.Errorf("tasks/result: %s, want the address redacted", r.body)
+	}
+}

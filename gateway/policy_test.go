@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -294,5 +295,34 @@ func TestArgumentRuleDecidesUnderAHidingDefault(t *testing.T) {
 	}
 	if _, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "bye"}}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
 		t.Errorf("echo bye: %v, want unknown tool (hidden by the default)", err)
+	}
+}
+
+// TestMembersGivenTwiceAreRefused: params that give a member twice are refused (-32602)
+// before any check: the gateway would read one value and the upstream, taking the last,
+// another — a hidden tool called under an allowed tool's name, a denied argument behind an
+// allowed one.
+func TestMembersGivenTwiceAreRefused(t *testing.T) {
+	tg := startGateway(t, `listen: 127.0.0.1:0
+policy:
+  rules:
+    - {name: no-add, effect: hide, match: {tools: [add]}}
+    - {name: no-etc, effect: deny, match: {tools: [echo], arguments: [{pointer: /text, matches: "^/etc"}]}}
+upstreams:`+upstreamYAML("a", "beta", ""), nil)
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	for _, params := range []string{
+		`{"name":"a__echo","arguments":{"text":"x"},"name":"a__add","arguments":{"a":1,"b":2}}`,
+		`{"name":"a__echo","arguments":{"text":"fine","text":"/etc/shadow"}}`,
+		`{"name":"a__echo","arguments":{"text":"fine"},"arguments":{"text":"/etc/shadow"}}`,
+	} {
+		r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+params+`}`, map[string]string{"Mcp-Session-Id": sid})
+		if r.msg.Error == nil || r.msg.Error.Code != -32602 || !strings.Contains(r.msg.Error.Message, "appears twice") {
+			t.Errorf("%s: %d %s, want -32602 naming the member given twice", params, r.status, r.body)
+		}
+	}
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"fine"}}}`, map[string]string{"Mcp-Session-Id": sid}); r.msg.Error != nil || !strings.Contains(string(r.msg.Result), "beta:fine") {
+		t.Errorf("a call with each member once: %s", r.body)
 	}
 }

@@ -17,18 +17,20 @@ import (
 type takenOverKey struct{}
 
 // streamsHeldBy returns the streams of the calls a stopped replica held: they stay open for
-// the replica taking the calls over. On an error, none (their streams end with an error).
+// the replica taking the calls over. The calls are found by their stream's producer, not by
+// their holder, which the replica taking them over may have changed already. On an error,
+// none (their streams end with an error).
 func (h *heldCalls) streamsHeldBy(replica string) map[string]bool {
 	ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
 	defer cancel()
-	calls, err := h.store.HeldBy(ctx, replica)
+	calls, err := h.store.All(ctx)
 	if err != nil {
 		h.g.logger.Warn("reading the calls a stopped replica held failed: their clients get an error", "replica", replica, "error", err.Error())
 		return nil
 	}
 	streams := map[string]bool{}
 	for _, c := range calls {
-		if c.StreamID != "" {
+		if c.StreamID != "" && hub.Producer(c.StreamID) == replica {
 			streams[c.StreamID] = true
 		}
 	}
@@ -80,6 +82,9 @@ func (h *heldCalls) takeOver(c hold.Call) {
 		g.logger.Info("a held call of a stopped replica is dropped: it never ran", "approval", c.ID, "why", why)
 		_ = h.store.Release(context.WithoutCancel(ctx), c.ID)
 	}
+	// However the call ends here (run, refused by a policy that changed, failed), its record
+	// goes: nobody may decide it any more.
+	defer func() { _ = h.store.Release(context.WithoutCancel(ctx), c.ID) }()
 	if c.StreamID == "" || g.events == nil {
 		release("its client has no stream to resume")
 		return

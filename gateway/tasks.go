@@ -124,7 +124,7 @@ func newTaskID() string {
 
 // startTask finishes a task-augmented tools/call: the upstream's task id in the result is
 // recorded for the session and replaced by a gateway id.
-func (tt *taskTable) start(ctx context.Context, rq *request, u *upstreamEntry, result json.RawMessage) (json.RawMessage, error) {
+func (tt *taskTable) start(ctx context.Context, rq *request, u *upstreamEntry, t *pipeline.Target, result json.RawMessage) (json.RawMessage, error) {
 	sessionID := rq.Client.SessionID
 	task, ok, _ := protocol.Member(result, "task")
 	if !ok {
@@ -138,7 +138,8 @@ func (tt *taskTable) start(ctx context.Context, rq *request, u *upstreamEntry, r
 		tt.cancelOrphan(ctx, rq, u, upstreamID)
 		return nil, protocol.Errorf(protocol.CodeInvalidRequest, "a task needs a session: call the tool without \"task\"")
 	}
-	rec := session.TaskRecord{ID: newTaskID(), SessionID: sessionID, Upstream: u.connKey(sessionID), UpstreamID: upstreamID, TTL: taskTTL(task)}
+	rec := session.TaskRecord{ID: newTaskID(), SessionID: sessionID, Upstream: u.connKey(sessionID), UpstreamID: upstreamID, TTL: taskTTL(task),
+		Tool: t.Original, Exposed: t.Exposed}
 	switch err := tt.router.store.PutTask(ctx, rec); {
 	case errors.Is(err, session.ErrTooManyTasks):
 		tt.router.logger.Warn("task-augmented tools/call refused: the session holds its maximum of unfinished tasks", "session", fingerprint(sessionID), "upstream", u.ns.Name)

@@ -43,6 +43,10 @@ type TaskRecord struct {
 	SessionID  string `json:"sessionId"`
 	Upstream   string `json:"upstream"`
 	UpstreamID string `json:"upstreamId"`
+	// Tool and Exposed name the tool the task runs, as its upstream and as the client know
+	// it, for the plugins that inspect its result; empty in records of older builds.
+	Tool    string `json:"tool,omitempty"`
+	Exposed string `json:"exposed,omitempty"`
 	// Created is when the gateway recorded the task. If zero, PutTask sets it to now.
 	Created time.Time `json:"created"`
 	// TTL is how long after its creation the upstream keeps the task (its ttl): the upstream

@@ -286,7 +286,8 @@
         ...fact("Held", text(stamp(Date.parse(str(a.held))))),
         ...fact("Annotations", annotations(a.annotations))),
       el("div", { class: "label", text: "Arguments" }),
-      el("pre", { class: "json", text: pretty(a.arguments) }));
+      // The server's text of the arguments: JSON.parse would round large numbers.
+      el("pre", { class: "json", text: a.argumentsText || pretty(a.arguments) }));
   }
 
   function annotations(v) {

@@ -512,6 +512,8 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 	}
 	addr := freePort(t)
 	cfg.Listen = addr
+	// The example's admin listener and state directory, on this test's own.
+	cfg.Admin.Listen, cfg.StateDir = freePort(t), t.TempDir()
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
 		if u.Env == nil {
@@ -520,6 +522,11 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 		u.Env[testupstream.EnvRun] = testupstream.Marker
 	}
 	g := serveConfig(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the gateway's log:\n%s", g.logs.String())
+		}
+	})
 	// The first `go run` of the demo may compile it.
 	waitWithin(t, 3*time.Minute, "the example config serving demo__echo", func() bool {
 		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`)
