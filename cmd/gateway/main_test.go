@@ -527,16 +527,61 @@ func TestExampleConfigServesTheDemo(t *testing.T) {
 			t.Logf("the gateway's log:\n%s", g.logs.String())
 		}
 	})
-	// The first `go run` of the demo may compile it.
-	waitWithin(t, 3*time.Minute, "the example config serving demo__echo", func() bool {
-		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`)
-		return strings.Contains(body, "hello demo")
+	// The first `go run` of the demo may compile it. Readiness is polled, not the tools:
+	// the example's rate limit (600/m, burst 60) would refuse a client calling in a loop.
+	waitWithin(t, 3*time.Minute, "the example config's upstreams to be ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Upstreams map[string]struct{ State string } `json:"upstreams"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&body) != nil || len(body.Upstreams) != 2 {
+			return false
+		}
+		for _, u := range body.Upstreams {
+			if u.State != "ready" {
+				return false
+			}
+		}
+		return true
 	})
+	if _, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hello demo"}}}`); !strings.Contains(body, "hello demo") {
+		t.Errorf("demo__echo: %s", body)
+	}
 	// The example's shaping: notes' echo is called as notes__say; its add is not listed.
-	waitWithin(t, 3*time.Minute, "the example config serving notes__say", func() bool {
-		_, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"notes__say","arguments":{"text":"hello notes"}}}`)
-		return strings.Contains(body, "hello notes")
+	if _, body := g.post(g.initialize(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"notes__say","arguments":{"text":"hello notes"}}}`); !strings.Contains(body, "hello notes") {
+		t.Errorf("notes__say: %s", body)
+	}
+	// The example's destructive tool waits for a person: this client cannot be asked, so
+	// an operator approves it on the admin API, with the example's key.
+	_, answered := g.startCall(g.initialize(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__delete_note","arguments":{"id":"7"}}}`)
+	admin := func(method, path, body string) string {
+		req, _ := http.NewRequest(method, "http://"+cfg.Admin.Listen+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer mfk_example-admin-key-replace-me")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return string(data)
+	}
+	var held struct {
+		Approvals []struct{ ID, Tool, Rule string } `json:"approvals"`
+	}
+	waitFor(t, "demo__delete_note to be held for approval", func() bool {
+		return json.Unmarshal([]byte(admin(http.MethodGet, "/api/approvals", "")), &held) == nil && len(held.Approvals) == 1
 	})
+	if a := held.Approvals[0]; a.Tool != "demo__delete_note" || a.Rule != "deletes-need-approval" {
+		t.Errorf("held: %+v", a)
+	}
+	admin(http.MethodPost, "/api/approvals/"+held.Approvals[0].ID, `{"decision":"approve"}`)
+	if got := <-answered; !strings.Contains(got, "deleted note 7") {
+		t.Errorf("demo__delete_note, approved: %s", got)
+	}
 	sid := g.initialize()
 	_, body := g.post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if strings.Contains(body, "notes__add") || strings.Contains(body, `"notes__echo"`) {
