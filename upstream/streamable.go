@@ -117,7 +117,26 @@ type streamableConn struct {
 	// sessionID and version are learnt from initialize. Guarded by mu.
 	sessionID string
 	version   string
+	// closed is set by Close before it waits for the streams: no stream goroutine starts
+	// after (streams.Add must not race streams.Wait). Guarded by mu.
+	closed    bool
 	closeOnce sync.Once
+}
+
+// beforeStreamStart, when set (by tests only), runs when a POST's answer turned out to be a
+// stream, just before its goroutine is counted.
+var beforeStreamStart func(*streamableConn)
+
+// startStream counts a stream goroutine about to start, unless the connection is closing;
+// it reports whether the goroutine may start.
+func (c *streamableConn) startStream() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.streams.Add(1)
+	return true
 }
 
 var (
@@ -264,7 +283,13 @@ func (c *streamableConn) post(ctx context.Context, m protocol.Message) (protocol
 		done()
 		return nil, nil
 	case resp.StatusCode == http.StatusOK && mt == "text/event-stream":
-		c.streams.Add(1)
+		if beforeStreamStart != nil {
+			beforeStreamStart(c)
+		}
+		if !c.startStream() {
+			done()
+			return nil, errors.New("connection closed")
+		}
 		go func() {
 			defer c.streams.Done()
 			defer done()
@@ -395,8 +420,9 @@ func (c *streamableConn) negotiated(version string) {
 
 // initialized implements initializedConn: the standalone stream is opened.
 func (c *streamableConn) initialized() {
-	c.streams.Add(1)
-	go c.listen()
+	if c.startStream() {
+		go c.listen()
+	}
 }
 
 // listen keeps the standalone GET stream open (mcp-notes §4.3), resuming it after breaks.
@@ -462,6 +488,9 @@ func (c *streamableConn) listen() {
 // effort; 405 is fine).
 func (c *streamableConn) Close() error {
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		c.cancel()
 		c.in.fail(errors.New("connection closed"))
 		c.streams.Wait()
