@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -143,6 +145,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	errs, warnings := checkCommands(cfg, exec.LookPath)
+	errs = append(errs, checkPlugins(cfg)...)
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
@@ -154,6 +157,35 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d upstreams enabled)\n", cfg.File, len(cfg.EnabledUpstreams()))
 	return 0
+}
+
+// checkPlugins looks at the policy plugins' programs as the gateway would start them: one
+// that does not exist, is not an executable file, or whose SHA-256 is not the configured one
+// is an error, starting with the FILE:LINE of the plugin's entry.
+func checkPlugins(cfg *config.Config) (errs []string) {
+	for i, p := range cfg.Plugins {
+		at := fmt.Sprintf("%s:%d: %s (plugins[%d])", cfg.File, p.Line, p.Name, i)
+		data, err := os.ReadFile(p.Path)
+		switch info, statErr := os.Stat(p.Path); {
+		case statErr != nil:
+			errs = append(errs, fmt.Sprintf("%s.path: %s does not exist: build the plugin there, or fix the path (a relative one is taken from the config file's directory)", at, p.Path))
+			continue
+		case info.IsDir():
+			errs = append(errs, fmt.Sprintf("%s.path: %s is a directory, not a program", at, p.Path))
+			continue
+		case info.Mode().Perm()&0o111 == 0:
+			errs = append(errs, fmt.Sprintf("%s.path: %s is not executable: chmod +x it", at, p.Path))
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("%s.path: %v", at, err))
+			continue
+		}
+		sum := sha256.Sum256(data)
+		if got := hex.EncodeToString(sum[:]); got != p.SHA256 {
+			errs = append(errs, fmt.Sprintf("%s.sha256: the program at %s has SHA-256 %s, not %s: if you built it yourself, put its sha256sum here; otherwise do not run it", at, p.Path, got, p.SHA256))
+		}
+	}
+	return errs
 }
 
 // checkCommands looks at the commands of the enabled stdio upstreams as this machine would

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -864,5 +866,41 @@ policy:
 	}
 	if code := run([]string{"explain", "-config", cfg, "-upstream", "docs"}, io.Discard, &errOut); code != 2 {
 		t.Errorf("explain without a target: exit %d, want 2", code)
+	}
+}
+
+// TestValidateChecksPlugins: `gateway validate` finds a plugin program that is missing, not
+// executable, or not the one whose SHA-256 the config names, at the plugin's line.
+func TestValidateChecksPlugins(t *testing.T) {
+	dir := t.TempDir()
+	program, plain := filepath.Join(dir, "guard"), filepath.Join(dir, "notes.txt")
+	for path, mode := range map[string]os.FileMode{program: 0o755, plain: 0o644} {
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := sha256.Sum256([]byte("#!/bin/sh\n"))
+	good, wrong := hex.EncodeToString(sum[:]), strings.Repeat("0", 64)
+	cases := []struct{ name, path, sum, want string }{
+		{"the right program", program, good, ""},
+		{"another program", program, wrong, "cfg.yaml:2: guard (plugins[0]).sha256: the program at " + program + " has SHA-256 " + good + ", not " + wrong},
+		{"a missing program", filepath.Join(dir, "gone"), good, "does not exist"},
+		{"a directory", dir, good, "is a directory"},
+		{"a file that is not executable", plain, good, "is not executable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse("cfg.yaml", fmt.Appendf(nil, "plugins:\n  - {name: guard, path: %q, sha256: %s}\nupstreams: []\n", tc.path, tc.sum), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := checkPlugins(cfg)
+			switch {
+			case tc.want == "" && len(errs) > 0:
+				t.Errorf("errors %q, want none", errs)
+			case tc.want != "" && (len(errs) != 1 || !strings.Contains(errs[0], tc.want)):
+				t.Errorf("errors %q, want one containing %q", errs, tc.want)
+			}
+		})
 	}
 }
