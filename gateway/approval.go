@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,21 @@ type approvals struct {
 
 	mu      sync.Mutex
 	granted map[string]time.Time // approvalKey → until
+
+	// shared, when set, keeps the approvals for every replica (Redis) instead of granted.
+	shared sharedApprovals
+	logger *slog.Logger
 }
+
+// sharedApprovals remembers approvals for all replicas (hold.RedisApprovals).
+type sharedApprovals interface {
+	Grant(ctx context.Context, key string, ttl time.Duration) error
+	Granted(ctx context.Context, key string) (bool, error)
+}
+
+// sharedApprovalTimeout bounds a look-up or a write of a shared approval; one that fails
+// asks the person again (or forgets the approval), never lets a call through.
+const sharedApprovalTimeout = 2 * time.Second
 
 // approvalKey binds an approval to who asked for what, with which arguments (hashed), or
 // with any when so configured.
@@ -73,7 +88,19 @@ func canonicalJSON(raw json.RawMessage) []byte {
 }
 
 // remembered reports whether an approval of key still holds.
-func (a *approvals) remembered(key string) bool {
+func (a *approvals) remembered(ctx context.Context, key string) bool {
+	if a.remember <= 0 {
+		return false
+	}
+	if a.shared != nil {
+		ctx, cancel := context.WithTimeout(ctx, sharedApprovalTimeout)
+		defer cancel()
+		ok, err := a.shared.Granted(ctx, key)
+		if err != nil {
+			a.logger.Warn("looking up a remembered approval failed: the person is asked again", "error", err.Error())
+		}
+		return ok
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until, ok := a.granted[key]
@@ -85,8 +112,16 @@ func (a *approvals) remembered(key string) bool {
 }
 
 // grant remembers an approval of key.
-func (a *approvals) grant(key string) {
+func (a *approvals) grant(ctx context.Context, key string) {
 	if a.remember <= 0 || key == "" {
+		return
+	}
+	if a.shared != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedApprovalTimeout)
+		defer cancel()
+		if err := a.shared.Grant(ctx, key, a.remember); err != nil {
+			a.logger.Warn("remembering an approval failed: the next such call asks again", "error", err.Error())
+		}
 		return
 	}
 	a.mu.Lock()
@@ -120,7 +155,7 @@ func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *p
 func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
 	a := g.gate.approvals
 	key := approvalKey(req.Client.Principal, t, a.anyArguments)
-	if a.remembered(key) {
+	if a.remembered(ctx, key) {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
 		return nil
 	}
@@ -166,7 +201,7 @@ func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipelin
 	}
 	_ = json.Unmarshal(result, &answer)
 	if answer.Action == "accept" && answer.Content.Approve {
-		a.grant(key)
+		a.grant(ctx, key)
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "elicitation"})
 		return nil
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/hold"
 	"github.com/manifold-mcp/manifold/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/pipeline"
@@ -198,6 +199,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.cancel()
 		_ = g.closeStore()
 		return nil, err
+	}
+	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
+		// Replicas share what a person approved, as they share the calls held for one.
+		g.gate.approvals.shared = hold.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
 		g.cancel()

@@ -215,7 +215,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
 			Message: fmt.Sprintf("%s needs an operator's approval, and the gateway could not hold it (%v): it did not run; try again later", t.Exposed, err)}
 	case got.Decision == hold.Approve:
-		a.grant(key)
+		a.grant(ctx, key)
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "operator", By: got.Approver})
 		return nil
 	}

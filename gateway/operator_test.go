@@ -377,3 +377,39 @@ func TestAdminRoleClaim(t *testing.T) {
 		t.Errorf("an MCP client's API key: %d, want 401", code)
 	}
 }
+
+// TestRememberedApprovalHoldsOnEveryReplica: with replicas on Redis, an approval remembered
+// by one replica is honoured by the others, for the same principal, tool and arguments only.
+func TestRememberedApprovalHoldsOnEveryReplica(t *testing.T) {
+	extra := adminYAML("") + `policy:
+  approval: {timeout: 20s, remember: 10m}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {tools: [echo]}}
+`
+	a, b := twoReplicasWith(t, extra, upstreamYAML("a", "beta", ""))
+	adminA := startAdmin(t, a)
+	ctx := ctxT(t)
+	onA, onB := connect(t, a.url, nil), connect(t, b.url, nil)
+
+	done := callAsync(ctx, onA, "a__echo", map[string]any{"text": "deploy"})
+	held := adminA.waitHeld(1)[0]
+	if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Fatalf("approve: %d", code)
+	}
+	if res := <-done; res.IsError {
+		t.Fatalf("the approved call: %q", resultText(res))
+	}
+	// The same call on B runs at once: nothing is held.
+	if res := callTool(t, onB, "a__echo", map[string]any{"text": "deploy"}); res.IsError || resultText(res) != "beta:deploy" {
+		t.Errorf("the same call on the other replica: %v %q", res.IsError, resultText(res))
+	}
+	// Other arguments are held again, on B too.
+	done = callAsync(ctx, onB, "a__echo", map[string]any{"text": "deploy everything"})
+	held = adminA.waitHeld(1)[0]
+	if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil); code != http.StatusOK {
+		t.Fatalf("deny: %d", code)
+	}
+	if res := <-done; !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+		t.Errorf("a call with other arguments: %v %q, want it held and denied", res.IsError, resultText(res))
+	}
+}

@@ -61,7 +61,7 @@ func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, 
 	}
 	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{},
 		approvals: &approvals{timeout: p.Approval.Timeout, remember: p.Approval.Remember, anyArguments: p.Approval.RememberAnyArguments,
-			byOperator: p.Approval.By == config.ApprovalByOperator, now: now, granted: map[string]time.Time{}}}
+			byOperator: p.Approval.By == config.ApprovalByOperator, now: now, granted: map[string]time.Time{}, logger: logger}}
 	var err error
 	if g.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {
 		return nil, fmt.Errorf("policy (%s:%d): %w", p.File, p.Line, err)
