@@ -93,3 +93,12 @@ func hasDuplicate(t *testing.T, v []byte) bool {
 }
 
 func trimSpace(b []byte) []byte { return bytes.TrimLeft(b, " \t\n\r") }
+
+// BenchmarkDuplicateMember: the check every request's params pass, on a typical tools/call.
+func BenchmarkDuplicateMember(b *testing.B) {
+	p := []byte(`{"name":"up13__tool_042","arguments":{"text":"hello"},"_meta":{"progressToken":"p1"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = DuplicateMember(p)
+	}
+}
