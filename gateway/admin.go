@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,7 +127,7 @@ func (b adminBackend) withheldTools() []admin.Tool {
 	var out []admin.Tool
 	for k, h := range listed {
 		pn, ok := pins[k]
-		if p.modes[k.upstream] != config.PinningWithhold || ok && !pn.Differs(h) {
+		if !p.hides(k, pn, ok, h) {
 			continue
 		}
 		t := admin.Tool{Upstream: k.upstream, Original: k.tool, Withheld: true}
@@ -142,22 +143,9 @@ func (b adminBackend) withheldTools() []admin.Tool {
 		out = append(out, t)
 	}
 	slices.SortFunc(out, func(a, b admin.Tool) int {
-		if a.Upstream != b.Upstream {
-			return compareStrings(a.Upstream, b.Upstream)
-		}
-		return compareStrings(a.Original, b.Original)
+		return cmp.Or(cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Original, b.Original))
 	})
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sessionLister lists the sessions of every replica (session.MemoryStore, RedisStore).
@@ -229,13 +217,10 @@ func (b adminBackend) Pins(ctx context.Context) ([]admin.Pin, error) {
 	out := make([]admin.Pin, 0, len(pins))
 	for k, pn := range pins {
 		h, isListed := listed[k]
-		out = append(out, pinOf(pn, p.modes[k.upstream] == config.PinningWithhold && isListed && pn.Differs(h)))
+		out = append(out, pinOf(pn, isListed && p.hides(k, pn, true, h)))
 	}
 	slices.SortFunc(out, func(a, b admin.Pin) int {
-		if a.Upstream != b.Upstream {
-			return compareStrings(a.Upstream, b.Upstream)
-		}
-		return compareStrings(a.Tool, b.Tool)
+		return cmp.Or(cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Tool, b.Tool))
 	})
 	return out, nil
 }
@@ -249,7 +234,7 @@ func (b adminBackend) Resolve(ctx context.Context, upstreamName, tool, hash, dec
 	switch {
 	case errors.Is(err, pin.ErrNotFound):
 		return admin.Pin{}, fmt.Errorf("%w: no pin of %s's tool %q", admin.ErrNotFound, upstreamName, tool)
-	case isPinStale(err):
+	case errors.Is(err, pin.ErrStale):
 		_ = g.pinning.reload(ctx) // what this replica knew was out of date
 		g.rebuild()
 		return admin.Pin{}, fmt.Errorf("%w: %v", admin.ErrConflict, err)
@@ -262,8 +247,9 @@ func (b adminBackend) Resolve(ctx context.Context, upstreamName, tool, hash, dec
 	}
 	g.rebuild()
 	_, listed := g.pinning.snapshot()
-	h, isListed := listed[pinKey{upstreamName, tool}]
-	return pinOf(pn, g.pinning.modes[upstreamName] == config.PinningWithhold && isListed && pn.Differs(h)), nil
+	k := pinKey{upstreamName, tool}
+	h, isListed := listed[k]
+	return pinOf(pn, isListed && g.pinning.hides(k, pn, true, h)), nil
 }
 
 // Audit records an admin's action in the audit trail, as a request of method "admin/<action>".

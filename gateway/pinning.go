@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -135,10 +134,18 @@ func (p *pinning) withheld(ns *catalog.Namespace, it upstream.Item) bool {
 	if err != nil {
 		return true
 	}
+	k := pinKey{ns.Name, it.Key}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pinned, ok := p.pins[pinKey{ns.Name, it.Key}]
-	return !ok || pinned.Differs(h)
+	pinned, ok := p.pins[k]
+	return p.hides(k, pinned, ok, h)
+}
+
+// hides reports whether a tool an upstream lists with definition hash h is withheld from
+// clients: its upstream withholds changes, and the tool has no pin (none could be recorded)
+// or one of another hash.
+func (p *pinning) hides(k pinKey, pinned pin.Pin, isPinned bool, h string) bool {
+	return p.modes[k.upstream] == config.PinningWithhold && (!isPinned || pinned.Differs(h))
 }
 
 // reload reads every pin anew from the store: another replica decided on a change.
@@ -191,6 +198,3 @@ func (p *pinning) snapshot() (map[pinKey]pin.Pin, map[pinKey]string) {
 	}
 	return pins, listed
 }
-
-// isPinStale reports whether err says the decision named a change that is not the pending one.
-func isPinStale(err error) bool { return errors.Is(err, pin.ErrStale) }
