@@ -27,6 +27,8 @@ type authn struct {
 	// scopes are needed by every request; base is the gateway's URL as clients reach it.
 	scopes []string
 	base   string
+	// apiKeys tells whether any API key is configured, for the refusal's message.
+	apiKeys bool
 	// exchangers trade callers' tokens for upstream tokens (token_exchange): each is told
 	// of every caller's current token.
 	exchangers []*credential.Exchanger
@@ -46,7 +48,7 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
-	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL()}, nil
+	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL(), apiKeys: len(keys) > 0}, nil
 }
 
 // apiKeysOf returns the configured API keys and those of file, if set, for the auth package;
@@ -103,6 +105,20 @@ func (a *authn) metadataURL(path string) string {
 	return a.base + metadataPath + path
 }
 
+// credentialsNeeded is the message of a request refused for want of a credential: it says
+// what to send. With API keys only, the challenge names no authorization server, so the
+// message asks for a key rather than pointing at the challenge.
+func (a *authn) credentialsNeeded(resource string) string {
+	if len(a.verifier.Issuers()) == 0 {
+		return "authentication required: send an API key of this gateway as Authorization: Bearer mfk_… (an operator creates one with `gateway apikey`)"
+	}
+	msg := "authentication required: send Authorization: Bearer with a token for " + resource + " (the WWW-Authenticate header says where to get one)"
+	if a.apiKeys {
+		msg += ", or an API key of this gateway"
+	}
+	return msg
+}
+
 // profileResource is the resource identifier of a profile's endpoint.
 func profileResource(resource, profile string) string {
 	return strings.TrimRight(resource, "/") + "/" + profile
@@ -134,7 +150,7 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		if err != nil {
 			status, challenge := auth.Challenge(err, metadata, a.scopes)
 			w.Header().Set("WWW-Authenticate", challenge)
-			msg := "authentication required: send Authorization: Bearer with a token for " + g.cfg.Auth.Resource + " (the WWW-Authenticate header says where to get one)"
+			msg := a.credentialsNeeded(g.cfg.Auth.Resource)
 			var authErr *auth.Error
 			if errors.As(err, &authErr) {
 				msg = "authentication failed: " + authErr.Description

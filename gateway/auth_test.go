@@ -167,6 +167,42 @@ func TestAuthChallengesAndAccepts(t *testing.T) {
 	}
 }
 
+// TestAPIKeysOnlyRefusalSaysWhatToSend: with API keys and no OIDC issuer the challenge is a
+// bare "Bearer" that points nowhere, so the 401's message must not send the client to the
+// WWW-Authenticate header for a token: it says to send an API key. With an issuer configured,
+// the message points at the challenge as before.
+func TestAPIKeysOnlyRefusalSaysWhatToSend(t *testing.T) {
+	const apiKey = "mfk_test-key-of-the-ci-bot"
+	tg := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+auth:
+  api_keys:
+    - {name: ci-bot, hash: %q}
+upstreams:`+upstreamYAML("alpha", "alpha", ""), auth.HashAPIKey(apiKey)), nil)
+	defer tg.close()
+	r := rawClient{t: t, url: tg.url}.do(http.MethodPost, initBody, nil)
+	if r.status != http.StatusUnauthorized || r.msg.Error == nil {
+		t.Fatalf("no credential: %d %s, want 401 with a JSON-RPC error", r.status, r.body)
+	}
+	if got := r.header.Get("WWW-Authenticate"); strings.Contains(got, "resource_metadata") {
+		t.Errorf("WWW-Authenticate %q points at metadata that does not exist", got)
+	}
+	msg := r.msg.Error.Message
+	if strings.Contains(msg, "WWW-Authenticate") || !strings.Contains(msg, "API key") || !strings.Contains(msg, "Authorization: Bearer mfk_") {
+		t.Errorf("message %q: want one that says to send an API key as Authorization: Bearer mfk_…, not one that points at the challenge", msg)
+	}
+	if r := (rawClient{t: t, url: tg.url}).do(http.MethodPost, initBody, map[string]string{"Authorization": "Bearer " + apiKey}); r.status != http.StatusOK {
+		t.Errorf("with the key: %d %s", r.status, r.body)
+	}
+
+	iss := testissuer.New(t)
+	withIssuer := startGateway(t, authYAML(iss, apiKey, "upstreams:"+upstreamYAML("alpha", "alpha", "")), nil)
+	defer withIssuer.close()
+	r = rawClient{t: t, url: withIssuer.url}.do(http.MethodPost, initBody, nil)
+	if r.msg.Error == nil || !strings.Contains(r.msg.Error.Message, "WWW-Authenticate") {
+		t.Errorf("with an issuer, the message should point at the challenge: %s", r.body)
+	}
+}
+
 // TestSessionBoundToItsPrincipal: a live session id presented with another user's valid
 // token does not exist for that user, whatever the method: requests, notifications, answers
 // to the gateway's requests, the standalone stream, a stream resume, DELETE; and a task id of
