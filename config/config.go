@@ -773,7 +773,7 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 	problems = append(problems, validate(c, top, sites, sep)...)
 	if len(problems) > 0 {
 		sortProblems(problems, cfg, imports)
-		return nil, &Error{Problems: problems}
+		return nil, &Error{Problems: problems, Partial: c}
 	}
 	return c, nil
 }

@@ -10,6 +10,11 @@ import (
 // (for Build, file by file); Problems is never empty. Get it with errors.As.
 type Error struct {
 	Problems []Problem
+	// Partial is the config as far as it could be decoded despite the problems, with
+	// defaults applied, for checks that look further than the content (the programs that
+	// `gateway validate` finds missing); nil when nothing could be decoded. It must not be
+	// served: values the problems name may be wrong or missing.
+	Partial *Config
 }
 
 // Error returns the problems one per line, each formatted as by

@@ -101,21 +101,51 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// configArgs are the files that -config and -mcp-servers name.
+type configArgs struct {
+	command string // the subcommand, for messages
+	path    string
+	imports listFlag
+}
+
+// declareConfigFlags declares -config and -mcp-servers on fs.
+func declareConfigFlags(fs *flag.FlagSet) *configArgs {
+	a := &configArgs{command: fs.Name()}
+	fs.StringVar(&a.path, "config", "", "path of the YAML config file")
+	fs.Var(&a.imports, "mcp-servers", "a Claude Desktop, Cursor or VS Code server list to import (repeatable)")
+	return a
+}
+
+// files names every file given, the config file first.
+func (a *configArgs) files() []string {
+	var files []string
+	if a.path != "" {
+		files = append(files, a.path)
+	}
+	return append(files, a.imports...)
+}
+
+// build loads what the flags name; code 2 with an error means none was given.
+func (a *configArgs) build() (cfg *config.Config, code int, err error) {
+	if a.path == "" && len(a.imports) == 0 {
+		return nil, 2, fmt.Errorf("gateway %s: -config FILE (or -mcp-servers FILE) is required", a.command)
+	}
+	cfg, err = config.Build(a.path, a.imports, os.LookupEnv)
+	if err != nil {
+		return nil, 1, err
+	}
+	return cfg, 0, nil
+}
+
 // configFlags declares -config and -mcp-servers on fs; the function it returns loads what
 // they name, reporting every problem of every file at once.
 func configFlags(fs *flag.FlagSet) func(stderr io.Writer) (*config.Config, int) {
-	path := fs.String("config", "", "path of the YAML config file")
-	var imports listFlag
-	fs.Var(&imports, "mcp-servers", "a Claude Desktop, Cursor or VS Code server list to import (repeatable)")
+	args := declareConfigFlags(fs)
 	return func(stderr io.Writer) (*config.Config, int) {
-		if *path == "" && len(imports) == 0 {
-			fmt.Fprintf(stderr, "gateway %s: -config FILE (or -mcp-servers FILE) is required\n", fs.Name())
-			return nil, 2
-		}
-		cfg, err := config.Build(*path, imports, os.LookupEnv)
+		cfg, code, err := args.build()
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return nil, 1
+			return nil, code
 		}
 		return cfg, 0
 	}
@@ -134,28 +164,40 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool
 	return 0, true
 }
 
+// validate prints every problem of the files given at once: those of their content, and
+// those of the programs they name (stdio commands, plugins), which are checked on whatever
+// could be decoded even when the content has problems of its own.
 func validate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	load := configFlags(fs)
+	files := declareConfigFlags(fs)
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
-	cfg, code := load(stderr)
-	if cfg == nil {
+	cfg, code, err := files.build()
+	var problems *config.Error
+	switch {
+	case errors.As(err, &problems):
+		fmt.Fprintln(stderr, err)
+		cfg = problems.Partial
+	case err != nil:
+		fmt.Fprintln(stderr, err)
 		return code
 	}
-	errs, warnings := checkCommands(cfg, exec.LookPath)
-	errs = append(errs, checkPlugins(cfg)...)
+	var errs, warnings []string
+	if cfg != nil {
+		errs, warnings = checkCommands(cfg, exec.LookPath)
+		errs = append(errs, checkPlugins(cfg)...)
+	}
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	if len(errs) > 0 {
-		for _, e := range errs {
-			fmt.Fprintln(stderr, e)
-		}
+	for _, e := range errs {
+		fmt.Fprintln(stderr, e)
+	}
+	if problems != nil || len(errs) > 0 {
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d upstreams enabled)\n", cfg.File, len(cfg.EnabledUpstreams()))
+	fmt.Fprintf(stdout, "%s: ok (%d upstreams enabled)\n", strings.Join(files.files(), ", "), len(cfg.EnabledUpstreams()))
 	return 0
 }
 
@@ -164,6 +206,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 // is an error, starting with the FILE:LINE of the plugin's entry.
 func checkPlugins(cfg *config.Config) (errs []string) {
 	for i, p := range cfg.Plugins {
+		if p.Path == "" {
+			continue // a problem of the config, reported with it
+		}
 		at := fmt.Sprintf("%s:%d: %s (plugins[%d])", cfg.File, p.Line, p.Name, i)
 		data, err := os.ReadFile(p.Path)
 		switch info, statErr := os.Stat(p.Path); {

@@ -54,6 +54,10 @@ func writeFile(t *testing.T, name, text string) string {
 func TestValidate(t *testing.T) {
 	good := writeFile(t, "good.yaml", "upstreams:\n  - name: a\n    command: a-server\n")
 	bad := writeFile(t, "bad.yaml", "listen: nowhere\nupstreams:\n  - name: a\n    comand: a-server\n")
+	servers := writeFile(t, "servers.json", `{"mcpServers": {"b": {"command": "b-server"}}}`)
+	// A problem of content and a program that does not exist: both at once, not the program
+	// only once the content is fixed.
+	both := writeFile(t, "both.yaml", "listen: nowhere\nupstreams:\n  - name: a\n    command: /no/such/mcp-server\n")
 	tests := []struct {
 		name     string
 		args     []string
@@ -65,6 +69,11 @@ func TestValidate(t *testing.T) {
 			"bad.yaml:1: listen:",
 			"bad.yaml:4: upstreams[0].comand: unknown field",
 			"bad.yaml:3: upstreams[0].command: required",
+		}},
+		{"several files are all named", []string{"validate", "-config", good, "-mcp-servers", servers}, 0, []string{"good.yaml, " + servers + ": ok (2 upstreams enabled)"}},
+		{"content and programs at once", []string{"validate", "-config", both}, 1, []string{
+			"both.yaml:1: listen:",
+			"both.yaml:3: a (upstreams[0]).command: /no/such/mcp-server does not exist",
 		}},
 		{"missing file", []string{"validate", "-config", filepath.Join(t.TempDir(), "none.yaml")}, 1, []string{"none.yaml"}},
 		{"no -config", []string{"validate"}, 2, []string{"-config FILE (or -mcp-servers FILE) is required"}},
