@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +72,44 @@ func TestBrowserReportsErrors(t *testing.T) {
 	}
 	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Errorf("the screenshot is not a PNG: starts with %q", png[:min(8, len(png))])
+	}
+}
+
+// TestInstallScriptSaysWhatToDo: the test command's browser step (scripts/browser), given a
+// MANIFOLD_CHROMIUM that is no program, fails at once saying what to install or set, instead
+// of ending in a shell's "No such file or directory"; given one that is, it uses it.
+func TestInstallScriptSaysWhatToDo(t *testing.T) {
+	script := filepath.Join("..", "..", "scripts", "browser")
+	fake := filepath.Join(t.TempDir(), "chromium")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho Chromium 1.2.3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		chromium string
+		wantOK   bool
+		want     []string
+	}{
+		{"a path that does not exist", "/no/such/chromium", false, []string{"MANIFOLD_CHROMIUM=/no/such/chromium is not an executable file", "apt-get install chromium", "set\nMANIFOLD_CHROMIUM"}},
+		{"a directory", t.TempDir(), false, []string{"is not an executable file"}},
+		{"a program", fake, true, []string{"Chromium 1.2.3"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("bash", script)
+			cmd.Env = append(os.Environ(), "MANIFOLD_CHROMIUM="+tc.chromium)
+			out, err := cmd.CombinedOutput()
+			if ok := err == nil; ok != tc.wantOK {
+				t.Fatalf("exit error %v, want success %v; output:\n%s", err, tc.wantOK, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(string(out), "No such file or directory") {
+				t.Errorf("a shell error reached the user:\n%s", out)
+			}
+		})
 	}
 }
