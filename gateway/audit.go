@@ -32,7 +32,12 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 	}
 	if t != nil {
 		rec.Upstream, rec.Target = t.Upstream, t.Original
-		if rec.Target == "" {
+		switch {
+		case t.Hidden:
+			// A hidden item is named as the client asked for it: the record must not tell
+			// its reader where it lives or what the upstream calls it.
+			rec.Upstream, rec.Target = "", t.Exposed
+		case rec.Target == "":
 			rec.Target = t.Exposed
 		}
 		if g.cfg.Audit.Arguments && t.Arguments != nil {

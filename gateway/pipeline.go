@@ -112,7 +112,12 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		if entry == nil {
 			g.auditHidden(rq, kind, name)
-			return nil, g.unknownName(rq, snap, kind, what, name)
+			// The record names what was asked for, as it was asked: nothing of what exists.
+			asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
+			if g.cfg.Audit.Arguments {
+				asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
+			}
+			return asked, g.unknownName(rq, snap, kind, what, name)
 		}
 		forward, err := withMember(params, "name", entry.Original)
 		if err != nil {

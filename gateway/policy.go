@@ -102,6 +102,7 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 	if !d.DryRun {
 		switch d.Effect {
 		case config.EffectHide:
+			t.Hidden = true
 			return hiddenRefusal(t)
 		case config.EffectApprove:
 			if t.Kind == pipeline.Tool {

@@ -326,3 +326,55 @@ upstreams:`+upstreamYAML("a", "beta", ""), nil)
 		t.Errorf("a call with each member once: %s", r.body)
 	}
 }
+
+// TestHiddenToolAuditNamesWhatWasAsked: the audit record of a call on a hidden tool names
+// the tool as the client asked for it, and neither the upstream nor the upstream's own name
+// of what it hides: hidden by the catalog view (the resolver does not find it) or by a rule
+// on its arguments (the policy check refuses it).
+func TestHiddenToolAuditNamesWhatWasAsked(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, policyYAML(`  rules:
+    - {name: contractors-no-add, effect: hide, match: {principal: {groups: [contractors]}, tools: [add]}}
+    - {name: no-classified, effect: hide, match: {tools: [echo], arguments: [{pointer: /text, equals: classified}]}}
+`), &gateway.Options{Audit: trail})
+	ctx := ctxT(t)
+	bob := connectAs(t, tg.url, "mfk_bob", nil)
+	if _, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "a__add", Arguments: map[string]any{"a": 1, "b": 2}}); err == nil || !strings.Contains(err.Error(), "unknown tool: a__add") {
+		t.Errorf("bob's add: %v, want unknown tool", err)
+	}
+	if _, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "b__shout", Arguments: map[string]any{"text": "classified"}}); err == nil || !strings.Contains(err.Error(), "unknown tool: b__shout") {
+		t.Errorf("bob's shout of classified: %v, want unknown tool", err)
+	}
+	if _, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "b__nope", Arguments: map[string]any{"text": "x"}}); err == nil {
+		t.Errorf("bob's call of a missing tool succeeded")
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, rec := range auditLines(t, out.String()) {
+		if rec["method"] != "tools/call" {
+			continue
+		}
+		target, _ := rec["target"].(string)
+		targets[target] = true
+		if _, ok := rec["upstream"]; ok {
+			t.Errorf("record of a refused call names upstream %v: %v", rec["upstream"], rec)
+		}
+		if rec["outcome"] != "refused" || rec["reason"] != "unknown_tool" {
+			t.Errorf("record %v, want refused as unknown_tool", rec)
+		}
+	}
+	for _, want := range []string{"a__add", "b__shout", "b__nope"} {
+		if !targets[want] {
+			t.Errorf("no record names the tool %q as asked; the records name %v:\n%s", want, targets, out.String())
+		}
+	}
+	for _, hidden := range []string{"add", "echo"} {
+		if targets[hidden] {
+			t.Errorf("a record names the hidden tool by its upstream's own name %q:\n%s", hidden, out.String())
+		}
+	}
+}
