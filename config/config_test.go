@@ -361,6 +361,15 @@ upstreams:
 			}(),
 		},
 		{
+			name: "audit keeps secret-named arguments only when told",
+			yaml: "audit: {sink: stdout, arguments: true, redact_defaults: false, redact: [ssn]}\nupstreams: []\n",
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.Audit = config.Audit{Sink: "stdout", Arguments: true, SkipRedactDefaults: true, Redact: []string{"ssn"}, Buffer: 4096}
+				return c
+			}(),
+		},
+		{
 			name: "audit file from a variable",
 			yaml: "audit:\n  sink: ${AUDIT_SINK:-file}\n  path: ${AUDIT_LOG}\nupstreams: []\n",
 			env:  map[string]string{"AUDIT_LOG": "audit.log"},

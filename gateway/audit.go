@@ -41,7 +41,7 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 			rec.Target = t.Exposed
 		}
 		if g.cfg.Audit.Arguments && t.Arguments != nil {
-			rec.Arguments = audit.Redact(t.Arguments, g.cfg.Audit.Redact)
+			rec.Arguments = audit.RedactArguments(t.Arguments, &g.cfg.Audit)
 		}
 	}
 	rec.Decisions = req.Decisions

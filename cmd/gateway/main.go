@@ -316,6 +316,9 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	default:
 		logger.Warn("authentication off beyond loopback (auth.allow_unauthenticated): anyone who can reach the gateway may use its upstreams; protect it with a network policy or a proxy in front", "listen", cfg.Listen)
 	}
+	if cfg.Audit.Arguments && cfg.Audit.SkipRedactDefaults {
+		logger.Warn("the audit trail keeps arguments named like secrets (audit.redact_defaults: false): passwords, tokens and keys that clients pass reach its records")
+	}
 	for _, u := range cfg.EnabledUpstreams() {
 		if u.InheritAllEnv {
 			logger.Warn("a stdio upstream inherits the gateway's whole environment (inherit_env: all): every secret in it is readable through that server", "upstream", u.Name)
