@@ -3,28 +3,34 @@ package audit
 import (
 	"encoding/json"
 	"strings"
-
-	"github.com/manifold-mcp/manifold/config"
 )
 
 // Redacted replaces a redacted value in an audit record.
 const Redacted = "[redacted]"
 
+// Redaction says which argument members are redacted: the config's `audit.redact` (Names)
+// and `audit.redact_defaults` (SkipDefaults is its false). The zero Redaction redacts the
+// secret names only.
+type Redaction struct {
+	// Names are members redacted in addition to the secret names, compared
+	// case-insensitively.
+	Names []string
+	// SkipDefaults leaves the secret names (SecretName) out: only Names are redacted.
+	SkipDefaults bool
+}
+
 // RedactArguments returns args (a JSON value, typically a tools/call's arguments) as the audit
-// trail keeps them under the settings c (the config's `audit`): the value of every object
-// member whose name is a secret's (SecretName) replaced by Redacted, unless
-// c.SkipRedactDefaults, and of every member named in c.Redact, at any depth. A nil c redacts
-// the secret names only. This is the one redaction every component that shows a call's
-// arguments to people (the audit trail, approval requests sent out) applies; args is not
-// modified.
+// trail keeps them under r: with the value of every object member, at any depth, whose name
+// is a secret's (SecretName, unless r.SkipDefaults) or one of r.Names, replaced by Redacted.
+// It is the one redaction for every place that shows a call's arguments to people (the
+// audit trail, approval requests sent out); the gateway's r is
 //
-// Arguments that are not valid JSON are replaced whole; no arguments give nil.
-func RedactArguments(args json.RawMessage, c *config.Audit) json.RawMessage {
-	defaults, names := true, []string(nil)
-	if c != nil {
-		defaults, names = !c.SkipRedactDefaults, c.Redact
-	}
-	return redact(args, names, defaults)
+//	audit.Redaction{Names: cfg.Audit.Redact, SkipDefaults: cfg.Audit.SkipRedactDefaults}
+//
+// Arguments that are not valid JSON are replaced whole; no arguments give nil. args is not
+// modified. Safe for concurrent use.
+func RedactArguments(args json.RawMessage, r Redaction) json.RawMessage {
+	return redact(args, r.Names, !r.SkipDefaults)
 }
 
 // Redact returns args (a JSON value, typically a tools/call's arguments) with the value of

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/manifold-mcp/manifold/audit"
-	"github.com/manifold-mcp/manifold/config"
 )
 
 func TestRedact(t *testing.T) {
@@ -55,20 +54,20 @@ func TestRedactArgumentsRedactsSecretsByDefault(t *testing.T) {
 		"credentials":{"user":"u"},"basic_auth":"b","nested":[{"refresh_token":"t","keep":2}]}`)
 	tests := []struct {
 		name string
-		c    *config.Audit
+		r    audit.Redaction
 		want string
 	}{
-		{"defaults", nil, `{"path":"/tmp","max_tokens":5,"author":"a","ssn":"1",
+		{"defaults", audit.Redaction{}, `{"path":"/tmp","max_tokens":5,"author":"a","ssn":"1",
 			"password":"[redacted]","passwd":"[redacted]","apiKey":"[redacted]","API-KEY":"[redacted]","x_api_key":"[redacted]",
 			"access_token":"[redacted]","idToken":"[redacted]","client_secret":"[redacted]","private_key":"[redacted]",
 			"Authorization":"[redacted]","cookie":"[redacted]","Set-Cookie":"[redacted]","credentials":"[redacted]",
 			"basic_auth":"[redacted]","nested":[{"refresh_token":"[redacted]","keep":2}]}`},
-		{"a list adds to the defaults", &config.Audit{Redact: []string{"SSN"}}, `{"path":"/tmp","max_tokens":5,"author":"a","ssn":"[redacted]",
+		{"a list adds to the defaults", audit.Redaction{Names: []string{"SSN"}}, `{"path":"/tmp","max_tokens":5,"author":"a","ssn":"[redacted]",
 			"password":"[redacted]","passwd":"[redacted]","apiKey":"[redacted]","API-KEY":"[redacted]","x_api_key":"[redacted]",
 			"access_token":"[redacted]","idToken":"[redacted]","client_secret":"[redacted]","private_key":"[redacted]",
 			"Authorization":"[redacted]","cookie":"[redacted]","Set-Cookie":"[redacted]","credentials":"[redacted]",
 			"basic_auth":"[redacted]","nested":[{"refresh_token":"[redacted]","keep":2}]}`},
-		{"defaults off", &config.Audit{SkipRedactDefaults: true, Redact: []string{"password"}}, `{"path":"/tmp","max_tokens":5,"author":"a","ssn":"1",
+		{"defaults off", audit.Redaction{SkipDefaults: true, Names: []string{"password"}}, `{"path":"/tmp","max_tokens":5,"author":"a","ssn":"1",
 			"password":"[redacted]","passwd":"p","apiKey":"k","API-KEY":"k","x_api_key":"k","access_token":"t","idToken":"t",
 			"client_secret":"s","private_key":"k","Authorization":"b","cookie":"c","Set-Cookie":"c",
 			"credentials":{"user":"u"},"basic_auth":"b","nested":[{"refresh_token":"t","keep":2}]}`},
@@ -76,7 +75,7 @@ func TestRedactArgumentsRedactsSecretsByDefault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := string(args)
-			got := audit.RedactArguments(args, tt.c)
+			got := audit.RedactArguments(args, tt.r)
 			if !jsonEqual(t, got, tt.want) {
 				t.Errorf("RedactArguments = %s\nwant %s", got, tt.want)
 			}
@@ -85,10 +84,10 @@ func TestRedactArgumentsRedactsSecretsByDefault(t *testing.T) {
 			}
 		})
 	}
-	if got := audit.RedactArguments(json.RawMessage(`{"token":`), nil); string(got) != `"[redacted]"` {
+	if got := audit.RedactArguments(json.RawMessage(`{"token":`), audit.Redaction{}); string(got) != `"[redacted]"` {
 		t.Errorf("not JSON: %s, want it redacted whole", got)
 	}
-	if got := audit.RedactArguments(nil, nil); got != nil {
+	if got := audit.RedactArguments(nil, audit.Redaction{}); got != nil {
 		t.Errorf("no arguments: %s, want nil", got)
 	}
 }

@@ -408,7 +408,8 @@ type Audit struct {
 	// Redact names argument members whose values never reach a record (key `redact`, names
 	// matched at any depth, case-insensitively), like [ssn, address]: in addition to the
 	// common names of secrets (password, token, apiKey, client_secret, ...; see
-	// audit.SecretName), which are redacted unless SkipRedactDefaults.
+	// audit.SecretName and audit.RedactArguments), which are redacted unless
+	// SkipRedactDefaults.
 	Redact []string
 
 	// SkipRedactDefaults keeps the values of members named like secrets in the records, unless

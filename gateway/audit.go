@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/pipeline"
 )
 
@@ -41,7 +42,7 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 			rec.Target = t.Exposed
 		}
 		if g.cfg.Audit.Arguments && t.Arguments != nil {
-			rec.Arguments = audit.RedactArguments(t.Arguments, &g.cfg.Audit)
+			rec.Arguments = audit.RedactArguments(t.Arguments, redaction(&g.cfg.Audit))
 		}
 	}
 	rec.Decisions = req.Decisions
@@ -56,4 +57,10 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 	if g.opts.Audit != nil {
 		g.opts.Audit.Record(rec)
 	}
+}
+
+// redaction is how the config's audit settings redact arguments: for the audit trail, and
+// wherever else the gateway shows a call's arguments to people.
+func redaction(a *config.Audit) audit.Redaction {
+	return audit.Redaction{Names: a.Redact, SkipDefaults: a.SkipRedactDefaults}
 }
