@@ -606,7 +606,7 @@ func TestParseProblems(t *testing.T) {
 			p(3, "audit.buffer", `want a whole number like 1000, got "4k"`),
 		}},
 		{"unknown audit key", "upstreams: []\naudit:\n  sink: stdout\n  format: json\n", nil, []config.Problem{
-			p(4, "audit.format", "unknown field (known: sink, path, buffer, arguments, redact)"),
+			p(4, "audit.format", "unknown field (known: sink, path, buffer, arguments, redact, redact_defaults)"),
 		}},
 		{"audit not a mapping", "upstreams: []\naudit: stdout\n", nil, []config.Problem{
 			p(2, "audit", "want a mapping with `sink:` off, stdout or file, got a single value"),
