@@ -103,10 +103,8 @@ type Rule struct {
 
 // Match selects requests. Every field set must match; an unset field matches anything.
 type Match struct {
-	// Principal matchers (key `principal`): any listed value matching is enough per field.
-	Subjects, Groups, Roles, Scopes, APIKeys []string
-	// Anonymous, when set, matches only requests without (true) or with (false) a principal.
-	Anonymous *bool
+	// Principal selects who makes the request (key `principal`).
+	Principal PrincipalMatch
 	// Upstreams are globs over upstream names (key `upstreams`).
 	Upstreams []string
 	// Tools, Prompts and Resources are globs over the upstream's own tool and prompt names and
@@ -119,6 +117,28 @@ type Match struct {
 	// readOnlyHint, destructiveHint, openWorldHint to true or false); they count only for
 	// upstreams with trust_annotations.
 	ReadOnlyHint, DestructiveHint, OpenWorldHint *bool
+}
+
+// PrincipalMatch selects principals (key `principal`, of a rule's match and of a rate limit,
+// with the same meaning in both). Every field set must match; an unset (nil) field matches
+// any principal, and a set but empty one (like `groups: []`) none.
+type PrincipalMatch struct {
+	// Subjects are globs over the principal's subject (key `subjects`): an OIDC subject, or an
+	// API key's name; never the anonymous principal.
+	Subjects []string
+	// Groups, Roles and Scopes are literal values (keys `groups`, `roles`, `scopes`): the
+	// principal must hold one of those listed.
+	Groups, Roles, Scopes []string
+	// APIKeys are globs over API key names (key `api_keys`): only API key principals match.
+	APIKeys []string
+	// Anonymous, when set, matches only requests without (true) or with (false) a principal
+	// (key `anonymous`).
+	Anonymous *bool
+}
+
+// IsSet reports whether any principal matcher is set.
+func (m *PrincipalMatch) IsSet() bool {
+	return m.Subjects != nil || m.Groups != nil || m.Roles != nil || m.Scopes != nil || m.APIKeys != nil || m.Anonymous != nil
 }
 
 // ArgumentMatch matches one argument value.
@@ -149,6 +169,10 @@ type RateLimit struct {
 	// Upstreams and Tools restrict the limit to some upstreams and tools (globs, keys
 	// `upstreams`, `tools`); unset: all.
 	Upstreams, Tools []string
+	// Principal restricts the limit to the principals it matches (key `principal`, as in a
+	// rule's match); unset: all. The limit still counts per Key: a principal limit with
+	// `principal: {groups: [contractors]}` counts each contractor apart.
+	Principal PrincipalMatch
 	// Line is the limit's line in File.
 	Line int
 }
@@ -196,16 +220,7 @@ func rule(r *Rule) decodeFunc {
 func match(m *Match) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		return d.mapping(n, path, "a mapping of principal:, upstreams:, tools:, prompts:, resources:, arguments:, annotations:", []field{
-			{key: "principal", decode: func(d *decoder, n *yaml.Node, path string) bool {
-				return d.mapping(n, path, "a mapping of subjects:, groups:, roles:, scopes:, api_keys: (lists) and/or anonymous: (true or false)", []field{
-					{key: "subjects", decode: strList(&m.Subjects)},
-					{key: "groups", decode: strList(&m.Groups)},
-					{key: "roles", decode: strList(&m.Roles)},
-					{key: "scopes", decode: strList(&m.Scopes)},
-					{key: "api_keys", decode: strList(&m.APIKeys)},
-					{key: "anonymous", decode: optionalBool(&m.Anonymous)},
-				})
-			}},
+			{key: "principal", decode: principalMatch(&m.Principal)},
 			{key: "upstreams", decode: strList(&m.Upstreams)},
 			{key: "tools", decode: strList(&m.Tools)},
 			{key: "prompts", decode: strList(&m.Prompts)},
@@ -237,6 +252,20 @@ func match(m *Match) decodeFunc {
 	}
 }
 
+// principalMatch decodes a `principal` mapping, of a rule's match or of a rate limit.
+func principalMatch(m *PrincipalMatch) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping of subjects:, groups:, roles:, scopes:, api_keys: (lists) and/or anonymous: (true or false)", []field{
+			{key: "subjects", decode: strList(&m.Subjects)},
+			{key: "groups", decode: strList(&m.Groups)},
+			{key: "roles", decode: strList(&m.Roles)},
+			{key: "scopes", decode: strList(&m.Scopes)},
+			{key: "api_keys", decode: strList(&m.APIKeys)},
+			{key: "anonymous", decode: optionalBool(&m.Anonymous)},
+		})
+	}
+}
+
 func rateLimit(l *RateLimit) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		l.Line = n.Line
@@ -259,6 +288,7 @@ func rateLimit(l *RateLimit) decodeFunc {
 			{key: "shared", decode: boolean(&l.Shared)},
 			{key: "upstreams", decode: strList(&l.Upstreams)},
 			{key: "tools", decode: strList(&l.Tools)},
+			{key: "principal", decode: principalMatch(&l.Principal)},
 		})
 	}
 }
@@ -348,10 +378,11 @@ func (v *validator) policy(c *Config, w where) {
 		}
 		names[r.Name] = i
 		m, mp := &r.Match, rp+".match"
+		v.principalMatch(w, mp+".principal", &m.Principal)
 		for _, list := range []struct {
 			key      string
 			patterns []string
-		}{{"principal.subjects", m.Subjects}, {"principal.api_keys", m.APIKeys}, {"upstreams", m.Upstreams}, {"tools", m.Tools}, {"prompts", m.Prompts}, {"resources", m.Resources}} {
+		}{{"upstreams", m.Upstreams}, {"tools", m.Tools}, {"prompts", m.Prompts}, {"resources", m.Resources}} {
 			for j, pat := range list.patterns {
 				if _, err := glob.Compile(pat); err != nil {
 					v.check(w, fmt.Sprintf("%s.%s[%d]", mp, list.key, j), err.Error())
@@ -391,6 +422,7 @@ func (v *validator) policy(c *Config, w where) {
 		if l.Shared && c.SessionStore.Type != StoreRedis {
 			v.check(w, lp+".shared", "a shared limit is counted in Redis: set session_store type: redis, or remove shared")
 		}
+		v.principalMatch(w, lp+".principal", &l.Principal)
 		for _, list := range []struct {
 			key      string
 			patterns []string
@@ -399,6 +431,21 @@ func (v *validator) policy(c *Config, w where) {
 				if _, err := glob.Compile(pat); err != nil {
 					v.check(w, fmt.Sprintf("%s.%s[%d]", lp, list.key, j), err.Error())
 				}
+			}
+		}
+	}
+}
+
+// principalMatch checks the principal matchers at path, of a rule's match or a rate limit:
+// the globs of subjects and api_keys.
+func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
+	for _, list := range []struct {
+		key      string
+		patterns []string
+	}{{"subjects", m.Subjects}, {"api_keys", m.APIKeys}} {
+		for j, pat := range list.patterns {
+			if _, err := glob.Compile(pat); err != nil {
+				v.check(w, fmt.Sprintf("%s.%s[%d]", path, list.key, j), err.Error())
 			}
 		}
 	}

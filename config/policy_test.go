@@ -30,6 +30,7 @@ policy:
   rate_limits:
     - {key: principal, rate: 600/m, burst: 20}
     - {key: upstream, rate: 5/s, burst: 5, shared: true, upstreams: [docs], tools: ["search*"]}
+    - {key: principal, rate: 1/s, burst: 1, principal: {groups: [contractors], api_keys: ["ci-*"], anonymous: false}}
   shared_limit_failure: closed
 upstreams:
   - {name: docs, command: x, trust_annotations: true}
@@ -44,13 +45,14 @@ upstreams:
 		Rules: []config.Rule{
 			{Name: "read-only tools", Effect: "allow", Line: 7, Match: config.Match{Upstreams: []string{"docs"}, ReadOnlyHint: &yes}},
 			{Name: "rule 2", Effect: "hide", Reason: "not for contractors", Line: 12, Match: config.Match{
-				Groups: []string{"contractors"}, Anonymous: &no, Tools: []string{"delete_*"},
+				Principal: config.PrincipalMatch{Groups: []string{"contractors"}, Anonymous: &no}, Tools: []string{"delete_*"},
 				Arguments: []config.ArgumentMatch{{Pointer: "/path", Matches: "^/etc/"}, {Pointer: "/force", Equals: &force}},
 			}},
 		},
 		RateLimits: []config.RateLimit{
 			{Key: "principal", Rate: 10, Per: time.Minute, Burst: 20, Line: 19},
 			{Key: "upstream", Rate: 5, Per: time.Second, Burst: 5, Shared: true, Upstreams: []string{"docs"}, Tools: []string{"search*"}, Line: 20},
+			{Key: "principal", Rate: 1, Per: time.Second, Burst: 1, Line: 21, Principal: config.PrincipalMatch{Groups: []string{"contractors"}, APIKeys: []string{"ci-*"}, Anonymous: &no}},
 		},
 	}
 	if diff := cmp.Diff(want, c.Policy); diff != "" {
@@ -88,6 +90,12 @@ func TestPolicyProblems(t *testing.T) {
 			p(3, "policy.rate_limits[0].burst", "must be at least 1: how many requests may come at once"),
 			p(4, "policy.rate_limits[1].rate", "required: how many requests, like 10/s, 600/m or 2/h"),
 			p(4, "policy.rate_limits[1].shared", "a shared limit is counted in Redis: set session_store type: redis, or remove shared"),
+		}},
+		{"principal matchers of rules and limits alike", "policy:\n  rules:\n    - {effect: deny, match: {principal: {subjects: [\"[a-\"], teams: [x]}}}\n  rate_limits:\n    - {key: principal, rate: 1/s, burst: 1, principal: {api_keys: [\"[a-\"], teams: [x]}}\nupstreams: []\n", []config.Problem{
+			p(3, "policy.rules[0].match.principal.teams", "unknown field (known: subjects, groups, roles, scopes, api_keys, anonymous)"),
+			p(3, "policy.rules[0].match.principal.subjects[0]", `"[a-" has a [ without its closing ]: write \[ for a literal bracket`),
+			p(5, "policy.rate_limits[0].principal.teams", "unknown field (known: subjects, groups, roles, scopes, api_keys, anonymous)"),
+			p(5, "policy.rate_limits[0].principal.api_keys[0]", `"[a-" has a [ without its closing ]: write \[ for a literal bracket`),
 		}},
 	}
 	for _, tt := range tests {

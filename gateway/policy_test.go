@@ -378,3 +378,44 @@ func TestHiddenToolAuditNamesWhatWasAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitTargetsAPrincipal: a rate limit with principal matchers (the rules' own)
+// counts only the principals they match: the contractors' calls are limited, the others'
+// are not; on this replica, and shared by two replicas in Redis.
+func TestRateLimitTargetsAPrincipal(t *testing.T) {
+	calls := func(t *testing.T, sessions ...*mcp.ClientSession) (served int) {
+		t.Helper()
+		for i := range 4 {
+			res, err := sessions[i%len(sessions)].CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.IsError {
+				served++
+			} else if res.Meta["dev.manifold/reason"] != "rate_limited" {
+				t.Fatalf("call %d: %s, want served or rate_limited", i, textOf(t, res))
+			}
+		}
+		return served
+	}
+	t.Run("local", func(t *testing.T) {
+		tg := startGateway(t, policyYAML("  rate_limits:\n    - {key: principal, rate: 1/h, burst: 1, principal: {groups: [contractors]}}\n"), nil)
+		defer tg.close()
+		if n := calls(t, connectAs(t, tg.url, "mfk_bob", nil)); n != 1 {
+			t.Errorf("bob, a contractor: %d of 4 calls served, want the burst of his group's limit: 1", n)
+		}
+		if n := calls(t, connectAs(t, tg.url, "mfk_alice", nil)); n != 4 {
+			t.Errorf("alice, not a contractor: %d of 4 calls served, want all: the limit is not hers", n)
+		}
+	})
+	t.Run("shared", func(t *testing.T) {
+		a, b := twoReplicasWith(t, fmt.Sprintf("auth:\n  api_keys: [{name: alice, hash: %q}, {name: bob, hash: %q}]\npolicy:\n  rate_limits:\n    - {key: principal, rate: 1/h, burst: 2, shared: true, principal: {api_keys: [bob]}}\n",
+			auth.HashAPIKey("mfk_alice"), auth.HashAPIKey("mfk_bob")), upstreamYAML("a", "beta", "")[1:])
+		if n := calls(t, connectAs(t, a.url, "mfk_bob", nil), connectAs(t, b.url, "mfk_bob", nil)); n != 2 {
+			t.Errorf("bob through two replicas: %d of 4 calls served, want the shared burst: 2", n)
+		}
+		if n := calls(t, connectAs(t, a.url, "mfk_alice", nil), connectAs(t, b.url, "mfk_alice", nil)); n != 4 {
+			t.Errorf("alice through two replicas: %d of 4 calls served, want all: the limit is bob's", n)
+		}
+	})
+}

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy/principal"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -70,31 +72,40 @@ func (c *rule) explain(f failure, in *Input) string {
 			return fmt.Sprintf("prompts: %q matches none of %q", in.Name, m.Prompts)
 		}
 		return fmt.Sprintf("resources: %q matches none of %q", in.Name, m.Resources)
-	case fAnonymous:
-		if c.anonymous == isTrue {
-			return "anonymous: the principal is not anonymous"
-		}
-		return "anonymous: the principal is anonymous"
-	case fSubjects:
-		if p.Anonymous() {
-			return "subjects: the principal is anonymous"
-		}
-		return fmt.Sprintf("subjects: %q matches none of %q", p.Subject, m.Subjects)
-	case fAPIKeys:
-		if p.Issuer != session.APIKeyIssuer {
-			return "api_keys: the principal is not an API key"
-		}
-		return fmt.Sprintf("api_keys: %q matches none of %q", p.Subject, m.APIKeys)
-	case fGroups:
-		return fmt.Sprintf("groups: the principal holds none of %q (it holds %q)", m.Groups, nonNil(p.Groups))
-	case fRoles:
-		return fmt.Sprintf("roles: the principal holds none of %q (it holds %q)", m.Roles, nonNil(p.Roles))
-	case fScopes:
-		return fmt.Sprintf("scopes: the principal holds none of %q (it holds %q)", m.Scopes, nonNil(p.Scopes))
+	case fPrincipal:
+		return explainPrincipal(f.who, &m.Principal, p)
 	case fAnnotations:
 		return c.explainAnnotations(f.why, in)
 	case fArguments:
 		return c.explainArgument(f, in)
+	}
+	return ""
+}
+
+// explainPrincipal says why p fails the principal matcher f of m.
+func explainPrincipal(f principal.Field, m *config.PrincipalMatch, p *session.Principal) string {
+	switch f {
+	case principal.Anonymous:
+		if *m.Anonymous {
+			return "anonymous: the principal is not anonymous"
+		}
+		return "anonymous: the principal is anonymous"
+	case principal.Subjects:
+		if p.Anonymous() {
+			return "subjects: the principal is anonymous"
+		}
+		return fmt.Sprintf("subjects: %q matches none of %q", p.Subject, m.Subjects)
+	case principal.APIKeys:
+		if p.Issuer != session.APIKeyIssuer {
+			return "api_keys: the principal is not an API key"
+		}
+		return fmt.Sprintf("api_keys: %q matches none of %q", p.Subject, m.APIKeys)
+	case principal.Groups:
+		return fmt.Sprintf("groups: the principal holds none of %q (it holds %q)", m.Groups, nonNil(p.Groups))
+	case principal.Roles:
+		return fmt.Sprintf("roles: the principal holds none of %q (it holds %q)", m.Roles, nonNil(p.Roles))
+	case principal.Scopes:
+		return fmt.Sprintf("scopes: the principal holds none of %q (it holds %q)", m.Scopes, nonNil(p.Scopes))
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/glob"
 	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy/principal"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -50,10 +51,7 @@ type rule struct {
 	cfg      *config.Rule
 	decision Decision
 
-	subjects, apiKeys      glob.Set
-	groups, roles, scopes  []string
-	anonymous              tri
-	principal              bool // any principal matcher is set
+	who                    *principal.Matcher // nil: any principal
 	upstreams              glob.Set
 	items                  bool // any of tools, prompts, resources is set
 	tools, prompts, resrcs glob.Set
@@ -183,8 +181,6 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 		dst  *glob.Set
 		list []string
 	}{
-		{"subjects", &r.subjects, m.Subjects},
-		{"api_keys", &r.apiKeys, m.APIKeys},
 		{"upstreams", &r.upstreams, m.Upstreams},
 		{"tools", &r.tools, m.Tools},
 		{"prompts", &r.prompts, m.Prompts},
@@ -195,10 +191,9 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 			return fmt.Errorf("%s: %w", g.key, err)
 		}
 	}
-	r.groups, r.roles, r.scopes = m.Groups, m.Roles, m.Scopes
-	r.anonymous = triOf(m.Anonymous)
-	r.principal = m.Subjects != nil || m.APIKeys != nil || m.Groups != nil || m.Roles != nil ||
-		m.Scopes != nil || m.Anonymous != nil
+	if r.who, err = principal.Compile(&m.Principal); err != nil {
+		return fmt.Errorf("principal: %w", err)
+	}
 	r.hasTools, r.hasPrompts, r.hasResources = m.Tools != nil, m.Prompts != nil, m.Resources != nil
 	r.items = r.hasTools || r.hasPrompts || r.hasResources
 	r.readOnly, r.destructive, r.openWorld = triOf(m.ReadOnlyHint), triOf(m.DestructiveHint), triOf(m.OpenWorldHint)
@@ -328,7 +323,7 @@ func (r *Rules) ViewKey(p session.Principal) string {
 	}
 	var buf []byte
 	for _, i := range r.view {
-		if r.visible[i].checkPrincipal(&p).ok() {
+		if r.visible[i].who.Match(&p) {
 			if buf != nil {
 				buf = append(buf, ',')
 			} else {
@@ -350,7 +345,7 @@ func viewRules(rules []rule, def string) []int {
 			continue // never read by Visible
 		}
 		hide := c.decision.Effect == config.EffectHide
-		if c.principal && (hide || hideFollows) {
+		if c.who != nil && (hide || hideFollows) {
 			view = append(view, i)
 		}
 		hideFollows = hideFollows || hide
@@ -398,12 +393,7 @@ const (
 	fUpstreams
 	fKind // tools, prompts, resources are set, but not for the input's kind
 	fName
-	fAnonymous
-	fSubjects
-	fAPIKeys
-	fGroups
-	fRoles
-	fScopes
+	fPrincipal
 	fAnnotations
 	fArguments
 )
@@ -413,6 +403,8 @@ type failure struct {
 	field field
 	// arg is the index of the failing argument matcher (fArguments).
 	arg int
+	// who is the failing principal matcher (fPrincipal).
+	who principal.Field
 	// why is a detail of the failure: argument and annotation failures.
 	why why
 }
@@ -457,9 +449,9 @@ func (c *rule) check(in *Input, st *state) failure {
 			return failure{field: fName}
 		}
 	}
-	if c.principal {
-		if f := c.checkPrincipal(&in.Principal); !f.ok() {
-			return f
+	if c.who != nil {
+		if f := c.who.Check(&in.Principal); f != principal.None {
+			return failure{field: fPrincipal, who: f}
 		}
 	}
 	if c.readOnly != unset || c.destructive != unset || c.openWorld != unset {
@@ -473,41 +465,6 @@ func (c *rule) check(in *Input, st *state) failure {
 		}
 	}
 	return failure{}
-}
-
-// checkPrincipal matches p against the rule's principal matchers. Subjects are globs over
-// the subject of a principal that has one: never the anonymous principal, but an API key's
-// (its name), as for any other; api_keys match API keys only. Groups, roles and scopes are
-// literal: the principal must hold one of those listed.
-func (c *rule) checkPrincipal(p *session.Principal) failure {
-	anonymous := p.Anonymous()
-	switch {
-	case c.anonymous == isTrue && !anonymous, c.anonymous == isFalse && anonymous:
-		return failure{field: fAnonymous}
-	case c.subjects != nil && (anonymous || !c.subjects.Match(p.Subject)):
-		return failure{field: fSubjects}
-	case c.apiKeys != nil && (p.Issuer != session.APIKeyIssuer || !c.apiKeys.Match(p.Subject)):
-		return failure{field: fAPIKeys}
-	case c.groups != nil && !holdsAny(p.Groups, c.groups):
-		return failure{field: fGroups}
-	case c.roles != nil && !holdsAny(p.Roles, c.roles):
-		return failure{field: fRoles}
-	case c.scopes != nil && !holdsAny(p.Scopes, c.scopes):
-		return failure{field: fScopes}
-	}
-	return failure{}
-}
-
-// holdsAny reports whether held and listed have a value in common.
-func holdsAny(held, listed []string) bool {
-	for _, h := range held {
-		for _, l := range listed {
-			if h == l {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // hints returns the tool's hints, each declared or the MCP default (readOnlyHint false,
