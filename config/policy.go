@@ -150,6 +150,21 @@ type ArgumentMatch struct {
 	// Exactly one is set.
 	Equals  *string
 	Matches string
+	// Path reads the value as a file path (key `path`): it is cleaned before matching, as
+	// Go's path.Clean does (repeated slashes, `.` and `..` resolved), a relative one first
+	// joined to Root; and the cleaned value is what the upstream gets, so that what the rule
+	// checked is what is used. Equals is cleaned alike. A value that is not a string does not
+	// match.
+	Path bool
+	// Root is the directory a relative path is taken from (key `root`), absolute; only with
+	// Path. Defaults to "/".
+	Root string
+	// FoldCase matches the pointer's member names case-insensitively (key `fold_case`), for
+	// upstreams that decode names so (Go's encoding/json takes `Path` for `path`); arguments
+	// with two members whose names differ in case only, where the matcher looks, are refused.
+	FoldCase bool
+	// Line is the matcher's line in File.
+	Line int
 }
 
 // RateLimit is one rate limit.
@@ -181,6 +196,7 @@ type RateLimit struct {
 const (
 	defaultSharedLimitFailure = FailOpen
 	defaultApprovalTimeout    = 2 * time.Minute
+	defaultPathRoot           = "/"
 )
 
 // policySettings decodes the top-level `policy` mapping.
@@ -227,6 +243,7 @@ func match(m *Match) decodeFunc {
 			{key: "resources", decode: strList(&m.Resources)},
 			{key: "arguments", decode: listOf(&m.Arguments, "a list of {pointer, equals} or {pointer, matches}", func(a *ArgumentMatch) decodeFunc {
 				return func(d *decoder, n *yaml.Node, path string) bool {
+					a.Line = n.Line
 					return d.mapping(n, path, "a mapping with `pointer:` (like /path) and `equals:` or `matches:`", []field{
 						{key: "pointer", decode: str(&a.Pointer)},
 						{key: "equals", decode: func(d *decoder, n *yaml.Node, path string) bool {
@@ -238,6 +255,9 @@ func match(m *Match) decodeFunc {
 							return true
 						}},
 						{key: "matches", decode: str(&a.Matches)},
+						{key: "path", decode: boolean(&a.Path)},
+						{key: "root", decode: str(&a.Root)},
+						{key: "fold_case", decode: boolean(&a.FoldCase)},
 					})
 				}
 			})},
@@ -335,6 +355,11 @@ func applyPolicyDefaults(p *Policy, ix *index) {
 		if !ix.has(fmt.Sprintf("policy.rules[%d].name", i)) {
 			p.Rules[i].Name = fmt.Sprintf("rule %d", i+1)
 		}
+		for j := range p.Rules[i].Match.Arguments {
+			if a := &p.Rules[i].Match.Arguments[j]; a.Path && !ix.has(fmt.Sprintf("policy.rules[%d].match.arguments[%d].root", i, j)) {
+				a.Root = defaultPathRoot
+			}
+		}
 	}
 }
 
@@ -404,6 +429,12 @@ func (v *validator) policy(c *Config, w where) {
 					v.check(w, ap+".matches", "not a regular expression (RE2 syntax): "+err.Error())
 				}
 			}
+			switch {
+			case w.ix.present(ap+".root") && !a.Path:
+				v.check(w, ap+".root", "only with path: true (the root a relative path is taken from): add path: true, or remove root")
+			case w.ix.present(ap+".root") && !strings.HasPrefix(a.Root, "/"):
+				v.check(w, ap+".root", fmt.Sprintf("%s is not an absolute path: write the directory a relative path is taken from, like /srv/data", quote(a.Root)))
+			}
 		}
 	}
 	for i := range p.RateLimits {
@@ -449,6 +480,23 @@ func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
 			}
 		}
 	}
+}
+
+// PolicyWarnings returns what `gateway validate` warns about in c's policy, each starting
+// with FILE:LINE: an argument matcher whose regular expression reads the value as an absolute
+// path (it starts with ^/) without path: true, which //etc, /./etc and /tmp/../etc get past.
+func PolicyWarnings(c *Config) []string {
+	var out []string
+	for i := range c.Policy.Rules {
+		for j, a := range c.Policy.Rules[i].Match.Arguments {
+			if a.Path || !strings.HasPrefix(a.Matches, "^/") {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d].matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched (and the upstream gets it cleaned)",
+				c.Policy.File, a.Line, i, j, quote(a.Matches)))
+		}
+	}
+	return out
 }
 
 // checkPointer checks a JSON pointer (RFC 6901) into arguments.

@@ -303,6 +303,13 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		}
 		return bridgeToolResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodGetPrompt:
+		if res.target.Rewritten {
+			params, err := withRawMember(res.params, "arguments", res.target.Arguments)
+			if err != nil {
+				return nil, err
+			}
+			res.params = params
+		}
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -418,4 +419,90 @@ func TestRateLimitTargetsAPrincipal(t *testing.T) {
 			t.Errorf("alice through two replicas: %d of 4 calls served, want all: the limit is bob's", n)
 		}
 	})
+}
+
+// TestPathRuleSeesThePathTheUpstreamGets: a rule on a path argument with path: true cannot be
+// walked around with //, /./ or /../, nor by a relative path, and what it checked, the
+// cleaned path, is what the upstream gets; the audit record says which rule rewrote the
+// arguments, and keeps them as the upstream got them. With fold_case, a member in another
+// case is matched too.
+func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	t.Cleanup(func() { _ = trail.Close() })
+	tg := startGateway(t, policyYAML(`  rules:
+    - name: no-system-paths
+      effect: deny
+      reason: paths under /etc are off limits
+      match:
+        tools: [echo]
+        arguments: [{pointer: /text, path: true, fold_case: true, matches: "^/etc(/|$)"}]
+`), &gateway.Options{Audit: trail})
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+	echo := func(args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, p := range []string{"/etc/passwd", "//etc/passwd", "/./etc/passwd", "/tmp/../etc/passwd", "etc/passwd", "/etc/"} {
+		if res := echo(map[string]any{"text": p}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" || !strings.Contains(textOf(t, res), "off limits") {
+			t.Errorf("echo %q: %s, want denied by no-system-paths", p, textOf(t, res))
+		}
+	}
+	if res := echo(map[string]any{"TEXT": "/tmp/../etc/passwd"}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" {
+		t.Errorf("echo with TEXT: %s, want denied (fold_case)", textOf(t, res))
+	}
+	if res := echo(map[string]any{"text": "/tmp//notes/./today"}); res.IsError || textOf(t, res) != "beta:/tmp/notes/today" {
+		t.Errorf("echo of a path outside /etc: %q, want the upstream to get it cleaned (beta:/tmp/notes/today)", textOf(t, res))
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, rec := range auditLines(t, out.String()) {
+		if rec["outcome"] != "ok" || rec["method"] != "tools/call" {
+			continue
+		}
+		found = true
+		decisions, args := fmt.Sprint(rec["decisions"]), fmt.Sprint(rec["arguments"])
+		if !strings.Contains(decisions, "effect:rewrite rule:no-system-paths") || !strings.Contains(args, "/tmp/notes/today") || strings.Contains(args, "//") {
+			t.Errorf("record of the cleaned call: decisions %s, arguments %s; want the rewrite by no-system-paths and the cleaned path", decisions, args)
+		}
+	}
+	if !found {
+		t.Errorf("no record of the served call:\n%s", out.String())
+	}
+}
+
+// TestApprovalBindsToTheCleanedPath: an approval is given for the arguments the upstream
+// gets, after the path rules cleaned them: the person is shown the cleaned path, and an
+// approval of /tmp/./x is remembered for /tmp/x.
+func TestApprovalBindsToTheCleanedPath(t *testing.T) {
+	tg := startGateway(t, policyYAML(`  approval: {timeout: 5s, remember: 10m}
+  rules:
+    - {name: no-etc, effect: deny, match: {tools: [echo], arguments: [{pointer: /text, path: true, matches: "^/etc(/|$)"}]}}
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`), nil)
+	defer tg.close()
+	ctx := ctxT(t)
+	var asked atomic.Int64
+	var last atomic.Value
+	alice := connectAs(t, tg.url, "mfk_alice", approver("accept", true, &asked, &last))
+	for _, p := range []string{"/tmp/./x", "/tmp/x", "//tmp/x"} {
+		res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": p}})
+		if err != nil || res.IsError || textOf(t, res) != "beta:/tmp/x" {
+			t.Fatalf("echo %q: %v %v, want it approved and served as /tmp/x", p, res, err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("asked %d times for one path written three ways, want once (remembered)", n)
+	}
+	if msg, _ := last.Load().(string); !strings.Contains(msg, `arguments: {"text":"/tmp/x"}`) {
+		t.Errorf("the question does not show the cleaned path:\n%s", msg)
+	}
 }

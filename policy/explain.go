@@ -36,18 +36,22 @@ func (r *Rules) Explain(in Input) ([]Step, Decision) {
 		f := c.check(&in, &st)
 		step := Step{Rule: c.decision.Rule, Line: c.cfg.Line, Matched: f.ok()}
 		if !f.ok() {
-			step.Why = c.explain(f, &in)
+			step.Why = c.explain(f, &in, st.arguments(&in))
 		}
 		steps = append(steps, step)
-		if f.ok() {
-			return steps, c.decision
+		switch {
+		case f.ok():
+			return steps, st.decided(c.decision)
+		case f.why == wAmbiguous:
+			return steps, st.decided(c.ambiguous(f))
 		}
 	}
-	return steps, r.def
+	return steps, st.decided(r.def)
 }
 
-// explain says in words why the rule did not match in, f being the failure check found.
-func (c *rule) explain(f failure, in *Input) string {
+// explain says in words why the rule did not match in, f being the failure check found;
+// args are the arguments as the rule read them (its paths cleaned).
+func (c *rule) explain(f failure, in *Input, args []byte) string {
 	m := &c.cfg.Match
 	p := &in.Principal
 	switch f.field {
@@ -77,7 +81,7 @@ func (c *rule) explain(f failure, in *Input) string {
 	case fAnnotations:
 		return c.explainAnnotations(f.why, in)
 	case fArguments:
-		return c.explainArgument(f, in)
+		return c.explainArgument(f, args)
 	}
 	return ""
 }
@@ -134,7 +138,7 @@ func (c *rule) explainAnnotations(w why, in *Input) string {
 	return ""
 }
 
-func (c *rule) explainArgument(f failure, in *Input) string {
+func (c *rule) explainArgument(f failure, args []byte) string {
 	a := &c.args[f.arg]
 	ptr := a.ptr.text
 	if ptr == "" {
@@ -144,15 +148,23 @@ func (c *rule) explainArgument(f failure, in *Input) string {
 	case wInvalidArgs:
 		return "arguments: the request's arguments are not valid JSON"
 	case wMissing:
-		if len(in.Arguments) == 0 {
+		if len(args) == 0 {
 			return fmt.Sprintf("arguments: %s is missing (the request has no arguments)", ptr)
 		}
 		return fmt.Sprintf("arguments: %s is missing", ptr)
+	case wAmbiguous:
+		return fmt.Sprintf("arguments: %s is given more than once, in names that differ only in case (fold_case): the request is refused", ptr)
 	}
-	v, _ := a.ptr.resolve(in.Arguments)
-	shown := shorten(v)
+	start, end, _ := a.ptr.span(args, a.fold)
+	shown := shorten(args[start:end])
+	if a.path && f.why != wNotString {
+		shown += " (as a path, cleaned)"
+	}
 	switch f.why {
 	case wNotString:
+		if a.re == nil {
+			return fmt.Sprintf("arguments: %s is %s, not a string (a path equal to %q)", ptr, shown, *a.equals)
+		}
 		return fmt.Sprintf("arguments: %s is %s, not a string (matches %q)", ptr, shown, a.re.String())
 	case wNoMatch:
 		return fmt.Sprintf("arguments: %s is %s, which does not match %q", ptr, shown, a.re.String())

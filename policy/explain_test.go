@@ -70,7 +70,7 @@ func TestExplain(t *testing.T) {
 	if diff := cmp.Diff(want, steps); diff != "" {
 		t.Errorf("Explain steps (-want +got):\n%s", diff)
 	}
-	if want := (Decision{Effect: config.EffectApprove, Rule: "github", Reason: "ask"}); d != want {
+	if want := (Decision{Effect: config.EffectApprove, Rule: "github", Reason: "ask"}); !cmp.Equal(d, want) {
 		t.Errorf("Explain decision = %+v, want %+v", d, want)
 	}
 }

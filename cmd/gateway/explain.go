@@ -119,6 +119,9 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout)
 	}
+	if d.Arguments != nil {
+		fmt.Fprintf(stdout, "arguments the upstream gets, paths cleaned by %s: %s\n", strings.Join(d.Rewrites, ", "), d.Arguments)
+	}
 	fmt.Fprintf(stdout, "decision: %s by %s", d.Effect, d.Rule)
 	if d.Reason != "" {
 		fmt.Fprintf(stdout, " (%s)", d.Reason)

@@ -77,3 +77,33 @@ upstreams:
 		}
 	}
 }
+
+// TestValidateWarnsOfPathRegexpsWithoutPathForm: `gateway validate` warns of a rule whose
+// regular expression reads an absolute path without path: true, and still passes the config;
+// explain shows the arguments a path rule cleaned, as the upstream would get them.
+func TestValidateWarnsOfPathRegexpsWithoutPathForm(t *testing.T) {
+	cfg := writeConfig(t, `upstreams:
+  - {name: fs, command: /bin/sh}
+policy:
+  rules:
+    - name: no-system-paths
+      effect: deny
+      match: {tools: [read_file], arguments: [{pointer: /path, matches: "^/etc/"}]}
+    - name: no-etc
+      effect: deny
+      match: {tools: [read_file], arguments: [{pointer: /path, path: true, matches: "^/etc(/|$)"}]}
+`)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", "-config", cfg}, &out, &errOut); code != 0 {
+		t.Fatalf("validate: exit %d, %s", code, errOut.String())
+	}
+	if w := errOut.String(); strings.Count(w, "warning:") != 1 || !strings.Contains(w, "gw.yaml:7: policy.rules[0].match.arguments[0].matches") || !strings.Contains(w, "add path: true") {
+		t.Errorf("validate's warnings %q, want one for rule 0 saying to add path: true", w)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"explain", "-config", cfg, "-upstream", "fs", "-tool", "read_file", "-args", `{"path":"/tmp/../etc/passwd"}`}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), `arguments the upstream gets, paths cleaned by no-etc: {"path":"/etc/passwd"}`) || !strings.Contains(out.String(), "decision: deny by no-etc") {
+		t.Errorf("explain of a path walked around: exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+}

@@ -145,6 +145,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	errs, warnings := checkCommands(cfg, exec.LookPath)
+	warnings = append(warnings, config.PolicyWarnings(cfg)...)
 	errs = append(errs, checkPlugins(cfg)...)
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning:", w)
