@@ -82,8 +82,10 @@ type Record struct {
 	Upstream string
 
 	// Target is what the request was about, as the upstream knows it (JSON "target"): its own
-	// tool or prompt name, or its resource URI, without the gateway's prefix. Empty for
-	// methods without a target.
+	// tool or prompt name, or its resource URI, without the gateway's prefix. For an item
+	// the caller may not see, or one that does not exist, it is the name or URI as the
+	// client sent it, and Upstream is empty: the record does not tell what is hidden. Empty
+	// for methods without a target.
 	Target string
 
 	// Latency is how long the gateway took to complete the request (JSON "latencyMs", in

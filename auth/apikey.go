@@ -41,6 +41,33 @@ type APIKey struct {
 	Scopes []string `json:"scopes,omitempty" yaml:"scopes,omitempty"`
 }
 
+// Principal returns the principal a request that presents the key is made by: the subject is
+// the key's name, the claims its Email, Groups, Roles and Scopes (copied). It is what the
+// Authenticator gives such a request, and what `gateway explain -api-key NAME` decides for.
+func (k *APIKey) Principal() session.Principal {
+	return session.Principal{
+		Issuer:  session.APIKeyIssuer,
+		Subject: k.Name,
+		Email:   k.Email,
+		Groups:  slices.Clone(k.Groups),
+		Roles:   slices.Clone(k.Roles),
+		Scopes:  slices.Clone(k.Scopes),
+	}
+}
+
+// FindAPIKey returns the entry of keys whose Hash is the hash of key, the key itself (as a
+// client presents it), and whether there is one. An entry with a malformed Hash matches
+// nothing.
+func FindAPIKey(keys []APIKey, key string) (APIKey, bool) {
+	want := HashAPIKey(key)
+	for _, k := range keys {
+		if subtle.ConstantTimeCompare([]byte(strings.ToLower(k.Hash)), []byte(want)) == 1 {
+			return k, true
+		}
+	}
+	return APIKey{}, false
+}
+
 // NewAPIKey returns a new random key, APIKeyPrefix followed by 32 bytes from crypto/rand in
 // base64url without padding, and its hash for APIKey.Hash. Give the key to its user once;
 // keep only the hash.
@@ -101,14 +128,7 @@ func buildAPIKeys(keys []APIKey, where func(i int) string) ([]apiKey, error) {
 		} else {
 			hashes[h] = i
 		}
-		out = append(out, apiKey{hash: h, principal: session.Principal{
-			Issuer:  session.APIKeyIssuer,
-			Subject: k.Name,
-			Email:   k.Email,
-			Groups:  slices.Clone(k.Groups),
-			Roles:   slices.Clone(k.Roles),
-			Scopes:  slices.Clone(k.Scopes),
-		}})
+		out = append(out, apiKey{hash: h, principal: k.Principal()})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

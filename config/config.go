@@ -406,8 +406,18 @@ type Audit struct {
 	Arguments bool
 
 	// Redact names argument members whose values never reach a record (key `redact`, names
-	// matched at any depth, case-insensitively), like [password, token].
+	// matched at any depth, case-insensitively), like [ssn, address]: in addition to the
+	// common names of secrets (password, token, apiKey, client_secret, ...; see
+	// audit.SecretName and audit.RedactArguments), which are redacted unless
+	// SkipRedactDefaults.
 	Redact []string
+
+	// SkipRedactDefaults keeps the values of members named like secrets in the records, unless
+	// Redact names them (key `redact_defaults: false`). Off by default: a record never holds
+	// a password, token or key a client passed as an argument. Safe only where the records are
+	// as protected as the secrets themselves; the gateway logs a warning at start when it is
+	// set with Arguments.
+	SkipRedactDefaults bool
 
 	// Buffer is how many records may wait to be written (key `buffer`), from 1 to 1048576.
 	// A record that finds it full is dropped and counted, so that a slow output never holds

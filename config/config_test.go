@@ -361,6 +361,15 @@ upstreams:
 			}(),
 		},
 		{
+			name: "audit keeps secret-named arguments only when told",
+			yaml: "audit: {sink: stdout, arguments: true, redact_defaults: false, redact: [ssn]}\nupstreams: []\n",
+			want: func() *config.Config {
+				c := withDefaults([]config.Upstream{}...)
+				c.Audit = config.Audit{Sink: "stdout", Arguments: true, SkipRedactDefaults: true, Redact: []string{"ssn"}, Buffer: 4096}
+				return c
+			}(),
+		},
+		{
 			name: "audit file from a variable",
 			yaml: "audit:\n  sink: ${AUDIT_SINK:-file}\n  path: ${AUDIT_LOG}\nupstreams: []\n",
 			env:  map[string]string{"AUDIT_LOG": "audit.log"},
@@ -597,7 +606,7 @@ func TestParseProblems(t *testing.T) {
 			p(3, "audit.buffer", `want a whole number like 1000, got "4k"`),
 		}},
 		{"unknown audit key", "upstreams: []\naudit:\n  sink: stdout\n  format: json\n", nil, []config.Problem{
-			p(4, "audit.format", "unknown field (known: sink, path, buffer, arguments, redact)"),
+			p(4, "audit.format", "unknown field (known: sink, path, buffer, arguments, redact, redact_defaults)"),
 		}},
 		{"audit not a mapping", "upstreams: []\naudit: stdout\n", nil, []config.Problem{
 			p(2, "audit", "want a mapping with `sink:` off, stdout or file, got a single value"),

@@ -277,6 +277,14 @@ func audit(a *Audit) decodeFunc {
 			{key: "buffer", decode: integer(&a.Buffer)},
 			{key: "arguments", decode: boolean(&a.Arguments)},
 			{key: "redact", decode: strList(&a.Redact)},
+			{key: "redact_defaults", decode: func(d *decoder, n *yaml.Node, path string) bool {
+				var on bool
+				if !boolean(&on)(d, n, path) {
+					return false
+				}
+				a.SkipRedactDefaults = !on
+				return true
+			}},
 		})
 	}
 }

@@ -103,10 +103,8 @@ type Rule struct {
 
 // Match selects requests. Every field set must match; an unset field matches anything.
 type Match struct {
-	// Principal matchers (key `principal`): any listed value matching is enough per field.
-	Subjects, Groups, Roles, Scopes, APIKeys []string
-	// Anonymous, when set, matches only requests without (true) or with (false) a principal.
-	Anonymous *bool
+	// Principal selects who makes the request (key `principal`).
+	Principal PrincipalMatch
 	// Upstreams are globs over upstream names (key `upstreams`).
 	Upstreams []string
 	// Tools, Prompts and Resources are globs over the upstream's own tool and prompt names and
@@ -121,6 +119,28 @@ type Match struct {
 	ReadOnlyHint, DestructiveHint, OpenWorldHint *bool
 }
 
+// PrincipalMatch selects principals (key `principal`, of a rule's match and of a rate limit,
+// with the same meaning in both). Every field set must match; an unset (nil) field matches
+// any principal, and a set but empty one (like `groups: []`) none.
+type PrincipalMatch struct {
+	// Subjects are globs over the principal's subject (key `subjects`): an OIDC subject, or an
+	// API key's name; never the anonymous principal.
+	Subjects []string
+	// Groups, Roles and Scopes are literal values (keys `groups`, `roles`, `scopes`): the
+	// principal must hold one of those listed.
+	Groups, Roles, Scopes []string
+	// APIKeys are globs over API key names (key `api_keys`): only API key principals match.
+	APIKeys []string
+	// Anonymous, when set, matches only requests without (true) or with (false) a principal
+	// (key `anonymous`).
+	Anonymous *bool
+}
+
+// IsSet reports whether any principal matcher is set.
+func (m *PrincipalMatch) IsSet() bool {
+	return m.Subjects != nil || m.Groups != nil || m.Roles != nil || m.Scopes != nil || m.APIKeys != nil || m.Anonymous != nil
+}
+
 // ArgumentMatch matches one argument value.
 type ArgumentMatch struct {
 	// Pointer is a JSON pointer into the arguments, like /path (key `pointer`).
@@ -130,6 +150,21 @@ type ArgumentMatch struct {
 	// Exactly one is set.
 	Equals  *string
 	Matches string
+	// Path reads the value as a file path (key `path`): it is cleaned before matching, as
+	// Go's path.Clean does (repeated slashes, `.` and `..` resolved), a relative one first
+	// joined to Root; and the cleaned value is what the upstream gets, so that what the rule
+	// checked is what is used. Equals is cleaned alike. A value that is not a string does not
+	// match.
+	Path bool
+	// Root is the directory a relative path is taken from (key `root`), absolute; only with
+	// Path. Defaults to "/".
+	Root string
+	// FoldCase matches the pointer's member names case-insensitively (key `fold_case`), for
+	// upstreams that decode names so (Go's encoding/json takes `Path` for `path`); arguments
+	// with two members whose names differ in case only, where the matcher looks, are refused.
+	FoldCase bool
+	// Line is the matcher's line in File.
+	Line int
 }
 
 // RateLimit is one rate limit.
@@ -149,6 +184,10 @@ type RateLimit struct {
 	// Upstreams and Tools restrict the limit to some upstreams and tools (globs, keys
 	// `upstreams`, `tools`); unset: all.
 	Upstreams, Tools []string
+	// Principal restricts the limit to the principals it matches (key `principal`, as in a
+	// rule's match); unset: all. The limit still counts per Key: a principal limit with
+	// `principal: {groups: [contractors]}` counts each contractor apart.
+	Principal PrincipalMatch
 	// Line is the limit's line in File.
 	Line int
 }
@@ -157,6 +196,7 @@ type RateLimit struct {
 const (
 	defaultSharedLimitFailure = FailOpen
 	defaultApprovalTimeout    = 2 * time.Minute
+	defaultPathRoot           = "/"
 )
 
 // policySettings decodes the top-level `policy` mapping.
@@ -196,22 +236,14 @@ func rule(r *Rule) decodeFunc {
 func match(m *Match) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		return d.mapping(n, path, "a mapping of principal:, upstreams:, tools:, prompts:, resources:, arguments:, annotations:", []field{
-			{key: "principal", decode: func(d *decoder, n *yaml.Node, path string) bool {
-				return d.mapping(n, path, "a mapping of subjects:, groups:, roles:, scopes:, api_keys: (lists) and/or anonymous: (true or false)", []field{
-					{key: "subjects", decode: strList(&m.Subjects)},
-					{key: "groups", decode: strList(&m.Groups)},
-					{key: "roles", decode: strList(&m.Roles)},
-					{key: "scopes", decode: strList(&m.Scopes)},
-					{key: "api_keys", decode: strList(&m.APIKeys)},
-					{key: "anonymous", decode: optionalBool(&m.Anonymous)},
-				})
-			}},
+			{key: "principal", decode: principalMatch(&m.Principal)},
 			{key: "upstreams", decode: strList(&m.Upstreams)},
 			{key: "tools", decode: strList(&m.Tools)},
 			{key: "prompts", decode: strList(&m.Prompts)},
 			{key: "resources", decode: strList(&m.Resources)},
 			{key: "arguments", decode: listOf(&m.Arguments, "a list of {pointer, equals} or {pointer, matches}", func(a *ArgumentMatch) decodeFunc {
 				return func(d *decoder, n *yaml.Node, path string) bool {
+					a.Line = n.Line
 					return d.mapping(n, path, "a mapping with `pointer:` (like /path) and `equals:` or `matches:`", []field{
 						{key: "pointer", decode: str(&a.Pointer)},
 						{key: "equals", decode: func(d *decoder, n *yaml.Node, path string) bool {
@@ -223,6 +255,9 @@ func match(m *Match) decodeFunc {
 							return true
 						}},
 						{key: "matches", decode: str(&a.Matches)},
+						{key: "path", decode: boolean(&a.Path)},
+						{key: "root", decode: str(&a.Root)},
+						{key: "fold_case", decode: boolean(&a.FoldCase)},
 					})
 				}
 			})},
@@ -233,6 +268,20 @@ func match(m *Match) decodeFunc {
 					{key: "openWorldHint", decode: optionalBool(&m.OpenWorldHint)},
 				})
 			}},
+		})
+	}
+}
+
+// principalMatch decodes a `principal` mapping, of a rule's match or of a rate limit.
+func principalMatch(m *PrincipalMatch) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping of subjects:, groups:, roles:, scopes:, api_keys: (lists) and/or anonymous: (true or false)", []field{
+			{key: "subjects", decode: strList(&m.Subjects)},
+			{key: "groups", decode: strList(&m.Groups)},
+			{key: "roles", decode: strList(&m.Roles)},
+			{key: "scopes", decode: strList(&m.Scopes)},
+			{key: "api_keys", decode: strList(&m.APIKeys)},
+			{key: "anonymous", decode: optionalBool(&m.Anonymous)},
 		})
 	}
 }
@@ -259,6 +308,7 @@ func rateLimit(l *RateLimit) decodeFunc {
 			{key: "shared", decode: boolean(&l.Shared)},
 			{key: "upstreams", decode: strList(&l.Upstreams)},
 			{key: "tools", decode: strList(&l.Tools)},
+			{key: "principal", decode: principalMatch(&l.Principal)},
 		})
 	}
 }
@@ -305,6 +355,11 @@ func applyPolicyDefaults(p *Policy, ix *index) {
 		if !ix.has(fmt.Sprintf("policy.rules[%d].name", i)) {
 			p.Rules[i].Name = fmt.Sprintf("rule %d", i+1)
 		}
+		for j := range p.Rules[i].Match.Arguments {
+			if a := &p.Rules[i].Match.Arguments[j]; a.Path && !ix.has(fmt.Sprintf("policy.rules[%d].match.arguments[%d].root", i, j)) {
+				a.Root = defaultPathRoot
+			}
+		}
 	}
 }
 
@@ -348,10 +403,11 @@ func (v *validator) policy(c *Config, w where) {
 		}
 		names[r.Name] = i
 		m, mp := &r.Match, rp+".match"
+		v.principalMatch(w, mp+".principal", &m.Principal)
 		for _, list := range []struct {
 			key      string
 			patterns []string
-		}{{"principal.subjects", m.Subjects}, {"principal.api_keys", m.APIKeys}, {"upstreams", m.Upstreams}, {"tools", m.Tools}, {"prompts", m.Prompts}, {"resources", m.Resources}} {
+		}{{"upstreams", m.Upstreams}, {"tools", m.Tools}, {"prompts", m.Prompts}, {"resources", m.Resources}} {
 			for j, pat := range list.patterns {
 				if _, err := glob.Compile(pat); err != nil {
 					v.check(w, fmt.Sprintf("%s.%s[%d]", mp, list.key, j), err.Error())
@@ -373,6 +429,12 @@ func (v *validator) policy(c *Config, w where) {
 					v.check(w, ap+".matches", "not a regular expression (RE2 syntax): "+err.Error())
 				}
 			}
+			switch {
+			case w.ix.present(ap+".root") && !a.Path:
+				v.check(w, ap+".root", "only with path: true (the root a relative path is taken from): add path: true, or remove root")
+			case w.ix.present(ap+".root") && !strings.HasPrefix(a.Root, "/"):
+				v.check(w, ap+".root", fmt.Sprintf("%s is not an absolute path: write the directory a relative path is taken from, like /srv/data", quote(a.Root)))
+			}
 		}
 	}
 	for i := range p.RateLimits {
@@ -391,6 +453,7 @@ func (v *validator) policy(c *Config, w where) {
 		if l.Shared && c.SessionStore.Type != StoreRedis {
 			v.check(w, lp+".shared", "a shared limit is counted in Redis: set session_store type: redis, or remove shared")
 		}
+		v.principalMatch(w, lp+".principal", &l.Principal)
 		for _, list := range []struct {
 			key      string
 			patterns []string
@@ -402,6 +465,38 @@ func (v *validator) policy(c *Config, w where) {
 			}
 		}
 	}
+}
+
+// principalMatch checks the principal matchers at path, of a rule's match or a rate limit:
+// the globs of subjects and api_keys.
+func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
+	for _, list := range []struct {
+		key      string
+		patterns []string
+	}{{"subjects", m.Subjects}, {"api_keys", m.APIKeys}} {
+		for j, pat := range list.patterns {
+			if _, err := glob.Compile(pat); err != nil {
+				v.check(w, fmt.Sprintf("%s.%s[%d]", path, list.key, j), err.Error())
+			}
+		}
+	}
+}
+
+// PolicyWarnings returns what `gateway validate` warns about in c's policy, each starting
+// with FILE:LINE: an argument matcher whose regular expression reads the value as an absolute
+// path (it starts with ^/) without path: true, which //etc, /./etc and /tmp/../etc get past.
+func PolicyWarnings(c *Config) []string {
+	var out []string
+	for i := range c.Policy.Rules {
+		for j, a := range c.Policy.Rules[i].Match.Arguments {
+			if a.Path || !strings.HasPrefix(a.Matches, "^/") {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d].matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched (and the upstream gets it cleaned)",
+				c.Policy.File, a.Line, i, j, quote(a.Matches)))
+		}
+	}
+	return out
 }
 
 // checkPointer checks a JSON pointer (RFC 6901) into arguments.

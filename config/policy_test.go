@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -27,9 +28,15 @@ policy:
         principal: {groups: [contractors], anonymous: false}
         tools: ["delete_*"]
         arguments: [{pointer: /path, matches: "^/etc/"}, {pointer: /force, equals: "true"}]
+    - effect: deny
+      match:
+        arguments:
+          - {pointer: /path, path: true, fold_case: true, matches: "^/etc(/|$)"}
+          - {pointer: /dir, path: true, root: /srv/data, equals: /srv/data/x}
   rate_limits:
     - {key: principal, rate: 600/m, burst: 20}
     - {key: upstream, rate: 5/s, burst: 5, shared: true, upstreams: [docs], tools: ["search*"]}
+    - {key: principal, rate: 1/s, burst: 1, principal: {groups: [contractors], api_keys: ["ci-*"], anonymous: false}}
   shared_limit_failure: closed
 upstreams:
   - {name: docs, command: x, trust_annotations: true}
@@ -38,19 +45,24 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	yes, no, force := true, false, "true"
+	yes, no, force, srvX := true, false, "true", "/srv/data/x"
 	want := config.Policy{
 		Default: "deny", DryRun: true, SharedLimitFailure: "closed", File: "gw.yaml", Line: 4, Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"},
 		Rules: []config.Rule{
 			{Name: "read-only tools", Effect: "allow", Line: 7, Match: config.Match{Upstreams: []string{"docs"}, ReadOnlyHint: &yes}},
 			{Name: "rule 2", Effect: "hide", Reason: "not for contractors", Line: 12, Match: config.Match{
-				Groups: []string{"contractors"}, Anonymous: &no, Tools: []string{"delete_*"},
-				Arguments: []config.ArgumentMatch{{Pointer: "/path", Matches: "^/etc/"}, {Pointer: "/force", Equals: &force}},
+				Principal: config.PrincipalMatch{Groups: []string{"contractors"}, Anonymous: &no}, Tools: []string{"delete_*"},
+				Arguments: []config.ArgumentMatch{{Pointer: "/path", Matches: "^/etc/", Line: 17}, {Pointer: "/force", Equals: &force, Line: 17}},
 			}},
+			{Name: "rule 3", Effect: "deny", Line: 18, Match: config.Match{Arguments: []config.ArgumentMatch{
+				{Pointer: "/path", Path: true, Root: "/", FoldCase: true, Matches: "^/etc(/|$)", Line: 21},
+				{Pointer: "/dir", Path: true, Root: "/srv/data", Equals: &srvX, Line: 22},
+			}}},
 		},
 		RateLimits: []config.RateLimit{
-			{Key: "principal", Rate: 10, Per: time.Minute, Burst: 20, Line: 19},
-			{Key: "upstream", Rate: 5, Per: time.Second, Burst: 5, Shared: true, Upstreams: []string{"docs"}, Tools: []string{"search*"}, Line: 20},
+			{Key: "principal", Rate: 10, Per: time.Minute, Burst: 20, Line: 24},
+			{Key: "upstream", Rate: 5, Per: time.Second, Burst: 5, Shared: true, Upstreams: []string{"docs"}, Tools: []string{"search*"}, Line: 25},
+			{Key: "principal", Rate: 1, Per: time.Second, Burst: 1, Line: 26, Principal: config.PrincipalMatch{Groups: []string{"contractors"}, APIKeys: []string{"ci-*"}, Anonymous: &no}},
 		},
 	}
 	if diff := cmp.Diff(want, c.Policy); diff != "" {
@@ -82,6 +94,11 @@ func TestPolicyProblems(t *testing.T) {
 			p(8, "policy.rules[0].match.arguments[1].matches", "not a regular expression (RE2 syntax): error parsing regexp: missing closing ): `(`"),
 			p(9, "policy.rules[0].match.arguments[2]", "needs equals: (a value) or matches: (a regular expression)"),
 		}},
+		{"path matchers", "policy:\n  rules:\n    - effect: deny\n      match:\n        arguments:\n          - {pointer: /a, root: /srv, matches: x}\n          - {pointer: /b, path: true, root: srv, matches: x}\n          - {pointer: /c, path: yes, matches: x}\nupstreams: []\n", []config.Problem{
+			p(6, "policy.rules[0].match.arguments[0].root", "only with path: true (the root a relative path is taken from): add path: true, or remove root"),
+			p(7, "policy.rules[0].match.arguments[1].root", `"srv" is not an absolute path: write the directory a relative path is taken from, like /srv/data`),
+			p(8, "policy.rules[0].match.arguments[2].path", "want true or false, got \"yes\""),
+		}},
 		{"limits", "policy:\n  rate_limits:\n    - {key: user, rate: 10/d, burst: 0}\n    - {key: principal, burst: 1, shared: true}\nupstreams: []\n", []config.Problem{
 			p(3, "policy.rate_limits[0].rate", `want a rate like 10/s, 600/m or 2/h (a positive number per s, m or h), got "10/d"`),
 			p(3, "policy.rate_limits[0].key", `"user" is not a limit key: use principal, principal_upstream, principal_tool or upstream`),
@@ -89,11 +106,41 @@ func TestPolicyProblems(t *testing.T) {
 			p(4, "policy.rate_limits[1].rate", "required: how many requests, like 10/s, 600/m or 2/h"),
 			p(4, "policy.rate_limits[1].shared", "a shared limit is counted in Redis: set session_store type: redis, or remove shared"),
 		}},
+		{"principal matchers of rules and limits alike", "policy:\n  rules:\n    - {effect: deny, match: {principal: {subjects: [\"[a-\"], teams: [x]}}}\n  rate_limits:\n    - {key: principal, rate: 1/s, burst: 1, principal: {api_keys: [\"[a-\"], teams: [x]}}\nupstreams: []\n", []config.Problem{
+			p(3, "policy.rules[0].match.principal.teams", "unknown field (known: subjects, groups, roles, scopes, api_keys, anonymous)"),
+			p(3, "policy.rules[0].match.principal.subjects[0]", `"[a-" has a [ without its closing ]: write \[ for a literal bracket`),
+			p(5, "policy.rate_limits[0].principal.teams", "unknown field (known: subjects, groups, roles, scopes, api_keys, anonymous)"),
+			p(5, "policy.rate_limits[0].principal.api_keys[0]", `"[a-" has a [ without its closing ]: write \[ for a literal bracket`),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tt.yaml), env(nil))
 			checkProblems(t, "Parse", err, tt.want)
 		})
+	}
+}
+
+// TestPolicyWarnsOfPathRegexpsWithoutPathForm: a matcher whose regular expression reads an
+// absolute path (^/) but does not clean it is warned about, at its line; one with path: true,
+// or a regular expression that does not start at the root, is not.
+func TestPolicyWarnsOfPathRegexpsWithoutPathForm(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`policy:
+  rules:
+    - name: no-system-paths
+      effect: deny
+      match:
+        arguments:
+          - {pointer: /path, matches: "^/etc/"}
+          - {pointer: /path, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /mode, matches: "^w"}
+upstreams: []
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := config.PolicyWarnings(c)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "gw.yaml:7: policy.rules[0].match.arguments[0].matches: ") || !strings.Contains(got[0], "path: true") {
+		t.Errorf("PolicyWarnings = %q, want one, at line 7, saying to add path: true", got)
 	}
 }

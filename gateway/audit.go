@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/manifold-mcp/manifold/audit"
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/pipeline"
 )
 
@@ -32,11 +33,16 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 	}
 	if t != nil {
 		rec.Upstream, rec.Target = t.Upstream, t.Original
-		if rec.Target == "" {
+		switch {
+		case t.Hidden:
+			// A hidden item is named as the client asked for it: the record must not tell
+			// its reader where it lives or what the upstream calls it.
+			rec.Upstream, rec.Target = "", t.Exposed
+		case rec.Target == "":
 			rec.Target = t.Exposed
 		}
 		if g.cfg.Audit.Arguments && t.Arguments != nil {
-			rec.Arguments = audit.Redact(t.Arguments, g.cfg.Audit.Redact)
+			rec.Arguments = audit.RedactArguments(t.Arguments, redaction(&g.cfg.Audit))
 		}
 	}
 	rec.Decisions = req.Decisions
@@ -51,4 +57,10 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 	if g.opts.Audit != nil {
 		g.opts.Audit.Record(rec)
 	}
+}
+
+// redaction is how the config's audit settings redact arguments: for the audit trail, and
+// wherever else the gateway shows a call's arguments to people.
+func redaction(a *config.Audit) audit.Redaction {
+	return audit.Redaction{Names: a.Redact, SkipDefaults: a.SkipRedactDefaults}
 }

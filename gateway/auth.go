@@ -40,7 +40,7 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 	if !a.Enabled() {
 		return nil, nil
 	}
-	keys, err := apiKeysOf(a.APIKeys, a.APIKeysFile, "auth")
+	keys, err := APIKeys(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +49,14 @@ func newAuthn(cfg *config.Config, opts *Options) (*authn, error) {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return &authn{verifier: v, scopes: a.Scopes, base: cfg.BaseURL(), apiKeys: len(keys) > 0}, nil
+}
+
+// APIKeys returns the API keys clients authenticate with under cfg: auth.api_keys, then the
+// entries of auth.api_keys_file (read now), as the gateway builds its authentication from
+// them. The principal each stands for is its Principal. `gateway explain` resolves -api-key
+// names with it, so that it decides for the principal the gateway would.
+func APIKeys(cfg *config.Config) ([]auth.APIKey, error) {
+	return apiKeysOf(cfg.Auth.APIKeys, cfg.Auth.APIKeysFile, "auth")
 }
 
 // apiKeysOf returns the configured API keys and those of file, if set, for the auth package;

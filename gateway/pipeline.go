@@ -112,7 +112,12 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		if entry == nil {
 			g.auditHidden(rq, kind, name)
-			return nil, g.unknownName(rq, snap, kind, what, name)
+			// The record names what was asked for, as it was asked: nothing of what exists.
+			asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
+			if g.cfg.Audit.Arguments {
+				asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
+			}
+			return asked, g.unknownName(rq, snap, kind, what, name)
 		}
 		forward, err := withMember(params, "name", entry.Original)
 		if err != nil {
@@ -298,6 +303,13 @@ func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json
 		}
 		return bridgeToolResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodGetPrompt:
+		if res.target.Rewritten {
+			params, err := withRawMember(res.params, "arguments", res.target.Arguments)
+			if err != nil {
+				return nil, err
+			}
+			res.params = params
+		}
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
 		if err != nil {
 			return nil, err

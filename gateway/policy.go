@@ -98,10 +98,19 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 	}
 	in := policyInput(req.Client.Principal, t)
 	d := gt.rules.Decide(in)
+	for _, rule := range d.Rewrites {
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "policy", Effect: effectRewrite, Rule: rule, DryRun: d.DryRun})
+	}
+	if d.Arguments != nil && !d.DryRun {
+		// What the rules checked is what the upstream gets; the checks after (plugins,
+		// approval, and its remembered approvals) and the audit trail see it too.
+		t.Arguments, t.Rewritten = d.Arguments, true
+	}
 	req.Decisions = append(req.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
 	if !d.DryRun {
 		switch d.Effect {
 		case config.EffectHide:
+			t.Hidden = true
 			return hiddenRefusal(t)
 		case config.EffectApprove:
 			if t.Kind == pipeline.Tool {
@@ -120,6 +129,10 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 	}
 	return gt.limit(ctx, req, t, d.DryRun)
 }
+
+// effectRewrite is the effect, in audit records, of a rule whose path matchers cleaned the
+// arguments the upstream gets (as a plugin's rewrite is recorded).
+const effectRewrite = "rewrite"
 
 // limit applies the rate limits to the request; dryRun records a refusal without enforcing it.
 func (gt *gate) limit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, dryRun bool) error {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,5 +325,184 @@ upstreams:`+upstreamYAML("a", "beta", ""), nil)
 	}
 	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"fine"}}}`, map[string]string{"Mcp-Session-Id": sid}); r.msg.Error != nil || !strings.Contains(string(r.msg.Result), "beta:fine") {
 		t.Errorf("a call with each member once: %s", r.body)
+	}
+}
+
+// TestHiddenToolAuditNamesWhatWasAsked: the audit record of a call on a hidden tool names
+// the tool as the client asked for it, and neither the upstream nor the upstream's own name
+// of what it hides: hidden by the catalog view (the resolver does not find it) or by a rule
+// on its arguments (the policy check refuses it).
+func TestHiddenToolAuditNamesWhatWasAsked(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, policyYAML(`  rules:
+    - {name: contractors-no-add, effect: hide, match: {principal: {groups: [contractors]}, tools: [add]}}
+    - {name: no-classified, effect: hide, match: {tools: [echo], arguments: [{pointer: /text, equals: classified}]}}
+`), &gateway.Options{Audit: trail})
+	ctx := ctxT(t)
+	bob := connectAs(t, tg.url, "mfk_bob", nil)
+	if _, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "a__add", Arguments: map[string]any{"a": 1, "b": 2}}); err == nil || !strings.Contains(err.Error(), "unknown tool: a__add") {
+		t.Errorf("bob's add: %v, want unknown tool", err)
+	}
+	if _, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "b__shout", Arguments: map[string]any{"text": "classified"}}); err == nil || !strings.Contains(err.Error(), "unknown tool: b__shout") {
+		t.Errorf("bob's shout of classified: %v, want unknown tool", err)
+	}
+	if _, err := bob.CallTool(ctx, &mcp.CallToolParams{Name: "b__nope", Arguments: map[string]any{"text": "x"}}); err == nil {
+		t.Errorf("bob's call of a missing tool succeeded")
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, rec := range auditLines(t, out.String()) {
+		if rec["method"] != "tools/call" {
+			continue
+		}
+		target, _ := rec["target"].(string)
+		targets[target] = true
+		if _, ok := rec["upstream"]; ok {
+			t.Errorf("record of a refused call names upstream %v: %v", rec["upstream"], rec)
+		}
+		if rec["outcome"] != "refused" || rec["reason"] != "unknown_tool" {
+			t.Errorf("record %v, want refused as unknown_tool", rec)
+		}
+	}
+	for _, want := range []string{"a__add", "b__shout", "b__nope"} {
+		if !targets[want] {
+			t.Errorf("no record names the tool %q as asked; the records name %v:\n%s", want, targets, out.String())
+		}
+	}
+	for _, hidden := range []string{"add", "echo"} {
+		if targets[hidden] {
+			t.Errorf("a record names the hidden tool by its upstream's own name %q:\n%s", hidden, out.String())
+		}
+	}
+}
+
+// TestRateLimitTargetsAPrincipal: a rate limit with principal matchers (the rules' own)
+// counts only the principals they match: the contractors' calls are limited, the others'
+// are not; on this replica, and shared by two replicas in Redis.
+func TestRateLimitTargetsAPrincipal(t *testing.T) {
+	calls := func(t *testing.T, sessions ...*mcp.ClientSession) (served int) {
+		t.Helper()
+		for i := range 4 {
+			res, err := sessions[i%len(sessions)].CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.IsError {
+				served++
+			} else if res.Meta["dev.manifold/reason"] != "rate_limited" {
+				t.Fatalf("call %d: %s, want served or rate_limited", i, textOf(t, res))
+			}
+		}
+		return served
+	}
+	t.Run("local", func(t *testing.T) {
+		tg := startGateway(t, policyYAML("  rate_limits:\n    - {key: principal, rate: 1/h, burst: 1, principal: {groups: [contractors]}}\n"), nil)
+		defer tg.close()
+		if n := calls(t, connectAs(t, tg.url, "mfk_bob", nil)); n != 1 {
+			t.Errorf("bob, a contractor: %d of 4 calls served, want the burst of his group's limit: 1", n)
+		}
+		if n := calls(t, connectAs(t, tg.url, "mfk_alice", nil)); n != 4 {
+			t.Errorf("alice, not a contractor: %d of 4 calls served, want all: the limit is not hers", n)
+		}
+	})
+	t.Run("shared", func(t *testing.T) {
+		a, b := twoReplicasWith(t, fmt.Sprintf("auth:\n  api_keys: [{name: alice, hash: %q}, {name: bob, hash: %q}]\npolicy:\n  rate_limits:\n    - {key: principal, rate: 1/h, burst: 2, shared: true, principal: {api_keys: [bob]}}\n",
+			auth.HashAPIKey("mfk_alice"), auth.HashAPIKey("mfk_bob")), upstreamYAML("a", "beta", "")[1:])
+		if n := calls(t, connectAs(t, a.url, "mfk_bob", nil), connectAs(t, b.url, "mfk_bob", nil)); n != 2 {
+			t.Errorf("bob through two replicas: %d of 4 calls served, want the shared burst: 2", n)
+		}
+		if n := calls(t, connectAs(t, a.url, "mfk_alice", nil), connectAs(t, b.url, "mfk_alice", nil)); n != 4 {
+			t.Errorf("alice through two replicas: %d of 4 calls served, want all: the limit is bob's", n)
+		}
+	})
+}
+
+// TestPathRuleSeesThePathTheUpstreamGets: a rule on a path argument with path: true cannot be
+// walked around with //, /./ or /../, nor by a relative path, and what it checked, the
+// cleaned path, is what the upstream gets; the audit record says which rule rewrote the
+// arguments, and keeps them as the upstream got them. With fold_case, a member in another
+// case is matched too.
+func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	t.Cleanup(func() { _ = trail.Close() })
+	tg := startGateway(t, policyYAML(`  rules:
+    - name: no-system-paths
+      effect: deny
+      reason: paths under /etc are off limits
+      match:
+        tools: [echo]
+        arguments: [{pointer: /text, path: true, fold_case: true, matches: "^/etc(/|$)"}]
+`), &gateway.Options{Audit: trail})
+	ctx := ctxT(t)
+	alice := connectAs(t, tg.url, "mfk_alice", nil)
+	echo := func(args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, p := range []string{"/etc/passwd", "//etc/passwd", "/./etc/passwd", "/tmp/../etc/passwd", "etc/passwd", "/etc/"} {
+		if res := echo(map[string]any{"text": p}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" || !strings.Contains(textOf(t, res), "off limits") {
+			t.Errorf("echo %q: %s, want denied by no-system-paths", p, textOf(t, res))
+		}
+	}
+	if res := echo(map[string]any{"TEXT": "/tmp/../etc/passwd"}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" {
+		t.Errorf("echo with TEXT: %s, want denied (fold_case)", textOf(t, res))
+	}
+	if res := echo(map[string]any{"text": "/tmp//notes/./today"}); res.IsError || textOf(t, res) != "beta:/tmp/notes/today" {
+		t.Errorf("echo of a path outside /etc: %q, want the upstream to get it cleaned (beta:/tmp/notes/today)", textOf(t, res))
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, rec := range auditLines(t, out.String()) {
+		if rec["outcome"] != "ok" || rec["method"] != "tools/call" {
+			continue
+		}
+		found = true
+		decisions, args := fmt.Sprint(rec["decisions"]), fmt.Sprint(rec["arguments"])
+		if !strings.Contains(decisions, "effect:rewrite rule:no-system-paths") || !strings.Contains(args, "/tmp/notes/today") || strings.Contains(args, "//") {
+			t.Errorf("record of the cleaned call: decisions %s, arguments %s; want the rewrite by no-system-paths and the cleaned path", decisions, args)
+		}
+	}
+	if !found {
+		t.Errorf("no record of the served call:\n%s", out.String())
+	}
+}
+
+// TestApprovalBindsToTheCleanedPath: an approval is given for the arguments the upstream
+// gets, after the path rules cleaned them: the person is shown the cleaned path, and an
+// approval of /tmp/./x is remembered for /tmp/x.
+func TestApprovalBindsToTheCleanedPath(t *testing.T) {
+	tg := startGateway(t, policyYAML(`  approval: {timeout: 5s, remember: 10m}
+  rules:
+    - {name: no-etc, effect: deny, match: {tools: [echo], arguments: [{pointer: /text, path: true, matches: "^/etc(/|$)"}]}}
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`), nil)
+	defer tg.close()
+	ctx := ctxT(t)
+	var asked atomic.Int64
+	var last atomic.Value
+	alice := connectAs(t, tg.url, "mfk_alice", approver("accept", true, &asked, &last))
+	for _, p := range []string{"/tmp/./x", "/tmp/x", "//tmp/x"} {
+		res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": p}})
+		if err != nil || res.IsError || textOf(t, res) != "beta:/tmp/x" {
+			t.Fatalf("echo %q: %v %v, want it approved and served as /tmp/x", p, res, err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("asked %d times for one path written three ways, want once (remembered)", n)
+	}
+	if msg, _ := last.Load().(string); !strings.Contains(msg, `arguments: {"text":"/tmp/x"}`) {
+		t.Errorf("the question does not show the cleaned path:\n%s", msg)
 	}
 }

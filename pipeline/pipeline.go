@@ -94,6 +94,10 @@ type Target struct {
 	// Rewritten: a check replaced Arguments, and the upstream gets them instead of the
 	// client's.
 	Rewritten bool
+	// Hidden: the item is hidden from the client, or not in its catalog at all, and the
+	// request is refused as for a missing one. Its audit record names it as the client asked
+	// (Exposed), never the upstream or the upstream's own name of what is hidden.
+	Hidden bool
 }
 
 // Check is one link of the policy chain. It returns nil to let the request go on, or an error

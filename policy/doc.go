@@ -3,7 +3,8 @@
 //
 // Rules are the `policy.rules` of the config, compiled once and then read by every request:
 // the first rule whose match admits the request decides its effect (allow, deny, hide or
-// approve), the policy's default when none does.
+// approve), the policy's default when none does. Principal matchers are package principal's,
+// shared with the rate limits (package limit).
 //
 //	rules, err := policy.Compile(&cfg.Policy, func(upstream string) bool { return trust[upstream] })
 //	if err != nil { ... }
@@ -15,6 +16,11 @@
 //		Arguments: t.Arguments,
 //	})
 //	if d.Effect != config.EffectAllow && !d.DryRun { ... refuse, per the refusal table ... }
+//	if d.Arguments != nil && !d.DryRun {
+//		// Path matchers cleaned the arguments (d.Rewrites names the rules): the upstream
+//		// gets them as the rules checked them.
+//		t.Arguments = d.Arguments
+//	}
 //
 //	// Lists: an item is listed unless hidden; a filtered catalog may be cached per ViewKey.
 //	key := rules.ViewKey(principal)

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy/principal"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -34,18 +36,22 @@ func (r *Rules) Explain(in Input) ([]Step, Decision) {
 		f := c.check(&in, &st)
 		step := Step{Rule: c.decision.Rule, Line: c.cfg.Line, Matched: f.ok()}
 		if !f.ok() {
-			step.Why = c.explain(f, &in)
+			step.Why = c.explain(f, &in, st.arguments(&in))
 		}
 		steps = append(steps, step)
-		if f.ok() {
-			return steps, c.decision
+		switch {
+		case f.ok():
+			return steps, st.decided(c.decision)
+		case f.why == wAmbiguous:
+			return steps, st.decided(c.ambiguous(f))
 		}
 	}
-	return steps, r.def
+	return steps, st.decided(r.def)
 }
 
-// explain says in words why the rule did not match in, f being the failure check found.
-func (c *rule) explain(f failure, in *Input) string {
+// explain says in words why the rule did not match in, f being the failure check found;
+// args are the arguments as the rule read them (its paths cleaned).
+func (c *rule) explain(f failure, in *Input, args []byte) string {
 	m := &c.cfg.Match
 	p := &in.Principal
 	switch f.field {
@@ -70,31 +76,40 @@ func (c *rule) explain(f failure, in *Input) string {
 			return fmt.Sprintf("prompts: %q matches none of %q", in.Name, m.Prompts)
 		}
 		return fmt.Sprintf("resources: %q matches none of %q", in.Name, m.Resources)
-	case fAnonymous:
-		if c.anonymous == isTrue {
+	case fPrincipal:
+		return explainPrincipal(f.who, &m.Principal, p)
+	case fAnnotations:
+		return c.explainAnnotations(f.why, in)
+	case fArguments:
+		return c.explainArgument(f, args)
+	}
+	return ""
+}
+
+// explainPrincipal says why p fails the principal matcher f of m.
+func explainPrincipal(f principal.Field, m *config.PrincipalMatch, p *session.Principal) string {
+	switch f {
+	case principal.Anonymous:
+		if *m.Anonymous {
 			return "anonymous: the principal is not anonymous"
 		}
 		return "anonymous: the principal is anonymous"
-	case fSubjects:
+	case principal.Subjects:
 		if p.Anonymous() {
 			return "subjects: the principal is anonymous"
 		}
 		return fmt.Sprintf("subjects: %q matches none of %q", p.Subject, m.Subjects)
-	case fAPIKeys:
+	case principal.APIKeys:
 		if p.Issuer != session.APIKeyIssuer {
 			return "api_keys: the principal is not an API key"
 		}
 		return fmt.Sprintf("api_keys: %q matches none of %q", p.Subject, m.APIKeys)
-	case fGroups:
+	case principal.Groups:
 		return fmt.Sprintf("groups: the principal holds none of %q (it holds %q)", m.Groups, nonNil(p.Groups))
-	case fRoles:
+	case principal.Roles:
 		return fmt.Sprintf("roles: the principal holds none of %q (it holds %q)", m.Roles, nonNil(p.Roles))
-	case fScopes:
+	case principal.Scopes:
 		return fmt.Sprintf("scopes: the principal holds none of %q (it holds %q)", m.Scopes, nonNil(p.Scopes))
-	case fAnnotations:
-		return c.explainAnnotations(f.why, in)
-	case fArguments:
-		return c.explainArgument(f, in)
 	}
 	return ""
 }
@@ -123,7 +138,7 @@ func (c *rule) explainAnnotations(w why, in *Input) string {
 	return ""
 }
 
-func (c *rule) explainArgument(f failure, in *Input) string {
+func (c *rule) explainArgument(f failure, args []byte) string {
 	a := &c.args[f.arg]
 	ptr := a.ptr.text
 	if ptr == "" {
@@ -133,15 +148,23 @@ func (c *rule) explainArgument(f failure, in *Input) string {
 	case wInvalidArgs:
 		return "arguments: the request's arguments are not valid JSON"
 	case wMissing:
-		if len(in.Arguments) == 0 {
+		if len(args) == 0 {
 			return fmt.Sprintf("arguments: %s is missing (the request has no arguments)", ptr)
 		}
 		return fmt.Sprintf("arguments: %s is missing", ptr)
+	case wAmbiguous:
+		return fmt.Sprintf("arguments: %s is given more than once, in names that differ only in case (fold_case): the request is refused", ptr)
 	}
-	v, _ := a.ptr.resolve(in.Arguments)
-	shown := shorten(v)
+	start, end, _ := a.ptr.span(args, a.fold)
+	shown := shorten(args[start:end])
+	if a.path && f.why != wNotString {
+		shown += " (as a path, cleaned)"
+	}
 	switch f.why {
 	case wNotString:
+		if a.re == nil {
+			return fmt.Sprintf("arguments: %s is %s, not a string (a path equal to %q)", ptr, shown, *a.equals)
+		}
 		return fmt.Sprintf("arguments: %s is %s, not a string (matches %q)", ptr, shown, a.re.String())
 	case wNoMatch:
 		return fmt.Sprintf("arguments: %s is %s, which does not match %q", ptr, shown, a.re.String())

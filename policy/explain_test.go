@@ -17,13 +17,13 @@ func TestExplain(t *testing.T) {
 		{Name: "fs only", Effect: config.EffectDeny, Line: 10, Match: config.Match{Upstreams: []string{"fs*"}}},
 		{Name: "prompts", Effect: config.EffectDeny, Line: 12, Match: config.Match{Prompts: []string{"p"}, Resources: []string{"r"}}},
 		{Name: "read tools", Effect: config.EffectDeny, Line: 14, Match: config.Match{Tools: []string{"read_*"}}},
-		{Name: "anonymous", Effect: config.EffectDeny, Line: 16, Match: config.Match{Anonymous: ptr(true)}},
-		{Name: "not anonymous", Effect: config.EffectDeny, Line: 17, Match: config.Match{Anonymous: ptr(false), Tools: []string{"never"}}},
-		{Name: "carol", Effect: config.EffectDeny, Line: 18, Match: config.Match{Subjects: []string{"carol"}}},
-		{Name: "keys", Effect: config.EffectDeny, Line: 20, Match: config.Match{APIKeys: []string{"ci"}}},
-		{Name: "sec", Effect: config.EffectDeny, Line: 22, Match: config.Match{Groups: []string{"sec"}}},
-		{Name: "admins", Effect: config.EffectDeny, Line: 24, Match: config.Match{Roles: []string{"admin"}}},
-		{Name: "scoped", Effect: config.EffectDeny, Line: 26, Match: config.Match{Scopes: []string{"write"}}},
+		{Name: "anonymous", Effect: config.EffectDeny, Line: 16, Match: config.Match{Principal: config.PrincipalMatch{Anonymous: ptr(true)}}},
+		{Name: "not anonymous", Effect: config.EffectDeny, Line: 17, Match: config.Match{Principal: config.PrincipalMatch{Anonymous: ptr(false)}, Tools: []string{"never"}}},
+		{Name: "carol", Effect: config.EffectDeny, Line: 18, Match: config.Match{Principal: config.PrincipalMatch{Subjects: []string{"carol"}}}},
+		{Name: "keys", Effect: config.EffectDeny, Line: 20, Match: config.Match{Principal: config.PrincipalMatch{APIKeys: []string{"ci"}}}},
+		{Name: "sec", Effect: config.EffectDeny, Line: 22, Match: config.Match{Principal: config.PrincipalMatch{Groups: []string{"sec"}}}},
+		{Name: "admins", Effect: config.EffectDeny, Line: 24, Match: config.Match{Principal: config.PrincipalMatch{Roles: []string{"admin"}}}},
+		{Name: "scoped", Effect: config.EffectDeny, Line: 26, Match: config.Match{Principal: config.PrincipalMatch{Scopes: []string{"write"}}}},
 		{Name: "slack hints", Effect: config.EffectDeny, Line: 28, Match: config.Match{Upstreams: []string{"slack"}, ReadOnlyHint: ptr(true)}},
 		{Name: "read-only", Effect: config.EffectDeny, Line: 30, Match: config.Match{ReadOnlyHint: ptr(true)}},
 		{Name: "not open", Effect: config.EffectDeny, Line: 32, Match: config.Match{OpenWorldHint: ptr(false)}},
@@ -70,7 +70,7 @@ func TestExplain(t *testing.T) {
 	if diff := cmp.Diff(want, steps); diff != "" {
 		t.Errorf("Explain steps (-want +got):\n%s", diff)
 	}
-	if want := (Decision{Effect: config.EffectApprove, Rule: "github", Reason: "ask"}); d != want {
+	if want := (Decision{Effect: config.EffectApprove, Rule: "github", Reason: "ask"}); !cmp.Equal(d, want) {
 		t.Errorf("Explain decision = %+v, want %+v", d, want)
 	}
 }
@@ -100,13 +100,13 @@ func TestExplainWhy(t *testing.T) {
 		{"long value", config.Match{Arguments: []config.ArgumentMatch{{Pointer: "/a", Equals: ptr("x")}}},
 			Input{Upstream: "fs", Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(`{"a":"` + strings.Repeat("x", 100) + `"}`)},
 			`arguments: /a is "` + strings.Repeat("x", 79) + `…, not "x"`},
-		{"subjects of anonymous", config.Match{Subjects: []string{"*"}},
+		{"subjects of anonymous", config.Match{Principal: config.PrincipalMatch{Subjects: []string{"*"}}},
 			Input{Upstream: "fs", Kind: pipeline.Tool, Name: "t"},
 			"subjects: the principal is anonymous"},
-		{"other key", config.Match{APIKeys: []string{"ci"}},
+		{"other key", config.Match{Principal: config.PrincipalMatch{APIKeys: []string{"ci"}}},
 			Input{Principal: session.Principal{Issuer: session.APIKeyIssuer, Subject: "backup"}},
 			`api_keys: "backup" matches none of ["ci"]`},
-		{"anonymous false", config.Match{Anonymous: ptr(false)},
+		{"anonymous false", config.Match{Principal: config.PrincipalMatch{Anonymous: ptr(false)}},
 			Input{},
 			"anonymous: the principal is anonymous"},
 		{"resource", config.Match{Resources: []string{"file:///a/*"}},

@@ -87,60 +87,97 @@ func arrayIndex(name string) int {
 	return n
 }
 
+// found says what a pointer found in a document.
+type found uint8
+
+const (
+	missing   found = iota
+	present         // one value
+	ambiguous       // with fold, two members whose names differ in case only
+)
+
 // resolve returns the raw value p refers to in doc, a valid JSON document, and whether there
 // is one. An object with a key twice resolves to its last value, as encoding/json and most
 // other decoders do, so that a rule sees what the upstream will most likely see.
 func (p *pointer) resolve(doc []byte) ([]byte, bool) {
-	v := doc[skipSpace(doc, 0):]
-	v = v[:valueEnd(v, 0)]
-	for i := range p.tokens {
-		var ok bool
-		if v, ok = child(v, &p.tokens[i]); !ok {
-			return nil, false
-		}
-	}
-	return v, true
+	start, end, f := p.span(doc, false)
+	return doc[start:end], f == present
 }
 
-// child returns the member of v, an object or array without surrounding space, that t names.
-func child(v []byte, t *token) ([]byte, bool) {
+// span returns where the value p refers to lies in doc, a valid JSON document: doc[start:end],
+// when f is present. With fold, reference tokens match member names case-insensitively (as
+// encoding/json matches struct fields); an object holding two members that the same token
+// matches, which such a decoder may take either of, is ambiguous.
+func (p *pointer) span(doc []byte, fold bool) (start, end int, f found) {
+	start = skipSpace(doc, 0)
+	end = valueEnd(doc, start)
+	for i := range p.tokens {
+		s, e, f := child(doc[start:end], &p.tokens[i], fold)
+		if f != present {
+			return 0, 0, f
+		}
+		start, end = start+s, start+e
+	}
+	return start, end, present
+}
+
+// child returns where, in v (an object or array without surrounding space), the member t
+// names lies.
+func child(v []byte, t *token, fold bool) (start, end int, f found) {
 	switch v[0] {
 	case '{':
-		var found []byte
-		ok := false
 		i := skipSpace(v, 1)
 		for v[i] != '}' {
 			keyEnd := stringEnd(v, i)
 			key := v[i+1 : keyEnd-1]
 			i = skipSpace(v, keyEnd) + 1 // past ':'
 			i = skipSpace(v, i)
-			end := valueEnd(v, i)
-			if keyEquals(key, t.name) {
-				found, ok = v[i:end], true
+			e := valueEnd(v, i)
+			switch {
+			case keyEquals(key, t.name):
+				if fold && f == present {
+					return 0, 0, ambiguous
+				}
+				start, end, f = i, e, present
+			case fold && keyFolds(key, t.name):
+				if f == present {
+					return 0, 0, ambiguous
+				}
+				start, end, f = i, e, present
 			}
-			i = skipSpace(v, end)
+			i = skipSpace(v, e)
 			if v[i] == ',' {
 				i = skipSpace(v, i+1)
 			}
 		}
-		return found, ok
+		return start, end, f
 	case '[':
 		if t.index < 0 {
-			return nil, false
+			return 0, 0, missing
 		}
 		i := skipSpace(v, 1)
 		for n := 0; v[i] != ']'; n++ {
-			end := valueEnd(v, i)
+			e := valueEnd(v, i)
 			if n == t.index {
-				return v[i:end], true
+				return i, e, present
 			}
-			i = skipSpace(v, end)
+			i = skipSpace(v, e)
 			if v[i] == ',' {
 				i = skipSpace(v, i+1)
 			}
 		}
 	}
-	return nil, false
+	return 0, 0, missing
+}
+
+// keyFolds reports whether key, the inside of a JSON string, decodes to name under Unicode
+// simple case folding, as encoding/json compares a member's name with a field's.
+func keyFolds(key []byte, name string) bool {
+	if plain(key) {
+		return strings.EqualFold(string(key), name)
+	}
+	s, ok := decodeString(key)
+	return ok && strings.EqualFold(s, name)
 }
 
 // keyEquals reports whether key, the inside of a JSON string, decodes to name.

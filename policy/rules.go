@@ -3,13 +3,17 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/glob"
 	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy/principal"
+	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 )
 
@@ -50,10 +54,7 @@ type rule struct {
 	cfg      *config.Rule
 	decision Decision
 
-	subjects, apiKeys      glob.Set
-	groups, roles, scopes  []string
-	anonymous              tri
-	principal              bool // any principal matcher is set
+	who                    *principal.Matcher // nil: any principal
 	upstreams              glob.Set
 	items                  bool // any of tools, prompts, resources is set
 	tools, prompts, resrcs glob.Set
@@ -61,6 +62,7 @@ type rule struct {
 	hasPrompts             bool
 	hasResources           bool
 	args                   []argMatcher
+	paths                  bool // an argument matcher reads a path
 	readOnly               tri
 	destructive            tri
 	openWorld              tri
@@ -92,6 +94,12 @@ type argMatcher struct {
 	ptr    pointer
 	equals *string
 	re     *regexp.Regexp
+	// path: the value is a file path, cleaned (a relative one joined to root, absolute and
+	// clean) before it is matched; equals is cleaned.
+	path bool
+	root string
+	// fold: the pointer's member names match case-insensitively.
+	fold bool
 }
 
 // Compile compiles p; nil p allows everything. trusted reports whether an upstream's
@@ -139,7 +147,7 @@ func Compile(p *config.Policy, trusted func(upstream string) bool) (*Rules, erro
 			if c.decision.Effect == config.EffectHide {
 				continue
 			}
-			c.args = nil
+			c.args, c.paths = nil, false
 		}
 		r.visible = append(r.visible, c)
 	}
@@ -183,8 +191,6 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 		dst  *glob.Set
 		list []string
 	}{
-		{"subjects", &r.subjects, m.Subjects},
-		{"api_keys", &r.apiKeys, m.APIKeys},
 		{"upstreams", &r.upstreams, m.Upstreams},
 		{"tools", &r.tools, m.Tools},
 		{"prompts", &r.prompts, m.Prompts},
@@ -195,17 +201,33 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 			return fmt.Errorf("%s: %w", g.key, err)
 		}
 	}
-	r.groups, r.roles, r.scopes = m.Groups, m.Roles, m.Scopes
-	r.anonymous = triOf(m.Anonymous)
-	r.principal = m.Subjects != nil || m.APIKeys != nil || m.Groups != nil || m.Roles != nil ||
-		m.Scopes != nil || m.Anonymous != nil
+	if r.who, err = principal.Compile(&m.Principal); err != nil {
+		return fmt.Errorf("principal: %w", err)
+	}
 	r.hasTools, r.hasPrompts, r.hasResources = m.Tools != nil, m.Prompts != nil, m.Resources != nil
 	r.items = r.hasTools || r.hasPrompts || r.hasResources
 	r.readOnly, r.destructive, r.openWorld = triOf(m.ReadOnlyHint), triOf(m.DestructiveHint), triOf(m.OpenWorldHint)
 	for i, a := range m.Arguments {
-		am := argMatcher{equals: a.Equals}
+		am := argMatcher{equals: a.Equals, path: a.Path, fold: a.FoldCase}
 		if am.ptr, err = compilePointer(a.Pointer); err != nil {
 			return fmt.Errorf("arguments[%d]: pointer %q: %w", i, a.Pointer, err)
+		}
+		if a.Path {
+			am.root = a.Root
+			if am.root == "" {
+				am.root = "/"
+			}
+			if !strings.HasPrefix(am.root, "/") {
+				return fmt.Errorf("arguments[%d]: root %q is not an absolute path", i, a.Root)
+			}
+			am.root = path.Clean(am.root)
+			if a.Equals != nil {
+				cleaned := cleanPath(*a.Equals, am.root)
+				am.equals = &cleaned
+			}
+			r.paths = true
+		} else if a.Root != "" {
+			return fmt.Errorf("arguments[%d]: root without path", i)
 		}
 		switch {
 		case a.Equals != nil && a.Matches != "":
@@ -276,22 +298,42 @@ type Decision struct {
 	// DryRun is set when the rule set is in dry run: the effect was decided but is not to be
 	// enforced (it is for the audit trail).
 	DryRun bool
+	// Arguments are Input.Arguments as the rules' path matchers cleaned them: what the
+	// upstream is to get instead, so that what the rules checked is what is used (unless
+	// DryRun). Nil when no matcher changed them.
+	Arguments json.RawMessage
+	// Rewrites name the rules whose path matchers changed the arguments, in order; nil when
+	// none did.
+	Rewrites []string
 }
 
 // Decide returns the decision for in: the effect of the first rule that matches it, or the
-// default. It is on the hot path of every request: it does not allocate unless a rule's
-// argument matcher meets an escaped string.
+// default. Each rule reached whose other matchers hold cleans the paths its path matchers
+// read, and the rules after it see them cleaned (Decision.Arguments). A rule's fold_case
+// matcher that finds its member twice, in names that differ in case only, refuses the
+// request (deny, by that rule). It is on the hot path of every request: it does not allocate
+// unless a rule's argument matcher meets an escaped string or a path to clean.
 func (r *Rules) Decide(in Input) Decision {
 	if r == nil {
 		return Decision{Effect: config.EffectAllow, Rule: DefaultRule}
 	}
 	st := state{r: r}
 	for i := range r.rules {
-		if r.rules[i].check(&in, &st).ok() {
-			return r.rules[i].decision
+		c := &r.rules[i]
+		switch f := c.check(&in, &st); {
+		case f.ok():
+			return st.decided(c.decision)
+		case f.why == wAmbiguous:
+			return st.decided(c.ambiguous(f))
 		}
 	}
-	return r.def
+	return st.decided(r.def)
+}
+
+// ambiguous is the decision of rule c whose argument matcher f.arg found its member twice.
+func (c *rule) ambiguous(f failure) Decision {
+	return Decision{Effect: config.EffectDeny, Rule: c.decision.Rule, DryRun: c.decision.DryRun,
+		Reason: fmt.Sprintf("the arguments give %s more than once, in names that differ only in case: send it once", c.args[f.arg].ptr.text)}
 }
 
 // Visible reports whether an item may be listed for in.Principal: false when the decision
@@ -328,7 +370,7 @@ func (r *Rules) ViewKey(p session.Principal) string {
 	}
 	var buf []byte
 	for _, i := range r.view {
-		if r.visible[i].checkPrincipal(&p).ok() {
+		if r.visible[i].who.Match(&p) {
 			if buf != nil {
 				buf = append(buf, ',')
 			} else {
@@ -350,7 +392,7 @@ func viewRules(rules []rule, def string) []int {
 			continue // never read by Visible
 		}
 		hide := c.decision.Effect == config.EffectHide
-		if c.principal && (hide || hideFollows) {
+		if c.who != nil && (hide || hideFollows) {
 			view = append(view, i)
 		}
 		hideFollows = hideFollows || hide
@@ -368,6 +410,104 @@ type state struct {
 	trust tri
 	// args is whether the input's arguments are valid JSON; unset until read.
 	args tri
+	// doc are the arguments as the path matchers reached so far cleaned them; nil while
+	// they are the input's.
+	doc []byte
+	// rewrites name the rules whose path matchers changed doc.
+	rewrites []string
+}
+
+// arguments are the arguments as the rules reached so far see them.
+func (st *state) arguments(in *Input) []byte {
+	if st.doc != nil {
+		return st.doc
+	}
+	return in.Arguments
+}
+
+// decided returns d with the arguments the path matchers cleaned, if they changed any.
+func (st *state) decided(d Decision) Decision {
+	if st.doc != nil {
+		d.Arguments, d.Rewrites = st.doc, st.rewrites
+	}
+	return d
+}
+
+// cleanPaths replaces, in the arguments, each string value a path matcher of c reads by its
+// cleaned form (a value that is missing, ambiguous or not a string is left for the matcher to
+// refuse), and notes c as a rule that rewrote them.
+func (st *state) cleanPaths(c *rule, in *Input) {
+	doc := st.arguments(in)
+	if !st.validArgs(doc) {
+		return
+	}
+	changed := false
+	for i := range c.args {
+		a := &c.args[i]
+		if !a.path {
+			continue
+		}
+		start, end, f := a.ptr.span(doc, a.fold)
+		if f != present || doc[start] != '"' {
+			continue
+		}
+		inside := doc[start+1 : end-1]
+		if plain(inside) && isCleanPath(inside) {
+			continue
+		}
+		s, ok := decodeString(inside)
+		if !ok {
+			continue
+		}
+		cleaned := cleanPath(s, a.root)
+		if cleaned == s {
+			continue
+		}
+		next := make([]byte, 0, len(doc)-(end-start)+len(cleaned)+2)
+		next = append(next, doc[:start]...)
+		next = protocol.AppendString(next, cleaned)
+		doc, changed = append(next, doc[end:]...), true
+	}
+	if changed {
+		st.doc = doc
+		st.rewrites = append(st.rewrites, c.decision.Rule)
+	}
+}
+
+// cleanPath returns p as the path it names: joined to root when relative, then cleaned as
+// path.Clean does (repeated slashes, `.` and `..` resolved; `..` at the root stays there).
+func cleanPath(p, root string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = root + "/" + p
+	}
+	return path.Clean(p)
+}
+
+// isCleanPath reports whether p is an absolute path that cleanPath leaves as it is: no empty,
+// `.` or `..` element, and no slash at the end (but for the root itself).
+func isCleanPath(p []byte) bool {
+	if len(p) == 0 || p[0] != '/' {
+		return false
+	}
+	if len(p) == 1 {
+		return true
+	}
+	if p[len(p)-1] == '/' {
+		return false
+	}
+	for i := 0; i < len(p); {
+		// p[i] is a slash; the element runs to the next one.
+		j := i + 1
+		for j < len(p) && p[j] != '/' {
+			j++
+		}
+		switch e := p[i+1 : j]; {
+		case len(e) == 0, len(e) == 1 && e[0] == '.', len(e) == 2 && e[0] == '.' && e[1] == '.':
+			return false
+		}
+		i = j
+	}
+	return true
 }
 
 func (st *state) trusted(upstream string) bool {
@@ -398,12 +538,7 @@ const (
 	fUpstreams
 	fKind // tools, prompts, resources are set, but not for the input's kind
 	fName
-	fAnonymous
-	fSubjects
-	fAPIKeys
-	fGroups
-	fRoles
-	fScopes
+	fPrincipal
 	fAnnotations
 	fArguments
 )
@@ -413,6 +548,8 @@ type failure struct {
 	field field
 	// arg is the index of the failing argument matcher (fArguments).
 	arg int
+	// who is the failing principal matcher (fPrincipal).
+	who principal.Field
 	// why is a detail of the failure: argument and annotation failures.
 	why why
 }
@@ -431,6 +568,8 @@ const (
 	wNotEqual
 	wNotString
 	wNoMatch
+	// wAmbiguous: a fold_case matcher found its member twice, in names that differ in case.
+	wAmbiguous
 )
 
 func (f failure) ok() bool { return f.field == matched }
@@ -457,9 +596,9 @@ func (c *rule) check(in *Input, st *state) failure {
 			return failure{field: fName}
 		}
 	}
-	if c.principal {
-		if f := c.checkPrincipal(&in.Principal); !f.ok() {
-			return f
+	if c.who != nil {
+		if f := c.who.Check(&in.Principal); f != principal.None {
+			return failure{field: fPrincipal, who: f}
 		}
 	}
 	if c.readOnly != unset || c.destructive != unset || c.openWorld != unset {
@@ -467,47 +606,16 @@ func (c *rule) check(in *Input, st *state) failure {
 			return failure{field: fAnnotations, why: w}
 		}
 	}
+	if c.paths {
+		st.cleanPaths(c, in)
+	}
+	args := st.arguments(in)
 	for i := range c.args {
-		if w := c.args[i].check(in.Arguments, st); w != 0 {
+		if w := c.args[i].check(args, st); w != 0 {
 			return failure{field: fArguments, arg: i, why: w}
 		}
 	}
 	return failure{}
-}
-
-// checkPrincipal matches p against the rule's principal matchers. Subjects are globs over
-// the subject of a principal that has one: never the anonymous principal, but an API key's
-// (its name), as for any other; api_keys match API keys only. Groups, roles and scopes are
-// literal: the principal must hold one of those listed.
-func (c *rule) checkPrincipal(p *session.Principal) failure {
-	anonymous := p.Anonymous()
-	switch {
-	case c.anonymous == isTrue && !anonymous, c.anonymous == isFalse && anonymous:
-		return failure{field: fAnonymous}
-	case c.subjects != nil && (anonymous || !c.subjects.Match(p.Subject)):
-		return failure{field: fSubjects}
-	case c.apiKeys != nil && (p.Issuer != session.APIKeyIssuer || !c.apiKeys.Match(p.Subject)):
-		return failure{field: fAPIKeys}
-	case c.groups != nil && !holdsAny(p.Groups, c.groups):
-		return failure{field: fGroups}
-	case c.roles != nil && !holdsAny(p.Roles, c.roles):
-		return failure{field: fRoles}
-	case c.scopes != nil && !holdsAny(p.Scopes, c.scopes):
-		return failure{field: fScopes}
-	}
-	return failure{}
-}
-
-// holdsAny reports whether held and listed have a value in common.
-func holdsAny(held, listed []string) bool {
-	for _, h := range held {
-		for _, l := range listed {
-			if h == l {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // hints returns the tool's hints, each declared or the MCP default (readOnlyHint false,
@@ -550,17 +658,25 @@ func (c *rule) checkAnnotations(in *Input, st *state) why {
 	return 0
 }
 
-// check matches the arguments; 0 when they match.
-func (a *argMatcher) check(args json.RawMessage, st *state) why {
+// check matches the arguments; 0 when they match. A path matcher's value has been cleaned
+// (state.cleanPaths) before.
+func (a *argMatcher) check(args []byte, st *state) why {
 	if !st.validArgs(args) {
 		if len(args) == 0 {
 			return wMissing
 		}
 		return wInvalidArgs
 	}
-	v, ok := a.ptr.resolve(args)
-	if !ok {
+	start, end, f := a.ptr.span(args, a.fold)
+	switch f {
+	case missing:
 		return wMissing
+	case ambiguous:
+		return wAmbiguous
+	}
+	v := args[start:end]
+	if a.path && v[0] != '"' {
+		return wNotString
 	}
 	if a.re != nil {
 		if v[0] != '"' {

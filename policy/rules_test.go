@@ -63,51 +63,51 @@ func TestMatchers(t *testing.T) {
 			{"tool", tool(alice, "fs", "read"), true},
 			{"anonymous gateway", Input{Kind: pipeline.Gateway}, true},
 		}},
-		{"subjects", config.Match{Subjects: []string{"ali*", "carol"}}, []check{
+		{"subjects", config.Match{Principal: config.PrincipalMatch{Subjects: []string{"ali*", "carol"}}}, []check{
 			{"glob", tool(alice, "fs", "x"), true},
 			{"other", tool(bob, "fs", "x"), false},
 			{"anonymous has no subject", tool(anon, "fs", "x"), false},
 			{"API key's subject is its name", tool(session.Principal{Issuer: session.APIKeyIssuer, Subject: "carol"}, "fs", "x"), true},
 		}},
-		{"subjects star", config.Match{Subjects: []string{"*"}}, []check{
+		{"subjects star", config.Match{Principal: config.PrincipalMatch{Subjects: []string{"*"}}}, []check{
 			{"signed in", tool(bob, "fs", "x"), true},
 			{"anonymous", tool(anon, "fs", "x"), false},
 		}},
-		{"groups", config.Match{Groups: []string{"ops", "sec"}}, []check{
+		{"groups", config.Match{Principal: config.PrincipalMatch{Groups: []string{"ops", "sec"}}}, []check{
 			{"holds one", tool(alice, "fs", "x"), true},
 			{"holds none", tool(bob, "fs", "x"), false},
 			{"anonymous", tool(anon, "fs", "x"), false},
 		}},
-		{"groups are not globs", config.Match{Groups: []string{"o*"}}, []check{
+		{"groups are not globs", config.Match{Principal: config.PrincipalMatch{Groups: []string{"o*"}}}, []check{
 			{"literal", tool(alice, "fs", "x"), false},
 		}},
-		{"roles", config.Match{Roles: []string{"admin"}}, []check{
+		{"roles", config.Match{Principal: config.PrincipalMatch{Roles: []string{"admin"}}}, []check{
 			{"holds", tool(alice, "fs", "x"), true},
 			{"not", tool(bob, "fs", "x"), false},
 		}},
-		{"scopes", config.Match{Scopes: []string{"tools:call"}}, []check{
+		{"scopes", config.Match{Principal: config.PrincipalMatch{Scopes: []string{"tools:call"}}}, []check{
 			{"holds", tool(alice, "fs", "x"), true},
 			{"not", tool(bob, "fs", "x"), false},
 		}},
-		{"empty list matches nothing", config.Match{Groups: []string{}}, []check{
+		{"empty list matches nothing", config.Match{Principal: config.PrincipalMatch{Groups: []string{}}}, []check{
 			{"alice", tool(alice, "fs", "x"), false},
 		}},
-		{"api keys", config.Match{APIKeys: []string{"ci-*"}}, []check{
+		{"api keys", config.Match{Principal: config.PrincipalMatch{APIKeys: []string{"ci-*"}}}, []check{
 			{"key", tool(ciKey, "fs", "x"), true},
 			{"other key", tool(session.Principal{Issuer: session.APIKeyIssuer, Subject: "backup"}, "fs", "x"), false},
 			{"token with the same subject", tool(session.Principal{Issuer: "https://idp", Subject: "ci-deploy"}, "fs", "x"), false},
 			{"anonymous", tool(anon, "fs", "x"), false},
 		}},
-		{"all principal fields must match", config.Match{Subjects: []string{"alice", "bob"}, Groups: []string{"ops"}}, []check{
+		{"all principal fields must match", config.Match{Principal: config.PrincipalMatch{Subjects: []string{"alice", "bob"}, Groups: []string{"ops"}}}, []check{
 			{"both", tool(alice, "fs", "x"), true},
 			{"subject only", tool(bob, "fs", "x"), false},
 		}},
-		{"anonymous true", config.Match{Anonymous: ptr(true)}, []check{
+		{"anonymous true", config.Match{Principal: config.PrincipalMatch{Anonymous: ptr(true)}}, []check{
 			{"anonymous", tool(anon, "fs", "x"), true},
 			{"alice", tool(alice, "fs", "x"), false},
 			{"key", tool(ciKey, "fs", "x"), false},
 		}},
-		{"anonymous false", config.Match{Anonymous: ptr(false)}, []check{
+		{"anonymous false", config.Match{Principal: config.PrincipalMatch{Anonymous: ptr(false)}}, []check{
 			{"anonymous", tool(anon, "fs", "x"), false},
 			{"alice", tool(alice, "fs", "x"), true},
 			{"key", tool(ciKey, "fs", "x"), true},
@@ -211,7 +211,7 @@ func TestMatchers(t *testing.T) {
 func TestDecide(t *testing.T) {
 	rules := []config.Rule{
 		{Name: "hide admin tools", Effect: config.EffectHide, Match: config.Match{Tools: []string{"admin_*"}}},
-		{Name: "ops write", Effect: config.EffectAllow, Reason: "ops may", Match: config.Match{Groups: []string{"ops"}, Tools: []string{"write_*"}}},
+		{Name: "ops write", Effect: config.EffectAllow, Reason: "ops may", Match: config.Match{Principal: config.PrincipalMatch{Groups: []string{"ops"}}, Tools: []string{"write_*"}}},
 		{Name: "no writes", Effect: config.EffectDeny, Reason: "writes are off", Match: config.Match{Tools: []string{"write_*"}}},
 		{Effect: config.EffectApprove, Match: config.Match{Tools: []string{"deploy"}}},
 		{Name: "no writes again", Effect: config.EffectDeny, Match: config.Match{Tools: []string{"write_*"}}},
@@ -285,7 +285,7 @@ func TestCompileErrors(t *testing.T) {
 		{"default", config.Policy{Default: "maybe"}},
 		{"effect", config.Policy{Rules: []config.Rule{{Effect: "block"}}}},
 		{"glob", config.Policy{Rules: []config.Rule{{Effect: "deny", Match: config.Match{Tools: []string{"a["}}}}}},
-		{"empty glob", config.Policy{Rules: []config.Rule{{Effect: "deny", Match: config.Match{Subjects: []string{""}}}}}},
+		{"empty glob", config.Policy{Rules: []config.Rule{{Effect: "deny", Match: config.Match{Principal: config.PrincipalMatch{Subjects: []string{""}}}}}}},
 		{"regexp", config.Policy{Rules: []config.Rule{{Effect: "deny", Match: config.Match{Arguments: []config.ArgumentMatch{{Pointer: "/a", Matches: "("}}}}}}},
 		{"pointer", config.Policy{Rules: []config.Rule{{Effect: "deny", Match: config.Match{Arguments: []config.ArgumentMatch{{Pointer: "a", Equals: ptr("x")}}}}}}},
 		{"neither", config.Policy{Rules: []config.Rule{{Effect: "deny", Match: config.Match{Arguments: []config.ArgumentMatch{{Pointer: "/a"}}}}}}},
@@ -331,7 +331,7 @@ func TestVisible(t *testing.T) {
 	p := config.Policy{Rules: []config.Rule{
 		{Name: "args allow", Effect: config.EffectAllow, Match: config.Match{Tools: []string{"maybe"}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
 		{Name: "args hide", Effect: config.EffectHide, Match: config.Match{Tools: []string{"run"}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
-		{Name: "ops see secrets", Effect: config.EffectAllow, Match: config.Match{Groups: []string{"ops"}, Tools: []string{"secret_*"}}},
+		{Name: "ops see secrets", Effect: config.EffectAllow, Match: config.Match{Principal: config.PrincipalMatch{Groups: []string{"ops"}}, Tools: []string{"secret_*"}}},
 		{Name: "hide secrets", Effect: config.EffectHide, Match: config.Match{Tools: []string{"secret_*"}}},
 		{Name: "deny delete", Effect: config.EffectDeny, Match: config.Match{Tools: []string{"delete"}}},
 		{Name: "approve deploy", Effect: config.EffectApprove, Match: config.Match{Tools: []string{"deploy"}}},
@@ -392,11 +392,11 @@ func TestViewKey(t *testing.T) {
 	admins := session.Principal{Issuer: "https://idp", Subject: "root", Groups: []string{"admins"}}
 	carol := session.Principal{Issuer: "https://idp", Subject: "carol", Groups: []string{"ops"}}
 	p := config.Policy{Rules: []config.Rule{
-		{Name: "ops see secrets", Effect: config.EffectAllow, Match: config.Match{Groups: []string{"ops"}, Tools: []string{"secret_*"}}},
+		{Name: "ops see secrets", Effect: config.EffectAllow, Match: config.Match{Principal: config.PrincipalMatch{Groups: []string{"ops"}}, Tools: []string{"secret_*"}}},
 		{Name: "hide secrets", Effect: config.EffectHide, Match: config.Match{Tools: []string{"secret_*"}}},
-		{Name: "hide admin from non-admins", Effect: config.EffectHide, Match: config.Match{Anonymous: ptr(true), Tools: []string{"admin_*"}}},
-		{Name: "deny bob", Effect: config.EffectDeny, Match: config.Match{Subjects: []string{"bob"}}},
-		{Name: "by argument", Effect: config.EffectHide, Match: config.Match{Subjects: []string{"alice"}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
+		{Name: "hide admin from non-admins", Effect: config.EffectHide, Match: config.Match{Principal: config.PrincipalMatch{Anonymous: ptr(true)}, Tools: []string{"admin_*"}}},
+		{Name: "deny bob", Effect: config.EffectDeny, Match: config.Match{Principal: config.PrincipalMatch{Subjects: []string{"bob"}}}},
+		{Name: "by argument", Effect: config.EffectHide, Match: config.Match{Principal: config.PrincipalMatch{Subjects: []string{"alice"}}, Arguments: []config.ArgumentMatch{{Pointer: "/x", Equals: ptr("1")}}}},
 	}}
 	r := compile(t, p)
 	tests := []struct {
@@ -421,7 +421,7 @@ func TestViewKey(t *testing.T) {
 
 	t.Run("allow before a hide default splits", func(t *testing.T) {
 		r := compile(t, config.Policy{Default: config.EffectHide, Rules: []config.Rule{
-			{Effect: config.EffectAllow, Match: config.Match{Groups: []string{"ops"}}},
+			{Effect: config.EffectAllow, Match: config.Match{Principal: config.PrincipalMatch{Groups: []string{"ops"}}}},
 		}})
 		if r.ViewKey(alice) == r.ViewKey(bob) {
 			t.Error("equal keys")
@@ -444,12 +444,12 @@ func TestViewKeyDecidesVisibility(t *testing.T) {
 		{Issuer: "https://idp", Subject: "carol", Groups: []string{"ops"}},
 		{Issuer: "https://idp", Subject: "dave", Roles: []string{"admin"}}}
 	matches := []config.Match{
-		{Groups: []string{"ops"}},
-		{Roles: []string{"admin"}, Tools: []string{"a*"}},
-		{Anonymous: ptr(false), Tools: []string{"b"}},
-		{APIKeys: []string{"ci-*"}},
+		{Principal: config.PrincipalMatch{Groups: []string{"ops"}}},
+		{Principal: config.PrincipalMatch{Roles: []string{"admin"}}, Tools: []string{"a*"}},
+		{Principal: config.PrincipalMatch{Anonymous: ptr(false)}, Tools: []string{"b"}},
+		{Principal: config.PrincipalMatch{APIKeys: []string{"ci-*"}}},
 		{Tools: []string{"a"}},
-		{Subjects: []string{"bob"}, Tools: []string{"b"}},
+		{Principal: config.PrincipalMatch{Subjects: []string{"bob"}}, Tools: []string{"b"}},
 	}
 	effects := []string{config.EffectAllow, config.EffectHide, config.EffectDeny}
 	items := []string{"a", "ab", "b", "c"}
@@ -486,9 +486,9 @@ func benchRules(tb testing.TB) *Rules {
 	var rules []config.Rule
 	for i := range 6 {
 		rules = append(rules,
-			config.Rule{Effect: config.EffectHide, Match: config.Match{Upstreams: []string{fmt.Sprintf("internal-%d", i)}, Groups: []string{"contractors"}}},
+			config.Rule{Effect: config.EffectHide, Match: config.Match{Principal: config.PrincipalMatch{Groups: []string{"contractors"}}, Upstreams: []string{fmt.Sprintf("internal-%d", i)}}},
 			config.Rule{Effect: config.EffectDeny, Match: config.Match{Upstreams: []string{fmt.Sprintf("db-%d*", i)}, Tools: []string{"drop_*", "truncate"}}},
-			config.Rule{Effect: config.EffectAllow, Match: config.Match{Subjects: []string{fmt.Sprintf("svc-%d-*", i)}, Roles: []string{"admin"}}},
+			config.Rule{Effect: config.EffectAllow, Match: config.Match{Principal: config.PrincipalMatch{Subjects: []string{fmt.Sprintf("svc-%d-*", i)}, Roles: []string{"admin"}}}},
 		)
 	}
 	rules = append(rules,

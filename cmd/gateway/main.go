@@ -186,6 +186,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	var errs, warnings []string
 	if cfg != nil {
 		errs, warnings = checkCommands(cfg, exec.LookPath)
+		warnings = append(warnings, config.PolicyWarnings(cfg)...)
 		errs = append(errs, checkPlugins(cfg)...)
 	}
 	for _, w := range warnings {
@@ -360,6 +361,9 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		logger.Info("authentication off: clients are anonymous, and the gateway serves this machine only (configure auth to serve beyond loopback)")
 	default:
 		logger.Warn("authentication off beyond loopback (auth.allow_unauthenticated): anyone who can reach the gateway may use its upstreams; protect it with a network policy or a proxy in front", "listen", cfg.Listen)
+	}
+	if cfg.Audit.Arguments && cfg.Audit.SkipRedactDefaults {
+		logger.Warn("the audit trail keeps arguments named like secrets (audit.redact_defaults: false): passwords, tokens and keys that clients pass reach its records")
 	}
 	for _, u := range cfg.EnabledUpstreams() {
 		if u.InheritAllEnv {

@@ -846,7 +846,9 @@ func TestAPIKeyCommand(t *testing.T) {
 // TestExplainCommand: gateway explain names the deciding rule and why the rules before it did
 // not match, for a principal and a call given on the command line.
 func TestExplainCommand(t *testing.T) {
-	cfg := writeConfig(t, `upstreams:
+	cfg := writeConfig(t, fmt.Sprintf(`auth:
+  api_keys: [{name: ci, hash: %q, groups: [eng]}]
+upstreams:
   - {name: docs, command: x, trust_annotations: true}
 policy:
   default: deny
@@ -857,9 +859,9 @@ policy:
     - name: read-only
       effect: allow
       match: {annotations: {readOnlyHint: true}}
-`)
+`, auth.HashAPIKey("mfk_ci")))
 	var out, errOut bytes.Buffer
-	code := run([]string{"explain", "-config", cfg, "-api-key", "ci", "-groups", "eng", "-upstream", "docs", "-tool", "search", "-annotations", `{"readOnlyHint":true}`}, &out, &errOut)
+	code := run([]string{"explain", "-config", cfg, "-api-key", "ci", "-upstream", "docs", "-tool", "search", "-annotations", `{"readOnlyHint":true}`}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("explain: exit %d, %s", code, errOut.String())
 	}

@@ -1,6 +1,7 @@
 // Package limit enforces the rate limits of the policy chain (config key policy.rate_limits).
 // A limit counts requests per principal, per principal and upstream, per principal and tool,
-// or per upstream, optionally only for some upstreams and tools; it counts them in this
+// or per upstream, optionally only for some upstreams, tools and principals (the principal
+// matchers of the policy's rules, package principal); it counts them in this
 // process (a token bucket of golang.org/x/time/rate per key) or, when shared, in Redis for
 // all replicas together (GCRA, one Lua script per check, github.com/go-redis/redis_rate).
 //

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -411,4 +412,50 @@ func BenchmarkAllowLocalParallel(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestLimitTargetsPrincipals: a limit with principal matchers counts only the principals
+// they match, with the rules' meaning: groups held, API key names, anonymous; the others pass
+// it as if it were not there, and a limit without them counts everyone.
+func TestLimitTargetsPrincipals(t *testing.T) {
+	contractor := session.Principal{Issuer: "https://idp.example", Subject: "carol", Groups: []string{"contractors"}}
+	ciKey := session.Principal{Issuer: session.APIKeyIssuer, Subject: "ci-deploy"}
+	anonymous := session.Principal{}
+	yes := true
+	l, _ := newLocal(t,
+		config.RateLimit{Key: config.LimitPrincipal, Rate: onePerHour, Burst: 1, Per: time.Hour, Line: 3, Principal: config.PrincipalMatch{Groups: []string{"contractors"}}},
+		config.RateLimit{Key: config.LimitPrincipal, Rate: onePerHour, Burst: 2, Per: time.Hour, Line: 4, Principal: config.PrincipalMatch{APIKeys: []string{"ci-*"}}},
+		config.RateLimit{Key: config.LimitUpstream, Rate: onePerHour, Burst: 3, Per: time.Hour, Line: 5, Principal: config.PrincipalMatch{Anonymous: &yes}},
+	)
+	ctx := context.Background()
+	served := func(p session.Principal) int {
+		n := 0
+		for range 5 {
+			if l.Allow(ctx, limit.Request{Principal: p, Upstream: "github", Tool: "search"}).Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tt := range []struct {
+		name string
+		who  session.Principal
+		want int
+	}{
+		{"a contractor, by group", contractor, 1},
+		{"an API key, by name", ciKey, 2},
+		{"anonymous", anonymous, 3},
+		{"anyone else", alice, 5},
+	} {
+		if got := served(tt.who); got != tt.want {
+			t.Errorf("%s: %d of 5 served, want %d", tt.name, got, tt.want)
+		}
+	}
+	v := l.Allow(ctx, limit.Request{Principal: contractor, Upstream: "github"})
+	if v.Allowed || v.Limit != "principal 1/h burst 1 (config line 3)" {
+		t.Errorf("the contractor's next request: %+v, want refused by the group's limit", v)
+	}
+	if _, err := limit.New(limit.Options{Limits: []config.RateLimit{{Key: config.LimitPrincipal, Rate: 1, Burst: 1, Line: 8, Principal: config.PrincipalMatch{Subjects: []string{"a[b"}}}}}); err == nil || !strings.Contains(err.Error(), "principal: subjects") {
+		t.Errorf("a principal glob that does not compile: %v, want an error naming it", err)
+	}
 }

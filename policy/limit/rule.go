@@ -12,6 +12,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/glob"
+	"github.com/manifold-mcp/manifold/policy/principal"
 )
 
 // class is what a limit counts separately (config.RateLimit.Key).
@@ -30,7 +31,9 @@ type rule struct {
 	// upstreams and tools restrict the rule; nil: no restriction. A rule with tools applies
 	// to tool calls only.
 	upstreams, tools glob.Set
-	shared           bool
+	// who restricts the rule to some principals; nil: all.
+	who    *principal.Matcher
+	shared bool
 	// name describes the rule in verdicts: "principal_tool 5/s burst 10 (config line 12)".
 	name string
 
@@ -74,6 +77,9 @@ func compile(index int, c config.RateLimit, prefix string) (rule, error) {
 	if r.tools, err = glob.CompileSet(c.Tools); err != nil {
 		problems = append(problems, fmt.Errorf("tools: %w", err))
 	}
+	if r.who, err = principal.Compile(&c.Principal); err != nil {
+		problems = append(problems, fmt.Errorf("principal: %w", err))
+	}
 	if len(problems) > 0 {
 		return rule{}, errors.Join(problems...)
 	}
@@ -96,7 +102,7 @@ func (r *rule) applies(req *Request) bool {
 	if r.tools != nil && !r.tools.Match(req.Tool) {
 		return false
 	}
-	return true
+	return r.who.Match(&req.Principal)
 }
 
 // wait is how long a local limiter of r holding tokens takes to hold one.

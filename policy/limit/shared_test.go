@@ -295,3 +295,28 @@ func TestLocalRefusalAsksNoRedis(t *testing.T) {
 		t.Errorf("another principal (fail open): %+v", v)
 	}
 }
+
+// TestSharedLimitTargetsPrincipals: a shared limit with principal matchers counts, in Redis
+// and across replicas, the principals they match only.
+func TestSharedLimitTargetsPrincipals(t *testing.T) {
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	lim := config.RateLimit{Key: config.LimitPrincipal, Rate: 1.0 / 3600, Per: time.Hour, Burst: 2, Shared: true, Principal: config.PrincipalMatch{Subjects: []string{"bob"}}}
+	a, b := replica(t, addr, prefix, lim), replica(t, addr, prefix, lim)
+	ctx := context.Background()
+	served := func(p session.Principal) int {
+		n := 0
+		for i := range 6 {
+			if []*limit.Limiter{a, b}[i%2].Allow(ctx, limit.Request{Principal: p, Upstream: "github"}).Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := served(bob); n != 2 {
+		t.Errorf("bob, whom the limit names: %d of 6 served across two replicas, want the shared burst: 2", n)
+	}
+	if n := served(alice); n != 6 {
+		t.Errorf("alice: %d of 6 served, want all: the limit is bob's", n)
+	}
+}
