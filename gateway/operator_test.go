@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -380,16 +382,21 @@ func TestAdminRoleClaim(t *testing.T) {
 
 // TestRememberedApprovalHoldsOnEveryReplica: with replicas on Redis, an approval remembered
 // by one replica is honoured by the others, for the same principal, tool and arguments only.
+// (The principal is authenticated: an anonymous caller's approval is its session's only,
+// TestAnonymousApprovalIsBoundToItsSessionOnEveryReplica.)
 func TestRememberedApprovalHoldsOnEveryReplica(t *testing.T) {
-	extra := adminYAML("") + `policy:
+	extra := adminYAML("") + fmt.Sprintf(`auth:
+  api_keys:
+    - {name: alice, hash: %q}
+policy:
   approval: {timeout: 20s, remember: 10m}
   rules:
     - {name: echo-needs-approval, effect: approve, match: {tools: [echo]}}
-`
+`, auth.HashAPIKey("mfk_alice"))
 	a, b := twoReplicasWith(t, extra, upstreamYAML("a", "beta", ""))
 	adminA := startAdmin(t, a)
 	ctx := ctxT(t)
-	onA, onB := connect(t, a.url, nil), connect(t, b.url, nil)
+	onA, onB := connectAs(t, a.url, "mfk_alice", nil), connectAs(t, b.url, "mfk_alice", nil)
 
 	done := callAsync(ctx, onA, "a__echo", map[string]any{"text": "deploy"})
 	held := adminA.waitHeld(1)[0]
@@ -411,5 +418,73 @@ func TestRememberedApprovalHoldsOnEveryReplica(t *testing.T) {
 	}
 	if res := <-done; !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
 		t.Errorf("a call with other arguments: %v %q, want it held and denied", res.IsError, resultText(res))
+	}
+}
+
+// switchable sends every HTTP request to the replica it points at now: one client session
+// moved from one replica to another.
+type switchable struct{ target atomic.Pointer[url.URL] }
+
+func newSwitchable(t *testing.T, to string) *switchable {
+	s := &switchable{}
+	s.to(t, to)
+	return s
+}
+
+func (s *switchable) to(t *testing.T, u string) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.target.Store(parsed)
+}
+
+func (s *switchable) RoundTrip(req *http.Request) (*http.Response, error) {
+	target := s.target.Load()
+	out := req.Clone(req.Context())
+	out.URL.Scheme, out.URL.Host, out.Host = target.Scheme, target.Host, target.Host
+	return http.DefaultTransport.RoundTrip(out)
+}
+
+// TestAnonymousApprovalIsBoundToItsSessionOnEveryReplica: remembered approvals kept in Redis
+// bind an anonymous caller's approval to its session too: the session's identical call runs
+// on another replica unasked, another anonymous session's is held.
+func TestAnonymousApprovalIsBoundToItsSessionOnEveryReplica(t *testing.T) {
+	extra := adminYAML("") + `policy:
+  approval: {timeout: 20s, remember: 10m}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {tools: [echo]}}
+`
+	a, b := twoReplicasWith(t, extra, upstreamYAML("a", "beta", ""))
+	adminA := startAdmin(t, a)
+	ctx := ctxT(t)
+	route := newSwitchable(t, a.url)
+	client := mcp.NewClient(&mcp.Implementation{Name: "moving", Version: "1"}, nil)
+	mine, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: route}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	args := map[string]any{"text": "deploy"}
+	done := callAsync(ctx, mine, "a__echo", args)
+	held := adminA.waitHeld(1)[0]
+	if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Fatalf("approve: %d", code)
+	}
+	if res := <-done; res.IsError {
+		t.Fatalf("the approved call: %q", resultText(res))
+	}
+	route.to(t, b.url)
+	if res := callTool(t, mine, "a__echo", args); res.IsError || resultText(res) != "beta:deploy" {
+		t.Errorf("the same call of the same session on the other replica: %v %q", res.IsError, resultText(res))
+	}
+	other := connect(t, b.url, nil)
+	done = callAsync(ctx, other, "a__echo", args)
+	held = adminA.waitHeld(1)[0]
+	if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil); code != http.StatusOK {
+		t.Fatalf("deny: %d", code)
+	}
+	if res := <-done; !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+		t.Errorf("another anonymous session's identical call: %v %q, want it held and denied", res.IsError, resultText(res))
 	}
 }
