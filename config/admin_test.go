@@ -18,7 +18,7 @@ admin:
   allowed_origins: ["https://ops.example.com"]
   webhook: https://hooks.example.com/manifold
 policy:
-  approval: {by: operator, remember_any_arguments: true}
+  approval: {by: operator, remember_any_arguments: true, allow_self_approval: true}
 upstreams:
   - {name: a, command: x, pinning: withhold}
   - {name: b, command: x}
@@ -31,7 +31,7 @@ upstreams:
 	if diff := cmp.Diff(want, c.Admin); diff != "" {
 		t.Errorf("admin (-want +got):\n%s", diff)
 	}
-	if c.StateDir != "/var/lib/manifold" || c.Policy.Approval.By != "operator" || !c.Policy.Approval.RememberAnyArguments {
+	if c.StateDir != "/var/lib/manifold" || c.Policy.Approval.By != "operator" || !c.Policy.Approval.RememberAnyArguments || !c.Policy.Approval.AllowSelfApproval {
 		t.Errorf("state_dir %q, approval %+v", c.StateDir, c.Policy.Approval)
 	}
 	if c.Upstreams[0].Pinning != "withhold" || c.Upstreams[1].Pinning != "off" {
