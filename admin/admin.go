@@ -122,7 +122,10 @@ type Pin struct {
 	Hash       string          `json:"hash"`
 	Definition json.RawMessage `json:"definition"`
 	Pinned     time.Time       `json:"pinned"`
-	Change     *Change         `json:"change,omitempty"`
+	// Missing is since when the upstream no longer lists the tool; zero while it does. The
+	// pin is forgotten some time after (pins.forget_after).
+	Missing time.Time `json:"missing,omitzero"`
+	Change  *Change   `json:"change,omitempty"`
 	// Withheld: clients do not see the tool until the change is accepted.
 	Withheld bool `json:"withheld"`
 }

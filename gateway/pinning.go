@@ -28,6 +28,11 @@ type pinning struct {
 	modes  map[string]string // upstream → config.PinningWithhold or config.PinningLog
 	logger *slog.Logger
 	now    func() time.Time
+	// scheme is how definitions are hashed: the current version, and the _meta keys of
+	// pins.meta.
+	scheme pin.Scheme
+	// forgetAfter is how long the pin of a tool no longer listed is kept (pins.forget_after).
+	forgetAfter time.Duration
 
 	mu sync.Mutex
 	// pins are the store's pins as last read or written here. Guarded by mu.
@@ -51,7 +56,8 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 	if len(modes) == 0 {
 		return nil, nil
 	}
-	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]string{}}
+	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]string{},
+		scheme: pin.NewScheme(cfg.Pins.Meta), forgetAfter: cfg.Pins.KeepMissing()}
 	if rs, ok := store.(*session.RedisStore); ok {
 		p.store = pin.NewRedisStore(rs.Client(), rs.KeyPrefix())
 	} else {
@@ -84,7 +90,7 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 		}
 		for _, it := range u.Catalog().List(upstream.Tools) {
 			k := pinKey{u.ns.Name, it.Key}
-			h, err := pin.Hash(it.Raw)
+			h, err := p.scheme.Hash(it.Raw)
 			if err != nil {
 				continue // the catalog leaves out what it cannot read either
 			}
@@ -92,11 +98,11 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			p.mu.Lock()
 			known, seen := p.pins[k]
 			p.mu.Unlock()
-			if seen && (known.Hash == h && known.Change == nil || known.Change != nil && known.Change.Hash == h) {
+			if seen && known.Missing.IsZero() && known.Scheme.Equal(p.scheme) &&
+				(known.Hash == h && known.Change == nil || known.Change != nil && known.Change.Hash == h) {
 				continue
 			}
-			def, _ := pin.Definition(it.Raw)
-			pinned, changed, err := p.store.Observe(ctx, k.upstream, k.tool, h, def, p.now())
+			pinned, changed, err := p.store.Observe(ctx, k.upstream, k.tool, it.Raw, p.scheme, p.now())
 			if err != nil {
 				p.logger.Warn("recording a tool's definition failed; with pinning: withhold, the tool is withheld until it can be checked", "upstream", k.upstream, "tool", k.tool, "error", err.Error())
 				continue
@@ -104,9 +110,12 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			p.mu.Lock()
 			p.pins[k] = pinned
 			p.mu.Unlock()
+			if changed && seen && !known.Scheme.Equal(p.scheme) && pinned.Scheme.Equal(p.scheme) && known.Hash != pinned.Hash {
+				p.logger.Info("a pinned tool's definition was re-pinned with the current hash version: what it pinned did not change", "upstream", k.upstream, "tool", k.tool, "from", known.Scheme.String(), "to", p.scheme.String())
+			}
 			if changed && pinned.Differs(h) && pinned.Pending() {
 				fields := []string{}
-				for _, c := range pin.Diff(pinned.Definition, pinned.Change.Definition) {
+				for _, c := range pinned.Change.Scheme.Diff(pinned.Definition, pinned.Change.Definition) {
 					fields = append(fields, c.Field)
 				}
 				if mode == config.PinningWithhold {
@@ -120,6 +129,80 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 	p.mu.Lock()
 	p.listed = listed
 	p.mu.Unlock()
+	p.sweep(ctx, sources)
+}
+
+// sweep tells the store which tools each pinned upstream lists now, so that the pins of the
+// tools it no longer lists are removed after pins.forget_after; a tool listed again is no
+// longer missing. An upstream that is not ready lists nothing, and is left alone: a tool is
+// missing only from a list the upstream gave in full. It asks the store only when what was
+// last read of it says something is to do: a tool newly missing or back, or a grace over.
+func (p *pinning) sweep(ctx context.Context, sources []*upstreamEntry) {
+	now := p.now()
+	for _, u := range sources {
+		if _, ok := p.modes[u.ns.Name]; !ok {
+			continue
+		}
+		cat := u.Catalog()
+		if cat == nil {
+			continue // not ready: its tools are unknown, not gone
+		}
+		items := cat.List(upstream.Tools)
+		listed := make(map[string]bool, len(items))
+		names := make([]string, 0, len(items))
+		for _, it := range items {
+			listed[it.Key], names = true, append(names, it.Key)
+		}
+		if !p.sweepDue(u.ns.Name, listed, now) {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
+		removed, err := p.store.Sweep(sctx, u.ns.Name, names, now, p.forgetAfter)
+		if err == nil {
+			err = p.reload(sctx)
+		}
+		cancel()
+		for _, pn := range removed {
+			p.logger.Info("a pinned tool its upstream no longer lists was forgotten: if it comes back, it is pinned anew as it is then", "upstream", pn.Upstream, "tool", pn.Tool, "missing_since", pn.Missing.Format(time.RFC3339), "forget_after", p.forgetAfter.String())
+		}
+		if err != nil {
+			p.logger.Warn("recording which pinned tools an upstream no longer lists failed; it is tried again later", "upstream", u.ns.Name, "error", err.Error())
+		}
+	}
+}
+
+// sweepDue reports whether the pins of upstream, as last read, need a sweep given the tools
+// it lists now (listed): a pin of a tool not listed and not yet missing, or missing for the
+// whole grace, or a missing one listed again.
+func (p *pinning) sweepDue(upstreamName string, listed map[string]bool, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, pn := range p.pins {
+		if k.upstream != upstreamName {
+			continue
+		}
+		missing := !pn.Missing.IsZero()
+		switch {
+		case listed[k.tool] && missing,
+			!listed[k.tool] && !missing,
+			!listed[k.tool] && !now.Before(pn.Missing.Add(p.forgetAfter)):
+			return true
+		}
+	}
+	return false
+}
+
+// sweepPins sweeps the pins (pinning.sweep) now, between two catalog rebuilds: the gateway's
+// housekeeping, so that a grace ends on time without a catalog change.
+func (g *Gateway) sweepPins() {
+	if g.pinning == nil {
+		return
+	}
+	// A rebuild observes the catalog and sweeps; a sweep of its own between two must not
+	// forget a pin a rebuild under way is reading.
+	g.rebuildMu.Lock()
+	defer g.rebuildMu.Unlock()
+	g.pinning.sweep(g.ctx, g.upstreams)
 }
 
 // withheld reports whether a tool an upstream lists must not reach clients: its upstream
@@ -130,7 +213,7 @@ func (p *pinning) withheld(ns *catalog.Namespace, it upstream.Item) bool {
 	if p.modes[ns.Name] != config.PinningWithhold {
 		return false
 	}
-	h, err := pin.Hash(it.Raw)
+	h, err := p.scheme.Hash(it.Raw)
 	if err != nil {
 		return true
 	}
