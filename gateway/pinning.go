@@ -37,6 +37,9 @@ type pinning struct {
 	mu sync.Mutex
 	// pins are the store's pins as last read or written here. Guarded by mu.
 	pins map[pinKey]pin.Pin
+	// loaded is set once pins were read whole from the store (reload), so that the pins of
+	// tools no upstream lists any more are known too. Guarded by mu.
+	loaded bool
 	// listed holds the hash of each pinned upstream's tools as it lists them now. Guarded
 	// by mu.
 	listed map[pinKey]string
@@ -82,6 +85,15 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 	defer cancel()
+	p.mu.Lock()
+	loaded := p.loaded
+	p.mu.Unlock()
+	if !loaded {
+		// The first time: every pin, those of tools gone while the gateway was down too.
+		if err := p.reload(ctx); err != nil {
+			p.logger.Warn("reading the pins failed; each listed tool is looked up on its own, and pins of tools no longer listed wait for the next read", "error", err.Error())
+		}
+	}
 	listed := map[pinKey]string{}
 	for _, u := range sources {
 		mode, ok := p.modes[u.ns.Name]
@@ -244,7 +256,7 @@ func (p *pinning) reload(ctx context.Context) error {
 		pins[pinKey{pn.Upstream, pn.Tool}] = pn
 	}
 	p.mu.Lock()
-	p.pins = pins
+	p.pins, p.loaded = pins, true
 	p.mu.Unlock()
 	return nil
 }

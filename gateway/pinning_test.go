@@ -430,3 +430,51 @@ upstreams:
 		t.Errorf("pin of the tool back: %+v, want it pinned anew", p)
 	}
 }
+
+// TestPinsOfToolsGoneWhileDownAreForgotten: a tool its upstream stopped listing while the
+// gateway was down is found missing at the next start, from the pins kept in state_dir, and
+// its pin is forgotten after the grace like any other, with no one looking at the admin API.
+func TestPinsOfToolsGoneWhileDownAreForgotten(t *testing.T) {
+	up := newToolsServer(t, &mcp.Tool{Name: "keep", Description: "stays"}, &mcp.Tool{Name: "gone", Description: "goes away"})
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
+state_dir: %q
+pins:
+  forget_after: 24h
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, dir, up.url)
+	pinnedTools := func() []string {
+		data, err := os.ReadFile(dir + "/pins.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Pins []struct{ Tool string } `json:"pins"`
+		}
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range f.Pins {
+			names = append(names, p.Tool)
+		}
+		return names
+	}
+	first := startGateway(t, yaml, nil)
+	if got := pinnedTools(); !slices.Equal(got, []string{"gone", "keep"}) {
+		t.Fatalf("pins at first sight: %v", got)
+	}
+	first.close()
+
+	up.server.RemoveTools("gone")
+	clock := testclock.New(time.Now())
+	second := startGateway(t, yaml, &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond})
+	defer second.close()
+	clock.Advance(25 * time.Hour)
+	if !testwait.Within(10*time.Second, func() bool { return slices.Equal(pinnedTools(), []string{"keep"}) }) {
+		t.Errorf("pins a day after the start without the tool: %v, want the gone tool's forgotten", pinnedTools())
+	}
+}
