@@ -26,9 +26,21 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrUnauthorized: no admin credential, or one that is not valid (401).
 	ErrUnauthorized = errors.New("unauthorized")
-	// ErrForbidden: a valid credential of someone who is not an admin (403).
+	// ErrForbidden: a valid credential of someone who is not an admin, or an admin who may
+	// not take this decision, such as approving a call of their own (403).
 	ErrForbidden = errors.New("forbidden")
 )
+
+// Operator is who an admin request comes from.
+type Operator struct {
+	// Name names the operator in the audit trail and to other operators, like "apikey:ops"
+	// or "sam@https://idp.example.com".
+	Name string
+	// Principal identifies the operator as the gateway identifies its clients' principals
+	// (the issuer and subject of a token, or an API key's name), so that the operator's own
+	// calls can be told from others' (separation of duties); "" when unknown.
+	Principal string
+}
 
 // Decisions an operator posts.
 const (
@@ -110,7 +122,10 @@ type Pin struct {
 	Hash       string          `json:"hash"`
 	Definition json.RawMessage `json:"definition"`
 	Pinned     time.Time       `json:"pinned"`
-	Change     *Change         `json:"change,omitempty"`
+	// Missing is since when the upstream no longer lists the tool; zero while it does. The
+	// pin is forgotten some time after (pins.forget_after).
+	Missing time.Time `json:"missing,omitzero"`
+	Change  *Change   `json:"change,omitempty"`
 	// Withheld: clients do not see the tool until the change is accepted.
 	Withheld bool `json:"withheld"`
 }
@@ -139,8 +154,9 @@ type Backend interface {
 	Catalog(ctx context.Context) []Tool
 	Sessions(ctx context.Context) ([]Session, error)
 	Approvals(ctx context.Context) ([]Approval, error)
-	// Decide approves or denies a held call, as admin.
-	Decide(ctx context.Context, id, decision, admin string) (Approval, error)
+	// Decide approves or denies a held call, as the operator by. It refuses with
+	// ErrForbidden what by may not decide (an approval of a call of their own).
+	Decide(ctx context.Context, id, decision string, by Operator) (Approval, error)
 	Pins(ctx context.Context) ([]Pin, error)
 	// Resolve accepts or rejects the change of hash of a pinned tool, as admin.
 	Resolve(ctx context.Context, upstream, tool, hash, decision, admin string) (Pin, error)
@@ -149,7 +165,9 @@ type Backend interface {
 }
 
 // Authorizer tells who an admin request comes from, or why it is refused (ErrUnauthorized,
-// ErrForbidden, wrapped with what to do).
+// ErrForbidden, wrapped with what to do). With ErrForbidden, the Operator names who was
+// refused (a valid credential without an admin role), for the audit trail; with
+// ErrUnauthorized it is zero.
 type Authorizer interface {
-	Admin(r *http.Request) (string, error)
+	Admin(r *http.Request) (Operator, error)
 }

@@ -57,7 +57,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		s, err := b.Pins(r.Context())
 		return map[string]any{"pins": nonNil(s)}, err
 	}))
-	mux.Handle("POST /api/approvals/{id}", h.action("approval", func(r *http.Request, admin string, body decision) (string, any, error) {
+	mux.Handle("POST /api/approvals/{id}", h.action("approval", func(r *http.Request, admin Operator, body decision) (string, any, error) {
 		id := r.PathValue("id")
 		if body.Decision != Approve && body.Decision != Deny {
 			return id, nil, fmt.Errorf("%w: decision must be %q or %q", errBadRequest, Approve, Deny)
@@ -65,7 +65,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		a, err := b.Decide(r.Context(), id, body.Decision, admin)
 		return id, map[string]any{"approval": a}, err
 	}))
-	mux.Handle("POST /api/pins/{upstream}/{tool}", h.action("pin", func(r *http.Request, admin string, body decision) (string, any, error) {
+	mux.Handle("POST /api/pins/{upstream}/{tool}", h.action("pin", func(r *http.Request, admin Operator, body decision) (string, any, error) {
 		up, tool := r.PathValue("upstream"), r.PathValue("tool")
 		target := up + "/" + tool
 		if body.Decision != Accept && body.Decision != Reject {
@@ -74,7 +74,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		if body.Hash == "" {
 			return target, nil, fmt.Errorf("%w: hash must name the change decided on (the change's hash in GET /api/pins)", errBadRequest)
 		}
-		p, err := b.Resolve(r.Context(), up, tool, body.Hash, body.Decision, admin)
+		p, err := b.Resolve(r.Context(), up, tool, body.Hash, body.Decision, admin.Name)
 		return target, map[string]any{"pin": p}, err
 	}))
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -126,29 +126,32 @@ func (h *handler) originAllowed(r *http.Request, origin string) bool {
 	return h.opts.OriginAllowed != nil && h.opts.OriginAllowed(origin)
 }
 
-// authorize answers a request without an admin credential, and returns the admin's name.
-func (h *handler) authorize(w http.ResponseWriter, r *http.Request) (string, bool) {
+// authorize answers a request without an admin credential, and returns the admin, or who
+// was refused and the status they were answered with (403 for a valid credential without an
+// admin role, 401 else).
+func (h *handler) authorize(w http.ResponseWriter, r *http.Request) (Operator, int) {
 	admin, err := h.a.Admin(r)
 	switch {
 	case err == nil:
-		return admin, true
+		return admin, http.StatusOK
 	case errors.Is(err, ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
+		return admin, http.StatusForbidden
 	default:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="manifold-admin"`)
 		writeError(w, http.StatusUnauthorized, err.Error())
+		return Operator{}, http.StatusUnauthorized
 	}
-	return "", false
 }
 
 // api serves a read.
 func (h *handler) api(read func(r *http.Request, admin string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		admin, ok := h.authorize(w, r)
-		if !ok {
+		admin, status := h.authorize(w, r)
+		if status != http.StatusOK {
 			return
 		}
-		v, err := read(r, admin)
+		v, err := read(r, admin.Name)
 		if err != nil {
 			status := statusOf(err)
 			h.opts.Logger.Warn("an admin API read failed", "path", r.URL.Path, "error", err.Error())
@@ -160,11 +163,16 @@ func (h *handler) api(read func(r *http.Request, admin string) (any, error)) htt
 }
 
 // action serves a decision, and has it audited whatever its outcome.
-func (h *handler) action(kind string, act func(r *http.Request, admin string, body decision) (target string, v any, err error)) http.Handler {
+func (h *handler) action(kind string, act func(r *http.Request, admin Operator, body decision) (target string, v any, err error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		admin, ok := h.authorize(w, r)
-		if !ok {
-			h.b.Audit("", kind, r.URL.Path, "unauthorized", http.StatusUnauthorized)
+		admin, status := h.authorize(w, r)
+		switch status {
+		case http.StatusOK:
+		case http.StatusForbidden:
+			h.b.Audit(admin.Name, kind, r.URL.Path, "forbidden", status)
+			return
+		default:
+			h.b.Audit("", kind, r.URL.Path, "unauthorized", status)
 			return
 		}
 		var body decision
@@ -182,11 +190,11 @@ func (h *handler) action(kind string, act func(r *http.Request, admin string, bo
 		action := kind + "/" + body.Decision
 		if err != nil {
 			status := statusOf(err)
-			h.b.Audit(admin, action, target, "refused", status)
+			h.b.Audit(admin.Name, action, target, "refused", status)
 			writeError(w, status, err.Error())
 			return
 		}
-		h.b.Audit(admin, action, target, "ok", http.StatusOK)
+		h.b.Audit(admin.Name, action, target, "ok", http.StatusOK)
 		writeJSON(w, http.StatusOK, v)
 	})
 }
@@ -200,6 +208,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrConflict):
 		return http.StatusConflict
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}

@@ -35,16 +35,16 @@ type pageAuthorizer struct {
 	revoked bool
 }
 
-func (a *pageAuthorizer) Admin(r *http.Request) (string, error) {
+func (a *pageAuthorizer) Admin(r *http.Request) (admin.Operator, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer "+pageKey {
-		return "", fmt.Errorf("%w: the admin key is not valid", admin.ErrUnauthorized)
+		return admin.Operator{}, fmt.Errorf("%w: the admin key is not valid", admin.ErrUnauthorized)
 	}
 	if a.revoked {
-		return "", fmt.Errorf("%w: the admin key was revoked", admin.ErrUnauthorized)
+		return admin.Operator{}, fmt.Errorf("%w: the admin key was revoked", admin.ErrUnauthorized)
 	}
-	return pageAdmin, nil
+	return admin.Operator{Name: pageAdmin, Principal: "page\x00" + pageAdmin}, nil
 }
 
 func (a *pageAuthorizer) revoke() {
@@ -146,7 +146,8 @@ func (b *pageBackend) Approvals(context.Context) ([]admin.Approval, error) {
 	return slices.Clone(b.approvals), nil
 }
 
-func (b *pageBackend) Decide(_ context.Context, id, decision, adminName string) (admin.Approval, error) {
+func (b *pageBackend) Decide(_ context.Context, id, decision string, by admin.Operator) (admin.Approval, error) {
+	adminName := by.Name
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.decided = append(b.decided, decideCall{id, decision, adminName})

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -92,5 +93,56 @@ func (v *validator) admin(c *Config, w where) {
 	}
 	if a.Webhook != "" {
 		v.check(w, "admin.webhook", checkPublicURL(a.Webhook))
+	}
+}
+
+// Pins configures the pinning of tool definitions (key `pins`), for the upstreams whose
+// `pinning` is withhold or log.
+type Pins struct {
+	// Meta are keys of a tool's _meta that are pinned with the rest of its definition (key
+	// `meta`), such as a UI a client renders from it: a change to one is withheld (or
+	// logged) like a changed description. Other _meta keys may change freely. Empty: none.
+	Meta []string
+	// ForgetAfter is how long a pin is kept once its upstream lists its tools without it
+	// (key `forget_after`); then it is removed, and the tool, if it comes back, is pinned
+	// anew as at first sight. A tool that comes back sooner is checked against its pin. An
+	// upstream that is down lists nothing and removes nothing. If zero, defaults to 720h
+	// (30 days, DefaultPinsForgetAfter): see KeepMissing.
+	ForgetAfter time.Duration
+}
+
+// DefaultPinsForgetAfter is how long the pin of a tool no longer listed is kept, unless
+// pins.forget_after says otherwise.
+const DefaultPinsForgetAfter = 30 * 24 * time.Hour
+
+// KeepMissing returns how long the pin of a tool no longer listed is kept: ForgetAfter, or
+// DefaultPinsForgetAfter when it is zero.
+func (p *Pins) KeepMissing() time.Duration {
+	if p.ForgetAfter <= 0 {
+		return DefaultPinsForgetAfter
+	}
+	return p.ForgetAfter
+}
+
+// pinsSettings decodes the top-level `pins` mapping.
+func pinsSettings(p *Pins) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		return d.mapping(n, path, "a mapping with meta: and/or forget_after:", []field{
+			{key: "meta", decode: strList(&p.Meta)},
+			{key: "forget_after", decode: duration(&p.ForgetAfter)},
+		})
+	}
+}
+
+// pins checks the pin settings.
+func (v *validator) pins(c *Config, w where) {
+	p := &c.Pins
+	if w.ix.present("pins.forget_after") && p.ForgetAfter <= 0 {
+		v.check(w, "pins.forget_after", "must be greater than 0, like 720h: how long the pin of a tool its upstream no longer lists is kept")
+	}
+	for i, k := range p.Meta {
+		if strings.TrimSpace(k) == "" {
+			v.check(w, fmt.Sprintf("pins.meta[%d]", i), "is empty: name a key of the tools' _meta, like com.example/ui")
+		}
 	}
 }

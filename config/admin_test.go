@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -18,7 +19,7 @@ admin:
   allowed_origins: ["https://ops.example.com"]
   webhook: https://hooks.example.com/manifold
 policy:
-  approval: {by: operator, remember_any_arguments: true}
+  approval: {by: operator, remember_any_arguments: true, allow_self_approval: true}
 upstreams:
   - {name: a, command: x, pinning: withhold}
   - {name: b, command: x}
@@ -31,7 +32,7 @@ upstreams:
 	if diff := cmp.Diff(want, c.Admin); diff != "" {
 		t.Errorf("admin (-want +got):\n%s", diff)
 	}
-	if c.StateDir != "/var/lib/manifold" || c.Policy.Approval.By != "operator" || !c.Policy.Approval.RememberAnyArguments {
+	if c.StateDir != "/var/lib/manifold" || c.Policy.Approval.By != "operator" || !c.Policy.Approval.RememberAnyArguments || !c.Policy.Approval.AllowSelfApproval {
 		t.Errorf("state_dir %q, approval %+v", c.StateDir, c.Policy.Approval)
 	}
 	if c.Upstreams[0].Pinning != "withhold" || c.Upstreams[1].Pinning != "off" {
@@ -65,6 +66,10 @@ func TestAdminProblems(t *testing.T) {
 			p(5, "admin.allowed_origins[0]", `"ops.example.com" is not an origin: write scheme://host, scheme://host:port or scheme://host:* (any port), with scheme http or https and no path`),
 			p(6, "admin.webhook", `"hooks" is not an absolute http(s) URL, like https://mcp.example.com`),
 		}},
+		{"pins settings", "pins:\n  meta: [com.example/ui, \"\"]\n  forget_after: 0s\nupstreams: []\n", []config.Problem{
+			p(2, "pins.meta[1]", "is empty: name a key of the tools' _meta, like com.example/ui"),
+			p(3, "pins.forget_after", "must be greater than 0, like 720h: how long the pin of a tool its upstream no longer lists is kept"),
+		}},
 		{"pinning and approval values", "policy:\n  approval: {by: anyone}\nupstreams:\n  - {name: a, command: x, pinning: strict}\n", []config.Problem{
 			p(2, "policy.approval.by", `"anyone": use auto (the client's user when it can be asked, else an operator) or operator`),
 			p(4, "upstreams[0].pinning", `"strict" is not a pinning mode: use withhold, log or off`),
@@ -75,5 +80,24 @@ func TestAdminProblems(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tt.yaml), env(nil))
 			checkProblems(t, "Parse", err, tt.want)
 		})
+	}
+}
+
+// TestParsePins: the _meta keys pinned and how long a missing tool's pin is kept; the
+// default is 30 days.
+func TestParsePins(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte("pins:\n  meta: [com.example/ui]\n  forget_after: 48h\nupstreams: []\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (config.Pins{Meta: []string{"com.example/ui"}, ForgetAfter: 48 * time.Hour}); !cmp.Equal(want, c.Pins) || c.Pins.KeepMissing() != 48*time.Hour {
+		t.Errorf("pins = %+v, want %+v", c.Pins, want)
+	}
+	c, err = config.Parse("gw.yaml", []byte("upstreams: []\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Pins.KeepMissing(); got != 720*time.Hour {
+		t.Errorf("the default time a missing tool's pin is kept: %v, want 720h", got)
 	}
 }

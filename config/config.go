@@ -295,6 +295,10 @@ type Config struct {
 	// keeps them.
 	StateDir string
 
+	// Pins configures the pinning of tool definitions (key `pins`): the _meta keys pinned,
+	// and how long the pin of a tool no longer listed is kept.
+	Pins Pins
+
 	// Profiles are the gateway's virtual endpoints (key `profiles`, a list): each is served
 	// at /mcp/<name> and exposes a subset of the catalog served at /mcp. Nil when absent.
 	Profiles []Profile

@@ -83,6 +83,12 @@ type Approval struct {
 	// the client declared form elicitation, and an operator on the admin API otherwise;
 	// operator always waits for an operator.
 	By string
+	// AllowSelfApproval lets an operator approve, on the admin API, a call they made
+	// themselves (key `allow_self_approval`): the operator's principal is the caller's (the
+	// same issuer and subject, or the same API key name). Off by default, separation of
+	// duties: another operator must approve it. Safe only where every operator is trusted
+	// to act alone; the gateway warns at startup when it is on.
+	AllowSelfApproval bool
 }
 
 // Rule is one policy rule: an effect for the requests its match admits.
@@ -210,11 +216,12 @@ func policySettings(p *Policy) decodeFunc {
 			{key: "rate_limits", decode: listOf(&p.RateLimits, "a list of rate limits (lines starting with `- key:`)", rateLimit)},
 			{key: "shared_limit_failure", decode: str(&p.SharedLimitFailure)},
 			{key: "approval", decode: func(d *decoder, n *yaml.Node, path string) bool {
-				return d.mapping(n, path, "a mapping with timeout:, remember:, remember_any_arguments: and/or by:", []field{
+				return d.mapping(n, path, "a mapping with timeout:, remember:, remember_any_arguments:, by: and/or allow_self_approval:", []field{
 					{key: "timeout", decode: duration(&p.Approval.Timeout)},
 					{key: "remember", decode: duration(&p.Approval.Remember)},
 					{key: "remember_any_arguments", decode: boolean(&p.Approval.RememberAnyArguments)},
 					{key: "by", decode: str(&p.Approval.By)},
+					{key: "allow_self_approval", decode: boolean(&p.Approval.AllowSelfApproval)},
 				})
 			}},
 		})

@@ -63,21 +63,25 @@ func newAdminAuthorizer(cfg *config.Config, opts *Options) (*adminAuthorizer, er
 	return &adminAuthorizer{verifier: v, roles: a.Roles}, nil
 }
 
-func (a *adminAuthorizer) Admin(r *http.Request) (string, error) {
+// Admin implements admin.Authorizer. The operator's Principal is the principal's Key, as a
+// client's: an admin API key is the same principal as a client API key of the same name, a
+// token the same as a client's token of the same issuer and subject.
+func (a *adminAuthorizer) Admin(r *http.Request) (admin.Operator, error) {
 	who, err := a.verifier.Authenticate(r.Context(), r)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v; sign in with an admin API key (admin.api_keys) or a token with an admin role", admin.ErrUnauthorized, err)
+		return admin.Operator{}, fmt.Errorf("%w: %v; sign in with an admin API key (admin.api_keys) or a token with an admin role", admin.ErrUnauthorized, err)
 	}
 	p := who.Principal
+	op := admin.Operator{Name: p.String(), Principal: p.Key()}
 	if p.Issuer == session.APIKeyIssuer {
-		return p.String(), nil
+		return op, nil
 	}
 	for _, role := range p.Roles {
 		if slices.Contains(a.roles, role) {
-			return p.String(), nil
+			return op, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %s has none of the admin roles (admin.roles)", admin.ErrForbidden, p)
+	return op, fmt.Errorf("%w: %s has none of the admin roles (admin.roles)", admin.ErrForbidden, p)
 }
 
 // adminBackend is what the admin API shows of the gateway and acts on.
@@ -195,7 +199,7 @@ func (b adminBackend) Approvals(ctx context.Context) ([]admin.Approval, error) {
 	return out, nil
 }
 
-func (b adminBackend) Decide(ctx context.Context, id, decision, by string) (admin.Approval, error) {
+func (b adminBackend) Decide(ctx context.Context, id, decision string, by admin.Operator) (admin.Approval, error) {
 	c, err := b.g.held.decide(ctx, id, decision, by)
 	if err != nil {
 		return admin.Approval{}, err
@@ -269,10 +273,10 @@ func (b adminBackend) Audit(who, action, target, outcome string, status int) {
 
 // pinOf returns a pin as the admin API shows it.
 func pinOf(p pin.Pin, withheld bool) admin.Pin {
-	out := admin.Pin{Upstream: p.Upstream, Tool: p.Tool, Hash: p.Hash, Definition: p.Definition, Pinned: p.Pinned, Withheld: withheld}
+	out := admin.Pin{Upstream: p.Upstream, Tool: p.Tool, Hash: p.Hash, Definition: p.Definition, Pinned: p.Pinned, Missing: p.Missing, Withheld: withheld}
 	if c := p.Change; c != nil {
 		ch := &admin.Change{Hash: c.Hash, Definition: c.Definition, Seen: c.Seen, Rejected: c.Rejected, By: c.By, Diff: []admin.FieldChange{}}
-		for _, d := range pin.Diff(p.Definition, c.Definition) {
+		for _, d := range c.Scheme.Diff(p.Definition, c.Definition) {
 			ch.Diff = append(ch.Diff, admin.FieldChange{Field: d.Field, Before: d.Before, After: d.After})
 		}
 		out.Change = ch

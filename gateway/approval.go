@@ -15,7 +15,6 @@ import (
 	"github.com/manifold-mcp/manifold/hold"
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
 )
 
 // Reasons of refusals by approval.
@@ -58,10 +57,20 @@ type sharedApprovals interface {
 const sharedApprovalTimeout = 2 * time.Second
 
 // approvalKey binds an approval to who asked for what, with which arguments (hashed), or
-// with any when so configured.
-func approvalKey(who session.Principal, t *pipeline.Target, anyArguments bool) string {
+// with any when so configured. Who is the caller's principal; an anonymous caller (auth
+// off) is no one in particular, so its approval is bound to its session instead: one
+// anonymous client's approval never lets another's call through. An anonymous caller
+// without a session has no key (""): its approvals are not remembered.
+func approvalKey(who pipeline.ClientContext, t *pipeline.Target, anyArguments bool) string {
+	caller := "principal\x00" + who.Principal.Key()
+	if who.Principal.Anonymous() {
+		if who.SessionID == "" {
+			return ""
+		}
+		caller = "session\x00" + who.SessionID
+	}
 	h := sha256.New()
-	for _, s := range []string{who.Key(), t.Upstream, t.Original} {
+	for _, s := range []string{caller, t.Upstream, t.Original} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
@@ -89,7 +98,7 @@ func canonicalJSON(raw json.RawMessage) []byte {
 
 // remembered reports whether an approval of key still holds.
 func (a *approvals) remembered(ctx context.Context, key string) bool {
-	if a.remember <= 0 {
+	if a.remember <= 0 || key == "" {
 		return false
 	}
 	if a.shared != nil {
@@ -154,7 +163,7 @@ func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *p
 // arguments and the tool's annotations. It returns nil to let the call go on, or the refusal.
 func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
 	a := g.gate.approvals
-	key := approvalKey(req.Client.Principal, t, a.anyArguments)
+	key := approvalKey(req.Client, t, a.anyArguments)
 	if a.remembered(ctx, key) {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
 		return nil
@@ -205,9 +214,25 @@ func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipelin
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "elicitation"})
 		return nil
 	}
-	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "elicitation:" + answer.Action})
-	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream,
-		Message: fmt.Sprintf("the user did not approve %s (%s): it did not run", t.Exposed, orDefault(answer.Action, "no answer"))}
+	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "elicitation:" + orDefault(answer.Action, "none")})
+	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream, Message: declinedMessage(t.Exposed, answer.Action)}
+}
+
+// declinedMessage says what the user did with the approval question for tool, given the
+// elicitation's action, when it did not let the call run (MCP 2025-11-25, Elicitation:
+// accept, decline or cancel).
+func declinedMessage(tool, action string) string {
+	switch action {
+	case "accept":
+		return fmt.Sprintf("the user answered the approval question for %s without checking \"Run this call\": it did not run", tool)
+	case "decline":
+		return fmt.Sprintf("the user declined to run %s: it did not run", tool)
+	case "cancel":
+		return fmt.Sprintf("the user dismissed the approval question for %s without answering: it did not run; call it again to be asked again", tool)
+	case "":
+		return fmt.Sprintf("the client answered the approval question for %s without an action: it did not run; call it again to be asked again", tool)
+	}
+	return fmt.Sprintf("the client answered the approval question for %s with the unknown action %q: it did not run", tool, action)
 }
 
 func orDefault(s, def string) string {

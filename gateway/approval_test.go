@@ -105,3 +105,77 @@ func TestApprovalTimesOutOrCannotBeAsked(t *testing.T) {
 		t.Errorf("a client without elicitation: %v %v, want approval_unavailable saying why", res, err)
 	}
 }
+
+// TestApprovalOutcomeMessagesSayWhatHappened: each way a user can answer (or not) the
+// approval question gets a message that says plainly what happened; an accept whose box is
+// left unchecked is not reported as "did not approve … (accept)", which reads as a
+// contradiction.
+func TestApprovalOutcomeMessagesSayWhatHappened(t *testing.T) {
+	tg := startGateway(t, approvalYAML(), nil)
+	defer tg.close()
+	tests := []struct {
+		name    string
+		action  string
+		approve bool
+		want    []string
+	}{
+		{"accepted without the box checked", "accept", false, []string{`the user answered the approval question for a__echo without checking "Run this call"`, "it did not run"}},
+		{"declined", "decline", false, []string{"the user declined to run a__echo", "it did not run"}},
+		{"cancelled", "cancel", false, []string{"the user dismissed the approval question for a__echo without answering", "it did not run", "call it again to be asked again"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked atomic.Int64
+			var last atomic.Value
+			cs := connectAs(t, tg.url, "mfk_alice", approver(tt.action, tt.approve, &asked, &last))
+			res := callTool(t, cs, "a__echo", map[string]any{"text": tt.name})
+			if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+				t.Fatalf("%s: %v %v %q, want approval_declined", tt.name, res.IsError, res.Meta, resultText(res))
+			}
+			msg := resultText(res)
+			for _, want := range tt.want {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %q lacks %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "("+tt.action+")") {
+				t.Errorf("message %q names the raw action", msg)
+			}
+		})
+	}
+}
+
+// anonymousApprovalYAML is a gateway without authentication that holds a's echo for
+// approval, remembered for 10 minutes, and extra top-level settings.
+func anonymousApprovalYAML(extra string) string {
+	return extra + `listen: 127.0.0.1:0
+policy:
+  approval: {timeout: 20s, remember: 10m}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+upstreams:` + upstreamYAML("a", "beta", "")
+}
+
+// TestAnonymousApprovalIsBoundToItsSession: with authentication off every client is the
+// same "anonymous" principal, so a remembered approval is bound to the session it was given
+// in: another client's identical call is asked again, not let through on someone else's
+// approval.
+func TestAnonymousApprovalIsBoundToItsSession(t *testing.T) {
+	tg := startGateway(t, anonymousApprovalYAML(""), nil)
+	defer tg.close()
+	var asked, otherAsked atomic.Int64
+	var last atomic.Value
+	first := connect(t, tg.url, approver("accept", true, &asked, &last))
+	args := map[string]any{"text": "deploy"}
+	if res := callTool(t, first, "a__echo", args); res.IsError {
+		t.Fatalf("the approved call: %q", resultText(res))
+	}
+	if res := callTool(t, first, "a__echo", args); res.IsError || asked.Load() != 1 {
+		t.Errorf("the same call in the same session: %v %q, asked %d times; want it remembered", res.IsError, resultText(res), asked.Load())
+	}
+	other := connect(t, tg.url, approver("decline", false, &otherAsked, &last))
+	res := callTool(t, other, "a__echo", args)
+	if otherAsked.Load() != 1 || !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+		t.Errorf("another anonymous client's identical call: asked %d times, %v %q; want it asked and declined", otherAsked.Load(), res.IsError, resultText(res))
+	}
+}

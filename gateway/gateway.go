@@ -669,6 +669,7 @@ func (g *Gateway) expireSessions() {
 		if g.gate != nil && g.gate.limiter != nil {
 			g.gate.limiter.Sweep()
 		}
+		g.sweepPins()
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
 		if g.replicas != nil {
 			g.replicas.sweepTakenOver(g.ctx)

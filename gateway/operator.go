@@ -29,6 +29,10 @@ type heldCalls struct {
 	replica string // this replica's name; "" without replicas
 	webhook string
 	client  *http.Client
+	// allowSelf lets an operator approve a call of their own (approval.allow_self_approval).
+	allowSelf bool
+	// redact names the argument members the webhook's payload redacts (audit.redact).
+	redact []string
 
 	mu sync.Mutex
 	// waiting holds a channel per call held here, closed when the call is decided. Guarded
@@ -37,7 +41,11 @@ type heldCalls struct {
 }
 
 func newHeldCalls(g *Gateway) *heldCalls {
-	h := &heldCalls{g: g, webhook: g.cfg.Admin.Webhook, client: &http.Client{Timeout: webhookTimeout}, waiting: map[string]chan struct{}{}}
+	h := &heldCalls{g: g, webhook: g.cfg.Admin.Webhook, client: &http.Client{Timeout: webhookTimeout}, waiting: map[string]chan struct{}{},
+		allowSelf: g.cfg.Policy.Approval.AllowSelfApproval, redact: g.cfg.Audit.Redact}
+	if h.allowSelf {
+		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
+	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
 		h.store = hold.NewRedisStore(rs.Client(), rs.KeyPrefix())
 		h.replica = g.replicas.bus.Replica()
@@ -122,8 +130,20 @@ func (h *heldCalls) wake(id string) {
 }
 
 // decide records an operator's decision on a held call and wakes the replica holding it.
-func (h *heldCalls) decide(ctx context.Context, id, decision, by string) (hold.Call, error) {
-	c, err := h.store.Decide(ctx, id, decision, by, h.g.opts.Now())
+// An operator may not approve a call of their own (separation of duties), unless
+// approval.allow_self_approval; denying one is always allowed, it only stops the call.
+func (h *heldCalls) decide(ctx context.Context, id, decision string, by admin.Operator) (hold.Call, error) {
+	if decision == hold.Approve && !h.allowSelf && by.Principal != "" {
+		// Who made a call never changes: reading it before the decision races nothing.
+		c, err := h.store.Get(ctx, id)
+		if err == nil && c.CallerID == by.Principal {
+			return c, fmt.Errorf("%w: %s made this call, and may not approve a call of their own: another operator must decide it (or deny it yourself)", admin.ErrForbidden, by.Name)
+		}
+		if err != nil && !errors.Is(err, hold.ErrNotFound) {
+			return c, err
+		}
+	}
+	c, err := h.store.Decide(ctx, id, decision, by.Name, h.g.opts.Now())
 	switch {
 	case errors.Is(err, hold.ErrNotFound):
 		return c, fmt.Errorf("%w: no call %q is held (it ran, was refused, or its client went away)", admin.ErrNotFound, id)
@@ -154,6 +174,7 @@ func (h *heldCalls) notify(c hold.Call) {
 	if h.webhook == "" {
 		return
 	}
+	c.Arguments = redactArguments(c.Arguments, h.redact)
 	body, _ := json.Marshal(map[string]any{"event": "approval.held", "approval": approvalOf(c)})
 	h.g.goWorker(func() {
 		ctx, cancel := context.WithTimeout(h.g.ctx, webhookTimeout)
@@ -184,7 +205,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 			Message: fmt.Sprintf("%s needs a person's approval (rule %q): this client cannot ask its user (it declared no form elicitation), and the gateway has no admin API for an operator to decide; use a client that can, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
 	}
 	now := g.opts.Now()
-	c := hold.Call{ID: hold.NewID(), Replica: g.held.replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(),
+	c := hold.Call{ID: hold.NewID(), Replica: g.held.replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
 		Upstream: t.Upstream, Tool: t.Exposed, Original: t.Original, Arguments: t.Arguments, Annotations: t.Annotations, Rule: rule,
 		Held: now, Deadline: now.Add(a.timeout)}
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
@@ -222,6 +243,14 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator", By: got.Approver})
 	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream,
 		Message: fmt.Sprintf("an operator (%s) denied %s: it did not run", got.Approver, t.Exposed)}
+}
+
+// redactArguments returns a held call's arguments as the audit trail would record them,
+// redacted by the audit package with the configured names (audit.redact), for what leaves
+// the gateway's admin face: the webhook's payload. The one place that redacts them, so that
+// what the audit trail redacts by default is redacted here too.
+func redactArguments(args json.RawMessage, names []string) json.RawMessage {
+	return audit.Redact(args, names)
 }
 
 // approvalOf returns a held call as the admin API shows it.

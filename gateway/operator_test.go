@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -380,16 +384,21 @@ func TestAdminRoleClaim(t *testing.T) {
 
 // TestRememberedApprovalHoldsOnEveryReplica: with replicas on Redis, an approval remembered
 // by one replica is honoured by the others, for the same principal, tool and arguments only.
+// (The principal is authenticated: an anonymous caller's approval is its session's only,
+// TestAnonymousApprovalIsBoundToItsSessionOnEveryReplica.)
 func TestRememberedApprovalHoldsOnEveryReplica(t *testing.T) {
-	extra := adminYAML("") + `policy:
+	extra := adminYAML("") + fmt.Sprintf(`auth:
+  api_keys:
+    - {name: alice, hash: %q}
+policy:
   approval: {timeout: 20s, remember: 10m}
   rules:
     - {name: echo-needs-approval, effect: approve, match: {tools: [echo]}}
-`
+`, auth.HashAPIKey("mfk_alice"))
 	a, b := twoReplicasWith(t, extra, upstreamYAML("a", "beta", ""))
 	adminA := startAdmin(t, a)
 	ctx := ctxT(t)
-	onA, onB := connect(t, a.url, nil), connect(t, b.url, nil)
+	onA, onB := connectAs(t, a.url, "mfk_alice", nil), connectAs(t, b.url, "mfk_alice", nil)
 
 	done := callAsync(ctx, onA, "a__echo", map[string]any{"text": "deploy"})
 	held := adminA.waitHeld(1)[0]
@@ -412,4 +421,241 @@ func TestRememberedApprovalHoldsOnEveryReplica(t *testing.T) {
 	if res := <-done; !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
 		t.Errorf("a call with other arguments: %v %q, want it held and denied", res.IsError, resultText(res))
 	}
+}
+
+// switchable sends every HTTP request to the replica it points at now: one client session
+// moved from one replica to another.
+type switchable struct{ target atomic.Pointer[url.URL] }
+
+func newSwitchable(t *testing.T, to string) *switchable {
+	s := &switchable{}
+	s.to(t, to)
+	return s
+}
+
+func (s *switchable) to(t *testing.T, u string) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.target.Store(parsed)
+}
+
+func (s *switchable) RoundTrip(req *http.Request) (*http.Response, error) {
+	target := s.target.Load()
+	out := req.Clone(req.Context())
+	out.URL.Scheme, out.URL.Host, out.Host = target.Scheme, target.Host, target.Host
+	return http.DefaultTransport.RoundTrip(out)
+}
+
+// TestAnonymousApprovalIsBoundToItsSessionOnEveryReplica: remembered approvals kept in Redis
+// bind an anonymous caller's approval to its session too: the session's identical call runs
+// on another replica unasked, another anonymous session's is held.
+func TestAnonymousApprovalIsBoundToItsSessionOnEveryReplica(t *testing.T) {
+	extra := adminYAML("") + `policy:
+  approval: {timeout: 20s, remember: 10m}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {tools: [echo]}}
+`
+	a, b := twoReplicasWith(t, extra, upstreamYAML("a", "beta", ""))
+	adminA := startAdmin(t, a)
+	ctx := ctxT(t)
+	route := newSwitchable(t, a.url)
+	client := mcp.NewClient(&mcp.Implementation{Name: "moving", Version: "1"}, nil)
+	mine, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: route}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	args := map[string]any{"text": "deploy"}
+	done := callAsync(ctx, mine, "a__echo", args)
+	held := adminA.waitHeld(1)[0]
+	if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Fatalf("approve: %d", code)
+	}
+	if res := <-done; res.IsError {
+		t.Fatalf("the approved call: %q", resultText(res))
+	}
+	route.to(t, b.url)
+	if res := callTool(t, mine, "a__echo", args); res.IsError || resultText(res) != "beta:deploy" {
+		t.Errorf("the same call of the same session on the other replica: %v %q", res.IsError, resultText(res))
+	}
+	other := connect(t, b.url, nil)
+	done = callAsync(ctx, other, "a__echo", args)
+	held = adminA.waitHeld(1)[0]
+	if code := adminA.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil); code != http.StatusOK {
+		t.Fatalf("deny: %d", code)
+	}
+	if res := <-done; !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+		t.Errorf("another anonymous session's identical call: %v %q, want it held and denied", res.IsError, resultText(res))
+	}
+}
+
+// selfApprovalYAML holds a's echo for an operator; alice and sam are clients, and also
+// admins: alice by an admin API key of her name, sam by a token of the issuer with an admin
+// role. More settings go under policy.approval (approval) and at the top (extra).
+func selfApprovalYAML(iss *testissuer.Issuer, approval, extra string) string {
+	return authYAML(iss, "mfk_client-key", fmt.Sprintf(`    - {name: alice, hash: %q, scopes: [mcp]}
+admin:
+  listen: 127.0.0.1:0
+  roles: [gateway-admins]
+  api_keys:
+    - {name: ops, hash: %q}
+    - {name: alice, hash: %q}
+policy:
+  approval: {timeout: 20s, by: operator%s}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+%supstreams:%s`, auth.HashAPIKey("mfk_alice"), auth.HashAPIKey(adminKey), auth.HashAPIKey("mfk_alice-admin"), approval, extra, upstreamYAML("a", "beta", "")))
+}
+
+// TestOperatorCannotApproveOwnCall: separation of duties. An operator whose principal is the
+// caller's (the same API key name, or the same issuer and subject) cannot approve the call:
+// 403, audited as such; another operator can. Denying one's own call is allowed: it only
+// stops it.
+func TestOperatorCannotApproveOwnCall(t *testing.T) {
+	iss := testissuer.New(t)
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, selfApprovalYAML(iss, "", ""), &gateway.Options{Audit: trail})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	ctx := ctxT(t)
+	aliceAdmin := &adminClient{t: t, url: adm.url, key: "mfk_alice-admin"}
+	samToken := func(roles ...string) string {
+		return iss.Token(t, map[string]any{"sub": "sam", "aud": gatewayResource, "scope": "mcp", "roles": roles})
+	}
+	samAdmin := &adminClient{t: t, url: adm.url, key: samToken("gateway-admins")}
+
+	tests := []struct {
+		name   string
+		client *mcp.ClientSession
+		self   *adminClient
+	}{
+		{"the same API key name", connectAs(t, tg.url, "mfk_alice", nil), aliceAdmin},
+		{"the same issuer and subject", connectAs(t, tg.url, samToken(), nil), samAdmin},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := callAsync(ctx, tt.client, "a__echo", map[string]any{"text": fmt.Sprint("own ", i)})
+			held := adm.waitHeld(1)[0]
+			if code := tt.self.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusForbidden {
+				t.Errorf("approving one's own call: %d, want 403", code)
+			}
+			if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+				t.Fatalf("another operator's approval: %d", code)
+			}
+			if res := <-done; res.IsError {
+				t.Errorf("the call another operator approved: %q", resultText(res))
+			}
+			done = callAsync(ctx, tt.client, "a__echo", map[string]any{"text": fmt.Sprint("own ", i, " again")})
+			held = adm.waitHeld(1)[0]
+			if code := tt.self.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil); code != http.StatusOK {
+				t.Errorf("denying one's own call: %d, want 200", code)
+			}
+			if res := <-done; !res.IsError || res.Meta["dev.manifold/reason"] != "approval_declined" {
+				t.Errorf("the call its caller denied: %v %q", res.IsError, resultText(res))
+			}
+		})
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]string{}
+	for _, rec := range auditLines(t, out.String()) {
+		if rec["method"] == "admin/approval/approve" && rec["outcome"] == "refused" {
+			principal, _ := rec["principal"].(string)
+			refused[principal], _ = rec["reason"].(string)
+		}
+	}
+	if refused["apikey:alice"] != "refused_403" || refused["sam@"+iss.URL] != "refused_403" {
+		t.Errorf("refused self-approvals in the audit trail: %v, want apikey:alice and sam@%s refused_403:\n%s", refused, iss.URL, out.String())
+	}
+}
+
+// TestSelfApprovalAllowedIsLoud: approval.allow_self_approval lets an operator approve a
+// call of their own, and the gateway warns about it at startup.
+func TestSelfApprovalAllowedIsLoud(t *testing.T) {
+	iss := testissuer.New(t)
+	var logs lockedBuffer
+	tg := startGateway(t, selfApprovalYAML(iss, ", allow_self_approval: true", ""), &gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "allow_self_approval") {
+		t.Errorf("no warning about allow_self_approval at startup:\n%s", logs.String())
+	}
+	done := callAsync(ctxT(t), connectAs(t, tg.url, "mfk_alice", nil), "a__echo", map[string]any{"text": "mine"})
+	held := adm.waitHeld(1)[0]
+	if code := (&adminClient{t: t, url: adm.url, key: "mfk_alice-admin"}).do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Errorf("approving one's own call with allow_self_approval: %d, want 200", code)
+	}
+	if res := <-done; res.IsError {
+		t.Errorf("the self-approved call: %q", resultText(res))
+	}
+}
+
+// TestAdminForbiddenIsAuditedAs403: a valid token without an admin role gets 403 on the
+// admin API, and the audit trail records that 403, with who was refused, not a 401 of
+// someone unauthenticated.
+func TestAdminForbiddenIsAuditedAs403(t *testing.T) {
+	iss := testissuer.New(t)
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, selfApprovalYAML(iss, "", ""), &gateway.Options{Audit: trail})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	token := iss.Token(t, map[string]any{"sub": "eve", "aud": gatewayResource, "scope": "mcp", "roles": []string{"eng"}})
+	if code := (&adminClient{t: t, url: adm.url, key: token}).do("POST", "/api/approvals/x", map[string]string{"decision": "approve"}, nil); code != http.StatusForbidden {
+		t.Fatalf("a token without the admin role: %d, want 403", code)
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range auditLines(t, out.String()) {
+		if method, _ := rec["method"].(string); strings.HasPrefix(method, "admin/") {
+			got = append(got, fmt.Sprintf("%s %s %s", rec["principal"], rec["outcome"], rec["reason"]))
+		}
+	}
+	if want := []string{"eve@" + iss.URL + " refused forbidden_403"}; !slices.Equal(got, want) {
+		t.Errorf("admin audit records: %q, want %q", got, want)
+	}
+}
+
+// TestApprovalWebhookRedactsArguments: the webhook's payload carries the held call's
+// arguments redacted as the audit trail redacts them (audit.redact); the admin API, where
+// an operator decides, shows them whole.
+func TestApprovalWebhookRedactsArguments(t *testing.T) {
+	bodies := make(chan string, 4)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+	}))
+	defer hook.Close()
+	yaml := adminYAML("  webhook: "+hook.URL+"\n") + policyYAML(`  approval: {timeout: 20s, by: operator}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`)
+	tg := startGateway(t, yaml, nil)
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	ctx := ctxT(t)
+	done := callAsync(ctx, connectAs(t, tg.url, "mfk_alice", nil), "a__echo", map[string]any{"text": "hello", "nested": map[string]any{"Secret": "hunter2"}})
+	held := adm.waitHeld(1)[0]
+	if !strings.Contains(string(held.Arguments), "hunter2") {
+		t.Errorf("the admin API's arguments: %s, want them whole", held.Arguments)
+	}
+	var body string
+	select {
+	case body = <-bodies:
+	case <-ctx.Done():
+		t.Fatal("the webhook heard nothing")
+	}
+	if strings.Contains(body, "hunter2") || !strings.Contains(body, `"Secret":"[redacted]"`) || !strings.Contains(body, `"text":"hello"`) {
+		t.Errorf("webhook payload: %s, want the secret redacted and the rest kept", body)
+	}
+	adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil)
+	<-done
 }

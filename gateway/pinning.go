@@ -28,10 +28,18 @@ type pinning struct {
 	modes  map[string]string // upstream → config.PinningWithhold or config.PinningLog
 	logger *slog.Logger
 	now    func() time.Time
+	// scheme is how definitions are hashed: the current version, and the _meta keys of
+	// pins.meta.
+	scheme pin.Scheme
+	// forgetAfter is how long the pin of a tool no longer listed is kept (pins.forget_after).
+	forgetAfter time.Duration
 
 	mu sync.Mutex
 	// pins are the store's pins as last read or written here. Guarded by mu.
 	pins map[pinKey]pin.Pin
+	// loaded is set once pins were read whole from the store (reload), so that the pins of
+	// tools no upstream lists any more are known too. Guarded by mu.
+	loaded bool
 	// listed holds the hash of each pinned upstream's tools as it lists them now. Guarded
 	// by mu.
 	listed map[pinKey]string
@@ -51,7 +59,8 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 	if len(modes) == 0 {
 		return nil, nil
 	}
-	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]string{}}
+	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]string{},
+		scheme: pin.NewScheme(cfg.Pins.Meta), forgetAfter: cfg.Pins.KeepMissing()}
 	if rs, ok := store.(*session.RedisStore); ok {
 		p.store = pin.NewRedisStore(rs.Client(), rs.KeyPrefix())
 	} else {
@@ -76,6 +85,15 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 	defer cancel()
+	p.mu.Lock()
+	loaded := p.loaded
+	p.mu.Unlock()
+	if !loaded {
+		// The first time: every pin, those of tools gone while the gateway was down too.
+		if err := p.reload(ctx); err != nil {
+			p.logger.Warn("reading the pins failed; each listed tool is looked up on its own, and pins of tools no longer listed wait for the next read", "error", err.Error())
+		}
+	}
 	listed := map[pinKey]string{}
 	for _, u := range sources {
 		mode, ok := p.modes[u.ns.Name]
@@ -84,7 +102,7 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 		}
 		for _, it := range u.Catalog().List(upstream.Tools) {
 			k := pinKey{u.ns.Name, it.Key}
-			h, err := pin.Hash(it.Raw)
+			h, err := p.scheme.Hash(it.Raw)
 			if err != nil {
 				continue // the catalog leaves out what it cannot read either
 			}
@@ -92,11 +110,11 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			p.mu.Lock()
 			known, seen := p.pins[k]
 			p.mu.Unlock()
-			if seen && (known.Hash == h && known.Change == nil || known.Change != nil && known.Change.Hash == h) {
+			if seen && known.Missing.IsZero() && known.Scheme.Equal(p.scheme) &&
+				(known.Hash == h && known.Change == nil || known.Change != nil && known.Change.Hash == h) {
 				continue
 			}
-			def, _ := pin.Definition(it.Raw)
-			pinned, changed, err := p.store.Observe(ctx, k.upstream, k.tool, h, def, p.now())
+			pinned, changed, err := p.store.Observe(ctx, k.upstream, k.tool, it.Raw, p.scheme, p.now())
 			if err != nil {
 				p.logger.Warn("recording a tool's definition failed; with pinning: withhold, the tool is withheld until it can be checked", "upstream", k.upstream, "tool", k.tool, "error", err.Error())
 				continue
@@ -104,9 +122,12 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			p.mu.Lock()
 			p.pins[k] = pinned
 			p.mu.Unlock()
+			if changed && seen && !known.Scheme.Equal(p.scheme) && pinned.Scheme.Equal(p.scheme) && known.Hash != pinned.Hash {
+				p.logger.Info("a pinned tool's definition was re-pinned with the current hash version: what it pinned did not change", "upstream", k.upstream, "tool", k.tool, "from", known.Scheme.String(), "to", p.scheme.String())
+			}
 			if changed && pinned.Differs(h) && pinned.Pending() {
 				fields := []string{}
-				for _, c := range pin.Diff(pinned.Definition, pinned.Change.Definition) {
+				for _, c := range pinned.Change.Scheme.Diff(pinned.Definition, pinned.Change.Definition) {
 					fields = append(fields, c.Field)
 				}
 				if mode == config.PinningWithhold {
@@ -120,6 +141,80 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 	p.mu.Lock()
 	p.listed = listed
 	p.mu.Unlock()
+	p.sweep(ctx, sources)
+}
+
+// sweep tells the store which tools each pinned upstream lists now, so that the pins of the
+// tools it no longer lists are removed after pins.forget_after; a tool listed again is no
+// longer missing. An upstream that is not ready lists nothing, and is left alone: a tool is
+// missing only from a list the upstream gave in full. It asks the store only when what was
+// last read of it says something is to do: a tool newly missing or back, or a grace over.
+func (p *pinning) sweep(ctx context.Context, sources []*upstreamEntry) {
+	now := p.now()
+	for _, u := range sources {
+		if _, ok := p.modes[u.ns.Name]; !ok {
+			continue
+		}
+		cat := u.Catalog()
+		if cat == nil {
+			continue // not ready: its tools are unknown, not gone
+		}
+		items := cat.List(upstream.Tools)
+		listed := make(map[string]bool, len(items))
+		names := make([]string, 0, len(items))
+		for _, it := range items {
+			listed[it.Key], names = true, append(names, it.Key)
+		}
+		if !p.sweepDue(u.ns.Name, listed, now) {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
+		removed, err := p.store.Sweep(sctx, u.ns.Name, names, now, p.forgetAfter)
+		if err == nil {
+			err = p.reload(sctx)
+		}
+		cancel()
+		for _, pn := range removed {
+			p.logger.Info("a pinned tool its upstream no longer lists was forgotten: if it comes back, it is pinned anew as it is then", "upstream", pn.Upstream, "tool", pn.Tool, "missing_since", pn.Missing.Format(time.RFC3339), "forget_after", p.forgetAfter.String())
+		}
+		if err != nil {
+			p.logger.Warn("recording which pinned tools an upstream no longer lists failed; it is tried again later", "upstream", u.ns.Name, "error", err.Error())
+		}
+	}
+}
+
+// sweepDue reports whether the pins of upstream, as last read, need a sweep given the tools
+// it lists now (listed): a pin of a tool not listed and not yet missing, or missing for the
+// whole grace, or a missing one listed again.
+func (p *pinning) sweepDue(upstreamName string, listed map[string]bool, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, pn := range p.pins {
+		if k.upstream != upstreamName {
+			continue
+		}
+		missing := !pn.Missing.IsZero()
+		switch {
+		case listed[k.tool] && missing,
+			!listed[k.tool] && !missing,
+			!listed[k.tool] && !now.Before(pn.Missing.Add(p.forgetAfter)):
+			return true
+		}
+	}
+	return false
+}
+
+// sweepPins sweeps the pins (pinning.sweep) now, between two catalog rebuilds: the gateway's
+// housekeeping, so that a grace ends on time without a catalog change.
+func (g *Gateway) sweepPins() {
+	if g.pinning == nil {
+		return
+	}
+	// A rebuild observes the catalog and sweeps; a sweep of its own between two must not
+	// forget a pin a rebuild under way is reading.
+	g.rebuildMu.Lock()
+	defer g.rebuildMu.Unlock()
+	g.pinning.sweep(g.ctx, g.upstreams)
 }
 
 // withheld reports whether a tool an upstream lists must not reach clients: its upstream
@@ -130,7 +225,7 @@ func (p *pinning) withheld(ns *catalog.Namespace, it upstream.Item) bool {
 	if p.modes[ns.Name] != config.PinningWithhold {
 		return false
 	}
-	h, err := pin.Hash(it.Raw)
+	h, err := p.scheme.Hash(it.Raw)
 	if err != nil {
 		return true
 	}
@@ -161,7 +256,7 @@ func (p *pinning) reload(ctx context.Context) error {
 		pins[pinKey{pn.Upstream, pn.Tool}] = pn
 	}
 	p.mu.Lock()
-	p.pins = pins
+	p.pins, p.loaded = pins, true
 	p.mu.Unlock()
 	return nil
 }

@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -12,8 +14,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 	"github.com/manifold-mcp/manifold/internal/testwait"
+	"github.com/manifold-mcp/manifold/pin"
 )
 
 // rugpullYAML is an upstream of the "rugpull" flavor: its fetch tool is described by
@@ -204,5 +209,272 @@ func TestPinsOutliveARestart(t *testing.T) {
 	}
 	if _, listed := got["r__rug_pull"]; !listed {
 		t.Errorf("an unchanged tool is not served: %v", got)
+	}
+}
+
+// toolsServer is an upstream of the test's own making, the Go SDK over Streamable HTTP,
+// whose tools the test changes at will; the SDK tells the gateway (list_changed).
+type toolsServer struct {
+	server *mcp.Server
+	url    string
+}
+
+func newToolsServer(t *testing.T, tools ...*mcp.Tool) *toolsServer {
+	t.Helper()
+	server := mcp.NewServer(&mcp.Implementation{Name: "tools", Version: "1"}, nil)
+	ts := &toolsServer{server: server}
+	for _, tool := range tools {
+		ts.set(tool)
+	}
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(srv.Close)
+	ts.url = srv.URL
+	return ts
+}
+
+// set adds tool, or replaces the one of its name.
+func (ts *toolsServer) set(tool *mcp.Tool) {
+	if tool.InputSchema == nil {
+		tool.InputSchema = map[string]any{"type": "object"}
+	}
+	ts.server.AddTool(tool, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: tool.Name + " ran"}}}, nil
+	})
+}
+
+// listed returns the tool definitions the server lists, raw, by name, as a client reads them.
+func (ts *toolsServer) listed(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	cs := connect(t, ts.url, nil)
+	defer cs.Close()
+	res, err := cs.ListTools(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]json.RawMessage{}
+	for _, tool := range res.Tools {
+		out[tool.Name], _ = json.Marshal(tool)
+	}
+	return out
+}
+
+// renderTool is a tool whose icon and _meta a client acts on.
+func renderTool(icon, ui, trace string) *mcp.Tool {
+	return &mcp.Tool{Name: "render", Description: "renders a page", Icons: []mcp.Icon{{Source: "https://example.com/" + icon}},
+		Meta: mcp.Meta{"com.example/ui": map[string]any{"template": ui}, "com.example/trace": trace}}
+}
+
+// toolMeta lists a session's tools' _meta by name.
+func toolMeta(t *testing.T, cs *mcp.ClientSession) map[string]mcp.Meta {
+	t.Helper()
+	res, err := cs.ListTools(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]mcp.Meta{}
+	for _, tool := range res.Tools {
+		out[tool.Name] = tool.Meta
+	}
+	return out
+}
+
+// TestPinsCoverIconsAndNamedMeta: with pinning: withhold, a tool whose icons change, or whose
+// _meta key named in pins.meta changes, is withheld until accepted, as a changed
+// description is; a _meta key not named changes freely.
+func TestPinsCoverIconsAndNamedMeta(t *testing.T) {
+	up := newToolsServer(t, renderTool("a.png", "page", "1"))
+	tg := startGateway(t, adminYAML("")+fmt.Sprintf(`listen: 127.0.0.1:0
+pins:
+  meta: [com.example/ui]
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, up.url), nil)
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	cs := connect(t, tg.url, nil)
+	if _, listed := toolMeta(t, cs)["u__render"]; !listed {
+		t.Fatal("render is not listed at first sight")
+	}
+	pinned := adm.pin("u", "render")
+
+	// A _meta key the config does not name: served as it changes.
+	up.set(renderTool("a.png", "page", "2"))
+	if !testwait.Within(10*time.Second, func() bool { return toolMeta(t, cs)["u__render"]["com.example/trace"] == "2" }) {
+		t.Fatalf("a change to an unpinned _meta key is not served: %v", toolMeta(t, cs))
+	}
+	if p := adm.pin("u", "render"); p.Change != nil || p.Withheld {
+		t.Errorf("pin after an unpinned _meta key changed: %+v, want no change", p)
+	}
+
+	for _, step := range []struct {
+		name  string
+		tool  *mcp.Tool
+		field string
+	}{
+		{"icons", renderTool("evil.png", "page", "2"), "icons"},
+		{"a pinned _meta key", renderTool("evil.png", "<script>", "2"), `_meta["com.example/ui"]`},
+	} {
+		up.set(step.tool)
+		if !testwait.Within(10*time.Second, func() bool { _, listed := toolMeta(t, cs)["u__render"]; return !listed }) {
+			t.Fatalf("%s changed, and the tool is still served", step.name)
+		}
+		p := adm.pin("u", "render")
+		if !p.Withheld || p.Change == nil || p.Hash != pinned.Hash || len(p.Change.Diff) != 1 || p.Change.Diff[0].Field != step.field {
+			t.Fatalf("pin after %s changed: %+v, want the change withheld, with a diff of %s", step.name, p, step.field)
+		}
+		if code := adm.do("POST", "/api/pins/u/render", map[string]string{"decision": "accept", "hash": p.Change.Hash}, nil); code != http.StatusOK {
+			t.Fatalf("accept: %d", code)
+		}
+		if !testwait.Within(10*time.Second, func() bool { _, listed := toolMeta(t, cs)["u__render"]; return listed }) {
+			t.Fatalf("the tool is not back once its %s change was accepted", step.name)
+		}
+		pinned = adm.pin("u", "render")
+	}
+}
+
+// TestPinUpgradeWithholdsNothing: a pin recorded before hash versions (it covers neither
+// icons nor _meta) whose hash still holds for what the upstream lists is re-pinned with the
+// current version at the next start: the tool is served, not withheld as changed, and from
+// then on its icons count.
+func TestPinUpgradeWithholdsNothing(t *testing.T) {
+	up := newToolsServer(t, renderTool("a.png", "page", "1"), &mcp.Tool{Name: "other", Description: "another tool"})
+	dir := t.TempDir()
+	var lines []string
+	for name, raw := range up.listed(t) {
+		def, err := pin.Scheme{Version: pin.Version1}.Definition(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _ := pin.Scheme{Version: pin.Version1}.Hash(raw)
+		lines = append(lines, fmt.Sprintf(`{"upstream":"u","tool":%q,"hash":%q,"definition":%s,"pinned":"2026-01-01T00:00:00Z"}`, name, h, def))
+	}
+	if err := os.WriteFile(dir+"/pins.json", []byte(`{"pins": [`+strings.Join(lines, ",\n")+"]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scheme := pin.NewScheme([]string{"com.example/ui"})
+	tg := startGateway(t, adminYAML("")+fmt.Sprintf(`listen: 127.0.0.1:0
+state_dir: %q
+pins:
+  meta: [com.example/ui]
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, dir, up.url), nil)
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	cs := connect(t, tg.url, nil)
+	if got := toolMeta(t, cs); got["u__render"] == nil {
+		t.Errorf("a tool pinned before hash versions is withheld after the upgrade: %v", got)
+	}
+	want, _ := scheme.Hash(up.listed(t)["render"])
+	if p := adm.pin("u", "render"); p.Change != nil || p.Withheld || p.Hash != want {
+		t.Errorf("pin after the upgrade: %+v, want it re-pinned with hash %s and no change", p, want)
+	}
+	up.set(renderTool("evil.png", "page", "1"))
+	if !testwait.Within(10*time.Second, func() bool { _, listed := toolMeta(t, cs)["u__render"]; return !listed }) {
+		t.Errorf("icons changed after the upgrade, and the tool is still served")
+	}
+}
+
+// TestPinsOfRemovedToolsAreForgotten: the pin of a tool its upstream no longer lists is kept
+// for pins.forget_after (30 days by default), then removed, on the gateway's clock; a tool
+// back after that is pinned anew, as at first sight.
+func TestPinsOfRemovedToolsAreForgotten(t *testing.T) {
+	up := newToolsServer(t, &mcp.Tool{Name: "keep", Description: "stays"}, &mcp.Tool{Name: "gone", Description: "goes away"})
+	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	tg := startGateway(t, adminYAML("")+fmt.Sprintf(`listen: 127.0.0.1:0
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, up.url), &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	pinned := func() []string {
+		var got struct {
+			Pins []pinView `json:"pins"`
+		}
+		adm.do("GET", "/api/pins", nil, &got)
+		var names []string
+		for _, p := range got.Pins {
+			names = append(names, p.Tool)
+		}
+		return names
+	}
+	if got := pinned(); !slices.Equal(got, []string{"gone", "keep"}) {
+		t.Fatalf("pins at first sight: %v", got)
+	}
+	up.server.RemoveTools("gone")
+	if !testwait.Within(10*time.Second, func() bool { _, listed := toolDescriptions(t, connect(t, tg.url, nil))["u__gone"]; return !listed }) {
+		t.Fatal("the removed tool is still listed")
+	}
+	clock.Advance(29 * 24 * time.Hour)
+	if got := pinned(); !slices.Equal(got, []string{"gone", "keep"}) {
+		t.Errorf("pins within the grace: %v, want the removed tool's kept", got)
+	}
+	clock.Advance(2 * 24 * time.Hour)
+	if !testwait.Within(10*time.Second, func() bool { return slices.Equal(pinned(), []string{"keep"}) }) {
+		t.Fatalf("pins after the grace: %v, want the removed tool's forgotten", pinned())
+	}
+	// Back, saying something else: a new tool, pinned anew, not a change to withhold.
+	up.set(&mcp.Tool{Name: "gone", Description: "is back, and different"})
+	if !testwait.Within(10*time.Second, func() bool {
+		return toolDescriptions(t, connect(t, tg.url, nil))["u__gone"] == "is back, and different"
+	}) {
+		t.Fatal("the tool back after it was forgotten is not served")
+	}
+	if p := adm.pin("u", "gone"); p.Change != nil || p.Withheld {
+		t.Errorf("pin of the tool back: %+v, want it pinned anew", p)
+	}
+}
+
+// TestPinsOfToolsGoneWhileDownAreForgotten: a tool its upstream stopped listing while the
+// gateway was down is found missing at the next start, from the pins kept in state_dir, and
+// its pin is forgotten after the grace like any other, with no one looking at the admin API.
+func TestPinsOfToolsGoneWhileDownAreForgotten(t *testing.T) {
+	up := newToolsServer(t, &mcp.Tool{Name: "keep", Description: "stays"}, &mcp.Tool{Name: "gone", Description: "goes away"})
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
+state_dir: %q
+pins:
+  forget_after: 24h
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, dir, up.url)
+	pinnedTools := func() []string {
+		data, err := os.ReadFile(dir + "/pins.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Pins []struct{ Tool string } `json:"pins"`
+		}
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range f.Pins {
+			names = append(names, p.Tool)
+		}
+		return names
+	}
+	first := startGateway(t, yaml, nil)
+	if got := pinnedTools(); !slices.Equal(got, []string{"gone", "keep"}) {
+		t.Fatalf("pins at first sight: %v", got)
+	}
+	first.close()
+
+	up.server.RemoveTools("gone")
+	clock := testclock.New(time.Now())
+	second := startGateway(t, yaml, &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond})
+	defer second.close()
+	clock.Advance(25 * time.Hour)
+	if !testwait.Within(10*time.Second, func() bool { return slices.Equal(pinnedTools(), []string{"keep"}) }) {
+		t.Errorf("pins a day after the start without the tool: %v, want the gone tool's forgotten", pinnedTools())
 	}
 }

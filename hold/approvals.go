@@ -11,7 +11,8 @@ import (
 
 // RedisApprovals remembers approved calls for a while, in Redis, so that every replica
 // sharing it honours an approval one of them granted. A key names what was approved (the
-// gateway hashes the principal, the tool and the arguments into it); it expires by itself.
+// gateway hashes the principal, or an anonymous caller's session, the tool and the arguments
+// into it); it expires by itself.
 type RedisApprovals struct {
 	client redis.UniversalClient
 	prefix string

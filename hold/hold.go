@@ -41,6 +41,10 @@ type Call struct {
 	Session string `json:"session"`
 	// Principal names who made the call, as the audit log names them.
 	Principal string `json:"principal"`
+	// CallerID identifies who made the call (the gateway's principal key: issuer and
+	// subject), for separation of duties: an operator of the same identity may not approve
+	// it. "" for an anonymous caller, or a call held by a gateway too old to record it.
+	CallerID string `json:"callerId,omitempty"`
 	// Upstream is the name of the upstream the call goes to.
 	Upstream string `json:"upstream"`
 	// Tool is the tool's name as the gateway exposes it; Original is the upstream's own name.

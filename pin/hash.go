@@ -11,47 +11,143 @@ import (
 	"unicode/utf8"
 )
 
-// fields are the members of a tool definition that count, in the order Diff lists them:
-// what a client reads of a tool to decide whether and how to call it. The others (_meta,
-// icons, execution, …) may change freely.
-var fields = []string{"name", "title", "description", "inputSchema", "outputSchema", "annotations"}
+// The versions of what a hash covers. A pin records the Scheme it was hashed with, so that
+// a newer version (or other _meta keys) can re-pin a definition that did not change, rather
+// than take it for changed.
+const (
+	// Version1 covers name, title, description, inputSchema, outputSchema and annotations.
+	// Pins recorded before versions existed are of this version.
+	Version1 = 1
+	// Version2 covers Version1's members, icons and execution (what a client shows of a
+	// tool and how it runs it), and the _meta keys the Scheme names.
+	Version2 = 2
+	// CurrentVersion is the version new pins are hashed with.
+	CurrentVersion = Version2
+)
 
-// counts reports whether the member name of a tool definition is one of fields.
-func counts(name string) bool { return slices.Contains(fields, name) }
+// versionFields are, by version, the members of a tool definition that count, in the order
+// Diff lists them; the _meta keys a Scheme names come after them.
+var versionFields = map[int][]string{
+	Version1: {"name", "title", "description", "inputSchema", "outputSchema", "annotations"},
+	Version2: {"name", "title", "description", "inputSchema", "outputSchema", "annotations", "icons", "execution"},
+}
+
+// metaMember is the member whose named keys a Scheme of Version2 or later pins.
+const metaMember = "_meta"
+
+// Scheme is how a tool definition is hashed: which version's members count, and which keys
+// of its _meta. It is plain data; the zero Scheme is Version1 (what a pin recorded before
+// versions existed was hashed with).
+type Scheme struct {
+	// Version is the hash version (Version1, Version2); 0 stands for Version1.
+	Version int `json:"version"`
+	// Meta are the keys of the definition's _meta that count, sorted, without duplicates
+	// (NewScheme); Version1 ignores them.
+	Meta []string `json:"meta,omitempty"`
+}
+
+// NewScheme returns the scheme of CurrentVersion that pins the _meta keys meta too (in any
+// order; duplicates and empty keys are dropped).
+func NewScheme(meta []string) Scheme {
+	var keys []string
+	for _, k := range meta {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return Scheme{Version: CurrentVersion, Meta: slices.Compact(keys)}
+}
+
+// version returns s's version, Version1 for 0.
+func (s Scheme) version() int {
+	if s.Version == 0 {
+		return Version1
+	}
+	return s.Version
+}
+
+// meta returns the _meta keys that count in s: none before Version2.
+func (s Scheme) meta() []string {
+	if s.version() < Version2 {
+		return nil
+	}
+	return s.Meta
+}
+
+// Equal reports whether s and o hash alike: the same version and _meta keys.
+func (s Scheme) Equal(o Scheme) bool {
+	return s.version() == o.version() && slices.Equal(s.meta(), o.meta())
+}
+
+// String names s for logs and errors: "v2", or "v2+_meta[a,b]".
+func (s Scheme) String() string {
+	if m := s.meta(); len(m) > 0 {
+		return fmt.Sprintf("v%d+_meta%v", s.version(), m)
+	}
+	return fmt.Sprintf("v%d", s.version())
+}
+
+// fields returns the members that count in s, or an error for a version this package does
+// not know (a pin written by a newer gateway).
+func (s Scheme) fields() ([]string, error) {
+	f, ok := versionFields[s.version()]
+	if !ok {
+		return nil, fmt.Errorf("unknown hash version %d", s.version())
+	}
+	return f, nil
+}
 
 // Hash returns the hash of the tool definition def, one tool object as an upstream lists it
-// in tools/list: "sha256:" and the lowercase hex SHA-256 of Definition(def).
+// in tools/list, with the scheme of CurrentVersion that pins no _meta key (NewScheme(nil)):
+// "sha256:" and the lowercase hex SHA-256 of Definition(def). See Scheme.Hash.
+func Hash(def json.RawMessage) (string, error) { return NewScheme(nil).Hash(def) }
+
+// Definition returns the part of the tool definition def that Hash hashes. See
+// Scheme.Definition.
+func Definition(def json.RawMessage) (json.RawMessage, error) {
+	return NewScheme(nil).Definition(def)
+}
+
+// Hash returns the hash of the tool definition def with scheme s: "sha256:" and the
+// lowercase hex SHA-256 of s.Definition(def).
 //
-// Member order and insignificant space do not change it; a change to any of its name, title, description, inputSchema,
-// outputSchema or annotations does, and
-// so does a change to how a number is written: numbers are kept as the upstream wrote them,
-// so 1 and 1.0 (or 100 and 1e2) hash differently. An upstream that rewrites a number has
-// changed the text clients read, and the operator is asked, rather than this package
-// deciding which rewrites are harmless.
+// Member order and insignificant space do not change it; a change to any member that counts
+// in s does (Version2: name, title, description, inputSchema, outputSchema, annotations,
+// icons, execution, and the named _meta keys), and so does a change to how a number is
+// written: numbers are kept as the upstream wrote them, so 1 and 1.0 (or 100 and 1e2) hash
+// differently. An upstream that rewrites a number has changed the text clients read, and
+// the operator is asked, rather than this package deciding which rewrites are harmless.
 //
 // It fails, as Definition does, when def is not a JSON object.
-func Hash(def json.RawMessage) (string, error) {
-	d, err := Definition(def)
+func (s Scheme) Hash(def json.RawMessage) (string, error) {
+	d, err := s.Definition(def)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(d)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return hashOf(d), nil
 }
 
-// Definition returns the part of the tool definition def that Hash hashes, in canonical
-// JSON: an object of only those of the members name, title, description, inputSchema,
-// outputSchema and annotations that def has, its members (at every depth) sorted
-// by the bytes of their names, without insignificant space, strings escaped as RFC 8785
-// does (only '"', '\\' and control characters), and numbers as written. It is the form the
-// stores keep and Diff compares.
+// hashOf returns the hash of a definition in Definition's form.
+func hashOf(d json.RawMessage) string {
+	sum := sha256.Sum256(d)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Definition returns the part of the tool definition def that s.Hash hashes, in canonical
+// JSON: an object of only those of the members that count in s that def has (of its _meta,
+// only the named keys, and no _meta when it has none of them), its members (at every depth)
+// sorted by the bytes of their names, without insignificant space, strings escaped as RFC
+// 8785 does (only '"', '\\' and control characters), and numbers as written. It is the form
+// the stores keep and Diff compares.
 //
-// It fails when def is not valid JSON or not an object, and when one of those members appears twice
-// in def or a member name appears twice in an object within one: parsers disagree
-// on which of two duplicates counts, so no hash could stand for what a client reads.
-// Duplicates elsewhere (within _meta, say) do not matter.
-func Definition(def json.RawMessage) (json.RawMessage, error) {
-	members, err := parseDefinition(def)
+// It fails when def is not valid JSON or not an object, when one of the members that count
+// appears twice in def (or a named _meta key twice in its _meta), or a member name appears
+// twice in an object within one: parsers disagree on which of two duplicates counts, so no
+// hash could stand for what a client reads. Duplicates elsewhere (within _meta's other
+// keys, say) do not matter. It fails too for a version this package does not know.
+func (s Scheme) Definition(def json.RawMessage) (json.RawMessage, error) {
+	members, err := s.parseDefinition(def)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +170,15 @@ func Definition(def json.RawMessage) (json.RawMessage, error) {
 	return b.Bytes(), nil
 }
 
-// parseDefinition returns the members of def that count, each in canonical JSON.
-func parseDefinition(def json.RawMessage) (map[string][]byte, error) {
+// parseDefinition returns the members of def that count in s, each in canonical JSON; the
+// _meta member, when s names keys of it, holds only those keys (and is left out when def's
+// _meta has none of them).
+func (s Scheme) parseDefinition(def json.RawMessage) (map[string][]byte, error) {
+	fields, err := s.fields()
+	if err != nil {
+		return nil, fmt.Errorf("tool definition: %w", err)
+	}
+	meta := s.meta()
 	if !json.Valid(def) {
 		return nil, errors.New("tool definition: not valid JSON")
 	}
@@ -89,13 +192,30 @@ func parseDefinition(def json.RawMessage) (map[string][]byte, error) {
 		return nil, errors.New("tool definition: not a JSON object")
 	}
 	members := map[string][]byte{}
+	sawMeta := false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return nil, fmt.Errorf("tool definition: %w", err)
 		}
 		name, _ := tok.(string)
-		if !counts(name) {
+		switch {
+		case name == metaMember && len(meta) > 0:
+			if sawMeta {
+				return nil, fmt.Errorf("tool definition: member %q appears twice", name)
+			}
+			sawMeta = true
+			kept, err := parseMeta(dec, meta)
+			if err != nil {
+				return nil, fmt.Errorf("tool definition: %s: %w", name, err)
+			}
+			if len(kept) > 0 {
+				var b bytes.Buffer
+				writeValue(&b, kept)
+				members[name] = b.Bytes()
+			}
+			continue
+		case !slices.Contains(fields, name):
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
 				return nil, fmt.Errorf("tool definition: %w", err)
@@ -114,6 +234,55 @@ func parseDefinition(def json.RawMessage) (map[string][]byte, error) {
 		members[name] = b.Bytes()
 	}
 	return members, nil
+}
+
+// parseMeta reads the next value of dec, a definition's _meta, and returns its keys named
+// in keys, parsed as parseValue does; none when it is not an object. It fails on a named key
+// that appears twice.
+func parseMeta(dec *json.Decoder, keys []string) (map[string]any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != json.Delim('{') {
+		if d, ok := tok.(json.Delim); ok && d == '[' {
+			// Not an object: skip the array whole.
+			for dec.More() {
+				var skip json.RawMessage
+				if err := dec.Decode(&skip); err != nil {
+					return nil, err
+				}
+			}
+			_, err := dec.Token() // ']'
+			return nil, err
+		}
+		return nil, nil
+	}
+	kept := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := tok.(string)
+		if !slices.Contains(keys, name) {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if _, dup := kept[name]; dup {
+			return nil, fmt.Errorf("key %q appears twice", name)
+		}
+		v, err := parseValue(dec)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		kept[name] = v
+	}
+	_, err = dec.Token() // '}'
+	return kept, err
 }
 
 // parseValue reads the next JSON value of dec (which uses json.Number) as a tree of

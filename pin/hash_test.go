@@ -2,6 +2,7 @@ package pin
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,8 +41,6 @@ func TestHashSame(t *testing.T) {
 		{"member order and space", `{"annotations":{"destructiveHint":false},"inputSchema":{"required":["title"],"properties":{"title":{"maxLength":256,"type":"string"}},"type":"object"},
 			"description":"Creates an issue.","title":"Create issue","name":"create_issue"}`},
 		{"_meta", strings.Replace(baseTool, `"name"`, `"_meta": {"x": 1}, "name"`, 1)},
-		{"icons", strings.Replace(baseTool, `"name"`, `"icons": [{"src": "https://example.com/a.png"}], "name"`, 1)},
-		{"execution", strings.Replace(baseTool, `"name"`, `"execution": {"taskSupport": "optional"}, "name"`, 1)},
 		{"duplicate members that do not count", strings.Replace(baseTool, `"name"`, `"_meta": {"a": 1, "a": 2}, "_meta": 3, "name"`, 1)},
 		{"a string escaped otherwise", strings.Replace(baseTool, `"Creates an issue."`, `"Creates an \u0069ssue\u002e"`, 1)},
 	}
@@ -75,6 +74,9 @@ func TestHashDiffers(t *testing.T) {
 		{"a number written otherwise", `"maxLength": 256`, `"maxLength": 256.0`},
 		{"an exponent", `"maxLength": 256`, `"maxLength": 2.56e2`},
 		{"null for absent", `"title": "Create issue"`, `"title": null`},
+		// What a client shows of a tool, and how it runs it, count too.
+		{"icons added", `"annotations"`, `"icons": [{"src": "https://example.com/a.png"}], "annotations"`},
+		{"execution added", `"annotations"`, `"execution": {"taskSupport": "optional"}, "annotations"`},
 	}
 	base := mustHash(t, baseTool)
 	for _, tt := range tests {
@@ -125,7 +127,7 @@ func TestDefinition(t *testing.T) {
 	}{
 		{"reduced, sorted and compact", baseTool + "\n",
 			`{"annotations":{"destructiveHint":false},"description":"Creates an issue.","inputSchema":{"properties":{"title":{"maxLength":256,"type":"string"}},"required":["title"],"type":"object"},"name":"create_issue","title":"Create issue"}`},
-		{"members that do not count dropped", `{"_meta": {"a": 1}, "icons": [], "name": "x", "execution": {}}`, `{"name":"x"}`},
+		{"members that do not count dropped", `{"_meta": {"a": 1}, "icons": [], "name": "x", "execution": {}, "other": 1}`, `{"execution":{},"icons":[],"name":"x"}`},
 		{"nothing that counts", `{"_meta": {}}`, `{}`},
 		{"numbers as written", `{"inputSchema": {"default": 1.0, "maximum": 1E+2, "minimum": -0}}`, `{"inputSchema":{"default":1.0,"maximum":1E+2,"minimum":-0}}`},
 		{"strings escaped as RFC 8785 does", `{"description": "\u003ca\u003e & \/ \u00e9 \u2028 \t\u0001 \"q\" \\"}`,
@@ -170,4 +172,68 @@ func FuzzDefinition(f *testing.F) {
 			t.Fatalf("Definition(Definition(%q)) = %q, %v; want %q", def, again, err, d)
 		}
 	})
+}
+
+// TestSchemes: a pin's scheme says what its hash covers. Version1, what pins recorded before
+// versions were hashed with, ignores icons, execution and _meta; the current version covers
+// icons and execution, and the _meta keys the scheme names, only those.
+func TestSchemes(t *testing.T) {
+	withIcons := strings.Replace(baseTool, `"name"`, `"icons": [{"src": "https://example.com/a.png"}], "execution": {"taskSupport": "optional"}, "_meta": {"com.example/ui": {"w": 1}, "other": 2}, "name"`, 1)
+	v1 := Scheme{Version: Version1}
+	if h1, h2 := mustHashWith(t, v1, baseTool), mustHashWith(t, v1, withIcons); h1 != h2 {
+		t.Errorf("Version1: icons, execution and _meta changed the hash")
+	}
+	if h1, h2 := mustHashWith(t, Scheme{}, withIcons), mustHashWith(t, v1, withIcons); h1 != h2 {
+		t.Errorf("the zero Scheme hashes otherwise than Version1")
+	}
+	if mustHashWith(t, NewScheme(nil), baseTool) == mustHashWith(t, NewScheme(nil), withIcons) {
+		t.Errorf("the current version: icons and execution did not change the hash")
+	}
+
+	ui := NewScheme([]string{"com.example/ui", "", "com.example/ui"})
+	if want := (Scheme{Version: CurrentVersion, Meta: []string{"com.example/ui"}}); !ui.Equal(want) || !slices.Equal(ui.Meta, want.Meta) {
+		t.Errorf("NewScheme = %+v, want %+v", ui, want)
+	}
+	def, err := ui.Definition(json.RawMessage(`{"name": "x", "_meta": {"other": 1, "com.example/ui": {"b": 1, "a": [2]}}}`))
+	if want := `{"_meta":{"com.example/ui":{"a":[2],"b":1}},"name":"x"}`; err != nil || string(def) != want {
+		t.Errorf("Definition with a _meta key = %s, %v; want %s", def, err, want)
+	}
+	base := mustHashWith(t, ui, withIcons)
+	if got := mustHashWith(t, ui, strings.Replace(withIcons, `"other": 2`, `"other": 3`, 1)); got != base {
+		t.Error("a _meta key the scheme does not name changed the hash")
+	}
+	if got := mustHashWith(t, ui, strings.Replace(withIcons, `{"w": 1}`, `{"w": 2}`, 1)); got == base {
+		t.Error("a _meta key the scheme names did not change the hash")
+	}
+	if got := mustHashWith(t, ui, strings.Replace(withIcons, `"com.example/ui": {"w": 1}, `, ``, 1)); got == base {
+		t.Error("removing a _meta key the scheme names did not change the hash")
+	}
+	for name, def := range map[string]string{
+		"a named key twice": `{"name": "x", "_meta": {"com.example/ui": 1, "com.example/ui": 2}}`,
+		"_meta twice":       `{"name": "x", "_meta": {}, "_meta": {"com.example/ui": 2}}`,
+	} {
+		if h, err := ui.Hash(json.RawMessage(def)); err == nil {
+			t.Errorf("%s: Hash = %s, want an error", name, h)
+		}
+		if _, err := NewScheme(nil).Hash(json.RawMessage(def)); err != nil {
+			t.Errorf("%s, with no _meta key pinned: %v, want no error", name, err)
+		}
+	}
+	for _, meta := range []string{`null`, `[1, {"a": 2}]`, `"text"`} {
+		if _, err := ui.Hash(json.RawMessage(`{"name": "x", "_meta": ` + meta + `}`)); err != nil {
+			t.Errorf("_meta %s: %v, want it taken as having no key", meta, err)
+		}
+	}
+	if h, err := (Scheme{Version: 99}).Hash(json.RawMessage(baseTool)); err == nil {
+		t.Errorf("an unknown version hashed: %s", h)
+	}
+}
+
+func mustHashWith(t *testing.T, s Scheme, def string) string {
+	t.Helper()
+	h, err := s.Hash(json.RawMessage(def))
+	if err != nil {
+		t.Fatalf("Hash(%s) with %v: %v", def, s, err)
+	}
+	return h
 }

@@ -107,14 +107,14 @@ func compactJSON(v json.RawMessage) (json.RawMessage, error) {
 
 // Observe implements Store.Observe. When the file cannot be written, it returns the pin as
 // it is in memory, changed, with the error.
-func (s *MemoryStore) Observe(_ context.Context, upstream, tool, h string, def json.RawMessage, now time.Time) (Pin, bool, error) {
+func (s *MemoryStore) Observe(_ context.Context, upstream, tool string, def json.RawMessage, sc Scheme, now time.Time) (Pin, bool, error) {
 	if err := checkNames(upstream, tool); err != nil {
 		return Pin{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := pinKey{upstream, tool}
-	next, changed, err := observe(s.getLocked(k), upstream, tool, h, def, now)
+	next, changed, err := observe(s.getLocked(k), upstream, tool, def, sc, now)
 	if err != nil {
 		return Pin{}, false, err
 	}
@@ -122,6 +122,39 @@ func (s *MemoryStore) Observe(_ context.Context, upstream, tool, h string, def j
 		s.pins[k] = next.clone()
 	}
 	return next, changed, s.saveIfLocked(changed)
+}
+
+// Sweep implements Store.Sweep. When the file cannot be written, it returns the pins
+// removed from memory with the error.
+func (s *MemoryStore) Sweep(_ context.Context, upstream string, listed []string, now time.Time, after time.Duration) ([]Pin, error) {
+	if err := checkNames(upstream, ""); err != nil {
+		return nil, err
+	}
+	isListed := make(map[string]bool, len(listed))
+	for _, tool := range listed {
+		isListed[tool] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var removed []Pin
+	changed := false
+	for k, p := range s.pins {
+		if k.upstream != upstream {
+			continue
+		}
+		next, ch, remove := sweep(p.clone(), isListed[k.tool], now, after)
+		switch {
+		case remove:
+			delete(s.pins, k)
+			removed = append(removed, next)
+			changed = true
+		case ch:
+			s.pins[k] = next
+			changed = true
+		}
+	}
+	slices.SortFunc(removed, comparePins)
+	return removed, s.saveIfLocked(changed)
 }
 
 // List implements Store.List.

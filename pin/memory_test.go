@@ -25,7 +25,7 @@ func TestMemoryReopen(t *testing.T) {
 		tool string
 		v    version
 	}{{"a", v1}, {"a", v2}, {"b", v3}, {"c", v1}, {"c", v3}} {
-		if _, _, err := s.Observe(ctx, "up", o.tool, o.v.h, o.v.def, tick(i)); err != nil {
+		if _, _, err := s.Observe(ctx, "up", o.tool, o.v.def, current, tick(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +87,7 @@ func TestMemoryFileForm(t *testing.T) {
 	s := openFileStore(t, file)
 	v := newVersion(t, `{"name": "a"}`)
 	for _, tool := range []string{"b", "a"} {
-		if _, _, err := s.Observe(ctx, "up", tool, v.h, v.def, t0); err != nil {
+		if _, _, err := s.Observe(ctx, "up", tool, v.def, current, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestMemoryFileForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinLine := func(tool string) string {
-		return `{"upstream":"up","tool":"` + tool + `","hash":"` + v.h + `","definition":{"name":"a"},"pinned":"2026-03-01T12:00:00Z"}`
+		return `{"upstream":"up","tool":"` + tool + `","hash":"` + v.h + `","scheme":{"version":2},"definition":{"name":"a"},"pinned":"2026-03-01T12:00:00Z"}`
 	}
 	want := "{\"pins\": [\n  " + pinLine("a") + ",\n  " + pinLine("b") + "\n]}\n"
 	if string(data) != want {
@@ -167,7 +167,7 @@ func TestMemorySaveFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := newVersion(t, `{"name": "a"}`)
-	p, changed, err := s.Observe(ctx, "up", "a", v.h, v.def, t0)
+	p, changed, err := s.Observe(ctx, "up", "a", v.def, current, t0)
 	if err == nil {
 		t.Fatal("Observe succeeded with an unwritable directory")
 	}
@@ -185,7 +185,7 @@ func TestMemorySaveFails(t *testing.T) {
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, changed, err := s.Observe(ctx, "up", "a", v.h, v.def, tick(1)); err != nil || changed {
+	if _, changed, err := s.Observe(ctx, "up", "a", v.def, current, tick(1)); err != nil || changed {
 		t.Fatalf("Observe again = changed %v, %v; want no change and no error", changed, err)
 	}
 	list, err := openFileStore(t, file).List(ctx)
@@ -207,7 +207,7 @@ func TestMemoryReadOnlyDir(t *testing.T) {
 	file := filepath.Join(dir, "pins.json")
 	s := openFileStore(t, file)
 	v := newVersion(t, `{"name": "a"}`)
-	if _, _, err := s.Observe(context.Background(), "up", "a", v.h, json.RawMessage(v.def), t0); err == nil || !strings.Contains(err.Error(), file) {
+	if _, _, err := s.Observe(context.Background(), "up", "a", json.RawMessage(v.def), current, t0); err == nil || !strings.Contains(err.Error(), file) {
 		t.Errorf("Observe = %v, want an error naming %s", err, file)
 	}
 }

@@ -2,21 +2,24 @@
 // changes what one of its tools says or takes after clients and operators came to trust it.
 // The hash of each upstream tool's definition is pinned at first sight; a later definition
 // that differs is recorded as the pin's pending Change, which the gateway withholds (or
-// flags) until an operator accepts or rejects it. The package provides the hashing (Hash,
-// Definition), the comparison shown to the operator (Diff), and two stores with the same
-// behaviour behind Store: MemoryStore, in this process and optionally saved to a file, and
-// RedisStore, shared by replicas.
+// flags) until an operator accepts or rejects it. The package provides the hashing (Scheme:
+// what counts, by version), the comparison shown to the operator (Diff), and two stores
+// with the same behaviour behind Store: MemoryStore, in this process and optionally saved to
+// a file, and RedisStore, shared by replicas.
 //
-//	h, err := pin.Hash(raw) // raw: one tool object of an upstream's tools/list
+//	scheme := pin.NewScheme([]string{"com.example/ui"}) // the _meta keys that count too
+//	h, err := scheme.Hash(raw) // raw: one tool object of an upstream's tools/list
 //	if err != nil { ... an unreadable definition: withhold the tool ... }
-//	def, _ := pin.Definition(raw)
-//	p, changed, err := store.Observe(ctx, "github", "create_issue", h, def, time.Now())
+//	p, changed, err := store.Observe(ctx, "github", "create_issue", raw, scheme, time.Now())
 //	if p.Differs(h) { ... withhold the tool, or warn, as the gateway's mode says ... }
 //
 //	// An operator reviews a pending change, and accepts (or rejects) the hash shown.
-//	for _, c := range pin.Diff(p.Definition, p.Change.Definition) { ... c.Field, c.Before, c.After ... }
+//	for _, c := range p.Change.Scheme.Diff(p.Definition, p.Change.Definition) { ... c.Field, c.Before, c.After ... }
 //	p, err = store.Accept(ctx, "github", "create_issue", p.Change.Hash, "alice", time.Now())
 //	if errors.Is(err, pin.ErrStale) { ... the upstream changed again meanwhile: show the new change ... }
+//
+//	// The upstream lists its tools: the pins of those it no longer lists go after a while.
+//	removed, err := store.Sweep(ctx, "github", []string{"create_issue"}, time.Now(), 30*24*time.Hour)
 package pin
 
 import (
@@ -25,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -44,9 +48,13 @@ type Pin struct {
 	Upstream string `json:"upstream"`
 	// Tool is the upstream's own name of the tool, before any renaming by the gateway.
 	Tool string `json:"tool"`
-	// Hash is the accepted definition's hash (Hash).
+	// Hash is the accepted definition's hash, with Scheme.
 	Hash string `json:"hash"`
-	// Definition is the accepted definition, in Definition's form.
+	// Scheme is how Hash was computed; zero (Version1) for a pin recorded before versions
+	// existed. Observe re-pins a definition whose hash by this scheme is still Hash with
+	// the scheme it is given, silently: a new version withholds nothing that did not change.
+	Scheme Scheme `json:"scheme,omitzero"`
+	// Definition is the accepted definition, in Scheme.Definition's form.
 	Definition json.RawMessage `json:"definition"`
 	// Pinned is when this hash was first seen, or accepted.
 	Pinned time.Time `json:"pinned"`
@@ -54,14 +62,19 @@ type Pin struct {
 	By string `json:"by,omitempty"`
 	// Change is a definition seen since that differs from the accepted one, nil if none.
 	Change *Change `json:"change,omitempty"`
+	// Missing is when a Sweep first found the upstream listing its tools without this one,
+	// since it last listed it; zero while it is listed. Sweep removes the pin some time after.
+	Missing time.Time `json:"missing,omitzero"`
 }
 
 // Change is a definition of a pinned tool that differs from the accepted one: pending until
 // an operator accepts it (it becomes the pin) or rejects it.
 type Change struct {
-	// Hash is the changed definition's hash.
+	// Hash is the changed definition's hash, with Scheme.
 	Hash string `json:"hash"`
-	// Definition is the changed definition, in Definition's form.
+	// Scheme is how Hash was computed (see Pin.Scheme).
+	Scheme Scheme `json:"scheme,omitzero"`
+	// Definition is the changed definition, in Scheme.Definition's form.
 	Definition json.RawMessage `json:"definition"`
 	// Seen is when this hash was first seen.
 	Seen time.Time `json:"seen"`
@@ -86,9 +99,11 @@ func (p Pin) Pending() bool { return p.Change != nil && !p.Change.Rejected }
 // clone returns a copy of p that shares no memory with it.
 func (p Pin) clone() Pin {
 	p.Definition = bytes.Clone(p.Definition)
+	p.Scheme.Meta = slices.Clone(p.Scheme.Meta)
 	if p.Change != nil {
 		c := *p.Change
 		c.Definition = bytes.Clone(c.Definition)
+		c.Scheme.Meta = slices.Clone(c.Scheme.Meta)
 		p.Change = &c
 	}
 	return p
@@ -100,16 +115,25 @@ func (p Pin) clone() Pin {
 //
 // Upstream names must not contain NUL (U+0000); tool names may hold anything.
 type Store interface {
-	// Observe records that upstream lists tool with definition def (Definition's form) of
-	// hash h, at now:
-	//   - the first sight of the tool pins it: Pin.Hash is h, Pinned now;
+	// Observe records that upstream lists tool with definition def (one tool object as the
+	// upstream lists it), hashed with scheme s, at now:
+	//   - the first sight of the tool pins it: Pin.Hash is its hash, Pinned now;
+	//   - a pin (or change) of another scheme whose hash by its own scheme is still that of
+	//     def is first re-pinned with s (its hash and definition are def's with s; Pinned,
+	//     By, Seen and Rejected stay): an upgrade of the hash withholds nothing;
 	//   - the pinned hash again clears the pin's change, rejected or not (the upstream went
-	//     back);
+	//     back), and its Missing;
 	//   - another hash is recorded as the pin's Change, Seen now, replacing a change of
 	//     another hash; the hash of the current change keeps it as it is, Seen and Rejected
 	//     included.
-	// It returns the pin as it is after, and whether it changed anything stored.
-	Observe(ctx context.Context, upstream, tool, h string, def json.RawMessage, now time.Time) (Pin, bool, error)
+	// It returns the pin as it is after, and whether it changed anything stored. It fails
+	// when def cannot be hashed with s (Scheme.Hash).
+	Observe(ctx context.Context, upstream, tool string, def json.RawMessage, s Scheme, now time.Time) (Pin, bool, error)
+	// Sweep records which of upstream's tools it lists now (listed: all of them, as it
+	// listed them in full): the pin of a tool it lists has its Missing cleared; one of a tool
+	// it does not list gets Missing now, or is removed when Missing is after ago or longer,
+	// and returned. A tool removed that comes back is pinned anew, at its next sight.
+	Sweep(ctx context.Context, upstream string, listed []string, now time.Time, after time.Duration) ([]Pin, error)
 	// List returns every pin, ordered by upstream, then tool (by bytes).
 	List(ctx context.Context) ([]Pin, error)
 	// Accept makes the pin's change of hash h, rejected or not, the pin: Hash and Definition
@@ -137,32 +161,65 @@ func checkNames(upstream, tool string) error {
 // from JSON.
 func stamp(t time.Time) time.Time { return t.Round(0).UTC() }
 
-// observe returns what p (nil: no pin yet) becomes when upstream lists tool with definition
-// def of hash h at now, and whether that differs from p (Store.Observe).
-func observe(p *Pin, upstream, tool, h string, def json.RawMessage, now time.Time) (Pin, bool, error) {
-	if h == "" {
-		return Pin{}, false, fmt.Errorf("pins: observe %q of %q: empty hash", tool, upstream)
+// observe returns what p (nil: no pin yet) becomes when upstream lists tool with
+// definition def, hashed with scheme sc, at now, and whether that differs from p
+// (Store.Observe).
+func observe(p *Pin, upstream, tool string, def json.RawMessage, sc Scheme, now time.Time) (Pin, bool, error) {
+	d, err := sc.Definition(def)
+	if err != nil {
+		return Pin{}, false, fmt.Errorf("pins: observe %q of %q (hash %s): %w", tool, upstream, sc, err)
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, def); err != nil {
-		return Pin{}, false, fmt.Errorf("pins: observe %q of %q: definition: %w", tool, upstream, err)
-	}
-	switch {
-	case p == nil:
-		return Pin{Upstream: upstream, Tool: tool, Hash: h, Definition: compact.Bytes(), Pinned: stamp(now)}, true, nil
-	case h == p.Hash:
-		if p.Change == nil {
-			return p.clone(), false, nil
-		}
-		next := p.clone()
-		next.Change = nil
-		return next, true, nil
-	case p.Change != nil && h == p.Change.Hash:
-		return p.clone(), false, nil
+	h := hashOf(d)
+	if p == nil {
+		return Pin{Upstream: upstream, Tool: tool, Hash: h, Scheme: sc, Definition: d, Pinned: stamp(now)}, true, nil
 	}
 	next := p.clone()
-	next.Change = &Change{Hash: h, Definition: compact.Bytes(), Seen: stamp(now)}
+	changed := false
+	if !next.Missing.IsZero() {
+		next.Missing, changed = time.Time{}, true
+	}
+	// A pin, or a change, hashed otherwise whose hash still holds for def is re-pinned with
+	// sc: what did not change stays accepted (or pending, or rejected). Re-pinned even when
+	// the hash is the same with sc (def has none of the members sc adds), so that a member
+	// added later is a change, not taken for one the old hash did not cover.
+	if !next.Scheme.Equal(sc) {
+		if old, err := next.Scheme.Hash(def); err == nil && old == next.Hash {
+			next.Hash, next.Scheme, next.Definition, changed = h, sc, d, true
+		}
+	}
+	if c := next.Change; c != nil && !c.Scheme.Equal(sc) {
+		if old, err := c.Scheme.Hash(def); err == nil && old == c.Hash {
+			c.Hash, c.Scheme, c.Definition, changed = h, sc, d, true
+		}
+	}
+	switch {
+	case h == next.Hash:
+		if next.Change != nil {
+			next.Change, changed = nil, true
+		}
+		return next, changed, nil
+	case next.Change != nil && h == next.Change.Hash:
+		return next, changed, nil
+	}
+	next.Change = &Change{Hash: h, Scheme: sc, Definition: d, Seen: stamp(now)}
 	return next, true, nil
+}
+
+// sweep returns what p becomes when its upstream lists its tools, with (listed) or without
+// it, at now, whether that differs from p, and whether p goes: Missing after ago or longer
+// (Store.Sweep).
+func sweep(p Pin, listed bool, now time.Time, after time.Duration) (next Pin, changed, remove bool) {
+	switch {
+	case listed && p.Missing.IsZero():
+		return p, false, false
+	case listed:
+		p.Missing = time.Time{}
+		return p, true, false
+	case p.Missing.IsZero():
+		p.Missing = stamp(now)
+		return p, true, false
+	}
+	return p, false, !now.Before(p.Missing.Add(after))
 }
 
 // accept returns what p (nil: no pin) becomes when by accepts its change of hash h at now
@@ -175,7 +232,7 @@ func accept(p *Pin, upstream, tool, h, by string, now time.Time) (Pin, error) {
 		return Pin{}, fmt.Errorf("pins: accept %s for %q of %q: %w", h, tool, upstream, ErrStale)
 	}
 	next := p.clone()
-	next.Hash, next.Definition = next.Change.Hash, next.Change.Definition
+	next.Hash, next.Scheme, next.Definition = next.Change.Hash, next.Change.Scheme, next.Change.Definition
 	next.Pinned, next.By, next.Change = stamp(now), by, nil
 	return next, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,13 +48,18 @@ func NewRedisStore(client redis.UniversalClient, keyPrefix string) *RedisStore {
 	return &RedisStore{client: client, key: keyPrefix + ":pins"}
 }
 
-// scriptSwap sets field ARGV[1] of the hash KEYS[1] to ARGV[3] if it holds ARGV[2] ("" for
-// absent: a stored pin is never empty) and returns 1, else returns 0.
+// scriptSwap sets field ARGV[1] of the hash KEYS[1] to ARGV[3] (or deletes it, when ARGV[3]
+// is "") if it holds ARGV[2] ("" for absent: a stored pin is never empty) and returns 1,
+// else returns 0.
 var scriptSwap = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if cur == false then cur = '' end
 if cur ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
 return 1
 `)
 
@@ -61,13 +67,13 @@ return 1
 func field(upstream, tool string) string { return upstream + "\x00" + tool }
 
 // Observe implements Store.Observe.
-func (s *RedisStore) Observe(ctx context.Context, upstream, tool, h string, def json.RawMessage, now time.Time) (Pin, bool, error) {
+func (s *RedisStore) Observe(ctx context.Context, upstream, tool string, def json.RawMessage, sc Scheme, now time.Time) (Pin, bool, error) {
 	if err := checkNames(upstream, tool); err != nil {
 		return Pin{}, false, err
 	}
 	var changed bool
 	p, err := s.update(ctx, "observe", upstream, tool, func(cur *Pin) (Pin, bool, error) {
-		next, ch, err := observe(cur, upstream, tool, h, def, now)
+		next, ch, err := observe(cur, upstream, tool, def, sc, now)
 		changed = ch
 		return next, ch, err
 	})
@@ -90,6 +96,77 @@ func (s *RedisStore) List(ctx context.Context) ([]Pin, error) {
 	}
 	slices.SortFunc(out, comparePins)
 	return out, nil
+}
+
+// Sweep implements Store.Sweep. It reads every pin (one round trip), then writes each one
+// that changes, or deletes it, only if it is still as read (one round trip each); a pin
+// another replica changed meanwhile is read again and swept as it is then.
+func (s *RedisStore) Sweep(ctx context.Context, upstream string, listed []string, now time.Time, after time.Duration) ([]Pin, error) {
+	if err := checkNames(upstream, ""); err != nil {
+		return nil, err
+	}
+	isListed := make(map[string]bool, len(listed))
+	for _, tool := range listed {
+		isListed[tool] = true
+	}
+	all, err := s.client.HGetAll(ctx, s.key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pins: sweep %q: %w", upstream, err)
+	}
+	var removed []Pin
+	for f, stored := range all {
+		up, tool, ok := strings.Cut(f, "\x00")
+		if !ok || up != upstream {
+			continue
+		}
+		p, gone, err := s.sweepOne(ctx, f, stored, isListed[tool], now, after)
+		if err != nil {
+			return removed, fmt.Errorf("pins: sweep %q of %q: %w", tool, upstream, err)
+		}
+		if gone {
+			removed = append(removed, p)
+		}
+	}
+	slices.SortFunc(removed, comparePins)
+	return removed, nil
+}
+
+// sweepOne sweeps the pin of field f, stored as stored when read, and returns it, and
+// whether it was removed.
+func (s *RedisStore) sweepOne(ctx context.Context, f, stored string, listed bool, now time.Time, after time.Duration) (Pin, bool, error) {
+	for range maxConflicts {
+		p, err := decodePin(stored)
+		if err != nil {
+			return Pin{}, false, fmt.Errorf("the stored pin (field %q of %s): %w", f, s.key, err)
+		}
+		next, changed, remove := sweep(p, listed, now, after)
+		if !changed && !remove {
+			return next, false, nil
+		}
+		v := ""
+		if !remove {
+			b, err := encodePin(next)
+			if err != nil {
+				return Pin{}, false, err
+			}
+			v = string(b)
+		}
+		ok, err := scriptSwap.Run(ctx, s.client, []string{s.key}, f, stored, v).Int()
+		if err != nil {
+			return Pin{}, false, err
+		}
+		if ok == 1 {
+			return next, remove, nil
+		}
+		stored, err = s.client.HGet(ctx, s.key, f).Result()
+		if errors.Is(err, redis.Nil) {
+			return Pin{}, false, nil // removed by another replica meanwhile
+		}
+		if err != nil {
+			return Pin{}, false, err
+		}
+	}
+	return Pin{}, false, fmt.Errorf("the pin changed under each of %d tries", maxConflicts)
 }
 
 // Accept implements Store.Accept.

@@ -61,7 +61,7 @@ func TestRedisKeys(t *testing.T) {
 	s := NewRedisStore(c, prefix)
 	v := newVersion(t, `{"name": "a"}`)
 	for _, tool := range []string{"a", "b"} {
-		if _, _, err := s.Observe(ctx, "up", tool, v.h, v.def, t0); err != nil {
+		if _, _, err := s.Observe(ctx, "up", tool, v.def, current, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,13 +91,13 @@ func TestRedisReplicasShare(t *testing.T) {
 	a, b := NewRedisStore(c1, prefix), NewRedisStore(c2, prefix)
 	v1, v2 := newVersion(t, `{"name": "a"}`), newVersion(t, `{"name": "a", "description": "changed"}`)
 
-	if _, changed, err := a.Observe(ctx, "up", "a", v1.h, v1.def, tick(0)); err != nil || !changed {
+	if _, changed, err := a.Observe(ctx, "up", "a", v1.def, current, tick(0)); err != nil || !changed {
 		t.Fatalf("first sight on a: %v, %v", changed, err)
 	}
-	if _, changed, err := b.Observe(ctx, "up", "a", v1.h, v1.def, tick(1)); err != nil || changed {
+	if _, changed, err := b.Observe(ctx, "up", "a", v1.def, current, tick(1)); err != nil || changed {
 		t.Fatalf("the same on b: changed %v, %v; want no change", changed, err)
 	}
-	if _, _, err := a.Observe(ctx, "up", "a", v2.h, v2.def, tick(2)); err != nil {
+	if _, _, err := a.Observe(ctx, "up", "a", v2.def, current, tick(2)); err != nil {
 		t.Fatal(err)
 	}
 	p, err := b.Accept(ctx, "up", "a", v2.h, "alice", tick(3))
@@ -127,7 +127,7 @@ func TestRedisCorruptPin(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := newVersion(t, `{"name": "a"}`)
-	if _, _, err := s.Observe(ctx, "up", "a", v.h, v.def, t0); err == nil {
+	if _, _, err := s.Observe(ctx, "up", "a", v.def, current, t0); err == nil {
 		t.Error("Observe over a corrupt pin succeeded")
 	}
 	if _, err := s.List(ctx); err == nil {
@@ -145,7 +145,7 @@ func TestRedisUnavailable(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	s := NewRedisStore(c, "mftest-unavailable")
 	v := newVersion(t, `{"name": "a"}`)
-	if _, _, err := s.Observe(ctx, "up", "a", v.h, v.def, t0); err == nil {
+	if _, _, err := s.Observe(ctx, "up", "a", v.def, current, t0); err == nil {
 		t.Error("Observe succeeded")
 	}
 	if _, err := s.List(ctx); err == nil {
@@ -169,11 +169,11 @@ func TestRedisConflict(t *testing.T) {
 		calls++
 		if calls == 1 {
 			// Another replica pins the tool, as it lists v1, meanwhile.
-			if _, _, err := other.Observe(ctx, "up", "a", v1.h, v1.def, tick(0)); err != nil {
+			if _, _, err := other.Observe(ctx, "up", "a", v1.def, current, tick(0)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return observe(cur, "up", "a", v2.h, v2.def, tick(1))
+		return observe(cur, "up", "a", v2.def, current, tick(1))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +181,8 @@ func TestRedisConflict(t *testing.T) {
 	if calls != 2 {
 		t.Errorf("the change was computed %d times, want 2", calls)
 	}
-	want := Pin{Upstream: "up", Tool: "a", Hash: v1.h, Definition: v1.def, Pinned: tick(0),
-		Change: &Change{Hash: v2.h, Definition: v2.def, Seen: tick(1)}}
+	want := Pin{Upstream: "up", Tool: "a", Hash: v1.h, Scheme: current, Definition: v1.def, Pinned: tick(0),
+		Change: &Change{Hash: v2.h, Scheme: current, Definition: v2.def, Seen: tick(1)}}
 	if diff := cmp.Diff(want, p); diff != "" {
 		t.Errorf("pin mismatch (-want +got):\n%s", diff)
 	}
@@ -201,7 +201,7 @@ func TestRedisConflict(t *testing.T) {
 		if err := c.HSet(ctx, prefix+":pins", field("up", "b"), fmt.Sprintf(`{"hash":"sha256:%d"}`, calls)).Err(); err != nil {
 			t.Fatal(err)
 		}
-		return observe(cur, "up", "b", v1.h, v1.def, tick(2))
+		return observe(cur, "up", "b", v1.def, current, tick(2))
 	})
 	if err == nil || calls != maxConflicts {
 		t.Errorf("update under constant conflict = %v after %d tries, want an error after %d", err, calls, maxConflicts)

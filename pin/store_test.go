@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,9 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func tick(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+
+// current is the scheme the tests hash with: the current version, no _meta key.
+var current = NewScheme(nil)
 
 // version is a tool definition in Definition's form, and its hash.
 type version struct {
@@ -69,7 +74,19 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	// observe calls s.Observe and checks whether it reported a change.
 	observe := func(t *testing.T, s Store, v version, now time.Time, wantChanged bool) Pin {
 		t.Helper()
-		p, changed, err := s.Observe(ctx, "github", "create_issue", v.h, v.def, now)
+		p, changed, err := s.Observe(ctx, "github", "create_issue", v.def, current, now)
+		if err != nil {
+			t.Fatalf("Observe: %v", err)
+		}
+		if changed != wantChanged {
+			t.Errorf("Observe reported changed = %v, want %v", changed, wantChanged)
+		}
+		return p
+	}
+	// observe2 calls s.Observe with a definition and a scheme of its own.
+	observe2 := func(t *testing.T, s Store, def json.RawMessage, sc Scheme, now time.Time, wantChanged bool) Pin {
+		t.Helper()
+		p, changed, err := s.Observe(ctx, "github", "create_issue", def, sc, now)
 		if err != nil {
 			t.Fatalf("Observe: %v", err)
 		}
@@ -93,10 +110,10 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		}
 	}
 	pinned := func(v version, at time.Time) Pin {
-		return Pin{Upstream: "github", Tool: "create_issue", Hash: v.h, Definition: v.def, Pinned: at}
+		return Pin{Upstream: "github", Tool: "create_issue", Hash: v.h, Scheme: current, Definition: v.def, Pinned: at}
 	}
 	withChange := func(p Pin, v version, seen time.Time) Pin {
-		p.Change = &Change{Hash: v.h, Definition: v.def, Seen: seen}
+		p.Change = &Change{Hash: v.h, Scheme: current, Definition: v.def, Seen: seen}
 		return p
 	}
 
@@ -265,7 +282,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		s := open(t)
 		names := [][2]string{{"b", "x"}, {"a", "z"}, {"a-b", "a"}, {"a", "y"}, {"a", "y\x00z"}, {"a", ""}, {"B", "x"}}
 		for i, n := range names {
-			if _, _, err := s.Observe(ctx, n[0], n[1], v1.h, v1.def, tick(i)); err != nil {
+			if _, _, err := s.Observe(ctx, n[0], n[1], v1.def, current, tick(i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -286,7 +303,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("tools are kept apart", func(t *testing.T) {
 		s := open(t)
 		observe(t, s, v1, tick(0), true)
-		if _, changed, err := s.Observe(ctx, "gitlab", "create_issue", v2.h, v2.def, tick(1)); err != nil || !changed {
+		if _, changed, err := s.Observe(ctx, "gitlab", "create_issue", v2.def, current, tick(1)); err != nil || !changed {
 			t.Fatalf("Observe of another upstream's tool = %v, %v; want a first sight", changed, err)
 		}
 		p := observe(t, s, v1, tick(2), false)
@@ -311,7 +328,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("times are kept in UTC", func(t *testing.T) {
 		s := open(t)
 		at := time.Date(2026, 3, 1, 13, 0, 0, 123456789, time.FixedZone("CET", 3600))
-		p, _, err := s.Observe(ctx, "github", "create_issue", v1.h, v1.def, at)
+		p, _, err := s.Observe(ctx, "github", "create_issue", v1.def, current, at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,18 +339,174 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("bad arguments", func(t *testing.T) {
 		s := open(t)
-		if _, _, err := s.Observe(ctx, "git\x00hub", "create_issue", v1.h, v1.def, tick(0)); err == nil {
+		if _, _, err := s.Observe(ctx, "git\x00hub", "create_issue", v1.def, current, tick(0)); err == nil {
 			t.Error("Observe of an upstream name with NUL succeeded")
 		}
-		if _, _, err := s.Observe(ctx, "github", "create_issue", v1.h, json.RawMessage(`{"name":`), tick(0)); err == nil {
+		if _, _, err := s.Observe(ctx, "github", "create_issue", json.RawMessage(`{"name":`), current, tick(0)); err == nil {
 			t.Error("Observe of a definition that is not JSON succeeded")
 		}
-		if _, _, err := s.Observe(ctx, "github", "create_issue", "", v1.def, tick(0)); err == nil {
-			t.Error("Observe with no hash succeeded")
+		if _, _, err := s.Observe(ctx, "github", "create_issue", v1.def, Scheme{Version: 99}, tick(0)); err == nil {
+			t.Error("Observe with a hash version it does not know succeeded")
 		}
 		if list, err := s.List(ctx); err != nil || len(list) != 0 {
 			t.Errorf("List after refused observations = %v, %v; want none", list, err)
 		}
+	})
+
+	t.Run("an upgraded hash re-pins what did not change, silently", func(t *testing.T) {
+		s := open(t)
+		old := Scheme{} // a pin recorded before hash versions: Version1
+		listed := json.RawMessage(`{"name": "create_issue", "description": "Creates an issue.", "inputSchema": {"type": "object"}, "icons": [{"src": "https://example.com/i.png"}], "_meta": {"com.example/ui": {"w": 1}}}`)
+		if _, _, err := s.Observe(ctx, "github", "create_issue", listed, old, tick(0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Accept(ctx, "github", "create_issue", "sha256:none", "alice", tick(1)); !errors.Is(err, ErrStale) {
+			t.Fatalf("Accept with no change = %v", err)
+		}
+		// The gateway now hashes with the current version and one _meta key: the pin's old
+		// hash still holds for what is listed, so it is re-pinned, with no change to decide.
+		scheme := NewScheme([]string{"com.example/ui"})
+		h, err := scheme.Hash(listed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		def, _ := scheme.Definition(listed)
+		p, changed, err := s.Observe(ctx, "github", "create_issue", listed, scheme, tick(2))
+		if err != nil || !changed {
+			t.Fatalf("Observe with the new scheme = changed %v, %v; want the pin re-pinned", changed, err)
+		}
+		want := Pin{Upstream: "github", Tool: "create_issue", Hash: h, Scheme: scheme, Definition: def, Pinned: tick(0)}
+		check(t, s, p, want)
+		if p.Differs(h) {
+			t.Error("the re-pinned tool differs from what is listed: it would be withheld")
+		}
+		// From now on the icons and the _meta key count.
+		changedIcon := json.RawMessage(strings.Replace(string(listed), "i.png", "evil.png", 1))
+		p = observe2(t, s, changedIcon, scheme, tick(3), true)
+		if p.Change == nil || p.Hash != h || len(scheme.Diff(p.Definition, p.Change.Definition)) != 1 {
+			t.Errorf("a changed icon after the upgrade: %+v, want a pending change of icons", p)
+		}
+	})
+
+	t.Run("an upgraded hash does not hide a real change", func(t *testing.T) {
+		s := open(t)
+		if _, _, err := s.Observe(ctx, "github", "create_issue", v1.def, Scheme{}, tick(0)); err != nil {
+			t.Fatal(err)
+		}
+		p := observe(t, s, v2, tick(1), true)
+		if p.Change == nil || p.Change.Hash != v2.h || !p.Differs(v2.h) || !p.Scheme.Equal(Scheme{Version: Version1}) {
+			t.Errorf("a changed description with the new scheme: %+v, want it pending against the old pin", p)
+		}
+		// Going back re-pins the old pin with the new scheme, and clears the change.
+		p = observe(t, s, v1, tick(2), true)
+		check(t, s, p, pinned(v1, tick(0)))
+	})
+
+	t.Run("an upgraded hash keeps a rejected change rejected", func(t *testing.T) {
+		s := open(t)
+		for i, v := range []version{v1, v2} {
+			if _, _, err := s.Observe(ctx, "github", "create_issue", v.def, Scheme{}, tick(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		oldChange, _ := Scheme{}.Hash(v2.def)
+		if _, err := s.Reject(ctx, "github", "create_issue", oldChange, "bob", tick(2)); err != nil {
+			t.Fatal(err)
+		}
+		p := observe(t, s, v2, tick(3), true)
+		if p.Change == nil || p.Change.Hash != v2.h || !p.Change.Rejected || p.Change.By != "bob" || !p.Change.Seen.Equal(tick(1)) || p.Pending() {
+			t.Errorf("a rejected change, re-hashed: %+v, want it still rejected, by bob, seen at first", p.Change)
+		}
+		if _, changed, err := s.Observe(ctx, "github", "create_issue", v2.def, current, tick(4)); err != nil || changed {
+			t.Errorf("observed again = changed %v, %v; want nothing to change", changed, err)
+		}
+	})
+
+	t.Run("a member added after an upgrade is a change", func(t *testing.T) {
+		s := open(t)
+		if _, _, err := s.Observe(ctx, "github", "create_issue", v1.def, Scheme{}, tick(0)); err != nil {
+			t.Fatal(err)
+		}
+		// The same definition seen with the current scheme: the hash is the same (it has no
+		// icons), and the pin now says it covers icons.
+		p := observe(t, s, v1, tick(1), true)
+		check(t, s, p, pinned(v1, tick(0)))
+		withIcons := json.RawMessage(strings.Replace(string(v1.def), `{`, `{"icons":[{"src":"https://example.com/evil.png"}],`, 1))
+		p = observe2(t, s, withIcons, current, tick(2), true)
+		if !p.Pending() || p.Hash != v1.h {
+			t.Errorf("icons added after the upgrade: %+v, want a pending change", p)
+		}
+	})
+
+	t.Run("a tool no longer listed is forgotten after the grace", func(t *testing.T) {
+		s := open(t)
+		sweep := func(t *testing.T, listed []string, now time.Time) []Pin {
+			t.Helper()
+			removed, err := s.Sweep(ctx, "github", listed, now, 10*time.Minute)
+			if err != nil {
+				t.Fatalf("Sweep: %v", err)
+			}
+			return removed
+		}
+		observe(t, s, v1, tick(0), true)
+		if _, _, err := s.Observe(ctx, "github", "list_issues", v3.def, current, tick(0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Observe(ctx, "gitlab", "create_issue", v3.def, current, tick(0)); err != nil {
+			t.Fatal(err)
+		}
+		if removed := sweep(t, []string{"create_issue", "list_issues"}, tick(1)); len(removed) != 0 {
+			t.Errorf("a sweep with every tool listed removed %+v", removed)
+		}
+		// create_issue is gone: marked missing, kept for the grace.
+		if removed := sweep(t, []string{"list_issues"}, tick(2)); len(removed) != 0 {
+			t.Errorf("the first sweep without the tool removed %+v", removed)
+		}
+		list, _ := s.List(ctx)
+		want := pinned(v1, tick(0))
+		want.Missing = tick(2)
+		if diff := cmp.Diff(want, list[0]); diff != "" {
+			t.Errorf("the missing tool's pin (-want +got):\n%s", diff)
+		}
+		if removed := sweep(t, []string{"list_issues"}, tick(11)); len(removed) != 0 {
+			t.Errorf("a sweep within the grace removed %+v", removed)
+		}
+		// Listed again within the grace: kept, no longer missing.
+		if removed := sweep(t, []string{"create_issue", "list_issues"}, tick(12)); len(removed) != 0 {
+			t.Errorf("a sweep with the tool back removed %+v", removed)
+		}
+		if list, _ := s.List(ctx); !list[0].Missing.IsZero() {
+			t.Errorf("the pin of a tool listed again is still missing: %+v", list[0])
+		}
+		// Gone again, for the whole grace: removed; the other upstream's pin stays.
+		sweep(t, []string{"list_issues"}, tick(20))
+		removed := sweep(t, []string{"list_issues"}, tick(30))
+		if len(removed) != 1 || removed[0].Tool != "create_issue" || removed[0].Hash != v1.h {
+			t.Errorf("a sweep after the grace removed %+v, want create_issue's pin", removed)
+		}
+		list, _ = s.List(ctx)
+		var names []string
+		for _, p := range list {
+			names = append(names, p.Upstream+"/"+p.Tool)
+		}
+		if want := []string{"github/list_issues", "gitlab/create_issue"}; !slices.Equal(names, want) {
+			t.Errorf("pins after the sweep: %v, want %v", names, want)
+		}
+		// Back after it was forgotten: pinned anew, as at first sight, whatever it says.
+		p := observe(t, s, v2, tick(31), true)
+		if p.Change != nil || p.Hash != v2.h || !p.Pinned.Equal(tick(31)) {
+			t.Errorf("a forgotten tool back: %+v, want it pinned anew", p)
+		}
+	})
+
+	t.Run("observing a missing tool clears its mark", func(t *testing.T) {
+		s := open(t)
+		observe(t, s, v1, tick(0), true)
+		if _, err := s.Sweep(ctx, "github", nil, tick(1), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		p := observe(t, s, v1, tick(2), true)
+		check(t, s, p, pinned(v1, tick(0)))
 	})
 
 	t.Run("concurrent first sight pins once", func(t *testing.T) {
@@ -345,7 +518,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				pins[i], changed[i], errs[i] = s.Observe(ctx, "github", "create_issue", v1.h, v1.def, tick(i))
+				pins[i], changed[i], errs[i] = s.Observe(ctx, "github", "create_issue", v1.def, current, tick(i))
 			})
 		}
 		wg.Wait()
@@ -383,7 +556,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 				if i%2 == 0 {
 					_, errs[i] = s.Accept(ctx, "github", "create_issue", v2.h, fmt.Sprint("op", i), tick(2+i))
 				} else {
-					_, _, errs[i] = s.Observe(ctx, "github", "create_issue", v3.h, v3.def, tick(2+i))
+					_, _, errs[i] = s.Observe(ctx, "github", "create_issue", v3.def, current, tick(2+i))
 				}
 			})
 		}
