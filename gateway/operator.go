@@ -31,8 +31,8 @@ type heldCalls struct {
 	client  *http.Client
 	// allowSelf lets an operator approve a call of their own (approval.allow_self_approval).
 	allowSelf bool
-	// redact names the argument members the webhook's payload redacts (audit.redact).
-	redact []string
+	// redact is how the webhook's payload redacts arguments: as the audit trail does.
+	redact audit.Redaction
 
 	mu sync.Mutex
 	// waiting holds a channel per call held here, closed when the call is decided. Guarded
@@ -42,7 +42,7 @@ type heldCalls struct {
 
 func newHeldCalls(g *Gateway) *heldCalls {
 	h := &heldCalls{g: g, webhook: g.cfg.Admin.Webhook, client: &http.Client{Timeout: webhookTimeout}, waiting: map[string]chan struct{}{},
-		allowSelf: g.cfg.Policy.Approval.AllowSelfApproval, redact: g.cfg.Audit.Redact}
+		allowSelf: g.cfg.Policy.Approval.AllowSelfApproval, redact: redaction(&g.cfg.Audit)}
 	if h.allowSelf {
 		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
 	}
@@ -245,12 +245,11 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 		Message: fmt.Sprintf("an operator (%s) denied %s: it did not run", got.Approver, t.Exposed)}
 }
 
-// redactArguments returns a held call's arguments as the audit trail would record them,
-// redacted by the audit package with the configured names (audit.redact), for what leaves
-// the gateway's admin face: the webhook's payload. The one place that redacts them, so that
-// what the audit trail redacts by default is redacted here too.
-func redactArguments(args json.RawMessage, names []string) json.RawMessage {
-	return audit.Redact(args, names)
+// redactArguments returns a held call's arguments as the audit trail records them (secret
+// names redacted by default, and audit.redact), for what leaves the gateway's admin face: the
+// webhook's payload.
+func redactArguments(args json.RawMessage, r audit.Redaction) json.RawMessage {
+	return audit.RedactArguments(args, r)
 }
 
 // approvalOf returns a held call as the admin API shows it.

@@ -625,8 +625,8 @@ func TestAdminForbiddenIsAuditedAs403(t *testing.T) {
 }
 
 // TestApprovalWebhookRedactsArguments: the webhook's payload carries the held call's
-// arguments redacted as the audit trail redacts them (audit.redact); the admin API, where
-// an operator decides, shows them whole.
+// arguments redacted as the audit trail redacts them (audit.redact, and the secret names
+// redacted by default); the admin API, where an operator decides, shows them whole.
 func TestApprovalWebhookRedactsArguments(t *testing.T) {
 	bodies := make(chan string, 4)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -642,7 +642,7 @@ func TestApprovalWebhookRedactsArguments(t *testing.T) {
 	defer tg.close()
 	adm := startAdmin(t, tg)
 	ctx := ctxT(t)
-	done := callAsync(ctx, connectAs(t, tg.url, "mfk_alice", nil), "a__echo", map[string]any{"text": "hello", "nested": map[string]any{"Secret": "hunter2"}})
+	done := callAsync(ctx, connectAs(t, tg.url, "mfk_alice", nil), "a__echo", map[string]any{"text": "hello", "nested": map[string]any{"Secret": "hunter2"}, "api_token": "tok-123"})
 	held := adm.waitHeld(1)[0]
 	if !strings.Contains(string(held.Arguments), "hunter2") {
 		t.Errorf("the admin API's arguments: %s, want them whole", held.Arguments)
@@ -653,7 +653,7 @@ func TestApprovalWebhookRedactsArguments(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the webhook heard nothing")
 	}
-	if strings.Contains(body, "hunter2") || !strings.Contains(body, `"Secret":"[redacted]"`) || !strings.Contains(body, `"text":"hello"`) {
+	if strings.Contains(body, "hunter2") || strings.Contains(body, "tok-123") || !strings.Contains(body, `"Secret":"[redacted]"`) || !strings.Contains(body, `"text":"hello"`) {
 		t.Errorf("webhook payload: %s, want the secret redacted and the rest kept", body)
 	}
 	adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "deny"}, nil)
