@@ -238,6 +238,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.replicas.lease = lease
 		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
 		hubOpts.Producing = g.replicas.producing
+		// A message for a standalone stream another replica produces is kept until that
+		// replica is known to run or to have stopped (its lease, and a renewal to notice).
+		hubOpts.Hold = 2 * lease
 	}
 	g.hub = hub.New(g.ctx, hubOpts)
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
@@ -397,9 +400,13 @@ type liveHub interface {
 	RequestsDone() <-chan struct{}
 	// Tag names this process in the ids it makes.
 	Tag() string
-	// Extend and Orphaned follow the streams other replicas produce (see hub.Local).
+	// Extend, Orphaned, Keep, Produced and TakeOver follow the streams other replicas
+	// produce, and take them over when they stop (see hub.Local).
 	Extend(sessionID, streamID string, events []hub.Event, complete bool) bool
 	Orphaned(producer string, adopted func(streamID string) bool)
+	Keep(sessionID string, data []byte) bool
+	Produced(sessionID, streamID, producer string)
+	TakeOver(ctx context.Context, producer string) []string
 }
 
 var _ liveHub = (*hub.Local)(nil)

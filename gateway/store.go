@@ -66,13 +66,23 @@ func (r redisEvents) Append(sessionID, streamID string, events []hub.Event, comp
 	r.log.Append(sessionID, streamID, logged, complete)
 }
 
-func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID) {
+func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID, standalone bool) {
+	if standalone {
+		r.log.StartStandalone(sessionID, streamID)
+		return
+	}
 	var ids json.RawMessage
 	if len(requests) > 0 {
 		ids, _ = json.Marshal(requests)
 	}
 	r.log.Start(sessionID, streamID, ids)
 }
+
+func (r redisEvents) Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error) {
+	return r.log.Claim(ctx, sessionID, streamID, from, to)
+}
+
+func (r redisEvents) Touch(sessionID, streamID string) { r.log.Touch(sessionID, streamID) }
 
 func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*hub.Replayed, error) {
 	logged, err := r.log.Replay(ctx, sessionID, streamID, after)
@@ -84,7 +94,8 @@ func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, aft
 	case logged == nil:
 		return nil, nil
 	}
-	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged.Events)), Complete: logged.Complete, More: logged.More}
+	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged.Events)), Complete: logged.Complete, More: logged.More,
+		Standalone: logged.Standalone, Producer: logged.Producer}
 	for i, e := range logged.Events {
 		replayed.Events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
 	}
@@ -96,4 +107,7 @@ func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, aft
 	return replayed, nil
 }
 
-var _ hub.RequestLog = redisEvents{}
+var (
+	_ hub.RequestLog  = redisEvents{}
+	_ hub.TakeoverLog = redisEvents{}
+)

@@ -730,10 +730,14 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	if resuming {
 		st, c, err = ls.Resume(r.Context(), lastEventID)
+		if err == nil && g.replicas != nil && st == ls.Standalone() && hub.Producer(st.ID()) != g.hub.Tag() {
+			// Another replica's standalone stream, taken over here: it is produced here now.
+			g.replicas.openedStandalone(rec.ID, st.ID())
+		}
 	} else {
 		st, c, err = ls.OpenStandalone()
 		if err == nil && g.replicas != nil {
-			g.replicas.openedStandalone(rec.ID)
+			g.replicas.openedStandalone(rec.ID, st.ID())
 		}
 	}
 	switch {
