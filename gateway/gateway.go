@@ -80,6 +80,9 @@ type Gateway struct {
 	store  session.Store
 	// closeStore releases the store the gateway opened itself (nothing for one it was given).
 	closeStore func() error
+	// storeOutage logs the store's failures on requests' paths: while it is down, every
+	// request fails, and the log gets a few lines, not one per request.
+	storeOutage *loglimit.Outage
 
 	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
 	// catalog's namespace ns.
@@ -173,6 +176,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
+	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
 	g.store, g.closeStore = g.opts.Store, func() error { return nil }
 	var events hub.EventLog
 	if g.store == nil {
