@@ -309,28 +309,20 @@ func (s *Stream) adoptLocked(responses int) {
 	s.wakeLocked()
 }
 
-// TakeOver takes over the standalone streams that a connection here reads back from the log
-// and whose producer, the hub tagged producer, stopped: this hub goes on producing each, from
-// the last event the log holds (unless another hub claimed one first: it is then followed
-// from that one). Such copies that no connection reads are dropped: a client that resumes one
-// later reads it back again. It returns the ids of the sessions whose standalone stream is
-// produced here now.
+// TakeOver takes over the standalone streams followed here (a client resumed them here)
+// whose producer, the hub tagged producer, stopped: this hub goes on producing each, from
+// the last event the log holds, with the messages kept for it (unless another hub claimed
+// one first: it is then followed from that one). A copy whose client is away between two
+// connections is taken over too: its client may resume it here, or where it is followed from
+// here. It returns the ids of the sessions whose standalone stream is produced here now.
 func (h *Local) TakeOver(ctx context.Context, producer string) []string {
 	var ids []string
 	for _, ls := range h.Sessions() {
 		for _, st := range ls.followedStandalone() {
 			st.mu.Lock()
 			theirs := st.fromLog && st.following && !st.dropped && st.owner == producer
-			read := st.writer != nil
-			if theirs && !read {
-				st.dropLocked()
-			}
 			st.mu.Unlock()
-			switch {
-			case !theirs:
-			case !read:
-				ls.forget(st)
-			case ls.takeOverFollowed(ctx, st, producer):
+			if theirs && ls.takeOverFollowed(ctx, st, producer) {
 				ids = append(ids, ls.id)
 			}
 		}

@@ -89,8 +89,8 @@ func TestStandaloneStreamOfAStoppedProducerIsTakenOver(t *testing.T) {
 // standalone stream another hub produces. Messages for it reach this hub meanwhile (Keep);
 // one the producer logs is forgotten here, one it never logged before it stopped is not.
 // When the producer's end is known (TakeOver), the stream goes on here without a break: the
-// message the producer never logged comes first, then new ones. A copy no connection reads
-// is dropped instead, and TakeOver reports only the session taken over.
+// message the producer never logged comes first, then new ones. A copy whose client is away
+// is taken over too, with what was kept for it, for its client to resume.
 func TestFollowedStandaloneStreamIsTakenOverWhenItsProducerStops(t *testing.T) {
 	log := newReqLog()
 	log.seedStandalone("s", ev(1, notice(1)))
@@ -109,6 +109,7 @@ func TestFollowedStandaloneStreamIsTakenOverWhenItsProducerStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle.Detach()
+	h.Keep("idle", notice(7))
 
 	if !h.Keep("s", notice(2)) || !h.Keep("s", notice(3)) {
 		t.Fatalf("Keep found no followed standalone stream")
@@ -118,8 +119,10 @@ func TestFollowedStandaloneStreamIsTakenOverWhenItsProducerStops(t *testing.T) {
 	h.Extend("s", standaloneID, []Event{ev(2, notice(2))}, false)
 	read(c)
 
-	if got := h.TakeOver(context.Background(), producer); !slices.Equal(got, []string{"s"}) {
-		t.Errorf("TakeOver reported sessions %v, want [s]", got)
+	got := h.TakeOver(context.Background(), producer)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"idle", "s"}) {
+		t.Errorf("TakeOver reported sessions %v, want [idle s]", got)
 	}
 	events, state, _ := c.Next()
 	if len(events) != 1 || events[0].Seq != 3 || !slices.Equal(events[0].Data, notice(3)) || state != Live {
@@ -135,8 +138,16 @@ func TestFollowedStandaloneStreamIsTakenOverWhenItsProducerStops(t *testing.T) {
 	if diff := cmp.Diff([]string{"1 notice", "2 notice", "3 notice", "4 notice"}, log.contents("s", standaloneID)); diff != "" {
 		t.Errorf("the log holds (-want +got):\n%s", diff)
 	}
-	if st := h.Lookup("idle").Stream(standaloneID); st != nil {
-		t.Errorf("the copy no connection reads was kept")
+	// The client away comes back: it gets what was kept for it.
+	_, back, err := h.Lookup("idle").Resume(context.Background(), standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, state := read(back); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("the client away, back: %v, %v; want the kept message, live", got, state)
+	}
+	if diff := cmp.Diff([]string{"1 notice", "2 notice"}, log.contents("idle", standaloneID)); diff != "" {
+		t.Errorf("the log of the stream whose client was away (-want +got):\n%s", diff)
 	}
 	if h.Keep("s", notice(5)) {
 		t.Errorf("Keep kept a message for a stream produced here")
