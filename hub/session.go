@@ -315,24 +315,27 @@ func (s *Session) HoldsStreams() bool {
 	return len(s.streams) > 0
 }
 
-// DropStandalone drops the session's standalone stream here, and the copies of another
-// hub's followed here, unless it is stream keep: its client opened (or resumed) one
-// elsewhere, which takes the messages from now on.
+// DropStandalone drops the session's standalone stream here, and the copies followed here of
+// another hub's but stream keep: another hub produces the session's standalone stream, keep,
+// from now on (its client opened it there, or resumed it there and that hub took it over).
+// When the one produced here is keep itself (this hub was taken for stopped), its end is not
+// logged: it goes on there.
 func (s *Session) DropStandalone(keep string) {
 	s.mu.Lock()
 	var drop []*Stream
 	for id, st := range s.streams {
-		if id != keep && st.standalone && (st == s.standalone || st.readBack()) {
+		if st.standalone && (st == s.standalone || id != keep && st.readBack()) {
 			drop = append(drop, st)
 			delete(s.streams, id)
 		}
 	}
-	if s.standalone != nil && s.standalone.id != keep {
-		s.standalone = nil
-	}
+	s.standalone = nil
 	s.mu.Unlock()
 	for _, st := range drop {
 		st.mu.Lock()
+		if st.id == keep {
+			st.loggedEnd = true
+		}
 		st.dropLocked()
 		st.mu.Unlock()
 	}

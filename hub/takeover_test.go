@@ -208,7 +208,9 @@ func TestKeptMessagesExpire(t *testing.T) {
 }
 
 // TestOpeningTheStandaloneStreamElsewhereDropsTheCopies: DropStandalone drops the session's
-// own standalone stream and the copies followed here of another's, but not the stream kept.
+// own standalone stream and the copies followed here of another's, but not a copy of the
+// stream kept; this hub's own stream, when it is the one kept (taken over elsewhere), is
+// dropped with no end logged.
 func TestOpeningTheStandaloneStreamElsewhereDropsTheCopies(t *testing.T) {
 	log := newReqLog()
 	log.seedStandalone("s", ev(1, notice(1)))
@@ -226,6 +228,21 @@ func TestOpeningTheStandaloneStreamElsewhereDropsTheCopies(t *testing.T) {
 	s.DropStandalone("other_1")
 	if _, state := read(c); state != Dropped {
 		t.Errorf("the copy after another stream opened: %v, want dropped", state)
+	}
+
+	// This hub's own standalone stream, taken over elsewhere (this hub was taken for
+	// stopped): dropped here, its end not logged.
+	own, oc, err := s.OpenStandalone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc.MarkResumable()
+	s.DropStandalone(own.ID())
+	if _, state := read(oc); state != Dropped || s.Standalone() != nil {
+		t.Errorf("the own stream taken over elsewhere: %v, want dropped", state)
+	}
+	if r, _ := log.Replay(context.Background(), "s", own.ID(), 0); r == nil || r.Complete {
+		t.Errorf("the log of the own stream taken over elsewhere: %+v, want it not ended", r)
 	}
 }
 
