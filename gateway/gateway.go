@@ -80,6 +80,9 @@ type Gateway struct {
 	store  session.Store
 	// closeStore releases the store the gateway opened itself (nothing for one it was given).
 	closeStore func() error
+	// storeOutage logs the store's failures on requests' paths: while it is down, every
+	// request fails, and the log gets a few lines, not one per request.
+	storeOutage *loglimit.Outage
 
 	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
 	// catalog's namespace ns.
@@ -173,6 +176,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
+	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
 	g.store, g.closeStore = g.opts.Store, func() error { return nil }
 	var events hub.EventLog
 	if g.store == nil {
@@ -238,6 +242,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.replicas.lease = lease
 		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
 		hubOpts.Producing = g.replicas.producing
+		// A message for a standalone stream another replica produces is kept until that
+		// replica is known to run or to have stopped (its lease, and a renewal to notice).
+		hubOpts.Hold = 2 * lease
 	}
 	g.hub = hub.New(g.ctx, hubOpts)
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
@@ -397,9 +404,13 @@ type liveHub interface {
 	RequestsDone() <-chan struct{}
 	// Tag names this process in the ids it makes.
 	Tag() string
-	// Extend and Orphaned follow the streams other replicas produce (see hub.Local).
+	// Extend, Orphaned, Keep, Produced and TakeOver follow the streams other replicas
+	// produce, and take them over when they stop (see hub.Local).
 	Extend(sessionID, streamID string, events []hub.Event, complete bool) bool
 	Orphaned(producer string, adopted func(streamID string) bool)
+	Keep(sessionID string, data []byte) bool
+	Produced(sessionID, streamID, producer string)
+	TakeOver(ctx context.Context, producer string) []string
 }
 
 var _ liveHub = (*hub.Local)(nil)

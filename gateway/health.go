@@ -63,8 +63,10 @@ func (g *Gateway) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), storeReadyTimeout)
 		err := p.Ping(ctx)
 		cancel()
-		if err != nil {
-			g.logger.Warn("readiness: the session store does not answer", "store", g.cfg.SessionStore.Type, "error", err.Error())
+		if err == nil {
+			g.storeOK(r.Context())
+		} else {
+			g.storeWarn(r.Context(), "readiness: the session store does not answer", "store", g.cfg.SessionStore.Type, "error", err.Error())
 			body.SessionStore.State = "unreachable"
 			body.Status, status = "session_store_unreachable", http.StatusServiceUnavailable
 		}

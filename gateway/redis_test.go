@@ -3,11 +3,15 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/tcprelay"
+	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 )
 
@@ -153,4 +157,80 @@ func TestRedisReverseRequestsAndResume(t *testing.T) {
 	tg := startGateway(t, "listen: 127.0.0.1:0\n"+redisStoreYAML(t, testredis.Addr(t))+"upstreams:"+upstreamYAML("r", "reverse", ""), nil)
 	t.Cleanup(tg.close)
 	resumeAfterDroppedPOSTStream(t, tg)
+}
+
+// TestRedisOutageIsLoggedNotShouted: while Redis is cut, every request fails with 503, but
+// the log gets the first failure of each kind in full, then at most one line per kind and
+// interval (a minute, on the gateway's clock) with the count of those held back, and once
+// Redis answers again, one line saying so, with how many failures were held back in all.
+func TestRedisOutageIsLoggedNotShouted(t *testing.T) {
+	clock := testclock.New(time.Now())
+	logs := &lockedBuffer{}
+	relay, err := tcprelay.New(testredis.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	tg := startGateway(t, "listen: 127.0.0.1:0\n"+redisStoreYAML(t, relay.Addr())+"upstreams:"+upstreamYAML("alpha", "alpha", ""),
+		&gateway.Options{Now: clock.Now, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	t.Cleanup(tg.close)
+	c := rawClient{t: t, url: tg.url}
+	h := map[string]string{"Mcp-Session-Id": c.initializeAs("2025-11-25", `{}`)}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+
+	relay.Sever()
+	fail := func(n int) {
+		t.Helper()
+		for range n {
+			if r := c.do(http.MethodPost, list, h); r.status != http.StatusServiceUnavailable {
+				t.Fatalf("tools/list while Redis is cut: %d %s", r.status, r.body)
+			}
+		}
+	}
+	failInit := func() {
+		t.Helper()
+		if r := c.do(http.MethodPost, initBody, nil); r.status != http.StatusServiceUnavailable {
+			t.Fatalf("initialize while Redis is cut: %d %s", r.status, r.body)
+		}
+	}
+	fail(40)
+	failInit()
+	failInit()
+	clock.Advance(30 * time.Second)
+	fail(10) // within the minute: held back
+	clock.Advance(31 * time.Second)
+	fail(5) // the first of these is logged, with the 49 held back before it
+
+	relay.Restore()
+	waitUntil(t, "a request to succeed once Redis is back", func() bool {
+		return c.do(http.MethodPost, list, h).status == http.StatusOK
+	})
+	c.do(http.MethodPost, list, h)
+
+	out := logs.String()
+	var errorLines, reachable []string
+	for line := range strings.Lines(out) {
+		switch {
+		case strings.Contains(line, "level=ERROR"):
+			errorLines = append(errorLines, strings.TrimSpace(line))
+		case strings.Contains(line, "reachable again"):
+			reachable = append(reachable, strings.TrimSpace(line))
+		}
+	}
+	// The first tools/list failure, the first initialize failure, the reminder a minute on.
+	if len(errorLines) != 3 {
+		t.Fatalf("%d error lines for 57 failed requests, want 3:\n%s", len(errorLines), strings.Join(errorLines, "\n"))
+	}
+	if !strings.Contains(errorLines[0], `msg="session store failed"`) || !strings.Contains(errorLines[0], "error=") || strings.Contains(errorLines[0], "suppressed=") {
+		t.Errorf("the first line: %s, want the first failure in full", errorLines[0])
+	}
+	if !strings.Contains(errorLines[1], `msg="creating a session failed"`) || strings.Contains(errorLines[1], "suppressed=") {
+		t.Errorf("the second line: %s, want the first failure of initialize in full", errorLines[1])
+	}
+	if !strings.Contains(errorLines[2], `msg="session store failed"`) || !strings.Contains(errorLines[2], "suppressed=49") {
+		t.Errorf("the third line: %s, want the reminder with suppressed=49", errorLines[2])
+	}
+	if len(reachable) != 1 || !strings.Contains(reachable[0], "level=INFO") || !strings.Contains(reachable[0], "suppressed=54") {
+		t.Errorf("recovery lines %q, want one, at info, with suppressed=54 (49 + 4 + the second initialize)", reachable)
+	}
 }

@@ -30,8 +30,8 @@ const (
 	// busSubscribed: the sending replica holds the session's subscription to URI Text of
 	// upstream Stream now (or dropped it): the others drop theirs.
 	busSubscribed = "subscribed"
-	// busStandalone: the sending replica opened the session's standalone stream: the
-	// others drop theirs, which nobody will read again.
+	// busStandalone: the sending replica opened (or took over) the session's standalone
+	// stream, Stream: the others drop any other, which nobody will read again.
 	busStandalone = "standalone"
 	// busPins: an operator decided on a pinned tool's change: read the pins anew.
 	busPins = "pins"
@@ -192,10 +192,9 @@ func (r *replicas) ended(id string) {
 	})
 }
 
-// producing reports whether the replica that produced a stream still runs (a stream read back
+// producing reports whether the replica producing a stream, p, still runs (a stream read back
 // from the event log stays open for its further events if so).
-func (r *replicas) producing(ctx context.Context, streamID string) bool {
-	p := hub.Producer(streamID)
+func (r *replicas) producing(ctx context.Context, p, streamID string) bool {
 	if p == "" || p == r.bus.Replica() {
 		return false // this process's streams are held here: one not held is not produced
 	}
@@ -290,9 +289,19 @@ func (r *replicas) receive(m *session.BusMessage) {
 			events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
 		}
 		g.hub.Extend(m.SessionID, m.Stream, events, m.Complete)
-	case busDeliver:
+	case session.BusStreamTaken:
 		if m.SessionID != "" {
-			_ = g.router.deliverHere(m.SessionID, m.Stream, m.Data)
+			g.hub.Produced(m.SessionID, m.Stream, m.Replica)
+		}
+	case busDeliver:
+		if m.SessionID == "" {
+			return
+		}
+		err := g.router.deliverHere(m.SessionID, m.Stream, m.Data)
+		if errors.Is(err, hub.ErrNoStream) && m.Stream == "" {
+			// For the standalone stream another replica produces and a client reads here: it
+			// goes on it here should that replica have stopped before it could.
+			g.hub.Keep(m.SessionID, m.Data)
 		}
 	case busCall:
 		g.goWorker(func() { r.runForwarded(m) })
@@ -318,7 +327,7 @@ func (r *replicas) receive(m *session.BusMessage) {
 			return
 		}
 		if ls := g.hub.Lookup(m.SessionID); ls != nil {
-			ls.DropStandalone()
+			ls.DropStandalone(m.Stream)
 		}
 	case busRefresh:
 		if m.From == r.bus.Replica() {
@@ -354,8 +363,9 @@ func (r *replicas) receive(m *session.BusMessage) {
 }
 
 // gone handles a replica whose lease ran out: the streams it produced that clients resumed
-// here end, with an error for each request it did not answer; the replica that claimed it
-// (claimed) takes its subscriptions over.
+// here end, with an error for each request it did not answer, but for sessions' standalone
+// streams, which this replica takes over; the replica that claimed it (claimed) takes its
+// subscriptions over.
 func (r *replicas) gone(replica string, claimed bool) {
 	r.logger.Info("a replica's lease ended (it stopped, or lost Redis for a lease): what it produced ends here, what it owned moves", "replica", replica, "taking_over", claimed)
 	r.mu.Lock()
@@ -374,9 +384,25 @@ func (r *replicas) gone(replica string, claimed bool) {
 			}
 		})
 	}
+	r.g.goWorker(func() { r.takeOverStandalone(replica) })
 	r.failForwarded(replica)
 	if claimed {
 		r.g.goWorker(func() { r.takeOver(replica) })
+	}
+}
+
+// takeOverStandalone takes over the standalone streams of a stopped replica that clients
+// read here: their messages go on them from this replica from now on.
+func (r *replicas) takeOverStandalone(replica string) {
+	ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+	defer cancel()
+	for _, id := range r.g.hub.TakeOver(ctx, replica) {
+		if ls := r.g.hub.Lookup(id); ls != nil {
+			if st := ls.Standalone(); st != nil {
+				r.logger.Info("took over a session's standalone stream from a stopped replica", "replica", replica, "session", fingerprint(id))
+				r.openedStandalone(id, st.ID())
+			}
+		}
 	}
 }
 
@@ -455,10 +481,10 @@ func (r *replicas) sweepTakenOver(ctx context.Context) {
 	}
 }
 
-// openedStandalone tells the replicas following session id that its standalone stream is
-// here now.
-func (r *replicas) openedStandalone(id string) {
-	r.post(outgoing{digest: session.Digest(id), msg: &session.BusMessage{Kind: busStandalone}})
+// openedStandalone tells the replicas following session id that its standalone stream,
+// streamID, is here now.
+func (r *replicas) openedStandalone(id, streamID string) {
+	r.post(outgoing{digest: session.Digest(id), msg: &session.BusMessage{Kind: busStandalone, Stream: streamID}})
 }
 
 // unfollow stops receiving session id's messages here.

@@ -238,6 +238,8 @@ func (sw *streamWriter) follow(ctx context.Context, sessionEnded, draining <-cha
 			if err := writeWithDeadline(sw.w, sw.rc, []byte(": keep-alive\n\n")); err != nil {
 				return
 			}
+			// A quiet stream stays resumable on another replica should this one stop.
+			sw.stream.KeepLogged()
 		case <-ctx.Done(): // the client left
 			return
 		case <-sessionEnded:

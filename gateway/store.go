@@ -55,6 +55,24 @@ func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (s
 	return rs, redisEvents{log}, func() error { return errors.Join(log.Close(), rs.Close()) }, nil
 }
 
+// storeOutageInterval is how often a failure of the session store of one kind is logged
+// while the store is down, with the count of those held back since.
+const storeOutageInterval = time.Minute
+
+// storeError logs a failure of the session store on a request's path, or counts it while
+// the store is down (loglimit.Outage): the client was told that the store is unavailable,
+// with no request id to look up. storeWarn is the same at warning level.
+func (g *Gateway) storeError(ctx context.Context, msg string, args ...any) {
+	g.storeOutage.Failed(ctx, slog.LevelError, msg, args...)
+}
+
+func (g *Gateway) storeWarn(ctx context.Context, msg string, args ...any) {
+	g.storeOutage.Failed(ctx, slog.LevelWarn, msg, args...)
+}
+
+// storeOK notes that the session store answered: an outage ends, logged once.
+func (g *Gateway) storeOK(ctx context.Context) { g.storeOutage.OK(ctx) }
+
 // redisEvents is the Redis event log as the hub uses it.
 type redisEvents struct{ log *session.RedisEventLog }
 
@@ -66,13 +84,23 @@ func (r redisEvents) Append(sessionID, streamID string, events []hub.Event, comp
 	r.log.Append(sessionID, streamID, logged, complete)
 }
 
-func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID) {
+func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID, standalone bool) {
+	if standalone {
+		r.log.StartStandalone(sessionID, streamID)
+		return
+	}
 	var ids json.RawMessage
 	if len(requests) > 0 {
 		ids, _ = json.Marshal(requests)
 	}
 	r.log.Start(sessionID, streamID, ids)
 }
+
+func (r redisEvents) Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error) {
+	return r.log.Claim(ctx, sessionID, streamID, from, to)
+}
+
+func (r redisEvents) Touch(sessionID, streamID string) { r.log.Touch(sessionID, streamID) }
 
 func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*hub.Replayed, error) {
 	logged, err := r.log.Replay(ctx, sessionID, streamID, after)
@@ -84,7 +112,8 @@ func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, aft
 	case logged == nil:
 		return nil, nil
 	}
-	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged.Events)), Complete: logged.Complete, More: logged.More}
+	replayed := &hub.Replayed{Events: make([]hub.Event, len(logged.Events)), Complete: logged.Complete, More: logged.More,
+		Standalone: logged.Standalone, Producer: logged.Producer}
 	for i, e := range logged.Events {
 		replayed.Events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
 	}
@@ -96,4 +125,7 @@ func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, aft
 	return replayed, nil
 }
 
-var _ hub.RequestLog = redisEvents{}
+var (
+	_ hub.RequestLog  = redisEvents{}
+	_ hub.TakeoverLog = redisEvents{}
+)

@@ -237,7 +237,7 @@ func (g *Gateway) switchAfter(rec *session.Record) time.Duration {
 // touch marks a session used, which puts off its idle expiry.
 func (g *Gateway) touch(ctx context.Context, id string) {
 	if err := g.store.Touch(ctx, id); err != nil {
-		g.logger.Warn("marking a session used failed", "session", fingerprint(id), "error", err.Error())
+		g.storeWarn(ctx, "marking a session used failed", "session", fingerprint(id), "error", err.Error())
 	}
 }
 
@@ -336,11 +336,12 @@ func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protoco
 				"session not found: it ended or never existed; send initialize to start a new one"))
 			return nil, false
 		}
-		g.logger.Error("session store failed", "error", err.Error())
+		g.storeError(r.Context(), "session store failed", "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, id, protocol.Errorf(protocol.CodeRequestRejected,
 			"the session store is unavailable; retry shortly"))
 		return nil, false
 	}
+	g.storeOK(r.Context())
 	who := principalOf(r.Context())
 	if !rec.Principal.Same(who) {
 		g.logger.Warn("a request named another principal's session: answered as an unknown session",
@@ -447,7 +448,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		return
 	}
 	if err != nil {
-		g.logger.Error("creating a session failed", "error", err.Error())
+		g.storeError(r.Context(), "creating a session failed", "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
 		return
 	}
@@ -722,7 +723,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		// This replica holds a stream of the session from now on: messages raised for it
 		// elsewhere come here, and so do the events of a stream another replica produces.
 		if err := g.replicas.follow(r.Context(), rec.ID); err != nil {
-			g.logger.Warn("following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
+			g.storeWarn(r.Context(), "following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
 			writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the session store is unavailable; retry shortly"))
 			return
@@ -730,10 +731,14 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	if resuming {
 		st, c, err = ls.Resume(r.Context(), lastEventID)
+		if err == nil && g.replicas != nil && st == ls.Standalone() && hub.Producer(st.ID()) != g.hub.Tag() {
+			// Another replica's standalone stream, taken over here: it is produced here now.
+			g.replicas.openedStandalone(rec.ID, st.ID())
+		}
 	} else {
 		st, c, err = ls.OpenStandalone()
 		if err == nil && g.replicas != nil {
-			g.replicas.openedStandalone(rec.ID)
+			g.replicas.openedStandalone(rec.ID, st.ID())
 		}
 	}
 	switch {
@@ -750,7 +755,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 			"the events after Last-Event-ID %q are no longer held: open the stream without it", lastEventID))
 		return
 	case errors.Is(err, hub.ErrLogUnavailable):
-		g.logger.Warn("resuming a stream from the event log failed", "session", fingerprint(rec.ID), "error", err.Error())
+		g.storeWarn(r.Context(), "resuming a stream from the event log failed", "session", fingerprint(rec.ID), "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 			"the session store is unavailable; retry shortly"))
 		return
@@ -792,7 +797,7 @@ func (g *Gateway) serveDELETE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := g.store.Delete(r.Context(), rec.ID); err != nil {
-		g.logger.Error("deleting a session failed", "session", fingerprint(rec.ID), "error", err.Error())
+		g.storeError(r.Context(), "deleting a session failed", "session", fingerprint(rec.ID), "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
 		return
 	}

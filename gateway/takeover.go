@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/manifold-mcp/manifold/hold"
 	"github.com/manifold-mcp/manifold/hub"
@@ -69,7 +68,9 @@ func (h *heldCalls) takeOverFrom(replica string) {
 	}
 }
 
-// takeOver finishes one held call of a stopped replica here.
+// takeOver finishes one held call of a stopped replica here. The call's stream, which its
+// client resumes here or on a replica that follows it, is produced here from now on: what
+// the upstream asks the client mid-call, and the answer, go on it.
 func (h *heldCalls) takeOver(c hold.Call) {
 	g := h.g
 	ctx := g.ctx
@@ -99,46 +100,48 @@ func (h *heldCalls) takeOver(c hold.Call) {
 		release("its request id is unreadable")
 		return
 	}
+	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	if err != nil {
+		release("its session ended")
+		return
+	}
+	st, err := ls.Adopt(ctx, c.StreamID)
+	if err != nil {
+		g.logger.Warn("a held call of a stopped replica is dropped: its stream could not be taken over", "approval", c.ID, "error", err.Error())
+		return
+	}
+	reqCtx, _, end, err := ls.Begin(clientID, 0)
+	if err != nil {
+		release("its request id is in flight again")
+		answerRest(st, protocol.ID{})
+		return
+	}
+	defer ls.RequestDone()
 	g.logger.Info("took over a held call of a stopped replica", "approval", c.ID, "from", c.Replica, "upstream", c.Upstream, "tool", c.Original, "session", c.Session)
 	req := g.requestValue(rec, &protocol.Request{ID: clientID, Method: c.Method, Params: c.Params}, g.nextRequestID())
 	var caller session.Principal
 	if json.Unmarshal(c.Caller, &caller) == nil && caller.Same(rec.Principal) {
 		req.Client.Principal = caller
 	}
-	result, wireErr := g.serve(context.WithValue(ctx, takenOverKey{}, moved), &request{Request: req})
-	data, err := protocol.Encode(&protocol.Response{ID: clientID, Result: result, Error: wireErr})
-	if err != nil {
-		return
+	owner := &callOwner{sessionID: rec.ID, streamID: st.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: reqCtx, clientID: clientID, logLevel: rec.LogLevel}
+	result, wireErr := g.serve(context.WithValue(reqCtx, takenOverKey{}, moved), &request{Request: req, owner: owner})
+	cancelled := errors.Is(context.Cause(reqCtx), hub.ErrClientCancelled)
+	end()
+	if cancelled {
+		// The receiver of a cancel does not answer (2025-11-25 cancellation).
+		st.Unanswered()
+	} else if err := respond(st, &protocol.Response{ID: clientID, Result: result, Error: wireErr}); err != nil {
+		g.logger.Warn("the answer of a taken-over call could not go on its stream", "approval", c.ID, "error", err.Error())
 	}
-	if err := answerOnLoggedStream(ctx, g.events, c.SessionID, c.StreamID, data); err != nil {
-		g.logger.Warn("the answer of a taken-over call could not be logged on its stream", "approval", c.ID, "error", err.Error())
-	}
+	answerRest(st, clientID)
 }
 
-// answerOnLoggedStream appends a request's answer to a stream of the event log, after the
-// events it holds, and ends the stream: the replica where its client resumed it (or resumes
-// it later) delivers it. A stream already ended is left as it is.
-func answerOnLoggedStream(ctx context.Context, log hub.EventLog, sessionID, streamID string, data []byte) error {
-	var last uint64
-	for {
-		r, err := log.Replay(ctx, sessionID, streamID, last)
-		switch {
-		case err != nil:
-			return fmt.Errorf("reading the stream: %w", err)
-		case r == nil && last == 0:
-			return errors.New("the event log holds nothing of the stream")
-		case r == nil:
-			return errors.New("the stream ended meanwhile")
-		case r.Complete && !r.More:
-			return nil // answered (or ended) already
-		}
-		if n := len(r.Events); n > 0 {
-			last = r.Events[n-1].Seq
-		}
-		if !r.More {
-			break
+// answerRest answers with an error the requests a taken-over stream awaits but the one
+// answered (answered): the replica that ran them stopped before it answered them.
+func answerRest(st *hub.Stream, answered protocol.ID) {
+	for _, id := range st.Awaiting() {
+		if id != answered {
+			_ = respond(st, &protocol.Response{ID: id, Error: hub.ErrProducerStopped})
 		}
 	}
-	log.Append(sessionID, streamID, []hub.Event{{Seq: last + 1, Data: data}}, true)
-	return nil
 }

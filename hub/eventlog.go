@@ -38,6 +38,12 @@ type Replayed struct {
 	// Requests are the ids of the requests the stream answers, as its producer logged them
 	// (RequestLog); nil when it logged none.
 	Requests []protocol.ID
+	// Standalone says that the stream is its session's standalone stream (RequestLog), which
+	// lives as long as the session: a replica takes it over when its producer stops.
+	Standalone bool
+	// Producer is the hub (its tag) that took the stream over from the one that began it
+	// (TakeoverLog); empty when none did: the producer is the one its id names.
+	Producer string
 }
 
 // RequestLog is an EventLog that records, when a stream starts, the ids of the requests it
@@ -45,9 +51,23 @@ type Replayed struct {
 // never were with an error instead of silence.
 type RequestLog interface {
 	EventLog
-	// Start records that a stream exists, and the requests it answers; it takes the place of
-	// the first Append with no events.
-	Start(sessionID, streamID string, requests []protocol.ID)
+	// Start records that a stream exists, and the requests it answers, or that it is its
+	// session's standalone stream; it takes the place of the first Append with no events.
+	Start(sessionID, streamID string, requests []protocol.ID, standalone bool)
+}
+
+// TakeoverLog is an EventLog that lets a stream outlive its producer: the session's
+// standalone stream, or the stream of a call another replica finishes, goes on from another
+// hub, which writes its further events to the log under the same id, after the last.
+type TakeoverLog interface {
+	EventLog
+	// Claim makes hub to the producer of a stream whose producer, hub from, stopped, unless
+	// another hub claimed it first; it returns the stream's producer after the claim. A
+	// successful claim is announced to the hubs following the stream (Local.Produced).
+	Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error)
+	// Touch keeps what the log holds of a stream for the log's retention from now: a stream
+	// that goes on while nothing happens on it. It must not block.
+	Touch(sessionID, streamID string)
 }
 
 // ErrLogUnavailable wraps the error of an event log that could not be read (its store is
@@ -71,7 +91,7 @@ func (s *Stream) logLocked() {
 	}
 	if !s.loggedStart {
 		if rl, ok := log.(RequestLog); ok {
-			rl.Start(s.session.id, s.id, s.requests)
+			rl.Start(s.session.id, s.id, s.requests, s.standalone)
 			if len(events) == 0 && !s.complete {
 				s.loggedStart = true
 				return
@@ -112,9 +132,18 @@ func (s *Session) replay(ctx context.Context, streamID string, after uint64) (*S
 		return nil, errors.Join(ErrLogUnavailable, err)
 	case r == nil:
 		return nil, nil
+	case r.Standalone && r.Complete && len(r.Events) == 0:
+		// The session's standalone stream outlives its producer: it ends only when dropped
+		// (its client opened another, or did not keep up), and a resume of it after its
+		// end would end at once, again and again.
+		return nil, ErrUnknownStream
 	}
 	st := &Stream{id: streamID, session: s, limits: s.hub.opts.Limits, first: after + 1, complete: r.Complete,
-		resumable: true, fromLog: true, requests: r.Requests, responses: -1, done: make(chan struct{})}
+		resumable: true, fromLog: true, requests: r.Requests, responses: -1, done: make(chan struct{}),
+		standalone: r.Standalone, owner: r.Producer}
+	if st.owner == "" {
+		st.owner = Producer(streamID)
+	}
 	for i, e := range r.Events {
 		if e.Seq != after+1+uint64(i) {
 			return nil, ErrEventsLost // the log broke its promise: say so rather than skip
@@ -134,12 +163,57 @@ func (s *Session) replay(ctx context.Context, streamID string, after uint64) (*S
 		st.complete = true
 	case !st.complete:
 		// A stream still being produced, or one whose producer stopped.
-		producing := s.hub.opts.Producing
-		if producing == nil || !producing(ctx, streamID) {
-			st.orphanLocked()
-		} else {
-			st.following = true
+		if err := s.followOrTakeOver(ctx, st); err != nil {
+			return nil, err
 		}
 	}
 	return st, nil
+}
+
+// followOrTakeOver decides what becomes of a stream read back from the log that has not
+// ended: it is followed while its producer runs. When its producer stopped, the session's
+// standalone stream, which lives as long as the session, is taken over here (or followed
+// from the hub that took it over first); any other ends, with an error answer for each
+// request its producer did not answer.
+func (s *Session) followOrTakeOver(ctx context.Context, st *Stream) error {
+	producing := s.hub.opts.Producing
+	// A claim may name a hub that stopped too: it is claimed from that one in turn, a few
+	// times at most; after that the stream is followed, and taken over here when that hub's
+	// end is known (TakeOver).
+	for range 3 {
+		if producing != nil && producing(ctx, st.owner, st.id) {
+			st.following = true
+			return nil
+		}
+		if !st.standalone {
+			st.orphanLocked()
+			return nil
+		}
+		owner, err := s.claim(ctx, st.id, st.owner)
+		if err != nil {
+			return err
+		}
+		if owner == s.hub.opts.Tag {
+			st.adoptLocked(-1)
+			return nil
+		}
+		st.owner = owner
+	}
+	st.following = true
+	return nil
+}
+
+// claim makes this hub the producer of stream streamID, whose producer, hub from, stopped,
+// unless another hub did first: it returns the stream's producer after the claim. With a log
+// that records no producers, this hub is the only one that reads it back.
+func (s *Session) claim(ctx context.Context, streamID, from string) (string, error) {
+	tl, ok := s.hub.opts.Log.(TakeoverLog)
+	if !ok {
+		return s.hub.opts.Tag, nil
+	}
+	owner, err := tl.Claim(ctx, s.id, streamID, from, s.hub.opts.Tag)
+	if err != nil {
+		return "", errors.Join(ErrLogUnavailable, err)
+	}
+	return owner, nil
 }

@@ -24,12 +24,17 @@ type reqLog struct {
 	// starts are the Start calls, in order.
 	starts []startCall
 	page   int
+	// claims are the successful Claim calls ("stream from→to"), touches the Touch calls.
+	claims, touches []string
 }
 
 type reqLogStream struct {
-	events   []Event
-	complete bool
-	requests []protocol.ID
+	events     []Event
+	complete   bool
+	requests   []protocol.ID
+	standalone bool
+	// producer is the hub that took the stream over (Claim); "" for none.
+	producer string
 }
 
 type startCall struct {
@@ -51,7 +56,7 @@ func (l *reqLog) streamLocked(sessionID, streamID string) *reqLogStream {
 	return st
 }
 
-func (l *reqLog) Start(sessionID, streamID string, requests []protocol.ID) {
+func (l *reqLog) Start(sessionID, streamID string, requests []protocol.ID, standalone bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.starts = append(l.starts, startCall{sessionID, streamID, idStrings(requests)})
@@ -59,6 +64,7 @@ func (l *reqLog) Start(sessionID, streamID string, requests []protocol.ID) {
 	st := l.streamLocked(sessionID, streamID)
 	if !started {
 		st.requests = slices.Clone(requests)
+		st.standalone = standalone
 	}
 }
 
@@ -82,7 +88,7 @@ func (l *reqLog) Replay(_ context.Context, sessionID, streamID string, after uin
 	if st == nil {
 		return nil, nil
 	}
-	r := &Replayed{Complete: st.complete, Requests: slices.Clone(st.requests)}
+	r := &Replayed{Complete: st.complete, Requests: slices.Clone(st.requests), Standalone: st.standalone, Producer: st.producer}
 	for _, e := range st.events {
 		if e.Seq > after {
 			r.Events = append(r.Events, e)
@@ -92,6 +98,28 @@ func (l *reqLog) Replay(_ context.Context, sessionID, streamID string, after uin
 		r.Events, r.More, r.Complete = r.Events[:l.page], true, false
 	}
 	return r, nil
+}
+
+var _ TakeoverLog = (*reqLog)(nil)
+
+// Claim records to as the stream's producer if from is (or none took the stream over yet),
+// as Redis does in one script.
+func (l *reqLog) Claim(_ context.Context, sessionID, streamID, from, to string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.streamLocked(sessionID, streamID)
+	if st.producer == "" || st.producer == from || st.producer == to {
+		st.producer = to
+		l.claims = append(l.claims, streamID+" "+from+"→"+to)
+	}
+	return st.producer, nil
+}
+
+// Touch counts the touches of a stream.
+func (l *reqLog) Touch(sessionID, streamID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.touches = append(l.touches, sessionID+"/"+streamID)
 }
 
 // contents describes what the log holds of a stream: its events and whether it ended.
@@ -173,7 +201,7 @@ func (l *reqLog) seed(sessionID, streamID string, requests []int64, events []Eve
 	for _, r := range requests {
 		ids = append(ids, protocol.IntID(r))
 	}
-	l.Start(sessionID, streamID, ids)
+	l.Start(sessionID, streamID, ids, false)
 	l.Append(sessionID, streamID, events, complete)
 }
 
@@ -184,11 +212,11 @@ type producers struct {
 	asked   []string
 }
 
-func (p *producers) producing(_ context.Context, streamID string) bool {
+func (p *producers) producing(_ context.Context, producer, streamID string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, streamID)
-	return p.running[Producer(streamID)]
+	return p.running[producer]
 }
 
 func (p *producers) calls() []string {
@@ -578,7 +606,7 @@ func TestResumeMissesNothingPublishedWhileItReadsTheLog(t *testing.T) {
 	log.seed("s", followed, []int64{1}, []Event{ev(1, notice(1))}, false)
 	var h *Local
 	var extended bool
-	producing := func(context.Context, string) bool {
+	producing := func(context.Context, string, string) bool {
 		// The producer answers meanwhile: logged, and published to this replica, which
 		// follows the session already.
 		log.Append("s", followed, []Event{ev(2, result(1))}, true)

@@ -42,11 +42,17 @@ type Options struct {
 	MaxStreams int
 	// Log keeps what clients can resume beyond this process; nil keeps it here only.
 	Log EventLog
-	// Producing reports whether the replica that produced a stream (its tag: Producer) still
-	// runs, and makes that stream's further events reach this hub (Extend) if so. A stream
-	// read back from the log whose producer stopped ends with an error answer for each request
-	// it did not answer. Nil: no producer but this hub runs.
-	Producing func(ctx context.Context, streamID string) bool
+	// Producing reports whether the replica producing a stream, the hub tagged producer (the
+	// one the stream's id names, or the one that took the stream over), still runs, and makes
+	// that stream's further events reach this hub (Extend) if so. A stream read back from the
+	// log whose producer stopped ends with an error answer for each request it did not answer;
+	// the session's standalone stream is taken over instead. Nil: no producer but this hub
+	// runs.
+	Producing func(ctx context.Context, producer, streamID string) bool
+	// Hold is how long a message for a session's standalone stream that another hub produces
+	// is kept on the copy of it this hub follows (Keep), in case that hub stopped before it
+	// logged it. If zero, Retention.
+	Hold time.Duration
 }
 
 // Local is the in-process hub.
@@ -99,6 +105,9 @@ func New(parent context.Context, opts *Options) *Local {
 	if h.opts.FinishedRetention <= 0 {
 		h.opts.FinishedRetention = min(10*time.Second, h.opts.Retention)
 	}
+	if h.opts.Hold <= 0 {
+		h.opts.Hold = h.opts.Retention
+	}
 	if h.opts.MaxStreams <= 0 {
 		h.opts.MaxStreams = 64
 	}
@@ -147,7 +156,7 @@ func (h *Local) End(id string) bool {
 	if s != nil {
 		// Under h.mu, so that a Close that no longer finds the session knows it has ended and
 		// no request of it begins.
-		s.end()
+		s.end(false)
 	}
 	return s != nil
 }
@@ -161,7 +170,7 @@ func (h *Local) Close() {
 	h.sessions = map[string]*Session{}
 	h.mu.Unlock()
 	for _, s := range sessions {
-		s.end()
+		s.end(true)
 	}
 }
 

@@ -72,8 +72,10 @@ func (s *Session) Group() string { return s.group }
 // Context ends when the session does.
 func (s *Session) Context() context.Context { return s.ctx }
 
-// end cancels the session's calls and drops its streams. No request begins after it.
-func (s *Session) end() {
+// end cancels the session's calls and drops its streams. No request begins after it. When
+// the hub closes (closing), the session goes on elsewhere: its standalone stream's end is not
+// logged, so that the hub where its client resumes it takes it over.
+func (s *Session) end(closing bool) {
 	s.mu.Lock()
 	s.cancel()
 	streams := s.streams
@@ -81,6 +83,9 @@ func (s *Session) end() {
 	s.mu.Unlock()
 	for _, st := range streams {
 		st.mu.Lock()
+		if closing && st.standalone {
+			st.loggedEnd = true
+		}
 		st.dropLocked()
 		st.mu.Unlock()
 	}
@@ -207,7 +212,7 @@ func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
 		old.dropLocked()
 		old.mu.Unlock()
 	}
-	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: -1, first: 1, done: make(chan struct{})}
+	st := &Stream{session: s, limits: s.hub.opts.Limits, responses: -1, first: 1, done: make(chan struct{}), standalone: true}
 	st.id = s.nextStreamIDLocked()
 	s.standalone = st
 	s.streams[st.id] = st
@@ -244,13 +249,19 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 				s.mu.Unlock()
 				return nil, nil, ErrSessionEnded
 			}
+			var old *Stream
 			if held := s.streams[streamID]; held == nil || held.readBack() {
 				s.streams[streamID] = replayed
 				st = replayed
+				if !replayed.readBack() {
+					// Taken over here: the session's standalone stream from now on.
+					old = s.installStandaloneLocked(replayed)
+				}
 			} else {
 				st = held // produced here meanwhile: not expected, but the live one wins
 			}
 			s.mu.Unlock()
+			s.dropReplaced(old)
 			if st == replayed {
 				s.catchUp(ctx, replayed)
 			}
@@ -304,21 +315,55 @@ func (s *Session) HoldsStreams() bool {
 	return len(s.streams) > 0
 }
 
-// DropStandalone drops the session's standalone stream here: its client opened a new one
-// elsewhere, which takes the messages from now on.
-func (s *Session) DropStandalone() {
+// DropStandalone drops the session's standalone stream here, and the copies followed here of
+// another hub's but stream keep: another hub produces the session's standalone stream, keep,
+// from now on (its client opened it there, or resumed it there and that hub took it over).
+// When the one produced here is keep itself (this hub was taken for stopped), its end is not
+// logged: it goes on there.
+func (s *Session) DropStandalone(keep string) {
 	s.mu.Lock()
-	st := s.standalone
-	if st != nil {
-		s.standalone = nil
-		delete(s.streams, st.id)
+	var drop []*Stream
+	for id, st := range s.streams {
+		if st.standalone && (st == s.standalone || id != keep && st.readBack()) {
+			drop = append(drop, st)
+			delete(s.streams, id)
+		}
 	}
+	s.standalone = nil
 	s.mu.Unlock()
-	if st != nil {
+	for _, st := range drop {
 		st.mu.Lock()
+		if st.id == keep {
+			st.loggedEnd = true
+		}
 		st.dropLocked()
 		st.mu.Unlock()
 	}
+}
+
+// installStandaloneLocked makes st, taken over here, the session's standalone stream, and
+// returns the one it replaces, if any. s.mu must be held.
+func (s *Session) installStandaloneLocked(st *Stream) *Stream {
+	old := s.standalone
+	s.standalone = st
+	s.streams[st.id] = st
+	if old == st {
+		return nil
+	}
+	if old != nil {
+		delete(s.streams, old.id)
+	}
+	return old
+}
+
+// dropReplaced drops a standalone stream that another replaced (nil: none).
+func (s *Session) dropReplaced(old *Stream) {
+	if old == nil {
+		return
+	}
+	old.mu.Lock()
+	old.dropLocked()
+	old.mu.Unlock()
 }
 
 // Busy reports whether the session has client requests in flight or requests waiting for its

@@ -72,6 +72,17 @@ type Stream struct {
 	requests  []protocol.ID
 	answered  map[protocol.ID]bool
 	following bool
+	// standalone marks the session's standalone stream, here or read back from the log; it
+	// lives as long as its session, so a hub takes it over when its producer stops. Set
+	// before the stream is shared.
+	standalone bool
+	// owner is the hub producing a stream read back from the log: the one its id names, or
+	// the one that took it over (Produced). Guarded by mu.
+	owner string
+	// kept holds messages for the session's standalone stream that reached this hub while
+	// it follows the stream from another (Keep): those that hub never logged go on the stream
+	// if this hub takes it over. Guarded by mu.
+	kept []keptMessage
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it
@@ -131,6 +142,15 @@ func (s *Stream) Put(data []byte, response bool) error {
 		}
 		return ErrStreamOverflow
 	}
+	s.appendLocked(data, response)
+	s.logLocked()
+	s.wakeLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// appendLocked adds a message to the events held, with room made for it.
+func (s *Stream) appendLocked(data []byte, response bool) {
 	s.events = append(s.events, data)
 	s.size += len(data)
 	if response {
@@ -138,10 +158,6 @@ func (s *Stream) Put(data []byte, response bool) error {
 	} else {
 		s.streamed = true
 	}
-	s.logLocked()
-	s.wakeLocked()
-	s.mu.Unlock()
-	return nil
 }
 
 // roomLocked makes room for a message of n bytes by dropping events already written; it

@@ -24,6 +24,9 @@ const (
 	BusEvents = "events"
 	// BusReplicaGone is broadcast by the replica that found another's lease run out.
 	BusReplicaGone = "gone"
+	// BusStreamTaken tells the replicas following a session that replica Replica took its
+	// stream Stream over from the one that stopped producing it (RedisEventLog.Claim).
+	BusStreamTaken = "taken"
 )
 
 // BusMessage is one message between replicas. Kinds other than those above are the

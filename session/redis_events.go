@@ -39,6 +39,10 @@ type Logged struct {
 	// Requests is what Start recorded: the ids of the requests the stream answers, a JSON
 	// array; nil when none was.
 	Requests json.RawMessage
+	// Standalone says that StartStandalone began the stream.
+	Standalone bool
+	// Producer is the replica that took the stream over (Claim); empty when none did.
+	Producer string
 }
 
 // EventLogOptions configures a RedisEventLog.
@@ -77,13 +81,16 @@ type RedisEventLog struct {
 // logAppend is one queued append.
 type logAppend struct {
 	key      string
+	producer string // its producer key
 	digest   string
 	stream   string
 	events   []LoggedEvent
 	complete bool
-	// start marks the stream's first append (Start), with the ids of its requests.
-	start    bool
-	requests json.RawMessage
+	// start marks the stream's first append (Start), with the ids of its requests, or with
+	// standalone set (StartStandalone).
+	start      bool
+	requests   json.RawMessage
+	standalone bool
 }
 
 // NewEventLog returns an event log on the store's Redis; Close stops its writer.
@@ -111,6 +118,12 @@ func (l *RedisEventLog) key(sessionID, streamID string) string {
 	return l.store.opts.KeyPrefix + ":{" + sessionHash(sessionID) + "}:ev:" + streamID
 }
 
+// producerKey is the Redis key naming the replica that took a stream over (Claim); it lives
+// as long as the stream's log.
+func (l *RedisEventLog) producerKey(sessionID, streamID string) string {
+	return l.store.opts.KeyPrefix + ":{" + sessionHash(sessionID) + "}:evp:" + streamID
+}
+
 // Append queues a stream's events, in order, and its end when complete. It never blocks: past
 // the queue's size the append is dropped and counted (the stream then resumes only where it
 // is held).
@@ -125,7 +138,52 @@ func (l *RedisEventLog) Start(sessionID, streamID string, requests json.RawMessa
 	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, start: true, requests: requests})
 }
 
+// StartStandalone queues the marker that a session's standalone stream exists: it lives as
+// long as its session, and a replica takes it over when its producer stops (Claim).
+func (l *RedisEventLog) StartStandalone(sessionID, streamID string) {
+	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, start: true, standalone: true})
+}
+
+// Touch queues a renewal of a stream's retention: a stream that goes on while nothing is
+// appended to it (the standalone stream of a quiet session) stays resumable.
+func (l *RedisEventLog) Touch(sessionID, streamID string) {
+	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID})
+}
+
+// scriptClaimStream makes ARGV[2] the producer of a stream (KEYS[1], its producer key) if ARGV[1]
+// is, or if no replica took the stream over yet, and announces it on the session's channel
+// (ARGV[4], message ARGV[5]); the key lives ARGV[3] ms. It returns the producer after the
+// claim.
+var scriptClaimStream = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] and cur ~= ARGV[2] then return cur end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if cur ~= ARGV[2] then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+return ARGV[2]
+`)
+
+// Claim makes replica to the producer of a stream whose producer, replica from, stopped
+// (the one that began it when none took it over yet), unless another replica claimed it
+// first, and tells the replicas following the session (BusStreamTaken). It returns the
+// stream's producer after the claim.
+func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error) {
+	digest := sessionHash(sessionID)
+	msg, err := json.Marshal(&BusMessage{Kind: BusStreamTaken, From: to, Session: digest, Stream: streamID, Replica: to})
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := l.store.bound(ctx)
+	defer cancel()
+	owner, err := scriptClaimStream.Run(ctx, l.store.client, []string{l.producerKey(sessionID, streamID)},
+		from, to, l.opts.Retention.Milliseconds(), l.store.sessionChannel(digest), msg).Text()
+	if err != nil {
+		return "", fmt.Errorf("event log: claim a stream: %w", err)
+	}
+	return owner, nil
+}
+
 func (l *RedisEventLog) queueOp(op logAppend) {
+	op.producer = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evp:" + op.stream
 	select {
 	case l.queue <- op:
 	default:
@@ -187,6 +245,9 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 			if op.requests != nil {
 				values = append(values, "rq", string(op.requests))
 			}
+			if op.standalone {
+				values = append(values, "sa", "1")
+			}
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: values})
 		}
 		for _, e := range op.events {
@@ -197,6 +258,7 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "*", Values: []any{"end", "1"}})
 		}
 		pipe.PExpire(ctx, op.key, l.opts.Retention)
+		pipe.PExpire(ctx, op.producer, l.opts.Retention)
 		if len(op.events) > 0 || op.complete {
 			// In the same round trip, live to a replica where the stream's client resumed
 			// it (RedisBus.Follow); Redis drops it when none listens.
@@ -224,33 +286,38 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 // holds nothing of the stream (another session's, expired, never logged). ErrEventsLost when
 // events after after are no longer all held.
 func (l *RedisEventLog) Replay(ctx context.Context, sessionID, streamID string, after uint64) (*Logged, error) {
-	events, complete, requests, found, err := l.replay(ctx, sessionID, streamID, after)
+	logged := &Logged{}
+	events, complete, found, err := l.replay(ctx, sessionID, streamID, after, logged)
 	if err != nil || !found {
 		return nil, err
 	}
-	more := !complete && len(events) == replayPage
-	return &Logged{Events: events, Complete: complete, More: more, Requests: requests}, nil
+	logged.Events, logged.Complete = events, complete
+	logged.More = !complete && len(events) == replayPage
+	return logged, nil
 }
 
-func (l *RedisEventLog) replay(ctx context.Context, sessionID, streamID string, after uint64) (events []LoggedEvent, complete bool, requests json.RawMessage, found bool, err error) {
+func (l *RedisEventLog) replay(ctx context.Context, sessionID, streamID string, after uint64, head *Logged) (events []LoggedEvent, complete, found bool, err error) {
 	if after >= math.MaxUint64-1 {
-		return nil, false, nil, false, nil
+		return nil, false, false, nil
 	}
 	ctx, cancel := l.store.bound(ctx)
 	defer cancel()
 	key := l.key(sessionID, streamID)
 	pipe := l.store.client.Pipeline()
-	head := pipe.XRangeN(ctx, key, "-", "+", 1)
+	first := pipe.XRangeN(ctx, key, "-", "+", 1)
 	rest := pipe.XRangeN(ctx, key, strconv.FormatUint(after+2, 10)+"-0", "+", replayPage+1)
+	producer := pipe.Get(ctx, l.producerKey(sessionID, streamID))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, nil, false, fmt.Errorf("event log: replay: %w", err)
+		return nil, false, false, fmt.Errorf("event log: replay: %w", err)
 	}
-	if len(head.Val()) == 0 {
-		return nil, false, nil, false, nil
+	if len(first.Val()) == 0 {
+		return nil, false, false, nil
 	}
-	if rq, ok := head.Val()[0].Values["rq"].(string); ok && json.Valid([]byte(rq)) {
-		requests = json.RawMessage(rq)
+	if rq, ok := first.Val()[0].Values["rq"].(string); ok && json.Valid([]byte(rq)) {
+		head.Requests = json.RawMessage(rq)
 	}
+	_, head.Standalone = first.Val()[0].Values["sa"]
+	head.Producer = producer.Val()
 	for _, e := range rest.Val() {
 		if _, ok := e.Values["end"]; ok {
 			complete = true
@@ -261,7 +328,7 @@ func (l *RedisEventLog) replay(ctx context.Context, sessionID, streamID string, 
 			continue
 		}
 		if seq != after+1+uint64(len(events)) {
-			return nil, false, nil, true, ErrEventsLost
+			return nil, false, true, ErrEventsLost
 		}
 		if len(events) == replayPage {
 			break // a page: the client resumes again for the next
@@ -270,10 +337,10 @@ func (l *RedisEventLog) replay(ctx context.Context, sessionID, streamID string, 
 	}
 	// The first event logged after the one asked about must be the next one: an earlier
 	// part trimmed away, or a log that began later (an expired key written again), is a gap.
-	if first, ok := entrySeq(head.Val()[0]); ok && first > after+1 {
-		return nil, false, nil, true, ErrEventsLost
+	if seq, ok := entrySeq(first.Val()[0]); ok && seq > after+1 {
+		return nil, false, true, ErrEventsLost
 	}
-	return events, complete, requests, true, nil
+	return events, complete, true, nil
 }
 
 // entrySeq returns the sequence number of an event entry, ok false for a marker.

@@ -236,3 +236,75 @@ func TestEventLogKeepsRequestsAndPublishesAppends(t *testing.T) {
 		t.Errorf("the published message holds the session id: %s", msg.Payload)
 	}
 }
+
+// TestEventLogClaimsAStreamOnce: a session's standalone stream is marked so by its start; a
+// replica claims it from the producer that stopped, once: a second claimer gets the first
+// one's name, the claim from the new producer's own name holds, and Replay names the
+// producer. The followers of the session hear of the claim. Touch keeps the stream's log,
+// and the claim, beyond the retention of the last append.
+func TestEventLogClaimsAStreamOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, open := eventLogOn(t, &EventLogOptions{Retention: time.Minute})
+	id := NewID()
+	sub := s.client.Subscribe(ctx, s.sessionChannel(Digest(id)))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := open()
+	l.StartStandalone(id, "a_1")
+	l.Append(id, "a_1", events(1), false)
+	l.Close()
+	got, err := l.Replay(ctx, id, "a_1", 0)
+	if err != nil || got == nil || !got.Standalone || got.Producer != "" {
+		t.Fatalf("Replay = %+v, %v; want a standalone stream none took over", got, err)
+	}
+	for _, tc := range []struct{ from, to, want string }{
+		{"a", "b", "b"},
+		{"a", "c", "b"}, // b was first
+		{"b", "b", "b"}, // b again: still b
+		{"b", "c", "c"}, // b stopped too
+	} {
+		if owner, err := l.Claim(ctx, id, "a_1", tc.from, tc.to); err != nil || owner != tc.want {
+			t.Errorf("Claim(from %s, to %s) = %q, %v; want %q", tc.from, tc.to, owner, err, tc.want)
+		}
+	}
+	if got, err := l.Replay(ctx, id, "a_1", 0); err != nil || got == nil || got.Producer != "c" {
+		t.Errorf("Replay after the claims = %+v, %v; want producer c", got, err)
+	}
+	var taken []string
+	for len(taken) < 2 { // after the append's events
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m BusMessage
+		if err := json.Unmarshal([]byte(msg.Payload), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Kind == BusStreamTaken && m.Stream == "a_1" && m.Session == Digest(id) {
+			taken = append(taken, m.Replica)
+		}
+	}
+	if fmt.Sprint(taken) != "[b c]" {
+		t.Errorf("the session's followers heard of claims by %v, want [b c]", taken)
+	}
+
+	// Touch renews both keys' time to live.
+	raw := rawClient(redisAddr(t))
+	defer raw.Close()
+	for _, key := range []string{l.key(id, "a_1"), l.producerKey(id, "a_1")} {
+		if err := raw.PExpire(ctx, key, time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l2 := open()
+	l2.Touch(id, "a_1")
+	l2.Close()
+	for _, key := range []string{l.key(id, "a_1"), l.producerKey(id, "a_1")} {
+		if ttl, err := raw.PTTL(ctx, key).Result(); err != nil || ttl <= time.Second {
+			t.Errorf("the time to live of %s after Touch: %v %v, want the retention", key, ttl, err)
+		}
+	}
+}

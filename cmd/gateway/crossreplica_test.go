@@ -1507,20 +1507,32 @@ func TestCrossReplicaRollingRestart(t *testing.T) {
 // stream, once, and nothing else does.
 func TestCrossReplicaHeldCallTakenOverAfterHolderKilled(t *testing.T) {
 	for _, resumeFirst := range []bool{true, false} {
-		t.Run(fmt.Sprintf("resumed before the takeover %v", resumeFirst), func(t *testing.T) { heldCallTakenOver(t, resumeFirst) })
+		t.Run(fmt.Sprintf("resumed before the takeover %v", resumeFirst), func(t *testing.T) { heldCallTakenOver(t, resumeFirst, false) })
+	}
+}
+
+// TestHeldCallTakenOverAsksItsClient: as TestCrossReplicaHeldCallTakenOverAfterHolderKilled,
+// with a tool that samples the client mid-call: the sampling request of the call taken over
+// reaches the stream the client resumed on B, and the client's answer, sent to B, reaches
+// the call wherever it runs.
+func TestHeldCallTakenOverAsksItsClient(t *testing.T) {
+	for _, resumeFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resumed before the takeover %v", resumeFirst), func(t *testing.T) { heldCallTakenOver(t, resumeFirst, true) })
 	}
 }
 
 // heldCallTakenOver runs TestCrossReplicaHeldCallTakenOverAfterHolderKilled with the client
 // resuming its stream before the takeover (followed while A's lease runs), or after it (read
-// back from the log).
-func heldCallTakenOver(t *testing.T, resumeFirst bool) {
+// back from the log); asks calls a tool that samples the client mid-call (which declares
+// sampling, not elicitation: the call is held for an operator all the same).
+func heldCallTakenOver(t *testing.T, resumeFirst, asks bool) {
 	cl := newCrossCluster(t, "debug")
 	const key = "mfk_ops-admin-key-of-the-cluster"
 	cl.config += `policy:
   approval: {timeout: 1m}
   rules:
     - {name: echo-needs-approval, effect: approve, match: {upstreams: [alpha], tools: [echo]}}
+    - {name: asking-needs-approval, effect: approve, match: {upstreams: [rev], tools: [slow_ask]}}
 `
 	admins := map[string]string{}
 	start := func(name string) *node {
@@ -1553,9 +1565,13 @@ func heldCallTakenOver(t *testing.T, resumeFirst bool) {
 		return list.Approvals[0].ID
 	}
 
-	s := cl.session(t, ctx, c, "{}")
+	caps, tool, want := "{}", "alpha__echo", "alpha:deploy"
+	if asks {
+		caps, tool, want = `{"sampling":{}}`, "rev__slow_ask", "sampled=from-b"
+	}
+	s := cl.session(t, ctx, c, caps)
 	const callID = 9
-	st, err := s.open(ctx, a.url, toolCall(callID, "alpha__echo", map[string]any{"text": "deploy"}, ""), "")
+	st, err := s.open(ctx, a.url, toolCall(callID, tool, map[string]any{"text": "deploy"}, ""), "")
 	if err != nil {
 		t.Fatalf("alpha__echo on A: %v%s", err, tails(a))
 	}
@@ -1595,6 +1611,15 @@ func heldCallTakenOver(t *testing.T, resumeFirst bool) {
 	if status, body := admin(b, http.MethodPost, "/api/approvals/"+id, `{"decision":"approve"}`); status != http.StatusOK {
 		t.Fatalf("approve on B: %d %s%s", status, body, tails(b, c))
 	}
+	if asks {
+		_, sampling, err := resumed.nextMessage(eventBound)
+		if err != nil || sampling.Method != "sampling/createMessage" || sampling.samplingPrompt() != "deploy" {
+			t.Fatalf("the stream resumed on B: %v %s %s, want the taken-over call's sampling request%s", err, sampling.Method, sampling.Params, tails(b, c))
+		}
+		if err := s.answer(ctx, b.url, sampling.ID, samplingResult("from-b")); err != nil {
+			t.Fatalf("the sampling answer on B: %v%s", err, tails(b, c))
+		}
+	}
 	got, err := resumed.rest(eventBound)
 	if err != nil {
 		t.Errorf("the stream resumed on B: %v%s", err, tails(b, c))
@@ -1609,7 +1634,7 @@ func heldCallTakenOver(t *testing.T, resumeFirst bool) {
 		t.Fatalf("resumed on B: %q, want the call's one result%s", messages, tails(b, c))
 	}
 	m, err := parseMsg(messages[0])
-	if err != nil || !m.isResponse(fmt.Sprint(callID)) || m.Error != nil || !strings.Contains(string(m.Result), "alpha:deploy") {
+	if err != nil || !m.isResponse(fmt.Sprint(callID)) || m.Error != nil || !strings.Contains(string(m.Result), want) {
 		t.Errorf("the taken-over call's answer: %s, want its result%s", messages[0], tails(b, c))
 	}
 }

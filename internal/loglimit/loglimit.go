@@ -1,8 +1,11 @@
-// Package loglimit provides a slog.Handler that lets through at most one warning per message
-// and interval, for logs whose records a peer can cause at any rate (an upstream writing
-// garbage, a client tripping a limit again and again).
+// Package loglimit keeps logs readable when their records come at any rate: a slog.Handler
+// that lets through at most one warning per message and interval (an upstream writing
+// garbage, a client tripping a limit again and again), and an Outage that turns the failures
+// of a dependency every request needs (a session store that is down) into a few lines: the
+// first of each kind, a count every interval, and one line when it answers again.
 //
 //	logger := slog.New(loglimit.NewHandler(base.Handler(), time.Second, time.Now))
+//	store := loglimit.NewOutage(logger, "the session store", time.Minute, time.Now)
 package loglimit
 
 import (

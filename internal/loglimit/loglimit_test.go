@@ -2,6 +2,7 @@ package loglimit
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -37,5 +38,43 @@ func TestHandler(t *testing.T) {
 		if n := strings.Count(out, c.record); n != c.want {
 			t.Errorf("%d × %q in the log, want %d", n, c.record, c.want)
 		}
+	}
+}
+
+// TestOutage: while a dependency fails, the first failure of each message passes in full and
+// then one per message and interval, with the count held back since; the first success
+// logs one line with the outage's length and the count held back in all, and nothing while
+// nothing fails; a failure after that begins a new outage.
+func TestOutage(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1000, 0)
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	o := NewOutage(logger, "the store", time.Minute, func() time.Time { return now })
+	ctx := context.Background()
+	o.OK(ctx)
+	for range 100 {
+		o.Failed(ctx, slog.LevelError, "get failed", "error", "EOF")
+	}
+	o.Failed(ctx, slog.LevelWarn, "touch failed")
+	now = now.Add(time.Minute)
+	o.Failed(ctx, slog.LevelError, "get failed", "error", "EOF")
+	o.Failed(ctx, slog.LevelError, "get failed", "error", "EOF")
+	now = now.Add(5 * time.Second)
+	o.OK(ctx)
+	o.OK(ctx)
+	o.Failed(ctx, slog.LevelError, "get failed", "error", "EOF")
+	want := `level=ERROR msg="get failed" error=EOF
+level=WARN msg="touch failed"
+level=ERROR msg="get failed" error=EOF suppressed=99
+level=INFO msg="the store is reachable again" outage=1m5s suppressed=100
+level=ERROR msg="get failed" error=EOF
+`
+	if got := buf.String(); got != want {
+		t.Errorf("the log:\n%s\nwant:\n%s", got, want)
 	}
 }
