@@ -302,6 +302,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			InitializeTimeout: u.InitializeTimeout,
 			MaxMessageBytes:   int(u.MaxResponseBytes),
 			AttributionWindow: u.AttributionWindow,
+
+			// A command that may fetch its server first has longer the first time.
+			FirstInitializeTimeout: u.FirstInitializeTimeout,
 		}, &base)
 		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -103,6 +104,10 @@ type Spec struct {
 	// InitializeTimeout bounds connecting: spawning or dialling, initialize and the first list
 	// fetch. If zero, 30 seconds.
 	InitializeTimeout time.Duration
+	// FirstInitializeTimeout bounds the first start instead of InitializeTimeout, when set: a
+	// command that fetches its server on first use (npx, uvx, docker) needs longer once. If
+	// zero, InitializeTimeout.
+	FirstInitializeTimeout time.Duration
 	// MaxMessageBytes caps one message read from the upstream (a stdio line, a JSON body, an
 	// SSE event); a larger answer fails its request. If zero, 16 MiB.
 	MaxMessageBytes int
@@ -317,6 +322,50 @@ func exitAttrs(err error) []any {
 	return nil
 }
 
+// startTimeoutError is the failure of a start whose time ran out: the upstream did not
+// answer method within limit, and the gateway stopped it (a child process) or gave up.
+type startTimeoutError struct {
+	method string
+	limit  time.Duration
+	// stopped: it was a child process, which was stopped for it; lastLines are its last
+	// stderr lines.
+	stopped   bool
+	lastLines []string
+}
+
+func (e *startTimeoutError) Error() string {
+	msg := fmt.Sprintf("did not answer %s within %s", e.method, e.limit)
+	if e.method != protocol.MethodInitialize {
+		msg += " of starting"
+	}
+	if e.stopped {
+		msg += "; stopped it"
+	} else {
+		msg += "; gave up"
+	}
+	if len(e.lastLines) > 0 {
+		msg += "; its last stderr lines: " + strings.Join(e.lastLines, " | ")
+	}
+	return msg + " (if it needs longer to start, raise initialize_timeout)"
+}
+
+func (e *startTimeoutError) Unwrap() error { return ErrTimeout }
+
+// startFailure is why a start that failed while method ran failed: when its time ran out,
+// that comes first, and how the child exited (it was stopped for it) says nothing; else err,
+// with how a child that exited ended.
+func startFailure(raw conn, startCtx context.Context, method string, limit time.Duration, err error) error {
+	if !errors.Is(err, ErrTimeout) || !errors.Is(startCtx.Err(), context.DeadlineExceeded) {
+		return withExit(raw, err)
+	}
+	e := &startTimeoutError{method: method, limit: limit}
+	if r, ok := raw.(exitReporter); ok {
+		e.stopped = true
+		_, e.lastLines, _ = r.exitReport()
+	}
+	return e
+}
+
 // withExit wraps err with how a closed connection's process ended, when it did.
 func withExit(raw conn, err error) error {
 	if r, ok := raw.(exitReporter); ok {
@@ -385,9 +434,17 @@ func (c *Client) Run(ctx context.Context) {
 
 	delay := c.opts.RestartDelay
 	failures := 0 // attempts that failed since the upstream was last ready
+	first := true
 	for ctx.Err() == nil {
 		began := time.Now()
-		cn, err := c.connect(ctx)
+		limit := c.spec.InitializeTimeout
+		if first && c.spec.FirstInitializeTimeout > 0 {
+			limit = c.spec.FirstInitializeTimeout
+			c.logger.Info("first start: it may fetch its server first, so it has longer to answer this time; initialize_timeout sets it",
+				"command", filepath.Base(c.spec.Command), "initialize_timeout", limit.String())
+		}
+		first = false
+		cn, err := c.connect(ctx, limit)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -592,17 +649,17 @@ func (c *Client) waitLive(ctx context.Context, old *connection) *connection {
 	}
 }
 
-// connect reaches the upstream, initializes it and fetches its lists.
-func (c *Client) connect(ctx context.Context) (*connection, error) {
-	startCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
+// connect reaches the upstream, initializes it and fetches its lists, within limit.
+func (c *Client) connect(ctx context.Context, limit time.Duration) (*connection, error) {
+	startCtx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cn, err := c.dialAndInitialize(startCtx, c.spec.Transport)
+	cn, err := c.dialAndInitialize(startCtx, c.spec.Transport, limit)
 	var reqErr *requestError
 	if c.spec.Transport == TransportAuto && errors.As(err, &reqErr) &&
 		(reqErr.Status == http.StatusBadRequest || reqErr.Status == http.StatusNotFound || reqErr.Status == http.StatusMethodNotAllowed) {
 		// The server rejects Streamable HTTP: try the legacy HTTP+SSE transport at the same URL.
 		c.logger.Info("upstream rejected a Streamable HTTP initialize; trying legacy SSE", "status", reqErr.Status)
-		cn, err = c.dialAndInitialize(startCtx, TransportSSE)
+		cn, err = c.dialAndInitialize(startCtx, TransportSSE, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -615,7 +672,7 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 		items, err := fetchList(startCtx, k, cn.callFunc(c.spec.RequestTimeout))
 		if err != nil {
 			cn.close()
-			return nil, withExit(cn.conn, err)
+			return nil, startFailure(cn.conn, startCtx, kindInfos[k].method, limit, err)
 		}
 		catalog = catalog.withList(k, items)
 	}
@@ -625,16 +682,17 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	return cn, nil
 }
 
-// dialAndInitialize opens a connection over one transport and performs the handshake.
-func (c *Client) dialAndInitialize(ctx context.Context, transport string) (*connection, error) {
+// dialAndInitialize opens a connection over one transport and performs the handshake, which
+// limit bounds.
+func (c *Client) dialAndInitialize(ctx context.Context, transport string, limit time.Duration) (*connection, error) {
 	raw, err := c.dial(ctx, transport)
 	if err != nil {
 		return nil, err
 	}
 	cn := newConnection(c, raw)
-	if err := cn.initialize(ctx); err != nil {
+	if err := cn.initialize(ctx, limit); err != nil {
 		cn.close()
-		return nil, withExit(raw, err)
+		return nil, startFailure(raw, ctx, protocol.MethodInitialize, limit, err)
 	}
 	cn.transport = transport
 	if transport == TransportAuto {
@@ -891,8 +949,8 @@ func (cn *connection) notify(ctx context.Context, method string) error {
 	return cn.conn.Write(ctx, &protocol.Notification{Method: method})
 }
 
-// initialize performs the MCP handshake (mcp-notes §1.1–1.2).
-func (cn *connection) initialize(ctx context.Context) error {
+// initialize performs the MCP handshake (mcp-notes §1.1–1.2), within timeout.
+func (cn *connection) initialize(ctx context.Context, timeout time.Duration) error {
 	params, err := json.Marshal(struct {
 		ProtocolVersion string                  `json:"protocolVersion"`
 		Capabilities    json.RawMessage         `json:"capabilities"`
@@ -901,7 +959,7 @@ func (cn *connection) initialize(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
-	raw, err := cn.call(ctx, protocol.MethodInitialize, params, cn.client.spec.InitializeTimeout)
+	raw, err := cn.call(ctx, protocol.MethodInitialize, params, timeout)
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
