@@ -428,7 +428,9 @@ type Upstream struct {
 	Name string
 
 	// Command is the program to run for a stdio upstream (key `command`).
-	// Either Command or URL is set, not both.
+	// Either Command or URL is set, not both. SelfCommand ("@self") runs the
+	// gateway's own program, for its demo server only (Args [demo], or
+	// [demo, -name, NAME]).
 	Command string
 
 	// Args are the program's arguments (key `args`). Nil when absent. Only
@@ -964,6 +966,10 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 		u.AttributionWindow = defaultAttributionWindow
 	}
 }
+
+// SelfCommand is the Command of an upstream that the gateway's own program serves: its demo
+// server (`gateway demo`), which then starts at once, with nothing to build or fetch.
+const SelfCommand = "@self"
 
 // fetchesOnFirstUse reports whether command is one that may fetch the server it runs on first
 // use (npx, uvx, docker), taking longer to start that once.
