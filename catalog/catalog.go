@@ -115,11 +115,12 @@ type Builder struct {
 	// once while it lasts. Invariant: it holds no collision that the last build did not see,
 	// so an upstream that keeps inventing names cannot grow it. Guarded by mu.
 	warned map[string]bool
-	// former remembers which upstream listed each exposed tool or prompt name, so that a call
-	// to it while that upstream is down fails as "unavailable", not "unknown". Invariant: it
-	// holds the names of the last build's catalog and the names each down upstream listed when
-	// it was last up; an upstream that is up keeps only what it lists now. Guarded by mu.
-	former map[string]*Namespace
+	// former remembers each exposed tool and prompt as its upstream listed it, so that a call
+	// to it while that upstream is down (restarting) fails as "unavailable", not "unknown".
+	// Invariant: it holds the entries of the last build's catalog and those each down upstream
+	// listed when it was last up; an upstream that is up keeps only what it lists now. Guarded
+	// by mu.
+	former map[string]*Entry
 	// withhold, when set, leaves out the tools it reports: those whose definition changed
 	// since it was pinned. Guarded by mu.
 	withhold func(ns *Namespace, tool upstream.Item) bool
@@ -131,7 +132,7 @@ func NewBuilder(sources []Source, sep string, logger *slog.Logger) *Builder {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Builder{sources: sources, sep: sep, logger: logger, warned: map[string]bool{}, former: map[string]*Namespace{}}
+	return &Builder{sources: sources, sep: sep, logger: logger, warned: map[string]bool{}, former: map[string]*Entry{}}
 }
 
 // SetProfiles sets the profiles each Build derives a snapshot for (Snapshot.Profile). Call it
@@ -159,7 +160,7 @@ func (b *Builder) Build() *Snapshot {
 	// The per-name tables are rebuilt from this build's lists, so that they follow the
 	// catalog instead of growing with every name an upstream ever listed.
 	warned := map[string]bool{}
-	former := map[string]*Namespace{}
+	former := map[string]*Entry{}
 	down := map[*Namespace]bool{}
 	s := &Snapshot{
 		tools:           map[string]*Entry{},
@@ -254,16 +255,16 @@ func (b *Builder) Build() *Snapshot {
 				seen[exposed] = e
 				s.lists[k] = append(s.lists[k], e)
 				if k == upstream.Tools || k == upstream.Prompts {
-					former[k.String()+"\x00"+exposed] = ns
+					former[k.String()+"\x00"+exposed] = e
 				}
 			}
 		}
 	}
 	// A down upstream's names stay its own until it is back (and lists them or not), unless
 	// an upstream that is up lists them now.
-	for key, ns := range b.former {
-		if _, taken := former[key]; !taken && down[ns] {
-			former[key] = ns
+	for key, e := range b.former {
+		if _, taken := former[key]; !taken && down[e.Namespace] {
+			former[key] = e
 		}
 	}
 	b.warned, b.former = warned, former
@@ -313,6 +314,17 @@ func (b *Builder) warnCollisionLocked(warned map[string]bool, k upstream.Kind, e
 // none. A caller that finds the owner's upstream down can say "unavailable" rather than
 // "unknown".
 func (b *Builder) FormerOwner(k upstream.Kind, exposed string) *Namespace {
+	if e := b.Former(k, exposed); e != nil {
+		return e.Namespace
+	}
+	return nil
+}
+
+// Former returns the tool or prompt (k is upstream.Tools or upstream.Prompts) of the exposed
+// name as its upstream lists it, or listed it when that upstream was last up; nil if none. It
+// is the last known catalog of an upstream that is down (restarting), for routing: a call to
+// one of its items can be told "unavailable", by the rules that decided who saw it.
+func (b *Builder) Former(k upstream.Kind, exposed string) *Entry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.former[k.String()+"\x00"+exposed]

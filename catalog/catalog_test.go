@@ -140,6 +140,10 @@ func TestCatalogNameTablesAreBounded(t *testing.T) {
 	if got := b.FormerOwner(upstream.Tools, "st__keep"); got != ns[2] {
 		t.Errorf("FormerOwner(st__keep) = %s, want steady", nsName(got))
 	}
+	// Its entry too, as it was listed: the policy decides on it who may hear "unavailable".
+	if e := b.Former(upstream.Tools, last); e == nil || e.Original != last || e.Exposed != last || len(e.Raw()) == 0 {
+		t.Errorf("while churn is down, Former(%s) = %+v, want its last listed entry", last, e)
+	}
 
 	// churn comes back without that tool: the name is forgotten.
 	churn.catalog = toolCatalog("fresh")

@@ -58,7 +58,7 @@ func TestBuild(t *testing.T) {
 				Prefix:  "search", RequestTimeout: time.Minute, Enabled: true, Line: 5,
 			}),
 			imported(buildClaude, config.Upstream{
-				Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem"},
+				Name: "filesystem", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-filesystem"},
 				Transport: "stdio", Enabled: true, Line: 3,
 			}),
 			imported(buildVSCode, config.Upstream{
@@ -80,7 +80,7 @@ func TestBuildWithoutConfigFile(t *testing.T) {
 	want.File = buildClaude // named by the first import
 	want.Upstreams = []config.Upstream{
 		imported(buildClaude, config.Upstream{
-			Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem"},
+			Name: "filesystem", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-filesystem"},
 			Transport: "stdio", Enabled: true, Line: 3,
 		}),
 		imported(buildVSCode, config.Upstream{

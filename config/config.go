@@ -99,6 +99,9 @@ const (
 	defaultIsolationIdle      = 5 * time.Minute
 	defaultMaxConnections     = 100
 	defaultInitializeTimeout  = 30 * time.Second
+	// defaultFirstFetchTimeout is the first start's bound of a command that may fetch its
+	// server first (Upstream.FirstInitializeTimeout).
+	defaultFirstFetchTimeout  = 2 * time.Minute
 	defaultMaxResponseBytes   = 16 << 20 // 16 MiB
 	defaultMaxBatchEntries    = 64
 	defaultMaxCallsPerSession = 64
@@ -439,7 +442,9 @@ type Upstream struct {
 	Name string
 
 	// Command is the program to run for a stdio upstream (key `command`).
-	// Either Command or URL is set, not both.
+	// Either Command or URL is set, not both. SelfCommand ("@self") runs the
+	// gateway's own program, for its demo server only (Args [demo], or
+	// [demo, -name, NAME]).
 	Command string
 
 	// Args are the program's arguments (key `args`). Nil when absent. Only
@@ -511,6 +516,13 @@ type Upstream struct {
 	// `initialize_timeout`, a duration); greater than 0. Defaults to 30
 	// seconds.
 	InitializeTimeout time.Duration
+
+	// FirstInitializeTimeout bounds the upstream's first start instead of
+	// InitializeTimeout when it is not zero. It is no key of its own: when the
+	// upstream sets no initialize_timeout (in its entry or an override) and its
+	// command is npx, uvx or docker, which may fetch the server on first use,
+	// it defaults to 2 minutes; else it is zero.
+	FirstInitializeTimeout time.Duration
 
 	// MaxResponseBytes is the largest message accepted from this upstream,
 	// in bytes (key `max_response_bytes`): one stdio line, one HTTP JSON
@@ -942,6 +954,9 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	}
 	if !has("initialize_timeout") {
 		u.InitializeTimeout = defaultInitializeTimeout
+		if fetchesOnFirstUse(u.Command) {
+			u.FirstInitializeTimeout = defaultFirstFetchTimeout
+		}
 	}
 	if !has("max_response_bytes") {
 		u.MaxResponseBytes = defaultMaxResponseBytes
@@ -964,6 +979,20 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	if !has("attribution_window") {
 		u.AttributionWindow = defaultAttributionWindow
 	}
+}
+
+// SelfCommand is the Command of an upstream that the gateway's own program serves: its demo
+// server (`gateway demo`), which then starts at once, with nothing to build or fetch.
+const SelfCommand = "@self"
+
+// fetchesOnFirstUse reports whether command is one that may fetch the server it runs on first
+// use (npx, uvx, docker), taking longer to start that once.
+func fetchesOnFirstUse(command string) bool {
+	switch filepath.Base(command) {
+	case "npx", "uvx", "docker":
+		return true
+	}
+	return false
 }
 
 // The values of Upstream.Isolation.

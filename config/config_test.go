@@ -926,12 +926,12 @@ func TestLoadExample(t *testing.T) {
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
-				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},
+				Name: "github", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-github"},
 				Env:    map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_test"},
 				Prefix: "github", RequestTimeout: 2 * time.Minute, Enabled: true, IncludeInstructions: true, Line: 23,
 			}),
 			configUpstream(path, config.Upstream{
-				Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/workspace"},
+				Name: "filesystem", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/workspace"},
 				Prefix: "fs", RequestTimeout: time.Minute, Enabled: true, Line: 32,
 			}),
 			configUpstream(path, config.Upstream{

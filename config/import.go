@@ -154,6 +154,9 @@ func (im *importer) server(sm jsonMember, path string) {
 	applyUpstreamDefaults(&u, func(string) bool { return false })
 	im.lines[path] = sm.line
 	defer func() {
+		if fetchesOnFirstUse(u.Command) {
+			u.FirstInitializeTimeout = defaultFirstFetchTimeout // the command is known now
+		}
 		im.ups = append(im.ups, u)
 		im.sites = append(im.sites, site{where: where{file: im.file, ix: &im.index}, path: path, imported: true, key: sm.key})
 	}()

@@ -65,16 +65,16 @@ func TestImportFiles(t *testing.T) {
 	}{
 		{claude, []config.Upstream{
 			imported(claude, config.Upstream{
-				Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"},
+				Name: "filesystem", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"},
 				Transport: "stdio", Enabled: true, Line: 3,
 			}),
 			imported(claude, config.Upstream{
-				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},
+				Name: "github", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-github"},
 				Env:       map[string]string{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_test"},
 				Transport: "stdio", Enabled: true, Line: 7,
 			}),
 			imported(claude, config.Upstream{
-				Name: "sqlite-db", Command: "uvx", Args: []string{"mcp-server-sqlite", "--db-path", "/tmp/test.db"},
+				Name: "sqlite-db", Command: "uvx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"mcp-server-sqlite", "--db-path", "/tmp/test.db"},
 				Transport: "stdio", Enabled: false, Line: 14,
 			}),
 		}},
@@ -93,7 +93,7 @@ func TestImportFiles(t *testing.T) {
 		}},
 		{vscode, []config.Upstream{
 			imported(vscode, config.Upstream{
-				Name: "memory", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-memory", "src/**/*.json"},
+				Name: "memory", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-memory", "src/**/*.json"},
 				Env: map[string]string{"MEMORY_FILE": "/home/me/memory.json", "RETRIES": "3"}, Dir: "/srv/memory",
 				Transport: "stdio", Enabled: true, Line: 9,
 			}),

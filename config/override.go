@@ -119,6 +119,9 @@ func (d *decoder) applyOverrides(c *Config, sites []site) {
 		n := len(d.problems)
 		d.mapping(e.node, e.path, overrideWant, overrideFields(&c.Upstreams[j], new(string)))
 		d.problems = d.problems[:n] // reported when the config file was decoded
+		if d.present(join(e.path, "initialize_timeout")) {
+			c.Upstreams[j].FirstInitializeTimeout = 0 // the timeout set here wins
+		}
 		sites[j].over = &where{file: d.file, ix: &d.index}
 		sites[j].overPath = e.path
 	}

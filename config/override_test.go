@@ -47,7 +47,7 @@ overrides:
 	want := []config.Upstream{
 		configUpstream(cfg, config.Upstream{Name: "github", Command: filepath.Join(dir, "github"), Prefix: "github", RequestTimeout: time.Minute, Enabled: true, Line: 2}),
 		imported(claude, config.Upstream{
-			Name: "filesystem", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-filesystem"},
+			Name: "filesystem", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-filesystem"},
 			Env: map[string]string{"ROOT": "/srv"}, Dir: filepath.Join(dir, "work"), Transport: "stdio",
 			Isolation: "session", Prefix: "files", Enabled: false,
 			Tools: config.Shaping{

@@ -409,6 +409,7 @@ func (v *validator) kind(u *Upstream, s *site) {
 		if s.present("headers") {
 			v.checkKey(s, "headers", "headers are for HTTP upstreams (with url): remove them, or pass values to the command through env")
 		}
+		v.self(u, s)
 	} else {
 		for _, key := range []string{"args", "env", "inherit_env", "dir"} {
 			if s.present(key) {
@@ -556,4 +557,32 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// self checks an upstream whose command is SelfCommand: the gateway's own program may serve
+// its demo server, and nothing else (not serve, apikey or any other of its commands).
+func (v *validator) self(u *Upstream, s *site) {
+	if u.Command != SelfCommand {
+		return
+	}
+	if !s.present("args") {
+		v.checkKey(s, "command", `command "@self" runs this gateway's own program, for its demo server only: add args: [demo] (or [demo, -name, NAME])`)
+		return
+	}
+	if len(u.Args) == 0 || u.Args[0] != "demo" || !demoFlags(u.Args[1:]) {
+		v.checkKey(s, "args", `after command "@self" only the demo server may be named: args: [demo], or [demo, -name, NAME]`)
+	}
+}
+
+// demoFlags reports whether args are flags the demo server takes: its -name, at most once.
+func demoFlags(args []string) bool {
+	switch len(args) {
+	case 0:
+		return true
+	case 1:
+		return strings.HasPrefix(args[0], "-name=") || strings.HasPrefix(args[0], "--name=")
+	case 2:
+		return args[0] == "-name" || args[0] == "--name"
+	}
+	return false
 }

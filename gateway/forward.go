@@ -55,8 +55,9 @@ type forwardedResult struct {
 	Result      json.RawMessage `json:"r,omitempty"`
 	RPCError    *protocol.Error `json:"e,omitempty"`
 	Unavailable string          `json:"x,omitempty"`
-	// Reason says why, for Unavailable: "timeout", "limit" (max_connections) or "ended" (the
-	// session), else unavailable; the sender refuses the call for the same reason.
+	// Reason says why, for Unavailable: "timeout", "interrupted" (it may have run there),
+	// "limit" (max_connections) or "ended" (the session), else unavailable; the sender
+	// refuses the call for the same reason.
 	Reason   string `json:"why,omitempty"`
 	Draining bool   `json:"dr,omitempty"`
 }
@@ -67,6 +68,7 @@ var forwardReasons = []struct {
 	err  error
 }{
 	{"timeout", upstream.ErrTimeout},
+	{"interrupted", upstream.ErrInterrupted},
 	{"limit", errConnectionLimit},
 	{"ended", hub.ErrSessionEnded},
 }
@@ -125,8 +127,9 @@ type waitingCall struct {
 	done    chan forwardedResult
 }
 
-// errReplicaStopped ends a forwarded call whose replica stopped before answering.
-var errReplicaStopped = fmt.Errorf("the replica holding the session's connection stopped: %w", upstream.ErrUnavailable)
+// errReplicaStopped ends a forwarded call whose replica stopped before answering: the call
+// may have run there.
+var errReplicaStopped = fmt.Errorf("the replica holding the session's connection stopped: %w", upstream.ErrInterrupted)
 
 // holderOf returns the replica that holds the session's own connection to u, when it is
 // another replica not known to have stopped: the call goes there.
@@ -367,7 +370,7 @@ func (r *replicas) failForwarded(replica string) {
 	}
 	f.mu.Unlock()
 	for _, w := range failed {
-		w.done <- forwardedResult{Unavailable: errReplicaStopped.Error()}
+		w.done <- failedResult(errReplicaStopped)
 	}
 }
 

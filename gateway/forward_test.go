@@ -20,6 +20,7 @@ func TestForwardedFailureKeepsItsReason(t *testing.T) {
 		want error
 	}{
 		{"timeout", fmt.Errorf("upstream r: %w", upstream.ErrTimeout), upstream.ErrTimeout},
+		{"interrupted", fmt.Errorf("upstream r: %w (connection lost)", upstream.ErrInterrupted), upstream.ErrInterrupted},
 		{"connection limit", fmt.Errorf("upstream r: %w (max_connections 2)", errConnectionLimit), errConnectionLimit},
 		{"session ended", fmt.Errorf("upstream r: %w", hub.ErrSessionEnded), hub.ErrSessionEnded},
 		{"unavailable", fmt.Errorf("upstream r: %w", upstream.ErrUnavailable), upstream.ErrUnavailable},
@@ -38,5 +39,18 @@ func TestForwardedFailureKeepsItsReason(t *testing.T) {
 				t.Errorf("failure() = %v, want one that is %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestForwardedCallOfAStoppedReplicaMayHaveRun: a replica stops while it runs a call another
+// replica forwarded to it. The call reached it and may have run in part: the sender fails it
+// as interrupted, never as "unavailable", which invites a retry.
+func TestForwardedCallOfAStoppedReplicaMayHaveRun(t *testing.T) {
+	r := &replicas{forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
+	done := make(chan forwardedResult, 1)
+	r.forwarding.waiting["a-c1"] = waitingCall{replica: "b", done: done}
+	r.failForwarded("b")
+	if err := (<-done).failure(); !errors.Is(err, upstream.ErrInterrupted) || errors.Is(err, upstream.ErrUnavailable) {
+		t.Errorf("the forwarded call of a stopped replica failed with %v; want ErrInterrupted, not ErrUnavailable", err)
 	}
 }

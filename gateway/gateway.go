@@ -69,6 +69,10 @@ type Options struct {
 	// AuthHTTPClient fetches the OIDC issuers' discovery documents and keys, and upstream
 	// tokens. If nil, a client with a timeout of its own.
 	AuthHTTPClient *http.Client
+	// Executable is the program an upstream with command "@self" (config.SelfCommand) runs:
+	// the gateway's own, which serves its demo server. If empty, the running program
+	// (os.Executable).
+	Executable string
 }
 
 // Gateway serves MCP clients in front of the configured upstreams. It is safe for concurrent
@@ -266,6 +270,11 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
 	for i, u := range enabled {
+		command, err := g.commandOf(&u)
+		if err != nil {
+			g.abandon()
+			return nil, err
+		}
 		var base upstream.Options
 		if g.opts.UpstreamOptions != nil {
 			base = *g.opts.UpstreamOptions
@@ -297,7 +306,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		client := upstream.New(upstream.Spec{
 			Name:              u.Name,
 			Transport:         u.Transport,
-			Command:           u.Command,
+			Command:           command,
 			Args:              u.Args,
 			Env:               u.Env,
 			InheritEnv:        u.InheritEnv,
@@ -309,6 +318,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			InitializeTimeout: u.InitializeTimeout,
 			MaxMessageBytes:   int(u.MaxResponseBytes),
 			AttributionWindow: u.AttributionWindow,
+
+			// A command that may fetch its server first has longer the first time.
+			FirstInitializeTimeout: u.FirstInitializeTimeout,
 		}, &base)
 		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {

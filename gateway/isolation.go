@@ -133,7 +133,8 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 		p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, true)
 	}
 
-	wait, cancel := context.WithTimeout(ctx, p.spec.InitializeTimeout)
+	// A new connection's first start may take its longer bound.
+	wait, cancel := context.WithTimeout(ctx, max(p.spec.InitializeTimeout, p.spec.FirstInitializeTimeout))
 	defer cancel()
 	select {
 	case <-pc.ready:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/policy"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -111,13 +112,24 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 			kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
 		}
 		if entry == nil {
-			g.auditHidden(rq, kind, name)
-			// The record names what was asked for, as it was asked: nothing of what exists.
-			asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
-			if g.cfg.Audit.Arguments {
-				asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
+			// A name its upstream listed before it went down (it is restarting) is
+			// unavailable, for a client that saw it; any other is unknown.
+			if entry = g.formerEntry(rq, snap, kind, name); entry == nil {
+				g.auditHidden(rq, kind, name)
+				// The record names what was asked for, as it was asked: nothing of what exists.
+				asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
+				if g.cfg.Audit.Arguments {
+					asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
+				}
+				return asked, unknownName(kind, what, name)
 			}
-			return asked, g.unknownName(rq, snap, kind, what, name)
+			if g.upstreamOf(entry.Namespace).Catalog() == nil {
+				// Still down: refused before the checks, so that no one is asked to approve
+				// a call that cannot run.
+				return &resolved{target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}},
+					unavailable(rq, entry.Namespace.Name, name, upstream.ErrUnavailable)
+			}
+			// Back already, before the catalog was merged anew: the request goes on.
 		}
 		forward, err := withMember(params, "name", entry.Original)
 		if err != nil {
@@ -189,18 +201,35 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", rq.Method)
 }
 
-// unknownName refuses a tool or prompt name not in the catalog: unknown, or unavailable when
-// the upstream that listed it is down (it may come back).
-func (g *Gateway) unknownName(rq *request, snap *catalog.Snapshot, kind pipeline.Kind, what, name string) error {
+// formerEntry returns the tool or prompt of that name as its upstream listed it before it went
+// down, from the last known catalog of each upstream that is down (catalog.Builder.Former),
+// when the client would see it there: its profile admits it and the policy does not hide it
+// from the client's principal. Otherwise nil: to that client the name is unknown, as a hidden
+// item is indistinguishable from a missing one.
+func (g *Gateway) formerEntry(rq *request, snap *catalog.Snapshot, kind pipeline.Kind, name string) *catalog.Entry {
 	k := upstream.Tools
 	if kind == pipeline.Prompt {
 		k = upstream.Prompts
 	}
-	// "Unavailable" would tell a name the policy hides from one that does not exist: with a
-	// policy, an unknown name is unknown.
-	if ns := g.builder.FormerOwner(k, name); ns != nil && g.gate == nil && g.upstreamOf(ns).Catalog() == nil && snap.Admits(ns, k, name) {
-		return unavailable(rq, ns.Name, name, upstream.ErrUnavailable)
+	e := g.builder.Former(k, name)
+	if e == nil || !snap.Admits(e.Namespace, k, name) {
+		return nil
 	}
+	if g.gate != nil {
+		// As the client's view of the catalog is cut (filterView).
+		in := policy.Input{Principal: rq.Client.Principal, Upstream: e.Namespace.Name, Kind: kind, Name: e.Original}
+		if k == upstream.Tools {
+			in.Annotations = annotationsOf(e.Annotations())
+		}
+		if !g.gate.rules.Visible(in) {
+			return nil
+		}
+	}
+	return e
+}
+
+// unknownName refuses a tool or prompt name not in the catalog.
+func unknownName(kind pipeline.Kind, what, name string) error {
 	reason := pipeline.ReasonUnknownTool
 	if kind == pipeline.Prompt {
 		reason = pipeline.ReasonUnknownPrompt
@@ -448,10 +477,18 @@ type upstreamRPCError struct{ Err *protocol.Error }
 func (e *upstreamRPCError) Error() string { return e.Err.Error() }
 
 // unavailable types the failure to reach an upstream as a refusal of the table (design
-// decision 7): down, too slow, or out of connections. Other errors pass.
+// decision 7): down, too slow, out of connections, or gone while the request ran there.
+// Other errors pass.
 func unavailable(rq *request, upstreamName, item string, err error) error {
 	toolCall := rq.Method == protocol.MethodCallTool
 	switch {
+	case errors.Is(err, upstream.ErrInterrupted):
+		// It went out and may have run: not a request to send again as it is.
+		msg := fmt.Sprintf("upstream %s became unavailable before it answered; the request may have run in part upstream: check before sending it again", upstreamName)
+		if toolCall {
+			msg = fmt.Sprintf("The tool %s may have run in part: its upstream server %q became unavailable before it answered. Check whether it took effect before calling it again.", item, upstreamName)
+		}
+		return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamInterrupted, Message: msg, Upstream: upstreamName, Cause: err}
 	case errors.Is(err, upstream.ErrUnavailable):
 		msg := fmt.Sprintf("upstream %s is unavailable; try again later", upstreamName)
 		if toolCall {

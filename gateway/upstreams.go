@@ -3,9 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"sync"
 
 	"github.com/manifold-mcp/manifold/catalog"
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -140,4 +143,20 @@ func (g *Gateway) ProfileCatalog(profile string) (view CatalogView, ok bool) {
 		return CatalogView{}, false
 	}
 	return ps.View(), true
+}
+
+// commandOf returns the program a stdio upstream runs: its command, or for command "@self"
+// the gateway's own program (Options.Executable), which serves its demo server.
+func (g *Gateway) commandOf(u *config.Upstream) (string, error) {
+	if u.Command != config.SelfCommand {
+		return u.Command, nil
+	}
+	if g.opts.Executable != "" {
+		return g.opts.Executable, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("upstream %s: command %q: the gateway cannot find its own program: %w", u.Name, config.SelfCommand, err)
+	}
+	return exe, nil
 }

@@ -22,6 +22,9 @@ const (
 	ReasonResourceNotFound    = "resource_not_found"
 	ReasonUpstreamUnavailable = "upstream_unavailable"
 	ReasonUpstreamTimeout     = "upstream_timeout"
+	// ReasonUpstreamInterrupted: the request went out, and the upstream's connection ended
+	// before it answered; it may have run in part there.
+	ReasonUpstreamInterrupted = "upstream_interrupted"
 	ReasonConnectionLimit     = "connection_limit"
 	ReasonTooManyCalls        = "too_many_calls"
 	ReasonTooManyTasks        = "too_many_tasks"
@@ -158,7 +161,7 @@ func refusalWire(req *Request, t *Target, r *Refusal) (json.RawMessage, *protoco
 	}
 	code := int64(protocol.CodeDenied)
 	switch r.Reason {
-	case ReasonUpstreamUnavailable, ReasonConnectionLimit:
+	case ReasonUpstreamUnavailable, ReasonConnectionLimit, ReasonUpstreamInterrupted:
 		code = protocol.CodeUpstreamUnavailable
 	case ReasonUpstreamTimeout:
 		code = protocol.CodeUpstreamTimeout

@@ -31,6 +31,7 @@ func TestMapRefusals(t *testing.T) {
 		{ReasonResourceNotFound, protocol.CodeResourceNotFound, false},
 		{ReasonUpstreamUnavailable, protocol.CodeUpstreamUnavailable, true},
 		{ReasonConnectionLimit, protocol.CodeUpstreamUnavailable, true},
+		{ReasonUpstreamInterrupted, protocol.CodeUpstreamUnavailable, true},
 		{ReasonUpstreamTimeout, protocol.CodeUpstreamTimeout, true},
 		{ReasonTooManyCalls, protocol.CodeTooManyRequests, true},
 		{ReasonTooManyTasks, protocol.CodeTooManyRequests, true},

@@ -28,7 +28,8 @@ const (
 	// CodeSessionNotFound is sent with HTTP 404 for an unknown or ended MCP-Session-Id.
 	CodeSessionNotFound = -32001
 	// CodeUpstreamUnavailable is returned for a method other than tools/call whose upstream is
-	// not connected.
+	// not connected, or whose connection ended while the request ran there (data.reason
+	// "upstream_interrupted": it may have run in part).
 	CodeUpstreamUnavailable = -32003
 	// CodeUpstreamTimeout is returned when an upstream did not answer within its timeout.
 	CodeUpstreamTimeout = -32004

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -35,6 +36,13 @@ import (
 // ErrUnavailable is returned by Call when the upstream is not connected.
 var ErrUnavailable = errors.New("upstream unavailable")
 
+// ErrInterrupted is returned (wrapped) by Call for a request that went out to the upstream
+// and got no answer because the connection ended first: the process exited, the HTTP
+// connection broke, or the upstream forgot the session while the request ran. It may have
+// run in part there, so it is never sent again, and whoever asked should check before asking
+// again.
+var ErrInterrupted = errors.New("the connection to the upstream ended before it answered; the request may have run in part")
+
 // ErrTimeout is returned by Call when the upstream did not answer within the request timeout.
 var ErrTimeout = errors.New("upstream request timed out")
 
@@ -45,6 +53,14 @@ var ErrResponseTooLarge = errors.New("the upstream's answer exceeds the gateway'
 // tooLarge stands in a response for an answer dropped as too large; Call turns it into
 // ErrResponseTooLarge. Compared by pointer: no upstream can send it.
 var tooLarge = &protocol.Error{Code: protocol.CodeInternalError, Message: ErrResponseTooLarge.Error()}
+
+// streamLost stands in a response for the answer of a request whose response stream ended
+// before it and could not be resumed; Call turns it into ErrInterrupted. Compared by pointer.
+var streamLost = &protocol.Error{Code: protocol.CodeInternalError, Message: "the upstream ended its response stream before answering"}
+
+// errUnanswered marks the failure of a request that was written out in full before its
+// connection failed: the upstream may have received it, and run it.
+var errUnanswered = errors.New("sent, then the connection failed before an answer")
 
 // State is where an upstream's connection stands.
 type State string
@@ -88,6 +104,10 @@ type Spec struct {
 	// InitializeTimeout bounds connecting: spawning or dialling, initialize and the first list
 	// fetch. If zero, 30 seconds.
 	InitializeTimeout time.Duration
+	// FirstInitializeTimeout bounds the first start instead of InitializeTimeout, when set: a
+	// command that fetches its server on first use (npx, uvx, docker) needs longer once. If
+	// zero, InitializeTimeout.
+	FirstInitializeTimeout time.Duration
 	// MaxMessageBytes caps one message read from the upstream (a stdio line, a JSON body, an
 	// SSE event); a larger answer fails its request. If zero, 16 MiB.
 	MaxMessageBytes int
@@ -157,7 +177,11 @@ type Client struct {
 
 	// live is the current connection, nil while the upstream is not ready.
 	live atomic.Pointer[connection]
-	// liveChanged is closed and replaced whenever live is set, to wake waitLive.
+	// reinit is the connection whose session the upstream forgot, while Run re-initializes
+	// (nil otherwise): the upstream still counts as ready, with the catalog and initialize
+	// result it had, and calls wait for the new connection. Set with live.
+	reinit atomic.Pointer[connection]
+	// liveChanged is closed and replaced whenever live and reinit are set, to wake waitLive.
 	liveMu      sync.Mutex
 	liveChanged chan struct{}
 	catalog     atomic.Pointer[Catalog]
@@ -222,6 +246,10 @@ func New(spec Spec, opts *Options) *Client {
 	c.runCtx, c.cancelRun = context.WithCancel(context.Background())
 	return c
 }
+
+// beforeReinitWait, when set (by tests only), runs when a call starts waiting for the
+// re-initialization of a session the upstream forgot.
+var beforeReinitWait func()
 
 // Name returns the upstream's name.
 func (c *Client) Name() string { return c.spec.Name }
@@ -294,6 +322,50 @@ func exitAttrs(err error) []any {
 	return nil
 }
 
+// startTimeoutError is the failure of a start whose time ran out: the upstream did not
+// answer method within limit, and the gateway stopped it (a child process) or gave up.
+type startTimeoutError struct {
+	method string
+	limit  time.Duration
+	// stopped: it was a child process, which was stopped for it; lastLines are its last
+	// stderr lines.
+	stopped   bool
+	lastLines []string
+}
+
+func (e *startTimeoutError) Error() string {
+	msg := fmt.Sprintf("did not answer %s within %s", e.method, e.limit)
+	if e.method != protocol.MethodInitialize {
+		msg += " of starting"
+	}
+	if e.stopped {
+		msg += "; stopped it"
+	} else {
+		msg += "; gave up"
+	}
+	if len(e.lastLines) > 0 {
+		msg += "; its last stderr lines: " + strings.Join(e.lastLines, " | ")
+	}
+	return msg + " (if it needs longer to start, raise initialize_timeout)"
+}
+
+func (e *startTimeoutError) Unwrap() error { return ErrTimeout }
+
+// startFailure is why a start that failed while method ran failed: when its time ran out,
+// that comes first, and how the child exited (it was stopped for it) says nothing; else err,
+// with how a child that exited ended.
+func startFailure(raw conn, startCtx context.Context, method string, limit time.Duration, err error) error {
+	if !errors.Is(err, ErrTimeout) || !errors.Is(startCtx.Err(), context.DeadlineExceeded) {
+		return withExit(raw, err)
+	}
+	e := &startTimeoutError{method: method, limit: limit}
+	if r, ok := raw.(exitReporter); ok {
+		e.stopped = true
+		_, e.lastLines, _ = r.exitReport()
+	}
+	return e
+}
+
 // withExit wraps err with how a closed connection's process ended, when it did.
 func withExit(raw conn, err error) error {
 	if r, ok := raw.(exitReporter); ok {
@@ -324,17 +396,22 @@ func reasonOf(err error) string {
 // Status returns the upstream's current state, since when, and why it is down.
 func (c *Client) Status() Status { return *c.status.Load() }
 
-// Catalog returns the upstream's lists as last fetched, or nil while it is not ready.
+// Catalog returns the upstream's lists as last fetched, or nil while it is not ready. While
+// the gateway re-initializes a session the upstream forgot, they stay what they were.
 func (c *Client) Catalog() *Catalog {
-	if c.live.Load() == nil {
+	if c.live.Load() == nil && c.reinit.Load() == nil {
 		return nil
 	}
 	return c.catalog.Load()
 }
 
 // Server returns what the upstream answered to initialize, or nil while it is not ready.
+// While the gateway re-initializes a session the upstream forgot, it is the last answer.
 func (c *Client) Server() *protocol.InitializeResult {
 	if cn := c.live.Load(); cn != nil {
+		return cn.server
+	}
+	if cn := c.reinit.Load(); cn != nil {
 		return cn.server
 	}
 	return nil
@@ -357,9 +434,17 @@ func (c *Client) Run(ctx context.Context) {
 
 	delay := c.opts.RestartDelay
 	failures := 0 // attempts that failed since the upstream was last ready
+	first := true
 	for ctx.Err() == nil {
 		began := time.Now()
-		cn, err := c.connect(ctx)
+		limit := c.spec.InitializeTimeout
+		if first && c.spec.FirstInitializeTimeout > 0 {
+			limit = c.spec.FirstInitializeTimeout
+			c.logger.Info("first start: it may fetch its server first, so it has longer to answer this time; initialize_timeout sets it",
+				"command", filepath.Base(c.spec.Command), "initialize_timeout", limit.String())
+		}
+		first = false
+		cn, err := c.connect(ctx, limit)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -371,12 +456,16 @@ func (c *Client) Run(ctx context.Context) {
 				// Not a problem of this upstream, and not one to log once and then at debug.
 				c.logger.Error("the gateway is out of file descriptors, so the upstream cannot start; raise the limit (ulimit -n) or lower max_sessions", "error", err.Error())
 			}
+			if c.reinit.Load() != nil {
+				// The re-initialization failed: the calls waiting for it fail now.
+				c.setLive(nil, nil)
+			}
 			if was != StateDown {
 				c.changed()
 			}
 		} else {
 			delay = c.opts.RestartDelay
-			c.setLive(cn)
+			c.setLive(cn, nil)
 			cat := c.Catalog()
 			attrs := []any{"transport", cn.transport, "tools", len(cat.List(Tools)),
 				"resources", len(cat.List(Resources)) + len(cat.List(ResourceTemplates)), "prompts", len(cat.List(Prompts)),
@@ -393,13 +482,19 @@ func (c *Client) Run(ctx context.Context) {
 			case <-cn.done:
 			case <-ctx.Done():
 			}
-			c.setLive(nil)
+			// When the upstream forgot the session, it is re-initialized at once, not after a
+			// backoff, and meanwhile counts as ready: calls wait for it, the lists stay.
+			expired := ctx.Err() == nil && errors.Is(cn.failure(), ErrSessionExpired)
+			if expired {
+				c.setLive(nil, cn)
+			} else {
+				c.setLive(nil, nil)
+			}
 			cn.close()
 			if ctx.Err() != nil {
 				break
 			}
-			if errors.Is(cn.failure(), ErrSessionExpired) {
-				// The upstream forgot the session: re-initialize at once, not after a backoff.
+			if expired {
 				c.logger.Info("upstream session expired; re-initializing")
 				continue
 			}
@@ -418,6 +513,7 @@ func (c *Client) Run(ctx context.Context) {
 		}
 		delay = min(delay*2, c.opts.MaxRestartDelay)
 	}
+	c.setLive(nil, nil) // a re-initialization cut short: its waiters fail
 	c.setState(StateClosed, "upstream stopped")
 	c.changed()
 }
@@ -479,10 +575,20 @@ func (c *Client) changed() {
 // upstream is told with notifications/cancelled.
 //
 // A request that an HTTP upstream refused because it forgot the session (404) never ran
-// there, so Call waits for the re-initialized connection and sends it once more. Requests
-// already accepted when the session ended may have run: they fail, and are never sent again.
+// there, so Call waits for the re-initialized connection and sends it once more; a request
+// made while that re-initialization runs waits for it too, at most the initialize timeout.
+// Requests already sent when the connection ended may have run: they fail with
+// ErrInterrupted, and are never sent again.
 func (c *Client) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	cn := c.live.Load()
+	if cn == nil && c.reinit.Load() != nil {
+		if beforeReinitWait != nil {
+			beforeReinitWait()
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
+		cn = c.waitLive(waitCtx, nil)
+		cancel()
+	}
 	if cn == nil {
 		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
 	}
@@ -512,22 +618,28 @@ func (c *Client) Notify(ctx context.Context, method string, params json.RawMessa
 	return nil
 }
 
-func (c *Client) setLive(cn *connection) {
+// setLive sets the live connection, and the one being re-initialized (see Client.reinit).
+func (c *Client) setLive(cn, reinit *connection) {
 	c.liveMu.Lock()
 	defer c.liveMu.Unlock()
 	c.live.Store(cn)
+	c.reinit.Store(reinit)
 	close(c.liveChanged)
 	c.liveChanged = make(chan struct{})
 }
 
-// waitLive waits until a connection other than old is live, or ctx ends (then it returns nil).
+// waitLive waits until a connection other than old is live, and returns it; it returns nil
+// when ctx ends first, or when the upstream is neither connected nor re-initializing.
 func (c *Client) waitLive(ctx context.Context, old *connection) *connection {
 	for {
 		c.liveMu.Lock()
-		cn, changed := c.live.Load(), c.liveChanged
+		cn, reinit, changed := c.live.Load(), c.reinit.Load(), c.liveChanged
 		c.liveMu.Unlock()
-		if cn != nil && cn != old {
+		switch {
+		case cn != nil && cn != old:
 			return cn
+		case cn == nil && reinit == nil:
+			return nil
 		}
 		select {
 		case <-changed:
@@ -537,17 +649,17 @@ func (c *Client) waitLive(ctx context.Context, old *connection) *connection {
 	}
 }
 
-// connect reaches the upstream, initializes it and fetches its lists.
-func (c *Client) connect(ctx context.Context) (*connection, error) {
-	startCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
+// connect reaches the upstream, initializes it and fetches its lists, within limit.
+func (c *Client) connect(ctx context.Context, limit time.Duration) (*connection, error) {
+	startCtx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cn, err := c.dialAndInitialize(startCtx, c.spec.Transport)
+	cn, err := c.dialAndInitialize(startCtx, c.spec.Transport, limit)
 	var reqErr *requestError
 	if c.spec.Transport == TransportAuto && errors.As(err, &reqErr) &&
 		(reqErr.Status == http.StatusBadRequest || reqErr.Status == http.StatusNotFound || reqErr.Status == http.StatusMethodNotAllowed) {
 		// The server rejects Streamable HTTP: try the legacy HTTP+SSE transport at the same URL.
 		c.logger.Info("upstream rejected a Streamable HTTP initialize; trying legacy SSE", "status", reqErr.Status)
-		cn, err = c.dialAndInitialize(startCtx, TransportSSE)
+		cn, err = c.dialAndInitialize(startCtx, TransportSSE, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -560,7 +672,7 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 		items, err := fetchList(startCtx, k, cn.callFunc(c.spec.RequestTimeout))
 		if err != nil {
 			cn.close()
-			return nil, withExit(cn.conn, err)
+			return nil, startFailure(cn.conn, startCtx, kindInfos[k].method, limit, err)
 		}
 		catalog = catalog.withList(k, items)
 	}
@@ -570,16 +682,17 @@ func (c *Client) connect(ctx context.Context) (*connection, error) {
 	return cn, nil
 }
 
-// dialAndInitialize opens a connection over one transport and performs the handshake.
-func (c *Client) dialAndInitialize(ctx context.Context, transport string) (*connection, error) {
+// dialAndInitialize opens a connection over one transport and performs the handshake, which
+// limit bounds.
+func (c *Client) dialAndInitialize(ctx context.Context, transport string, limit time.Duration) (*connection, error) {
 	raw, err := c.dial(ctx, transport)
 	if err != nil {
 		return nil, err
 	}
 	cn := newConnection(c, raw)
-	if err := cn.initialize(ctx); err != nil {
+	if err := cn.initialize(ctx, limit); err != nil {
 		cn.close()
-		return nil, withExit(raw, err)
+		return nil, startFailure(raw, ctx, protocol.MethodInitialize, limit, err)
 	}
 	cn.transport = transport
 	if transport == TransportAuto {
@@ -756,6 +869,9 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 			return nil, cn.ended(ctx, id, method, timeout)
 		}
 		cn.fail(fmt.Errorf("write %s: %w", method, err))
+		if errors.Is(err, errUnanswered) {
+			return nil, fmt.Errorf("%s %s: %w (%w)", name, method, ErrInterrupted, err)
+		}
 		return nil, fmt.Errorf("%s %s: %w: %w", name, method, ErrUnavailable, err)
 	}
 	if answer != nil {
@@ -773,7 +889,7 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 			if err := cn.failure(); errors.Is(err, ErrSessionExpired) {
 				cause = "the upstream forgot the session while the request ran"
 			}
-			return nil, fmt.Errorf("%s %s: %w: %s", name, method, ErrUnavailable, cause)
+			return nil, fmt.Errorf("%s %s: %w (%s)", name, method, ErrInterrupted, cause)
 		}
 		return answerOf(resp, name, method, cn.client.spec.MaxMessageBytes)
 	case <-ctx.Done():
@@ -783,8 +899,11 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 
 // answerOf is a call's outcome from its response.
 func answerOf(resp *protocol.Response, name, method string, maxBytes int) (json.RawMessage, error) {
-	if resp.Error == tooLarge {
+	switch resp.Error {
+	case tooLarge:
 		return nil, fmt.Errorf("%s %s: %w (%d)", name, method, ErrResponseTooLarge, maxBytes)
+	case streamLost:
+		return nil, fmt.Errorf("%s %s: %w (its response stream ended, and could not be resumed)", name, method, ErrInterrupted)
 	}
 	if resp.Error != nil {
 		return nil, resp.Error
@@ -830,8 +949,8 @@ func (cn *connection) notify(ctx context.Context, method string) error {
 	return cn.conn.Write(ctx, &protocol.Notification{Method: method})
 }
 
-// initialize performs the MCP handshake (mcp-notes §1.1–1.2).
-func (cn *connection) initialize(ctx context.Context) error {
+// initialize performs the MCP handshake (mcp-notes §1.1–1.2), within timeout.
+func (cn *connection) initialize(ctx context.Context, timeout time.Duration) error {
 	params, err := json.Marshal(struct {
 		ProtocolVersion string                  `json:"protocolVersion"`
 		Capabilities    json.RawMessage         `json:"capabilities"`
@@ -840,7 +959,7 @@ func (cn *connection) initialize(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
-	raw, err := cn.call(ctx, protocol.MethodInitialize, params, cn.client.spec.InitializeTimeout)
+	raw, err := cn.call(ctx, protocol.MethodInitialize, params, timeout)
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}

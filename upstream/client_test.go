@@ -471,8 +471,9 @@ func TestClientRestartsAfterCrash(t *testing.T) {
 	start(t, c)
 	waitUntil(t, "state ready", func() bool { return c.State() == StateReady })
 
-	if _, err := callTool(t, c, "crash", map[string]any{}); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("crash: error %v, want one wrapping ErrUnavailable", err)
+	// The process exits while the call runs: the call went out and may have run in part.
+	if _, err := callTool(t, c, "crash", map[string]any{}); !errors.Is(err, ErrInterrupted) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("crash: error %v, want one wrapping ErrInterrupted, not ErrUnavailable", err)
 	}
 	want := []State{StateReady, StateDown, StateReady}
 	waitUntil(t, "ready, down, ready again", func() bool { return len(rec.states()) >= len(want) })
@@ -896,4 +897,33 @@ func TestRetriesOfAFailingUpstreamAreQuiet(t *testing.T) {
 	if len(ready) != 1 || !strings.Contains(ready[0], "after_failed_attempts=3") {
 		t.Errorf("ready lines %q, want one saying after_failed_attempts=3", ready)
 	}
+}
+
+// TestInitializeTimeoutIsLoggedAsItsCause: a child that never answers initialize is stopped
+// when its time to start is over. The failure says so first ("did not answer initialize
+// within …; stopped it"), with the child's last stderr lines; it is a timeout, not a crash:
+// no "process exited with status 0" (it exited because the gateway stopped it). The first
+// start is given FirstInitializeTimeout, said in the log; later ones InitializeTimeout.
+func TestInitializeTimeoutIsLoggedAsItsCause(t *testing.T) {
+	spec, _ := fakeSpec(t, "mute", nil)
+	spec.InitializeTimeout, spec.FirstInitializeTimeout = 300*time.Millisecond, 200*time.Millisecond
+	logs := &logRecorder{}
+	c := New(spec, &Options{Logger: slog.New(logs), RestartDelay: 10 * time.Millisecond, MaxRestartDelay: 20 * time.Millisecond, StopGrace: time.Second})
+	start(t, c)
+
+	waitUntil(t, "state down", func() bool { return c.State() == StateDown })
+	st := c.Status()
+	const first = "did not answer initialize within 200ms; stopped it"
+	if !strings.HasPrefix(st.Error, first) || !strings.Contains(st.Error, "fetching the server, please wait") || strings.Contains(st.Error, "exited") {
+		t.Errorf("error %q; want it to start with %q and carry the last stderr line, not an exit", st.Error, first)
+	}
+	if st.Reason != ReasonTimeout || st.ExitCode != nil {
+		t.Errorf("status %+v (exit code %v), want reason %q and no exit code", st, st.ExitCode, ReasonTimeout)
+	}
+	if said := logs.matching("INFO first start"); len(said) != 1 || !strings.Contains(said[0], "initialize_timeout=200ms") {
+		t.Errorf("log of the first start %q, want one line giving its initialize_timeout of 200ms", said)
+	}
+	waitUntil(t, "a later start, given initialize_timeout", func() bool {
+		return strings.HasPrefix(c.Status().Error, "did not answer initialize within 300ms; stopped it")
+	})
 }

@@ -143,12 +143,17 @@ func (c *legacySSEConn) Write(ctx context.Context, m protocol.Message) error {
 	for k, v := range c.opts.Headers {
 		req.Header.Set(k, v)
 	}
+	req, wrote := traceWrite(req)
 	resp, err := c.opts.Client.Do(req)
 	if err != nil {
+		err = fmt.Errorf("POST %s: %w", c.name, err)
 		if c.ctx.Err() != nil {
-			return errors.New("connection closed")
+			err = errors.New("connection closed")
 		}
-		return fmt.Errorf("POST %s: %w", c.name, err)
+		if wrote() {
+			return fmt.Errorf("%w: %w", errUnanswered, err)
+		}
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/protocol"
@@ -256,14 +258,20 @@ func (c *streamableConn) post(ctx context.Context, m protocol.Message) (protocol
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	c.headers(req.Header)
+	req, wrote := traceWrite(req)
 	resp, err := c.opts.Client.Do(req)
 	if err != nil {
 		stop()
 		cancelReq()
 		if c.ctx.Err() != nil {
-			return nil, fmt.Errorf("connection closed: %w", c.ctx.Err())
+			err = fmt.Errorf("connection closed: %w", c.ctx.Err())
+		} else {
+			err = fmt.Errorf("POST %s: %w", c.name, err)
 		}
-		return nil, fmt.Errorf("POST %s: %w", c.name, err)
+		if wrote() {
+			return nil, fmt.Errorf("%w: %w", errUnanswered, err)
+		}
+		return nil, err
 	}
 	if isInitialize && resp.StatusCode == http.StatusOK {
 		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
@@ -341,8 +349,7 @@ func (c *streamableConn) readPostStream(ctx context.Context, body io.ReadCloser,
 		}
 		if lastID == "" || attempt == 5 {
 			c.logger.Warn("the upstream ended a response stream before answering", "request", reqID, "error", errString(err))
-			c.in.put(ctx, inboundMsg{from: onStream(reqID), msg: &protocol.Response{ID: protocol.IntID(reqID),
-				Error: protocol.Errorf(protocol.CodeInternalError, "the upstream ended its response stream before answering")}})
+			c.lost(ctx, reqID)
 			return
 		}
 		select {
@@ -354,12 +361,55 @@ func (c *streamableConn) readPostStream(ctx context.Context, body io.ReadCloser,
 		if err != nil {
 			continue
 		}
+		if resp.StatusCode == http.StatusNotFound {
+			// The upstream forgot the session (it restarted, say): the stream is gone with it.
+			resp.Body.Close()
+			c.logger.Warn("the upstream forgot the session while a request ran; its answer is lost", "request", reqID)
+			c.forgotten()
+			c.lost(ctx, reqID)
+			return
+		}
 		if resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
 			continue
 		}
 		body = resp.Body
 	}
+}
+
+// lost ends request reqID, whose answer will never come: the request went out and may
+// have run.
+func (c *streamableConn) lost(ctx context.Context, reqID int64) {
+	c.in.put(ctx, inboundMsg{from: onStream(reqID), msg: &protocol.Response{ID: protocol.IntID(reqID), Error: streamLost}})
+}
+
+// forgotten ends the connection once a stream learnt that the upstream forgot the session,
+// unless a POST is on its way: that POST meets the same 404 and ends the connection itself,
+// its request known unsent and sent again; ending it from here would cut that POST off with
+// nothing known of its fate. No POST starts after.
+func (c *streamableConn) forgotten() {
+	c.mu.Lock()
+	busy := c.posting > 0
+	if !busy {
+		c.expiring = true
+	}
+	c.mu.Unlock()
+	if !busy {
+		c.in.fail(ErrSessionExpired)
+	}
+}
+
+// traceWrite returns req with a trace that notes whether it was written out in full, and
+// the function that tells: a request that was may have reached the upstream even when no
+// answer came back.
+func traceWrite(req *http.Request) (*http.Request, func() bool) {
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			wrote.Store(true)
+		}
+	}}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), wrote.Load
 }
 
 // readEvents reads events until the stream ends or, when reqID is not 0, until its response.
@@ -449,15 +499,12 @@ func (c *streamableConn) listen() {
 			return
 		case resp.StatusCode == http.StatusNotFound:
 			resp.Body.Close()
-			// The upstream forgot the session. A POST under way meets the same 404 and ends the
-			// connection itself, its request known unsent and sent again; ending it from here
-			// would cut that POST off with nothing known of its fate. So only without one.
+			// The upstream forgot the session: the connection ends, unless a POST is on its way.
+			c.forgotten()
 			c.mu.Lock()
-			busy := c.posting > 0
-			c.expiring = !busy
+			expiring := c.expiring
 			c.mu.Unlock()
-			if !busy {
-				c.in.fail(ErrSessionExpired)
+			if expiring {
 				return
 			}
 		case resp.StatusCode != http.StatusOK:

@@ -58,7 +58,7 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 	// Wait until every upstream has answered or failed its first attempt.
 	wait := 5 * time.Second
 	for _, u := range cfg.EnabledUpstreams() {
-		wait = max(wait, u.InitializeTimeout+5*time.Second)
+		wait = max(wait, max(u.InitializeTimeout, u.FirstInitializeTimeout)+5*time.Second)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

@@ -241,8 +241,8 @@ func checkPlugins(cfg *config.Config) (errs []string) {
 // upstream's entry.
 func checkCommands(cfg *config.Config, lookPath func(string) (string, error)) (errs, warnings []string) {
 	for i, u := range cfg.EnabledUpstreams() {
-		if u.Command == "" {
-			continue
+		if u.Command == "" || u.Command == config.SelfCommand {
+			continue // "@self" is this program, whose args validation checked
 		}
 		at := fmt.Sprintf("%s:%d: %s (upstreams[%d]).command", u.File, u.Line, u.Name, i)
 		if !strings.Contains(u.Command, "/") {
@@ -438,7 +438,7 @@ func serveAdmin(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (*
 }
 
 // serveDemo serves the demo MCP server over stdin and stdout: the example config starts it as
-// its upstream with the same build as the gateway, so a first run compiles one program.
+// its upstream with command "@self", this very program, so it starts at once.
 func serveDemo(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	name := fs.String("name", "demo", "server name reported in serverInfo")

@@ -12,6 +12,8 @@
 #	          sampling/createMessage (id "s1") and ping (id "p1")
 #	chatty    declares nothing; writes a stderr line of $FAKE_BIG bytes and then $FAKE_BIG
 #	          more bytes of short stderr lines before it reads anything
+#	mute      writes a line to stderr, then answers nothing (not even initialize), and exits
+#	          with status 0 when its stdin closes
 #
 # It parses only what the gateway's compact encoder writes: "id" right after "jsonrpc", and
 # "method" before "params".
@@ -36,6 +38,7 @@ noisy)
 	send "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"$big\"}}"
 	;;
 reverse) ;;
+mute) echo 'fetching the server, please wait' >&2 ;;
 chatty)
 	head -c "${FAKE_BIG:?set FAKE_BIG}" /dev/zero | tr '\0' x >&2
 	echo >&2
@@ -51,6 +54,7 @@ re_id='^\{"jsonrpc":"2.0","id":([0-9]+)'
 re_method='"method":"([^"]*)"'
 while IFS= read -r line; do
 	printf '%s\n' "$line" >>"$log"
+	[[ $mode == mute ]] && continue
 	id=
 	method=
 	[[ $line =~ $re_id ]] && id=${BASH_REMATCH[1]}
