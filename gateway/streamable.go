@@ -108,13 +108,15 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyReadTimeout))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The body was not read to its end: the connection closes with the answer. The
+		// deadline moves to now rather than away, since after the handler the server reads
+		// what is left of the body, and a client that stopped sending would hold the
+		// connection for ever.
+		_ = rc.SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
 		var tooLarge *http.MaxBytesError
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// Close the connection: otherwise the server would first read what is left of
-			// the body, without a deadline, before it sends the answer.
-			w.Header().Set("Connection", "close")
 			writeHTTPError(w, http.StatusRequestTimeout, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the request body did not arrive within %s (body_read_timeout in the gateway's config)", g.cfg.BodyReadTimeout))
 			return
@@ -127,6 +129,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeRequestRejected, "reading the request body failed"))
 		return
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if protocol.IsBatch(body) {
 		g.serveBatch(w, r, body, requestID)
 		return
