@@ -107,6 +107,7 @@ const (
 	defaultStreamAfter        = time.Second
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
+	defaultMaxConnsPerAddress = 256
 	defaultDrainTimeout       = 10 * time.Second
 	defaultFirstListWait      = 5 * time.Second
 	defaultAttributionWindow  = 2 * time.Second
@@ -220,6 +221,28 @@ type Config struct {
 	// long (key `http_idle_timeout`, a duration); greater than 0. Defaults to
 	// 2 minutes.
 	HTTPIdleTimeout time.Duration
+
+	// MaxConnectionsPerAddress is the most connections one client address may
+	// hold open to the HTTP listener at once (key
+	// `max_connections_per_address`); greater than 0. A connection past it is
+	// closed as soon as it is accepted. Behind a trusted proxy (TrustedProxies)
+	// a client's connections are the proxy's, and what is counted instead is
+	// its requests in progress, each of which holds one of them; past the cap
+	// such a request gets HTTP 429. Defaults to 256.
+	MaxConnectionsPerAddress int
+
+	// TrustedProxies are the reverse proxies and load balancers in front of
+	// the gateway whose X-Forwarded-For header is believed (key
+	// `trusted_proxies`, a list of CIDRs such as 10.0.0.0/8, or single
+	// addresses). The client address of a request from one of them is the
+	// rightmost address of X-Forwarded-For that is not itself a trusted
+	// proxy; of any other request, its TCP peer's, whatever its headers say.
+	// The client address keys the per-address caps (connections, anonymous
+	// sessions) and is what logs name. Nil: no proxy is trusted.
+	//
+	// Security: a client that can reach the gateway from a listed address
+	// chooses its own client address. List only your proxies.
+	TrustedProxies []string
 
 	// MaxSessions is the most client sessions held at once (key
 	// `max_sessions`); greater than 0. Defaults to 1000.
@@ -885,6 +908,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("http_idle_timeout") {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout
+	}
+	if !ix.has("max_connections_per_address") {
+		c.MaxConnectionsPerAddress = defaultMaxConnsPerAddress
 	}
 	if !ix.has("drain_timeout") {
 		c.DrainTimeout = defaultDrainTimeout

@@ -242,6 +242,8 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "max_body_bytes", decode: integer(&c.MaxBodyBytes)},
 		{key: "body_read_timeout", decode: duration(&c.BodyReadTimeout)},
 		{key: "http_idle_timeout", decode: duration(&c.HTTPIdleTimeout)},
+		{key: "max_connections_per_address", decode: integer(&c.MaxConnectionsPerAddress)},
+		{key: "trusted_proxies", decode: strList(&c.TrustedProxies)},
 		{key: "drain_timeout", decode: duration(&c.DrainTimeout)},
 		{key: "first_list_wait", decode: duration(&c.FirstListWait)},
 		{key: "stream_after", decode: duration(&c.StreamAfter)},

@@ -166,6 +166,14 @@ func (v *validator) settings(c *Config, w where) {
 	if c.HTTPIdleTimeout <= 0 {
 		v.check(w, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it")
 	}
+	if c.MaxConnectionsPerAddress <= 0 {
+		v.check(w, "max_connections_per_address", "must be greater than 0, like 256: the most connections one client address may hold open at once")
+	}
+	for i, p := range c.TrustedProxies {
+		if _, err := ParseTrustedProxy(p); err != nil {
+			v.check(w, fmt.Sprintf("trusted_proxies[%d]", i), fmt.Sprintf("%q is not a CIDR or an IP address: write the proxies' network, like 10.0.0.0/8, or one address, like 10.0.0.7", p))
+		}
+	}
 	if c.MaxSessions <= 0 {
 		v.check(w, "max_sessions", "must be greater than 0 (default 1000)")
 	}

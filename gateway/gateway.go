@@ -90,6 +90,11 @@ type Gateway struct {
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
 
+	// proxies are the trusted proxies, whose X-Forwarded-For names the client; addrs counts
+	// what each client address holds open (max_connections_per_address).
+	proxies proxies
+	addrs   *addrLimiter
+
 	// checks is the policy chain.
 	checks pipeline.Chain
 	// auth authenticates clients; nil when authentication is off.
@@ -157,6 +162,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		cfg:        cfg,
 		draining:   make(chan struct{}),
 		firstStart: make(chan struct{}),
+		proxies:    proxies(cfg.TrustedProxyPrefixes()),
+		addrs:      newAddrLimiter(cfg.MaxConnectionsPerAddress),
 	}
 	if opts != nil {
 		g.opts = *opts

@@ -54,7 +54,7 @@ func (g *Gateway) Handler() http.Handler {
 	// loopback any Host is answered (Kubernetes probes send the pod's address).
 	mux.Handle("GET /healthz", checkHost(loopback, http.HandlerFunc(g.serveHealthz)))
 	mux.Handle("GET /readyz", checkHost(loopback, http.HandlerFunc(g.serveReadyz)))
-	return mux
+	return g.withClientAddr(mux)
 }
 
 // serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).
