@@ -108,6 +108,7 @@ const (
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
 	defaultMaxConnsPerAddress = 256
+	defaultSessionEvictIdle   = 5 * time.Minute
 	defaultDrainTimeout       = 10 * time.Second
 	defaultFirstListWait      = 5 * time.Second
 	defaultAttributionWindow  = 2 * time.Second
@@ -252,6 +253,14 @@ type Config struct {
 	// it expires (key `session_idle_timeout`, a duration such as "30m");
 	// greater than 0. Defaults to 30 minutes.
 	SessionIdleTimeout time.Duration
+
+	// SessionEvictIdle lets a new session in when the gateway holds
+	// MaxSessions (key `session_evict_idle`, a duration): initialize then
+	// evicts the session whose client has sent no request for longest, if
+	// it has sent none for at least this long (an open stream is not a
+	// request), instead of refusing with 503. Greater than 0. Defaults to 5
+	// minutes.
+	SessionEvictIdle time.Duration
 
 	// MaxBatchEntries is the most entries a JSON-RPC batch may hold (key
 	// `max_batch_entries`); greater than 0. Batches exist in protocol
@@ -884,6 +893,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("session_idle_timeout") {
 		c.SessionIdleTimeout = defaultSessionIdleTimeout
+	}
+	if !ix.has("session_evict_idle") {
+		c.SessionEvictIdle = defaultSessionEvictIdle
 	}
 	if !ix.has("page_size") {
 		c.PageSize = defaultPageSize

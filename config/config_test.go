@@ -94,10 +94,11 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		Upstreams:          ups,
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
-		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
+		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 125},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 
 		MaxConnectionsPerAddress: 256,
+		SessionEvictIdle:         5 * time.Minute,
 	}
 }
 
@@ -165,6 +166,7 @@ audit:
   buffer: 100
 max_connections_per_address: 12
 trusted_proxies: [10.0.0.0/8, 192.0.2.7, "2001:db8::/32"]
+session_evict_idle: 2m
 `,
 			want: &config.Config{
 				File:               "gw.yaml",
@@ -216,6 +218,7 @@ trusted_proxies: [10.0.0.0/8, 192.0.2.7, "2001:db8::/32"]
 
 				MaxConnectionsPerAddress: 12,
 				TrustedProxies:           []string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"},
+				SessionEvictIdle:         2 * time.Minute,
 			},
 		},
 		{
@@ -260,6 +263,7 @@ upstreams:
 					Prefix: "0x1F", RequestTimeout: time.Minute, Enabled: true, Line: 3,
 				})
 				c.MaxSessions = 7
+				c.Auth.MaxSessionsPerAddress = 1 // an eighth of max_sessions, at least 1
 				return c
 			}(),
 		},
@@ -408,7 +412,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, plugins)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, plugins)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -925,10 +929,11 @@ func TestLoadExample(t *testing.T) {
 		PageSize:           50,
 		Audit:              config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
-		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
+		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 62},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 
 		MaxConnectionsPerAddress: 256,
+		SessionEvictIdle:         5 * time.Minute,
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-github"},

@@ -250,6 +250,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "stream_retention", decode: duration(&c.StreamRetention)},
 		{key: "max_sessions", decode: integer(&c.MaxSessions)},
 		{key: "session_idle_timeout", decode: duration(&c.SessionIdleTimeout)},
+		{key: "session_evict_idle", decode: duration(&c.SessionEvictIdle)},
 		{key: "max_batch_entries", decode: integer(&c.MaxBatchEntries)},
 		{key: "max_calls_per_session", decode: integer(&c.MaxCallsPerSession)},
 		{key: "max_calls", decode: integer(&c.MaxCalls)},

@@ -180,6 +180,9 @@ func (v *validator) settings(c *Config, w where) {
 	if c.SessionIdleTimeout <= 0 {
 		v.check(w, "session_idle_timeout", "must be greater than 0, like 30m")
 	}
+	if c.SessionEvictIdle <= 0 {
+		v.check(w, "session_evict_idle", "must be greater than 0, like 5m: when max_sessions is reached, a session idle this long makes room for a new one")
+	}
 	if c.MaxBatchEntries <= 0 {
 		v.check(w, "max_batch_entries", "must be greater than 0: it is the most entries a JSON-RPC batch may hold (default 64)")
 	}

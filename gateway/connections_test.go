@@ -96,23 +96,33 @@ func TestStalledBodyClosesConnection(t *testing.T) {
 
 // clientFrom returns an HTTP client whose connections come from the loopback address ip
 // (Linux routes all of 127.0.0.0/8 to the loopback interface), each request on a connection
-// of its own.
+// of its own. It has no timeout, which would cut streams: requests are bounded by
+// boundedRequest.
 func clientFrom(t *testing.T, ip string) *http.Client {
 	t.Helper()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: waitBound}
+	return &http.Client{Transport: tr}
+}
+
+// boundedRequest is a request whose answer must come within waitBound.
+func boundedRequest(t *testing.T, method, url string, body io.Reader) *http.Request {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitBound)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }
 
 // initializeFrom sends initialize with client (and X-Forwarded-For xff, unless empty) and
 // returns the status and the session id.
 func initializeFrom(t *testing.T, client *http.Client, url, xff string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(initBody))
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := boundedRequest(t, http.MethodPost, url, strings.NewReader(initBody))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if xff != "" {
@@ -131,10 +141,7 @@ func initializeFrom(t *testing.T, client *http.Client, url, xff string) (int, st
 // the status, 0 if the connection was closed without one.
 func probe(t *testing.T, client *http.Client, mcpURL, xff string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, strings.TrimSuffix(mcpURL, "/mcp")+"/healthz", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := boundedRequest(t, http.MethodGet, strings.TrimSuffix(mcpURL, "/mcp")+"/healthz", nil)
 	if xff != "" {
 		req.Header.Set("X-Forwarded-For", xff)
 	}

@@ -446,7 +446,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		w.Header().Set("Retry-After", "5")
 		audited("", pipeline.Outcome{Result: audit.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
 		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeSessionLimit,
-			"the gateway already holds its maximum of %d sessions: retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions))
+			"the gateway already holds its maximum of %d sessions, none idle for %s (session_evict_idle): retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions, g.cfg.SessionEvictIdle))
 		return
 	}
 	if err != nil {
