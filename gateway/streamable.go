@@ -258,8 +258,9 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 			"JSON-RPC batches exist only in protocol 2025-03-26; this session speaks %s: send one message per POST", rec.ProtocolVersion))
 		return
 	}
-	var entries []json.RawMessage
-	if err := json.Unmarshal(body, &entries); err != nil || len(entries) == 0 {
+	// The entries are slices of the body, not copies: a batch near max_body_bytes is held once.
+	entries, err := protocol.BatchEntries(body)
+	if err != nil || len(entries) == 0 {
 		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest, "a batch must be a non-empty JSON array of messages"))
 		return
 	}
