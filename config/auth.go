@@ -62,7 +62,9 @@ type Auth struct {
 	MaxSessionsPerPrincipal int
 
 	// MaxSessionsPerAddress caps the live anonymous sessions (authentication off) from one
-	// client address (key `max_sessions_per_address`); greater than 0. Defaults to 512.
+	// client address (key `max_sessions_per_address`); greater than 0. Defaults to an eighth
+	// of max_sessions (at least 1, at most 512), so that a few addresses cannot fill the
+	// gateway.
 	MaxSessionsPerAddress int
 }
 
@@ -258,7 +260,7 @@ func applyAuthDefaults(c *Config, ix *index) {
 		a.MaxSessionsPerPrincipal = defaultMaxSessionsPerOwner
 	}
 	if !ix.has("auth.max_sessions_per_address") {
-		a.MaxSessionsPerAddress = defaultMaxSessionsPerAddress
+		a.MaxSessionsPerAddress = min(defaultMaxSessionsPerAddress, max(1, c.MaxSessions/8))
 	}
 	if !ix.has("auth.resource") {
 		a.Resource = c.BaseURL() + "/mcp"
@@ -323,7 +325,7 @@ func (v *validator) authSettings(c *Config, w where) {
 		v.check(w, "auth.max_sessions_per_principal", "must be greater than 0, like 64: the most sessions one user may hold at once")
 	}
 	if a.MaxSessionsPerAddress <= 0 {
-		v.check(w, "auth.max_sessions_per_address", "must be greater than 0, like 512: the most anonymous sessions one client address may hold at once")
+		v.check(w, "auth.max_sessions_per_address", "must be greater than 0, like 125: the most anonymous sessions one client address may hold at once")
 	}
 	issuers := map[string]bool{}
 	for i := range a.OIDC {

@@ -51,7 +51,7 @@ upstreams:
 		},
 		APIKeys:                 []config.APIKey{{Name: "ci-bot", Hash: hash, Groups: []string{"ci"}, Scopes: []string{"mcp"}}},
 		MaxSessionsPerPrincipal: 4,
-		MaxSessionsPerAddress:   512,
+		MaxSessionsPerAddress:   125,
 	}
 	if diff := cmp.Diff(want, c.Auth); diff != "" {
 		t.Errorf("auth (-want +got):\n%s", diff)

@@ -46,8 +46,11 @@ func TestBuild(t *testing.T) {
 		PageSize:           100,
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
-		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
+		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 125},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
+
+		MaxConnectionsPerAddress: 256,
+		SessionEvictIdle:         5 * time.Minute,
 		Upstreams: []config.Upstream{
 			configUpstream(buildConfig, config.Upstream{
 				Name: "github", Command: mustAbs(t, filepath.Join(filepath.Dir(buildConfig), "github-mcp")), Prefix: "github", RequestTimeout: time.Minute, Enabled: true, Line: 3,

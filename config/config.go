@@ -110,6 +110,8 @@ const (
 	defaultStreamAfter        = time.Second
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
+	defaultMaxConnsPerAddress = 256
+	defaultSessionEvictIdle   = 5 * time.Minute
 	defaultDrainTimeout       = 10 * time.Second
 	defaultFirstListWait      = 5 * time.Second
 	defaultAttributionWindow  = 2 * time.Second
@@ -224,6 +226,28 @@ type Config struct {
 	// 2 minutes.
 	HTTPIdleTimeout time.Duration
 
+	// MaxConnectionsPerAddress is the most connections one client address may
+	// hold open to the HTTP listener at once (key
+	// `max_connections_per_address`); greater than 0. A connection past it is
+	// closed as soon as it is accepted. Behind a trusted proxy (TrustedProxies)
+	// a client's connections are the proxy's, and what is counted instead is
+	// its requests in progress, each of which holds one of them; past the cap
+	// such a request gets HTTP 429. Defaults to 256.
+	MaxConnectionsPerAddress int
+
+	// TrustedProxies are the reverse proxies and load balancers in front of
+	// the gateway whose X-Forwarded-For header is believed (key
+	// `trusted_proxies`, a list of CIDRs such as 10.0.0.0/8, or single
+	// addresses). The client address of a request from one of them is the
+	// rightmost address of X-Forwarded-For that is not itself a trusted
+	// proxy; of any other request, its TCP peer's, whatever its headers say.
+	// The client address keys the per-address caps (connections, anonymous
+	// sessions) and is what logs name. Nil: no proxy is trusted.
+	//
+	// Security: a client that can reach the gateway from a listed address
+	// chooses its own client address. List only your proxies.
+	TrustedProxies []string
+
 	// MaxSessions is the most client sessions held at once (key
 	// `max_sessions`); greater than 0. Defaults to 1000.
 	MaxSessions int
@@ -232,6 +256,14 @@ type Config struct {
 	// it expires (key `session_idle_timeout`, a duration such as "30m");
 	// greater than 0. Defaults to 30 minutes.
 	SessionIdleTimeout time.Duration
+
+	// SessionEvictIdle lets a new session in when the gateway holds
+	// MaxSessions (key `session_evict_idle`, a duration): initialize then
+	// evicts the session whose client has sent no request for longest, if
+	// it has sent none for at least this long (an open stream is not a
+	// request), instead of refusing with 503. Greater than 0. Defaults to 5
+	// minutes.
+	SessionEvictIdle time.Duration
 
 	// MaxBatchEntries is the most entries a JSON-RPC batch may hold (key
 	// `max_batch_entries`); greater than 0. Batches exist in protocol
@@ -888,6 +920,9 @@ func applyDefaults(c *Config, ix *index) {
 	if !ix.has("session_idle_timeout") {
 		c.SessionIdleTimeout = defaultSessionIdleTimeout
 	}
+	if !ix.has("session_evict_idle") {
+		c.SessionEvictIdle = defaultSessionEvictIdle
+	}
 	if !ix.has("page_size") {
 		c.PageSize = defaultPageSize
 	}
@@ -911,6 +946,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("http_idle_timeout") {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout
+	}
+	if !ix.has("max_connections_per_address") {
+		c.MaxConnectionsPerAddress = defaultMaxConnsPerAddress
 	}
 	if !ix.has("drain_timeout") {
 		c.DrainTimeout = defaultDrainTimeout

@@ -94,8 +94,11 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		Upstreams:          ups,
 		Audit:              config.Audit{Sink: "off", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
-		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
+		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 125},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
+
+		MaxConnectionsPerAddress: 256,
+		SessionEvictIdle:         5 * time.Minute,
 	}
 }
 
@@ -161,6 +164,9 @@ audit:
   sink: file
   path: /var/log/manifold/audit.log
   buffer: 100
+max_connections_per_address: 12
+trusted_proxies: [10.0.0.0/8, 192.0.2.7, "2001:db8::/32"]
+session_evict_idle: 2m
 `,
 			want: &config.Config{
 				File:               "gw.yaml",
@@ -209,6 +215,10 @@ audit:
 				PublicURL:    "https://mcp.example.com/",
 				Auth:         config.Auth{Resource: "https://mcp.example.com/mcp", AllowUnauthenticated: true, MaxSessionsPerPrincipal: 8, MaxSessionsPerAddress: 9},
 				Policy:       config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
+
+				MaxConnectionsPerAddress: 12,
+				TrustedProxies:           []string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"},
+				SessionEvictIdle:         2 * time.Minute,
 			},
 		},
 		{
@@ -253,6 +263,7 @@ upstreams:
 					Prefix: "0x1F", RequestTimeout: time.Minute, Enabled: true, Line: 3,
 				})
 				c.MaxSessions = 7
+				c.Auth.MaxSessionsPerAddress = 1 // an eighth of max_sessions, at least 1
 				return c
 			}(),
 		},
@@ -410,7 +421,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -571,6 +582,11 @@ func TestParseProblems(t *testing.T) {
 			p(5, "max_calls_per_session", "must be greater than 0: it is the most requests one session may have in flight (default 64)"),
 			p(6, "max_calls", "must be greater than 0: it is the most requests in flight in the whole gateway (default 4096)"),
 			p(7, "drain_timeout", "must be 0 or more, like 10s: on SIGTERM, requests in flight get this long to finish"),
+		}},
+		{"connection cap and trusted proxies out of range", "upstreams: []\nmax_connections_per_address: 0\ntrusted_proxies: [10.0.0.0/8, 10.0.0.0/33, proxy.example.com]\n", nil, []config.Problem{
+			p(2, "max_connections_per_address", "must be greater than 0, like 256: the most connections one client address may hold open at once"),
+			p(3, "trusted_proxies[1]", `"10.0.0.0/33" is not a CIDR or an IP address: write the proxies' network, like 10.0.0.0/8, or one address, like 10.0.0.7`),
+			p(3, "trusted_proxies[2]", `"proxy.example.com" is not a CIDR or an IP address: write the proxies' network, like 10.0.0.0/8, or one address, like 10.0.0.7`),
 		}},
 		{"limits of the HTTP face of the wrong type", "upstreams: []\nbody_read_timeout: 30\nmax_calls: many\n", nil, []config.Problem{
 			p(2, "body_read_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "30"`),
@@ -922,8 +938,11 @@ func TestLoadExample(t *testing.T) {
 		PageSize:           50,
 		Audit:              config.Audit{Sink: "file", Path: "/var/log/manifold/audit.log", Buffer: 4096},
 		SessionStore:       config.SessionStore{Type: "memory", KeyPrefix: "manifold", DialTimeout: 2 * time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
-		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 512},
+		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 62},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
+
+		MaxConnectionsPerAddress: 256,
+		SessionEvictIdle:         5 * time.Minute,
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
 				Name: "github", Command: "npx", FirstInitializeTimeout: 2 * time.Minute, Args: []string{"-y", "@modelcontextprotocol/server-github"},

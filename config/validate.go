@@ -166,11 +166,22 @@ func (v *validator) settings(c *Config, w where) {
 	if c.HTTPIdleTimeout <= 0 {
 		v.check(w, "http_idle_timeout", "must be greater than 0, like 2m: an idle keep-alive connection is closed after it")
 	}
+	if c.MaxConnectionsPerAddress <= 0 {
+		v.check(w, "max_connections_per_address", "must be greater than 0, like 256: the most connections one client address may hold open at once")
+	}
+	for i, p := range c.TrustedProxies {
+		if _, err := ParseTrustedProxy(p); err != nil {
+			v.check(w, fmt.Sprintf("trusted_proxies[%d]", i), fmt.Sprintf("%q is not a CIDR or an IP address: write the proxies' network, like 10.0.0.0/8, or one address, like 10.0.0.7", p))
+		}
+	}
 	if c.MaxSessions <= 0 {
 		v.check(w, "max_sessions", "must be greater than 0 (default 1000)")
 	}
 	if c.SessionIdleTimeout <= 0 {
 		v.check(w, "session_idle_timeout", "must be greater than 0, like 30m")
+	}
+	if c.SessionEvictIdle <= 0 {
+		v.check(w, "session_evict_idle", "must be greater than 0, like 5m: when max_sessions is reached, a session idle this long makes room for a new one")
 	}
 	if c.MaxBatchEntries <= 0 {
 		v.check(w, "max_batch_entries", "must be greater than 0: it is the most entries a JSON-RPC batch may hold (default 64)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 
@@ -225,15 +224,6 @@ func (g *Gateway) serveMetadata(mux *http.ServeMux) {
 	for _, p := range g.cfg.Profiles {
 		mux.Handle(metadataPath+"/mcp/"+p.Name, document(profileResource(g.cfg.Auth.Resource, p.Name)))
 	}
-}
-
-// clientAddr is the address the request came from, without the port.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // upstreamAuth is what a gateway presents to one HTTP upstream: never the client's token

@@ -55,8 +55,9 @@ type Options struct {
 	Store session.Store
 	// Now returns the current time. If nil, time.Now.
 	Now func() time.Time
-	// ExpiryInterval is how often idle sessions are looked for. If zero, a quarter of the idle
-	// timeout, at most a minute.
+	// ExpiryInterval is how often idle sessions are looked for, and sessions in use without
+	// requests (streams listened to, requests in flight) are marked so. If zero, a quarter of
+	// the idle timeout or of session_evict_idle, at most a minute.
 	ExpiryInterval time.Duration
 	// Checks are the policy chain every request passes after it is resolved and before it is
 	// forwarded, in order (design decision 7). Empty: everything is allowed.
@@ -96,6 +97,11 @@ type Gateway struct {
 	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
+
+	// proxies are the trusted proxies, whose X-Forwarded-For names the client; addrs counts
+	// what each client address holds open (max_connections_per_address).
+	proxies proxies
+	addrs   *addrLimiter
 
 	// checks is the policy chain.
 	checks pipeline.Chain
@@ -164,6 +170,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		cfg:        cfg,
 		draining:   make(chan struct{}),
 		firstStart: make(chan struct{}),
+		proxies:    proxies(cfg.TrustedProxyPrefixes()),
+		addrs:      newAddrLimiter(cfg.MaxConnectionsPerAddress),
 	}
 	if opts != nil {
 		g.opts = *opts
@@ -191,6 +199,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	if g.opts.ExpiryInterval <= 0 {
 		g.opts.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
+		if cfg.SessionEvictIdle > 0 {
+			g.opts.ExpiryInterval = min(g.opts.ExpiryInterval, cfg.SessionEvictIdle/4)
+		}
 		if g.opts.ExpiryInterval <= 0 {
 			g.opts.ExpiryInterval = time.Minute
 		}
@@ -452,9 +463,15 @@ func (g *Gateway) Start() {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
+				// In memory a session ends so only when it is evicted; in Redis, also when it is
+				// deleted through another replica.
+				why := "session evicted to make room for a new one"
+				if g.replicas != nil {
+					why = "session ended on another replica, or was evicted to make room for a new one"
+				}
 				w.WatchEnded(g.ctx, func(id string) {
 					if g.hub.Lookup(id) != nil {
-						g.logger.Info("session ended on another replica", "session", fingerprint(id))
+						g.logger.Info(why, "session", fingerprint(id))
 						g.endLocal(id)
 						return
 					}
@@ -466,9 +483,10 @@ func (g *Gateway) Start() {
 	})
 }
 
-// endedWatcher is a session store shared by replicas that tells each of them when a session
-// was deleted through another (a Redis store), so that what it holds of the session live ends
-// at once rather than at its next expiry pass.
+// endedWatcher is a session store that tells the gateway when a session ended other than by
+// its own Delete: deleted through another replica (a Redis store), or evicted to make room
+// for a new one (either store), so that what it holds of the session live ends at once rather
+// than at its next expiry pass.
 type endedWatcher interface {
 	WatchEnded(ctx context.Context, ended func(id string))
 }
@@ -668,10 +686,17 @@ func (g *Gateway) expireSessions() {
 			return
 		case <-t.C:
 		}
-		// A session whose client listens on its stream, or waits for an answer, is in use.
+		// A session whose client listens on its stream, or waits for an answer, is in use and
+		// does not expire. One that waits for an answer is not idle either; one that only
+		// listens is, and may be evicted for a new session when the gateway is full.
 		for _, s := range g.hub.Sessions() {
-			if s.Listening() || s.Busy() {
+			switch {
+			case s.Busy():
 				g.touch(g.ctx, s.ID())
+			case s.Listening():
+				if err := g.store.Keep(g.ctx, s.ID()); err != nil {
+					g.logger.Warn("marking a session in use failed", "session", fingerprint(s.ID()), "error", err.Error())
+				}
 			}
 		}
 		cutoff := g.opts.Now().Add(-g.cfg.SessionIdleTimeout)

@@ -94,8 +94,9 @@ func (c rawClient) initialize() string {
 }
 
 // bareGateway is a gateway with no upstreams and small limits, for the transport's rules.
+// Its clients all connect from 127.0.0.1: that address has no cap of its own below max_sessions.
 func bareGateway(t *testing.T, extra string, opts *gateway.Options) rawClient {
-	tg := startGateway(t, "listen: 127.0.0.1:0\nmax_body_bytes: 2048\nmax_sessions: 4\n"+extra+"upstreams: []\n", opts)
+	tg := startGateway(t, "listen: 127.0.0.1:0\nmax_body_bytes: 2048\nmax_sessions: 4\nauth:\n  max_sessions_per_address: 1000\n"+extra+"upstreams: []\n", opts)
 	t.Cleanup(tg.close)
 	return rawClient{t: t, url: tg.url}
 }

@@ -23,7 +23,8 @@ func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (s
 	s := cfg.SessionStore
 	if s.Type != config.StoreRedis {
 		return session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: now,
-			MaxPerPrincipal: cfg.Auth.MaxSessionsPerPrincipal, MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress}), nil, func() error { return nil }, nil
+			MaxPerPrincipal: cfg.Auth.MaxSessionsPerPrincipal, MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
+			EvictIdle: cfg.SessionEvictIdle, Logger: logger}), nil, func() error { return nil }, nil
 	}
 	opts := &session.RedisOptions{
 		URL:                 s.URL,
@@ -39,6 +40,7 @@ func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (s
 		PoolSize:            s.PoolSize,
 		MaxSessions:         cfg.MaxSessions,
 		IdleTimeout:         cfg.SessionIdleTimeout,
+		EvictIdle:           cfg.SessionEvictIdle,
 		MaxPerPrincipal:     cfg.Auth.MaxSessionsPerPrincipal,
 		MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
 		Now:                 now,

@@ -54,7 +54,7 @@ func (g *Gateway) Handler() http.Handler {
 	// loopback any Host is answered (Kubernetes probes send the pod's address).
 	mux.Handle("GET /healthz", checkHost(loopback, http.HandlerFunc(g.serveHealthz)))
 	mux.Handle("GET /readyz", checkHost(loopback, http.HandlerFunc(g.serveReadyz)))
-	return mux
+	return g.withClientAddr(mux)
 }
 
 // serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).
@@ -108,13 +108,15 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyReadTimeout))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The body was not read to its end: the connection closes with the answer. The
+		// deadline moves to now rather than away, since after the handler the server reads
+		// what is left of the body, and a client that stopped sending would hold the
+		// connection for ever.
+		_ = rc.SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
 		var tooLarge *http.MaxBytesError
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// Close the connection: otherwise the server would first read what is left of
-			// the body, without a deadline, before it sends the answer.
-			w.Header().Set("Connection", "close")
 			writeHTTPError(w, http.StatusRequestTimeout, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the request body did not arrive within %s (body_read_timeout in the gateway's config)", g.cfg.BodyReadTimeout))
 			return
@@ -127,6 +129,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeRequestRejected, "reading the request body failed"))
 		return
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if protocol.IsBatch(body) {
 		g.serveBatch(w, r, body, requestID)
 		return
@@ -255,8 +258,9 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 			"JSON-RPC batches exist only in protocol 2025-03-26; this session speaks %s: send one message per POST", rec.ProtocolVersion))
 		return
 	}
-	var entries []json.RawMessage
-	if err := json.Unmarshal(body, &entries); err != nil || len(entries) == 0 {
+	// The entries are slices of the body, not copies: a batch near max_body_bytes is held once.
+	entries, err := protocol.BatchEntries(body)
+	if err != nil || len(entries) == 0 {
 		writeHTTPError(w, http.StatusBadRequest, nil, protocol.Errorf(protocol.CodeInvalidRequest, "a batch must be a non-empty JSON array of messages"))
 		return
 	}
@@ -444,7 +448,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 		w.Header().Set("Retry-After", "5")
 		audited("", pipeline.Outcome{Result: audit.OutcomeRefused, Code: protocol.CodeSessionLimit, Reason: "session_limit"})
 		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeSessionLimit,
-			"the gateway already holds its maximum of %d sessions: retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions))
+			"the gateway already holds its maximum of %d sessions, none idle for %s (session_evict_idle): retry later, end unused sessions with DELETE, or raise max_sessions", g.cfg.MaxSessions, g.cfg.SessionEvictIdle))
 		return
 	}
 	if err != nil {

@@ -329,12 +329,22 @@ func (c *Cursor) Next() (events []Event, state State, streamed bool) {
 }
 
 // Wrote notes that the connection wrote the stream out up to event seq: those events may
-// make room for new ones. Events handed out by Next but not written stay until resumed.
+// make room for new ones, and go at once from a stream its client cannot resume (it holds no
+// event id to ask for them again). Events handed out by Next but not written stay until
+// resumed.
 func (c *Cursor) Wrote(seq uint64) {
 	s := c.stream
 	s.mu.Lock()
 	if s.writer == c {
 		s.written = max(s.written, seq)
+		if !s.resumable {
+			for s.first <= s.written && len(s.events) > 0 {
+				s.size -= len(s.events[0])
+				s.events[0] = nil
+				s.events = s.events[1:]
+				s.first++
+			}
+		}
 	}
 	s.mu.Unlock()
 }
@@ -374,13 +384,14 @@ func (c *Cursor) Detach() {
 }
 
 // Finish ends the connection's part after it wrote the whole of a complete stream. A flush
-// only says that the bytes left for the client, not that they came: the stream is kept for
-// the short FinishedRetention, in case the connection broke right after, instead of the
-// whole retention period. On a stream not complete it is Detach.
+// only says that the bytes left for the client, not that they came: a stream its client can
+// resume is kept for the short FinishedRetention, in case the connection broke right after,
+// instead of the whole retention period. On a stream not complete, or one its client cannot
+// resume (which goes at once, with its events), it is Detach.
 func (c *Cursor) Finish() {
 	s := c.stream
 	s.mu.Lock()
-	finished := s.writer == c && s.complete
+	finished := s.writer == c && s.complete && s.resumable
 	if finished {
 		s.writer = nil
 		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.FinishedRetention)

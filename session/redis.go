@@ -76,10 +76,18 @@ type RedisOptions struct {
 	// IdleTimeout is how long a session lives unused: the ttl of its keys, put off by
 	// Touch. Required (> 0).
 	IdleTimeout time.Duration
+	// EvictIdle lets Create make room when the stores sharing the server hold MaxSessions:
+	// it evicts the session whose client made no request for longest (Touch; Keep does not
+	// count), if it made none for at least EvictIdle, and announces it to the watchers of
+	// every store on the server (WatchEnded). A request counts when its Touch reaches Redis,
+	// which it does at most every EvictIdle/4 per session and store: so a session is evicted
+	// only once it has been idle for between EvictIdle and EvictIdle × 5/4. If zero, a full
+	// store refuses new sessions (ErrLimit). The replicas sharing a server should agree on it.
+	EvictIdle time.Duration
 
 	// Now returns the current time, for what does not decide expiry: the CreatedAt of new
-	// sessions, task records' Created and Ended. Expiry runs on Redis's clock. If nil,
-	// time.Now is used.
+	// sessions, task records' Created and Ended, when a session's client last made a
+	// request (EvictIdle). Expiry runs on Redis's clock. If nil, time.Now is used.
 	Now func() time.Time
 	// Logger receives a line for each stored record the store cannot read. If nil, nothing
 	// is logged.
@@ -112,6 +120,9 @@ const (
 // and global keys find records by what is not a session id:
 //
 //	<prefix>:sessions              session hashes by expiry (sorted set): the MaxSessions cap
+//	<prefix>:active:{<prefix>:sessions}
+//	                               session hashes by their client's last request, on the
+//	                               stores' clock (sorted set): whom EvictIdle evicts first
 //	<prefix>:owner:{<prefix>:sessions}:<sha256>
 //	                               the session hashes of one principal or anonymous address
 //	                               by expiry (sorted set): MaxPerPrincipal, MaxPerAnonymousAddr
@@ -173,8 +184,10 @@ type RedisStore struct {
 	logger *slog.Logger
 	// opTimeout bounds each operation: DialTimeout + ReadTimeout + WriteTimeout.
 	opTimeout time.Duration
-	// sessionsKey is the index of live sessions (MaxSessions).
+	// sessionsKey is the index of live sessions (MaxSessions); activeKey, in its slot, the
+	// sessions by their client's last request (EvictIdle).
 	sessionsKey string
+	activeKey   string
 	// ownerKeyBase begins the names of the owner sets (ownerKey).
 	ownerKeyBase string
 
@@ -196,6 +209,9 @@ type knownSession struct {
 	// at Create, or from its owner key, read by Get or for a Touch or Delete (ownerSet).
 	owner      string
 	ownerKnown bool
+	// marked is when this store last wrote a request of the session's client to the index
+	// of activity (activeKey), on the store's clock (RedisOptions.Now); zero if never.
+	marked time.Time
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -239,6 +255,7 @@ func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
 		logger:       logger,
 		opTimeout:    o.DialTimeout + o.ReadTimeout + o.WriteTimeout,
 		sessionsKey:  o.KeyPrefix + ":sessions",
+		activeKey:    o.KeyPrefix + ":active:{" + o.KeyPrefix + ":sessions}",
 		ownerKeyBase: o.KeyPrefix + ":owner:{" + o.KeyPrefix + ":sessions}:",
 		known:        map[string]knownSession{},
 	}, nil
@@ -283,6 +300,9 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 	}
 	if o.PoolSize < 0 {
 		problems = append(problems, fmt.Errorf("PoolSize is %d, must not be negative", o.PoolSize))
+	}
+	if o.EvictIdle < 0 {
+		problems = append(problems, fmt.Errorf("EvictIdle is %v, must not be negative", o.EvictIdle))
 	}
 	for name, n := range map[string]int{"MaxSessions": o.MaxSessions, "MaxPerPrincipal": o.MaxPerPrincipal, "MaxPerAnonymousAddr": o.MaxPerAnonymousAddr} {
 		if n < 0 {
@@ -556,7 +576,7 @@ func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
 	ownerH := ownerHash(&rec)
 	owner := s.ownerSetKey(ownerH)
 	ownerValue := encodeOwner(hash, ownerH, rec.ClientAddr)
-	indexes := []string{s.sessionsKey}
+	indexes := []string{s.sessionsKey, s.activeKey}
 	_, ownerLimit := ownerCap(&rec, s.opts.MaxPerPrincipal, s.opts.MaxPerAnonymousAddr)
 	if ownerLimit > 0 {
 		indexes = append(indexes, owner)
@@ -565,11 +585,16 @@ func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
 	defer cancel()
 	ttl := s.ttlMillis()
 	start := time.Now()
+	now := s.opts.Now()
+	evictBefore := int64(0) // no eviction
+	if s.opts.EvictIdle > 0 {
+		evictBefore = now.Add(-s.opts.EvictIdle - s.markEvery()).UnixMilli()
+	}
 	// The record and its owner key are written beside its admission, in one round trip,
 	// and removed again if a cap refuses it: its id was never handed out, so no one can have
 	// read them.
 	pipe := s.client.Pipeline()
-	admit := scriptAdmit.Eval(ctx, pipe, indexes, hash, ttl, s.opts.MaxSessions, ownerLimit)
+	admit := scriptAdmit.Eval(ctx, pipe, indexes, hash, ttl, s.opts.MaxSessions, ownerLimit, now.UnixMilli(), evictBefore)
 	pipe.Set(ctx, k.rec, value, time.Duration(ttl)*time.Millisecond)
 	if ownerValue != "" {
 		pipe.Set(ctx, k.owner, ownerValue, time.Duration(ttl)*time.Millisecond)
@@ -583,7 +608,15 @@ func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
 		})
 		return nil, opError(ctx, "create", err)
 	}
-	switch n, _ := admit.Int(); n {
+	res, _ := admit.Slice()
+	status, victim := int64(0), ""
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	if len(res) > 1 {
+		victim, _ = res[1].(string)
+	}
+	switch status {
 	case 1:
 	case admitOwnerFull:
 		s.bestEffort(ctx, func(p redis.Pipeliner) { p.Del(ctx, k.rec, k.owner) })
@@ -593,7 +626,66 @@ func (s *RedisStore) Create(ctx context.Context, rec Record) (*Record, error) {
 		return nil, ErrLimit
 	}
 	s.learnOwner(hash, rec.ID, start.Add(time.Duration(ttl)*time.Millisecond), owner, true)
+	s.noteMarked(hash, now)
+	if victim != "" {
+		s.logger.Info("session store: evicted the session idle longest to make room for a new one",
+			"session", victim[:min(12, len(victim))], "evict_idle", s.opts.EvictIdle.String())
+		// The new session is in; the rest of the evicted one goes even if the caller has gone.
+		dctx, cancel := s.bound(context.WithoutCancel(ctx))
+		defer cancel()
+		if err := s.dropEvicted(dctx, victim); err != nil {
+			s.logger.Warn("session store: the keys of an evicted session stay until their ttl", "session", victim[:min(12, len(victim))], "error", err.Error())
+		}
+	}
 	return &rec, nil
+}
+
+// markEvery is how often, at most, a store writes the requests of one session's client to
+// the index of activity (Touch): a quarter of EvictIdle (of the idle timeout without one).
+func (s *RedisStore) markEvery() time.Duration {
+	if s.opts.EvictIdle > 0 {
+		return s.opts.EvictIdle / 4
+	}
+	return s.opts.IdleTimeout / 4
+}
+
+// noteMarked records that this store wrote a request of session hash's client at at.
+func (s *RedisStore) noteMarked(hash string, at time.Time) {
+	s.mu.Lock()
+	if e, ok := s.known[hash]; ok {
+		e.marked = at
+		s.known[hash] = e
+	}
+	s.mu.Unlock()
+}
+
+// dropEvicted deletes what is left of session hash, which Create has evicted from the
+// indexes: its keys, its member of its owner's set, its global index keys; and announces its
+// end on the channel of ended sessions, to every store's watchers, this one's too (so it is
+// not forgotten here: WatchEnded or Expire reports it), so that whichever replica holds it
+// live ends it.
+func (s *RedisStore) dropEvicted(ctx context.Context, hash string) error {
+	k := s.keysOf(hash)
+	res, err := scriptOwner.Run(ctx, s.client, []string{k.rec, k.owner}).Slice()
+	if err != nil {
+		return opError(ctx, "evict", err)
+	}
+	value := ""
+	if len(res) == 2 {
+		value, _ = res[1].(string)
+	}
+	owner := s.ownerSetKey(s.decodeOwnerKey("evict", hash, value).Owner)
+	pipe := s.client.Pipeline()
+	idx := scriptDelete.Eval(ctx, pipe, k.all())
+	if owner != "" {
+		pipe.ZRem(ctx, owner, hash)
+	}
+	pipe.Publish(ctx, s.endedChannel(), hash)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return opError(ctx, "evict", err)
+	}
+	entries, _ := idx.StringSlice()
+	return s.deleteIndexEntries(ctx, entries, nil)
 }
 
 // bestEffort sends commands whose failure changes nothing for the caller (the cleanup of
@@ -653,8 +745,28 @@ func (s *RedisStore) read(ctx context.Context, hash, id string) (rec *Record, le
 }
 
 // Touch implements Store. It costs a round trip only when less than half of the session's
-// ttl is left, as far as this store knows, or when it does not know the session.
+// ttl is left, as far as this store knows, when this store has not written a request of the
+// session's client to the index of activity for a quarter of EvictIdle (see markEvery), or
+// when it does not know the session.
 func (s *RedisStore) Touch(ctx context.Context, id string) error {
+	hash := sessionHash(id)
+	now := s.opts.Now()
+	s.mu.Lock()
+	e, ok := s.known[hash]
+	s.mu.Unlock()
+	mark := !ok || now.Sub(e.marked) >= s.markEvery()
+	if ok && time.Until(e.expires) > s.opts.IdleTimeout/2 {
+		if !mark {
+			return nil
+		}
+		return s.markActive(ctx, hash, now)
+	}
+	return s.renew(ctx, id, hash, &now)
+}
+
+// Keep implements Store. It costs a round trip only when less than half of the session's ttl
+// is left, as far as this store knows, or when it does not know the session.
+func (s *RedisStore) Keep(ctx context.Context, id string) error {
 	hash := sessionHash(id)
 	s.mu.Lock()
 	e, ok := s.known[hash]
@@ -665,12 +777,31 @@ func (s *RedisStore) Touch(ctx context.Context, id string) error {
 	return s.refresh(ctx, id, hash)
 }
 
+// markActive writes that session hash's client made a request at at to the index of
+// activity: one round trip.
+func (s *RedisStore) markActive(ctx context.Context, hash string, at time.Time) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := scriptMarkActive.Run(ctx, s.client, []string{s.sessionsKey, s.activeKey}, hash, at.UnixMilli(), s.ttlMillis()).Err(); err != nil {
+		return opError(ctx, "touch", err)
+	}
+	s.noteMarked(hash, at)
+	return nil
+}
+
 // refresh puts off the expiry of all of a session's keys to IdleTimeout from now: the
 // session's own keys (its owner key with them) and its score in the index of live sessions
 // and in its owner's set in one round trip, its global index keys, if it has any, in a
 // second. (Of a session this store has not read, its owner key is read first, for its
 // owner set.)
 func (s *RedisStore) refresh(ctx context.Context, id, hash string) error {
+	return s.renew(ctx, id, hash, nil)
+}
+
+// renew is refresh; with request not nil, its first round trip also writes a request of the
+// session's client at that time to the index of activity (without, it only puts off that
+// index's expiry).
+func (s *RedisStore) renew(ctx context.Context, id, hash string, request *time.Time) error {
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -690,6 +821,11 @@ func (s *RedisStore) refresh(ctx context.Context, id, hash string) error {
 	pipe := s.client.Pipeline()
 	keys := scriptRefresh.Eval(ctx, pipe, k.all(), ttl)
 	scriptIndexTouch.Eval(ctx, pipe, indexes, hash, ttl)
+	if request != nil {
+		scriptMarkActive.Eval(ctx, pipe, []string{s.sessionsKey, s.activeKey}, hash, request.UnixMilli(), ttl)
+	} else {
+		pipe.PExpire(ctx, s.activeKey, time.Duration(ttl)*time.Millisecond)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return opError(ctx, "touch", err)
 	}
@@ -701,6 +837,9 @@ func (s *RedisStore) refresh(ctx context.Context, id, hash string) error {
 		return nil // an unknown session is not an error
 	}
 	s.learn(hash, id, start.Add(time.Duration(ttl)*time.Millisecond))
+	if request != nil {
+		s.noteMarked(hash, *request)
+	}
 	if len(res) == 1 {
 		return nil
 	}
@@ -792,6 +931,7 @@ func (s *RedisStore) Delete(ctx context.Context, id string) error {
 	pipe := s.client.Pipeline()
 	idx := scriptDelete.Eval(ctx, pipe, k.all())
 	pipe.ZRem(ctx, s.sessionsKey, hash)
+	pipe.ZRem(ctx, s.activeKey, hash)
 	if owner != "" {
 		pipe.ZRem(ctx, owner, hash)
 	}
@@ -834,10 +974,14 @@ func (s *RedisStore) deleteIndexEntries(ctx context.Context, entries []string, k
 // expireBatch is how many sessions one pipeline of Expire asks about.
 const expireBatch = 1000
 
+// activePruneBatch is how many members of the index of activity one Expire looks at.
+const activePruneBatch = 1000
+
 // Expire implements Store. Redis ends idle sessions itself, by their ttl: cutoff is ignored.
 // Expire reports the sessions this store knows (it created or read them) whose record has
-// gone since, by expiry or by a Delete of another replica, each once, and forgets them; it
-// also drops the expired members of the index of live sessions. (A Get that read a session
+// gone since, by expiry, by a Delete of another replica or by an eviction, each once, and
+// forgets them; it also drops the expired members of the index of live sessions, and those of
+// the index of activity whose session expired. (A Get that read a session
 // just before it ended may make it known again, and so reported again.)
 func (s *RedisStore) Expire(ctx context.Context, _ time.Time) ([]string, error) {
 	s.mu.Lock()
@@ -856,6 +1000,7 @@ func (s *RedisStore) Expire(ctx context.Context, _ time.Time) ([]string, error) 
 		pipe := s.client.Pipeline()
 		if start == 0 {
 			scriptIndexPrune.Eval(ctx, pipe, []string{s.sessionsKey})
+			scriptActivePrune.Eval(ctx, pipe, []string{s.sessionsKey, s.activeKey}, s.opts.Now().Add(-s.opts.IdleTimeout).UnixMilli(), activePruneBatch)
 		}
 		exists := make([]*redis.IntCmd, len(batch))
 		for i, h := range batch {

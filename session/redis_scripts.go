@@ -51,25 +51,70 @@ end
 // admitOwnerFull is scriptAdmit's answer when the owner's set is full.
 const admitOwnerFull = -1
 
-// scriptAdmit admits a new session to the index of live sessions (KEYS[1]) and, if KEYS[2]
-// is given, to the set of its owner (KEYS[2], in the same slot): sorted sets of session
-// hashes by expiry in Redis ms. It drops the expired members of each; it refuses with 0
-// when ARGV[3] > 0 members of the index are left, with -1 (admitOwnerFull) when ARGV[4]
-// members of the owner's set are; else it adds ARGV[1] to both, to expire in ARGV[2] ms,
-// and returns 1. Each set expires with its last member. (The members of deleted sessions
-// were removed by their Delete; a member's score is when its session's keys expire, as its
-// Create and Touch set them both: a script of one slot cannot ask another whether a record
-// still exists.)
+// scriptAdmit admits a new session to the index of live sessions (KEYS[1]), to the index of
+// activity (KEYS[2], the sessions by their client's last request, in the same slot) and, if
+// KEYS[3] is given, to the set of its owner (KEYS[3], in the same slot): the index of live
+// sessions and the owners' sets are sorted sets of session hashes by expiry in Redis ms. It
+// drops the expired members of each. When ARGV[3] > 0 members of the index are left, it
+// evicts the member of the index of activity with the lowest score if that score is at most
+// ARGV[6] (> 0; its members no longer in the index of live sessions it drops on the way),
+// unless ARGV[4] members of the owner's set are left: it removes the evicted session from
+// both indexes (the caller deletes the rest of it). It refuses with {0} when no session can
+// be evicted, with {-1} (admitOwnerFull) when ARGV[4] members of the owner's set are left;
+// else it adds ARGV[1] to the indexes, to expire in ARGV[2] ms, with ARGV[5] (ms on the
+// stores' clock) as its last request, and returns {1, the hash of the session evicted or
+// ""}. Each set expires with its last member. (The members of deleted sessions were removed
+// by their Delete; a member's score is when its session's keys expire, as its Create and
+// Touch set them both: a script of one slot cannot ask another whether a record still
+// exists.)
 var scriptAdmit = redis.NewScript(luaPrelude + `
 local now = nowMs()
-for i = 1, #KEYS do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now) end
-local cap = tonumber(ARGV[3])
-if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
-if #KEYS > 1 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return -1 end
-for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if #KEYS > 2 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now) end
+local function ownerFull()
+  return #KEYS > 2 and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4])
 end
+local victim = ''
+local cap = tonumber(ARGV[3])
+if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then
+  local before = tonumber(ARGV[6])
+  if before <= 0 then return {0} end
+  if ownerFull() then return {-1} end
+  while victim == '' do
+    local idle = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', before, 'LIMIT', 0, 16)
+    if #idle == 0 then return {0} end
+    for _, m in ipairs(idle) do
+      if redis.call('ZSCORE', KEYS[1], m) then
+        victim = m
+        break
+      end
+      redis.call('ZREM', KEYS[2], m)
+    end
+  end
+  redis.call('ZREM', KEYS[1], victim)
+  redis.call('ZREM', KEYS[2], victim)
+end
+if ownerFull() then return {-1} end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+if #KEYS > 2 then
+  redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ttl)
+return {1, victim}
+`)
+
+// scriptMarkActive writes a request of the client of session ARGV[1] at ARGV[2] (ms on the
+// stores' clock) to the index of activity (KEYS[2]) if the session is in the index of live
+// sessions (KEYS[1]), unless a later one is there already, and puts off that index's expiry
+// to ARGV[3] ms from now.
+var scriptMarkActive = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[2], 'GT', ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 `)
 
@@ -82,6 +127,22 @@ for i = 1, #KEYS do
   if redis.call('ZADD', KEYS[i], 'XX', 'CH', at, ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
 end
 return 0
+`)
+
+// scriptActivePrune drops from the index of activity (KEYS[2]) its members whose last request
+// is at most ARGV[1] (ms on the stores' clock: the idle timeout ago, so that a session that
+// expired is among them) and that are no longer in the index of live sessions (KEYS[1]): of
+// those, at most ARGV[2] are looked at. (Delete and eviction remove their members; expiry
+// leaves them.)
+var scriptActivePrune = redis.NewScript(`
+local n = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])) do
+  if not redis.call('ZSCORE', KEYS[1], m) then
+    redis.call('ZREM', KEYS[2], m)
+    n = n + 1
+  end
+end
+return n
 `)
 
 // scriptIndexPrune drops the expired members of the index of live sessions (KEYS[1]).

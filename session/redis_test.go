@@ -138,8 +138,8 @@ func TestRedisTouchRefreshesBelowHalf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 9 { // rec, rev, tasks, tend, idx, sessions, revup, task, taskup (no tdl: no task ttl)
-		t.Errorf("keys: %v, want 9", keys)
+	if len(keys) != 10 { // rec, rev, tasks, tend, idx, sessions, active, revup, task, taskup (no tdl: no task ttl)
+		t.Errorf("keys: %v, want 10", keys)
 	}
 	for _, key := range keys {
 		if left := pttl(t, raw, key); left < idle*3/4 {

@@ -8,7 +8,8 @@
 //	// or: store, err := session.NewRedisStore(&session.RedisOptions{URL: "redis://127.0.0.1:6379/0", IdleTimeout: 30 * time.Minute})
 //	rec, err := store.Create(ctx, session.Record{ProtocolVersion: "2025-11-25"})
 //	rec, err = store.Get(ctx, rec.ID)                  // ErrNotFound once deleted or expired
-//	err = store.Touch(ctx, rec.ID)                     // its client used it: expiry is put off
+//	err = store.Touch(ctx, rec.ID)                     // its client used it: expiry and eviction are put off
+//	err = store.Keep(ctx, rec.ID)                      // its client listens: expiry is put off
 //	expired, err := store.Expire(ctx, time.Now().Add(-30*time.Minute))
 package session
 
@@ -141,13 +142,24 @@ type Store interface {
 	// It fails with ErrLimit when the store is full, else with ErrOwnerLimit when the
 	// session's principal (or, anonymous, its ClientAddr) holds its maximum of sessions.
 	// A refused session takes no room. Deleted and expired sessions count for nothing.
+	//
+	// A store with an eviction threshold (the EvictIdle of its options) makes room when it is
+	// full: it deletes the session whose client made no request for longest (Touch; Keep does
+	// not count), if it made none for at least the threshold, and announces it to the
+	// watchers of ended sessions (WatchEnded). It evicts none for a session its owner's cap
+	// refuses (ErrOwnerLimit), and refuses with ErrLimit when no session is idle enough.
 	Create(ctx context.Context, rec Record) (*Record, error)
 	// Get returns the live session with that id, or ErrNotFound. Reading a session does not
 	// mark it used: the gateway reads sessions on behalf of others (log fan-out, log levels).
 	Get(ctx context.Context, id string) (*Record, error)
-	// Touch marks the session used now, which puts off its idle expiry: the gateway calls it
-	// for each request of the session's own client. An unknown id is not an error.
+	// Touch marks the session used now by a request of its own client, which puts off its
+	// idle expiry and its eviction (Create): the gateway calls it for each request of the
+	// session's own client. An unknown id is not an error.
 	Touch(ctx context.Context, id string) error
+	// Keep puts off the session's idle expiry as Touch does, but not its eviction: it is not
+	// a request of its client. The gateway calls it for a session whose client listens on
+	// its stream without sending requests. An unknown id is not an error.
+	Keep(ctx context.Context, id string) error
 	// Update applies change to a copy of the session and stores the result, or ErrNotFound.
 	Update(ctx context.Context, id string, change func(*Record)) (*Record, error)
 	// Delete ends the session. Deleting an unknown session is not an error.

@@ -15,7 +15,7 @@ func TestMemoryStoreBehaviour(t *testing.T) {
 		const idle = 30 * time.Minute
 		s := session.NewMemoryStore(&session.MemoryOptions{
 			MaxSessions: opts.MaxSessions, MaxPerPrincipal: opts.MaxPerPrincipal, MaxPerAnonymousAddr: opts.MaxPerAnonymousAddr,
-			Now: opts.Clock.Now,
+			EvictIdle: opts.EvictIdle, Now: opts.Clock.Now,
 		})
 		return storetest.Harness{Store: s, IdleTimeout: idle, PassIdle: storetest.ClockPassIdle(opts.Clock, idle)}
 	})
@@ -31,7 +31,7 @@ func TestRedisStoreBehaviour(t *testing.T) {
 		}
 		s := session.OpenTestRedisStore(t, session.RedisOptions{
 			MaxSessions: opts.MaxSessions, MaxPerPrincipal: opts.MaxPerPrincipal, MaxPerAnonymousAddr: opts.MaxPerAnonymousAddr,
-			IdleTimeout: idle, Now: opts.Clock.Now,
+			IdleTimeout: idle, EvictIdle: opts.EvictIdle, Now: opts.Clock.Now,
 		})
 		return storetest.Harness{Store: s, IdleTimeout: idle, PassIdle: storetest.PollPassIdle(s, idle, 5*time.Second)}
 	})

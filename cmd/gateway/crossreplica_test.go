@@ -62,8 +62,13 @@ func newCrossCluster(t *testing.T, logLevel string) *crossCluster {
 	addr := testredis.Addr(t)
 	prefix := testredis.Prefix(t, addr)
 	sem, rev, alpha := serveUpstream(t, "semantics"), serveUpstream(t, "reverse"), serveUpstream(t, "alpha")
+	// Every client of these tests connects from 127.0.0.1: the caps per address are ones for
+	// hundreds of clients.
 	cfg := fmt.Sprintf(`log_level: %s
 drain_timeout: 10s
+max_connections_per_address: 4096
+auth:
+  max_sessions_per_address: 1000
 session_store:
   type: redis
   url: redis://%s/0

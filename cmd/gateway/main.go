@@ -427,7 +427,7 @@ func serveAdmin(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (admin.listen in %s): %w", cfg.Admin.Listen, cfg.File, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := gw.AdminServer(h)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the admin listener stopped", "error", err.Error())

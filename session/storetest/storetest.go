@@ -36,6 +36,9 @@ type Options struct {
 	// principal and of each anonymous client address; zero means none.
 	MaxPerPrincipal     int
 	MaxPerAnonymousAddr int
+	// EvictIdle is the eviction threshold of a full store (the EvictIdle of its options,
+	// on Clock); zero means none.
+	EvictIdle time.Duration
 	// Clock is the store's clock (its Now) for what is not idle expiry: CreatedAt, task
 	// records' Created and Ended. Tests move it by hand.
 	Clock *testclock.Clock
@@ -130,6 +133,8 @@ func Run(t *testing.T, newStore func(t *testing.T, opts Options) Harness) {
 		{"OwnerAndStoreLimits", s.ownerAndStoreLimits},
 		{"OwnerLimitExpiry", s.ownerLimitExpiry},
 		{"OwnerLimitConcurrent", s.ownerLimitConcurrent},
+		{"Eviction", s.eviction},
+		{"EvictionConcurrent", s.evictionConcurrent},
 	} {
 		t.Run(tc.name, tc.run)
 	}
