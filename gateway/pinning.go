@@ -182,7 +182,7 @@ func (p *pinning) sweep(ctx context.Context, sources []*upstreamEntry) {
 		}
 		cancel()
 		for _, pn := range removed {
-			p.logger.Info("a pinned tool its upstream no longer lists was forgotten: if it comes back, it is pinned anew as it is then", "upstream", pn.Upstream, "tool", pn.Tool, "missing_since", pn.Missing.Format(time.RFC3339), "forget_after", p.forgetAfter.String())
+			p.logger.Warn("a pinned tool its upstream no longer lists was forgotten: if it comes back, it is pinned anew as it is then, compared to nothing; an operator should review it then", "upstream", pn.Upstream, "tool", pn.Tool, "missing_since", pn.Missing.Format(time.RFC3339), "forget_after", p.forgetAfter.String())
 		}
 		if err != nil {
 			p.logger.Warn("recording which pinned tools an upstream no longer lists failed; it is tried again later", "upstream", u.ns.Name, "error", err.Error())

@@ -540,3 +540,56 @@ upstreams:
 		t.Errorf("pin after the pinned _meta key changed: %+v, want the change withheld against the first pin", p)
 	}
 }
+
+// TestForgottenPinIsLoggedAtWarn: forgetting the pin of a tool gone for pins.forget_after is
+// logged as a warning, naming the tool: if it comes back it is pinned anew, as it is then,
+// with nothing to compare it to, and an operator should look at it.
+func TestForgottenPinIsLoggedAtWarn(t *testing.T) {
+	up := newToolsServer(t, &mcp.Tool{Name: "keep", Description: "stays"}, &mcp.Tool{Name: "gone", Description: "goes away"})
+	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	var logs lockedBuffer
+	tg := startGateway(t, adminYAML("")+fmt.Sprintf(`listen: 127.0.0.1:0
+pins:
+  forget_after: 1h
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, up.url), &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	pinnedTools := func() []string {
+		var got struct {
+			Pins []pinView `json:"pins"`
+		}
+		adm.do("GET", "/api/pins", nil, &got)
+		var names []string
+		for _, p := range got.Pins {
+			names = append(names, p.Tool)
+		}
+		return names
+	}
+	up.server.RemoveTools("gone")
+	if !testwait.Within(10*time.Second, func() bool { _, listed := toolDescriptions(t, connect(t, tg.url, nil))["u__gone"]; return !listed }) {
+		t.Fatal("the removed tool is still listed")
+	}
+	clock.Advance(2 * time.Hour)
+	var line string
+	logged := func() bool {
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, "was forgotten") {
+				line = l
+			}
+		}
+		return line != ""
+	}
+	if !testwait.Within(10*time.Second, logged) {
+		t.Fatalf("nothing logged of the forgotten pin:\n%s", logs.String())
+	}
+	if got := pinnedTools(); !slices.Equal(got, []string{"keep"}) {
+		t.Errorf("pins after forget_after: %v, want the removed tool's forgotten", got)
+	}
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "tool=gone") {
+		t.Errorf("the forgotten pin's log line: %q, want a warning naming the tool", line)
+	}
+}
