@@ -276,7 +276,7 @@ func pinOf(p pin.Pin, withheld bool) admin.Pin {
 	out := admin.Pin{Upstream: p.Upstream, Tool: p.Tool, Hash: p.Hash, Definition: p.Definition, Pinned: p.Pinned, Missing: p.Missing, Withheld: withheld}
 	if c := p.Change; c != nil {
 		ch := &admin.Change{Hash: c.Hash, Definition: c.Definition, Seen: c.Seen, Rejected: c.Rejected, By: c.By, Diff: []admin.FieldChange{}}
-		for _, d := range c.Scheme.Diff(p.Definition, c.Definition) {
+		for _, d := range p.Diff() {
 			ch.Diff = append(ch.Diff, admin.FieldChange{Field: d.Field, Before: d.Before, After: d.After})
 		}
 		out.Change = ch

@@ -574,6 +574,35 @@ func TestOperatorCannotApproveOwnCall(t *testing.T) {
 	}
 }
 
+// TestSelfApprovalComparesOneIdentity: the separation of duties compares principals, not
+// people. An operator whose admin key is named alice, calling through a client key named
+// alice-cli, is another principal to the gateway, and may approve the call: the README says
+// to name a person's keys alike, or to use OIDC, whose issuer and subject are one identity.
+func TestSelfApprovalComparesOneIdentity(t *testing.T) {
+	iss := testissuer.New(t)
+	tg := startGateway(t, authYAML(iss, "mfk_client-key", fmt.Sprintf(`    - {name: alice-cli, hash: %q, scopes: [mcp]}
+admin:
+  listen: 127.0.0.1:0
+  api_keys:
+    - {name: alice, hash: %q}
+policy:
+  approval: {timeout: 20s, by: operator}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+upstreams:%s`, auth.HashAPIKey("mfk_alice-cli"), auth.HashAPIKey("mfk_alice-admin"), upstreamYAML("a", "beta", ""))), nil)
+	defer tg.close()
+	alice := startAdmin(t, tg)
+	alice.key = "mfk_alice-admin"
+	done := callAsync(ctxT(t), connectAs(t, tg.url, "mfk_alice-cli", nil), "a__echo", map[string]any{"text": "mine"})
+	held := alice.waitHeld(1)[0]
+	if code := alice.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Errorf("approving a call of a client key named otherwise: %d, want 200 (another principal)", code)
+	}
+	if res := <-done; res.IsError {
+		t.Errorf("the approved call: %q", resultText(res))
+	}
+}
+
 // TestSelfApprovalAllowedIsLoud: approval.allow_self_approval lets an operator approve a
 // call of their own, and the gateway warns about it at startup.
 func TestSelfApprovalAllowedIsLoud(t *testing.T) {

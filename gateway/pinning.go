@@ -127,12 +127,19 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			}
 			if changed && pinned.Differs(h) && pinned.Pending() {
 				fields := []string{}
-				for _, c := range pinned.Change.Scheme.Diff(pinned.Definition, pinned.Change.Definition) {
+				for _, c := range pinned.Diff() {
 					fields = append(fields, c.Field)
 				}
-				if mode == config.PinningWithhold {
+				// A pin that counts more than this replica does, whose own hash (when this
+				// version can compute it) still holds: only the scheme differs.
+				old, err := pinned.Scheme.Hash(it.Raw)
+				switch {
+				case !p.scheme.Covers(pinned.Scheme) && (err != nil || old == pinned.Hash):
+					p.logger.Warn("a tool's pin counts more than this gateway hashes (_meta keys this pins.meta does not name: another replica's, or removed since; or a newer hash version): it is not re-pinned with less; its definition is recorded as a change for an operator to accept, withheld meanwhile with pinning: withhold; replicas must share one pins.meta",
+						"upstream", k.upstream, "tool", k.tool, "pin", pinned.Scheme.String(), "here", p.scheme.String(), "changed", fields, "hash", h)
+				case mode == config.PinningWithhold:
 					p.logger.Warn("an upstream changed a tool's definition since it was pinned: the tool is withheld from clients until an operator accepts the change on the admin API", "upstream", k.upstream, "tool", k.tool, "changed", fields, "hash", h)
-				} else {
+				default:
 					p.logger.Warn("an upstream changed a tool's definition since it was pinned (pinning: log, so it is still served)", "upstream", k.upstream, "tool", k.tool, "changed", fields, "hash", h)
 				}
 			}
@@ -175,7 +182,7 @@ func (p *pinning) sweep(ctx context.Context, sources []*upstreamEntry) {
 		}
 		cancel()
 		for _, pn := range removed {
-			p.logger.Info("a pinned tool its upstream no longer lists was forgotten: if it comes back, it is pinned anew as it is then", "upstream", pn.Upstream, "tool", pn.Tool, "missing_since", pn.Missing.Format(time.RFC3339), "forget_after", p.forgetAfter.String())
+			p.logger.Warn("a pinned tool its upstream no longer lists was forgotten: if it comes back, it is pinned anew as it is then, compared to nothing; an operator should review it then", "upstream", pn.Upstream, "tool", pn.Tool, "missing_since", pn.Missing.Format(time.RFC3339), "forget_after", p.forgetAfter.String())
 		}
 		if err != nil {
 			p.logger.Warn("recording which pinned tools an upstream no longer lists failed; it is tried again later", "upstream", u.ns.Name, "error", err.Error())

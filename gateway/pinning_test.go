@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/testclock"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 	"github.com/manifold-mcp/manifold/internal/testwait"
 	"github.com/manifold-mcp/manifold/pin"
@@ -476,5 +478,118 @@ upstreams:
 	clock.Advance(25 * time.Hour)
 	if !testwait.Within(10*time.Second, func() bool { return slices.Equal(pinnedTools(), []string{"keep"}) }) {
 		t.Errorf("pins a day after the start without the tool: %v, want the gone tool's forgotten", pinnedTools())
+	}
+}
+
+// TestReplicasWithOtherPinsMetaDoNotRePinEachOther: two replicas share their pins in Redis,
+// one pinning a _meta key (pins.meta), the other not, as during a rollout of pins.meta. The
+// one without the key may not re-pin the tool without it: it records its definition as a
+// change for an operator, and withholds the tool, with a warning naming both hashes. So
+// when the upstream then changes the key's value, the replica that pins it sees a change
+// to withhold, not a pin it may re-pin silently with the new value.
+func TestReplicasWithOtherPinsMetaDoNotRePinEachOther(t *testing.T) {
+	up := newToolsServer(t, renderTool("a.png", "page", "1"))
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	yaml := func(meta string) string {
+		return adminYAML("") + fmt.Sprintf(`listen: 127.0.0.1:0
+session_store: {type: redis, url: "redis://%s/0", key_prefix: %s}
+pins:
+  meta: %s
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, addr, prefix, meta, up.url)
+	}
+	wide := startGateway(t, yaml("[com.example/ui]"), nil)
+	defer wide.close()
+	adm := startAdmin(t, wide)
+	pinned := adm.pin("u", "render")
+
+	var logs lockedBuffer
+	narrow := startGateway(t, yaml("[]"), &gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer narrow.close()
+	if !testwait.Within(10*time.Second, func() bool { p := adm.pin("u", "render"); return p.Hash != pinned.Hash || p.Change != nil }) {
+		t.Fatal("the replica without the _meta key did not observe the pinned tool")
+	}
+	if p := adm.pin("u", "render"); p.Hash != pinned.Hash || p.Change == nil || len(p.Change.Diff) != 1 || p.Change.Diff[0].Field != `_meta["com.example/ui"]` || p.Change.Diff[0].After != nil {
+		t.Errorf("pin once the replica without the key saw it: %+v, want it kept, with a change that drops the key", p)
+	}
+	if _, listed := toolMeta(t, connect(t, narrow.url, nil))["u__render"]; listed {
+		t.Error("the replica without the key serves the tool its pin covers more of: it would be re-pinned with less")
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "pins.meta") {
+		t.Errorf("no warning on the replica without the key:\n%s", logs.String())
+	}
+
+	up.set(renderTool("a.png", "<script>", "1"))
+	cs := connect(t, wide.url, nil)
+	settled := func() bool {
+		meta, listed := toolMeta(t, cs)["u__render"]
+		return !listed || fmt.Sprint(meta["com.example/ui"]) == "map[template:<script>]"
+	}
+	if !testwait.Within(10*time.Second, settled) {
+		t.Fatalf("the replica with the key did not see the change: %v", toolMeta(t, cs))
+	}
+	if meta, listed := toolMeta(t, cs)["u__render"]; listed {
+		t.Fatalf("the pinned _meta key changed, and the tool is served with it: %v", meta)
+	}
+	p := adm.pin("u", "render")
+	if p.Hash != pinned.Hash || p.Change == nil || !p.Withheld || len(p.Change.Diff) != 1 || !strings.Contains(string(p.Change.Diff[0].After), "script") {
+		t.Errorf("pin after the pinned _meta key changed: %+v, want the change withheld against the first pin", p)
+	}
+}
+
+// TestForgottenPinIsLoggedAtWarn: forgetting the pin of a tool gone for pins.forget_after is
+// logged as a warning, naming the tool: if it comes back it is pinned anew, as it is then,
+// with nothing to compare it to, and an operator should look at it.
+func TestForgottenPinIsLoggedAtWarn(t *testing.T) {
+	up := newToolsServer(t, &mcp.Tool{Name: "keep", Description: "stays"}, &mcp.Tool{Name: "gone", Description: "goes away"})
+	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	var logs lockedBuffer
+	tg := startGateway(t, adminYAML("")+fmt.Sprintf(`listen: 127.0.0.1:0
+pins:
+  forget_after: 1h
+upstreams:
+  - name: u
+    url: %s
+    pinning: withhold
+`, up.url), &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	pinnedTools := func() []string {
+		var got struct {
+			Pins []pinView `json:"pins"`
+		}
+		adm.do("GET", "/api/pins", nil, &got)
+		var names []string
+		for _, p := range got.Pins {
+			names = append(names, p.Tool)
+		}
+		return names
+	}
+	up.server.RemoveTools("gone")
+	if !testwait.Within(10*time.Second, func() bool { _, listed := toolDescriptions(t, connect(t, tg.url, nil))["u__gone"]; return !listed }) {
+		t.Fatal("the removed tool is still listed")
+	}
+	clock.Advance(2 * time.Hour)
+	var line string
+	logged := func() bool {
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, "was forgotten") {
+				line = l
+			}
+		}
+		return line != ""
+	}
+	if !testwait.Within(10*time.Second, logged) {
+		t.Fatalf("nothing logged of the forgotten pin:\n%s", logs.String())
+	}
+	if got := pinnedTools(); !slices.Equal(got, []string{"keep"}) {
+		t.Errorf("pins after forget_after: %v, want the removed tool's forgotten", got)
+	}
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "tool=gone") {
+		t.Errorf("the forgotten pin's log line: %q, want a warning naming the tool", line)
 	}
 }

@@ -80,3 +80,28 @@ func TestDiffMeta(t *testing.T) {
 		t.Errorf("Diff mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// TestPinDiff: a pin's diff counts what both hashes count, so that a change hashed with
+// fewer _meta keys than the pin shows them removed; a pin of a version this package does not
+// know is compared with its change's scheme.
+func TestPinDiff(t *testing.T) {
+	wide, narrow := NewScheme([]string{"a/ui"}), NewScheme(nil)
+	def := json.RawMessage(`{"name":"x","description":"d","_meta":{"a/ui":1}}`)
+	pinned, _ := wide.Definition(def)
+	changed, _ := narrow.Definition(json.RawMessage(`{"name":"x","description":"e","_meta":{"a/ui":1}}`))
+	p := Pin{Scheme: wide, Definition: pinned, Change: &Change{Scheme: narrow, Definition: changed}}
+	want := []FieldChange{
+		{Field: "description", Before: json.RawMessage(`"d"`), After: json.RawMessage(`"e"`)},
+		{Field: `_meta["a/ui"]`, Before: json.RawMessage(`1`)},
+	}
+	if diff := cmp.Diff(want, p.Diff()); diff != "" {
+		t.Errorf("Diff of a narrower change mismatch (-want +got):\n%s", diff)
+	}
+	p.Scheme = Scheme{Version: 99}
+	if diff := cmp.Diff(want[:1], p.Diff()); diff != "" {
+		t.Errorf("Diff against a pin of an unknown version mismatch (-want +got):\n%s", diff)
+	}
+	if d := (Pin{Scheme: wide, Definition: pinned}).Diff(); d != nil {
+		t.Errorf("Diff without a change = %+v, want nil", d)
+	}
+}

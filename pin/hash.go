@@ -80,6 +80,39 @@ func (s Scheme) Equal(o Scheme) bool {
 	return s.version() == o.version() && slices.Equal(s.meta(), o.meta())
 }
 
+// Covers reports whether s counts everything o does: a version at least o's, and every
+// _meta key o counts. A pin hashed with o is re-pinned with s silently only when s covers
+// o: a scheme that counts less would drop from the pin what an operator relies on.
+func (s Scheme) Covers(o Scheme) bool {
+	if s.version() < o.version() {
+		return false
+	}
+	for _, k := range o.meta() {
+		if !slices.Contains(s.meta(), k) {
+			return false
+		}
+	}
+	return true
+}
+
+// join returns the scheme that counts what s and o count: the later version, and the _meta
+// keys of both.
+func (s Scheme) join(o Scheme) Scheme {
+	j := Scheme{Version: max(s.version(), o.version())}
+	if j.Version >= Version2 {
+		keys := append(slices.Clone(s.meta()), o.meta()...)
+		slices.Sort(keys)
+		j.Meta = slices.Compact(keys)
+	}
+	return j
+}
+
+// holds reports whether hash h, computed with s, is still that of the tool definition def.
+func (s Scheme) holds(h string, def json.RawMessage) bool {
+	got, err := s.Hash(def)
+	return err == nil && got == h
+}
+
 // String names s for logs and errors: "v2", or "v2+_meta[a,b]".
 func (s Scheme) String() string {
 	if m := s.meta(); len(m) > 0 {

@@ -237,3 +237,28 @@ func mustHashWith(t *testing.T, s Scheme, def string) string {
 	}
 	return h
 }
+
+// TestSchemeCovers: a scheme covers another when it counts everything the other does: a
+// version at least its, and its _meta keys (none before Version2).
+func TestSchemeCovers(t *testing.T) {
+	v1, a, b, ab := Scheme{Version: Version1}, NewScheme([]string{"a"}), NewScheme([]string{"b"}), NewScheme([]string{"a", "b"})
+	for _, tt := range []struct {
+		name string
+		s, o Scheme
+		want bool
+	}{
+		{"itself", a, a, true},
+		{"a key more", ab, a, true},
+		{"a key fewer", a, ab, false},
+		{"other keys", a, b, false},
+		{"a newer version", NewScheme(nil), v1, true},
+		{"the zero scheme is Version1", NewScheme(nil), Scheme{}, true},
+		{"an older version", v1, NewScheme(nil), false},
+		{"keys of Version1 count for nothing", NewScheme(nil), Scheme{Version: Version1, Meta: []string{"a"}}, true},
+		{"an unknown version", ab, Scheme{Version: 99}, false},
+	} {
+		if got := tt.s.Covers(tt.o); got != tt.want {
+			t.Errorf("%s: %s.Covers(%s) = %v, want %v", tt.name, tt.s, tt.o, got, tt.want)
+		}
+	}
+}

@@ -14,7 +14,7 @@
 //	if p.Differs(h) { ... withhold the tool, or warn, as the gateway's mode says ... }
 //
 //	// An operator reviews a pending change, and accepts (or rejects) the hash shown.
-//	for _, c := range p.Change.Scheme.Diff(p.Definition, p.Change.Definition) { ... c.Field, c.Before, c.After ... }
+//	for _, c := range p.Diff() { ... c.Field, c.Before, c.After ... }
 //	p, err = store.Accept(ctx, "github", "create_issue", p.Change.Hash, "alice", time.Now())
 //	if errors.Is(err, pin.ErrStale) { ... the upstream changed again meanwhile: show the new change ... }
 //
@@ -52,7 +52,9 @@ type Pin struct {
 	Hash string `json:"hash"`
 	// Scheme is how Hash was computed; zero (Version1) for a pin recorded before versions
 	// existed. Observe re-pins a definition whose hash by this scheme is still Hash with
-	// the scheme it is given, silently: a new version withholds nothing that did not change.
+	// the scheme it is given, silently, when that scheme covers this one (Scheme.Covers): a
+	// new version, or a _meta key more, withholds nothing that did not change. A scheme
+	// that counts less records a change for an operator instead.
 	Scheme Scheme `json:"scheme,omitzero"`
 	// Definition is the accepted definition, in Scheme.Definition's form.
 	Definition json.RawMessage `json:"definition"`
@@ -92,6 +94,21 @@ type Change struct {
 // withholds the tool (in "withhold" mode) or serves it with a warning.
 func (p Pin) Differs(h string) bool { return h != p.Hash }
 
+// Diff lists how p's change differs from the accepted definition (Scheme.Diff), nil without
+// a change. It compares with a scheme that counts what both hashes count, so that a change
+// hashed with fewer _meta keys than the pin (another replica's pins.meta) shows those keys
+// as removed.
+func (p Pin) Diff() []FieldChange {
+	if p.Change == nil {
+		return nil
+	}
+	s := p.Scheme.join(p.Change.Scheme)
+	if _, err := s.fields(); err != nil {
+		s = p.Change.Scheme // a pin of a version this package does not know
+	}
+	return s.Diff(p.Definition, p.Change.Definition)
+}
+
 // Pending reports whether p has a change an operator has yet to decide on: one that is
 // neither accepted nor rejected.
 func (p Pin) Pending() bool { return p.Change != nil && !p.Change.Rejected }
@@ -118,14 +135,18 @@ type Store interface {
 	// Observe records that upstream lists tool with definition def (one tool object as the
 	// upstream lists it), hashed with scheme s, at now:
 	//   - the first sight of the tool pins it: Pin.Hash is its hash, Pinned now;
-	//   - a pin (or change) of another scheme whose hash by its own scheme is still that of
-	//     def is first re-pinned with s (its hash and definition are def's with s; Pinned,
-	//     By, Seen and Rejected stay): an upgrade of the hash withholds nothing;
+	//   - a pin (or change) of another scheme that s covers (Scheme.Covers: a version at
+	//     least its, and its _meta keys) whose hash by its own scheme is still that of def is
+	//     first re-pinned with s (its hash and definition are def's with s; Pinned, By, Seen
+	//     and Rejected stay): an upgrade of the hash withholds nothing;
 	//   - the pinned hash again clears the pin's change, rejected or not (the upstream went
-	//     back), and its Missing;
+	//     back), and its Missing; when s does not cover the pin's scheme, the change is
+	//     cleared only if def is the pinned one by the pin's scheme too;
 	//   - another hash is recorded as the pin's Change, Seen now, replacing a change of
 	//     another hash; the hash of the current change keeps it as it is, Seen and Rejected
-	//     included.
+	//     included, and so does a change of a scheme s does not cover whose hash by its
+	//     own scheme still holds. A pin of a scheme s does not cover is never re-pinned
+	//     with s: def's hash with s is its change, for an operator to accept.
 	// It returns the pin as it is after, and whether it changed anything stored. It fails
 	// when def cannot be hashed with s (Scheme.Hash).
 	Observe(ctx context.Context, upstream, tool string, def json.RawMessage, s Scheme, now time.Time) (Pin, bool, error)
@@ -178,29 +199,37 @@ func observe(p *Pin, upstream, tool string, def json.RawMessage, sc Scheme, now 
 	if !next.Missing.IsZero() {
 		next.Missing, changed = time.Time{}, true
 	}
-	// A pin, or a change, hashed otherwise whose hash still holds for def is re-pinned with
-	// sc: what did not change stays accepted (or pending, or rejected). Re-pinned even when
-	// the hash is the same with sc (def has none of the members sc adds), so that a member
-	// added later is a change, not taken for one the old hash did not cover.
-	if !next.Scheme.Equal(sc) {
-		if old, err := next.Scheme.Hash(def); err == nil && old == next.Hash {
-			next.Hash, next.Scheme, next.Definition, changed = h, sc, d, true
-		}
+	// A pin, or a change, hashed with a scheme sc covers whose hash still holds for def is
+	// re-pinned with sc: what did not change stays accepted (or pending, or rejected).
+	// Re-pinned even when the hash is the same with sc (def has none of the members sc
+	// adds), so that a member added later is a change, not taken for one the old hash did
+	// not cover. A scheme sc does not cover (another replica's pins.meta names a key sc does
+	// not, or a newer version made it) is never re-pinned with sc: that would drop from the
+	// pin what the other counts, and let it re-pin a changed value of it silently in turn.
+	if !next.Scheme.Equal(sc) && sc.Covers(next.Scheme) && next.Scheme.holds(next.Hash, def) {
+		next.Hash, next.Scheme, next.Definition, changed = h, sc, d, true
 	}
-	if c := next.Change; c != nil && !c.Scheme.Equal(sc) {
-		if old, err := c.Scheme.Hash(def); err == nil && old == c.Hash {
-			c.Hash, c.Scheme, c.Definition, changed = h, sc, d, true
-		}
+	if c := next.Change; c != nil && !c.Scheme.Equal(sc) && sc.Covers(c.Scheme) && c.Scheme.holds(c.Hash, def) {
+		c.Hash, c.Scheme, c.Definition, changed = h, sc, d, true
 	}
 	switch {
 	case h == next.Hash:
-		if next.Change != nil {
+		// The pinned definition again, in what sc counts. The change is cleared when def
+		// is the pinned one in what the pin counts too: a pin sc does not cover may differ
+		// in what only it counts, and the change recorded for that stays for an operator.
+		if next.Change != nil && (next.Scheme.Equal(sc) || next.Scheme.holds(next.Hash, def)) {
 			next.Change, changed = nil, true
 		}
 		return next, changed, nil
 	case next.Change != nil && h == next.Change.Hash:
 		return next, changed, nil
+	case next.Change != nil && !next.Change.Scheme.Equal(sc) && next.Change.Scheme.holds(next.Change.Hash, def):
+		// A change hashed with a scheme sc does not cover that still holds for def: it is
+		// what is listed, in what it counts; kept as it is, Seen and Rejected included.
+		return next, changed, nil
 	}
+	// A definition that differs, or a pin sc does not cover: the operator decides, and a
+	// narrower hash becomes the pin only when accepted.
 	next.Change = &Change{Hash: h, Scheme: sc, Definition: d, Seen: stamp(now)}
 	return next, true, nil
 }

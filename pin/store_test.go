@@ -438,6 +438,141 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	// Replicas whose pins.meta differ (during a rollout) observe one store with schemes of
+	// their own: wide names the _meta key, narrow does not.
+	wide, narrow := NewScheme([]string{"com.example/ui"}), NewScheme(nil)
+	withUI := func(ui string) json.RawMessage {
+		return json.RawMessage(`{"name": "create_issue", "description": "Creates an issue.", "inputSchema": {"type": "object"}, "_meta": {"com.example/ui": "` + ui + `"}}`)
+	}
+	hashWith := func(t *testing.T, sc Scheme, def json.RawMessage) string {
+		t.Helper()
+		h, err := sc.Hash(def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+
+	t.Run("a narrower scheme does not re-pin: a change of what only the pin covers is not let through", func(t *testing.T) {
+		s := open(t)
+		page, evil := withUI("page"), withUI("<script>")
+		observe2(t, s, page, wide, tick(0), true)
+		// The replica that does not pin the key sees the same definition: it may not drop the
+		// key from the pin silently; its hash is recorded as a change for an operator.
+		p := observe2(t, s, page, narrow, tick(1), true)
+		if !p.Scheme.Equal(wide) || p.Hash != hashWith(t, wide, page) {
+			t.Errorf("pin after a narrower scheme observed it: %s %s, want it kept as pinned with %s", p.Scheme, p.Hash, wide)
+		}
+		if !p.Pending() || p.Change.Hash != hashWith(t, narrow, page) || !p.Change.Scheme.Equal(narrow) || !p.Differs(hashWith(t, narrow, page)) {
+			t.Errorf("change after a narrower scheme observed the pin: %+v, want the narrower hash pending", p.Change)
+		}
+		if d := p.Diff(); len(d) != 1 || d[0].Field != `_meta["com.example/ui"]` || d[0].After != nil {
+			t.Errorf("Diff of the narrowing = %+v, want the _meta key removed", d)
+		}
+		// The replica that pins the key sees it changed: a change, not a silent re-pin.
+		p = observe2(t, s, evil, wide, tick(2), true)
+		if p.Hash != hashWith(t, wide, page) || !p.Pending() || p.Change.Hash != hashWith(t, wide, evil) || !p.Differs(hashWith(t, wide, evil)) {
+			t.Errorf("pin after the pinned _meta key changed: %+v, want the change pending against the pinned page", p)
+		}
+	})
+
+	t.Run("a narrower scheme does not clear a change it cannot see", func(t *testing.T) {
+		s := open(t)
+		bare := v1.def // no _meta: both schemes hash it alike
+		observe2(t, s, bare, wide, tick(0), true)
+		withKey := withUI("<script>")
+		p := observe2(t, s, withKey, wide, tick(1), true)
+		if !p.Pending() {
+			t.Fatalf("the _meta key added: %+v, want a pending change", p)
+		}
+		want := p
+		// Without the key, the definition is the pinned one: served there, and the change the
+		// other replica recorded stays for the operator.
+		p = observe2(t, s, withKey, narrow, tick(2), false)
+		check(t, s, p, want)
+		if p.Differs(hashWith(t, narrow, withKey)) {
+			t.Error("the replica without the key withholds a definition that is the pinned one in what it pins")
+		}
+	})
+
+	t.Run("a narrower scheme keeps a change that still holds", func(t *testing.T) {
+		s := open(t)
+		page, evil := withUI("page"), withUI("<script>")
+		observe2(t, s, page, wide, tick(0), true)
+		observe2(t, s, evil, wide, tick(1), true)
+		p, err := s.Reject(ctx, "github", "create_issue", hashWith(t, wide, evil), "bob", tick(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := p
+		p = observe2(t, s, evil, narrow, tick(3), false)
+		check(t, s, p, want)
+		if !p.Differs(hashWith(t, narrow, evil)) {
+			t.Error("the replica without the key serves a rejected definition")
+		}
+	})
+
+	t.Run("replicas with other pins.meta alternate: the pin stays, the narrower change comes and goes", func(t *testing.T) {
+		s := open(t)
+		page := withUI("page")
+		observe2(t, s, page, wide, tick(0), true)
+		want := observe2(t, s, page, wide, tick(0), false)
+		for i := 1; i < 7; i += 2 {
+			p := observe2(t, s, page, narrow, tick(i), true)
+			if p.Hash != want.Hash || !p.Pending() || !p.Change.Scheme.Equal(narrow) || !p.Change.Seen.Equal(tick(i)) {
+				t.Errorf("round %d, the narrower replica: %+v, want the pin kept and its hash pending", i, p)
+			}
+			// The wider replica sees the pinned definition: the narrower change goes.
+			p = observe2(t, s, page, wide, tick(i+1), true)
+			check(t, s, p, want)
+		}
+	})
+
+	t.Run("other _meta keys or an older version do not re-pin", func(t *testing.T) {
+		other := NewScheme([]string{"com.example/other"})
+		both := json.RawMessage(`{"name": "create_issue", "icons": [{"src": "https://example.com/i.png"}], "_meta": {"com.example/ui": 1, "com.example/other": 2}}`)
+		for _, tt := range []struct {
+			name     string
+			pinned   Scheme
+			observed Scheme
+		}{
+			{"other keys", wide, other},
+			{"an older version", current, Scheme{Version: Version1}},
+			{"an older version, a key fewer", wide, Scheme{Version: Version1}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := open(t)
+				observe2(t, s, both, tt.pinned, tick(0), true)
+				p := observe2(t, s, both, tt.observed, tick(1), true)
+				if !p.Scheme.Equal(tt.pinned) || p.Hash != hashWith(t, tt.pinned, both) || !p.Pending() || !p.Change.Scheme.Equal(tt.observed) {
+					t.Errorf("pin of %s observed with %s: %+v, want it kept, with a pending change", tt.pinned, tt.observed, p)
+				}
+			})
+		}
+	})
+
+	t.Run("a wider scheme re-pins, the same hash included", func(t *testing.T) {
+		for _, tt := range []struct {
+			name     string
+			pinned   Scheme
+			observed Scheme
+		}{
+			{"a key more", narrow, wide},
+			{"a newer version", Scheme{Version: Version1}, current},
+			{"keys of an old version count for nothing", Scheme{Version: Version1, Meta: []string{"com.example/other"}}, wide},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := open(t)
+				def := withUI("page")
+				observe2(t, s, def, tt.pinned, tick(0), true)
+				p := observe2(t, s, def, tt.observed, tick(1), true)
+				if !p.Scheme.Equal(tt.observed) || p.Hash != hashWith(t, tt.observed, def) || p.Change != nil || !p.Pinned.Equal(tick(0)) {
+					t.Errorf("pin of %s observed with %s: %+v, want it re-pinned, no change", tt.pinned, tt.observed, p)
+				}
+			})
+		}
+	})
+
 	t.Run("a tool no longer listed is forgotten after the grace", func(t *testing.T) {
 		s := open(t)
 		sweep := func(t *testing.T, listed []string, now time.Time) []Pin {
