@@ -299,6 +299,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		base.OnRequest = g.onUpstreamRequest
 		base.OnNotification = g.onUpstreamNotification
+		// One first start for the upstream, which its isolated connections share: theirs are
+		// later starts of the same command.
+		base.FirstStart = &upstream.FirstStart{}
 		creds := g.upstreamCredentials(&u, base.HTTPClient)
 		if creds.shared != nil {
 			base.HTTPClient = creds.shared
