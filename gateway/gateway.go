@@ -96,6 +96,14 @@ type Gateway struct {
 	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
+	// rebuilt is closed and replaced once each rebuild's snapshot is in place, to wake the
+	// calls waiting for an upstream's catalog to be merged (awaitMerge). Guarded by
+	// rebuiltMu.
+	rebuiltMu sync.Mutex
+	rebuilt   chan struct{}
+	// Set by tests only, before Start: beforeRebuild runs as a rebuild begins, and
+	// beforeMergeWait as a call begins to wait for its upstream's catalog to be merged.
+	beforeRebuild, beforeMergeWait func()
 
 	// checks is the policy chain.
 	checks pipeline.Chain
@@ -164,6 +172,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		cfg:        cfg,
 		draining:   make(chan struct{}),
 		firstStart: make(chan struct{}),
+		rebuilt:    make(chan struct{}),
 	}
 	if opts != nil {
 		g.opts = *opts
@@ -593,6 +602,9 @@ func (g *Gateway) noteAllReady() {
 // rebuild merges the catalog anew and tells every client whose lists changed: the clients of
 // /mcp when the whole catalog's did, those of a profile when the profile's did.
 func (g *Gateway) rebuild() {
+	if g.beforeRebuild != nil {
+		g.beforeRebuild()
+	}
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
 	if g.pinning != nil {
@@ -600,6 +612,10 @@ func (g *Gateway) rebuild() {
 	}
 	next := g.builder.Build()
 	prev := g.snapshot.Swap(next)
+	g.rebuiltMu.Lock()
+	close(g.rebuilt) // the calls waiting for a merge look again
+	g.rebuilt = make(chan struct{})
+	g.rebuiltMu.Unlock()
 	changed := map[string][]string{}
 	if c := listsChanged(prev, next); len(c) > 0 {
 		changed[""] = c
