@@ -6,10 +6,28 @@ import (
 
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/upstream"
 )
 
 // ServeValue serves a request value through the pipeline as a face without sessions or
 // streams would (the 2026-07-28 stateless one will): for tests.
 func (g *Gateway) ServeValue(ctx context.Context, req *pipeline.Request) (json.RawMessage, *protocol.Error) {
 	return g.serve(ctx, &request{Request: req})
+}
+
+// SetTestHooks sets what runs as a catalog rebuild begins and as a call begins to wait for
+// its upstream's catalog to be merged. Call it before Start.
+func (g *Gateway) SetTestHooks(beforeRebuild, beforeMergeWait func()) {
+	g.beforeRebuild, g.beforeMergeWait = beforeRebuild, beforeMergeWait
+}
+
+// UpstreamStatus is the named upstream's own status, which the catalog's statuses follow
+// once rebuilt.
+func (g *Gateway) UpstreamStatus(name string) upstream.Status {
+	for _, u := range g.upstreams {
+		if u.ns.Name == name {
+			return u.Status()
+		}
+	}
+	return upstream.Status{}
 }

@@ -97,6 +97,14 @@ type Gateway struct {
 	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
 	rebuildMu sync.Mutex
+	// rebuilt is closed and replaced once each rebuild's snapshot is in place, to wake the
+	// calls waiting for an upstream's catalog to be merged (awaitMerge). Guarded by
+	// rebuiltMu.
+	rebuiltMu sync.Mutex
+	rebuilt   chan struct{}
+	// Set by tests only, before Start: beforeRebuild runs as a rebuild begins, and
+	// beforeMergeWait as a call begins to wait for its upstream's catalog to be merged.
+	beforeRebuild, beforeMergeWait func()
 
 	// proxies are the trusted proxies, whose X-Forwarded-For names the client; addrs counts
 	// what each client address holds open (max_connections_per_address).
@@ -172,6 +180,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		firstStart: make(chan struct{}),
 		proxies:    proxies(cfg.TrustedProxyPrefixes()),
 		addrs:      newAddrLimiter(cfg.MaxConnectionsPerAddress),
+		rebuilt:    make(chan struct{}),
 	}
 	if opts != nil {
 		g.opts = *opts
@@ -310,6 +319,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		base.OnRequest = g.onUpstreamRequest
 		base.OnNotification = g.onUpstreamNotification
+		// One first start for the upstream, which its isolated connections share: theirs are
+		// later starts of the same command.
+		base.FirstStart = &upstream.FirstStart{}
 		creds := g.upstreamCredentials(&u, base.HTTPClient)
 		if creds.shared != nil {
 			base.HTTPClient = creds.shared
@@ -608,6 +620,9 @@ func (g *Gateway) noteAllReady() {
 // rebuild merges the catalog anew and tells every client whose lists changed: the clients of
 // /mcp when the whole catalog's did, those of a profile when the profile's did.
 func (g *Gateway) rebuild() {
+	if g.beforeRebuild != nil {
+		g.beforeRebuild()
+	}
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
 	if g.pinning != nil {
@@ -615,6 +630,10 @@ func (g *Gateway) rebuild() {
 	}
 	next := g.builder.Build()
 	prev := g.snapshot.Swap(next)
+	g.rebuiltMu.Lock()
+	close(g.rebuilt) // the calls waiting for a merge look again
+	g.rebuilt = make(chan struct{})
+	g.rebuiltMu.Unlock()
 	changed := map[string][]string{}
 	if c := listsChanged(prev, next); len(c) > 0 {
 		changed[""] = c

@@ -133,8 +133,12 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 		p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, true)
 	}
 
-	// A new connection's first start may take its longer bound.
-	wait, cancel := context.WithTimeout(ctx, max(p.spec.InitializeTimeout, p.spec.FirstInitializeTimeout))
+	// A connection starting while the upstream's first start runs may take its longer bound.
+	limit := p.spec.InitializeTimeout
+	if !p.opts.FirstStart.Over() {
+		limit = max(limit, p.spec.FirstInitializeTimeout)
+	}
+	wait, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	select {
 	case <-pc.ready:

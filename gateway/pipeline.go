@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/manifold-mcp/manifold/catalog"
 	"github.com/manifold-mcp/manifold/pipeline"
@@ -113,8 +114,11 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 		}
 		if entry == nil {
 			// A name its upstream listed before it went down (it is restarting) is
-			// unavailable, for a client that saw it; any other is unknown.
-			if entry = g.formerEntry(rq, snap, kind, name); entry == nil {
+			// unavailable, for a client that saw it, until the catalog has merged the
+			// upstream's return; any other is unknown.
+			var former *catalog.Entry
+			var why error
+			if entry, former, why = g.awaitMerge(ctx, rq, kind, name); entry == nil && former == nil {
 				g.auditHidden(rq, kind, name)
 				// The record names what was asked for, as it was asked: nothing of what exists.
 				asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
@@ -123,13 +127,12 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 				}
 				return asked, unknownName(kind, what, name)
 			}
-			if g.upstreamOf(entry.Namespace).Catalog() == nil {
-				// Still down: refused before the checks, so that no one is asked to approve
-				// a call that cannot run.
-				return &resolved{target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}},
-					unavailable(rq, entry.Namespace.Name, name, upstream.ErrUnavailable)
+			if entry == nil {
+				// Refused before the checks, so that no one is asked to approve a call that
+				// cannot run, nor decides on the former entry's annotations.
+				return &resolved{target: pipeline.Target{Kind: kind, Upstream: former.Namespace.Name, Exposed: name, Original: former.Original}},
+					unavailable(rq, former.Namespace.Name, name, why)
 			}
-			// Back already, before the catalog was merged anew: the request goes on.
 		}
 		forward, err := withMember(params, "name", entry.Original)
 		if err != nil {
@@ -226,6 +229,64 @@ func (g *Gateway) formerEntry(rq *request, snap *catalog.Snapshot, kind pipeline
 		}
 	}
 	return e
+}
+
+// mergeWait bounds how long a call to a tool or prompt of an upstream that is back waits
+// for the catalog to merge its return. A rebuild follows every return at once and takes
+// milliseconds, unless it reads pins from a store that is slow to answer (at most 5 s), and
+// one rebuild may be running before it.
+const mergeWait = 10 * time.Second
+
+// awaitMerge finds the tool or prompt (kind) of that name, which the client's view of the
+// catalog did not hold when its request was resolved. It returns entry when the client's
+// view of the current catalog has it. Otherwise former is its entry from the last catalog of
+// an upstream that is down (catalog.Builder.Former), visible to the client, with why it
+// cannot be called: the upstream is down, or it is back and the catalog did not merge its
+// lists within mergeWait or before ctx ended. Both nil: the name is unknown to the client.
+//
+// An upstream that is back has lists the former entry may not match: a changed definition
+// that pinning has not checked yet (it would be withheld), annotations that policy rules read.
+// So a call is never decided on the former entry: it waits for the rebuild that follows
+// every return and is resolved against that.
+func (g *Gateway) awaitMerge(ctx context.Context, rq *request, kind pipeline.Kind, name string) (entry, former *catalog.Entry, why error) {
+	var bound *time.Timer
+	for {
+		rebuilt := g.rebuiltSignal() // before the snapshot is read, so that no rebuild is missed
+		snap := g.viewOf(rq.Client)
+		if entry = snap.Tool(name); kind == pipeline.Prompt {
+			entry = snap.Prompt(name)
+		}
+		if entry != nil {
+			return entry, nil, nil
+		}
+		if former = g.formerEntry(rq, snap, kind, name); former == nil {
+			return nil, nil, nil
+		}
+		if g.upstreamOf(former.Namespace).Catalog() == nil {
+			return nil, former, upstream.ErrUnavailable
+		}
+		if bound == nil {
+			if g.beforeMergeWait != nil {
+				g.beforeMergeWait()
+			}
+			bound = time.NewTimer(mergeWait)
+			defer bound.Stop()
+		}
+		select {
+		case <-rebuilt:
+		case <-bound.C:
+			return nil, former, fmt.Errorf("upstream %s is back, and the catalog did not merge its lists within %s: %w", former.Namespace.Name, mergeWait, upstream.ErrUnavailable)
+		case <-ctx.Done():
+			return nil, former, fmt.Errorf("waiting for the catalog to merge the lists of upstream %s: %w (%w)", former.Namespace.Name, upstream.ErrUnavailable, ctx.Err())
+		}
+	}
+}
+
+// rebuiltSignal returns a channel closed once the next catalog rebuild's snapshot is in place.
+func (g *Gateway) rebuiltSignal() <-chan struct{} {
+	g.rebuiltMu.Lock()
+	defer g.rebuiltMu.Unlock()
+	return g.rebuilt
 }
 
 // unknownName refuses a tool or prompt name not in the catalog.

@@ -161,8 +161,11 @@ func refusalWire(req *Request, t *Target, r *Refusal) (json.RawMessage, *protoco
 	}
 	code := int64(protocol.CodeDenied)
 	switch r.Reason {
-	case ReasonUpstreamUnavailable, ReasonConnectionLimit, ReasonUpstreamInterrupted:
+	case ReasonUpstreamUnavailable, ReasonConnectionLimit:
 		code = protocol.CodeUpstreamUnavailable
+	case ReasonUpstreamInterrupted:
+		// It may have run: not the code of "try again later".
+		code = protocol.CodeUpstreamInterrupted
 	case ReasonUpstreamTimeout:
 		code = protocol.CodeUpstreamTimeout
 	case ReasonTooManyCalls, ReasonTooManyTasks, ReasonRateLimited:

@@ -31,7 +31,7 @@ func TestMapRefusals(t *testing.T) {
 		{ReasonResourceNotFound, protocol.CodeResourceNotFound, false},
 		{ReasonUpstreamUnavailable, protocol.CodeUpstreamUnavailable, true},
 		{ReasonConnectionLimit, protocol.CodeUpstreamUnavailable, true},
-		{ReasonUpstreamInterrupted, protocol.CodeUpstreamUnavailable, true},
+		{ReasonUpstreamInterrupted, protocol.CodeUpstreamInterrupted, true},
 		{ReasonUpstreamTimeout, protocol.CodeUpstreamTimeout, true},
 		{ReasonTooManyCalls, protocol.CodeTooManyRequests, true},
 		{ReasonTooManyTasks, protocol.CodeTooManyRequests, true},
@@ -169,5 +169,22 @@ func TestChainStopsAtTheFirstRefusal(t *testing.T) {
 	}
 	if err := (Chain{}).Check(context.Background(), &Request{}, &Target{}); err != nil {
 		t.Errorf("the empty chain refused: %v", err)
+	}
+}
+
+// TestInterruptedRequestHasACodeOfItsOwn: a request other than tools/call that went out and
+// whose upstream's connection ended before it answered may have run in part. Its code is
+// not -32003, the upstream unavailable ("try again later"), on which a client branching by
+// code would send it again; it has a code of its own, -32010, with data.reason.
+func TestInterruptedRequestHasACodeOfItsOwn(t *testing.T) {
+	req := &Request{Method: protocol.MethodGetPrompt, LogID: "r1"}
+	target := &Target{Kind: Prompt, Upstream: "up", Exposed: "up__greet", Original: "greet"}
+	refusal := &Refusal{Reason: ReasonUpstreamInterrupted, Message: "it may have run in part: check before sending it again", Upstream: "up"}
+	_, wireErr, out := Map(req, target, nil, refusal, slog.New(slog.DiscardHandler))
+	if wireErr == nil || wireErr.Code == protocol.CodeUpstreamUnavailable || wireErr.Code != protocol.CodeUpstreamInterrupted || out.Code != wireErr.Code {
+		t.Fatalf("an interrupted prompts/get: %+v (outcome %+v); want -32010, not the upstream-unavailable -32003", wireErr, out)
+	}
+	if string(wireErr.Data) != `{"reason":"upstream_interrupted"}` {
+		t.Errorf("data %s, want the reason upstream_interrupted", wireErr.Data)
 	}
 }

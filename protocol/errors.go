@@ -28,8 +28,7 @@ const (
 	// CodeSessionNotFound is sent with HTTP 404 for an unknown or ended MCP-Session-Id.
 	CodeSessionNotFound = -32001
 	// CodeUpstreamUnavailable is returned for a method other than tools/call whose upstream is
-	// not connected, or whose connection ended while the request ran there (data.reason
-	// "upstream_interrupted": it may have run in part).
+	// not connected: it did not run, and may be sent again later.
 	CodeUpstreamUnavailable = -32003
 	// CodeUpstreamTimeout is returned when an upstream did not answer within its timeout.
 	CodeUpstreamTimeout = -32004
@@ -47,6 +46,11 @@ const (
 	// CodeShuttingDown is sent with HTTP 503 for a new session or request while the gateway
 	// drains, and as the answer of a request still running when the drain ends.
 	CodeShuttingDown = -32009
+	// CodeUpstreamInterrupted is returned for a method other than tools/call that went out to
+	// its upstream, whose connection ended before it answered (data.reason
+	// "upstream_interrupted"): it may have run in part, so it is not one to send again as it
+	// is, unlike CodeUpstreamUnavailable.
+	CodeUpstreamInterrupted = -32010
 )
 
 // IsSpecDefined reports whether a JSON-RPC error code is defined by JSON-RPC or MCP with a

@@ -105,8 +105,9 @@ type Spec struct {
 	// fetch. If zero, 30 seconds.
 	InitializeTimeout time.Duration
 	// FirstInitializeTimeout bounds the first start instead of InitializeTimeout, when set: a
-	// command that fetches its server on first use (npx, uvx, docker) needs longer once. If
-	// zero, InitializeTimeout.
+	// command that fetches its server on first use (npx, uvx, docker) needs longer once. The
+	// first start is the upstream's when its Clients share Options.FirstStart. If zero,
+	// InitializeTimeout.
 	FirstInitializeTimeout time.Duration
 	// MaxMessageBytes caps one message read from the upstream (a stdio line, a JSON body, an
 	// SSE event); a larger answer fails its request. If zero, 16 MiB.
@@ -164,6 +165,50 @@ type Options struct {
 	StopGrace time.Duration
 	// Now returns the current time, for the attribution window. If nil, time.Now.
 	Now func() time.Time
+	// FirstStart, when set, is shared by every Client of one upstream (its shared connection
+	// and the connections of its isolated sessions or principals): Spec.FirstInitializeTimeout
+	// then bounds the upstream's first start, not each Client's. If nil, each Client's own
+	// first start has it.
+	FirstStart *FirstStart
+}
+
+// FirstStart tracks the first start of an upstream across the Clients that start it
+// (Options.FirstStart). A start that begins before any start of the upstream has ended
+// (ready, or failed) is a first start and has Spec.FirstInitializeTimeout: a command that
+// fetches its server on first use may be fetching it for all of them. Later starts have
+// InitializeTimeout. The zero value is ready to use; it is safe for concurrent use and must
+// not be copied.
+type FirstStart struct {
+	mu sync.Mutex
+	// began: a start has begun; ended: one has ended (not one cut short by Close). Guarded
+	// by mu.
+	began, ended bool
+}
+
+// begin reports whether a start that begins now is a first start, and whether it is the
+// very first (the one that says so in the log).
+func (f *FirstStart) begin() (first, announce bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	announce = !f.began && !f.ended
+	f.began = true
+	return !f.ended, announce
+}
+
+// end records that a start ended, ready or failed: the starts that begin later are not
+// first starts.
+func (f *FirstStart) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = true
+}
+
+// Over reports whether a start of the upstream has ended, so that no start beginning now
+// is a first start.
+func (f *FirstStart) Over() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ended
 }
 
 // defaultCapabilities are the client capabilities the gateway can route to its clients.
@@ -234,6 +279,9 @@ func New(spec Spec, opts *Options) *Client {
 	}
 	if c.opts.Now == nil {
 		c.opts.Now = time.Now
+	}
+	if c.opts.FirstStart == nil {
+		c.opts.FirstStart = &FirstStart{}
 	}
 	logger := c.opts.Logger
 	if logger == nil {
@@ -434,17 +482,22 @@ func (c *Client) Run(ctx context.Context) {
 
 	delay := c.opts.RestartDelay
 	failures := 0 // attempts that failed since the upstream was last ready
-	first := true
 	for ctx.Err() == nil {
 		began := time.Now()
 		limit := c.spec.InitializeTimeout
-		if first && c.spec.FirstInitializeTimeout > 0 {
+		// The upstream's first start, of all its Clients': another Client (an isolated
+		// session's) starting meanwhile may wait for the same fetch, one starting later not.
+		if first, announce := c.opts.FirstStart.begin(); first && c.spec.FirstInitializeTimeout > 0 {
 			limit = c.spec.FirstInitializeTimeout
-			c.logger.Info("first start: it may fetch its server first, so it has longer to answer this time; initialize_timeout sets it",
-				"command", filepath.Base(c.spec.Command), "initialize_timeout", limit.String())
+			if announce {
+				c.logger.Info("first start: it may fetch its server first, so it has longer to answer this time; initialize_timeout sets it",
+					"command", filepath.Base(c.spec.Command), "initialize_timeout", limit.String())
+			}
 		}
-		first = false
 		cn, err := c.connect(ctx, limit)
+		if ctx.Err() == nil {
+			c.opts.FirstStart.end()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break

@@ -927,3 +927,51 @@ func TestInitializeTimeoutIsLoggedAsItsCause(t *testing.T) {
 		return strings.HasPrefix(c.Status().Error, "did not answer initialize within 300ms; stopped it")
 	})
 }
+
+// TestFirstStartIsSharedByTheClientsOfAnUpstream: the Clients of one upstream (its shared
+// connection and those of its isolated sessions) share one first start. Once a start of the
+// upstream has ended, another Client's first start has InitializeTimeout, not
+// FirstInitializeTimeout, and says nothing of a first start.
+func TestFirstStartIsSharedByTheClientsOfAnUpstream(t *testing.T) {
+	spec, _ := fakeSpec(t, "mute", nil)
+	spec.InitializeTimeout, spec.FirstInitializeTimeout = 300*time.Millisecond, 200*time.Millisecond
+	logs := &logRecorder{}
+	opts := &Options{Logger: slog.New(logs), RestartDelay: time.Hour, StopGrace: time.Second, FirstStart: &FirstStart{}}
+	shared := New(spec, opts)
+	start(t, shared)
+	waitUntil(t, "the shared connection's first start to fail", func() bool { return shared.State() == StateDown })
+	if got := shared.Status().Error; !strings.HasPrefix(got, "did not answer initialize within 200ms") {
+		t.Fatalf("the first start failed with %q, want the first start's bound of 200ms", got)
+	}
+
+	own := New(spec, opts) // a session's own connection, started later
+	start(t, own)
+	waitUntil(t, "the session connection's start to fail", func() bool { return own.State() == StateDown })
+	if got := own.Status().Error; !strings.HasPrefix(got, "did not answer initialize within 300ms") {
+		t.Errorf("a later Client's start failed with %q, want initialize_timeout's bound of 300ms", got)
+	}
+	if said := logs.matching("INFO first start"); len(said) != 1 {
+		t.Errorf("log lines of a first start %q, want one, of the upstream's first start", said)
+	}
+}
+
+// TestStartsBeforeTheFirstEndsAreFirstStarts: a start that begins while the upstream's first
+// start still runs (an isolated session's connection opened meanwhile) may be waiting for the
+// same fetch: it is a first start too, though only the first one says so in the log. A start
+// that Close cut short is no end of one.
+func TestStartsBeforeTheFirstEndsAreFirstStarts(t *testing.T) {
+	var f FirstStart
+	if first, announce := f.begin(); !first || !announce {
+		t.Errorf("the first start: first %v, announce %v; want both", first, announce)
+	}
+	if first, announce := f.begin(); !first || announce {
+		t.Errorf("a start while the first runs: first %v, announce %v; want a first start, not announced", first, announce)
+	}
+	if f.Over() {
+		t.Error("Over before any start ended")
+	}
+	f.end()
+	if first, announce := f.begin(); first || announce || !f.Over() {
+		t.Errorf("a start after one ended: first %v, announce %v, over %v; want a later start", first, announce, f.Over())
+	}
+}

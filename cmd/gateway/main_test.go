@@ -726,9 +726,10 @@ func TestValidateChecksCommands(t *testing.T) {
 
 // TestContainerConfigServedByTheDockerfileBuild builds the gateway exactly as the Dockerfile
 // does (scripts/build) and serves config.container.yaml with it, as the image does: the demo
-// upstream is the binary itself, found on PATH; `gateway health -config` (the image's
-// HEALTHCHECK) follows the config's port. Only the listen address is changed, to loopback: no
-// test listens beyond it. No container engine runs here, so the image itself is not built.
+// upstream is the binary itself (command "@self"), whatever PATH holds, here a directory
+// without it; `gateway health -config` (the image's HEALTHCHECK) follows the config's port.
+// Only the listen address is changed, to loopback: no test listens beyond it. No container
+// engine runs here, so the image itself is not built.
 func TestContainerConfigServedByTheDockerfileBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the gateway")
@@ -748,7 +749,8 @@ func TestContainerConfigServedByTheDockerfileBuild(t *testing.T) {
 		t.Fatal("config.container.yaml no longer listens on 0.0.0.0:8080: update this test")
 	}
 	cfg := writeFile(t, "container.yaml", string(bytes.Replace(text, []byte("listen: 0.0.0.0:8080\n"), []byte("listen: "+addr+"\n"), 1)))
-	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// No gateway on PATH: the demo upstream must not depend on where the image puts it.
+	env := append(os.Environ(), "PATH="+t.TempDir())
 
 	var logs syncBuffer
 	serve := exec.Command(exe, "serve", "-config", cfg)

@@ -75,7 +75,9 @@ func text(s string) *mcp.CallToolResult {
 //     tool "whoami", resource file:///readme.txt, template file:///notes/{id} and prompt "greet";
 //     beta also has tool "add" with structured output.
 //   - "many": 25 tools "tool_00"…"tool_24" and "add_tool", which adds "added_N" (list_changed).
-//   - "fragile": tool "crash", which makes the process exit, tool "big" (100 kB) and tool "ok".
+//   - "fragile": tool "crash", which makes the process exit, tool "big" (100 kB) and tool "ok";
+//     when FRAGILE_OK_TOOL names a file, ok's description and annotations are the JSON there,
+//     read when the process starts.
 //   - "collide": tool "beta__echo" ("collide:<text>"), which, unprefixed, meets beta's echo.
 //   - "reverse": tools that ask the client mid-call (see addReverseTools).
 //   - "semantics": logging, subscriptions, links and structured output (see newSemantics).
@@ -172,7 +174,18 @@ func New(flavor string) (*mcp.Server, error) {
 			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 				return text(strings.Repeat("x", 100_000)), nil, nil
 			})
-		mcp.AddTool(server, &mcp.Tool{Name: "ok", Description: "answers ok"},
+		ok := &mcp.Tool{Name: "ok", Description: "answers ok"}
+		if file := os.Getenv("FRAGILE_OK_TOOL"); file != "" {
+			// The definition of this process's "ok": a test changes it between restarts.
+			def, err := os.ReadFile(file)
+			if err != nil {
+				return nil, fmt.Errorf("FRAGILE_OK_TOOL: %w", err)
+			}
+			if err := json.Unmarshal(def, ok); err != nil {
+				return nil, fmt.Errorf("FRAGILE_OK_TOOL: %w", err)
+			}
+		}
+		mcp.AddTool(server, ok,
 			func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 				return text("ok"), nil, nil
 			})
