@@ -519,20 +519,44 @@ func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
 }
 
 // PolicyWarnings returns what `gateway validate` warns about in c's policy, each starting
-// with FILE:LINE: an argument matcher whose regular expression reads the value as an absolute
-// path (it starts with ^/) without path: true, which //etc, /./etc and /tmp/../etc get past.
+// with FILE:LINE: an argument matcher that reads the value as an absolute path without
+// path: true (a regular expression starting with ^/, or equals with a value starting with /),
+// which //etc, /./etc and /tmp/../etc get past; and a path matcher whose pointer reads one
+// element of a list by its index (/paths/0), where /paths/* reads every element.
 func PolicyWarnings(c *Config) []string {
 	var out []string
 	for i := range c.Policy.Rules {
 		for j, a := range c.Policy.Rules[i].Match.Arguments {
-			if a.Path || !strings.HasPrefix(a.Matches, "^/") {
-				continue
+			at := fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d]", c.Policy.File, a.Line, i, j)
+			switch {
+			case a.Path:
+				if each, ok := everyElement(a.Pointer); ok {
+					out = append(out, fmt.Sprintf("%s.pointer: %s reads one element of a list, and a path in any other element goes unchecked: write %s to read every element (a rule that refuses applies when one does, a rule that allows when all do)",
+						at, quote(a.Pointer), quote(each)))
+				}
+			case strings.HasPrefix(a.Matches, "^/"):
+				out = append(out, fmt.Sprintf("%s.matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched",
+					at, quote(a.Matches)))
+			case a.Equals != nil && strings.HasPrefix(*a.Equals, "/"):
+				out = append(out, fmt.Sprintf("%s.equals: %s reads the value as a path, but %s and %s are not equal to it: add path: true, so that the value is cleaned before it is compared",
+					at, quote(*a.Equals), quote("/"+*a.Equals), quote(posixpath.Dir(*a.Equals)+"/./"+posixpath.Base(*a.Equals))))
 			}
-			out = append(out, fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d].matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched",
-				c.Policy.File, a.Line, i, j, quote(a.Matches)))
 		}
 	}
 	return out
+}
+
+// everyElement returns pointer with each token that is an array index (digits, like 0)
+// written * instead, and whether there was one.
+func everyElement(pointer string) (string, bool) {
+	tokens := strings.Split(pointer, "/")
+	found := false
+	for i, t := range tokens {
+		if i > 0 && t != "" && strings.Trim(t, "0123456789") == "" {
+			tokens[i], found = "*", true
+		}
+	}
+	return strings.Join(tokens, "/"), found
 }
 
 // checkPointer checks a JSON pointer (RFC 6901) into arguments.

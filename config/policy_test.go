@@ -150,3 +150,38 @@ upstreams: []
 		t.Errorf("PolicyWarnings = %q, want one, at line 7, saying to add path: true", got)
 	}
 }
+
+// TestPolicyWarnsOfPathEqualsWithoutPathForm: an argument matcher that compares the value
+// with an absolute path (equals: "/…") without path: true is warned about, as a regular
+// expression on one is (/srv/./x and //srv/x are not "/srv/x"); and a path matcher that reads
+// one element of a list by its index, where /list/* would read every element.
+func TestPolicyWarnsOfPathEqualsWithoutPathForm(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`policy:
+  rules:
+    - name: readme-only
+      effect: allow
+      match:
+        arguments:
+          - {pointer: /path, equals: /srv/readme}
+          - {pointer: /path, path: true, equals: /srv/readme}
+          - {pointer: /mode, equals: read}
+    - name: no-etc
+      effect: deny
+      match:
+        arguments:
+          - {pointer: /paths/0, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /paths/*, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /files/2/path, path: true, matches: "^/etc(/|$)"}
+upstreams: []
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := config.PolicyWarnings(c)
+	if len(got) != 3 ||
+		!strings.HasPrefix(got[0], "gw.yaml:7: policy.rules[0].match.arguments[0].equals: ") || !strings.Contains(got[0], "path: true") ||
+		!strings.HasPrefix(got[1], "gw.yaml:14: policy.rules[1].match.arguments[0].pointer: ") || !strings.Contains(got[1], "/paths/*") ||
+		!strings.HasPrefix(got[2], "gw.yaml:16: policy.rules[1].match.arguments[2].pointer: ") || !strings.Contains(got[2], "/files/*/path") {
+		t.Errorf("PolicyWarnings = %q\nwant three: equals at line 7 saying to add path: true; /paths/0 at line 14 and /files/2/path at line 16, saying * reads every element", got)
+	}
+}
