@@ -107,3 +107,31 @@ policy:
 		t.Errorf("explain of a path walked around: exit %d:\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// TestExplainSaysWhatTheUpstreamGets: explain prints the arguments as the deciding rule
+// cleaned their paths, as what the upstream gets; in dry run, the upstream gets them as sent,
+// and explain says so.
+func TestExplainSaysWhatTheUpstreamGets(t *testing.T) {
+	for _, dryRun := range []bool{false, true} {
+		cfg := writeConfig(t, fmt.Sprintf(`upstreams:
+  - {name: fs, command: /bin/sh}
+policy:
+  dry_run: %t
+  rules:
+    - name: data
+      effect: allow
+      match: {tools: [read_file], arguments: [{pointer: /path, path: true, root: /srv/data, matches: "^/srv/data/"}]}
+`, dryRun))
+		var out, errOut bytes.Buffer
+		if code := run([]string{"explain", "-config", cfg, "-upstream", "fs", "-tool", "read_file", "-args", `{"path":"notes/./a"}`}, &out, &errOut); code != 0 {
+			t.Fatalf("explain: exit %d, %s", code, errOut.String())
+		}
+		want := `arguments the upstream gets, paths cleaned by data: {"path":"/srv/data/notes/a"}`
+		if dryRun {
+			want = `arguments as data cleaned their paths (in dry run the upstream gets them as sent): {"path":"/srv/data/notes/a"}`
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "decision: allow by data") {
+			t.Errorf("explain, dry run %v:\n%s\nwant the line %s", dryRun, out.String(), want)
+		}
+	}
+}
