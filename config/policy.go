@@ -185,7 +185,8 @@ type ArgumentMatch struct {
 // RateLimit is one rate limit.
 type RateLimit struct {
 	// Key is what is counted separately (key `key`): principal, principal_upstream,
-	// principal_tool or upstream.
+	// principal_tool or upstream. All anonymous callers are one principal, so a
+	// principal-keyed limit counts them in one bucket; there is no per-address key.
 	Key string
 	// Rate is how many requests per second are allowed on average (key `rate`, like "10/s",
 	// "600/m" or "2/h"); Burst is how many may come at once (key `burst`); at least 1.
