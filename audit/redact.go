@@ -21,25 +21,20 @@ type Redaction struct {
 
 // RedactArguments returns args (a JSON value, typically a tools/call's arguments) as the audit
 // trail keeps them under r: with the value of every object member, at any depth, whose name
-// is a secret's (SecretName, unless r.SkipDefaults) or one of r.Names, replaced by Redacted.
-// It is the one redaction for every place that shows a call's arguments to people (the
-// audit trail, approval requests sent out); the gateway's r is
+// is a secret's (SecretName, unless r.SkipDefaults) or one of r.Names (compared
+// case-insensitively), replaced by Redacted. The gateway redacts so what it writes to records
+// and sends out of its own accord: the audit trail and the approval webhook's payload, with
 //
 //	audit.Redaction{Names: cfg.Audit.Redact, SkipDefaults: cfg.Audit.SkipRedactDefaults}
 //
-// Arguments that are not valid JSON are replaced whole; no arguments give nil. args is not
-// modified. Safe for concurrent use.
+// It does not redact what the people who decide on a call are shown: the admin API and page
+// show a held call's arguments whole to the operator, and a client's user asked to approve
+// a call sees that call's own arguments.
+//
+// Arguments that are not valid JSON are replaced whole: a record must never carry what could
+// not be inspected. No arguments give nil. args is not modified. Safe for concurrent use.
 func RedactArguments(args json.RawMessage, r Redaction) json.RawMessage {
 	return redact(args, r.Names, !r.SkipDefaults)
-}
-
-// Redact returns args (a JSON value, typically a tools/call's arguments) with the value of
-// every object member named one of names, at any depth and case-insensitively, replaced by
-// Redacted: those names only, without the secret names RedactArguments adds. Arguments that
-// are not valid JSON are replaced whole: a record must never carry what could not be
-// inspected.
-func Redact(args json.RawMessage, names []string) json.RawMessage {
-	return redact(args, names, false)
 }
 
 func redact(args json.RawMessage, names []string, defaults bool) json.RawMessage {

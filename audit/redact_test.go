@@ -7,7 +7,9 @@ import (
 	"github.com/manifold-mcp/manifold/audit"
 )
 
-func TestRedact(t *testing.T) {
+// TestRedactArgumentsNamed: the configured names alone (SkipDefaults), at any depth and in any
+// case; big numbers kept exact; what is not JSON redacted whole.
+func TestRedactArgumentsNamed(t *testing.T) {
 	tests := []struct {
 		name, args string
 		names      []string
@@ -22,9 +24,9 @@ func TestRedact(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := audit.Redact(json.RawMessage(tt.args), tt.names)
+			got := audit.RedactArguments(json.RawMessage(tt.args), audit.Redaction{Names: tt.names, SkipDefaults: true})
 			if !jsonEqual(t, got, tt.want) {
-				t.Errorf("Redact = %s, want %s", got, tt.want)
+				t.Errorf("RedactArguments = %s, want %s", got, tt.want)
 			}
 		})
 	}

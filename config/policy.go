@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	posixpath "path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -149,25 +150,33 @@ func (m *PrincipalMatch) IsSet() bool {
 
 // ArgumentMatch matches one argument value.
 type ArgumentMatch struct {
-	// Pointer is a JSON pointer into the arguments, like /path (key `pointer`).
+	// Pointer is a JSON pointer into the arguments, like /path (key `pointer`). A token *
+	// reads every element of an array (/paths/*, /edits/*/path): a rule that allows matches
+	// when every element does (and there is one), any other rule when one does. Members
+	// given more than once on the way, under the same name or in names that differ only in
+	// case, refuse the request.
 	Pointer string
 	// Equals matches a value equal to it (strings compare as text, others as their JSON);
 	// Matches matches a string value against a regular expression (RE2), whole or in part.
 	// Exactly one is set.
 	Equals  *string
 	Matches string
-	// Path reads the value as a file path (key `path`): it is cleaned before matching, as
-	// Go's path.Clean does (repeated slashes, `.` and `..` resolved), a relative one first
-	// joined to Root; and the cleaned value is what the upstream gets, so that what the rule
-	// checked is what is used. Equals is cleaned alike. A value that is not a string does not
-	// match.
+	// Path reads the value as a file path (key `path`): the matcher matches a copy cleaned
+	// as Go's path.Clean does (repeated slashes, `.` and `..` resolved), a relative one first
+	// joined to Root. Equals is cleaned alike. When the rule that decides a call allows it or
+	// holds it for approval, the upstream gets the paths its matchers read as they cleaned
+	// them; a rule that does not decide changes nothing. A value that cannot be read as a
+	// path (not a string, or relative without Root) refuses the call in a deny, hide or
+	// approve rule whose other matchers hold, and does not match in an allow rule.
 	Path bool
-	// Root is the directory a relative path is taken from (key `root`), absolute; only with
-	// Path. Defaults to "/".
+	// Root is the directory the upstream resolves a relative path from (key `root`),
+	// absolute; only with Path. If empty, there is none, and a relative path cannot be read.
+	// All path matchers of one rule have the same root.
 	Root string
 	// FoldCase matches the pointer's member names case-insensitively (key `fold_case`), for
-	// upstreams that decode names so (Go's encoding/json takes `Path` for `path`); arguments
-	// with two members whose names differ in case only, where the matcher looks, are refused.
+	// upstreams that decode names so (Go's encoding/json takes `Path` for `path`). Without it,
+	// names match exactly; either way, members whose names differ in case only, where the
+	// matcher looks, refuse the request.
 	FoldCase bool
 	// Line is the matcher's line in File.
 	Line int
@@ -176,7 +185,8 @@ type ArgumentMatch struct {
 // RateLimit is one rate limit.
 type RateLimit struct {
 	// Key is what is counted separately (key `key`): principal, principal_upstream,
-	// principal_tool or upstream.
+	// principal_tool or upstream. All anonymous callers are one principal, so a
+	// principal-keyed limit counts them in one bucket; there is no per-address key.
 	Key string
 	// Rate is how many requests per second are allowed on average (key `rate`, like "10/s",
 	// "600/m" or "2/h"); Burst is how many may come at once (key `burst`); at least 1.
@@ -202,7 +212,6 @@ type RateLimit struct {
 const (
 	defaultSharedLimitFailure = FailOpen
 	defaultApprovalTimeout    = 2 * time.Minute
-	defaultPathRoot           = "/"
 )
 
 // policySettings decodes the top-level `policy` mapping.
@@ -362,11 +371,6 @@ func applyPolicyDefaults(p *Policy, ix *index) {
 		if !ix.has(fmt.Sprintf("policy.rules[%d].name", i)) {
 			p.Rules[i].Name = fmt.Sprintf("rule %d", i+1)
 		}
-		for j := range p.Rules[i].Match.Arguments {
-			if a := &p.Rules[i].Match.Arguments[j]; a.Path && !ix.has(fmt.Sprintf("policy.rules[%d].match.arguments[%d].root", i, j)) {
-				a.Root = defaultPathRoot
-			}
-		}
 	}
 }
 
@@ -421,6 +425,7 @@ func (v *validator) policy(c *Config, w where) {
 				}
 			}
 		}
+		firstPath := -1 // the rule's first path matcher: the others take its root
 		for j, a := range m.Arguments {
 			ap := fmt.Sprintf("%s.arguments[%d]", mp, j)
 			if msg := checkPointer(a.Pointer); msg != "" {
@@ -441,6 +446,23 @@ func (v *validator) policy(c *Config, w where) {
 				v.check(w, ap+".root", "only with path: true (the root a relative path is taken from): add path: true, or remove root")
 			case w.ix.present(ap+".root") && !strings.HasPrefix(a.Root, "/"):
 				v.check(w, ap+".root", fmt.Sprintf("%s is not an absolute path: write the directory a relative path is taken from, like /srv/data", quote(a.Root)))
+			case a.Path && firstPath < 0:
+				firstPath = j
+			case a.Path && cleanRoot(a.Root) != cleanRoot(m.Arguments[firstPath].Root):
+				// One rule's paths go to one upstream, which resolves them all from one
+				// directory; and the paths the rule hands on are cleaned from one root.
+				root, first := "none", m.Arguments[firstPath].Root
+				if a.Root != "" {
+					root = quote(a.Root)
+				}
+				if first == "" {
+					v.check(w, ap+".root", fmt.Sprintf("%s, while arguments[%d] of this rule has none: give every path matcher of a rule the same root, the directory the upstream resolves relative paths from", root, firstPath))
+				} else {
+					v.check(w, ap+".root", fmt.Sprintf("%s, while arguments[%d] of this rule has root %s: give every path matcher of a rule the same root, the directory the upstream resolves relative paths from", root, firstPath, quote(first)))
+				}
+			}
+			if a.Path && a.Root == "" && a.Equals != nil && !strings.HasPrefix(*a.Equals, "/") {
+				v.check(w, ap+".equals", fmt.Sprintf("%s is a relative path, and the matcher has no root: write the absolute path, or set root (the directory the upstream resolves relative paths from)", quote(*a.Equals)))
 			}
 		}
 	}
@@ -474,6 +496,14 @@ func (v *validator) policy(c *Config, w where) {
 	}
 }
 
+// cleanRoot is a path matcher's root as it is compared: clean, or "" when none is set.
+func cleanRoot(root string) string {
+	if root == "" {
+		return ""
+	}
+	return posixpath.Clean(root)
+}
+
 // principalMatch checks the principal matchers at path, of a rule's match or a rate limit:
 // the globs of subjects and api_keys.
 func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
@@ -490,20 +520,44 @@ func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
 }
 
 // PolicyWarnings returns what `gateway validate` warns about in c's policy, each starting
-// with FILE:LINE: an argument matcher whose regular expression reads the value as an absolute
-// path (it starts with ^/) without path: true, which //etc, /./etc and /tmp/../etc get past.
+// with FILE:LINE: an argument matcher that reads the value as an absolute path without
+// path: true (a regular expression starting with ^/, or equals with a value starting with /),
+// which //etc, /./etc and /tmp/../etc get past; and a path matcher whose pointer reads one
+// element of a list by its index (/paths/0), where /paths/* reads every element.
 func PolicyWarnings(c *Config) []string {
 	var out []string
 	for i := range c.Policy.Rules {
 		for j, a := range c.Policy.Rules[i].Match.Arguments {
-			if a.Path || !strings.HasPrefix(a.Matches, "^/") {
-				continue
+			at := fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d]", c.Policy.File, a.Line, i, j)
+			switch {
+			case a.Path:
+				if each, ok := everyElement(a.Pointer); ok {
+					out = append(out, fmt.Sprintf("%s.pointer: %s reads one element of a list, and a path in any other element goes unchecked: write %s to read every element (a rule that refuses applies when one does, a rule that allows when all do)",
+						at, quote(a.Pointer), quote(each)))
+				}
+			case strings.HasPrefix(a.Matches, "^/"):
+				out = append(out, fmt.Sprintf("%s.matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched",
+					at, quote(a.Matches)))
+			case a.Equals != nil && strings.HasPrefix(*a.Equals, "/"):
+				out = append(out, fmt.Sprintf("%s.equals: %s reads the value as a path, but %s and %s are not equal to it: add path: true, so that the value is cleaned before it is compared",
+					at, quote(*a.Equals), quote("/"+*a.Equals), quote(posixpath.Dir(*a.Equals)+"/./"+posixpath.Base(*a.Equals))))
 			}
-			out = append(out, fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d].matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched (and the upstream gets it cleaned)",
-				c.Policy.File, a.Line, i, j, quote(a.Matches)))
 		}
 	}
 	return out
+}
+
+// everyElement returns pointer with each token that is an array index (digits, like 0)
+// written * instead, and whether there was one.
+func everyElement(pointer string) (string, bool) {
+	tokens := strings.Split(pointer, "/")
+	found := false
+	for i, t := range tokens {
+		if i > 0 && t != "" && strings.Trim(t, "0123456789") == "" {
+			tokens[i], found = "*", true
+		}
+	}
+	return strings.Join(tokens, "/"), found
 }
 
 // checkPointer checks a JSON pointer (RFC 6901) into arguments.

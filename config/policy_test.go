@@ -32,7 +32,7 @@ policy:
       match:
         arguments:
           - {pointer: /path, path: true, fold_case: true, matches: "^/etc(/|$)"}
-          - {pointer: /dir, path: true, root: /srv/data, equals: /srv/data/x}
+          - {pointer: /dir, path: true, equals: /srv/data/x}
   rate_limits:
     - {key: principal, rate: 600/m, burst: 20}
     - {key: upstream, rate: 5/s, burst: 5, shared: true, upstreams: [docs], tools: ["search*"]}
@@ -55,8 +55,8 @@ upstreams:
 				Arguments: []config.ArgumentMatch{{Pointer: "/path", Matches: "^/etc/", Line: 17}, {Pointer: "/force", Equals: &force, Line: 17}},
 			}},
 			{Name: "rule 3", Effect: "deny", Line: 18, Match: config.Match{Arguments: []config.ArgumentMatch{
-				{Pointer: "/path", Path: true, Root: "/", FoldCase: true, Matches: "^/etc(/|$)", Line: 21},
-				{Pointer: "/dir", Path: true, Root: "/srv/data", Equals: &srvX, Line: 22},
+				{Pointer: "/path", Path: true, FoldCase: true, Matches: "^/etc(/|$)", Line: 21},
+				{Pointer: "/dir", Path: true, Equals: &srvX, Line: 22},
 			}}},
 		},
 		RateLimits: []config.RateLimit{
@@ -98,6 +98,12 @@ func TestPolicyProblems(t *testing.T) {
 			p(6, "policy.rules[0].match.arguments[0].root", "only with path: true (the root a relative path is taken from): add path: true, or remove root"),
 			p(7, "policy.rules[0].match.arguments[1].root", `"srv" is not an absolute path: write the directory a relative path is taken from, like /srv/data`),
 			p(8, "policy.rules[0].match.arguments[2].path", "want true or false, got \"yes\""),
+		}},
+		{"path matchers' roots", "policy:\n  rules:\n    - effect: deny\n      match:\n        arguments:\n          - {pointer: /a, path: true, root: /srv/data/, matches: x}\n          - {pointer: /b, path: true, root: /srv/data, matches: x}\n          - {pointer: /c, path: true, matches: x}\n          - {pointer: /d, path: true, root: /tmp, matches: x}\n    - effect: allow\n      match:\n        arguments:\n          - {pointer: /a, path: true, equals: docs/x}\n          - {pointer: /b, path: true, equals: \"\"}\nupstreams: []\n", []config.Problem{
+			p(8, "policy.rules[0].match.arguments[2].root", `none, while arguments[0] of this rule has root "/srv/data/": give every path matcher of a rule the same root, the directory the upstream resolves relative paths from`),
+			p(9, "policy.rules[0].match.arguments[3].root", `"/tmp", while arguments[0] of this rule has root "/srv/data/": give every path matcher of a rule the same root, the directory the upstream resolves relative paths from`),
+			p(13, "policy.rules[1].match.arguments[0].equals", `"docs/x" is a relative path, and the matcher has no root: write the absolute path, or set root (the directory the upstream resolves relative paths from)`),
+			p(14, "policy.rules[1].match.arguments[1].equals", `"" is a relative path, and the matcher has no root: write the absolute path, or set root (the directory the upstream resolves relative paths from)`),
 		}},
 		{"limits", "policy:\n  rate_limits:\n    - {key: user, rate: 10/d, burst: 0}\n    - {key: principal, burst: 1, shared: true}\nupstreams: []\n", []config.Problem{
 			p(3, "policy.rate_limits[0].rate", `want a rate like 10/s, 600/m or 2/h (a positive number per s, m or h), got "10/d"`),
@@ -142,5 +148,40 @@ upstreams: []
 	got := config.PolicyWarnings(c)
 	if len(got) != 1 || !strings.HasPrefix(got[0], "gw.yaml:7: policy.rules[0].match.arguments[0].matches: ") || !strings.Contains(got[0], "path: true") {
 		t.Errorf("PolicyWarnings = %q, want one, at line 7, saying to add path: true", got)
+	}
+}
+
+// TestPolicyWarnsOfPathEqualsWithoutPathForm: an argument matcher that compares the value
+// with an absolute path (equals: "/…") without path: true is warned about, as a regular
+// expression on one is (/srv/./x and //srv/x are not "/srv/x"); and a path matcher that reads
+// one element of a list by its index, where /list/* would read every element.
+func TestPolicyWarnsOfPathEqualsWithoutPathForm(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`policy:
+  rules:
+    - name: readme-only
+      effect: allow
+      match:
+        arguments:
+          - {pointer: /path, equals: /srv/readme}
+          - {pointer: /path, path: true, equals: /srv/readme}
+          - {pointer: /mode, equals: read}
+    - name: no-etc
+      effect: deny
+      match:
+        arguments:
+          - {pointer: /paths/0, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /paths/*, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /files/2/path, path: true, matches: "^/etc(/|$)"}
+upstreams: []
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := config.PolicyWarnings(c)
+	if len(got) != 3 ||
+		!strings.HasPrefix(got[0], "gw.yaml:7: policy.rules[0].match.arguments[0].equals: ") || !strings.Contains(got[0], "path: true") ||
+		!strings.HasPrefix(got[1], "gw.yaml:14: policy.rules[1].match.arguments[0].pointer: ") || !strings.Contains(got[1], "/paths/*") ||
+		!strings.HasPrefix(got[2], "gw.yaml:16: policy.rules[1].match.arguments[2].pointer: ") || !strings.Contains(got[2], "/files/*/path") {
+		t.Errorf("PolicyWarnings = %q\nwant three: equals at line 7 saying to add path: true; /paths/0 at line 14 and /files/2/path at line 16, saying * reads every element", got)
 	}
 }

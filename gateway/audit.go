@@ -59,8 +59,9 @@ func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipe
 	}
 }
 
-// redaction is how the config's audit settings redact arguments: for the audit trail, and
-// wherever else the gateway shows a call's arguments to people.
+// redaction is how the config's audit settings redact arguments: for the audit trail and the
+// approval webhook's payload (the admin API and page show them whole, to the operator who
+// decides).
 func redaction(a *config.Audit) audit.Redaction {
 	return audit.Redaction{Names: a.Redact, SkipDefaults: a.SkipRedactDefaults}
 }

@@ -174,7 +174,7 @@ func (h *heldCalls) notify(c hold.Call) {
 	if h.webhook == "" {
 		return
 	}
-	c.Arguments = redactArguments(c.Arguments, h.redact)
+	c.Arguments = audit.RedactArguments(c.Arguments, h.redact)
 	body, _ := json.Marshal(map[string]any{"event": "approval.held", "approval": approvalOf(c)})
 	h.g.goWorker(func() {
 		ctx, cancel := context.WithTimeout(h.g.ctx, webhookTimeout)
@@ -243,13 +243,6 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator", By: got.Approver})
 	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream,
 		Message: fmt.Sprintf("an operator (%s) denied %s: it did not run", got.Approver, t.Exposed)}
-}
-
-// redactArguments returns a held call's arguments as the audit trail records them (secret
-// names redacted by default, and audit.redact), for what leaves the gateway's admin face: the
-// webhook's payload.
-func redactArguments(args json.RawMessage, r audit.Redaction) json.RawMessage {
-	return audit.RedactArguments(args, r)
 }
 
 // approvalOf returns a held call as the admin API shows it.

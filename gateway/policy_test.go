@@ -299,10 +299,11 @@ func TestArgumentRuleDecidesUnderAHidingDefault(t *testing.T) {
 	}
 }
 
-// TestMembersGivenTwiceAreRefused: params that give a member twice are refused (-32602)
-// before any check: the gateway would read one value and the upstream, taking the last,
-// another — a hidden tool called under an allowed tool's name, a denied argument behind an
-// allowed one.
+// TestMembersGivenTwiceAreRefused: params that give a member twice, at any depth, are refused
+// (-32602) before any check: the gateway would read one value and the upstream, taking the
+// last (or merging repeated objects, as Go's encoding/json does), another — a hidden tool
+// called under an allowed tool's name, a denied argument behind an allowed one. (The policy
+// refuses them on its own too, where its rules read: policy.TestRepeatedNestedMemberIsRefused.)
 func TestMembersGivenTwiceAreRefused(t *testing.T) {
 	tg := startGateway(t, `listen: 127.0.0.1:0
 policy:
@@ -317,6 +318,7 @@ upstreams:`+upstreamYAML("a", "beta", ""), nil)
 		`{"name":"a__echo","arguments":{"text":"x"},"name":"a__add","arguments":{"a":1,"b":2}}`,
 		`{"name":"a__echo","arguments":{"text":"fine","text":"/etc/shadow"}}`,
 		`{"name":"a__echo","arguments":{"text":"fine"},"arguments":{"text":"/etc/shadow"}}`,
+		`{"name":"a__echo","arguments":{"o":{"text":"/etc/shadow"},"o":{"x":1},"text":"fine"}}`,
 	} {
 		r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+params+`}`, map[string]string{"Mcp-Session-Id": sid})
 		if r.msg.Error == nil || r.msg.Error.Code != -32602 || !strings.Contains(r.msg.Error.Message, "appears twice") {
@@ -422,10 +424,10 @@ func TestRateLimitTargetsAPrincipal(t *testing.T) {
 }
 
 // TestPathRuleSeesThePathTheUpstreamGets: a rule on a path argument with path: true cannot be
-// walked around with //, /./ or /../, nor by a relative path, and what it checked, the
-// cleaned path, is what the upstream gets; the audit record says which rule rewrote the
-// arguments, and keeps them as the upstream got them. With fold_case, a member in another
-// case is matched too.
+// walked around with //, /./ or /../, nor by a relative path (refused: the rule has no root),
+// and what the rule that allows a call checked, the cleaned path, is what the upstream gets;
+// the audit record says which rule rewrote the arguments, and keeps them as the upstream got
+// them. With fold_case, a member in another case is matched too.
 func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
 	var out lockedBuffer
 	trail := audit.New(&out, nil)
@@ -437,6 +439,11 @@ func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
       match:
         tools: [echo]
         arguments: [{pointer: /text, path: true, fold_case: true, matches: "^/etc(/|$)"}]
+    - name: tmp
+      effect: allow
+      match:
+        tools: [echo]
+        arguments: [{pointer: /text, path: true, fold_case: true, matches: "^/tmp(/|$)"}]
 `), &gateway.Options{Audit: trail})
 	ctx := ctxT(t)
 	alice := connectAs(t, tg.url, "mfk_alice", nil)
@@ -448,9 +455,14 @@ func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
 		}
 		return res
 	}
-	for _, p := range []string{"/etc/passwd", "//etc/passwd", "/./etc/passwd", "/tmp/../etc/passwd", "etc/passwd", "/etc/"} {
+	for _, p := range []string{"/etc/passwd", "//etc/passwd", "/./etc/passwd", "/tmp/../etc/passwd", "/etc/"} {
 		if res := echo(map[string]any{"text": p}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" || !strings.Contains(textOf(t, res), "off limits") {
 			t.Errorf("echo %q: %s, want denied by no-system-paths", p, textOf(t, res))
+		}
+	}
+	for _, p := range []string{"etc/passwd", "../etc/passwd"} {
+		if res := echo(map[string]any{"text": p}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" || !strings.Contains(textOf(t, res), `must be an absolute path (starting with /): the gateway's policy cannot tell where a relative one leads (rule "no-system-paths")`) {
+			t.Errorf("echo %q: %s, want denied by no-system-paths, which has no root to read it from", p, textOf(t, res))
 		}
 	}
 	if res := echo(map[string]any{"TEXT": "/tmp/../etc/passwd"}); !res.IsError || res.Meta["dev.manifold/reason"] != "denied" {
@@ -470,8 +482,8 @@ func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
 		}
 		found = true
 		decisions, args := fmt.Sprint(rec["decisions"]), fmt.Sprint(rec["arguments"])
-		if !strings.Contains(decisions, "effect:rewrite rule:no-system-paths") || !strings.Contains(args, "/tmp/notes/today") || strings.Contains(args, "//") {
-			t.Errorf("record of the cleaned call: decisions %s, arguments %s; want the rewrite by no-system-paths and the cleaned path", decisions, args)
+		if !strings.Contains(decisions, "effect:rewrite rule:tmp") || !strings.Contains(args, "/tmp/notes/today") || strings.Contains(args, "//") {
+			t.Errorf("record of the cleaned call: decisions %s, arguments %s; want the rewrite by tmp and the cleaned path", decisions, args)
 		}
 	}
 	if !found {
@@ -480,13 +492,13 @@ func TestPathRuleSeesThePathTheUpstreamGets(t *testing.T) {
 }
 
 // TestApprovalBindsToTheCleanedPath: an approval is given for the arguments the upstream
-// gets, after the path rules cleaned them: the person is shown the cleaned path, and an
-// approval of /tmp/./x is remembered for /tmp/x.
+// gets, after the approve rule's path matcher cleaned them: the person is shown the cleaned
+// path, and an approval of /tmp/./x is remembered for /tmp/x.
 func TestApprovalBindsToTheCleanedPath(t *testing.T) {
 	tg := startGateway(t, policyYAML(`  approval: {timeout: 5s, remember: 10m}
   rules:
     - {name: no-etc, effect: deny, match: {tools: [echo], arguments: [{pointer: /text, path: true, matches: "^/etc(/|$)"}]}}
-    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo], arguments: [{pointer: /text, path: true, matches: "^/tmp(/|$)"}]}}
 `), nil)
 	defer tg.close()
 	ctx := ctxT(t)

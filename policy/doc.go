@@ -8,6 +8,8 @@
 //
 //	rules, err := policy.Compile(&cfg.Policy, func(upstream string) bool { return trust[upstream] })
 //	if err != nil { ... }
+//	// Params that repeat a member are refused before (protocol.DuplicateMember): Decide
+//	// refuses repeats only where its argument matchers read.
 //	d := rules.Decide(policy.Input{
 //		Principal: principal,
 //		Upstream:  t.Upstream,
@@ -17,8 +19,8 @@
 //	})
 //	if d.Effect != config.EffectAllow && !d.DryRun { ... refuse, per the refusal table ... }
 //	if d.Arguments != nil && !d.DryRun {
-//		// Path matchers cleaned the arguments (d.Rewrites names the rules): the upstream
-//		// gets them as the rules checked them.
+//		// The deciding rule's path matchers cleaned the arguments (d.Rewrites names it):
+//		// the upstream gets them as that rule checked them.
 //		t.Arguments = d.Arguments
 //	}
 //

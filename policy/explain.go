@@ -36,22 +36,21 @@ func (r *Rules) Explain(in Input) ([]Step, Decision) {
 		f := c.check(&in, &st)
 		step := Step{Rule: c.decision.Rule, Line: c.cfg.Line, Matched: f.ok()}
 		if !f.ok() {
-			step.Why = c.explain(f, &in, st.arguments(&in))
+			step.Why = c.explain(f, &in)
 		}
 		steps = append(steps, step)
 		switch {
 		case f.ok():
-			return steps, st.decided(c.decision)
-		case f.why == wAmbiguous:
-			return steps, st.decided(c.ambiguous(f))
+			return steps, c.decided(&in)
+		case f.refuse:
+			return steps, c.refusal(f, in.Arguments)
 		}
 	}
-	return steps, st.decided(r.def)
+	return steps, r.def
 }
 
-// explain says in words why the rule did not match in, f being the failure check found;
-// args are the arguments as the rule read them (its paths cleaned).
-func (c *rule) explain(f failure, in *Input, args []byte) string {
+// explain says in words why the rule did not match in, f being the failure check found.
+func (c *rule) explain(f failure, in *Input) string {
 	m := &c.cfg.Match
 	p := &in.Principal
 	switch f.field {
@@ -81,7 +80,7 @@ func (c *rule) explain(f failure, in *Input, args []byte) string {
 	case fAnnotations:
 		return c.explainAnnotations(f.why, in)
 	case fArguments:
-		return c.explainArgument(f, args)
+		return c.explainArgument(f, in.Arguments)
 	}
 	return ""
 }
@@ -140,10 +139,7 @@ func (c *rule) explainAnnotations(w why, in *Input) string {
 
 func (c *rule) explainArgument(f failure, args []byte) string {
 	a := &c.args[f.arg]
-	ptr := a.ptr.text
-	if ptr == "" {
-		ptr = `"" (the whole arguments)`
-	}
+	ptr := pointerName(a.ptr.text)
 	switch f.why {
 	case wInvalidArgs:
 		return "arguments: the request's arguments are not valid JSON"
@@ -152,20 +148,38 @@ func (c *rule) explainArgument(f failure, args []byte) string {
 			return fmt.Sprintf("arguments: %s is missing (the request has no arguments)", ptr)
 		}
 		return fmt.Sprintf("arguments: %s is missing", ptr)
-	case wAmbiguous:
-		return fmt.Sprintf("arguments: %s is given more than once, in names that differ only in case (fold_case): the request is refused", ptr)
+	case wEmpty:
+		return fmt.Sprintf("arguments: %s reaches no value (an array without elements)", ptr)
+	case wRepeated:
+		return fmt.Sprintf("arguments: %s is given more than once: the request is refused", pointerName(a.ptr.prefix(f.at)))
+	case wCaseVariant:
+		return fmt.Sprintf("arguments: %s is given more than once, in names that differ only in case: the request is refused", pointerName(a.ptr.prefix(f.at)))
 	}
-	start, end, _ := a.ptr.span(args, a.fold)
-	shown := shorten(args[start:end])
-	if a.path && f.why != wNotString {
-		shown += " (as a path, cleaned)"
+	v := args[f.start:f.end]
+	shown := shorten(v)
+	refused := ""
+	if f.refuse {
+		refused = ": the request is refused"
 	}
 	switch f.why {
+	case wNotArray:
+		return fmt.Sprintf("arguments: %s meets %s, not an array%s", ptr, shown, refused)
+	case wRelative:
+		return fmt.Sprintf("arguments: %s is %s, a relative path, and the matcher has no root%s", ptr, shown, refused)
 	case wNotString:
-		if a.re == nil {
-			return fmt.Sprintf("arguments: %s is %s, not a string (a path equal to %q)", ptr, shown, *a.equals)
+		if a.path {
+			return fmt.Sprintf("arguments: %s is %s, not a string (a file path)%s", ptr, shown, refused)
 		}
 		return fmt.Sprintf("arguments: %s is %s, not a string (matches %q)", ptr, shown, a.re.String())
+	}
+	if a.path {
+		if s, ok := decodeString(v[1 : len(v)-1]); ok {
+			if cleaned := cleanPath(s, a.root); cleaned != s {
+				shown += fmt.Sprintf(" (as a path, %q)", cleaned)
+			}
+		}
+	}
+	switch f.why {
 	case wNoMatch:
 		return fmt.Sprintf("arguments: %s is %s, which does not match %q", ptr, shown, a.re.String())
 	case wNotEqual:

@@ -14,8 +14,8 @@ import (
 // TestPathRuleCannotBeWalkedAround: a path matcher reads the value as the file path it is:
 // repeated slashes, `.` and `..` are resolved, and a relative path is taken from the rule's
 // root, before matching; so //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are under
-// /etc, as they are for the upstream. The cleaned value is what the decision hands on for
-// the upstream, with the rules that changed it.
+// /etc, as they are for the upstream. The rule that decides a call it lets go on hands on
+// the value as it cleaned it (TestOnlyTheDecidingRuleRewritesPaths).
 func TestPathRuleCannotBeWalkedAround(t *testing.T) {
 	r := compile(t, config.Policy{Rules: []config.Rule{
 		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{Tools: []string{"read_file"},
@@ -36,21 +36,23 @@ func TestPathRuleCannotBeWalkedAround(t *testing.T) {
 	}{
 		{`{"path":"/etc/passwd"}`, "deny", "no-etc", "", nil},
 		{`{"path":"/etc"}`, "deny", "no-etc", "", nil},
-		{`{"path":"//etc/passwd"}`, "deny", "no-etc", `{"path":"/etc/passwd"}`, []string{"no-etc"}},
-		{`{"path":"/./etc/passwd"}`, "deny", "no-etc", `{"path":"/etc/passwd"}`, []string{"no-etc"}},
-		{`{"path":"/tmp/../etc/passwd"}`, "deny", "no-etc", `{"path":"/etc/passwd"}`, []string{"no-etc"}},
-		{`{"path":"/../../etc/shadow"}`, "deny", "no-etc", `{"path":"/etc/shadow"}`, []string{"no-etc"}},
-		{`{"path":"etc/passwd"}`, "deny", "no-etc", `{"path":"/etc/passwd"}`, []string{"no-etc"}},
+		{`{"path":"//etc/passwd"}`, "deny", "no-etc", "", nil},
+		{`{"path":"/./etc/passwd"}`, "deny", "no-etc", "", nil},
+		{`{"path":"/tmp/../etc/passwd"}`, "deny", "no-etc", "", nil},
+		{`{"path":"/../../etc/shadow"}`, "deny", "no-etc", "", nil},
 		{`{"path":"\/etc\/passwd"}`, "deny", "no-etc", "", nil},
-		{`{"path":"/etc/"}`, "deny", "no-etc", `{"path":"/etc"}`, []string{"no-etc"}},
-		// Not under /etc: the cleaned path goes on, and later rules see it cleaned.
-		{`{"path":"/tmp//x/./y", "n": 1}`, "allow", "default", `{"path":"/tmp/x/y", "n": 1}`, []string{"no-etc"}},
-		{`{"path":"/srv/data/x/../readme"}`, "allow", "srv-data", `{"path":"/srv/data/readme"}`, []string{"no-etc"}},
+		{`{"path":"/etc/"}`, "deny", "no-etc", "", nil},
+		// Relative, and no-etc has no root: refused (TestRelativePathWithoutRootIsRefused).
+		{`{"path":"etc/passwd"}`, "deny", "no-etc", "", nil},
+		// Not under /etc: a rule passed changes nothing; the deciding one hands on what it
+		// matched.
+		{`{"path":"/tmp//x/./y", "n": 1}`, "allow", "default", "", nil},
+		{`{"path":"/srv/data/x/../readme"}`, "allow", "srv-data", `{"path":"/srv/data/readme"}`, []string{"srv-data"}},
 		{`{"path":"/etcetera"}`, "allow", "default", "", nil},
-		// A plain matcher sees what the path rules handed on.
-		{`{"path":"/tmp/../secret/key"}`, "deny", "plain", `{"path":"/secret/key"}`, []string{"no-etc"}},
-		// Not a string: no path to clean, and no match.
-		{`{"path":["/etc/passwd"]}`, "allow", "default", "", nil},
+		// A plain matcher sees the value as sent (gateway validate warns of it).
+		{`{"path":"/tmp/../secret/key"}`, "allow", "default", "", nil},
+		// Not a string: refused (TestPathMatcherRefusesValuesThatAreNotStrings).
+		{`{"path":["/etc/passwd"]}`, "deny", "no-etc", "", nil},
 	}
 	for _, tt := range tests {
 		d := r.Decide(call(tt.args))
@@ -62,17 +64,15 @@ func TestPathRuleCannotBeWalkedAround(t *testing.T) {
 		}
 	}
 
-	// The relative path of a rule with a root is taken from that root (the rule on /srv/data
-	// comes after no-etc, whose root is /: a rule set cleans each value once, at the first
-	// path matcher that reads it).
+	// The relative path of a rule with a root is taken from that root.
 	rooted := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
 		{Name: "data", Effect: config.EffectAllow, Match: config.Match{
 			Arguments: []config.ArgumentMatch{{Pointer: "/file", Path: true, Root: "/srv/data", Matches: "^/srv/data/"}}}},
 	}})
 	for _, tt := range []struct{ args, effect, rewritten string }{
 		{`{"file":"notes/a.txt"}`, "allow", `{"file":"/srv/data/notes/a.txt"}`},
-		{`{"file":"../../etc/passwd"}`, "deny", `{"file":"/etc/passwd"}`},
-		{`{"file":"/srv/data/../other"}`, "deny", `{"file":"/srv/other"}`},
+		{`{"file":"../../etc/passwd"}`, "deny", ""},
+		{`{"file":"/srv/data/../other"}`, "deny", ""},
 	} {
 		d := rooted.Decide(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(tt.args)})
 		if d.Effect != tt.effect || string(d.Arguments) != tt.rewritten {
@@ -93,7 +93,7 @@ func TestFoldCaseMatchesMembersInAnyCase(t *testing.T) {
 	for _, tt := range []struct{ args, effect, rewritten, reason string }{
 		{`{"opts":{"path":"/etc/passwd"}}`, "deny", "", ""},
 		{`{"Opts":{"PATH":"/etc/passwd"}}`, "deny", "", ""},
-		{`{"OPTS":{"Path":"/tmp/../etc/passwd"}}`, "deny", `{"OPTS":{"Path":"/etc/passwd"}}`, ""},
+		{`{"OPTS":{"Path":"/tmp/../etc/passwd"}}`, "deny", "", ""},
 		{`{"opts":{"Path":"/tmp/x","path":"/etc/passwd"}}`, "deny", "", "more than once"},
 		{`{"opts":{"path":"/tmp/x"},"Opts":{"path":"/etc/passwd"}}`, "deny", "", "more than once"},
 		{`{"opts":{"pathname":"/etc/passwd"}}`, "allow", "", ""},
@@ -114,14 +114,15 @@ func TestFoldCaseMatchesMembersInAnyCase(t *testing.T) {
 }
 
 // TestExplainShowsThePathAsMatched: explain tells a path matcher's failure with the path as
-// it was cleaned, and a refusal of members given twice in different case.
+// it was cleaned, and a refusal of members given twice in different case. The rule that
+// does not match hands nothing on.
 func TestExplainShowsThePathAsMatched(t *testing.T) {
 	r := compile(t, config.Policy{Rules: []config.Rule{
 		{Name: "no-etc", Effect: config.EffectDeny, Line: 3, Match: config.Match{
 			Arguments: []config.ArgumentMatch{{Pointer: "/path", Path: true, FoldCase: true, Matches: "^/etc(/|$)"}}}},
 	}})
 	steps, d := r.Explain(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(`{"path":"/tmp/./x"}`)})
-	if len(steps) != 1 || !strings.Contains(steps[0].Why, `"/tmp/x"`) || !strings.Contains(steps[0].Why, "as a path") || string(d.Arguments) != `{"path":"/tmp/x"}` {
+	if len(steps) != 1 || !strings.Contains(steps[0].Why, `"/tmp/x"`) || !strings.Contains(steps[0].Why, "as a path") || d.Arguments != nil {
 		t.Errorf("explain of a cleaned path: %+v, %+v", steps, d)
 	}
 	steps, d = r.Explain(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(`{"path":"/tmp/x","PATH":"/etc"}`)})
@@ -146,6 +147,19 @@ func TestPathMatcherOnACleanPathDoesNotAllocate(t *testing.T) {
 	if d.Effect != config.EffectAllow || d.Arguments != nil {
 		t.Errorf("Decide = %+v, want allow with the arguments unchanged", d)
 	}
+	// Nor for an allowing rule that reads every element of a list of clean paths.
+	each := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{{Pointer: "/paths/*", Path: true, Matches: "^/etc(/|$)"}}}},
+		{Name: "home", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{{Pointer: "/paths/*", Path: true, Matches: "^/home/"}}}},
+	}})
+	in.Arguments = json.RawMessage(`{"paths":["/home/alice/a.txt","/home/alice/b.txt"]}`)
+	allocs = testing.AllocsPerRun(100, func() { d = each.Decide(in) })
+	if allocs != 0 && !raceEnabled {
+		t.Errorf("Decide on a list of paths allocates %v times per call", allocs)
+	}
+	if d.Effect != config.EffectAllow || d.Rule != "home" || d.Arguments != nil {
+		t.Errorf("Decide = %+v, want allow by home with the arguments unchanged", d)
+	}
 }
 
 func TestIsCleanPathAgreesWithPathClean(t *testing.T) {
@@ -165,4 +179,242 @@ func FuzzIsCleanPath(f *testing.F) {
 			t.Errorf("isCleanPath(%q) = %v, want %v", p, got, want)
 		}
 	})
+}
+
+// decideArgs decides a call of tool t with args under r.
+func decideArgs(r *Rules, args string) Decision {
+	return r.Decide(Input{Principal: alice, Upstream: "fs", Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(args)})
+}
+
+// TestOnlyTheDecidingRuleRewritesPaths: a path matcher matches a cleaned copy of the value,
+// taken from its own root; a rule that does not decide the call changes nothing the upstream
+// gets, and the rule that decides it hands on the paths as it cleaned them, from its root.
+func TestOnlyTheDecidingRuleRewritesPaths(t *testing.T) {
+	r := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "no-writes", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Root: "/", Matches: "."},
+			{Pointer: "/mode", Equals: ptr("write")},
+		}}},
+		{Name: "readme", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Root: "/srv/data", Equals: ptr("/srv/data/readme")},
+		}}},
+		{Name: "tmp", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Root: "/tmp", Matches: "^/tmp/"},
+		}}},
+	}})
+	for _, tt := range []struct {
+		args, effect, rule, rewritten string
+		rewrites                      []string
+	}{
+		// The first rule reads readme as /readme, does not match, and changes nothing; the
+		// second reads it from its own root, matches, and the upstream gets what it matched.
+		{`{"path":"readme","mode":"read"}`, "allow", "readme", `{"path":"/srv/data/readme","mode":"read"}`, []string{"readme"}},
+		{`{"path":"/srv/data/./readme","mode":"read"}`, "allow", "readme", `{"path":"/srv/data/readme","mode":"read"}`, []string{"readme"}},
+		{`{"path":"/srv/data/readme","mode":"read"}`, "allow", "readme", "", nil},
+		{`{"path":"x/../y","mode":"read"}`, "allow", "tmp", `{"path":"/tmp/y","mode":"read"}`, []string{"tmp"}},
+		// A refusal hands nothing on.
+		{`{"path":"readme","mode":"write"}`, "deny", "no-writes", "", nil},
+		{`{"path":"/etc//x","mode":"read"}`, "deny", "default", "", nil},
+	} {
+		d := decideArgs(r, tt.args)
+		if d.Effect != tt.effect || d.Rule != tt.rule || string(d.Arguments) != tt.rewritten || !cmp.Equal(d.Rewrites, tt.rewrites) {
+			t.Errorf("%s: %s by %s, handing on %s (rewrites %q); want %s by %s, handing on %s (rewrites %q)",
+				tt.args, d.Effect, d.Rule, d.Arguments, d.Rewrites, tt.effect, tt.rule, tt.rewritten, tt.rewrites)
+		}
+	}
+	// A rule that is passed hands nothing on, a relative path above all: the upstream resolves
+	// docs/x against its own directory, which the rule on /etc knows nothing of.
+	passed := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Root: "/srv", Matches: "^/etc(/|$)"}}}},
+	}})
+	for _, args := range []string{`{"path":"docs/x"}`, `{"path":"/tmp//x/./y"}`} {
+		if d := decideArgs(passed, args); d.Effect != "allow" || d.Arguments != nil || d.Rewrites != nil {
+			t.Errorf("%s past a deny rule: %+v, want allowed with the arguments as sent", args, d)
+		}
+	}
+}
+
+// TestRelativePathWithoutRootIsRefused: a path matcher without root cannot tell where a
+// relative path leads (the upstream resolves it against a directory the gateway does not
+// know), so a rule that refuses or holds calls refuses one with a relative path rather than
+// let ../etc/passwd past, and an allowing rule does not match it; nothing is re-rooted at /.
+func TestRelativePathWithoutRootIsRefused(t *testing.T) {
+	for _, effect := range []string{config.EffectDeny, config.EffectHide, config.EffectApprove} {
+		r := compile(t, config.Policy{Rules: []config.Rule{
+			{Name: "no-etc", Effect: effect, Match: config.Match{Arguments: []config.ArgumentMatch{
+				{Pointer: "/path", Path: true, Matches: "^/etc(/|$)"}}}},
+		}})
+		for _, args := range []string{`{"path":"../etc/passwd"}`, `{"path":"etc/passwd"}`, `{"path":"docs/readme"}`, `{"path":""}`} {
+			d := decideArgs(r, args)
+			if d.Effect != config.EffectDeny || d.Rule != "no-etc" || !strings.Contains(d.Reason, "absolute") || d.Arguments != nil {
+				t.Errorf("%s rule, %s: %+v; want deny by no-etc, saying the path must be absolute", effect, args, d)
+			}
+		}
+		if d := decideArgs(r, `{"path":"/srv/x"}`); d.Effect != config.EffectAllow {
+			t.Errorf("%s rule, an absolute path elsewhere: %+v, want allow", effect, d)
+		}
+	}
+	allow := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "srv", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Matches: "^/srv/"}}}},
+	}})
+	if d := decideArgs(allow, `{"path":"srv/x"}`); d.Effect != config.EffectDeny || d.Rule != DefaultRule {
+		t.Errorf("allow rule without root, relative path: %+v, want no match (the default denies)", d)
+	}
+}
+
+// TestCaseVariantMembersAreRefused: members whose names differ only in case, on the way to
+// what any argument matcher reads, are refused with or without fold_case: an upstream that
+// decodes names case-insensitively (Go's encoding/json) takes the last, which the rule may
+// not have read.
+func TestCaseVariantMembersAreRefused(t *testing.T) {
+	for _, fold := range []bool{false, true} {
+		for _, effect := range []string{config.EffectDeny, config.EffectAllow} {
+			r := compile(t, config.Policy{Rules: []config.Rule{
+				{Name: "r", Effect: effect, Match: config.Match{Arguments: []config.ArgumentMatch{
+					{Pointer: "/opts/path", Path: true, FoldCase: fold, Matches: "^/ok$"}}}},
+			}})
+			for _, args := range []string{
+				`{"opts":{"path":"/ok","PATH":"/etc/passwd"}}`,
+				`{"opts":{"Path":"/etc/passwd","path":"/ok"}}`,
+				`{"opts":{"Path":"/etc/passwd","PATH":"/ok"}}`,
+				`{"opts":{"path":"/ok"},"OPTS":{"path":"/etc/passwd"}}`,
+				`{"opts":{"p\u0061th":"/ok","PAT\u0048":"/etc/passwd"}}`,
+			} {
+				d := decideArgs(r, args)
+				if d.Effect != config.EffectDeny || d.Rule != "r" || !strings.Contains(d.Reason, "differ only in case") {
+					t.Errorf("fold_case %v, %s rule, %s: %+v; want deny by r, saying the names differ only in case", fold, effect, args, d)
+				}
+			}
+		}
+	}
+}
+
+// TestRepeatedNestedMemberIsRefused: Decide on its own refuses arguments that repeat a member
+// on the way to what a matcher reads (a decoder that merges repeated objects, as Go's does,
+// would see /opts/path where a scanner taking the last opts sees none); the gateway refuses
+// repeated members anywhere before any rule (TestMembersGivenTwiceAreRefused).
+func TestRepeatedNestedMemberIsRefused(t *testing.T) {
+	r := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/opts/path", Matches: "^/etc"}}}},
+	}})
+	for _, args := range []string{
+		`{"opts":{"path":"/etc/passwd"},"opts":{"mode":"r"}}`,
+		`{"opts":{"path":"/etc/passwd","path":"/tmp"}}`,
+	} {
+		d := decideArgs(r, args)
+		if d.Effect != config.EffectDeny || d.Rule != "no-etc" || !strings.Contains(d.Reason, "more than once") || strings.Contains(d.Reason, "case") {
+			t.Errorf("%s: %+v; want deny by no-etc, saying a member is given more than once", args, d)
+		}
+	}
+	// Elsewhere, a repeated member is the caller's to refuse.
+	if d := decideArgs(r, `{"opts":{"path":"/tmp"},"n":1,"n":2}`); d.Effect != config.EffectAllow {
+		t.Errorf("a member repeated off the pointer: %+v, want allow", d)
+	}
+}
+
+// TestPathMatcherRefusesValuesThatAreNotStrings: a rule that refuses or holds calls does not
+// let a path argument of another type past (an array, an object, a number): the call is
+// refused, saying the value must be a string path; an allowing rule does not match it.
+func TestPathMatcherRefusesValuesThatAreNotStrings(t *testing.T) {
+	r := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Root: "/", Matches: "^/etc(/|$)"},
+			{Pointer: "/mode", Equals: ptr("read")},
+		}}},
+	}})
+	for _, args := range []string{`{"path":["/etc/passwd"],"mode":"read"}`, `{"path":{"0":"/etc/passwd"},"mode":"read"}`, `{"path":1,"mode":"read"}`, `{"path":null,"mode":"read"}`} {
+		if d := decideArgs(r, args); d.Effect != config.EffectDeny || d.Rule != "no-etc" || !strings.Contains(d.Reason, "string") {
+			t.Errorf("%s: %+v; want deny by no-etc, saying the path must be a string", args, d)
+		}
+	}
+	// The rule does not apply when its other matchers do not hold.
+	if d := decideArgs(r, `{"path":["/etc/passwd"],"mode":"write"}`); d.Effect != config.EffectAllow {
+		t.Errorf("wrong type, other matcher fails: %+v, want allow", d)
+	}
+	allow := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "srv", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Matches: "^/srv/"}}}},
+	}})
+	if d := decideArgs(allow, `{"path":["/srv/x"]}`); d.Rule != DefaultRule {
+		t.Errorf("allow rule, an array: %+v, want no match", d)
+	}
+}
+
+// TestPathMatcherReadsEveryElement: a pointer token * reads every element of an array: a rule
+// that refuses or holds calls applies when one element matches (or refuses when one is not a
+// string path), an allowing rule when every element does; the deciding rule hands on every
+// element cleaned.
+func TestPathMatcherReadsEveryElement(t *testing.T) {
+	r := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/paths/*", Path: true, Root: "/srv/data", Matches: "^/etc(/|$)"}}}},
+		{Name: "no-etc-edits", Effect: config.EffectDeny, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/edits/*/path", Path: true, Root: "/srv/data", Matches: "^/etc(/|$)"}}}},
+		{Name: "data", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/paths/*", Path: true, Root: "/srv/data", Matches: "^/srv/data/"}}}},
+	}})
+	for _, tt := range []struct{ args, effect, rule, rewritten, reason string }{
+		{`{"paths":["/srv/data/a","/etc/passwd"]}`, "deny", "no-etc", "", ""},
+		{`{"paths":["a","../../../etc/passwd"]}`, "deny", "no-etc", "", ""},
+		{`{"paths":["/srv/data/a",["/etc/passwd"]]}`, "deny", "no-etc", "", "string"},
+		{`{"paths":"/etc/passwd"}`, "deny", "no-etc", "", "array"},
+		{`{"edits":[{"path":"/tmp/x"},{"path":"/etc/passwd"}]}`, "deny", "no-etc-edits", "", ""},
+		{`{"edits":[{"path":"/tmp/x"},{"path":"/etc/x","PATH":"/tmp"}]}`, "deny", "no-etc-edits", "", "differ only in case"},
+		{`{"paths":["/srv/data/a","b/./c"]}`, "allow", "data", `{"paths":["/srv/data/a","/srv/data/b/c"]}`, ""},
+		{`{"paths":["/srv/data/a","/srv/other"]}`, "deny", "default", "", ""},
+		{`{"paths":[]}`, "deny", "default", "", ""},
+	} {
+		d := decideArgs(r, tt.args)
+		if d.Effect != tt.effect || d.Rule != tt.rule || string(d.Arguments) != tt.rewritten || !strings.Contains(d.Reason, tt.reason) {
+			t.Errorf("%s: %s by %s (%q), handing on %s; want %s by %s (%q), handing on %s", tt.args, d.Effect, d.Rule, d.Reason, d.Arguments, tt.effect, tt.rule, tt.reason, tt.rewritten)
+		}
+	}
+}
+
+// TestExplainTellsRefusalsOfArguments: explain says why a rule refused arguments it could not
+// read, and its decision is Decide's: a member given twice (in the same name, or in names
+// that differ in case, each said as such), a path that is not a string, a relative path
+// without root, a list that is not an array (when the rule's other matchers hold); and why an
+// allowing rule did not match them.
+func TestExplainTellsRefusalsOfArguments(t *testing.T) {
+	deny := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Line: 3, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/opts/path", Path: true, Matches: "^/etc(/|$)"},
+			{Pointer: "/more/*", Path: true, Matches: "^/etc(/|$)"},
+		}}},
+	}})
+	allow := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "srv", Effect: config.EffectAllow, Line: 3, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/opts/path", Path: true, Matches: "^/srv/"},
+			{Pointer: "/more/*", Path: true, Matches: "^/srv/"},
+		}}},
+	}})
+	for _, tt := range []struct {
+		r                 *Rules
+		args, why, reason string
+	}{
+		{deny, `{"opts":{"path":"/a"},"opts":{"x":1},"more":[]}`, "arguments: /opts is given more than once: the request is refused", "the arguments give /opts more than once: send it once"},
+		{deny, `{"opts":{"path":"/a","Path":"/etc"},"more":[]}`, "arguments: /opts/path is given more than once, in names that differ only in case: the request is refused", "differ only in case"},
+		{deny, `{"opts":{"path":["/etc"]},"more":["/etc"]}`, `arguments: /opts/path is ["/etc"], not a string (a file path): the request is refused`, "the argument /opts/path must be a file path, a string, not an array"},
+		{deny, `{"opts":{"path":"../etc"},"more":["/etc"]}`, `arguments: /opts/path is "../etc", a relative path, and the matcher has no root: the request is refused`, "must be an absolute path"},
+		{deny, `{"opts":{"path":"/etc"},"more":{"a":"/etc"}}`, `arguments: /more/* meets {"a":"/etc"}, not an array: the request is refused`, "the argument /more must be an array of file paths, not an object"},
+		{deny, `{"opts":{"path":"/a"},"more":[]}`, "arguments: /opts/path is \"/a\", which does not match \"^/etc(/|$)\"", ""},
+		{allow, `{"opts":{"path":"/srv/a"},"more":[]}`, "arguments: /more/* reaches no value (an array without elements)", defaultDenyReason},
+		{allow, `{"opts":{"path":"srv/a"},"more":["/srv/b"]}`, `arguments: /opts/path is "srv/a", a relative path, and the matcher has no root`, defaultDenyReason},
+		{allow, `{"opts":{"path":"/srv/a"},"more":["/srv/b",1]}`, `arguments: /more/* is 1, not a string (a file path)`, defaultDenyReason},
+	} {
+		steps, d := tt.r.Explain(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(tt.args)})
+		if len(steps) != 1 || steps[0].Why != tt.why {
+			t.Errorf("%s: steps %+v\nwant Why %q", tt.args, steps, tt.why)
+		}
+		if !strings.Contains(d.Reason, tt.reason) {
+			t.Errorf("%s: reason %q, want it to say %q", tt.args, d.Reason, tt.reason)
+		}
+		if want := tt.r.Decide(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(tt.args)}); !cmp.Equal(d, want) {
+			t.Errorf("%s: Explain decides %+v, Decide %+v", tt.args, d, want)
+		}
+	}
 }

@@ -25,6 +25,19 @@ type token struct {
 	// index is the token as an array index, or -1 when it is not one (RFC 6901 §4: digits
 	// without a leading zero; "-", the element after the last, is never present).
 	index int
+	// each: the token is *, which reads every element of an array (an extension of RFC
+	// 6901, where * would name a member "*"; such a member cannot be named).
+	each bool
+}
+
+// hasEach reports whether the pointer has a * token, which reads every element of an array.
+func (p *pointer) hasEach() bool {
+	for i := range p.tokens {
+		if p.tokens[i].each {
+			return true
+		}
+	}
+	return false
 }
 
 // compilePointer parses text, a JSON pointer: "" (the whole document) or "/"-separated
@@ -42,7 +55,7 @@ func compilePointer(text string) (pointer, error) {
 		if err != nil {
 			return p, err
 		}
-		p.tokens = append(p.tokens, token{name: name, index: arrayIndex(name)})
+		p.tokens = append(p.tokens, token{name: name, index: arrayIndex(name), each: raw == "*"})
 	}
 	return p, nil
 }
@@ -91,23 +104,34 @@ func arrayIndex(name string) int {
 type found uint8
 
 const (
-	missing   found = iota
-	present         // one value
-	ambiguous       // with fold, two members whose names differ in case only
+	missing found = iota
+	present       // one value
+	// notArray: a * token met a value that is not an array.
+	notArray
+	// repeated: an object gives the member a token names twice, under the same name.
+	repeated
+	// caseVariant: an object gives members whose names differ from a token's only in case
+	// (two or more), which a decoder that matches names case-insensitively (Go's
+	// encoding/json) takes one of, the last.
+	caseVariant
 )
 
-// resolve returns the raw value p refers to in doc, a valid JSON document, and whether there
-// is one. An object with a key twice resolves to its last value, as encoding/json and most
-// other decoders do, so that a rule sees what the upstream will most likely see.
-func (p *pointer) resolve(doc []byte) ([]byte, bool) {
+// ambiguous reports whether f is a member given more than once.
+func (f found) ambiguous() bool { return f == repeated || f == caseVariant }
+
+// resolve returns the raw value p refers to in doc, a valid JSON document, and what it found:
+// present, missing, or a member on the way given more than once (repeated, caseVariant).
+// Pointers with a * token are read with walk.
+func (p *pointer) resolve(doc []byte) ([]byte, found) {
 	start, end, f := p.span(doc, false)
-	return doc[start:end], f == present
+	return doc[start:end], f
 }
 
-// span returns where the value p refers to lies in doc, a valid JSON document: doc[start:end],
-// when f is present. With fold, reference tokens match member names case-insensitively (as
-// encoding/json matches struct fields); an object holding two members that the same token
-// matches, which such a decoder may take either of, is ambiguous.
+// span returns where the value p (without * tokens) refers to lies in doc, a valid JSON
+// document: doc[start:end], when f is present. With fold, reference tokens match member names
+// case-insensitively (as encoding/json matches struct fields); without, exactly. Either way
+// an object that gives the member twice (repeated), or in names that differ only in case
+// (caseVariant), is ambiguous: the pointer is not followed further.
 func (p *pointer) span(doc []byte, fold bool) (start, end int, f found) {
 	start = skipSpace(doc, 0)
 	end = valueEnd(doc, start)
@@ -121,11 +145,76 @@ func (p *pointer) span(doc []byte, fold bool) (start, end int, f found) {
 	return start, end, present
 }
 
+// walk calls fn for what p reaches in doc, a valid JSON document, in document order: a value
+// (found present, with its span), or where the pointer cannot go on, missing or notArray (with
+// the span of the value where it stopped). A * token goes on into every element of an array
+// in turn; an array without elements calls fn for nothing. walk returns repeated or
+// caseVariant at the first object on the way that gives a member twice (having called fn for
+// the elements before it), and the index of the token that names that member; present
+// otherwise.
+func (p *pointer) walk(doc []byte, fold bool, fn func(start, end int, f found)) (found, int) {
+	start := skipSpace(doc, 0)
+	return p.walkFrom(doc, start, valueEnd(doc, start), 0, fold, fn)
+}
+
+// walkFrom walks the tokens from i on, from the value doc[start:end].
+func (p *pointer) walkFrom(doc []byte, start, end, i int, fold bool, fn func(start, end int, f found)) (found, int) {
+	for ; i < len(p.tokens); i++ {
+		t := &p.tokens[i]
+		if t.each {
+			if doc[start] != '[' {
+				fn(start, end, notArray)
+				return present, 0
+			}
+			j := skipSpace(doc, start+1)
+			for doc[j] != ']' {
+				e := valueEnd(doc, j)
+				if f, at := p.walkFrom(doc, j, e, i+1, fold, fn); f != present {
+					return f, at
+				}
+				j = skipSpace(doc, e)
+				if doc[j] == ',' {
+					j = skipSpace(doc, j+1)
+				}
+			}
+			return present, 0
+		}
+		s, e, f := child(doc[start:end], t, fold)
+		switch f {
+		case present:
+			start, end = start+s, start+e
+		case missing:
+			fn(start, end, missing)
+			return present, 0
+		default:
+			return f, i
+		}
+	}
+	fn(start, end, present)
+	return present, 0
+}
+
+// prefix returns the pointer's text up to and including token i, as written.
+func (p *pointer) prefix(i int) string {
+	rest := p.text
+	for n := 0; n <= i; n++ {
+		next := strings.IndexByte(rest[1:], '/')
+		if next < 0 {
+			return p.text
+		}
+		rest = rest[next+1:]
+	}
+	return p.text[:len(p.text)-len(rest)]
+}
+
 // child returns where, in v (an object or array without surrounding space), the member t
-// names lies.
+// names lies. In an object, the member whose name is t's, or with fold the one whose name is
+// t's in any case; repeated or caseVariant when the object has more than one member whose
+// name is t's in any case (whether fold or not: a decoder that folds case would take one).
 func child(v []byte, t *token, fold bool) (start, end int, f found) {
 	switch v[0] {
 	case '{':
+		exact, folded := 0, 0
 		i := skipSpace(v, 1)
 		for v[i] != '}' {
 			keyEnd := stringEnd(v, i)
@@ -133,24 +222,30 @@ func child(v []byte, t *token, fold bool) (start, end int, f found) {
 			i = skipSpace(v, keyEnd) + 1 // past ':'
 			i = skipSpace(v, i)
 			e := valueEnd(v, i)
-			switch {
-			case keyEquals(key, t.name):
-				if fold && f == present {
-					return 0, 0, ambiguous
+			switch isExact, isFolded := keyMatch(key, t.name); {
+			case isExact:
+				exact++
+				start, end = i, e
+			case isFolded:
+				folded++
+				if fold {
+					start, end = i, e
 				}
-				start, end, f = i, e, present
-			case fold && keyFolds(key, t.name):
-				if f == present {
-					return 0, 0, ambiguous
-				}
-				start, end, f = i, e, present
 			}
 			i = skipSpace(v, e)
 			if v[i] == ',' {
 				i = skipSpace(v, i+1)
 			}
 		}
-		return start, end, f
+		switch {
+		case exact+folded > 1 && folded == 0:
+			return 0, 0, repeated
+		case exact+folded > 1:
+			return 0, 0, caseVariant
+		case exact == 1 || fold && folded == 1:
+			return start, end, present
+		}
+		return 0, 0, missing
 	case '[':
 		if t.index < 0 {
 			return 0, 0, missing
@@ -170,23 +265,24 @@ func child(v []byte, t *token, fold bool) (start, end int, f found) {
 	return 0, 0, missing
 }
 
-// keyFolds reports whether key, the inside of a JSON string, decodes to name under Unicode
-// simple case folding, as encoding/json compares a member's name with a field's.
-func keyFolds(key []byte, name string) bool {
+// keyMatch reports whether key, the inside of a JSON string, decodes to name (exact), or to
+// name under Unicode simple case folding but not exactly (folded), as encoding/json compares
+// a member's name with a field's.
+func keyMatch(key []byte, name string) (exact, folded bool) {
 	if plain(key) {
-		return strings.EqualFold(string(key), name)
+		if string(key) == name {
+			return true, false
+		}
+		return false, strings.EqualFold(string(key), name)
 	}
 	s, ok := decodeString(key)
-	return ok && strings.EqualFold(s, name)
-}
-
-// keyEquals reports whether key, the inside of a JSON string, decodes to name.
-func keyEquals(key []byte, name string) bool {
-	if plain(key) {
-		return string(key) == name
+	if !ok {
+		return false, false
 	}
-	s, ok := decodeString(key)
-	return ok && s == name
+	if s == name {
+		return true, false
+	}
+	return false, strings.EqualFold(s, name)
 }
 
 // decodeString decodes the inside of a JSON string that has escapes.

@@ -63,9 +63,17 @@ type rule struct {
 	hasResources           bool
 	args                   []argMatcher
 	paths                  bool // an argument matcher reads a path
-	readOnly               tri
-	destructive            tri
-	openWorld              tri
+	// restrictive: the rule refuses or holds what it matches (deny, hide, approve). Its
+	// argument matchers match when any value a * pointer reaches does, and its path
+	// matchers refuse a value they cannot read as a path (not a string, or relative
+	// without root) rather than let it past.
+	restrictive bool
+	// rewrites: the rule lets what it matches go on (allow, approve) and has path
+	// matchers; its decision hands on the paths they read, cleaned.
+	rewrites    bool
+	readOnly    tri
+	destructive tri
+	openWorld   tri
 }
 
 // tri is an optional bool.
@@ -94,12 +102,17 @@ type argMatcher struct {
 	ptr    pointer
 	equals *string
 	re     *regexp.Regexp
-	// path: the value is a file path, cleaned (a relative one joined to root, absolute and
-	// clean) before it is matched; equals is cleaned.
+	// path: the value is a file path, matched as a cleaned copy (a relative one joined to
+	// root); equals is cleaned.
 	path bool
+	// root is the directory a relative path is taken from, clean; "" when none is set, and
+	// a relative path cannot be read.
 	root string
 	// fold: the pointer's member names match case-insensitively.
 	fold bool
+	// every: every value a * pointer reaches must match, and there must be one (the rule
+	// allows); otherwise one is enough.
+	every bool
 }
 
 // Compile compiles p; nil p allows everything. trusted reports whether an upstream's
@@ -207,21 +220,28 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 	r.hasTools, r.hasPrompts, r.hasResources = m.Tools != nil, m.Prompts != nil, m.Resources != nil
 	r.items = r.hasTools || r.hasPrompts || r.hasResources
 	r.readOnly, r.destructive, r.openWorld = triOf(m.ReadOnlyHint), triOf(m.DestructiveHint), triOf(m.OpenWorldHint)
+	r.restrictive = c.Effect != config.EffectAllow
+	root := ""
 	for i, a := range m.Arguments {
-		am := argMatcher{equals: a.Equals, path: a.Path, fold: a.FoldCase}
+		am := argMatcher{equals: a.Equals, path: a.Path, fold: a.FoldCase, every: !r.restrictive}
 		if am.ptr, err = compilePointer(a.Pointer); err != nil {
 			return fmt.Errorf("arguments[%d]: pointer %q: %w", i, a.Pointer, err)
 		}
 		if a.Path {
-			am.root = a.Root
-			if am.root == "" {
-				am.root = "/"
+			if a.Root != "" {
+				if !strings.HasPrefix(a.Root, "/") {
+					return fmt.Errorf("arguments[%d]: root %q is not an absolute path", i, a.Root)
+				}
+				am.root = path.Clean(a.Root)
 			}
-			if !strings.HasPrefix(am.root, "/") {
-				return fmt.Errorf("arguments[%d]: root %q is not an absolute path", i, a.Root)
+			if r.paths && am.root != root {
+				return fmt.Errorf("arguments[%d]: root %q differs from the root of the rule's other path matchers, %q", i, a.Root, root)
 			}
-			am.root = path.Clean(am.root)
+			root = am.root
 			if a.Equals != nil {
+				if !strings.HasPrefix(*a.Equals, "/") && am.root == "" {
+					return fmt.Errorf("arguments[%d]: equals %q is a relative path, and there is no root", i, *a.Equals)
+				}
 				cleaned := cleanPath(*a.Equals, am.root)
 				am.equals = &cleaned
 			}
@@ -241,6 +261,7 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 		}
 		r.args = append(r.args, am)
 	}
+	r.rewrites = r.paths && (c.Effect == config.EffectAllow || c.Effect == config.EffectApprove)
 	return nil
 }
 
@@ -293,26 +314,43 @@ type Decision struct {
 	// Rule is the deciding rule's name; DefaultRule when none matched.
 	Rule string
 	// Reason is the rule's reason, or for deny, hide and approve without one a default
-	// sentence.
+	// sentence; for a refusal of arguments a rule could not read (see Decide), what was
+	// wrong with them.
 	Reason string
 	// DryRun is set when the rule set is in dry run: the effect was decided but is not to be
 	// enforced (it is for the audit trail).
 	DryRun bool
-	// Arguments are Input.Arguments as the rules' path matchers cleaned them: what the
-	// upstream is to get instead, so that what the rules checked is what is used (unless
-	// DryRun). Nil when no matcher changed them.
+	// Arguments are Input.Arguments with the paths the deciding rule's path matchers read
+	// cleaned, as they matched them, when that rule lets the call go on (allow, approve):
+	// what the upstream is to get instead, so that what the rule checked is what is used
+	// (unless DryRun). Nil when the deciding rule has no path matcher, refuses, or changed
+	// nothing.
 	Arguments json.RawMessage
-	// Rewrites name the rules whose path matchers changed the arguments, in order; nil when
-	// none did.
+	// Rewrites names the deciding rule when it set Arguments; nil otherwise.
 	Rewrites []string
 }
 
 // Decide returns the decision for in: the effect of the first rule that matches it, or the
-// default. Each rule reached whose other matchers hold cleans the paths its path matchers
-// read, and the rules after it see them cleaned (Decision.Arguments). A rule's fold_case
-// matcher that finds its member twice, in names that differ in case only, refuses the
-// request (deny, by that rule). It is on the hot path of every request: it does not allocate
-// unless a rule's argument matcher meets an escaped string or a path to clean.
+// default.
+//
+// A rule's argument matchers read the arguments as a decoder that matches member names
+// case-insensitively (Go's encoding/json) might: arguments that give a member on the way to
+// what a matcher reads more than once, under the same name or in names that differ only in
+// case, are refused (deny, by the first rule reached whose matchers of the upstream, item,
+// principal and annotations hold), whether the matcher has fold_case or not. Decide does not look at members elsewhere: params that repeat
+// any member (the tool's name, say) must be refused by the caller before Decide, as the
+// gateway does (protocol.DuplicateMember, TestMembersGivenTwiceAreRefused in package
+// gateway).
+//
+// A path matcher matches a cleaned copy of its value (Decision.Arguments says what the
+// upstream gets). In a rule that refuses or holds calls (deny, hide, approve), a path matcher
+// that cannot read its value as a path, because it is not a string (or, under a * token, not
+// an array) or because it is relative and the matcher has no root, refuses the call (deny, by
+// that rule) when the rule's other matchers hold, rather than let it past; in an allowing
+// rule, such a value does not match.
+//
+// It is on the hot path of every request: it does not allocate unless a rule's argument
+// matcher meets an escaped string or a path to clean, or refuses arguments.
 func (r *Rules) Decide(in Input) Decision {
 	if r == nil {
 		return Decision{Effect: config.EffectAllow, Rule: DefaultRule}
@@ -322,18 +360,116 @@ func (r *Rules) Decide(in Input) Decision {
 		c := &r.rules[i]
 		switch f := c.check(&in, &st); {
 		case f.ok():
-			return st.decided(c.decision)
-		case f.why == wAmbiguous:
-			return st.decided(c.ambiguous(f))
+			return c.decided(&in)
+		case f.refuse:
+			return c.refusal(f, in.Arguments)
 		}
 	}
-	return st.decided(r.def)
+	return r.def
 }
 
-// ambiguous is the decision of rule c whose argument matcher f.arg found its member twice.
-func (c *rule) ambiguous(f failure) Decision {
-	return Decision{Effect: config.EffectDeny, Rule: c.decision.Rule, DryRun: c.decision.DryRun,
-		Reason: fmt.Sprintf("the arguments give %s more than once, in names that differ only in case: send it once", c.args[f.arg].ptr.text)}
+// refusal is the decision of rule c whose argument matcher f.arg could not read the
+// arguments (f.refuse): deny, saying what is wrong with them.
+func (c *rule) refusal(f failure, args []byte) Decision {
+	a := &c.args[f.arg]
+	var reason string
+	switch f.why {
+	case wRepeated:
+		reason = fmt.Sprintf("the arguments give %s more than once: send it once", pointerName(a.ptr.prefix(f.at)))
+	case wCaseVariant:
+		reason = fmt.Sprintf("the arguments give %s more than once, in names that differ only in case (an upstream may read either): send it once, in one spelling", pointerName(a.ptr.prefix(f.at)))
+	case wNotString:
+		reason = fmt.Sprintf("the argument %s must be a file path, a string, not %s", pointerName(a.ptr.text), kindOf(args[f.start:f.end]))
+	case wNotArray:
+		reason = fmt.Sprintf("the argument %s must be an array of file paths, not %s", pointerName(a.ptr.prefix(f.at)), kindOf(args[f.start:f.end]))
+	case wRelative:
+		reason = fmt.Sprintf("the argument %s must be an absolute path (starting with /): the gateway's policy cannot tell where a relative one leads", pointerName(a.ptr.text))
+	}
+	return Decision{Effect: config.EffectDeny, Rule: c.decision.Rule, DryRun: c.decision.DryRun, Reason: reason}
+}
+
+// pointerName names an argument by its pointer, for messages.
+func pointerName(ptr string) string {
+	if ptr == "" {
+		return `"" (the whole arguments)`
+	}
+	return ptr
+}
+
+// kindOf names the kind of a raw JSON value: "an array", "a number".
+func kindOf(v []byte) string {
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// decided returns the decision of rule c, which matched in: with the paths its path matchers
+// read cleaned, when it lets the call go on.
+func (c *rule) decided(in *Input) Decision {
+	d := c.decision
+	if !c.rewrites {
+		return d
+	}
+	args, changed := []byte(in.Arguments), false
+	for i := range c.args {
+		if a := &c.args[i]; a.path {
+			if next := a.clean(args); next != nil {
+				args, changed = next, true
+			}
+		}
+	}
+	if changed {
+		d.Arguments, d.Rewrites = args, []string{d.Rule}
+	}
+	return d
+}
+
+// clean returns doc, valid JSON, with every path a reads replaced by its cleaned form; nil
+// when none changes. A value a cannot read is left as it is (the rule did not match, or
+// refused, if there was one).
+func (a *argMatcher) clean(doc []byte) []byte {
+	type replacement struct {
+		start, end int
+		path       string
+	}
+	var repl []replacement
+	a.ptr.walk(doc, a.fold, func(start, end int, f found) {
+		if f != present || doc[start] != '"' {
+			return
+		}
+		inside := doc[start+1 : end-1]
+		if plain(inside) && isCleanPath(inside) {
+			return
+		}
+		s, ok := decodeString(inside)
+		if !ok || !strings.HasPrefix(s, "/") && a.root == "" {
+			return
+		}
+		if cleaned := cleanPath(s, a.root); cleaned != s {
+			repl = append(repl, replacement{start, end, cleaned})
+		}
+	})
+	if repl == nil {
+		return nil
+	}
+	out := make([]byte, 0, len(doc)+16*len(repl))
+	last := 0
+	for _, r := range repl {
+		out = append(out, doc[last:r.start]...)
+		out = protocol.AppendString(out, r.path)
+		last = r.end
+	}
+	return append(out, doc[last:]...)
 }
 
 // Visible reports whether an item may be listed for in.Principal: false when the decision
@@ -410,68 +546,6 @@ type state struct {
 	trust tri
 	// args is whether the input's arguments are valid JSON; unset until read.
 	args tri
-	// doc are the arguments as the path matchers reached so far cleaned them; nil while
-	// they are the input's.
-	doc []byte
-	// rewrites name the rules whose path matchers changed doc.
-	rewrites []string
-}
-
-// arguments are the arguments as the rules reached so far see them.
-func (st *state) arguments(in *Input) []byte {
-	if st.doc != nil {
-		return st.doc
-	}
-	return in.Arguments
-}
-
-// decided returns d with the arguments the path matchers cleaned, if they changed any.
-func (st *state) decided(d Decision) Decision {
-	if st.doc != nil {
-		d.Arguments, d.Rewrites = st.doc, st.rewrites
-	}
-	return d
-}
-
-// cleanPaths replaces, in the arguments, each string value a path matcher of c reads by its
-// cleaned form (a value that is missing, ambiguous or not a string is left for the matcher to
-// refuse), and notes c as a rule that rewrote them.
-func (st *state) cleanPaths(c *rule, in *Input) {
-	doc := st.arguments(in)
-	if !st.validArgs(doc) {
-		return
-	}
-	changed := false
-	for i := range c.args {
-		a := &c.args[i]
-		if !a.path {
-			continue
-		}
-		start, end, f := a.ptr.span(doc, a.fold)
-		if f != present || doc[start] != '"' {
-			continue
-		}
-		inside := doc[start+1 : end-1]
-		if plain(inside) && isCleanPath(inside) {
-			continue
-		}
-		s, ok := decodeString(inside)
-		if !ok {
-			continue
-		}
-		cleaned := cleanPath(s, a.root)
-		if cleaned == s {
-			continue
-		}
-		next := make([]byte, 0, len(doc)-(end-start)+len(cleaned)+2)
-		next = append(next, doc[:start]...)
-		next = protocol.AppendString(next, cleaned)
-		doc, changed = append(next, doc[end:]...), true
-	}
-	if changed {
-		st.doc = doc
-		st.rewrites = append(st.rewrites, c.decision.Rule)
-	}
 }
 
 // cleanPath returns p as the path it names: joined to root when relative, then cleaned as
@@ -552,6 +626,13 @@ type failure struct {
 	who principal.Field
 	// why is a detail of the failure: argument and annotation failures.
 	why why
+	// refuse: the rule refuses the request for its arguments (Decide), rather than not
+	// match.
+	refuse bool
+	// start, end are the span, in the arguments, of the value an argument failure is about;
+	// at is the index of the pointer's token where a member is given more than once, or a *
+	// token meets what is not an array.
+	start, end, at int
 }
 
 type why uint8
@@ -568,14 +649,27 @@ const (
 	wNotEqual
 	wNotString
 	wNoMatch
-	// wAmbiguous: a fold_case matcher found its member twice, in names that differ in case.
-	wAmbiguous
+	// wEmpty: a * token met an array without elements.
+	wEmpty
+	// wNotArray: a * token met a value that is not an array.
+	wNotArray
+	// wRelative: a path matcher without root met a relative path.
+	wRelative
+	// wRepeated: an object on the way gives the member twice, under the same name.
+	wRepeated
+	// wCaseVariant: an object on the way gives the member in names that differ in case.
+	wCaseVariant
 )
+
+// unreadable reports whether w says that a path matcher could not read its value as a path.
+func (w why) unreadable() bool { return w == wNotString || w == wNotArray || w == wRelative }
 
 func (f failure) ok() bool { return f.field == matched }
 
 // check matches in against the rule, every matcher in a fixed order (cheap ones first), and
-// returns the first that fails.
+// returns the first that fails. The argument matchers are all read: a member given more than
+// once where any of them reads refuses the request, and so, in a rule that refuses or holds
+// calls, does a path one cannot read, when the others match.
 func (c *rule) check(in *Input, st *state) failure {
 	if c.upstreams != nil && !c.upstreams.Match(in.Upstream) {
 		return failure{field: fUpstreams}
@@ -606,16 +700,31 @@ func (c *rule) check(in *Input, st *state) failure {
 			return failure{field: fAnnotations, why: w}
 		}
 	}
-	if c.paths {
-		st.cleanPaths(c, in)
-	}
-	args := st.arguments(in)
+	var fail, refuse failure
 	for i := range c.args {
-		if w := c.args[i].check(args, st); w != 0 {
-			return failure{field: fArguments, arg: i, why: w}
+		a := &c.args[i]
+		f := a.check(in.Arguments, st)
+		if f.why == 0 {
+			continue
+		}
+		f.field, f.arg = fArguments, i
+		switch {
+		case f.why == wRepeated || f.why == wCaseVariant:
+			f.refuse = true
+			return f
+		case c.restrictive && a.path && f.why.unreadable():
+			if !refuse.refuse {
+				f.refuse = true
+				refuse = f
+			}
+		case fail.field == matched:
+			fail = f
 		}
 	}
-	return failure{}
+	if fail.field != matched {
+		return fail
+	}
+	return refuse
 }
 
 // hints returns the tool's hints, each declared or the MCP default (readOnlyHint false,
@@ -658,32 +767,70 @@ func (c *rule) checkAnnotations(in *Input, st *state) why {
 	return 0
 }
 
-// check matches the arguments; 0 when they match. A path matcher's value has been cleaned
-// (state.cleanPaths) before.
-func (a *argMatcher) check(args []byte, st *state) why {
+// check matches the arguments: a failure with why 0 when they match, or why not and about
+// which value (its field and arg are left for the caller). A path matcher matches a cleaned
+// copy of each value. Under a * token, every value must match when a.every, and one is
+// enough otherwise; but a value a path matcher cannot read is reported first then (the rule
+// refuses it).
+func (a *argMatcher) check(args []byte, st *state) failure {
 	if !st.validArgs(args) {
 		if len(args) == 0 {
-			return wMissing
+			return failure{why: wMissing}
 		}
-		return wInvalidArgs
+		return failure{why: wInvalidArgs}
 	}
-	start, end, f := a.ptr.span(args, a.fold)
+	values, matches := 0, 0
+	var first, unreadable failure // the first value that does not match, and that a path matcher cannot read
+	f, at := a.ptr.walk(args, a.fold, func(start, end int, f found) {
+		values++
+		w := a.value(args[start:end], f)
+		switch {
+		case w == 0:
+			matches++
+			return
+		case a.path && w.unreadable() && unreadable.why == 0:
+			unreadable = failure{why: w, start: start, end: end}
+		}
+		if first.why == 0 {
+			first = failure{why: w, start: start, end: end}
+		}
+	})
+	switch f {
+	case repeated:
+		return failure{why: wRepeated, at: at}
+	case caseVariant:
+		return failure{why: wCaseVariant, at: at}
+	}
+	switch {
+	case values == 0:
+		return failure{why: wEmpty}
+	case a.every:
+		return first
+	case unreadable.why != 0:
+		return unreadable
+	case matches > 0:
+		return failure{}
+	}
+	return first
+}
+
+// value matches one value the pointer reached (f present), or says why there is none; 0 when
+// it matches.
+func (a *argMatcher) value(v []byte, f found) why {
 	switch f {
 	case missing:
 		return wMissing
-	case ambiguous:
-		return wAmbiguous
+	case notArray:
+		return wNotArray
 	}
-	v := args[start:end]
-	if a.path && v[0] != '"' {
-		return wNotString
+	if a.path {
+		return a.pathValue(v)
 	}
 	if a.re != nil {
 		if v[0] != '"' {
 			return wNotString
 		}
-		inside := v[1 : len(v)-1]
-		if matchString(a.re, inside) {
+		if matchString(a.re, v[1:len(v)-1]) {
 			return 0
 		}
 		return wNoMatch
@@ -698,6 +845,41 @@ func (a *argMatcher) check(args []byte, st *state) why {
 		return 0
 	}
 	return wNotEqual
+}
+
+// pathValue matches v, a raw JSON value, as a path: a string, cleaned (joined to the root
+// when relative). It allocates only for a path to clean or one with escapes.
+func (a *argMatcher) pathValue(v []byte) why {
+	if v[0] != '"' {
+		return wNotString
+	}
+	inside := v[1 : len(v)-1]
+	if plain(inside) && isCleanPath(inside) {
+		if a.re != nil {
+			return whyNot(a.re.Match(inside), wNoMatch)
+		}
+		return whyNot(string(inside) == *a.equals, wNotEqual)
+	}
+	s, ok := decodeString(inside)
+	if !ok {
+		return wNotString
+	}
+	if !strings.HasPrefix(s, "/") && a.root == "" {
+		return wRelative
+	}
+	s = cleanPath(s, a.root)
+	if a.re != nil {
+		return whyNot(a.re.MatchString(s), wNoMatch)
+	}
+	return whyNot(s == *a.equals, wNotEqual)
+}
+
+// whyNot is 0 when ok, else w.
+func whyNot(ok bool, w why) why {
+	if ok {
+		return 0
+	}
+	return w
 }
 
 // matchString reports whether re matches the decoded JSON string whose inside is given.

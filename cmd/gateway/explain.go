@@ -119,7 +119,10 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout)
 	}
-	if d.Arguments != nil {
+	switch {
+	case d.Arguments != nil && d.DryRun:
+		fmt.Fprintf(stdout, "arguments as %s cleaned their paths (in dry run the upstream gets them as sent): %s\n", strings.Join(d.Rewrites, ", "), d.Arguments)
+	case d.Arguments != nil:
 		fmt.Fprintf(stdout, "arguments the upstream gets, paths cleaned by %s: %s\n", strings.Join(d.Rewrites, ", "), d.Arguments)
 	}
 	fmt.Fprintf(stdout, "decision: %s by %s", d.Effect, d.Rule)

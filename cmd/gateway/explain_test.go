@@ -80,7 +80,7 @@ upstreams:
 
 // TestValidateWarnsOfPathRegexpsWithoutPathForm: `gateway validate` warns of a rule whose
 // regular expression reads an absolute path without path: true, and still passes the config;
-// explain shows the arguments a path rule cleaned, as the upstream would get them.
+// explain tells a path walked around as the rule read it.
 func TestValidateWarnsOfPathRegexpsWithoutPathForm(t *testing.T) {
 	cfg := writeConfig(t, `upstreams:
   - {name: fs, command: /bin/sh}
@@ -103,7 +103,35 @@ policy:
 	out.Reset()
 	errOut.Reset()
 	if code := run([]string{"explain", "-config", cfg, "-upstream", "fs", "-tool", "read_file", "-args", `{"path":"/tmp/../etc/passwd"}`}, &out, &errOut); code != 0 ||
-		!strings.Contains(out.String(), `arguments the upstream gets, paths cleaned by no-etc: {"path":"/etc/passwd"}`) || !strings.Contains(out.String(), "decision: deny by no-etc") {
+		!strings.Contains(out.String(), `no  no-system-paths (`+cfg+`:5): arguments: /path is "/tmp/../etc/passwd", which does not match "^/etc/"`) || !strings.Contains(out.String(), "decision: deny by no-etc") {
 		t.Errorf("explain of a path walked around: exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+}
+
+// TestExplainSaysWhatTheUpstreamGets: explain prints the arguments as the deciding rule
+// cleaned their paths, as what the upstream gets; in dry run, the upstream gets them as sent,
+// and explain says so.
+func TestExplainSaysWhatTheUpstreamGets(t *testing.T) {
+	for _, dryRun := range []bool{false, true} {
+		cfg := writeConfig(t, fmt.Sprintf(`upstreams:
+  - {name: fs, command: /bin/sh}
+policy:
+  dry_run: %t
+  rules:
+    - name: data
+      effect: allow
+      match: {tools: [read_file], arguments: [{pointer: /path, path: true, root: /srv/data, matches: "^/srv/data/"}]}
+`, dryRun))
+		var out, errOut bytes.Buffer
+		if code := run([]string{"explain", "-config", cfg, "-upstream", "fs", "-tool", "read_file", "-args", `{"path":"notes/./a"}`}, &out, &errOut); code != 0 {
+			t.Fatalf("explain: exit %d, %s", code, errOut.String())
+		}
+		want := `arguments the upstream gets, paths cleaned by data: {"path":"/srv/data/notes/a"}`
+		if dryRun {
+			want = `arguments as data cleaned their paths (in dry run the upstream gets them as sent): {"path":"/srv/data/notes/a"}`
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "decision: allow by data") {
+			t.Errorf("explain, dry run %v:\n%s\nwant the line %s", dryRun, out.String(), want)
+		}
 	}
 }

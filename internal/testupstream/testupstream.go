@@ -87,6 +87,8 @@ func text(s string) *mcp.CallToolResult {
 //     which answers "<text>@example.com" as text and in structuredContent.
 //   - "env": tool "getenv" {name}, which answers "<name>=<value>" from the process's own
 //     environment, or "<name> is not set".
+//   - "files": tools "read_file" {path, mode} and "read_files" {paths}, which answer the
+//     arguments they got, as raw JSON, unchecked (their input schema is any object).
 //
 // The "tasks" flavor is an mcp-go server and is served by Main only (see serveTasks).
 func New(flavor string) (*mcp.Server, error) {
@@ -201,6 +203,13 @@ func New(flavor string) (*mcp.Server, error) {
 				}
 				return text(in.Name + " is not set"), nil, nil
 			})
+	case "files":
+		for _, name := range []string{"read_file", "read_files"} {
+			server.AddTool(&mcp.Tool{Name: name, Description: "answers its arguments as it got them", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					return text(string(req.Params.Arguments)), nil
+				})
+		}
 	case "collide":
 		mcp.AddTool(server, &mcp.Tool{Name: "beta__echo", Description: "a name that collides with beta's echo under prefix beta"},
 			func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
