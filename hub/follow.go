@@ -322,8 +322,9 @@ func (s *Stream) forgetKeptLocked(data []byte) {
 	}
 }
 
-// takeKeptLocked takes over the messages kept on from, a copy of the stream that s replaces
-// (a resume read it anew): they go on s as they would have gone on from.
+// takeKeptLocked takes over the messages kept (and the events noted as logged first, logged)
+// on the copy of the stream that s replaces (a resume read it anew): they go on s as they
+// would have gone on that copy, kept while s is followed, put on it when s is produced here.
 func (s *Stream) takeKeptLocked(kept []keptMessage, logged []loggedFirst) {
 	if s.fromLog {
 		s.kept = append(slices.Clip(kept), s.kept...)
