@@ -445,7 +445,7 @@ type liveHub interface {
 	Orphaned(producer string, adopted func(streamID string) bool)
 	Keep(sessionID string, data []byte) bool
 	Produced(sessionID, streamID, producer string)
-	TakeOver(ctx context.Context, producer string) []string
+	TakeOver(ctx context.Context, producer string, each time.Duration) []string
 }
 
 var _ liveHub = (*hub.Local)(nil)

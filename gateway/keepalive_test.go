@@ -154,3 +154,13 @@ func TestStandaloneStreamStaysOpenAfterAnEvent(t *testing.T) {
 		}
 	})
 }
+
+// TestKeepAlivesTouchTheLogWithinItsRetention: the keep-alives of a connection reading a
+// quiet standalone stream touch its log (Stream.KeepLogged); they come more than twice within
+// the least retention the log is given (stream_retention below it is raised to it), so a
+// stream read anywhere never expires while it is read.
+func TestKeepAlivesTouchTheLogWithinItsRetention(t *testing.T) {
+	if 2*keepAliveInterval >= minLogRetention {
+		t.Errorf("keep-alives every %s touch a log kept %s at least: one lost touch lets it expire", keepAliveInterval, minLogRetention)
+	}
+}

@@ -392,11 +392,10 @@ func (r *replicas) gone(replica string, claimed bool) {
 }
 
 // takeOverStandalone takes over the standalone streams of a stopped replica that clients
-// read here: their messages go on them from this replica from now on.
+// read here: their messages go on them from this replica from now on. Each within its own
+// time: many sessions, or a slow store, do not make the later ones run out of it.
 func (r *replicas) takeOverStandalone(replica string) {
-	ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
-	defer cancel()
-	for _, id := range r.g.hub.TakeOver(ctx, replica) {
+	for _, id := range r.g.hub.TakeOver(r.g.ctx, replica, subscriptionCallTimeout) {
 		if ls := r.g.hub.Lookup(id); ls != nil {
 			if st := ls.Standalone(); st != nil {
 				r.logger.Info("took over a session's standalone stream from a stopped replica", "replica", replica, "session", fingerprint(id))

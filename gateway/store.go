@@ -53,9 +53,16 @@ func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (s
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("session store (redis): %w", err)
 	}
-	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, time.Minute)})
+	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, minLogRetention)})
 	return rs, redisEvents{log}, func() error { return errors.Join(log.Close(), rs.Close()) }, nil
 }
+
+// minLogRetention is the least time the event log keeps a stream after its last event or
+// touch, whatever stream_retention says: the time for a client to resume it on another
+// replica after its own died. A quiet standalone stream's log is touched by the keep-alives
+// of the connection reading it (keepAliveInterval), which come more than twice within it, so
+// that one lost to a blip of the store does not let it expire.
+const minLogRetention = time.Minute
 
 // storeOutageInterval is how often a failure of the session store of one kind is logged
 // while the store is down, with the count of those held back since.
@@ -99,7 +106,11 @@ func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID, s
 }
 
 func (r redisEvents) Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error) {
-	return r.log.Claim(ctx, sessionID, streamID, from, to)
+	owner, err := r.log.Claim(ctx, sessionID, streamID, from, to)
+	if errors.Is(err, session.ErrStreamReplaced) {
+		return "", hub.ErrStreamDone
+	}
+	return owner, err
 }
 
 func (r redisEvents) Touch(sessionID, streamID string) { r.log.Touch(sessionID, streamID) }

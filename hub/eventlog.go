@@ -63,7 +63,9 @@ type TakeoverLog interface {
 	EventLog
 	// Claim makes hub to the producer of a stream whose producer, hub from, stopped, unless
 	// another hub claimed it first; it returns the stream's producer after the claim. A
-	// successful claim is announced to the hubs following the stream (Local.Produced).
+	// successful claim is announced to the hubs following the stream (Local.Produced). It
+	// fails with ErrStreamDone for a session's standalone stream that another replaced (its
+	// client opened a new one): nobody takes it over.
 	Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error)
 	// Touch keeps what the log holds of a stream for the log's retention from now: a stream
 	// that goes on while nothing happens on it. It must not block.
@@ -190,6 +192,15 @@ func (s *Session) followOrTakeOver(ctx context.Context, st *Stream) error {
 			return nil
 		}
 		owner, err := s.claim(ctx, st.id, st.owner)
+		if errors.Is(err, ErrStreamDone) {
+			// Its client opened another standalone stream meanwhile: this one goes no
+			// further than its producer logged (it is unknown when nothing is left of it).
+			if len(st.events) == 0 {
+				return ErrUnknownStream
+			}
+			st.complete = true
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -212,6 +223,9 @@ func (s *Session) claim(ctx context.Context, streamID, from string) (string, err
 		return s.hub.opts.Tag, nil
 	}
 	owner, err := tl.Claim(ctx, s.id, streamID, from, s.hub.opts.Tag)
+	if errors.Is(err, ErrStreamDone) {
+		return "", err
+	}
 	if err != nil {
 		return "", errors.Join(ErrLogUnavailable, err)
 	}

@@ -123,7 +123,9 @@ func (st *Stream) extendLocked(events []Event) bool {
 		st.events = append(st.events, e.Data)
 		st.size += len(e.Data)
 		st.noteAnswer(e.Data)
-		st.forgetKeptLocked(e.Data)
+		if st.standalone {
+			st.forgetKeptLocked(e.Data)
+		}
 		next++
 	}
 	return true
@@ -215,12 +217,20 @@ type keptMessage struct {
 	at   time.Time
 }
 
+// loggedFirst is an event of a followed standalone stream that came (Extend) before its
+// message (Keep): the digest of its data, and when it came.
+type loggedFirst struct {
+	digest uint64
+	at     time.Time
+}
+
 // Keep keeps a message for session sessionID's standalone stream, which another hub
 // produces, on the copies of it followed here: if that hub stopped before it logged the
 // message, the message goes on the stream when this hub takes it over (TakeOver, Resume). A
-// message its producer logs meanwhile is forgotten here as its event comes (Extend); one is
-// kept for Options.Hold at most, and as many as a stream holds. It reports whether a copy
-// keeps it.
+// message its producer logs meanwhile is forgotten here as its event comes (Extend), or not
+// kept when its event came first; one is kept for Options.Hold at most (Sweep forgets it),
+// and no more than a stream holds, in messages and in bytes (Limits): the oldest go first.
+// It reports whether a copy keeps it.
 func (h *Local) Keep(sessionID string, data []byte) bool {
 	ls := h.Lookup(sessionID)
 	if ls == nil {
@@ -254,22 +264,79 @@ func (s *Session) followedStandalone() []*Stream {
 
 func (s *Stream) keepLocked(data []byte) {
 	now := s.session.hub.opts.Now()
-	cutoff := now.Add(-s.session.hub.opts.Hold)
-	i := 0
-	for i < len(s.kept) && (s.kept[i].at.Before(cutoff) || len(s.kept)-i >= s.limits.Messages) {
-		i++
+	s.pruneKeptLocked(now)
+	d := s.session.hub.digest(data)
+	for i, l := range s.loggedFirst {
+		if l.digest == d {
+			// Its event came first: the producer had it.
+			s.loggedFirst = slices.Delete(s.loggedFirst, i, i+1)
+			return
+		}
 	}
-	s.kept = append(s.kept[i:], keptMessage{data: data, at: now})
+	s.kept = append(s.kept, keptMessage{data: data, at: now})
+	s.keptSize += len(data)
+	for len(s.kept) > 1 && (len(s.kept) > s.limits.Messages || s.keptSize > s.limits.Bytes) {
+		s.keptSize -= len(s.kept[0].data)
+		s.kept[0] = keptMessage{}
+		s.kept = s.kept[1:]
+	}
 }
 
-// forgetKeptLocked forgets one kept message equal to an event its producer logged.
+// pruneKeptLocked forgets the messages kept, and the events noted as logged first, longer
+// than Options.Hold before now: the producer, which ran, had them.
+func (s *Stream) pruneKeptLocked(now time.Time) {
+	cutoff := now.Add(-s.session.hub.opts.Hold)
+	i := 0
+	for i < len(s.kept) && s.kept[i].at.Before(cutoff) {
+		s.keptSize -= len(s.kept[i].data)
+		i++
+	}
+	s.kept = s.kept[i:]
+	i = 0
+	for i < len(s.loggedFirst) && s.loggedFirst[i].at.Before(cutoff) {
+		i++
+	}
+	s.loggedFirst = s.loggedFirst[i:]
+	if len(s.kept) == 0 {
+		s.kept, s.keptSize = nil, 0
+	}
+	if len(s.loggedFirst) == 0 {
+		s.loggedFirst = nil
+	}
+}
+
+// forgetKeptLocked forgets one kept message equal to an event its producer logged; when none
+// is kept, the event is noted, for its message may come after it (Keep): the bus does not
+// order the producer's events after the messages of other replicas.
 func (s *Stream) forgetKeptLocked(data []byte) {
 	for i, k := range s.kept {
 		if bytes.Equal(k.data, data) {
+			s.keptSize -= len(k.data)
 			s.kept = slices.Delete(s.kept, i, i+1)
 			return
 		}
 	}
+	s.loggedFirst = append(s.loggedFirst, loggedFirst{digest: s.session.hub.digest(data), at: s.session.hub.opts.Now()})
+	if len(s.loggedFirst) > s.limits.Messages {
+		s.loggedFirst = slices.Delete(s.loggedFirst, 0, len(s.loggedFirst)-s.limits.Messages)
+	}
+}
+
+// takeKeptLocked takes over the messages kept (and the events noted as logged first, logged)
+// on the copy of the stream that s replaces (a resume read it anew): they go on s as they
+// would have gone on that copy, kept while s is followed, put on it when s is produced here.
+func (s *Stream) takeKeptLocked(kept []keptMessage, logged []loggedFirst) {
+	if s.fromLog {
+		s.kept = append(slices.Clip(kept), s.kept...)
+		s.loggedFirst = append(slices.Clip(logged), s.loggedFirst...)
+		s.keptSize = 0
+		for _, k := range s.kept {
+			s.keptSize += len(k.data)
+		}
+		return
+	}
+	s.kept = kept
+	s.putKeptLocked()
 }
 
 // Produced notes that the hub tagged producer took stream streamID of session sessionID
@@ -298,13 +365,18 @@ func (s *Stream) adoptLocked(responses int) {
 	s.owner = ""
 	s.responses = responses
 	s.logged = s.first + uint64(len(s.events)) - 1
+	s.putKeptLocked()
+}
+
+// putKeptLocked puts the messages kept for a stream taken over here on it, and logs them.
+func (s *Stream) putKeptLocked() {
 	cutoff := s.session.hub.opts.Now().Add(-s.session.hub.opts.Hold)
 	for _, k := range s.kept {
 		if !k.at.Before(cutoff) && s.roomLocked(len(k.data)) {
 			s.appendLocked(k.data, false)
 		}
 	}
-	s.kept = nil
+	s.kept, s.keptSize, s.loggedFirst = nil, 0, nil
 	s.logLocked()
 	s.wakeLocked()
 }
@@ -314,17 +386,27 @@ func (s *Stream) adoptLocked(responses int) {
 // the last event the log holds, with the messages kept for it (unless another hub claimed
 // one first: it is then followed from that one). A copy whose client is away between two
 // connections is taken over too: its client may resume it here, or where it is followed from
-// here. It returns the ids of the sessions whose standalone stream is produced here now.
-func (h *Local) TakeOver(ctx context.Context, producer string) []string {
+// here. Each stream is taken over within its own time, each, from ctx (0: ctx alone), one
+// after another. It returns the ids of the sessions whose standalone stream is produced here
+// now.
+func (h *Local) TakeOver(ctx context.Context, producer string, each time.Duration) []string {
 	var ids []string
 	for _, ls := range h.Sessions() {
 		for _, st := range ls.followedStandalone() {
 			st.mu.Lock()
 			theirs := st.fromLog && st.following && !st.dropped && st.owner == producer
 			st.mu.Unlock()
-			if theirs && ls.takeOverFollowed(ctx, st, producer) {
+			if !theirs {
+				continue
+			}
+			sctx, cancel := ctx, context.CancelFunc(func() {})
+			if each > 0 {
+				sctx, cancel = context.WithTimeout(ctx, each)
+			}
+			if ls.takeOverFollowed(sctx, st, producer) {
 				ids = append(ids, ls.id)
 			}
+			cancel()
 		}
 	}
 	return ids
@@ -354,7 +436,9 @@ func (s *Session) takeOverFollowed(ctx context.Context, st *Stream, producer str
 	st.mu.Unlock()
 	s.mu.Lock()
 	st.mu.Lock()
-	if s.ctx.Err() != nil || !st.following || st.dropped {
+	// A resume meanwhile may have read the stream anew, and taken it over with its own copy:
+	// that one stays, and this one, which it replaced, is dropped by it.
+	if s.ctx.Err() != nil || !st.following || st.dropped || s.streams[st.id] != st {
 		st.mu.Unlock()
 		s.mu.Unlock()
 		return false
@@ -387,34 +471,9 @@ func (s *Session) Adopt(ctx context.Context, streamID string) (*Stream, error) {
 		// what the log does.
 		s.catchUp(ctx, cp)
 	}
-	held := &Stream{session: s, limits: s.hub.opts.Limits, first: 1, done: make(chan struct{})}
-	var first *Replayed
-	for {
-		r, err := log.Replay(ctx, s.id, streamID, held.first+uint64(len(held.events))-1)
-		switch {
-		case errors.Is(err, ErrEventsLost):
-			return nil, err
-		case err != nil:
-			return nil, errors.Join(ErrLogUnavailable, err)
-		case r == nil:
-			return nil, ErrUnknownStream
-		case r.Complete:
-			return nil, ErrStreamDone
-		}
-		if first == nil {
-			first = r
-			if len(r.Events) > 0 {
-				held.first = r.Events[0].Seq
-			}
-		}
-		for _, e := range r.Events {
-			held.noteAnswer(e.Data)
-			held.events = append(held.events, e.Data)
-			held.size += len(e.Data)
-		}
-		if !r.More {
-			break
-		}
+	held, first, err := s.readLogged(ctx, streamID)
+	if err != nil {
+		return nil, err
 	}
 	last := held.first + uint64(len(held.events)) - 1
 	from := first.Producer
@@ -470,6 +529,114 @@ func (s *Session) Adopt(ctx context.Context, streamID string) (*Stream, error) {
 	return st, nil
 }
 
+// readLogged reads whole what the log holds of a stream that has not ended, page after page:
+// a stream of its events (not the session's), and the first page (the requests the stream
+// answers, its producer). It fails with ErrUnknownStream when the log holds nothing of it,
+// ErrStreamDone when it ended, ErrEventsLost when its first events are no longer held.
+func (s *Session) readLogged(ctx context.Context, streamID string) (*Stream, *Replayed, error) {
+	held := &Stream{session: s, limits: s.hub.opts.Limits, first: 1, done: make(chan struct{})}
+	var first *Replayed
+	for {
+		r, err := s.hub.opts.Log.Replay(ctx, s.id, streamID, held.first+uint64(len(held.events))-1)
+		switch {
+		case errors.Is(err, ErrEventsLost):
+			return nil, nil, err
+		case err != nil:
+			return nil, nil, errors.Join(ErrLogUnavailable, err)
+		case r == nil:
+			return nil, nil, ErrUnknownStream
+		case r.Complete:
+			return nil, nil, ErrStreamDone
+		}
+		if first == nil {
+			first = r
+			if len(r.Events) > 0 {
+				held.first = r.Events[0].Seq
+			}
+		}
+		for _, e := range r.Events {
+			held.noteAnswer(e.Data)
+			held.events = append(held.events, e.Data)
+			held.size += len(e.Data)
+		}
+		if !r.More {
+			return held, first, nil
+		}
+	}
+}
+
+// Abandon ends stream streamID of the session, which another hub began and stopped producing,
+// when this hub does not go on with it (Adopt failed, or what it was to run cannot run): an
+// answer for each request the log recorded that none of its events answers — held, for the
+// request this hub was to run (held.ID; nil for none), ErrProducerStopped for every other —
+// and the stream's end are written to the log after its last event, so that every hub
+// following the stream, and every later resume of it, ends it with them (the log refuses what
+// another hub wrote there first); a copy followed here ends at once. A log that holds nothing
+// of the stream any more (it expired) gets them as its first events, held's included: the
+// stream of a call that never ran carries nothing before its answer. A log that lost the
+// stream's first events gets its end alone: what follows them is not known here. A stream
+// that ended is left as it is. Abandon fails when the log cannot be read (ErrLogUnavailable).
+func (s *Session) Abandon(ctx context.Context, streamID string, held *protocol.Response) error {
+	log := s.hub.opts.Log
+	if log == nil {
+		return ErrUnknownStream
+	}
+	st, first, err := s.readLogged(ctx, streamID)
+	var requests []protocol.ID
+	switch {
+	case errors.Is(err, ErrStreamDone):
+		return nil
+	case errors.Is(err, ErrEventsLost):
+		log.Append(s.id, streamID, nil, true)
+		s.endCopy(streamID, nil)
+		return nil
+	case errors.Is(err, ErrUnknownStream):
+		st = &Stream{session: s, limits: s.hub.opts.Limits, first: 1}
+	case err != nil:
+		return err
+	default:
+		requests = first.Requests
+	}
+	if held != nil && !slices.Contains(requests, held.ID) {
+		requests = append(slices.Clip(requests), held.ID)
+	}
+	next := st.first + uint64(len(st.events))
+	var events []Event
+	for _, id := range requests {
+		if st.answered[id] {
+			continue
+		}
+		resp := &protocol.Response{ID: id, Error: ErrProducerStopped}
+		if held != nil && id == held.ID {
+			resp = held
+		}
+		data, err := protocol.Encode(resp)
+		if err != nil {
+			continue
+		}
+		events = append(events, Event{Seq: next, Data: data})
+		next++
+	}
+	log.Append(s.id, streamID, events, true)
+	s.endCopy(streamID, events)
+	return nil
+}
+
+// endCopy ends a copy of stream streamID followed here with the events its end brings.
+func (s *Session) endCopy(streamID string, events []Event) {
+	cp := s.Stream(streamID)
+	if cp == nil {
+		return
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if !cp.following || cp.dropped || !cp.extendLocked(events) {
+		return
+	}
+	cp.completeFollowedLocked()
+	cp.wakeLocked()
+}
+
 // Awaiting returns the requests a stream taken over (Adopt) awaits answers for, as it was
 // taken over.
 func (s *Stream) Awaiting() []protocol.ID {
@@ -478,16 +645,18 @@ func (s *Stream) Awaiting() []protocol.ID {
 	return slices.Clone(s.requests)
 }
 
-// KeepLogged keeps what the event log holds of a stream produced here for the log's retention
-// from now (TakeoverLog.Touch): the session's standalone stream goes on while nothing
-// happens on it, and must stay resumable on another hub if this one stops.
+// KeepLogged keeps what the event log holds of a stream for the log's retention from now
+// (TakeoverLog.Touch), while a client reads it: the session's standalone stream goes on while
+// nothing happens on it, and must stay resumable, and be taken over, if its producer stops.
+// A stream produced here is kept once its client holds an event id of it, one followed here
+// from another hub while it is followed: its producer has no client reading it to keep it.
 func (s *Stream) KeepLogged() {
 	tl, ok := s.session.hub.opts.Log.(TakeoverLog)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	live := s.loggedStart && !s.loggedEnd && !s.fromLog && !s.dropped
+	live := !s.dropped && (s.fromLog && s.following || !s.fromLog && s.loggedStart && !s.loggedEnd)
 	s.mu.Unlock()
 	if live {
 		tl.Touch(s.session.id, s.id)

@@ -17,10 +17,13 @@ import (
 // reqLog is a RequestLog in a map, as a shared log (Redis) would be seen by several replicas:
 // an event whose sequence number is not above the last held is refused, as Redis refuses an
 // entry id it holds; Start records the requests of the stream's first start only. Replay
-// returns at most page events (More) when page is set.
+// returns at most page events (More) when page is set. As Redis does, the start of a
+// session's standalone stream ends the one it replaces, which Claim refuses from then on.
 type reqLog struct {
 	mu      sync.Mutex
 	streams map[string]*reqLogStream
+	// current names each session's standalone stream, by session.
+	current map[string]string
 	// starts are the Start calls, in order.
 	starts []startCall
 	page   int
@@ -42,7 +45,9 @@ type startCall struct {
 	Requests        []string
 }
 
-func newReqLog() *reqLog { return &reqLog{streams: map[string]*reqLogStream{}} }
+func newReqLog() *reqLog {
+	return &reqLog{streams: map[string]*reqLogStream{}, current: map[string]string{}}
+}
 
 var _ RequestLog = (*reqLog)(nil)
 
@@ -65,6 +70,12 @@ func (l *reqLog) Start(sessionID, streamID string, requests []protocol.ID, stand
 	if !started {
 		st.requests = slices.Clone(requests)
 		st.standalone = standalone
+	}
+	if standalone {
+		if prev := l.current[sessionID]; prev != "" && prev != streamID && l.streams[sessionID+"/"+prev] != nil {
+			l.streams[sessionID+"/"+prev].complete = true
+		}
+		l.current[sessionID] = streamID
 	}
 }
 
@@ -108,6 +119,9 @@ func (l *reqLog) Claim(_ context.Context, sessionID, streamID, from, to string) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.streamLocked(sessionID, streamID)
+	if st.standalone && l.current[sessionID] != streamID {
+		return "", ErrStreamDone
+	}
 	if st.producer == "" || st.producer == from || st.producer == to {
 		st.producer = to
 		l.claims = append(l.claims, streamID+" "+from+"→"+to)

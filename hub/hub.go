@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,8 @@ type Local struct {
 	opts Options
 	ctx  context.Context
 	stop context.CancelFunc
+	// seed hashes the messages of followed streams (digest).
+	seed maphash.Seed
 
 	mu sync.Mutex
 	// sessions holds the live sessions by id. Guarded by mu.
@@ -81,7 +84,7 @@ type Local struct {
 
 // New returns an empty hub; sessions' contexts derive from parent.
 func New(parent context.Context, opts *Options) *Local {
-	h := &Local{sessions: map[string]*Session{}, ended: map[string]time.Time{}}
+	h := &Local{sessions: map[string]*Session{}, ended: map[string]time.Time{}, seed: maphash.MakeSeed()}
 	if opts != nil {
 		h.opts = *opts
 	}
@@ -212,8 +215,12 @@ func (h *Local) Sessions() []*Session {
 	return out
 }
 
+// digest hashes a message, to recognise it again.
+func (h *Local) digest(data []byte) uint64 { return maphash.Bytes(h.seed, data) }
+
 // Sweep forgets sessions that ended before cutoff (no request that started before they ended
-// can still be on its way) and complete streams kept past the retention period.
+// can still be on its way), complete streams kept past the retention period, and messages
+// kept for followed standalone streams past Options.Hold.
 func (h *Local) Sweep(cutoff time.Time) {
 	h.mu.Lock()
 	for id, at := range h.ended {
@@ -226,10 +233,16 @@ func (h *Local) Sweep(cutoff time.Time) {
 		sessions = append(sessions, s)
 	}
 	h.mu.Unlock()
+	now := h.opts.Now()
 	for _, s := range sessions {
 		s.mu.Lock()
 		s.pruneLocked()
 		s.mu.Unlock()
+		for _, st := range s.followedStandalone() {
+			st.mu.Lock()
+			st.pruneKeptLocked(now)
+			st.mu.Unlock()
+		}
 	}
 }
 

@@ -249,8 +249,14 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 				s.mu.Unlock()
 				return nil, nil, ErrSessionEnded
 			}
-			var old *Stream
+			var old, copied *Stream
 			if held := s.streams[streamID]; held == nil || held.readBack() {
+				if held != nil {
+					// The copy read before is replaced: what was kept on it goes on the new
+					// one, and its connection, if any, ends.
+					replayed.replaceCopyLocked(held)
+					copied = held
+				}
 				s.streams[streamID] = replayed
 				st = replayed
 				if !replayed.readBack() {
@@ -262,6 +268,7 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 			}
 			s.mu.Unlock()
 			s.dropReplaced(old)
+			s.dropReplaced(copied)
 			if st == replayed {
 				s.catchUp(ctx, replayed)
 			}
@@ -354,6 +361,25 @@ func (s *Session) installStandaloneLocked(st *Stream) *Stream {
 		delete(s.streams, old.id)
 	}
 	return old
+}
+
+// replaceCopyLocked takes over, on a stream read anew from the log, the messages kept on the
+// copy of it that it replaces (held: read back before). s.mu of the session must be held;
+// the streams' own are taken one after the other.
+func (st *Stream) replaceCopyLocked(held *Stream) {
+	if !st.standalone {
+		return
+	}
+	held.mu.Lock()
+	kept, logged := held.kept, held.loggedFirst
+	held.kept, held.keptSize, held.loggedFirst = nil, 0, nil
+	held.mu.Unlock()
+	if len(kept) == 0 && len(logged) == 0 {
+		return
+	}
+	st.mu.Lock()
+	st.takeKeptLocked(kept, logged)
+	st.mu.Unlock()
 }
 
 // dropReplaced drops a standalone stream that another replaced (nil: none).

@@ -81,8 +81,11 @@ type Stream struct {
 	owner string
 	// kept holds messages for the session's standalone stream that reached this hub while
 	// it follows the stream from another (Keep): those that hub never logged go on the stream
-	// if this hub takes it over. Guarded by mu.
-	kept []keptMessage
+	// if this hub takes it over; keptSize is their bytes. loggedFirst notes the events logged
+	// before their message reached this hub. Guarded by mu.
+	kept        []keptMessage
+	keptSize    int
+	loggedFirst []loggedFirst
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it

@@ -3,8 +3,11 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -119,7 +122,7 @@ func TestFollowedStandaloneStreamIsTakenOverWhenItsProducerStops(t *testing.T) {
 	h.Extend("s", standaloneID, []Event{ev(2, notice(2))}, false)
 	read(c)
 
-	got := h.TakeOver(context.Background(), producer)
+	got := h.TakeOver(context.Background(), producer, time.Minute)
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"idle", "s"}) {
 		t.Errorf("TakeOver reported sessions %v, want [idle s]", got)
@@ -169,7 +172,7 @@ func TestTakeOverFollowsTheHubThatClaimedFirst(t *testing.T) {
 	if owner, _ := log.Claim(context.Background(), "s", standaloneID, producer, "other"); owner != "other" {
 		t.Fatalf("claim by other: %s", owner)
 	}
-	if got := h.TakeOver(context.Background(), producer); len(got) != 0 {
+	if got := h.TakeOver(context.Background(), producer, time.Minute); len(got) != 0 {
 		t.Errorf("TakeOver took over %v, want nothing: another hub claimed it", got)
 	}
 	h.Extend("s", standaloneID, []Event{ev(2, notice(2))}, false)
@@ -177,7 +180,7 @@ func TestTakeOverFollowsTheHubThatClaimedFirst(t *testing.T) {
 		t.Errorf("following the other hub: %v, %v", got, state)
 	}
 	// That hub stops too: the copy, which follows it now, is taken over here.
-	if got := h.TakeOver(context.Background(), "other"); !slices.Equal(got, []string{"s"}) {
+	if got := h.TakeOver(context.Background(), "other", time.Minute); !slices.Equal(got, []string{"s"}) {
 		t.Errorf("TakeOver(other) = %v, want [s]", got)
 	}
 	if diff := cmp.Diff([]string{standaloneID + " prod→other", standaloneID + " other→here"}, log.claimsOf()); diff != "" {
@@ -200,7 +203,7 @@ func TestKeptMessagesExpire(t *testing.T) {
 	h.Keep("s", notice(8))
 	clock.Advance(time.Minute + time.Second)
 	h.Keep("s", notice(9))
-	h.TakeOver(context.Background(), producer)
+	h.TakeOver(context.Background(), producer, time.Minute)
 	events, _, _ := c.Next()
 	if len(events) != 1 || !slices.Equal(events[0].Data, notice(9)) {
 		t.Errorf("after the takeover: %d events %+v, want the message kept within Hold alone", len(events), events)
@@ -321,12 +324,15 @@ func TestDroppedStandaloneStreamIsNotResumed(t *testing.T) {
 	}
 }
 
-// TestKeepLoggedTouchesOnlyWhatThisHubProduces: a quiet standalone stream produced here is
-// kept in the log (Touch) once its client holds an event id of it; a copy followed from
-// another hub, or a stream not yet logged, is not touched from here.
-func TestKeepLoggedTouchesOnlyWhatThisHubProduces(t *testing.T) {
+// TestFollowedStandaloneStreamKeepsItsLogAlive: a quiet standalone stream is kept in the log
+// (Touch) wherever its client reads it: on the hub producing it, once its client holds an
+// event id of it, and on a hub following it from another, whose client would otherwise find
+// it expired when it must take it over. A copy no longer followed (ended, or dropped) is not
+// touched.
+func TestFollowedStandaloneStreamKeepsItsLogAlive(t *testing.T) {
 	log := newReqLog()
 	log.seedStandalone("s", ev(1, notice(1)))
+	log.seed("e", followed, []int64{1}, []Event{ev(1, result(1))}, true)
 	p := &producers{running: map[string]bool{producer: true}}
 	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
 	copied, _, err := openSession(t, h, "s").Resume(context.Background(), standaloneID+".1")
@@ -334,6 +340,11 @@ func TestKeepLoggedTouchesOnlyWhatThisHubProduces(t *testing.T) {
 		t.Fatal(err)
 	}
 	copied.KeepLogged()
+	ended, _, err := openSession(t, h, "e").Resume(context.Background(), followed+".0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended.KeepLogged()
 	own, c, err := openSession(t, h, "t").OpenStandalone()
 	if err != nil {
 		t.Fatal(err)
@@ -341,10 +352,259 @@ func TestKeepLoggedTouchesOnlyWhatThisHubProduces(t *testing.T) {
 	own.KeepLogged() // no event id written yet: nothing logged
 	c.MarkResumable()
 	own.KeepLogged()
+	h.Lookup("s").DropStandalone("other_1")
+	copied.KeepLogged()
 	log.mu.Lock()
 	touches := slices.Clone(log.touches)
 	log.mu.Unlock()
-	if diff := cmp.Diff([]string{"t/" + own.ID()}, touches); diff != "" {
+	if diff := cmp.Diff([]string{"s/" + standaloneID, "t/" + own.ID()}, touches); diff != "" {
 		t.Errorf("touches (-want +got):\n%s", diff)
+	}
+}
+
+// TestTakeOverRacingAResumeKeepsTheResumedStream: TakeOver picks a copy of the standalone
+// stream followed here; before it installs it, the client reconnects, and its resume takes
+// the stream over itself (the producer stopped) with a new copy. The copy TakeOver picked is
+// not installed over the resumed one: the client's new connection stays, nothing ends the
+// stream in the log, and the messages kept on the old copy go on the new one.
+func TestTakeOverRacingAResumeKeepsTheResumedStream(t *testing.T) {
+	ctx := context.Background()
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	picked, old, err := s.Resume(ctx, standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Keep("s", notice(2)) // never logged by the producer, which stops
+	p.mu.Lock()
+	p.running[producer] = false
+	p.mu.Unlock()
+
+	resumed, c, err := s.Resume(ctx, standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.takeOverFollowed(ctx, picked, producer) {
+		t.Errorf("TakeOver installed the copy it picked over the one the resume took over")
+	}
+	if s.Standalone() != resumed {
+		t.Errorf("the session's standalone stream is not the resumed one")
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("the resumed connection: %v, %v; want the kept message, live", got, state)
+	}
+	if _, state := read(old); state != Dropped {
+		t.Errorf("the replaced copy's connection: %v, want dropped", state)
+	}
+	if err := h.Deliver("s", "", notice(3)); err != nil {
+		t.Fatalf("a message after the takeover: %v", err)
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("after a new message: %v, %v", got, state)
+	}
+	if diff := cmp.Diff([]string{"1 notice", "2 notice", "3 notice"}, log.contents("s", standaloneID)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+}
+
+// TestStaleResumeOfAReplacedStandaloneStreamEnds: the client opened another standalone
+// stream elsewhere; a late resume of the old one, whose producer stopped, is not taken over
+// (the log refuses the claim): it ends after its events, or is unknown when none are left,
+// rather than fail as if the log were out of reach.
+func TestStaleResumeOfAReplacedStandaloneStreamEnds(t *testing.T) {
+	ctx := context.Background()
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	// The new stream is named already; the old one's end is not written yet.
+	log.mu.Lock()
+	log.current["s"] = "other_1"
+	log.mu.Unlock()
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: (&producers{}).producing})
+	s := openSession(t, h, "s")
+	_, c, err := s.Resume(ctx, standaloneID+".0")
+	if err != nil {
+		t.Fatalf("a resume before the old stream's last event: %v", err)
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Complete {
+		t.Errorf("a resume before the old stream's last event: %v, %v; want its event, then its end", got, state)
+	}
+	if _, _, err := s.Resume(ctx, standaloneID+".1"); !errors.Is(err, ErrUnknownStream) {
+		t.Errorf("a resume after its last event: %v, want ErrUnknownStream", err)
+	}
+	if s.Standalone() != nil || len(log.claimsOf()) != 0 {
+		t.Errorf("the old stream was taken over: standalone %v, claims %v", s.Standalone(), log.claimsOf())
+	}
+}
+
+// TestKeptMessageLoggedBeforeItCameIsNotRepeated: the producer's event for a message can
+// reach this hub before the message itself (Keep): the message is not kept then, and not put
+// on the stream a second time when the producer stops.
+func TestKeptMessageLoggedBeforeItCameIsNotRepeated(t *testing.T) {
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	_, c, err := openSession(t, h, "s").Resume(context.Background(), standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Append("s", standaloneID, []Event{ev(2, notice(2))}, false)
+	h.Extend("s", standaloneID, []Event{ev(2, notice(2))}, false)
+	h.Keep("s", notice(2))
+	h.Keep("s", notice(3))
+	if got, _ := read(c); !slices.Equal(got, []string{"notice"}) {
+		t.Fatalf("the followed stream: %v, want the logged event", got)
+	}
+	h.TakeOver(context.Background(), producer, time.Minute)
+	events, state, _ := c.Next()
+	if len(events) != 1 || !slices.Equal(events[0].Data, notice(3)) || state != Live {
+		t.Errorf("after the takeover: %+v, %v; want the message never logged alone", events, state)
+	}
+}
+
+// TestKeptMessagesAreBoundedByBytes: the messages kept for a followed standalone stream take
+// no more than a stream's bytes (Limits.Bytes), the oldest going first, as well as no more
+// than its messages.
+func TestKeptMessagesAreBoundedByBytes(t *testing.T) {
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing, Limits: Limits{Messages: 256, Bytes: 1000}})
+	st, _, err := openSession(t, h, "s").Resume(context.Background(), standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := func(n int) []byte {
+		return []byte(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/message","params":{"n":%d,"data":%q}}`, n, strings.Repeat("x", 300)))
+	}
+	for i := range 10 {
+		h.Keep("s", big(i))
+	}
+	st.mu.Lock()
+	var size int
+	var kept [][]byte
+	for _, k := range st.kept {
+		size += len(k.data)
+		kept = append(kept, k.data)
+	}
+	st.mu.Unlock()
+	if size > 1000 || len(kept) == 0 || !slices.Equal(kept[len(kept)-1], big(9)) {
+		t.Errorf("kept %d messages, %d bytes; want the newest, within 1000 bytes", len(kept), size)
+	}
+}
+
+// TestSweepForgetsKeptMessages: a message kept longer than Hold is forgotten by the hub's
+// sweep, not only when the next message comes.
+func TestSweepForgetsKeptMessages(t *testing.T) {
+	clock := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing, Now: clock.Now, Hold: time.Minute})
+	st, _, err := openSession(t, h, "s").Resume(context.Background(), standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Keep("s", notice(8))
+	clock.Advance(time.Minute + time.Second)
+	h.Sweep(clock.Now().Add(-time.Minute))
+	st.mu.Lock()
+	n := len(st.kept)
+	st.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d messages kept past Hold after a sweep, want none", n)
+	}
+}
+
+// slowClaims is a log whose claims take a while (on the synctest clock).
+type slowClaims struct {
+	*reqLog
+	each time.Duration
+}
+
+func (l slowClaims) Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error) {
+	select {
+	case <-time.After(l.each):
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return l.reqLog.Claim(ctx, sessionID, streamID, from, to)
+}
+
+// TestTakeOverClaimsEachStreamInItsOwnTime: the standalone streams of a stopped producer are
+// claimed one after another; each gets its own time, so that many sessions, or a slow log,
+// do not make the later claims run out of it and drop their streams.
+func TestTakeOverClaimsEachStreamInItsOwnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := newReqLog()
+		p := &producers{running: map[string]bool{producer: true}}
+		h := newTestHub(t, &Options{Tag: "here", Log: slowClaims{log, 4 * time.Second}, Producing: p.producing})
+		sessions := []string{"s1", "s2", "s3", "s4"}
+		for _, id := range sessions {
+			log.seedStandalone(id, ev(1, notice(1)))
+			if _, _, err := openSession(t, h, id).Resume(context.Background(), standaloneID+".1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := h.TakeOver(context.Background(), producer, 10*time.Second)
+		slices.Sort(got)
+		if !slices.Equal(got, sessions) {
+			t.Errorf("TakeOver took over %v, want %v", got, sessions)
+		}
+	})
+}
+
+// TestAbandonAnswersWhatAStreamAwaits: a hub that cannot go on with a stream another stopped
+// producing (a held call it could not take over) ends it in the log: the request it was to
+// run gets the answer given, every other request the stream awaits gets ErrProducerStopped,
+// after the last event, and the stream's end follows; a copy followed here ends with them. A
+// log that no longer holds the stream gets the answer as its first event; one that ended is
+// left alone.
+func TestAbandonAnswersWhatAStreamAwaits(t *testing.T) {
+	ctx := context.Background()
+	notRun := protocol.Errorf(protocol.CodeShuttingDown, "it did not run")
+	log := newReqLog()
+	log.seed("s", followed, []int64{1, 2, 3}, []Event{ev(1, notice(1)), ev(2, result(1))}, false)
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	_, c, err := s.Resume(ctx, followed+".2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abandon(ctx, followed, &protocol.Response{ID: protocol.IntID(3), Error: notRun}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1 notice", "2 result 1", "3 error 2 -32009", "4 error 3 -32009", "end"}
+	got := log.contents("s", followed)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+	events, state, _ := c.Next()
+	if len(events) != 2 || state != Complete {
+		t.Fatalf("the copy followed here: %d events, %v; want the two answers, complete", len(events), state)
+	}
+	for i, want := range []string{ErrProducerStopped.Message, notRun.Message} {
+		if msg, _ := protocol.Decode(events[i].Data); msg.(*protocol.Response).Error.Message != want {
+			t.Errorf("answer %d: %s, want the message %q", i, events[i].Data, want)
+		}
+	}
+	// Done again (another hub, or a retry): nothing more.
+	if err := s.Abandon(ctx, followed, &protocol.Response{ID: protocol.IntID(3), Error: notRun}); err != nil || !slices.Equal(log.contents("s", followed), got) {
+		t.Errorf("Abandon of an ended stream: %v, the log holds %v", err, log.contents("s", followed))
+	}
+
+	// Its log expired: the answer is its first event.
+	if err := s.Abandon(ctx, "prod_9", &protocol.Response{ID: protocol.IntID(5), Error: notRun}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"1 error 5 -32009", "end"}, log.contents("s", "prod_9")); diff != "" {
+		t.Errorf("the expired stream's log (-want +got):\n%s", diff)
+	}
+	if r, _ := log.Replay(ctx, "s", "prod_9", 0); r == nil || len(r.Events) != 1 || !strings.Contains(string(r.Events[0].Data), notRun.Message) {
+		t.Errorf("the expired stream's answer: %+v, want the one given", r)
 	}
 }

@@ -39,7 +39,8 @@ type Logged struct {
 	// Requests is what Start recorded: the ids of the requests the stream answers, a JSON
 	// array; nil when none was.
 	Requests json.RawMessage
-	// Standalone says that StartStandalone began the stream.
+	// Standalone says that StartStandalone began the stream. Both outlive the trimming of
+	// the stream's first events.
 	Standalone bool
 	// Producer is the replica that took the stream over (Claim); empty when none did.
 	Producer string
@@ -65,6 +66,12 @@ type EventLogOptions struct {
 // events' sequence numbers (seq+1, so that the priming event 0 never needs one), so an event
 // appended twice is refused by Redis rather than stored twice; a stream's end is an entry
 // marked "end".
+//
+// Beside each stream, with the same time to live: what its start said (a hash, …:evm:<stream>:
+// whether it is its session's standalone stream, the requests it answers), which trimming
+// must not take away with the stream's first entries, and the replica that took it over
+// (…:evp:<stream>). Beside the session's streams, which one is its standalone stream now
+// (…:evs), renewed with each of them: a new one's start ends the one before.
 type RedisEventLog struct {
 	store *RedisStore
 	opts  EventLogOptions
@@ -82,6 +89,8 @@ type RedisEventLog struct {
 type logAppend struct {
 	key      string
 	producer string // its producer key
+	meta     string // its start's key
+	current  string // the key naming the session's standalone stream
 	digest   string
 	stream   string
 	events   []LoggedEvent
@@ -124,6 +133,19 @@ func (l *RedisEventLog) producerKey(sessionID, streamID string) string {
 	return l.store.opts.KeyPrefix + ":{" + sessionHash(sessionID) + "}:evp:" + streamID
 }
 
+// metaKey is the Redis key of what a stream's start said (a hash: "sa" for the session's
+// standalone stream, "rq" the requests it answers); it lives as long as the stream's log,
+// whose first entries trimming removes.
+func (l *RedisEventLog) metaKey(sessionID, streamID string) string {
+	return l.store.opts.KeyPrefix + ":{" + sessionHash(sessionID) + "}:evm:" + streamID
+}
+
+// currentKey is the Redis key naming a session's standalone stream now (session hash
+// digest); renewed with each of the session's streams, it outlives their logs.
+func (l *RedisEventLog) currentKey(digest string) string {
+	return l.store.opts.KeyPrefix + ":{" + digest + "}:evs"
+}
+
 // Append queues a stream's events, in order, and its end when complete. It never blocks: past
 // the queue's size the append is dropped and counted (the stream then resumes only where it
 // is held).
@@ -153,19 +175,29 @@ func (l *RedisEventLog) Touch(sessionID, streamID string) {
 // scriptClaimStream makes ARGV[2] the producer of a stream (KEYS[1], its producer key) if ARGV[1]
 // is, or if no replica took the stream over yet, and announces it on the session's channel
 // (ARGV[4], message ARGV[5]); the key lives ARGV[3] ms. It returns the producer after the
-// claim.
+// claim, or nil for a session's standalone stream (its start's key KEYS[2] says so) that
+// another replaced (KEYS[3] names another, not ARGV[6]).
 var scriptClaimStream = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] and cur ~= ARGV[2] then return cur end
+if redis.call('HEXISTS', KEYS[2], 'sa') == 1 then
+  local now = redis.call('GET', KEYS[3])
+  if now and now ~= ARGV[6] then return false end
+end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if cur ~= ARGV[2] then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 return ARGV[2]
 `)
 
+// ErrStreamReplaced is returned by Claim for a session's standalone stream that another
+// replaced (its client opened a new one): it does not go on.
+var ErrStreamReplaced = errors.New("the session has another standalone stream now")
+
 // Claim makes replica to the producer of a stream whose producer, replica from, stopped
 // (the one that began it when none took it over yet), unless another replica claimed it
 // first, and tells the replicas following the session (BusStreamTaken). It returns the
-// stream's producer after the claim.
+// stream's producer after the claim; ErrStreamReplaced for a session's standalone stream that
+// another replaced, which nobody claims.
 func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to string) (string, error) {
 	digest := sessionHash(sessionID)
 	msg, err := json.Marshal(&BusMessage{Kind: BusStreamTaken, From: to, Session: digest, Stream: streamID, Replica: to})
@@ -174,8 +206,11 @@ func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to
 	}
 	ctx, cancel := l.store.bound(ctx)
 	defer cancel()
-	owner, err := scriptClaimStream.Run(ctx, l.store.client, []string{l.producerKey(sessionID, streamID)},
-		from, to, l.opts.Retention.Milliseconds(), l.store.sessionChannel(digest), msg).Text()
+	owner, err := scriptClaimStream.Run(ctx, l.store.client, []string{l.producerKey(sessionID, streamID), l.metaKey(sessionID, streamID), l.currentKey(digest)},
+		from, to, l.opts.Retention.Milliseconds(), l.store.sessionChannel(digest), msg, streamID).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", ErrStreamReplaced
+	}
 	if err != nil {
 		return "", fmt.Errorf("event log: claim a stream: %w", err)
 	}
@@ -184,6 +219,8 @@ func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to
 
 func (l *RedisEventLog) queueOp(op logAppend) {
 	op.producer = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evp:" + op.stream
+	op.meta = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evm:" + op.stream
+	op.current = l.currentKey(op.digest)
 	select {
 	case l.queue <- op:
 	default:
@@ -231,24 +268,64 @@ func (l *RedisEventLog) write() {
 	}
 }
 
+// scriptSetStandalone names ARGV[1] the session's standalone stream (KEYS[1]), for ARGV[2]
+// ms, and returns the one it named before, if any.
+var scriptSetStandalone = redis.NewScript(`
+local prev = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return prev
+`)
+
+// scriptEndStream logs the end of a stream (KEYS[1]) whose log is still held: one that expired
+// is not written again.
+var scriptEndStream = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('XADD', KEYS[1], '*', 'end', '1')
+end
+return 1
+`)
+
+// replacedStandalone is a session's standalone stream that another replaced: its end is
+// logged.
+type replacedStandalone struct {
+	digest string
+	cmd    *redis.Cmd
+	by     string
+}
+
 // flush writes appends in one pipeline. An entry Redis refuses because its id is not above
-// the stream's last (written before) is not an error.
+// the stream's last (written before) is not an error. The start of a session's standalone
+// stream ends the one it replaces, in a second round trip.
 func (l *RedisEventLog) flush(ops []logAppend) {
 	ctx, cancel := l.store.bound(context.Background())
 	defer cancel()
+	retention := l.opts.Retention.Milliseconds()
 	pipe := l.store.client.Pipeline()
+	var replaced []replacedStandalone
 	for _, op := range ops {
 		if op.start {
 			// The stream exists (its client holds the priming event's id): a marker before
-			// every event's id, refused as a duplicate if one came first.
+			// every event's id, refused as a duplicate if one came first. What it says is
+			// kept beside the stream too, where trimming does not reach (replicas of earlier
+			// versions read it from the marker).
 			values := []any{"start", "1"}
+			var meta []any
 			if op.requests != nil {
 				values = append(values, "rq", string(op.requests))
+				meta = append(meta, "rq", string(op.requests))
 			}
 			if op.standalone {
 				values = append(values, "sa", "1")
+				meta = append(meta, "sa", "1")
 			}
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: values})
+			if meta != nil {
+				pipe.HSet(ctx, op.meta, meta...)
+			}
+			if op.standalone {
+				replaced = append(replaced, replacedStandalone{digest: op.digest, by: op.stream,
+					cmd: scriptSetStandalone.Eval(ctx, pipe, []string{op.current}, op.stream, retention)})
+			}
 		}
 		for _, e := range op.events {
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true,
@@ -259,6 +336,8 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 		}
 		pipe.PExpire(ctx, op.key, l.opts.Retention)
 		pipe.PExpire(ctx, op.producer, l.opts.Retention)
+		pipe.PExpire(ctx, op.meta, l.opts.Retention)
+		pipe.PExpire(ctx, op.current, l.opts.Retention)
 		if len(op.events) > 0 || op.complete {
 			// In the same round trip, live to a replica where the stream's client resumed
 			// it (RedisBus.Follow); Redis drops it when none listens.
@@ -268,17 +347,41 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 		}
 	}
 	cmds, err := pipe.Exec(ctx)
-	if err == nil {
+	if err != nil && l.failedIn(cmds) {
 		return
 	}
-	for _, c := range cmds {
-		if e := c.Err(); e != nil && !strings.Contains(e.Error(), "equal or smaller than the target stream top item") {
-			if l.failed.Add(1) == 1 || l.failed.Load()%1000 == 0 {
-				l.store.logger.Warn("writing to the event log failed; those streams resume only on the replica that holds them", "failures", l.failed.Load(), "error", e.Error())
-			}
-			return
-		}
+	if len(replaced) == 0 {
+		return
 	}
+	// The session's standalone stream before this one will not go on: its end is logged, so
+	// that a stale resume of it ends rather than take it over in place of the new one.
+	pipe = l.store.client.Pipeline()
+	for _, r := range replaced {
+		prev, err := r.cmd.Text()
+		if err != nil || prev == "" || prev == r.by {
+			continue
+		}
+		scriptEndStream.Eval(ctx, pipe, []string{l.store.opts.KeyPrefix + ":{" + r.digest + "}:ev:" + prev})
+	}
+	if cmds, err := pipe.Exec(ctx); err != nil {
+		l.failedIn(cmds)
+	}
+}
+
+// failedIn counts and logs the first failure among a pipeline's commands, if any; an entry
+// refused because its id is not above the stream's last (written before) is not one.
+func (l *RedisEventLog) failedIn(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		e := c.Err()
+		if e == nil || errors.Is(e, redis.Nil) || strings.Contains(e.Error(), "equal or smaller than the target stream top item") {
+			continue
+		}
+		if l.failed.Add(1) == 1 || l.failed.Load()%1000 == 0 {
+			l.store.logger.Warn("writing to the event log failed; those streams resume only on the replica that holds them", "failures", l.failed.Load(), "error", e.Error())
+		}
+		return true
+	}
+	return false
 }
 
 // Replay returns a stream's events after sequence number after, in order and without a gap
@@ -307,16 +410,27 @@ func (l *RedisEventLog) replay(ctx context.Context, sessionID, streamID string, 
 	first := pipe.XRangeN(ctx, key, "-", "+", 1)
 	rest := pipe.XRangeN(ctx, key, strconv.FormatUint(after+2, 10)+"-0", "+", replayPage+1)
 	producer := pipe.Get(ctx, l.producerKey(sessionID, streamID))
+	meta := pipe.HGetAll(ctx, l.metaKey(sessionID, streamID))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, false, false, fmt.Errorf("event log: replay: %w", err)
 	}
 	if len(first.Val()) == 0 {
 		return nil, false, false, nil
 	}
-	if rq, ok := first.Val()[0].Values["rq"].(string); ok && json.Valid([]byte(rq)) {
+	// What the start said: beside the stream, or, as replicas of earlier versions write it,
+	// in the start marker (while trimming has not removed it).
+	start := first.Val()[0].Values
+	rq, ok := meta.Val()["rq"]
+	if !ok {
+		rq, _ = start["rq"].(string)
+	}
+	if rq != "" && json.Valid([]byte(rq)) {
 		head.Requests = json.RawMessage(rq)
 	}
-	_, head.Standalone = first.Val()[0].Values["sa"]
+	_, head.Standalone = meta.Val()["sa"]
+	if !head.Standalone {
+		_, head.Standalone = start["sa"]
+	}
 	head.Producer = producer.Val()
 	for _, e := range rest.Val() {
 		if _, ok := e.Values["end"]; ok {

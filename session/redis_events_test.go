@@ -291,10 +291,12 @@ func TestEventLogClaimsAStreamOnce(t *testing.T) {
 		t.Errorf("the session's followers heard of claims by %v, want [b c]", taken)
 	}
 
-	// Touch renews both keys' time to live.
+	// Touch renews the time to live of the stream's keys, and of the key naming the session's
+	// standalone stream.
 	raw := rawClient(redisAddr(t))
 	defer raw.Close()
-	for _, key := range []string{l.key(id, "a_1"), l.producerKey(id, "a_1")} {
+	keys := []string{l.key(id, "a_1"), l.producerKey(id, "a_1"), l.metaKey(id, "a_1"), l.currentKey(Digest(id))}
+	for _, key := range keys {
 		if err := raw.PExpire(ctx, key, time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -302,9 +304,86 @@ func TestEventLogClaimsAStreamOnce(t *testing.T) {
 	l2 := open()
 	l2.Touch(id, "a_1")
 	l2.Close()
-	for _, key := range []string{l.key(id, "a_1"), l.producerKey(id, "a_1")} {
+	for _, key := range keys {
 		if ttl, err := raw.PTTL(ctx, key).Result(); err != nil || ttl <= time.Second {
 			t.Errorf("the time to live of %s after Touch: %v %v, want the retention", key, ttl, err)
 		}
+	}
+}
+
+// TestStandaloneMarkSurvivesTrimming: a stream's start says that it is its session's
+// standalone stream, or which requests it answers; trimming the stream to MaxEvents removes
+// its first entries, and must not remove that: a standalone stream whose producer stops is
+// taken over however long it ran, and a call's stream answers its requests with errors.
+func TestStandaloneMarkSurvivesTrimming(t *testing.T) {
+	ctx := context.Background()
+	_, open := eventLogOn(t, &EventLogOptions{MaxEvents: 50})
+	l := open()
+	id := NewID()
+	l.StartStandalone(id, "a_1")
+	l.Start(id, "a_2", json.RawMessage(`[7]`))
+	var seqs []uint64
+	for i := uint64(1); i <= 300; i++ {
+		seqs = append(seqs, i)
+	}
+	l.Append(id, "a_1", events(seqs...), false)
+	l.Append(id, "a_2", events(seqs...), false)
+	l.Close()
+	if got, err := l.Replay(ctx, id, "a_1", 299); err != nil || got == nil || !got.Standalone || len(got.Events) != 1 {
+		t.Errorf("the standalone stream after 300 events: %+v, %v; want standalone, one event after 299", got, err)
+	}
+	if got, err := l.Replay(ctx, id, "a_2", 299); err != nil || got == nil || string(got.Requests) != `[7]` || got.Standalone {
+		t.Errorf("the call's stream after 300 events: %+v, %v; want requests [7]", got, err)
+	}
+}
+
+// TestNewStandaloneStreamEndsThePreviousOne: the log records which stream is its session's
+// standalone stream now; a new one's start logs the end of the one before (whose producer
+// may have stopped without logging it), so that a stale resume of the old one ends rather
+// than bring it back in place of the new one. Another session's standalone stream, and a
+// call's stream, are not ended; nor is a log that expired written again.
+func TestNewStandaloneStreamEndsThePreviousOne(t *testing.T) {
+	ctx := context.Background()
+	_, open := eventLogOn(t, nil)
+	l := open()
+	id, other := NewID(), NewID()
+	l.StartStandalone(id, "a_1")
+	l.Append(id, "a_1", events(1), false)
+	l.StartStandalone(other, "a_2")
+	l.Start(id, "a_3", json.RawMessage(`[1]`))
+	l.Close()
+	l = open()
+	l.StartStandalone(id, "c_1")
+	l.StartStandalone(id, "c_1") // its start again: it does not end itself
+	l.Close()
+	if got, err := l.Replay(ctx, id, "a_1", 0); err != nil || got == nil || !got.Complete || len(got.Events) != 1 {
+		t.Errorf("the previous standalone stream: %+v, %v; want its event, then its end", got, err)
+	}
+	// Nobody takes it over either; the new one, or a call's stream, is taken over.
+	if owner, err := l.Claim(ctx, id, "a_1", "a", "b"); !errors.Is(err, ErrStreamReplaced) {
+		t.Errorf("Claim of the previous standalone stream = %q, %v; want ErrStreamReplaced", owner, err)
+	}
+	for _, stream := range []string{"c_1", "a_3"} {
+		if owner, err := l.Claim(ctx, id, stream, stream[:1], "b"); err != nil || owner != "b" {
+			t.Errorf("Claim of %s = %q, %v; want b", stream, owner, err)
+		}
+	}
+	for _, st := range []struct{ session, stream string }{{id, "c_1"}, {other, "a_2"}, {id, "a_3"}} {
+		if got, err := l.Replay(ctx, st.session, st.stream, 0); err != nil || got == nil || got.Complete {
+			t.Errorf("stream %s: %+v, %v; want it going on", st.stream, got, err)
+		}
+	}
+
+	// The previous stream's log expired: nothing of it comes back.
+	raw := rawClient(redisAddr(t))
+	defer raw.Close()
+	if err := raw.Del(ctx, l.key(id, "c_1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l = open()
+	l.StartStandalone(id, "d_1")
+	l.Close()
+	if n, err := raw.Exists(ctx, l.key(id, "c_1")).Result(); err != nil || n != 0 {
+		t.Errorf("the expired log of the previous stream: exists %d, %v; want it still gone", n, err)
 	}
 }

@@ -1530,45 +1530,69 @@ func TestHeldCallTakenOverAsksItsClient(t *testing.T) {
 // resuming its stream before the takeover (followed while A's lease runs), or after it (read
 // back from the log); asks calls a tool that samples the client mid-call (which declares
 // sampling, not elicitation: the call is held for an operator all the same).
-func heldCallTakenOver(t *testing.T, resumeFirst, asks bool) {
+// heldCluster is a cluster of three replicas, a, b and c, each with an admin API, whose
+// policy holds alpha__echo and rev__slow_ask for an operator's approval.
+type heldCluster struct {
+	*crossCluster
+	a, b, c *node
+	admins  map[string]string
+}
+
+// heldClusterKey is the admin API key of a heldCluster's operator.
+const heldClusterKey = "mfk_ops-admin-key-of-the-cluster"
+
+func newHeldCluster(t *testing.T) *heldCluster {
+	t.Helper()
 	cl := newCrossCluster(t, "debug")
-	const key = "mfk_ops-admin-key-of-the-cluster"
 	cl.config += `policy:
   approval: {timeout: 1m}
   rules:
     - {name: echo-needs-approval, effect: approve, match: {upstreams: [alpha], tools: [echo]}}
     - {name: asking-needs-approval, effect: approve, match: {upstreams: [rev], tools: [slow_ask]}}
 `
-	admins := map[string]string{}
+	hc := &heldCluster{crossCluster: cl, admins: map[string]string{}}
 	start := func(name string) *node {
 		port := freePort(t)
-		admins[name] = "http://" + port
-		return &node{name: name, replica: startReplica(t, name, cl.config+fmt.Sprintf("admin:\n  listen: %s\n  api_keys:\n    - {name: ops, hash: %q}\n", port, auth.HashAPIKey(key)))}
+		hc.admins[name] = "http://" + port
+		return &node{name: name, replica: startReplica(t, name, cl.config+fmt.Sprintf("admin:\n  listen: %s\n  api_keys:\n    - {name: ops, hash: %q}\n", port, auth.HashAPIKey(heldClusterKey)))}
 	}
-	a, b, c := start("a"), start("b"), start("c")
+	hc.a, hc.b, hc.c = start("a"), start("b"), start("c")
+	return hc
+}
+
+// admin calls n's admin API and returns the status and body of its answer.
+func (hc *heldCluster) admin(ctx context.Context, n *node, method, path, body string) (int, string) {
+	hc.t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, method, hc.admins[n.name]+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+heldClusterKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		hc.t.Fatalf("admin API of %s: %v", n.name, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+// heldID returns the id of the one call held, as n's admin API lists it; "" unless one is.
+func (hc *heldCluster) heldID(ctx context.Context, n *node) string {
+	_, body := hc.admin(ctx, n, http.MethodGet, "/api/approvals", "")
+	var list struct {
+		Approvals []struct{ ID string } `json:"approvals"`
+	}
+	_ = json.Unmarshal([]byte(body), &list)
+	if len(list.Approvals) != 1 {
+		return ""
+	}
+	return list.Approvals[0].ID
+}
+
+func heldCallTakenOver(t *testing.T, resumeFirst, asks bool) {
+	hc := newHeldCluster(t)
+	cl, a, b, c := hc.crossCluster, hc.a, hc.b, hc.c
 	ctx := testCtx(t, time.Minute)
-	admin := func(n *node, method, path, body string) (int, string) {
-		req, _ := http.NewRequestWithContext(ctx, method, admins[n.name]+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("admin API of %s: %v", n.name, err)
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(data)
-	}
-	heldID := func(n *node) string {
-		_, body := admin(n, http.MethodGet, "/api/approvals", "")
-		var list struct {
-			Approvals []struct{ ID string } `json:"approvals"`
-		}
-		_ = json.Unmarshal([]byte(body), &list)
-		if len(list.Approvals) != 1 {
-			return ""
-		}
-		return list.Approvals[0].ID
-	}
+	admin := func(n *node, method, path, body string) (int, string) { return hc.admin(ctx, n, method, path, body) }
+	heldID := func(n *node) string { return hc.heldID(ctx, n) }
 
 	caps, tool, want := "{}", "alpha__echo", "alpha:deploy"
 	if asks {

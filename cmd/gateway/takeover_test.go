@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -233,4 +234,235 @@ func TestStandaloneStreamResumedOnAnotherReplicaDelivers(t *testing.T) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Errorf("the SDK client after the takeover: %v", err)
 	}
+}
+
+// waitKey waits until Redis holds a key of the cluster's that ends in suffix.
+func (cl *crossCluster) waitKey(t *testing.T, suffix string) {
+	t.Helper()
+	waitFor(t, "a key …"+suffix+" in Redis", func() bool {
+		keys, err := testredis.Keys(cl.redis, cl.prefix)
+		if err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if strings.HasSuffix(k, suffix) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// dropLog deletes what Redis holds of stream streamID's log, as its expiry would.
+func (cl *crossCluster) dropLog(t *testing.T, streamID string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: cl.redis})
+	defer c.Close()
+	keys, err := testredis.Keys(cl.redis, cl.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := 0
+	for _, k := range keys {
+		for _, kind := range []string{":ev:", ":evm:", ":evp:"} {
+			if strings.HasSuffix(k, kind+streamID) {
+				if err := c.Del(context.Background(), k).Err(); err != nil {
+					t.Fatal(err)
+				}
+				dropped++
+			}
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("no key of stream %s's log in Redis", streamID)
+	}
+}
+
+// waitLoggedSeq waits until the Redis event log of stream streamID holds event seq.
+func (cl *crossCluster) waitLoggedSeq(t *testing.T, streamID string, seq uint64) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: cl.redis})
+	defer c.Close()
+	id := fmt.Sprintf("%d-0", seq+1) // an event's entry id (session.RedisEventLog)
+	waitFor(t, fmt.Sprintf("the event log to hold event %d of stream %s", seq, streamID), func() bool {
+		keys, err := testredis.Keys(cl.redis, cl.prefix)
+		if err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if strings.HasSuffix(k, ":ev:"+streamID) {
+				entries, err := c.XRange(context.Background(), k, id, id).Result()
+				return err == nil && len(entries) == 1
+			}
+		}
+		return false
+	})
+}
+
+// TestCrossReplicaLongStandaloneStreamTakenOver: a standalone stream on A carries more
+// events than the event log keeps of a stream (1000), which trims its first entries; A is
+// killed. Resumed on B after its last event, it is still known as the session's standalone
+// stream: B takes it over, and it goes on delivering rather than end at once.
+func TestCrossReplicaLongStandaloneStreamTakenOver(t *testing.T) {
+	cl := newCrossCluster(t, "info")
+	a, b := cl.start("a"), cl.start("b")
+	ctx := testCtx(t, 2*time.Minute)
+	s := cl.session(t, ctx, b, "{}")
+	uri := watchedURI(t, ctx, s, b)
+	if err := subscribe(ctx, s, b, uri, true); err != nil {
+		t.Fatalf("%v%s", err, tails(b))
+	}
+	stream := openStandalone(t, ctx, s, a)
+	if prime, err := stream.next(eventBound); err != nil || prime.id == "" {
+		t.Fatalf("the standalone stream on A: %v %+v, want its priming event%s", err, prime, tails(a))
+	}
+
+	const updates = 1100
+	touches := make(chan struct{}, updates)
+	for range updates {
+		touches <- struct{}{}
+	}
+	close(touches)
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range 8 {
+		wg.Go(func() {
+			for range touches {
+				if text, err := s.callTool(ctx, a.url, "sem__touch", nil); err != nil || text != "touched" {
+					err = fmt.Errorf("sem__touch on A: %q %v", text, err)
+					failed.Store(&err)
+					return
+				}
+			}
+		})
+	}
+	var last sseFrame
+	for i := range updates {
+		f, m, err := stream.nextMessage(eventBound)
+		if err != nil || m.Method != "notifications/resources/updated" || f.id == "" {
+			t.Fatalf("update %d on A's standalone stream: %v %s%s", i+1, err, m.Method, tails(a, b))
+		}
+		last = f
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	dot := strings.LastIndexByte(last.id, '.')
+	n, _ := strconv.ParseUint(last.id[dot+1:], 10, 64)
+	cl.waitLoggedSeq(t, last.id[:dot], n)
+
+	a.kill(t)
+	if _, err := stream.rest(eventBound); err != nil {
+		t.Fatalf("A's stream after SIGKILL: %v", err)
+	}
+	waitWithin(t, eventBound, "B to see A's lease end", func() bool { return strings.Contains(b.logs.String(), "lease ended") })
+	resumed, err := s.open(ctx, b.url, "", last.id)
+	if err != nil {
+		t.Fatalf("resume on B after %s: %v%s", last.id, err, tails(b))
+	}
+	t.Cleanup(resumed.close)
+	if text, err := s.callTool(ctx, b.url, "sem__touch", nil); err != nil || text != "touched" {
+		t.Fatalf("sem__touch on B: %q %v%s", text, err, tails(b))
+	}
+	if _, m, err := resumed.nextMessage(eventBound); err != nil || m.Method != "notifications/resources/updated" {
+		if errors.Is(err, errStreamEnded) {
+			t.Fatalf("the stream resumed on B ended at once: taken for a call's stream%s", tails(b))
+		}
+		t.Fatalf("the stream resumed on B: %v %s, want the update%s", err, m.Method, tails(b))
+	}
+}
+
+// TestCrossReplicaHeldCallWhoseLogExpiredIsAnswered: a call held for an operator on A is read
+// on B (its stream resumed there, followed while A runs); its stream's log expires while it
+// is held, and A is killed. The replica taking the call over cannot go on with the stream,
+// whose log is gone: the client on B gets an answer all the same, that the call did not run,
+// and the stream ends.
+func TestCrossReplicaHeldCallWhoseLogExpiredIsAnswered(t *testing.T) {
+	hc := newHeldCluster(t)
+	a, b, c := hc.a, hc.b, hc.c
+	ctx := testCtx(t, time.Minute)
+	s := hc.session(t, ctx, c, "{}")
+	const callID = 9
+	st, err := s.open(ctx, a.url, toolCall(callID, "alpha__echo", map[string]any{"text": "deploy"}, ""), "")
+	if err != nil {
+		t.Fatalf("alpha__echo on A: %v%s", err, tails(a))
+	}
+	defer st.close()
+	prime, err := st.next(eventBound)
+	if err != nil || prime.id == "" || prime.data != "" {
+		t.Fatalf("first event on A's stream: %v %+v, want the priming event%s", err, prime, tails(a))
+	}
+	waitWithin(t, eventBound, "the call held on A to be listed on B", func() bool { return hc.heldID(ctx, b) != "" })
+	resumed, err := s.open(ctx, b.url, "", prime.id)
+	if err != nil {
+		t.Fatalf("resume on B after %s: %v%s", prime.id, err, tails(b))
+	}
+	defer resumed.close()
+
+	hc.dropLog(t, prime.id[:strings.LastIndexByte(prime.id, '.')])
+	a.kill(t)
+	got, err := resumed.rest(eventBound)
+	if err != nil {
+		t.Errorf("the stream resumed on B: %v%s", err, tails(b, c))
+	}
+	var messages []string
+	for _, f := range got {
+		if f.data != "" {
+			messages = append(messages, f.data)
+		}
+	}
+	if len(messages) != 1 {
+		t.Fatalf("resumed on B: %q, want the held call's answer%s", messages, tails(b, c))
+	}
+	m, err := parseMsg(messages[0])
+	if err != nil || !m.isResponse(fmt.Sprint(callID)) || m.Error != nil {
+		t.Fatalf("the held call's answer: %s, want a tool result", messages[0])
+	}
+	if text, err := m.toolText(); err == nil || !strings.Contains(text, "did not run") {
+		t.Errorf("the held call's answer: %s (%v), want a tool error saying that it did not run", messages[0], err)
+	}
+}
+
+// TestCrossReplicaStaleResumeLeavesTheNewStandaloneStream: a client's standalone stream on A
+// dies with A; the client opens a new one on C. A later resume of the old one on B (a stale
+// Last-Event-ID) does not take the old one over: it is refused, and the new stream on C
+// stays, and delivers.
+func TestCrossReplicaStaleResumeLeavesTheNewStandaloneStream(t *testing.T) {
+	cl := newCrossCluster(t, "debug")
+	a, b, c := cl.start("a"), cl.start("b"), cl.start("c")
+	ctx := testCtx(t, time.Minute)
+	s := cl.session(t, ctx, c, "{}")
+	uri := watchedURI(t, ctx, s, c)
+	if err := subscribe(ctx, s, c, uri, true); err != nil {
+		t.Fatalf("%v%s", err, tails(c))
+	}
+	old := openStandalone(t, ctx, s, a)
+	prime, err := old.next(eventBound)
+	if err != nil || prime.id == "" {
+		t.Fatalf("the standalone stream on A: %v %+v, want its priming event%s", err, prime, tails(a))
+	}
+	cl.waitKey(t, ":ev:"+prime.id[:strings.LastIndexByte(prime.id, '.')])
+	a.kill(t)
+	waitWithin(t, eventBound, "B to see A's lease end", func() bool { return strings.Contains(b.logs.String(), "lease ended") })
+
+	cur := openStandalone(t, ctx, s, c)
+	curPrime, err := cur.next(eventBound)
+	if err != nil || curPrime.id == "" {
+		t.Fatalf("the new standalone stream on C: %v %+v%s", err, curPrime, tails(c))
+	}
+	cl.waitKey(t, ":ev:"+curPrime.id[:strings.LastIndexByte(curPrime.id, '.')])
+
+	stale, err := s.open(ctx, b.url, "", prime.id)
+	var status *statusError
+	if !errors.As(err, &status) || status.code != http.StatusBadRequest {
+		t.Errorf("the stale resume on B: %v, want 400: the old stream is replaced", err)
+	}
+	if err == nil {
+		defer stale.close()
+	}
+	if text, err := s.callTool(ctx, c.url, "sem__touch", nil); err != nil || text != "touched" {
+		t.Fatalf("sem__touch on C: %q %v%s", text, err, tails(c))
+	}
+	waitUpdate(t, cur, uri, b, c)
 }

@@ -78,3 +78,40 @@ level=ERROR msg="get failed" error=EOF
 		t.Errorf("the log:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestOutageBlipIsNotLoggedAsRecovered: a failure whose line was logged in full, followed
+// soon by a success, is a blip: no "reachable again" line (outage 0s, suppressed 0) follows
+// it. One is logged once failures were held back, or once the outage lasted an interval.
+func TestOutageBlipIsNotLoggedAsRecovered(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1000, 0)
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	o := NewOutage(logger, "the store", time.Minute, func() time.Time { return now })
+	ctx := context.Background()
+	// A blip: one failure, answered again a second later.
+	o.Failed(ctx, slog.LevelError, "get failed")
+	now = now.Add(time.Second)
+	o.OK(ctx)
+	// Two failures, one held back.
+	o.Failed(ctx, slog.LevelError, "get failed")
+	o.Failed(ctx, slog.LevelError, "get failed")
+	o.OK(ctx)
+	// One failure, and nothing answered for a minute.
+	o.Failed(ctx, slog.LevelWarn, "touch failed")
+	now = now.Add(time.Minute)
+	o.OK(ctx)
+	want := `level=ERROR msg="get failed"
+level=ERROR msg="get failed"
+level=INFO msg="the store is reachable again" outage=0s suppressed=1
+level=WARN msg="touch failed"
+level=INFO msg="the store is reachable again" outage=1m0s suppressed=0
+`
+	if got := buf.String(); got != want {
+		t.Errorf("the log:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -13,7 +13,8 @@ import (
 // each message in full, then at most one per message and interval, with the count of those
 // held back since ("suppressed"); and, once the dependency answers again, one line that
 // says so, with how long the outage lasted ("outage") and how many failures were held back
-// in all. The failures it holds back carry no request id a client was given: their client
+// in all — unless the outage was a blip, whose every failure was logged in full and which
+// lasted less than the interval: its lines say all there is. The failures it holds back carry no request id a client was given: their client
 // was told that the dependency is unavailable, nothing more. Safe for concurrent use; OK
 // costs one atomic load while nothing fails.
 type Outage struct {
@@ -70,7 +71,7 @@ func (o *Outage) Failed(ctx context.Context, level slog.Level, msg string, args 
 }
 
 // OK notes that the dependency answered: an outage, if one lasted, ends, and that is logged
-// once.
+// once when failures were held back or it lasted the interval or longer.
 func (o *Outage) OK(ctx context.Context) {
 	if !o.down.Load() {
 		return
@@ -84,5 +85,8 @@ func (o *Outage) OK(ctx context.Context) {
 	lasted, held := o.now().Sub(o.since), o.held
 	clear(o.seen)
 	o.mu.Unlock()
+	if held == 0 && lasted < o.every {
+		return // a blip: each failure was logged, and nothing more is to be said
+	}
 	o.logger.Log(ctx, slog.LevelInfo, o.what+" is reachable again", slog.Duration("outage", lasted.Round(time.Second)), slog.Int("suppressed", held))
 }
