@@ -684,7 +684,7 @@ func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *sessio
 		// The drain ended with the request still running: the client hears why, on its
 		// stream, instead of a connection cut.
 		g.logger.Info("request ended by the shutdown", "session", fingerprint(rec.ID), "request_id", requestID, "method", req.Method)
-		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeShuttingDown,
+		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInterrupted,
 			"the gateway shut down before this request finished; it may have run in part upstream: check before sending it again")}
 	case errors.Is(context.Cause(ctx), hub.ErrAnswerUndeliverable):
 		g.logger.Debug("request stopped: its client can no longer receive the answer", "session", fingerprint(rec.ID), "request_id", requestID)

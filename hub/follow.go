@@ -45,7 +45,7 @@ func (s *Stream) noteAnswer(data []byte) {
 
 // ErrProducerStopped is the error answer of a request whose stream's producer, another
 // replica, stopped before answering it.
-var ErrProducerStopped = protocol.Errorf(protocol.CodeShuttingDown,
+var ErrProducerStopped = protocol.Errorf(protocol.CodeInterrupted,
 	"the gateway replica running this request stopped before it finished; it may have run in part upstream: check before sending it again")
 
 // orphanLocked ends a stream read back from the log whose producer stopped: each request it

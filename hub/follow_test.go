@@ -432,9 +432,9 @@ func TestOrphanedAnswersOnlyUnansweredRequests(t *testing.T) {
 		{
 			name:     "one answered, one not",
 			producer: producer,
-			want:     []string{"error 2 -32009"},
+			want:     []string{"error 2 -32010"},
 			state:    Complete,
-			wantLog:  []string{"1 notice", "2 result 1", "3 error 2 -32009", "end"},
+			wantLog:  []string{"1 notice", "2 result 1", "3 error 2 -32010", "end"},
 		},
 		{
 			name:     "the second answered by Extend",
@@ -448,18 +448,18 @@ func TestOrphanedAnswersOnlyUnansweredRequests(t *testing.T) {
 			name:     "after more events",
 			extend:   []Event{ev(3, notice(2))},
 			producer: producer,
-			want:     []string{"notice", "error 2 -32009"},
+			want:     []string{"notice", "error 2 -32010"},
 			state:    Complete,
-			wantLog:  []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32009", "end"},
+			wantLog:  []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32010", "end"},
 		},
 		{
 			// The client read the answer to 1 before it resumed: it must not get a second.
 			name:     "a request answered before the resume point",
 			after:    2,
 			producer: producer,
-			want:     []string{"error 2 -32009"},
+			want:     []string{"error 2 -32010"},
 			state:    Complete,
-			wantLog:  []string{"1 notice", "2 result 1", "3 error 2 -32009", "end"},
+			wantLog:  []string{"1 notice", "2 result 1", "3 error 2 -32010", "end"},
 		},
 		{
 			name:     "another producer stopped",
@@ -533,13 +533,13 @@ func TestResumeFromTheLog(t *testing.T) {
 	}{
 		{
 			name: "producer gone", requests: []int64{1, 2}, events: answered, running: map[string]bool{},
-			after: 1, want: []string{"result 1", "notice", "error 2 -32009"}, state: Complete, wantAsked: []string{followed},
-			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32009", "end"},
+			after: 1, want: []string{"result 1", "notice", "error 2 -32010"}, state: Complete, wantAsked: []string{followed},
+			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32010", "end"},
 		},
 		{
 			name: "no Producing", requests: []int64{1, 2}, events: answered,
-			after: 1, want: []string{"result 1", "notice", "error 2 -32009"}, state: Complete,
-			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32009", "end"},
+			after: 1, want: []string{"result 1", "notice", "error 2 -32010"}, state: Complete,
+			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32010", "end"},
 		},
 		{
 			name: "producer gone, every request answered", requests: []int64{1}, events: answered, running: map[string]bool{},
@@ -548,8 +548,8 @@ func TestResumeFromTheLog(t *testing.T) {
 		},
 		{
 			name: "producer gone, nothing logged but the start", requests: []int64{1, 2}, running: map[string]bool{},
-			after: 0, want: []string{"error 1 -32009", "error 2 -32009"}, state: Complete, wantAsked: []string{followed},
-			wantLog: []string{"1 error 1 -32009", "2 error 2 -32009", "end"},
+			after: 0, want: []string{"error 1 -32010", "error 2 -32010"}, state: Complete, wantAsked: []string{followed},
+			wantLog: []string{"1 error 1 -32010", "2 error 2 -32010", "end"},
 		},
 		{
 			name: "producer gone, no requests logged", events: answered[:1], running: map[string]bool{},
@@ -563,14 +563,14 @@ func TestResumeFromTheLog(t *testing.T) {
 		},
 		{
 			name: "another producer running", requests: []int64{1, 2}, events: answered, running: map[string]bool{"other": true},
-			after: 1, want: []string{"result 1", "notice", "error 2 -32009"}, state: Complete, wantAsked: []string{followed},
-			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32009", "end"},
+			after: 1, want: []string{"result 1", "notice", "error 2 -32010"}, state: Complete, wantAsked: []string{followed},
+			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32010", "end"},
 		},
 		{
 			// The client read the answer to 1 before it resumed: it must not get a second.
 			name: "producer gone, resumed after an answer", requests: []int64{1, 2}, events: answered, running: map[string]bool{},
-			after: 2, want: []string{"notice", "error 2 -32009"}, state: Complete, wantAsked: []string{followed},
-			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32009", "end"},
+			after: 2, want: []string{"notice", "error 2 -32010"}, state: Complete, wantAsked: []string{followed},
+			wantLog: []string{"1 notice", "2 result 1", "3 notice", "4 error 2 -32010", "end"},
 		},
 		{
 			name: "complete in the log", requests: []int64{1, 2}, events: append(slices.Clone(answered), ev(4, result(2))), complete: true, running: map[string]bool{},

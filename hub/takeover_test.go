@@ -578,7 +578,7 @@ func TestAbandonAnswersWhatAStreamAwaits(t *testing.T) {
 	if err := s.Abandon(ctx, followed, &protocol.Response{ID: protocol.IntID(3), Error: notRun}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"1 notice", "2 result 1", "3 error 2 -32009", "4 error 3 -32009", "end"}
+	want := []string{"1 notice", "2 result 1", "3 error 2 -32010", "4 error 3 -32009 (not ErrProducerStopped)", "end"}
 	got := log.contents("s", followed)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the log holds (-want +got):\n%s", diff)
@@ -601,7 +601,7 @@ func TestAbandonAnswersWhatAStreamAwaits(t *testing.T) {
 	if err := s.Abandon(ctx, "prod_9", &protocol.Response{ID: protocol.IntID(5), Error: notRun}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"1 error 5 -32009", "end"}, log.contents("s", "prod_9")); diff != "" {
+	if diff := cmp.Diff([]string{"1 error 5 -32009 (not ErrProducerStopped)", "end"}, log.contents("s", "prod_9")); diff != "" {
 		t.Errorf("the expired stream's log (-want +got):\n%s", diff)
 	}
 	if r, _ := log.Replay(ctx, "s", "prod_9", 0); r == nil || len(r.Events) != 1 || !strings.Contains(string(r.Events[0].Data), notRun.Message) {

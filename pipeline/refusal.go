@@ -165,7 +165,7 @@ func refusalWire(req *Request, t *Target, r *Refusal) (json.RawMessage, *protoco
 		code = protocol.CodeUpstreamUnavailable
 	case ReasonUpstreamInterrupted:
 		// It may have run: not the code of "try again later".
-		code = protocol.CodeUpstreamInterrupted
+		code = protocol.CodeInterrupted
 	case ReasonUpstreamTimeout:
 		code = protocol.CodeUpstreamTimeout
 	case ReasonTooManyCalls, ReasonTooManyTasks, ReasonRateLimited:

@@ -31,7 +31,7 @@ func TestMapRefusals(t *testing.T) {
 		{ReasonResourceNotFound, protocol.CodeResourceNotFound, false},
 		{ReasonUpstreamUnavailable, protocol.CodeUpstreamUnavailable, true},
 		{ReasonConnectionLimit, protocol.CodeUpstreamUnavailable, true},
-		{ReasonUpstreamInterrupted, protocol.CodeUpstreamInterrupted, true},
+		{ReasonUpstreamInterrupted, protocol.CodeInterrupted, true},
 		{ReasonUpstreamTimeout, protocol.CodeUpstreamTimeout, true},
 		{ReasonTooManyCalls, protocol.CodeTooManyRequests, true},
 		{ReasonTooManyTasks, protocol.CodeTooManyRequests, true},
@@ -181,7 +181,7 @@ func TestInterruptedRequestHasACodeOfItsOwn(t *testing.T) {
 	target := &Target{Kind: Prompt, Upstream: "up", Exposed: "up__greet", Original: "greet"}
 	refusal := &Refusal{Reason: ReasonUpstreamInterrupted, Message: "it may have run in part: check before sending it again", Upstream: "up"}
 	_, wireErr, out := Map(req, target, nil, refusal, slog.New(slog.DiscardHandler))
-	if wireErr == nil || wireErr.Code == protocol.CodeUpstreamUnavailable || wireErr.Code != protocol.CodeUpstreamInterrupted || out.Code != wireErr.Code {
+	if wireErr == nil || wireErr.Code == protocol.CodeUpstreamUnavailable || wireErr.Code != protocol.CodeInterrupted || out.Code != wireErr.Code {
 		t.Fatalf("an interrupted prompts/get: %+v (outcome %+v); want -32010, not the upstream-unavailable -32003", wireErr, out)
 	}
 	if string(wireErr.Data) != `{"reason":"upstream_interrupted"}` {

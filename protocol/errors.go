@@ -44,13 +44,14 @@ const (
 	// gateway's policy chain refused.
 	CodeDenied = -32008
 	// CodeShuttingDown is sent with HTTP 503 for a new session or request while the gateway
-	// drains, and as the answer of a request still running when the drain ends.
+	// drains: it did not run, and may be sent again (another replica serves the session).
 	CodeShuttingDown = -32009
-	// CodeUpstreamInterrupted is returned for a method other than tools/call that went out to
-	// its upstream, whose connection ended before it answered (data.reason
-	// "upstream_interrupted"): it may have run in part, so it is not one to send again as it
-	// is, unlike CodeUpstreamUnavailable.
-	CodeUpstreamInterrupted = -32010
+	// CodeInterrupted is the answer of a request that went out and was cut off before it was
+	// answered: its upstream's connection ended (data.reason "upstream_interrupted"), the drain
+	// ended with it still running, or the replica running it stopped. It may have run in part,
+	// so it is not one to send again as it is, unlike CodeUpstreamUnavailable and
+	// CodeShuttingDown.
+	CodeInterrupted = -32010
 )
 
 // IsSpecDefined reports whether a JSON-RPC error code is defined by JSON-RPC or MCP with a
