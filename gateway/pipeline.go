@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/catalog"
@@ -31,6 +32,10 @@ type request struct {
 	// connections name the replicas holding the session's own upstream connections
 	// (session.Record.Connections).
 	connections map[string]string
+	// sent is set once the request is handed to its upstream's connection, or to the replica
+	// holding it (call): from then on it may have run. Until then (resolving, the checks, an
+	// approval wait) it has not.
+	sent atomic.Bool
 }
 
 // resolved is a request's target as the resolver found it, with what forwarding needs.
@@ -578,6 +583,7 @@ func unavailable(rq *request, upstreamName, item string, err error) error {
 // progress token is replaced by one of the gateway's own. A JSON-RPC error the upstream
 // answered comes back as an *upstreamRPCError.
 func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+	rq.sent.Store(true)
 	if u.pool != nil && g.replicas != nil {
 		// The session's own connection lives on one replica: the call runs there.
 		if holder := g.replicas.holderOf(rq, u); holder != "" {

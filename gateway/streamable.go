@@ -682,8 +682,12 @@ func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *sessio
 		return nil
 	case errors.Is(context.Cause(ctx), hub.ErrShuttingDown):
 		// The drain ended with the request still running: the client hears why, on its
-		// stream, instead of a connection cut.
-		g.logger.Info("request ended by the shutdown", "session", fingerprint(rec.ID), "request_id", requestID, "method", req.Method)
+		// stream, instead of a connection cut, and whether it may have run.
+		g.logger.Info("request ended by the shutdown", "session", fingerprint(rec.ID), "request_id", requestID, "method", req.Method, "sent_upstream", rq.sent.Load())
+		if !rq.sent.Load() {
+			return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeShuttingDown,
+				"the gateway shut down before this request was sent to its upstream: it did not run; send it again (another replica serves the session)")}
+		}
 		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInterrupted,
 			"the gateway shut down before this request finished; it may have run in part upstream: check before sending it again")}
 	case errors.Is(context.Cause(ctx), hub.ErrAnswerUndeliverable):

@@ -44,7 +44,8 @@ const (
 	// gateway's policy chain refused.
 	CodeDenied = -32008
 	// CodeShuttingDown is sent with HTTP 503 for a new session or request while the gateway
-	// drains: it did not run, and may be sent again (another replica serves the session).
+	// drains, and as the answer of a request not yet sent upstream when the drain ends: it did
+	// not run, and may be sent again (another replica serves the session).
 	CodeShuttingDown = -32009
 	// CodeInterrupted is the answer of a request that went out and was cut off before it was
 	// answered: its upstream's connection ended (data.reason "upstream_interrupted"), the drain

@@ -337,6 +337,34 @@ func rpcAnswer(t *testing.T, body string, id int) (code int64, message string) {
 	return 0, ""
 }
 
+// TestServeDrainTellsACallThatDidNotRun: a call still waiting for an operator's approval
+// when the drain ends never reached its upstream, so its answer is -32009 (send it again),
+// not -32010 (it may have run in part), which the call the upstream was running gets.
+func TestServeDrainTellsACallThatDidNotRun(t *testing.T) {
+	g := startServed(t, "reverse", fmt.Sprintf(`drain_timeout: 1h
+admin:
+  listen: %s
+  api_keys: [{name: ops, hash: %q}]
+policy:
+  approval: {timeout: 1h, by: operator}
+  rules: [{name: hold-progress, effect: approve, match: {tools: [progress]}}]`, freePort(t), auth.HashAPIKey("mfk_ops")), "r__cancels")
+	sid := g.initialize()
+	_, answered := g.startCall(sid, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"r__progress","arguments":{}}}`)
+	waitFor(t, "the call to be held for approval", func() bool {
+		return strings.Contains(g.logs.String(), "held for an operator's approval")
+	})
+	g.signals <- syscall.SIGTERM
+	g.signals <- syscall.SIGINT
+	select {
+	case body := <-answered:
+		if code, msg := rpcAnswer(t, body, 9); code != -32009 || !strings.Contains(msg, "did not run") {
+			t.Errorf("the held call: code %d %q, want -32009 saying it did not run", code, msg)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held call was never answered")
+	}
+}
+
 // TestServeDrainAnswersWhatIsStillRunning: during the drain the gateway still listens, /readyz
 // answers 503, a new session and a new request get 503, and the call in flight goes on; when
 // the drain ends (its time over, or a second signal) that call is answered with a JSON-RPC
