@@ -518,7 +518,8 @@ func (g *Gateway) Drain() {
 func (g *Gateway) Idle() <-chan struct{} { return g.hub.RequestsDone() }
 
 // EndRequests answers every request still in flight with an error saying the gateway shut down
-// and the request may have run in part (CodeInterrupted), and ends its upstream call; the HTTP handlers write those answers. Call
+// (CodeInterrupted for one sent upstream, which may have run in part; CodeShuttingDown for one
+// that was not), and ends its upstream call; the HTTP handlers write those answers. Call
 // it after Drain, when the drain time is over.
 func (g *Gateway) EndRequests() { g.hub.EndRequests(hub.ErrShuttingDown) }
 
