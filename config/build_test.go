@@ -49,7 +49,7 @@ func TestBuild(t *testing.T) {
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 125},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 
-		MaxConnectionsPerAddress: 256,
+		MaxConnectionsPerAddress: 1000,
 		SessionEvictIdle:         5 * time.Minute,
 		Upstreams: []config.Upstream{
 			configUpstream(buildConfig, config.Upstream{

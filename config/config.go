@@ -110,7 +110,7 @@ const (
 	defaultStreamAfter        = time.Second
 	defaultStreamRetention    = time.Minute
 	defaultHTTPIdleTimeout    = 2 * time.Minute
-	defaultMaxConnsPerAddress = 256
+	minMaxConnsPerAddress     = 256 // the least default of max_connections_per_address
 	defaultSessionEvictIdle   = 5 * time.Minute
 	defaultDrainTimeout       = 10 * time.Second
 	defaultFirstListWait      = 5 * time.Second
@@ -232,7 +232,7 @@ type Config struct {
 	// closed as soon as it is accepted. Behind a trusted proxy (TrustedProxies)
 	// a client's connections are the proxy's, and what is counted instead is
 	// its requests in progress, each of which holds one of them; past the cap
-	// such a request gets HTTP 429. Defaults to 256.
+	// such a request gets HTTP 429. Defaults to max_sessions, and to at least 256.
 	MaxConnectionsPerAddress int
 
 	// TrustedProxies are the reverse proxies and load balancers in front of
@@ -948,7 +948,9 @@ func applyDefaults(c *Config, ix *index) {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout
 	}
 	if !ix.has("max_connections_per_address") {
-		c.MaxConnectionsPerAddress = defaultMaxConnsPerAddress
+		// As many as the gateway holds sessions: clients behind one address (a NAT, or a
+		// proxy not yet in trusted_proxies) are not held to fewer than they could use.
+		c.MaxConnectionsPerAddress = max(minMaxConnsPerAddress, c.MaxSessions)
 	}
 	if !ix.has("drain_timeout") {
 		c.DrainTimeout = defaultDrainTimeout

@@ -97,7 +97,7 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8080/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 125},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 
-		MaxConnectionsPerAddress: 256,
+		MaxConnectionsPerAddress: 1000,
 		SessionEvictIdle:         5 * time.Minute,
 	}
 }
@@ -264,6 +264,7 @@ upstreams:
 				})
 				c.MaxSessions = 7
 				c.Auth.MaxSessionsPerAddress = 1 // an eighth of max_sessions, at least 1
+				c.MaxConnectionsPerAddress = 256 // max_sessions, at least 256
 				return c
 			}(),
 		},
@@ -941,7 +942,7 @@ func TestLoadExample(t *testing.T) {
 		Auth:               config.Auth{Resource: "http://127.0.0.1:8700/mcp", MaxSessionsPerPrincipal: 64, MaxSessionsPerAddress: 62},
 		Policy:             config.Policy{Default: "allow", SharedLimitFailure: "open", Approval: config.Approval{Timeout: 2 * time.Minute, By: "auto"}},
 
-		MaxConnectionsPerAddress: 256,
+		MaxConnectionsPerAddress: 500, // max_sessions
 		SessionEvictIdle:         5 * time.Minute,
 		Upstreams: []config.Upstream{
 			configUpstream(path, config.Upstream{
