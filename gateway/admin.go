@@ -129,9 +129,9 @@ func (b adminBackend) withheldTools() []admin.Tool {
 	}
 	pins, listed := p.snapshot()
 	var out []admin.Tool
-	for k, h := range listed {
+	for k, lt := range listed {
 		pn, ok := pins[k]
-		if !p.hides(k, pn, ok, h) {
+		if !p.hides(k, pn, ok, lt) {
 			continue
 		}
 		t := admin.Tool{Upstream: k.upstream, Original: k.tool, Withheld: true}
@@ -220,8 +220,8 @@ func (b adminBackend) Pins(ctx context.Context) ([]admin.Pin, error) {
 	pins, listed := p.snapshot()
 	out := make([]admin.Pin, 0, len(pins))
 	for k, pn := range pins {
-		h, isListed := listed[k]
-		out = append(out, pinOf(pn, isListed && p.hides(k, pn, true, h)))
+		lt, isListed := listed[k]
+		out = append(out, pinOf(pn, isListed && p.hides(k, pn, true, lt)))
 	}
 	slices.SortFunc(out, func(a, b admin.Pin) int {
 		return cmp.Or(cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Tool, b.Tool))
@@ -252,8 +252,8 @@ func (b adminBackend) Resolve(ctx context.Context, upstreamName, tool, hash, dec
 	g.rebuild()
 	_, listed := g.pinning.snapshot()
 	k := pinKey{upstreamName, tool}
-	h, isListed := listed[k]
-	return pinOf(pn, isListed && g.pinning.hides(k, pn, true, h)), nil
+	lt, isListed := listed[k]
+	return pinOf(pn, isListed && g.pinning.hides(k, pn, true, lt)), nil
 }
 
 // Audit records an admin's action in the audit trail, as a request of method "admin/<action>".

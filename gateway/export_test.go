@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/manifold-mcp/manifold/pin"
 	"github.com/manifold-mcp/manifold/pipeline"
 	"github.com/manifold-mcp/manifold/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -30,4 +31,12 @@ func (g *Gateway) UpstreamStatus(name string) upstream.Status {
 		}
 	}
 	return upstream.Status{}
+}
+
+// WrapPinStore replaces the gateway's pin store with what wrap makes of it, for tests that
+// watch its use. Call it before Start; it does nothing when no upstream is pinned.
+func (g *Gateway) WrapPinStore(wrap func(pin.Store) pin.Store) {
+	if g.pinning != nil {
+		g.pinning.store = wrap(g.pinning.store)
+	}
 }

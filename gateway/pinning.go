@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -40,12 +41,21 @@ type pinning struct {
 	// loaded is set once pins were read whole from the store (reload), so that the pins of
 	// tools no upstream lists any more are known too. Guarded by mu.
 	loaded bool
-	// listed holds the hash of each pinned upstream's tools as it lists them now. Guarded
-	// by mu.
-	listed map[pinKey]string
+	// listed holds each pinned upstream's tools as it lists them now. Guarded by mu.
+	listed map[pinKey]listedTool
+	// wider holds the schemes of the pins seen that count more than scheme (Scheme.String),
+	// each warned of once. Guarded by mu.
+	wider map[string]bool
 }
 
 type pinKey struct{ upstream, tool string }
+
+// listedTool is a tool as its upstream lists it now: its definition, and its hash with the
+// pinning's scheme.
+type listedTool struct {
+	raw  json.RawMessage
+	hash string
+}
 
 // newPinning returns the pinning of cfg's upstreams, nil when none is pinned. The pins live
 // in Redis with a Redis session store, else in memory, kept in a file in state_dir if set.
@@ -59,7 +69,7 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 	if len(modes) == 0 {
 		return nil, nil
 	}
-	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]string{},
+	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]listedTool{}, wider: map[string]bool{},
 		scheme: pin.NewScheme(cfg.Pins.Meta), forgetAfter: cfg.Pins.KeepMissing()}
 	if rs, ok := store.(*session.RedisStore); ok {
 		p.store = pin.NewRedisStore(rs.Client(), rs.KeyPrefix())
@@ -81,7 +91,7 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 
 // observe records the definitions the pinned upstreams list now: what is new is pinned,
 // what changed since its pin is recorded as a pending change and logged. A tool whose
-// definition matches what was last read of the store costs nothing.
+// definition the pin as last read of the store already accounts for costs nothing.
 func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 	defer cancel()
@@ -94,7 +104,7 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			p.logger.Warn("reading the pins failed; each listed tool is looked up on its own, and pins of tools no longer listed wait for the next read", "error", err.Error())
 		}
 	}
-	listed := map[pinKey]string{}
+	listed := map[pinKey]listedTool{}
 	for _, u := range sources {
 		mode, ok := p.modes[u.ns.Name]
 		if !ok {
@@ -106,13 +116,15 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			if err != nil {
 				continue // the catalog leaves out what it cannot read either
 			}
-			listed[k] = h
+			listed[k] = listedTool{raw: it.Raw, hash: h}
 			p.mu.Lock()
 			known, seen := p.pins[k]
 			p.mu.Unlock()
-			if seen && known.Missing.IsZero() && known.Scheme.Equal(p.scheme) &&
-				(known.Hash == h && known.Change == nil || known.Change != nil && known.Change.Hash == h) {
-				continue
+			if seen {
+				p.noteWider(known.Scheme)
+			}
+			if seen && known.Current(it.Raw, p.scheme) {
+				continue // the store has nothing to learn
 			}
 			pinned, changed, err := p.store.Observe(ctx, k.upstream, k.tool, it.Raw, p.scheme, p.now())
 			if err != nil {
@@ -125,17 +137,15 @@ func (p *pinning) observe(ctx context.Context, sources []*upstreamEntry) {
 			if changed && seen && !known.Scheme.Equal(p.scheme) && pinned.Scheme.Equal(p.scheme) && known.Hash != pinned.Hash {
 				p.logger.Info("a pinned tool's definition was re-pinned with the current hash version: what it pinned did not change", "upstream", k.upstream, "tool", k.tool, "from", known.Scheme.String(), "to", p.scheme.String())
 			}
-			if changed && pinned.Differs(h) && pinned.Pending() {
+			p.noteWider(pinned.Scheme)
+			if changed && !pinned.Admits(it.Raw, p.scheme, h) && pinned.Pending() {
 				fields := []string{}
 				for _, c := range pinned.Diff() {
 					fields = append(fields, c.Field)
 				}
-				// A pin that counts more than this replica does, whose own hash (when this
-				// version can compute it) still holds: only the scheme differs.
-				old, err := pinned.Scheme.Hash(it.Raw)
 				switch {
-				case !p.scheme.Covers(pinned.Scheme) && (err != nil || old == pinned.Hash):
-					p.logger.Warn("a tool's pin counts more than this gateway hashes (_meta keys this pins.meta does not name: another replica's, or removed since; or a newer hash version): it is not re-pinned with less; its definition is recorded as a change for an operator to accept, withheld meanwhile with pinning: withhold; replicas must share one pins.meta",
+				case !p.scheme.Covers(pinned.Scheme):
+					p.logger.Warn("a tool's definition no longer matches its pin, which counts more than this gateway hashes (or was made by a hash version it does not know): the change is recorded as hashed here, without what only the pin counts, and accepting it drops that from the pin; with pinning: withhold the tool is withheld until an operator decides",
 						"upstream", k.upstream, "tool", k.tool, "pin", pinned.Scheme.String(), "here", p.scheme.String(), "changed", fields, "hash", h)
 				case mode == config.PinningWithhold:
 					p.logger.Warn("an upstream changed a tool's definition since it was pinned: the tool is withheld from clients until an operator accepts the change on the admin API", "upstream", k.upstream, "tool", k.tool, "changed", fields, "hash", h)
@@ -224,6 +234,22 @@ func (g *Gateway) sweepPins() {
 	g.pinning.sweep(g.ctx, g.upstreams)
 }
 
+// noteWider warns, once per scheme, of a pin that counts more than this gateway hashes: it
+// is never re-pinned here with less, and each tool is checked against its pin's own hash.
+func (p *pinning) noteWider(s pin.Scheme) {
+	if p.scheme.Covers(s) {
+		return
+	}
+	p.mu.Lock()
+	warned := p.wider[s.String()]
+	p.wider[s.String()] = true
+	p.mu.Unlock()
+	if !warned {
+		p.logger.Warn("tool pins count more than this gateway hashes (_meta keys not named here: another replica's, or removed since): they are not re-pinned with less; each tool is checked against its pin as it was made, served while that holds, taken for changed when it does not (always, for a pin of a hash version this gateway does not know); replicas must share one pins.meta",
+			"pin", s.String(), "here", p.scheme.String())
+	}
+}
+
 // withheld reports whether a tool an upstream lists must not reach clients: its upstream
 // withholds changes, and its definition, as the catalog is building it, is not the pinned
 // one (or could not be checked). It hashes the item itself: the upstream may have listed
@@ -238,16 +264,16 @@ func (p *pinning) withheld(ns *catalog.Namespace, it upstream.Item) bool {
 	}
 	k := pinKey{ns.Name, it.Key}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	pinned, ok := p.pins[k]
-	return p.hides(k, pinned, ok, h)
+	p.mu.Unlock()
+	return p.hides(k, pinned, ok, listedTool{raw: it.Raw, hash: h})
 }
 
-// hides reports whether a tool an upstream lists with definition hash h is withheld from
-// clients: its upstream withholds changes, and the tool has no pin (none could be recorded)
-// or one of another hash.
-func (p *pinning) hides(k pinKey, pinned pin.Pin, isPinned bool, h string) bool {
-	return p.modes[k.upstream] == config.PinningWithhold && (!isPinned || pinned.Differs(h))
+// hides reports whether a tool an upstream lists as t is withheld from clients: its
+// upstream withholds changes, and the tool has no pin (none could be recorded) or one that
+// does not admit its definition (pin.Pin.Admits).
+func (p *pinning) hides(k pinKey, pinned pin.Pin, isPinned bool, t listedTool) bool {
+	return p.modes[k.upstream] == config.PinningWithhold && (!isPinned || !pinned.Admits(t.raw, p.scheme, t.hash))
 }
 
 // reload reads every pin anew from the store: another replica decided on a change.
@@ -286,15 +312,15 @@ func (p *pinning) resolve(ctx context.Context, upstreamName, tool, h string, acc
 	return pinned, nil
 }
 
-// snapshot returns the pins as last read, and the hash each tool is listed with now.
-func (p *pinning) snapshot() (map[pinKey]pin.Pin, map[pinKey]string) {
+// snapshot returns the pins as last read, and each tool as it is listed now.
+func (p *pinning) snapshot() (map[pinKey]pin.Pin, map[pinKey]listedTool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pins := make(map[pinKey]pin.Pin, len(p.pins))
 	for k, v := range p.pins {
 		pins[k] = v
 	}
-	listed := make(map[pinKey]string, len(p.listed))
+	listed := make(map[pinKey]listedTool, len(p.listed))
 	for k, v := range p.listed {
 		listed[k] = v
 	}

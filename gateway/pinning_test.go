@@ -10,11 +10,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testredis"
@@ -483,10 +486,13 @@ upstreams:
 
 // TestReplicasWithOtherPinsMetaDoNotRePinEachOther: two replicas share their pins in Redis,
 // one pinning a _meta key (pins.meta), the other not, as during a rollout of pins.meta. The
-// one without the key may not re-pin the tool without it: it records its definition as a
-// change for an operator, and withholds the tool, with a warning naming both hashes. So
-// when the upstream then changes the key's value, the replica that pins it sees a change
-// to withhold, not a pin it may re-pin silently with the new value.
+// one without the key may not re-pin the tool without it; but the pin's own hash still
+// holds for what the upstream lists, so the tool did not change: it is served on both, no
+// change is recorded (nothing comes and goes on the admin page as they rebuild in turn),
+// and the replica without the key does not go to the store for it at each rebuild. It warns
+// once that pins count more than it hashes. When the upstream then changes the key's value,
+// the replica that pins it sees a change to withhold, not a pin it may re-pin silently, and
+// the other, checking the pin's own hash, withholds it too and keeps that change.
 func TestReplicasWithOtherPinsMetaDoNotRePinEachOther(t *testing.T) {
 	up := newToolsServer(t, renderTool("a.png", "page", "1"))
 	addr := testredis.Addr(t)
@@ -504,41 +510,125 @@ upstreams:
 	}
 	wide := startGateway(t, yaml("[com.example/ui]"), nil)
 	defer wide.close()
-	adm := startAdmin(t, wide)
-	pinned := adm.pin("u", "render")
+	admWide := startAdmin(t, wide)
+	pinned := admWide.pin("u", "render")
 
+	// The replica without the key counts its trips to the store for a tool, and its catalog
+	// rebuilds can be held back, so that the other replica sees a change first.
 	var logs lockedBuffer
-	narrow := startGateway(t, yaml("[]"), &gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	store := &countingPins{}
+	var gate atomic.Pointer[chan struct{}]
+	narrow := startGatewayHooked(t, yaml("[]"), &gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(gw *gateway.Gateway) {
+		gw.WrapPinStore(func(s pin.Store) pin.Store { store.Store = s; return store })
+		gw.SetTestHooks(func() {
+			if ch := gate.Load(); ch != nil {
+				<-*ch
+			}
+		}, nil)
+	})
 	defer narrow.close()
-	if !testwait.Within(10*time.Second, func() bool { p := adm.pin("u", "render"); return p.Hash != pinned.Hash || p.Change != nil }) {
-		t.Fatal("the replica without the _meta key did not observe the pinned tool")
+	admNarrow := startAdmin(t, narrow)
+	csWide, csNarrow := connect(t, wide.url, nil), connect(t, narrow.url, nil)
+	if _, listed := toolMeta(t, csNarrow)["u__render"]; !listed {
+		t.Fatal("the replica without the key withholds a tool that did not change: its pin still holds")
 	}
-	if p := adm.pin("u", "render"); p.Hash != pinned.Hash || p.Change == nil || len(p.Change.Diff) != 1 || p.Change.Diff[0].Field != `_meta["com.example/ui"]` || p.Change.Diff[0].After != nil {
-		t.Errorf("pin once the replica without the key saw it: %+v, want it kept, with a change that drops the key", p)
+	before := store.observed("u", "render")
+	for _, trace := range []string{"2", "3", "4"} {
+		// A _meta key neither pins: each replica lists the tool anew and rebuilds.
+		up.set(renderTool("a.png", "page", trace))
+		for name, cs := range map[string]*mcp.ClientSession{"with the key": csWide, "without the key": csNarrow} {
+			if !testwait.Within(10*time.Second, func() bool { return toolMeta(t, cs)["u__render"]["com.example/trace"] == trace }) {
+				t.Fatalf("trace %s: the replica %s does not serve the tool as listed: %v", trace, name, toolMeta(t, cs))
+			}
+		}
+		for name, adm := range map[string]*adminClient{"with the key": admWide, "without the key": admNarrow} {
+			if p := adm.pin("u", "render"); p.Hash != pinned.Hash || p.Change != nil || p.Withheld {
+				t.Errorf("trace %s: pin on the replica %s: %+v, want it as pinned, no change, not withheld", trace, name, p)
+			}
+		}
 	}
-	if _, listed := toolMeta(t, connect(t, narrow.url, nil))["u__render"]; listed {
-		t.Error("the replica without the key serves the tool its pin covers more of: it would be re-pinned with less")
+	if n := store.observed("u", "render") - before; n != 0 {
+		t.Errorf("the replica without the key went to the store %d times for a tool whose pin holds, over 3 rebuilds; want none", n)
 	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "pins.meta") {
-		t.Errorf("no warning on the replica without the key:\n%s", logs.String())
+	if n := strings.Count(logs.String(), "pins.meta"); n != 1 || !strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("want one warning naming pins.meta on the replica without the key, got %d:\n%s", n, logs.String())
 	}
 
-	up.set(renderTool("a.png", "<script>", "1"))
-	cs := connect(t, wide.url, nil)
-	settled := func() bool {
-		meta, listed := toolMeta(t, cs)["u__render"]
-		return !listed || fmt.Sprint(meta["com.example/ui"]) == "map[template:<script>]"
+	// The pinned key changes. The replica that pins it sees the change first.
+	hold := make(chan struct{})
+	gate.Store(&hold)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			gate.Store(nil)
+			close(hold)
+		}
 	}
-	if !testwait.Within(10*time.Second, settled) {
-		t.Fatalf("the replica with the key did not see the change: %v", toolMeta(t, cs))
+	defer release()
+	up.set(renderTool("a.png", "<script>", "4"))
+	if !testwait.Within(10*time.Second, func() bool { _, listed := toolMeta(t, csWide)["u__render"]; return !listed }) {
+		t.Fatalf("the pinned _meta key changed, and the tool is served with it: %v", toolMeta(t, csWide))
 	}
-	if meta, listed := toolMeta(t, cs)["u__render"]; listed {
-		t.Fatalf("the pinned _meta key changed, and the tool is served with it: %v", meta)
-	}
-	p := adm.pin("u", "render")
+	p := admWide.pin("u", "render")
 	if p.Hash != pinned.Hash || p.Change == nil || !p.Withheld || len(p.Change.Diff) != 1 || !strings.Contains(string(p.Change.Diff[0].After), "script") {
-		t.Errorf("pin after the pinned _meta key changed: %+v, want the change withheld against the first pin", p)
+		t.Fatalf("pin after the pinned _meta key changed: %+v, want the change withheld against the first pin", p)
 	}
+	change := p.Change.Hash
+	release()
+	// The replica without the key checks the pin's own hash: no longer the listed one.
+	if !testwait.Within(10*time.Second, func() bool { _, listed := toolMeta(t, csNarrow)["u__render"]; return !listed }) {
+		t.Fatalf("the replica without the key serves a change of the key the pin covers: %v", toolMeta(t, csNarrow))
+	}
+	for name, adm := range map[string]*adminClient{"with the key": admWide, "without the key": admNarrow} {
+		if p := adm.pin("u", "render"); p.Hash != pinned.Hash || p.Change == nil || p.Change.Hash != change || !p.Withheld {
+			t.Errorf("pin on the replica %s once both saw the key change: %+v, want the first change kept, withheld", name, p)
+		}
+	}
+}
+
+// countingPins is a pin store that counts the Observe calls of each tool.
+type countingPins struct {
+	pin.Store
+	mu    sync.Mutex
+	calls map[string]int // upstream/tool → Observe calls; guarded by mu
+}
+
+func (c *countingPins) Observe(ctx context.Context, upstreamName, tool string, def json.RawMessage, s pin.Scheme, now time.Time) (pin.Pin, bool, error) {
+	c.mu.Lock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[upstreamName+"/"+tool]++
+	c.mu.Unlock()
+	return c.Store.Observe(ctx, upstreamName, tool, def, s, now)
+}
+
+func (c *countingPins) observed(upstreamName, tool string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[upstreamName+"/"+tool]
+}
+
+// startGatewayHooked is startGateway, with hook run on the gateway between New and Start.
+func startGatewayHooked(t *testing.T, yaml string, opts *gateway.Options, hook func(*gateway.Gateway)) *testGateway {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	gw, err := gateway.New(cfg, opts)
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	hook(gw)
+	gw.Start()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = gw.Server()
+	srv.Start()
+	tg := &testGateway{gw: gw, srv: srv, url: srv.URL + "/mcp"}
+	waitReady(t, gw, len(cfg.EnabledUpstreams()))
+	return tg
 }
 
 // TestForgottenPinIsLoggedAtWarn: forgetting the pin of a tool gone for pins.forget_after is

@@ -11,7 +11,7 @@
 //	h, err := scheme.Hash(raw) // raw: one tool object of an upstream's tools/list
 //	if err != nil { ... an unreadable definition: withhold the tool ... }
 //	p, changed, err := store.Observe(ctx, "github", "create_issue", raw, scheme, time.Now())
-//	if p.Differs(h) { ... withhold the tool, or warn, as the gateway's mode says ... }
+//	if !p.Admits(raw, scheme, h) { ... withhold the tool, or warn, as the gateway's mode says ... }
 //
 //	// An operator reviews a pending change, and accepts (or rejects) the hash shown.
 //	for _, c := range p.Diff() { ... c.Field, c.Before, c.After ... }
@@ -54,7 +54,8 @@ type Pin struct {
 	// existed. Observe re-pins a definition whose hash by this scheme is still Hash with
 	// the scheme it is given, silently, when that scheme covers this one (Scheme.Covers): a
 	// new version, or a _meta key more, withholds nothing that did not change. A scheme
-	// that counts less records a change for an operator instead.
+	// that counts less never re-pins it: it checks Hash by this scheme, and records a
+	// change for an operator only when that no longer holds.
 	Scheme Scheme `json:"scheme,omitzero"`
 	// Definition is the accepted definition, in Scheme.Definition's form.
 	Definition json.RawMessage `json:"definition"`
@@ -90,9 +91,29 @@ type Change struct {
 	RejectedAt time.Time `json:"rejectedAt,omitzero"`
 }
 
-// Differs reports whether a definition of hash h is not the accepted one: the gateway then
-// withholds the tool (in "withhold" mode) or serves it with a warning.
+// Differs reports whether hash h is not the pin's. For a definition hashed with the pin's own
+// scheme, that is whether it is not the accepted one; Admits decides for any scheme.
 func (p Pin) Differs(h string) bool { return h != p.Hash }
+
+// Admits reports whether the tool definition def, as an upstream lists it, whose hash with
+// the scheme sc of the replica that asks is h, is the accepted one: the gateway serves it
+// (else it withholds the tool, or serves it with a warning, as its mode says). It is when h
+// is the pin's hash, or when the pin's hash, computed with the pin's own scheme, still holds
+// for def: a pin that counts more than sc (another replica's pins.meta names more keys) is
+// checked as it was made, and one that counts less is what Observe re-pins with sc. A pin
+// of a version this package does not know is checked by h alone.
+func (p Pin) Admits(def json.RawMessage, sc Scheme, h string) bool {
+	return h == p.Hash || !p.Scheme.Equal(sc) && p.Scheme.holds(p.Hash, def)
+}
+
+// Current reports whether p is already what Store.Observe of the tool definition def,
+// hashed with scheme sc, would make it: observing it would change nothing stored. A caller
+// that keeps the pins as last read may then skip the store. It is false when def cannot be
+// hashed with sc.
+func (p Pin) Current(def json.RawMessage, sc Scheme) bool {
+	_, changed, err := observe(&p, p.Upstream, p.Tool, def, sc, time.Time{})
+	return err == nil && !changed
+}
 
 // Diff lists how p's change differs from the accepted definition (Scheme.Diff), nil without
 // a change. It compares with a scheme that counts what both hashes count, so that a change
@@ -139,14 +160,18 @@ type Store interface {
 	//     least its, and its _meta keys) whose hash by its own scheme is still that of def is
 	//     first re-pinned with s (its hash and definition are def's with s; Pinned, By, Seen
 	//     and Rejected stay): an upgrade of the hash withholds nothing;
-	//   - the pinned hash again clears the pin's change, rejected or not (the upstream went
-	//     back), and its Missing; when s does not cover the pin's scheme, the change is
-	//     cleared only if def is the pinned one by the pin's scheme too;
+	//   - the pinned definition again clears the pin's change, rejected or not (the upstream
+	//     went back), and its Missing: def's hash with s is the pin's, or, when s does not
+	//     cover the pin's scheme, the pin's hash by its own scheme still holds for def
+	//     (Pin.Admits). A pin s does not cover is never re-pinned with s, but one that
+	//     still holds is the tool unchanged: no change is recorded for it;
 	//   - another hash is recorded as the pin's Change, Seen now, replacing a change of
 	//     another hash; the hash of the current change keeps it as it is, Seen and Rejected
 	//     included, and so does a change of a scheme s does not cover whose hash by its
-	//     own scheme still holds. A pin of a scheme s does not cover is never re-pinned
-	//     with s: def's hash with s is its change, for an operator to accept.
+	//     own scheme still holds. When s does not cover the pin's scheme, def's hash with s
+	//     is the change, for an operator to accept; one that differs from the pin only in
+	//     what s does not count (the pin's hash no longer holds, but def's hash with s is
+	//     the pin's) records nothing, and leaves a change as it is.
 	// It returns the pin as it is after, and whether it changed anything stored. It fails
 	// when def cannot be hashed with s (Scheme.Hash).
 	Observe(ctx context.Context, upstream, tool string, def json.RawMessage, s Scheme, now time.Time) (Pin, bool, error)
@@ -213,13 +238,20 @@ func observe(p *Pin, upstream, tool string, def json.RawMessage, sc Scheme, now 
 		c.Hash, c.Scheme, c.Definition, changed = h, sc, d, true
 	}
 	switch {
-	case h == next.Hash:
-		// The pinned definition again, in what sc counts. The change is cleared when def
-		// is the pinned one in what the pin counts too: a pin sc does not cover may differ
-		// in what only it counts, and the change recorded for that stays for an operator.
-		if next.Change != nil && (next.Scheme.Equal(sc) || next.Scheme.holds(next.Hash, def)) {
+	case h == next.Hash && next.Scheme.Equal(sc), !next.Scheme.Equal(sc) && next.Scheme.holds(next.Hash, def):
+		// The pinned definition again, in everything the pin counts: the tool did not
+		// change, and a change recorded since goes (the upstream went back). A pin sc does
+		// not cover is checked by its own hash: it keeps what only it counts, and what
+		// only sc counts was never pinned (a scheme covering both re-pins it silently).
+		if next.Change != nil {
 			next.Change, changed = nil, true
 		}
+		return next, changed, nil
+	case h == next.Hash:
+		// A pin sc does not cover, the same in what sc counts, whose own hash no longer
+		// holds: what changed is what only the pin counts (a _meta key added to a pin that
+		// had none). It records nothing sc could tell, and keeps the change a scheme that
+		// sees it recorded.
 		return next, changed, nil
 	case next.Change != nil && h == next.Change.Hash:
 		return next, changed, nil
@@ -228,7 +260,7 @@ func observe(p *Pin, upstream, tool string, def json.RawMessage, sc Scheme, now 
 		// what is listed, in what it counts; kept as it is, Seen and Rejected included.
 		return next, changed, nil
 	}
-	// A definition that differs, or a pin sc does not cover: the operator decides, and a
+	// A definition that differs in what the pin counts: the operator decides, and a
 	// narrower hash becomes the pin only when accepted.
 	next.Change = &Change{Hash: h, Scheme: sc, Definition: d, Seen: stamp(now)}
 	return next, true, nil

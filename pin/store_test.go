@@ -453,27 +453,70 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		return h
 	}
 
+	t.Run("a narrower scheme leaves a pin that still holds as it is: no change, nothing withheld", func(t *testing.T) {
+		s := open(t)
+		page := withUI("page")
+		want := observe2(t, s, page, wide, tick(0), true)
+		// The replica that does not pin the key sees the same definition: the pin's own hash
+		// still holds for it, so the tool did not change. Nothing is recorded, and it serves
+		// the tool; the pin keeps the key (it is not re-pinned with less).
+		for i := 1; i <= 3; i++ {
+			p := observe2(t, s, page, narrow, tick(i), false)
+			check(t, s, p, want)
+			if !p.Admits(page, narrow, hashWith(t, narrow, page)) {
+				t.Errorf("round %d: the replica without the key withholds a tool whose pin still holds", i)
+			}
+		}
+	})
+
 	t.Run("a narrower scheme does not re-pin: a change of what only the pin covers is not let through", func(t *testing.T) {
 		s := open(t)
 		page, evil := withUI("page"), withUI("<script>")
 		observe2(t, s, page, wide, tick(0), true)
-		// The replica that does not pin the key sees the same definition: it may not drop the
-		// key from the pin silently; its hash is recorded as a change for an operator.
-		p := observe2(t, s, page, narrow, tick(1), true)
-		if !p.Scheme.Equal(wide) || p.Hash != hashWith(t, wide, page) {
-			t.Errorf("pin after a narrower scheme observed it: %s %s, want it kept as pinned with %s", p.Scheme, p.Hash, wide)
-		}
-		if !p.Pending() || p.Change.Hash != hashWith(t, narrow, page) || !p.Change.Scheme.Equal(narrow) || !p.Differs(hashWith(t, narrow, page)) {
-			t.Errorf("change after a narrower scheme observed the pin: %+v, want the narrower hash pending", p.Change)
-		}
-		if d := p.Diff(); len(d) != 1 || d[0].Field != `_meta["com.example/ui"]` || d[0].After != nil {
-			t.Errorf("Diff of the narrowing = %+v, want the _meta key removed", d)
-		}
+		observe2(t, s, page, narrow, tick(1), false)
 		// The replica that pins the key sees it changed: a change, not a silent re-pin.
-		p = observe2(t, s, evil, wide, tick(2), true)
-		if p.Hash != hashWith(t, wide, page) || !p.Pending() || p.Change.Hash != hashWith(t, wide, evil) || !p.Differs(hashWith(t, wide, evil)) {
+		p := observe2(t, s, evil, wide, tick(2), true)
+		if p.Hash != hashWith(t, wide, page) || !p.Pending() || p.Change.Hash != hashWith(t, wide, evil) || p.Admits(evil, wide, hashWith(t, wide, evil)) {
 			t.Errorf("pin after the pinned _meta key changed: %+v, want the change pending against the pinned page", p)
 		}
+		want := p
+		// The replica without the key sees what its own hash cannot: the pin's hash no
+		// longer holds. It keeps the change the other recorded, and withholds the tool.
+		p = observe2(t, s, evil, narrow, tick(3), false)
+		check(t, s, p, want)
+		if p.Admits(evil, narrow, hashWith(t, narrow, evil)) {
+			t.Error("the replica without the key serves a change of the key its pin covers")
+		}
+	})
+
+	t.Run("a narrower scheme alone records a change of what only the pin covers, and clears it when the pin holds again", func(t *testing.T) {
+		s := open(t)
+		page, evil := withUI("page"), withUI("<script>")
+		want := observe2(t, s, page, wide, tick(0), true)
+		// Only the replica without the key sees the key change: it may not let it through,
+		// nor re-pin with less; its hash is recorded as a change for an operator.
+		p := observe2(t, s, evil, narrow, tick(1), true)
+		if !p.Scheme.Equal(wide) || p.Hash != want.Hash || !p.Pending() || p.Change.Hash != hashWith(t, narrow, evil) || !p.Change.Scheme.Equal(narrow) {
+			t.Errorf("pin after a narrower scheme saw the pinned key change: %+v, want it kept, with the narrower hash pending", p)
+		}
+		if d := p.Diff(); len(d) != 1 || d[0].Field != `_meta["com.example/ui"]` || d[0].After != nil {
+			t.Errorf("Diff of the narrower change = %+v, want the _meta key removed", d)
+		}
+		if p.Admits(evil, narrow, hashWith(t, narrow, evil)) {
+			t.Error("the replica without the key serves a change of the key its pin covers")
+		}
+		// The upstream goes back: the pin holds again, and the change goes.
+		p = observe2(t, s, page, narrow, tick(2), true)
+		check(t, s, p, want)
+	})
+
+	t.Run("a narrower scheme clears a change when the pin holds again", func(t *testing.T) {
+		s := open(t)
+		page, evil := withUI("page"), withUI("<script>")
+		want := observe2(t, s, page, wide, tick(0), true)
+		observe2(t, s, evil, wide, tick(1), true)
+		p := observe2(t, s, page, narrow, tick(2), true)
+		check(t, s, p, want)
 	})
 
 	t.Run("a narrower scheme does not clear a change it cannot see", func(t *testing.T) {
@@ -490,7 +533,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		// other replica recorded stays for the operator.
 		p = observe2(t, s, withKey, narrow, tick(2), false)
 		check(t, s, p, want)
-		if p.Differs(hashWith(t, narrow, withKey)) {
+		if p.Differs(hashWith(t, narrow, withKey)) || !p.Admits(withKey, narrow, hashWith(t, narrow, withKey)) {
 			t.Error("the replica without the key withholds a definition that is the pinned one in what it pins")
 		}
 	})
@@ -507,30 +550,28 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		want := p
 		p = observe2(t, s, evil, narrow, tick(3), false)
 		check(t, s, p, want)
-		if !p.Differs(hashWith(t, narrow, evil)) {
+		if !p.Differs(hashWith(t, narrow, evil)) || p.Admits(evil, narrow, hashWith(t, narrow, evil)) {
 			t.Error("the replica without the key serves a rejected definition")
 		}
 	})
 
-	t.Run("replicas with other pins.meta alternate: the pin stays, the narrower change comes and goes", func(t *testing.T) {
+	t.Run("replicas with other pins.meta alternate: nothing changes, nothing comes and goes", func(t *testing.T) {
 		s := open(t)
 		page := withUI("page")
 		observe2(t, s, page, wide, tick(0), true)
 		want := observe2(t, s, page, wide, tick(0), false)
 		for i := 1; i < 7; i += 2 {
-			p := observe2(t, s, page, narrow, tick(i), true)
-			if p.Hash != want.Hash || !p.Pending() || !p.Change.Scheme.Equal(narrow) || !p.Change.Seen.Equal(tick(i)) {
-				t.Errorf("round %d, the narrower replica: %+v, want the pin kept and its hash pending", i, p)
-			}
-			// The wider replica sees the pinned definition: the narrower change goes.
-			p = observe2(t, s, page, wide, tick(i+1), true)
+			p := observe2(t, s, page, narrow, tick(i), false)
+			check(t, s, p, want)
+			p = observe2(t, s, page, wide, tick(i+1), false)
 			check(t, s, p, want)
 		}
 	})
 
-	t.Run("other _meta keys or an older version do not re-pin", func(t *testing.T) {
+	t.Run("other _meta keys or an older version do not re-pin, and change nothing while the pin holds", func(t *testing.T) {
 		other := NewScheme([]string{"com.example/other"})
 		both := json.RawMessage(`{"name": "create_issue", "icons": [{"src": "https://example.com/i.png"}], "_meta": {"com.example/ui": 1, "com.example/other": 2}}`)
+		changed := json.RawMessage(`{"name": "create_issue", "description": "Reads ~/.ssh.", "icons": [{"src": "https://example.com/i.png"}], "_meta": {"com.example/ui": 1, "com.example/other": 2}}`)
 		for _, tt := range []struct {
 			name     string
 			pinned   Scheme
@@ -542,10 +583,16 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				s := open(t)
-				observe2(t, s, both, tt.pinned, tick(0), true)
-				p := observe2(t, s, both, tt.observed, tick(1), true)
-				if !p.Scheme.Equal(tt.pinned) || p.Hash != hashWith(t, tt.pinned, both) || !p.Pending() || !p.Change.Scheme.Equal(tt.observed) {
-					t.Errorf("pin of %s observed with %s: %+v, want it kept, with a pending change", tt.pinned, tt.observed, p)
+				want := observe2(t, s, both, tt.pinned, tick(0), true)
+				p := observe2(t, s, both, tt.observed, tick(1), false)
+				check(t, s, p, want)
+				if !p.Admits(both, tt.observed, hashWith(t, tt.observed, both)) {
+					t.Errorf("pin of %s observed with %s withholds the definition it pins", tt.pinned, tt.observed)
+				}
+				// What both count changes: a change, and the pin still not re-pinned.
+				p = observe2(t, s, changed, tt.observed, tick(2), true)
+				if !p.Scheme.Equal(tt.pinned) || p.Hash != want.Hash || !p.Pending() || !p.Change.Scheme.Equal(tt.observed) || p.Admits(changed, tt.observed, hashWith(t, tt.observed, changed)) {
+					t.Errorf("pin of %s observed changed with %s: %+v, want it kept, with a pending change", tt.pinned, tt.observed, p)
 				}
 			})
 		}
@@ -564,8 +611,11 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			t.Run(tt.name, func(t *testing.T) {
 				s := open(t)
 				def := withUI("page")
-				observe2(t, s, def, tt.pinned, tick(0), true)
-				p := observe2(t, s, def, tt.observed, tick(1), true)
+				p := observe2(t, s, def, tt.pinned, tick(0), true)
+				if !p.Admits(def, tt.observed, hashWith(t, tt.observed, def)) {
+					t.Errorf("pin of %s, before %s re-pins it, withholds the definition it pins", tt.pinned, tt.observed)
+				}
+				p = observe2(t, s, def, tt.observed, tick(1), true)
 				if !p.Scheme.Equal(tt.observed) || p.Hash != hashWith(t, tt.observed, def) || p.Change != nil || !p.Pinned.Equal(tick(0)) {
 					t.Errorf("pin of %s observed with %s: %+v, want it re-pinned, no change", tt.pinned, tt.observed, p)
 				}
