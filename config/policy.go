@@ -152,13 +152,17 @@ func (m *PrincipalMatch) IsSet() bool {
 type ArgumentMatch struct {
 	// Pointer is a JSON pointer into the arguments, like /path (key `pointer`). A token *
 	// reads every element of an array (/paths/*, /edits/*/path): a rule that allows matches
-	// when every element does (and there is one), any other rule when one does. Members
-	// given more than once on the way, under the same name or in names that differ only in
-	// case, refuse the request.
+	// when every element does (and there is one), any other rule when one does; in a deny,
+	// hide or approve rule, a value under * that is not an array refuses the call (when the
+	// rule's other matchers hold). Members given more than once on the way, under the same
+	// name or in names that differ only in case, refuse the request.
 	Pointer string
-	// Equals matches a value equal to it (strings compare as text, others as their JSON);
-	// Matches matches a string value against a regular expression (RE2), whole or in part.
-	// Exactly one is set.
+	// Equals matches a value equal to it (strings compare as text, others as their JSON,
+	// compacted); Matches matches a string value against a regular expression (RE2), whole or
+	// in part, and never a number, boolean or null. Exactly one is set. An array or object
+	// where the matcher reads one value (any Matches, an Equals that is not itself a JSON
+	// array or object) refuses the call in a deny, hide or approve rule whose other matchers
+	// hold, and does not match in an allow rule.
 	Equals  *string
 	Matches string
 	// Path reads the value as a file path (key `path`): the matcher matches a copy cleaned
@@ -175,8 +179,10 @@ type ArgumentMatch struct {
 	Root string
 	// FoldCase matches the pointer's member names case-insensitively (key `fold_case`), for
 	// upstreams that decode names so (Go's encoding/json takes `Path` for `path`). Without it,
-	// names match exactly; either way, members whose names differ in case only, where the
-	// matcher looks, refuse the request.
+	// names match exactly, but a deny, hide or approve rule refuses a member it reads given
+	// only in a name that differs in case (`Path` for /path; when its other matchers hold);
+	// either way, members whose names differ in case only, where the matcher looks, refuse
+	// the request.
 	FoldCase bool
 	// Line is the matcher's line in File.
 	Line int
