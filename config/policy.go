@@ -5,6 +5,7 @@ import (
 	"math"
 	posixpath "path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,13 +153,17 @@ func (m *PrincipalMatch) IsSet() bool {
 type ArgumentMatch struct {
 	// Pointer is a JSON pointer into the arguments, like /path (key `pointer`). A token *
 	// reads every element of an array (/paths/*, /edits/*/path): a rule that allows matches
-	// when every element does (and there is one), any other rule when one does. Members
-	// given more than once on the way, under the same name or in names that differ only in
-	// case, refuse the request.
+	// when every element does (and there is one), any other rule when one does; in a deny,
+	// hide or approve rule, a value under * that is not an array refuses the call (when the
+	// rule's other matchers hold). Members given more than once on the way, under the same
+	// name or in names that differ only in case, refuse the request.
 	Pointer string
-	// Equals matches a value equal to it (strings compare as text, others as their JSON);
-	// Matches matches a string value against a regular expression (RE2), whole or in part.
-	// Exactly one is set.
+	// Equals matches a value equal to it (strings compare as text, others as their JSON,
+	// compacted); Matches matches a string value against a regular expression (RE2), whole or
+	// in part, and never a number, boolean or null. Exactly one is set. An array or object
+	// where the matcher reads one value (any Matches, an Equals that is not itself a JSON
+	// array or object) refuses the call in a deny, hide or approve rule whose other matchers
+	// hold, and does not match in an allow rule.
 	Equals  *string
 	Matches string
 	// Path reads the value as a file path (key `path`): the matcher matches a copy cleaned
@@ -175,8 +180,10 @@ type ArgumentMatch struct {
 	Root string
 	// FoldCase matches the pointer's member names case-insensitively (key `fold_case`), for
 	// upstreams that decode names so (Go's encoding/json takes `Path` for `path`). Without it,
-	// names match exactly; either way, members whose names differ in case only, where the
-	// matcher looks, refuse the request.
+	// names match exactly, but a deny, hide or approve rule refuses a member it reads given
+	// only in a name that differs in case (`Path` for /path; when its other matchers hold);
+	// either way, members whose names differ in case only, where the matcher looks, refuse
+	// the request.
 	FoldCase bool
 	// Line is the matcher's line in File.
 	Line int
@@ -522,18 +529,39 @@ func (v *validator) principalMatch(w where, path string, m *PrincipalMatch) {
 // PolicyWarnings returns what `gateway validate` warns about in c's policy, each starting
 // with FILE:LINE: an argument matcher that reads the value as an absolute path without
 // path: true (a regular expression starting with ^/, or equals with a value starting with /),
-// which //etc, /./etc and /tmp/../etc get past; and a path matcher whose pointer reads one
-// element of a list by its index (/paths/0), where /paths/* reads every element.
+// which //etc, /./etc and /tmp/../etc get past; a path matcher whose pointer reads one
+// element of a list by its index (/paths/0), where /paths/* reads every element; and path
+// matchers of different rules that read the same pointer of the same upstreams and tools
+// (the same lists, in any order) from different roots.
 func PolicyWarnings(c *Config) []string {
 	var out []string
+	// roots holds, per scope and pointer, the first path matcher with a root.
+	type rooted struct {
+		rule, arg, line int
+		root            string
+	}
+	roots := map[string]rooted{}
 	for i := range c.Policy.Rules {
-		for j, a := range c.Policy.Rules[i].Match.Arguments {
+		m := &c.Policy.Rules[i].Match
+		for j, a := range m.Arguments {
 			at := fmt.Sprintf("%s:%d: policy.rules[%d].match.arguments[%d]", c.Policy.File, a.Line, i, j)
 			switch {
 			case a.Path:
 				if each, ok := everyElement(a.Pointer); ok {
-					out = append(out, fmt.Sprintf("%s.pointer: %s reads one element of a list, and a path in any other element goes unchecked: write %s to read every element (a rule that refuses applies when one does, a rule that allows when all do)",
+					out = append(out, fmt.Sprintf("%s.pointer: %s reads one element of a list, and a path in any other element goes unchecked: write %s to read every element (a rule that refuses applies when one does, a rule that allows when all do). A token of up to three digits without a leading zero, after the first, is taken for a list position: if it names a member, ignore this",
 						at, quote(a.Pointer), quote(each)))
+				}
+				if a.Root == "" {
+					break // reads no relative path, so none differently
+				}
+				key := scopeKey(m) + "\x00" + a.Pointer
+				first, seen := roots[key]
+				switch {
+				case !seen:
+					roots[key] = rooted{rule: i, arg: j, line: a.Line, root: a.Root}
+				case cleanRoot(first.root) != cleanRoot(a.Root):
+					out = append(out, fmt.Sprintf("%s.root: %s, while policy.rules[%d].match.arguments[%d] (line %d) reads %s of the same upstreams and tools from root %s: the upstream resolves a relative path from one directory, so one of these rules reads it where the upstream does not; give both the root the upstream uses",
+						at, quote(a.Root), first.rule, first.arg, first.line, quote(a.Pointer), quote(first.root)))
 				}
 			case strings.HasPrefix(a.Matches, "^/"):
 				out = append(out, fmt.Sprintf("%s.matches: %s reads the value as a path, but //etc/passwd, /./etc/passwd and /tmp/../etc/passwd are not what it expects: add path: true, so that the value is cleaned before it is matched",
@@ -547,17 +575,39 @@ func PolicyWarnings(c *Config) []string {
 	return out
 }
 
-// everyElement returns pointer with each token that is an array index (digits, like 0)
-// written * instead, and whether there was one.
+// everyElement returns pointer with each token that is plausibly an array index written *
+// instead, and whether there was one. Plausibly: not the first token (the arguments are an
+// object, so it names a member), an index as RFC 6901 writes one (0, or digits without a
+// leading zero), and of at most three digits (a longer number, like a year, is more likely a
+// member's name).
 func everyElement(pointer string) (string, bool) {
 	tokens := strings.Split(pointer, "/")
 	found := false
 	for i, t := range tokens {
-		if i > 0 && t != "" && strings.Trim(t, "0123456789") == "" {
+		if i > 1 && t != "" && len(t) <= 3 && (t == "0" || t[0] != '0') && strings.Trim(t, "0123456789") == "" {
 			tokens[i], found = "*", true
 		}
 	}
 	return strings.Join(tokens, "/"), found
+}
+
+// scopeKey identifies the upstreams and tools (prompts, resources) a rule's match reads:
+// equal for lists of the same globs in any order.
+func scopeKey(m *Match) string {
+	var b strings.Builder
+	for _, list := range [][]string{m.Upstreams, m.Tools, m.Prompts, m.Resources} {
+		if list == nil {
+			b.WriteString("any\x00")
+			continue
+		}
+		sorted := slices.Clone(list)
+		slices.Sort(sorted)
+		for _, g := range slices.Compact(sorted) {
+			b.WriteString(strconv.Quote(g))
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // checkPointer checks a JSON pointer (RFC 6901) into arguments.

@@ -185,3 +185,75 @@ upstreams: []
 		t.Errorf("PolicyWarnings = %q\nwant three: equals at line 7 saying to add path: true; /paths/0 at line 14 and /files/2/path at line 16, saying * reads every element", got)
 	}
 }
+
+// TestPolicyWarnsOnlyOfPlausibleListIndexes: a path matcher's pointer token of digits is
+// taken for a list position (and warned of, suggesting *) only where it plausibly is one: not
+// the first token (the arguments are an object, so it names a member), an RFC 6901 index (no
+// leading zero) of at most three digits; /2024/path and /years/2024/path read members.
+func TestPolicyWarnsOnlyOfPlausibleListIndexes(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`policy:
+  rules:
+    - name: no-etc
+      effect: deny
+      match:
+        arguments:
+          - {pointer: /2024/path, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /years/2024/path, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /files/007/path, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /files/12/path, path: true, matches: "^/etc(/|$)"}
+          - {pointer: /0, path: true, matches: "^/etc(/|$)"}
+upstreams: []
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := config.PolicyWarnings(c)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "gw.yaml:10: policy.rules[0].match.arguments[3].pointer: ") || !strings.Contains(got[0], `"/files/*/path"`) ||
+		!strings.Contains(got[0], "up to three digits") {
+		t.Errorf("PolicyWarnings = %q\nwant one, of /files/12/path at line 10, saying /files/*/path and which tokens are taken for list positions", got)
+	}
+}
+
+// TestPolicyWarnsOfRulesReadingOnePathFromDifferentRoots: path matchers of different rules
+// that read the same pointer of the same upstreams and tools with different roots are warned
+// of: the upstream resolves a relative path from one directory, so one rule reads it where
+// the upstream does not. Other tools, other pointers, a matcher without root and the same
+// root written otherwise are not.
+func TestPolicyWarnsOfRulesReadingOnePathFromDifferentRoots(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`policy:
+  rules:
+    - name: no-secret
+      effect: deny
+      match: {tools: [read_file, stat], arguments: [{pointer: /path, path: true, root: /, matches: "^/secret(/|$)"}]}
+    - name: data
+      effect: allow
+      match: {tools: [stat, read_file], arguments: [{pointer: /path, path: true, root: /srv/data, matches: "^/srv/data/"}]}
+    - name: data-again
+      effect: allow
+      match: {tools: [read_file, stat], arguments: [{pointer: /path, path: true, root: /srv/data/, matches: "^/srv/"}]}
+    - name: other-tool
+      effect: allow
+      match: {tools: [read_file], arguments: [{pointer: /path, path: true, root: /tmp, matches: "^/tmp/"}]}
+    - name: other-pointer
+      effect: allow
+      match: {tools: [read_file, stat], arguments: [{pointer: /dest, path: true, root: /tmp, matches: "^/tmp/"}]}
+    - name: no-root
+      effect: deny
+      match: {tools: [read_file, stat], arguments: [{pointer: /path, path: true, matches: "^/etc(/|$)"}]}
+    - name: other-upstream
+      effect: allow
+      match: {upstreams: [fs2], tools: [read_file, stat], arguments: [{pointer: /path, path: true, root: /home, matches: "^/home/"}]}
+    - {name: writes, effect: deny, match: {tools: [write_file], arguments: [{pointer: /path, path: true, root: /srv, matches: "^/srv/etc/"}]}}
+    - {name: writes-again, effect: allow, match: {tools: [write_file], arguments: [{pointer: /path, path: true, root: /srv/, matches: "^/srv/"}]}}
+upstreams: []
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := config.PolicyWarnings(c)
+	if len(got) != 2 ||
+		!strings.HasPrefix(got[0], "gw.yaml:8: policy.rules[1].match.arguments[0].root: ") || !strings.Contains(got[0], `"/srv/data"`) || !strings.Contains(got[0], "policy.rules[0].match.arguments[0] (line 5)") ||
+		!strings.HasPrefix(got[1], "gw.yaml:11: policy.rules[2].match.arguments[0].root: ") || !strings.Contains(got[1], `"/srv/data/"`) {
+		t.Errorf("PolicyWarnings = %q\nwant two: the roots of data (line 8) and data-again (line 11), each naming no-secret's root at line 5", got)
+	}
+}

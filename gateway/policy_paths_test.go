@@ -154,3 +154,123 @@ func TestPathRuleRefusesWhatItCannotReadAndReadsLists(t *testing.T) {
 		t.Errorf("an absolute path outside /etc: %+v, want served", r)
 	}
 }
+
+// TestHideRuleRefusalIsAnUnknownToolThroughTheGateway: a hide rule that refuses arguments it
+// cannot read (a value that is not a path, a member given twice in names that differ in case,
+// a lone case variant, an array where it reads a string) answers exactly as for a tool that
+// does not exist, and the upstream is not called; the audit record says hide, by that rule,
+// and names the tool as the client asked for it, like the record of a missing one.
+func TestHideRuleRefusalIsAnUnknownToolThroughTheGateway(t *testing.T) {
+	var out lockedBuffer
+	trail := audit.New(&out, nil)
+	tg := startGateway(t, filesYAML(`  rules:
+    - {name: secret-files, effect: hide, match: {tools: [read_file], arguments: [{pointer: /path, path: true, matches: "^/secret(/|$)"}, {pointer: /mode, matches: "^r"}]}}
+`), &gateway.Options{Audit: trail})
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	call := func(tool, args string) rawReply {
+		return c.do(http.MethodPost, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args), map[string]string{"Mcp-Session-Id": sid})
+	}
+	missing := call("fs__nope", `{"path":"/secret/x","mode":"r"}`)
+	if missing.msg.Error == nil {
+		t.Fatalf("a missing tool: %d %s, want an error", missing.status, missing.body)
+	}
+	refused := []string{
+		`{"path":["/secret/x"],"mode":"r"}`,
+		`{"path":"/ok","PATH":"/secret/x","mode":"r"}`,
+		`{"PATH":"/secret/x","mode":"r"}`,
+		`{"path":"/secret/x","mode":["r"]}`,
+	}
+	for _, args := range refused {
+		r := call("fs__read_file", args)
+		if r.msg.Error == nil || r.status != missing.status || r.msg.Error.Code != missing.msg.Error.Code ||
+			strings.Replace(r.msg.Error.Message, "fs__read_file", "X", 1) != strings.Replace(missing.msg.Error.Message, "fs__nope", "X", 1) ||
+			string(r.msg.Error.Data) != string(missing.msg.Error.Data) {
+			t.Errorf("%s: %d %s; want what a missing tool gets: %d %s", args, r.status, r.body, missing.status, missing.body)
+		}
+	}
+	if r := callRaw(t, c, sid, "read_file", `{"path":"/ok","mode":"r"}`); !r.got(`{"path":"/ok","mode":"r"}`) {
+		t.Errorf("a path the rule does not hide: %+v, want served", r)
+	}
+	tg.close()
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var missingRec map[string]any
+	var hidden []map[string]any
+	for _, rec := range auditLines(t, out.String()) {
+		switch {
+		case rec["method"] != "tools/call":
+		case rec["target"] == "fs__nope":
+			missingRec = rec
+		case strings.Contains(fmt.Sprint(rec["decisions"]), "secret-files"):
+			hidden = append(hidden, rec)
+		}
+	}
+	if missingRec == nil || len(hidden) != len(refused) {
+		t.Fatalf("records of the missing tool %v and of the hidden calls %v, want one and %d:\n%s", missingRec, hidden, len(refused), out.String())
+	}
+	for _, rec := range hidden {
+		if d := fmt.Sprint(rec["decisions"]); !strings.Contains(d, "effect:hide rule:secret-files") || strings.Contains(d, "deny") {
+			t.Errorf("a hidden call's decisions %s, want hide by secret-files", d)
+		}
+		for _, k := range []string{"outcome", "code", "reason", "upstream"} {
+			if rec[k] != missingRec[k] {
+				t.Errorf("a hidden call's record has %s %v, the missing tool's %v", k, rec[k], missingRec[k])
+			}
+		}
+		if rec["target"] != "fs__read_file" {
+			t.Errorf("a hidden call's record names the target %v, want fs__read_file as the client asked for it", rec["target"])
+		}
+	}
+}
+
+// TestLoneCaseVariantIsRefusedThroughTheGateway: a deny rule without fold_case on /path does
+// not let {"PATH": "/etc/passwd"} past to an upstream that may read it as path (Go's
+// encoding/json does); an allow rule does not match it.
+func TestLoneCaseVariantIsRefusedThroughTheGateway(t *testing.T) {
+	tg := startGateway(t, filesYAML(`  default: deny
+  rules:
+    - {name: no-etc, effect: deny, match: {tools: [read_file], arguments: [{pointer: /path, path: true, matches: "^/etc(/|$)"}]}}
+    - {name: srv, effect: allow, match: {tools: [read_file], arguments: [{pointer: /path, path: true, matches: "^/srv/"}]}}
+`), nil)
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	for _, args := range []string{`{"PATH":"/etc/passwd"}`, `{"Path":"/srv/../etc/passwd"}`} {
+		if r := callRaw(t, c, sid, "read_file", args); !r.denied("differs only in case") || !strings.Contains(r.Content[0].Text, `"no-etc"`) {
+			t.Errorf("%s: %+v, want denied by no-etc, saying the name differs only in case", args, r)
+		}
+	}
+	if r := callRaw(t, c, sid, "read_file", `{"path":"/srv/x"}`); !r.got(`{"path":"/srv/x"}`) {
+		t.Errorf("the exact name: %+v, want served", r)
+	}
+	if r := callRaw(t, c, sid, "read_file", `{"path":"/srv/x","Mode":"r"}`); !r.got(`{"path":"/srv/x","Mode":"r"}`) {
+		t.Errorf("a case variant of a member no rule reads: %+v, want served", r)
+	}
+}
+
+// TestContainerWhereADenyRuleReadsAValueIsRefusedThroughTheGateway: a deny rule that matches
+// a string (matches) or one value (equals) does not let an array or an object past in its
+// place: {"mode":["write"]} does not get past a rule on /mode equal to write.
+func TestContainerWhereADenyRuleReadsAValueIsRefusedThroughTheGateway(t *testing.T) {
+	tg := startGateway(t, filesYAML(`  rules:
+    - {name: no-writes, effect: deny, match: {tools: [read_file], arguments: [{pointer: /mode, equals: write}]}}
+    - {name: no-w, effect: deny, match: {tools: [read_files], arguments: [{pointer: /mode, matches: "^w"}]}}
+`), nil)
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	for _, tt := range []struct{ tool, args, say string }{
+		{"read_file", `{"path":"/x","mode":["write"]}`, "the argument /mode must be one value (a string, a number, a boolean or null), not an array"},
+		{"read_file", `{"path":"/x","mode":{"m":"write"}}`, "not an object"},
+		{"read_files", `{"paths":["/x"],"mode":["w"]}`, "the argument /mode must be a string, not an array"},
+	} {
+		if r := callRaw(t, c, sid, tt.tool, tt.args); !r.denied(tt.say) {
+			t.Errorf("%s %s: %+v, want denied, saying %q", tt.tool, tt.args, r, tt.say)
+		}
+	}
+	if r := callRaw(t, c, sid, "read_file", `{"path":"/x","mode":"read"}`); !r.got(`{"path":"/x","mode":"read"}`) {
+		t.Errorf("a read: %+v, want served", r)
+	}
+}

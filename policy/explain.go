@@ -155,22 +155,29 @@ func (c *rule) explainArgument(f failure, args []byte) string {
 	case wCaseVariant:
 		return fmt.Sprintf("arguments: %s is given more than once, in names that differ only in case: the request is refused", pointerName(a.ptr.prefix(f.at)))
 	}
-	v := args[f.start:f.end]
-	shown := shorten(v)
 	refused := ""
 	if f.refuse {
 		refused = ": the request is refused"
 	}
+	if f.why == wCaseOnly {
+		return fmt.Sprintf("arguments: %s is given in a name that differs only in case%s", pointerName(a.ptr.prefix(f.at)), refused)
+	}
+	v := args[f.start:f.end]
+	shown := shorten(v)
 	switch f.why {
 	case wNotArray:
 		return fmt.Sprintf("arguments: %s meets %s, not an array%s", ptr, shown, refused)
 	case wRelative:
 		return fmt.Sprintf("arguments: %s is %s, a relative path, and the matcher has no root%s", ptr, shown, refused)
+	case wNotPath:
+		return fmt.Sprintf("arguments: %s is %s, not a string (a file path)%s", ptr, shown, refused)
 	case wNotString:
-		if a.path {
-			return fmt.Sprintf("arguments: %s is %s, not a string (a file path)%s", ptr, shown, refused)
-		}
 		return fmt.Sprintf("arguments: %s is %s, not a string (matches %q)", ptr, shown, a.re.String())
+	case wContainer:
+		if a.re != nil {
+			return fmt.Sprintf("arguments: %s is %s, not a string (matches %q)%s", ptr, shown, a.re.String(), refused)
+		}
+		return fmt.Sprintf("arguments: %s is %s, not one value (equals %q)%s", ptr, shown, *a.equals, refused)
 	}
 	if a.path {
 		if s, ok := decodeString(v[1 : len(v)-1]); ok {

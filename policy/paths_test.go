@@ -103,12 +103,13 @@ func TestFoldCaseMatchesMembersInAnyCase(t *testing.T) {
 			t.Errorf("%s: %s (%q), handing on %s; want %s (%q), handing on %s", tt.args, d.Effect, d.Reason, d.Arguments, tt.effect, tt.reason, tt.rewritten)
 		}
 	}
-	// Without fold_case, names are exact.
-	exact := compile(t, config.Policy{Rules: []config.Rule{
-		{Name: "no-etc", Effect: config.EffectDeny, Match: config.Match{
+	// Without fold_case, names are exact: Path is not /path to an allowing rule (and a
+	// refusing one refuses it, TestLoneCaseVariantIsRefusedByRestrictiveRules).
+	exact := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "etc", Effect: config.EffectAllow, Match: config.Match{
 			Arguments: []config.ArgumentMatch{{Pointer: "/path", Matches: "^/etc"}}}},
 	}})
-	if d := exact.Decide(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(`{"Path":"/etc/passwd"}`)}); d.Effect != "allow" {
+	if d := exact.Decide(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(`{"Path":"/etc/passwd"}`)}); d.Rule != DefaultRule {
 		t.Errorf("exact names: Path matched /path: %+v", d)
 	}
 }
@@ -238,17 +239,22 @@ func TestOnlyTheDecidingRuleRewritesPaths(t *testing.T) {
 // TestRelativePathWithoutRootIsRefused: a path matcher without root cannot tell where a
 // relative path leads (the upstream resolves it against a directory the gateway does not
 // know), so a rule that refuses or holds calls refuses one with a relative path rather than
-// let ../etc/passwd past, and an allowing rule does not match it; nothing is re-rooted at /.
+// let ../etc/passwd past (as deny, or a hide rule as hide), and an allowing rule does not
+// match it; nothing is re-rooted at /.
 func TestRelativePathWithoutRootIsRefused(t *testing.T) {
 	for _, effect := range []string{config.EffectDeny, config.EffectHide, config.EffectApprove} {
 		r := compile(t, config.Policy{Rules: []config.Rule{
 			{Name: "no-etc", Effect: effect, Match: config.Match{Arguments: []config.ArgumentMatch{
 				{Pointer: "/path", Path: true, Matches: "^/etc(/|$)"}}}},
 		}})
+		want := config.EffectDeny
+		if effect == config.EffectHide {
+			want = effect
+		}
 		for _, args := range []string{`{"path":"../etc/passwd"}`, `{"path":"etc/passwd"}`, `{"path":"docs/readme"}`, `{"path":""}`} {
 			d := decideArgs(r, args)
-			if d.Effect != config.EffectDeny || d.Rule != "no-etc" || !strings.Contains(d.Reason, "absolute") || d.Arguments != nil {
-				t.Errorf("%s rule, %s: %+v; want deny by no-etc, saying the path must be absolute", effect, args, d)
+			if d.Effect != want || d.Rule != "no-etc" || !strings.Contains(d.Reason, "absolute") || d.Arguments != nil {
+				t.Errorf("%s rule, %s: %+v; want %s by no-etc, saying the path must be absolute", effect, args, d, want)
 			}
 		}
 		if d := decideArgs(r, `{"path":"/srv/x"}`); d.Effect != config.EffectAllow {
@@ -376,9 +382,9 @@ func TestPathMatcherReadsEveryElement(t *testing.T) {
 
 // TestExplainTellsRefusalsOfArguments: explain says why a rule refused arguments it could not
 // read, and its decision is Decide's: a member given twice (in the same name, or in names
-// that differ in case, each said as such), a path that is not a string, a relative path
-// without root, a list that is not an array (when the rule's other matchers hold); and why an
-// allowing rule did not match them.
+// that differ in case, each said as such), a member given only in a name that differs in
+// case, a path that is not a string, a relative path without root, a list that is not an
+// array (when the rule's other matchers hold); and why an allowing rule did not match them.
 func TestExplainTellsRefusalsOfArguments(t *testing.T) {
 	deny := compile(t, config.Policy{Rules: []config.Rule{
 		{Name: "no-etc", Effect: config.EffectDeny, Line: 3, Match: config.Match{Arguments: []config.ArgumentMatch{
@@ -401,6 +407,7 @@ func TestExplainTellsRefusalsOfArguments(t *testing.T) {
 		{deny, `{"opts":{"path":["/etc"]},"more":["/etc"]}`, `arguments: /opts/path is ["/etc"], not a string (a file path): the request is refused`, "the argument /opts/path must be a file path, a string, not an array"},
 		{deny, `{"opts":{"path":"../etc"},"more":["/etc"]}`, `arguments: /opts/path is "../etc", a relative path, and the matcher has no root: the request is refused`, "must be an absolute path"},
 		{deny, `{"opts":{"path":"/etc"},"more":{"a":"/etc"}}`, `arguments: /more/* meets {"a":"/etc"}, not an array: the request is refused`, "the argument /more must be an array of file paths, not an object"},
+		{deny, `{"opts":{"PATH":"/etc"},"more":["/etc"]}`, "arguments: /opts/path is given in a name that differs only in case: the request is refused", "the arguments give /opts/path in a name that differs only in case"},
 		{deny, `{"opts":{"path":"/a"},"more":[]}`, "arguments: /opts/path is \"/a\", which does not match \"^/etc(/|$)\"", ""},
 		{allow, `{"opts":{"path":"/srv/a"},"more":[]}`, "arguments: /more/* reaches no value (an array without elements)", defaultDenyReason},
 		{allow, `{"opts":{"path":"srv/a"},"more":["/srv/b"]}`, `arguments: /opts/path is "srv/a", a relative path, and the matcher has no root`, defaultDenyReason},
@@ -416,5 +423,169 @@ func TestExplainTellsRefusalsOfArguments(t *testing.T) {
 		if want := tt.r.Decide(Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(tt.args)}); !cmp.Equal(d, want) {
 			t.Errorf("%s: Explain decides %+v, Decide %+v", tt.args, d, want)
 		}
+	}
+}
+
+// TestHideRuleRefusalDoesNotRevealTheTool: a hide rule that refuses arguments it cannot read
+// (a member given twice, in one name or in names that differ in case; a lone case variant;
+// a value that is not a path, a relative path without root) refuses with its own effect,
+// hide, so that the caller learns what it learns of a missing tool and nothing of the rule;
+// Explain decides alike.
+func TestHideRuleRefusalDoesNotRevealTheTool(t *testing.T) {
+	r := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "secret-tool", Effect: config.EffectHide, Match: config.Match{Tools: []string{"t"}, Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Matches: "^/secret(/|$)"},
+			{Pointer: "/cmd", Matches: "^rm"}}}},
+	}})
+	for _, args := range []string{
+		`{"path":"/secret","path":"/ok","cmd":"rm"}`,
+		`{"path":"/ok","PATH":"/secret","cmd":"rm"}`,
+		`{"PATH":"/secret","cmd":"rm"}`,
+		`{"path":["/secret"],"cmd":"rm"}`,
+		`{"path":"../secret","cmd":"rm"}`,
+		`{"path":"/secret","cmd":["rm"]}`,
+	} {
+		in := Input{Kind: pipeline.Tool, Name: "t", Arguments: json.RawMessage(args)}
+		d := r.Decide(in)
+		if d.Effect != config.EffectHide || d.Rule != "secret-tool" {
+			t.Errorf("%s: %s by %s (%q), want hide by secret-tool", args, d.Effect, d.Rule, d.Reason)
+		}
+		if _, explained := r.Explain(in); !cmp.Equal(explained, d) {
+			t.Errorf("%s: Explain decides %+v, Decide %+v", args, explained, d)
+		}
+	}
+	if d := decideArgs(r, `{"path":"/ok","cmd":"rm"}`); d.Effect != config.EffectAllow {
+		t.Errorf("arguments the hide rule reads and does not match: %+v, want allow", d)
+	}
+}
+
+// TestLoneCaseVariantIsRefusedByRestrictiveRules: a member the rule reads given only in a
+// name that differs in case ({"PATH": …} where the rule reads /path) is read as /path by an
+// upstream that decodes names case-insensitively (Go's encoding/json); a deny, hide or approve
+// rule without fold_case refuses it (when its other matchers hold) rather than let it past,
+// an allow rule does not match it, and with fold_case it is the member.
+func TestLoneCaseVariantIsRefusedByRestrictiveRules(t *testing.T) {
+	for _, effect := range []string{config.EffectDeny, config.EffectHide, config.EffectApprove} {
+		r := compile(t, config.Policy{Rules: []config.Rule{
+			{Name: "no-etc", Effect: effect, Match: config.Match{Arguments: []config.ArgumentMatch{
+				{Pointer: "/opts/path", Path: true, Matches: "^/etc(/|$)"},
+				{Pointer: "/cmd", Matches: "^rm"},
+				{Pointer: "/mode", Equals: ptr("write")}}}},
+		}})
+		want := config.EffectDeny
+		if effect == config.EffectHide {
+			want = effect
+		}
+		for _, args := range []string{
+			`{"opts":{"PATH":"/etc/passwd"},"cmd":"rm","mode":"write"}`,
+			`{"OPTS":{"path":"/etc/passwd"},"cmd":"rm","mode":"write"}`,
+			`{"opts":{"path":"/etc/passwd"},"Cmd":"rm","mode":"write"}`,
+			`{"opts":{"path":"/etc/passwd"},"cmd":"rm","MODE":"write"}`,
+			`{"opts":{"p\u0041th":"/etc/passwd"},"cmd":"rm","mode":"write"}`,
+		} {
+			if d := decideArgs(r, args); d.Effect != want || d.Rule != "no-etc" || !strings.Contains(d.Reason, "differs only in case") {
+				t.Errorf("%s rule, %s: %s by %s (%q); want %s by no-etc, saying the name differs only in case", effect, args, d.Effect, d.Rule, d.Reason, want)
+			}
+		}
+		// The rule does not apply when its other matchers do not hold.
+		if d := decideArgs(r, `{"opts":{"PATH":"/etc/passwd"},"cmd":"ls","mode":"write"}`); d.Effect != config.EffectAllow {
+			t.Errorf("%s rule, a case variant, another matcher fails: %+v, want allow", effect, d)
+		}
+	}
+	allow := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "srv", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, Matches: "^/srv/"}}}},
+	}})
+	if d := decideArgs(allow, `{"PATH":"/srv/x"}`); d.Effect != config.EffectDeny || d.Rule != DefaultRule {
+		t.Errorf("allow rule, a lone case variant: %+v, want no match (the default denies)", d)
+	}
+	folded := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "no-etc", Effect: config.EffectDeny, Reason: "not /etc", Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/path", Path: true, FoldCase: true, Matches: "^/etc(/|$)"}}}},
+	}})
+	if d := decideArgs(folded, `{"PATH":"/etc/passwd"}`); d.Effect != config.EffectDeny || d.Reason != "not /etc" {
+		t.Errorf("deny rule with fold_case, a lone case variant: %+v, want it matched (deny with the rule's reason)", d)
+	}
+	if d := decideArgs(folded, `{"PATH":"/tmp/x"}`); d.Effect != config.EffectAllow {
+		t.Errorf("deny rule with fold_case, a lone case variant elsewhere: %+v, want allow", d)
+	}
+}
+
+// TestRestrictiveRuleRefusesContainersWhereItReadsAScalar: a matches or equals matcher of a
+// deny, hide or approve rule that meets an array or an object where it reads one value
+// ({"cmd":["rm","-rf"]} for a rule on /cmd matching ^rm), or a * pointer that meets what is
+// not an array, refuses the call when the rule's other matchers hold, rather than let it past;
+// an allow rule does not match it. equals compares what it can as before: a string as text,
+// another scalar as its JSON, and an array or object with an equals that is one as compact
+// JSON; a number, a boolean or null never matches a regular expression.
+func TestRestrictiveRuleRefusesContainersWhereItReadsAScalar(t *testing.T) {
+	r := compile(t, config.Policy{Rules: []config.Rule{
+		{Name: "no-rm", Effect: config.EffectDeny, Reason: "no rm", Match: config.Match{Tools: []string{"sh"}, Arguments: []config.ArgumentMatch{
+			{Pointer: "/cmd", Matches: "^rm"}}}},
+		{Name: "no-writes", Effect: config.EffectDeny, Reason: "no writes", Match: config.Match{Tools: []string{"open"}, Arguments: []config.ArgumentMatch{
+			{Pointer: "/mode", Equals: ptr("write")},
+			{Pointer: "/n", Equals: ptr("10")}}}},
+		{Name: "no-rm-lists", Effect: config.EffectDeny, Reason: "no rm", Match: config.Match{Tools: []string{"batch"}, Arguments: []config.ArgumentMatch{
+			{Pointer: "/cmds/*", Matches: "^rm"}}}},
+		{Name: "no-rm-jobs", Effect: config.EffectDeny, Reason: "no rm", Match: config.Match{Tools: []string{"jobs"}, Arguments: []config.ArgumentMatch{
+			{Pointer: "/jobs/*/cmds/*", Matches: "^rm"}}}},
+		{Name: "no-flags", Effect: config.EffectDeny, Reason: "no flags", Match: config.Match{Tools: []string{"flags"}, Arguments: []config.ArgumentMatch{
+			{Pointer: "/flags", Equals: ptr(`["-rf"]`)}}}},
+	}})
+	for _, tt := range []struct{ tool, args, effect, rule, reason string }{
+		{"sh", `{"cmd":["rm","-rf","/"]}`, "deny", "no-rm", "the argument /cmd must be a string, not an array"},
+		{"sh", `{"cmd":{"0":"rm"}}`, "deny", "no-rm", "the argument /cmd must be a string, not an object"},
+		{"sh", `{"cmd":"rm -rf /"}`, "deny", "no-rm", "no rm"},
+		{"sh", `{"cmd":"ls"}`, "allow", "default", ""},
+		{"sh", `{"cmd":5}`, "allow", "default", ""},
+		{"sh", `{"cmd":null}`, "allow", "default", ""},
+		{"open", `{"mode":["write"],"n":10}`, "deny", "no-writes", "the argument /mode must be one value (a string, a number, a boolean or null), not an array"},
+		{"open", `{"mode":"write","n":{"v":10}}`, "deny", "no-writes", "the argument /n must be one value"},
+		{"open", `{"mode":"write","n":10}`, "deny", "no-writes", "no writes"},
+		{"open", `{"mode":"write","n":"10"}`, "deny", "no-writes", "no writes"},
+		{"open", `{"mode":"write","n":11}`, "allow", "default", ""},
+		// The rule does not apply when its other matchers do not hold.
+		{"open", `{"mode":["write"],"n":11}`, "allow", "default", ""},
+		{"batch", `{"cmds":"rm -rf /"}`, "deny", "no-rm-lists", "the argument /cmds must be an array, not a string"},
+		{"batch", `{"cmds":["ls",["rm"]]}`, "deny", "no-rm-lists", "the argument /cmds/* must be a string, not an array"},
+		{"batch", `{"cmds":["ls","rm x"]}`, "deny", "no-rm-lists", "no rm"},
+		{"batch", `{"cmds":["ls"]}`, "allow", "default", ""},
+		{"jobs", `{"jobs":[{"cmds":["ls"]},{"cmds":"rm -rf /"}]}`, "deny", "no-rm-jobs", "the argument /jobs/*/cmds must be an array, not a string"},
+		{"jobs", `{"jobs":"rm -rf /"}`, "deny", "no-rm-jobs", "the argument /jobs must be an array, not a string"},
+		// An equals that is an array compares arrays, as compact JSON.
+		{"flags", `{"flags":[ "-rf" ]}`, "deny", "no-flags", "no flags"},
+		{"flags", `{"flags":["-r"]}`, "allow", "default", ""},
+		{"flags", `{"flags":"-rf"}`, "allow", "default", ""},
+	} {
+		in := Input{Kind: pipeline.Tool, Name: tt.tool, Arguments: json.RawMessage(tt.args)}
+		d := r.Decide(in)
+		if d.Effect != tt.effect || d.Rule != tt.rule || !strings.Contains(d.Reason, tt.reason) {
+			t.Errorf("%s %s: %s by %s (%q); want %s by %s (%q)", tt.tool, tt.args, d.Effect, d.Rule, d.Reason, tt.effect, tt.rule, tt.reason)
+		}
+		if _, explained := r.Explain(in); !cmp.Equal(explained, d) {
+			t.Errorf("%s %s: Explain decides %+v, Decide %+v", tt.tool, tt.args, explained, d)
+		}
+	}
+	for _, tt := range []struct{ tool, args, why string }{
+		{"sh", `{"cmd":["rm","-rf"]}`, `arguments: /cmd is ["rm","-rf"], not a string (matches "^rm"): the request is refused`},
+		{"open", `{"mode":{"m":"write"},"n":10}`, `arguments: /mode is {"m":"write"}, not one value (equals "write"): the request is refused`},
+		{"batch", `{"cmds":"rm"}`, `arguments: /cmds/* meets "rm", not an array: the request is refused`},
+	} {
+		steps, _ := r.Explain(Input{Kind: pipeline.Tool, Name: tt.tool, Arguments: json.RawMessage(tt.args)})
+		if last := steps[len(steps)-1]; last.Why != tt.why {
+			t.Errorf("explain %s %s: %+v, want Why %q", tt.tool, tt.args, last, tt.why)
+		}
+	}
+	allow := compile(t, config.Policy{Default: config.EffectDeny, Rules: []config.Rule{
+		{Name: "reads", Effect: config.EffectAllow, Match: config.Match{Arguments: []config.ArgumentMatch{
+			{Pointer: "/mode", Equals: ptr("read")}, {Pointer: "/cmd", Matches: "^ls"}}}},
+	}})
+	for _, args := range []string{`{"mode":["read"],"cmd":"ls"}`, `{"mode":"read","cmd":["ls"]}`} {
+		if d := decideArgs(allow, args); d.Rule != DefaultRule {
+			t.Errorf("allow rule, %s: %+v, want no match (the default denies)", args, d)
+		}
+	}
+	if d := decideArgs(allow, `{"mode":"read","cmd":"ls -l"}`); d.Rule != "reads" {
+		t.Errorf("allow rule, values it reads: %+v, want allow by reads", d)
 	}
 }

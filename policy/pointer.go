@@ -30,16 +30,6 @@ type token struct {
 	each bool
 }
 
-// hasEach reports whether the pointer has a * token, which reads every element of an array.
-func (p *pointer) hasEach() bool {
-	for i := range p.tokens {
-		if p.tokens[i].each {
-			return true
-		}
-	}
-	return false
-}
-
 // compilePointer parses text, a JSON pointer: "" (the whole document) or "/"-separated
 // reference tokens.
 func compilePointer(text string) (pointer, error) {
@@ -100,6 +90,21 @@ func arrayIndex(name string) int {
 	return n
 }
 
+// names says how a pointer's reference tokens match an object's member names.
+type names uint8
+
+const (
+	// exactNames: a token names the member of its name only; a member whose name differs
+	// from it only in case is another member.
+	exactNames names = iota
+	// strictNames: as exactNames, but an object that gives, instead of the member a token
+	// names, one member whose name differs from it only in case is ambiguous (caseOnly): a
+	// decoder that matches names case-insensitively reads that member as the one named.
+	strictNames
+	// foldNames: a token names the member whose name is its in any case.
+	foldNames
+)
+
 // found says what a pointer found in a document.
 type found uint8
 
@@ -114,62 +119,37 @@ const (
 	// (two or more), which a decoder that matches names case-insensitively (Go's
 	// encoding/json) takes one of, the last.
 	caseVariant
+	// caseOnly: with strictNames, an object gives no member of a token's name, but one whose
+	// name differs from it only in case, which such a decoder takes as the member.
+	caseOnly
 )
-
-// ambiguous reports whether f is a member given more than once.
-func (f found) ambiguous() bool { return f == repeated || f == caseVariant }
-
-// resolve returns the raw value p refers to in doc, a valid JSON document, and what it found:
-// present, missing, or a member on the way given more than once (repeated, caseVariant).
-// Pointers with a * token are read with walk.
-func (p *pointer) resolve(doc []byte) ([]byte, found) {
-	start, end, f := p.span(doc, false)
-	return doc[start:end], f
-}
-
-// span returns where the value p (without * tokens) refers to lies in doc, a valid JSON
-// document: doc[start:end], when f is present. With fold, reference tokens match member names
-// case-insensitively (as encoding/json matches struct fields); without, exactly. Either way
-// an object that gives the member twice (repeated), or in names that differ only in case
-// (caseVariant), is ambiguous: the pointer is not followed further.
-func (p *pointer) span(doc []byte, fold bool) (start, end int, f found) {
-	start = skipSpace(doc, 0)
-	end = valueEnd(doc, start)
-	for i := range p.tokens {
-		s, e, f := child(doc[start:end], &p.tokens[i], fold)
-		if f != present {
-			return 0, 0, f
-		}
-		start, end = start+s, start+e
-	}
-	return start, end, present
-}
 
 // walk calls fn for what p reaches in doc, a valid JSON document, in document order: a value
 // (found present, with its span), or where the pointer cannot go on, missing or notArray (with
-// the span of the value where it stopped). A * token goes on into every element of an array
+// the span of the value where it stopped, and the index of the token that could not go on). A * token goes on into every element of an array
 // in turn; an array without elements calls fn for nothing. walk returns repeated or
 // caseVariant at the first object on the way that gives a member twice (having called fn for
-// the elements before it), and the index of the token that names that member; present
-// otherwise.
-func (p *pointer) walk(doc []byte, fold bool, fn func(start, end int, f found)) (found, int) {
+// the elements before it), or caseOnly (with strictNames) at the first that gives it only
+// in a name that differs in case, and the index of the token that names that member;
+// present otherwise. mode says how tokens match member names.
+func (p *pointer) walk(doc []byte, mode names, fn func(start, end int, f found, at int)) (found, int) {
 	start := skipSpace(doc, 0)
-	return p.walkFrom(doc, start, valueEnd(doc, start), 0, fold, fn)
+	return p.walkFrom(doc, start, valueEnd(doc, start), 0, mode, fn)
 }
 
 // walkFrom walks the tokens from i on, from the value doc[start:end].
-func (p *pointer) walkFrom(doc []byte, start, end, i int, fold bool, fn func(start, end int, f found)) (found, int) {
+func (p *pointer) walkFrom(doc []byte, start, end, i int, mode names, fn func(start, end int, f found, at int)) (found, int) {
 	for ; i < len(p.tokens); i++ {
 		t := &p.tokens[i]
 		if t.each {
 			if doc[start] != '[' {
-				fn(start, end, notArray)
+				fn(start, end, notArray, i)
 				return present, 0
 			}
 			j := skipSpace(doc, start+1)
 			for doc[j] != ']' {
 				e := valueEnd(doc, j)
-				if f, at := p.walkFrom(doc, j, e, i+1, fold, fn); f != present {
+				if f, at := p.walkFrom(doc, j, e, i+1, mode, fn); f != present {
 					return f, at
 				}
 				j = skipSpace(doc, e)
@@ -179,22 +159,23 @@ func (p *pointer) walkFrom(doc []byte, start, end, i int, fold bool, fn func(sta
 			}
 			return present, 0
 		}
-		s, e, f := child(doc[start:end], t, fold)
+		s, e, f := child(doc[start:end], t, mode)
 		switch f {
 		case present:
 			start, end = start+s, start+e
 		case missing:
-			fn(start, end, missing)
+			fn(start, end, missing, i)
 			return present, 0
 		default:
 			return f, i
 		}
 	}
-	fn(start, end, present)
+	fn(start, end, present, len(p.tokens))
 	return present, 0
 }
 
-// prefix returns the pointer's text up to and including token i, as written.
+// prefix returns the pointer's text up to and including token i, as written; "" when i is
+// -1.
 func (p *pointer) prefix(i int) string {
 	rest := p.text
 	for n := 0; n <= i; n++ {
@@ -208,10 +189,11 @@ func (p *pointer) prefix(i int) string {
 }
 
 // child returns where, in v (an object or array without surrounding space), the member t
-// names lies. In an object, the member whose name is t's, or with fold the one whose name is
-// t's in any case; repeated or caseVariant when the object has more than one member whose
-// name is t's in any case (whether fold or not: a decoder that folds case would take one).
-func child(v []byte, t *token, fold bool) (start, end int, f found) {
+// names lies. In an object, the member whose name is t's, or with foldNames the one whose
+// name is t's in any case; repeated or caseVariant when the object has more than one member
+// whose name is t's in any case (whatever the mode: a decoder that folds case would take
+// one); with strictNames, caseOnly when its one such member's name is not t's exactly.
+func child(v []byte, t *token, mode names) (start, end int, f found) {
 	switch v[0] {
 	case '{':
 		exact, folded := 0, 0
@@ -228,7 +210,7 @@ func child(v []byte, t *token, fold bool) (start, end int, f found) {
 				start, end = i, e
 			case isFolded:
 				folded++
-				if fold {
+				if mode == foldNames {
 					start, end = i, e
 				}
 			}
@@ -242,8 +224,10 @@ func child(v []byte, t *token, fold bool) (start, end int, f found) {
 			return 0, 0, repeated
 		case exact+folded > 1:
 			return 0, 0, caseVariant
-		case exact == 1 || fold && folded == 1:
+		case exact == 1 || mode == foldNames && folded == 1:
 			return start, end, present
+		case mode == strictNames && folded == 1:
+			return 0, 0, caseOnly
 		}
 		return 0, 0, missing
 	case '[':

@@ -64,9 +64,8 @@ type rule struct {
 	args                   []argMatcher
 	paths                  bool // an argument matcher reads a path
 	// restrictive: the rule refuses or holds what it matches (deny, hide, approve). Its
-	// argument matchers match when any value a * pointer reaches does, and its path
-	// matchers refuse a value they cannot read as a path (not a string, or relative
-	// without root) rather than let it past.
+	// argument matchers match when any value a * pointer reaches does, and they refuse a
+	// value they cannot read (see why.unreadable) rather than let it past.
 	restrictive bool
 	// rewrites: the rule lets what it matches go on (allow, approve) and has path
 	// matchers; its decision hands on the paths they read, cleaned.
@@ -108,8 +107,14 @@ type argMatcher struct {
 	// root is the directory a relative path is taken from, clean; "" when none is set, and
 	// a relative path cannot be read.
 	root string
-	// fold: the pointer's member names match case-insensitively.
-	fold bool
+	// names says how the pointer's tokens match member names: foldNames with fold_case;
+	// otherwise strictNames in a restrictive rule (a lone case variant of a member is
+	// ambiguous), exactNames in an allowing one.
+	names names
+	// container: equals is a JSON array or object (without path), and compares with an
+	// array or object value; any other equals compares with one value (a string, number,
+	// boolean or null) and cannot read an array or object.
+	container bool
 	// every: every value a * pointer reaches must match, and there must be one (the rule
 	// allows); otherwise one is enough.
 	every bool
@@ -223,7 +228,16 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 	r.restrictive = c.Effect != config.EffectAllow
 	root := ""
 	for i, a := range m.Arguments {
-		am := argMatcher{equals: a.Equals, path: a.Path, fold: a.FoldCase, every: !r.restrictive}
+		am := argMatcher{equals: a.Equals, path: a.Path, every: !r.restrictive}
+		switch {
+		case a.FoldCase:
+			am.names = foldNames
+		case r.restrictive:
+			am.names = strictNames
+		}
+		if a.Equals != nil && !a.Path {
+			am.container = isContainer(*a.Equals)
+		}
 		if am.ptr, err = compilePointer(a.Pointer); err != nil {
 			return fmt.Errorf("arguments[%d]: pointer %q: %w", i, a.Pointer, err)
 		}
@@ -263,6 +277,11 @@ func (r *rule) compile(c *config.Rule, name string, dryRun bool) error {
 	}
 	r.rewrites = r.paths && (c.Effect == config.EffectAllow || c.Effect == config.EffectApprove)
 	return nil
+}
+
+// isContainer reports whether s is a JSON array or object.
+func isContainer(s string) bool {
+	return s != "" && (s[0] == '[' || s[0] == '{') && json.Valid([]byte(s))
 }
 
 // Input is the subject of a decision: who asks for what.
@@ -315,7 +334,8 @@ type Decision struct {
 	Rule string
 	// Reason is the rule's reason, or for deny, hide and approve without one a default
 	// sentence; for a refusal of arguments a rule could not read (see Decide), what was
-	// wrong with them.
+	// wrong with them. A hide's reason is for explanations, never for the caller, who is
+	// refused as for a missing item.
 	Reason string
 	// DryRun is set when the rule set is in dry run: the effect was decided but is not to be
 	// enforced (it is for the audit trail).
@@ -336,18 +356,24 @@ type Decision struct {
 // A rule's argument matchers read the arguments as a decoder that matches member names
 // case-insensitively (Go's encoding/json) might: arguments that give a member on the way to
 // what a matcher reads more than once, under the same name or in names that differ only in
-// case, are refused (deny, by the first rule reached whose matchers of the upstream, item,
-// principal and annotations hold), whether the matcher has fold_case or not. Decide does not look at members elsewhere: params that repeat
-// any member (the tool's name, say) must be refused by the caller before Decide, as the
-// gateway does (protocol.DuplicateMember, TestMembersGivenTwiceAreRefused in package
-// gateway).
+// case, are refused by the first rule reached whose matchers of the upstream, item,
+// principal and annotations hold, whether the matcher has fold_case or not. Decide does not
+// look at members elsewhere: params that repeat any member (the tool's name, say) must be
+// refused by the caller before Decide, as the gateway does (protocol.DuplicateMember,
+// TestMembersGivenTwiceAreRefused in package gateway).
 //
 // A path matcher matches a cleaned copy of its value (Decision.Arguments says what the
-// upstream gets). In a rule that refuses or holds calls (deny, hide, approve), a path matcher
-// that cannot read its value as a path, because it is not a string (or, under a * token, not
-// an array) or because it is relative and the matcher has no root, refuses the call (deny, by
-// that rule) when the rule's other matchers hold, rather than let it past; in an allowing
-// rule, such a value does not match.
+// upstream gets). In a rule that refuses or holds calls (deny, hide, approve), a matcher that
+// cannot read its value refuses the call when the rule's other matchers hold, rather than let
+// it past: a path matcher's value that is not a string or is relative without root; a
+// matches or equals matcher's value that is an array or object where it reads one value (an
+// equals that is itself an array or object compares as before); a value under a * token that
+// is not an array; a member the matcher reads given only in a name that differs in case,
+// without fold_case. In an allowing rule, such a value does not match.
+//
+// A refusal is by the rule, with the rule's effect when it hides (the caller learns no more
+// than of a missing item) and deny otherwise, and a reason that says what is wrong with the
+// arguments.
 //
 // It is on the hot path of every request: it does not allocate unless a rule's argument
 // matcher meets an escaped string or a path to clean, or refuses arguments.
@@ -369,7 +395,8 @@ func (r *Rules) Decide(in Input) Decision {
 }
 
 // refusal is the decision of rule c whose argument matcher f.arg could not read the
-// arguments (f.refuse): deny, saying what is wrong with them.
+// arguments (f.refuse), saying what is wrong with them: hide when c hides (a refusal that
+// said more would tell the caller that the item exists), deny otherwise.
 func (c *rule) refusal(f failure, args []byte) Decision {
 	a := &c.args[f.arg]
 	var reason string
@@ -378,14 +405,31 @@ func (c *rule) refusal(f failure, args []byte) Decision {
 		reason = fmt.Sprintf("the arguments give %s more than once: send it once", pointerName(a.ptr.prefix(f.at)))
 	case wCaseVariant:
 		reason = fmt.Sprintf("the arguments give %s more than once, in names that differ only in case (an upstream may read either): send it once, in one spelling", pointerName(a.ptr.prefix(f.at)))
-	case wNotString:
+	case wCaseOnly:
+		reason = fmt.Sprintf("the arguments give %s in a name that differs only in case (an upstream may read it as that member): send it in its exact name", pointerName(a.ptr.prefix(f.at)))
+	case wNotPath:
 		reason = fmt.Sprintf("the argument %s must be a file path, a string, not %s", pointerName(a.ptr.text), kindOf(args[f.start:f.end]))
+	case wContainer:
+		if a.re != nil {
+			reason = fmt.Sprintf("the argument %s must be a string, not %s", pointerName(a.ptr.text), kindOf(args[f.start:f.end]))
+		} else {
+			reason = fmt.Sprintf("the argument %s must be one value (a string, a number, a boolean or null), not %s", pointerName(a.ptr.text), kindOf(args[f.start:f.end]))
+		}
 	case wNotArray:
-		reason = fmt.Sprintf("the argument %s must be an array of file paths, not %s", pointerName(a.ptr.prefix(f.at)), kindOf(args[f.start:f.end]))
+		// The value where the * token (f.at) was to read an array.
+		if a.path {
+			reason = fmt.Sprintf("the argument %s must be an array of file paths, not %s", pointerName(a.ptr.prefix(f.at-1)), kindOf(args[f.start:f.end]))
+		} else {
+			reason = fmt.Sprintf("the argument %s must be an array, not %s", pointerName(a.ptr.prefix(f.at-1)), kindOf(args[f.start:f.end]))
+		}
 	case wRelative:
 		reason = fmt.Sprintf("the argument %s must be an absolute path (starting with /): the gateway's policy cannot tell where a relative one leads", pointerName(a.ptr.text))
 	}
-	return Decision{Effect: config.EffectDeny, Rule: c.decision.Rule, DryRun: c.decision.DryRun, Reason: reason}
+	effect := config.EffectDeny
+	if c.decision.Effect == config.EffectHide {
+		effect = config.EffectHide
+	}
+	return Decision{Effect: effect, Rule: c.decision.Rule, DryRun: c.decision.DryRun, Reason: reason}
 }
 
 // pointerName names an argument by its pointer, for messages.
@@ -443,7 +487,7 @@ func (a *argMatcher) clean(doc []byte) []byte {
 		path       string
 	}
 	var repl []replacement
-	a.ptr.walk(doc, a.fold, func(start, end int, f found) {
+	a.ptr.walk(doc, a.names, func(start, end int, f found, _ int) {
 		if f != present || doc[start] != '"' {
 			return
 		}
@@ -630,8 +674,9 @@ type failure struct {
 	// match.
 	refuse bool
 	// start, end are the span, in the arguments, of the value an argument failure is about;
-	// at is the index of the pointer's token where a member is given more than once, or a *
-	// token meets what is not an array.
+	// at is the index of the pointer's token where a member is given more than once (or
+	// only in a name that differs in case), or where the pointer cannot go on (a * token
+	// meets what is not an array).
 	start, end, at int
 }
 
@@ -647,7 +692,14 @@ const (
 	wInvalidArgs
 	wMissing
 	wNotEqual
+	// wNotString: a matches matcher (not a path one) met a number, a boolean or null, which
+	// no regular expression matches.
 	wNotString
+	// wNotPath: a path matcher met a value that is not a string.
+	wNotPath
+	// wContainer: a matches or equals matcher (not a path one) met an array or an object
+	// where it reads one value.
+	wContainer
 	wNoMatch
 	// wEmpty: a * token met an array without elements.
 	wEmpty
@@ -659,17 +711,27 @@ const (
 	wRepeated
 	// wCaseVariant: an object on the way gives the member in names that differ in case.
 	wCaseVariant
+	// wCaseOnly: an object on the way gives the member only in a name that differs in case
+	// (strictNames).
+	wCaseOnly
 )
 
-// unreadable reports whether w says that a path matcher could not read its value as a path.
-func (w why) unreadable() bool { return w == wNotString || w == wNotArray || w == wRelative }
+// unreadable reports whether w says that a matcher could not read its value: a rule that
+// refuses or holds calls refuses it (when its other matchers hold).
+func (w why) unreadable() bool {
+	switch w {
+	case wNotPath, wContainer, wNotArray, wRelative, wCaseOnly:
+		return true
+	}
+	return false
+}
 
 func (f failure) ok() bool { return f.field == matched }
 
 // check matches in against the rule, every matcher in a fixed order (cheap ones first), and
 // returns the first that fails. The argument matchers are all read: a member given more than
 // once where any of them reads refuses the request, and so, in a rule that refuses or holds
-// calls, does a path one cannot read, when the others match.
+// calls, does a value one cannot read, when the others match.
 func (c *rule) check(in *Input, st *state) failure {
 	if c.upstreams != nil && !c.upstreams.Match(in.Upstream) {
 		return failure{field: fUpstreams}
@@ -712,7 +774,7 @@ func (c *rule) check(in *Input, st *state) failure {
 		case f.why == wRepeated || f.why == wCaseVariant:
 			f.refuse = true
 			return f
-		case c.restrictive && a.path && f.why.unreadable():
+		case c.restrictive && f.why.unreadable():
 			if !refuse.refuse {
 				f.refuse = true
 				refuse = f
@@ -770,7 +832,7 @@ func (c *rule) checkAnnotations(in *Input, st *state) why {
 // check matches the arguments: a failure with why 0 when they match, or why not and about
 // which value (its field and arg are left for the caller). A path matcher matches a cleaned
 // copy of each value. Under a * token, every value must match when a.every, and one is
-// enough otherwise; but a value a path matcher cannot read is reported first then (the rule
+// enough otherwise; but a value the matcher cannot read is reported first then (the rule
 // refuses it).
 func (a *argMatcher) check(args []byte, st *state) failure {
 	if !st.validArgs(args) {
@@ -780,19 +842,19 @@ func (a *argMatcher) check(args []byte, st *state) failure {
 		return failure{why: wInvalidArgs}
 	}
 	values, matches := 0, 0
-	var first, unreadable failure // the first value that does not match, and that a path matcher cannot read
-	f, at := a.ptr.walk(args, a.fold, func(start, end int, f found) {
+	var first, unreadable failure // the first value that does not match, and that the matcher cannot read
+	f, at := a.ptr.walk(args, a.names, func(start, end int, f found, at int) {
 		values++
 		w := a.value(args[start:end], f)
 		switch {
 		case w == 0:
 			matches++
 			return
-		case a.path && w.unreadable() && unreadable.why == 0:
-			unreadable = failure{why: w, start: start, end: end}
+		case w.unreadable() && unreadable.why == 0:
+			unreadable = failure{why: w, start: start, end: end, at: at}
 		}
 		if first.why == 0 {
-			first = failure{why: w, start: start, end: end}
+			first = failure{why: w, start: start, end: end, at: at}
 		}
 	})
 	switch f {
@@ -800,6 +862,8 @@ func (a *argMatcher) check(args []byte, st *state) failure {
 		return failure{why: wRepeated, at: at}
 	case caseVariant:
 		return failure{why: wCaseVariant, at: at}
+	case caseOnly:
+		return failure{why: wCaseOnly, at: at}
 	}
 	switch {
 	case values == 0:
@@ -826,6 +890,9 @@ func (a *argMatcher) value(v []byte, f found) why {
 	if a.path {
 		return a.pathValue(v)
 	}
+	if (v[0] == '[' || v[0] == '{') && !a.container {
+		return wContainer
+	}
 	if a.re != nil {
 		if v[0] != '"' {
 			return wNotString
@@ -851,7 +918,7 @@ func (a *argMatcher) value(v []byte, f found) why {
 // when relative). It allocates only for a path to clean or one with escapes.
 func (a *argMatcher) pathValue(v []byte) why {
 	if v[0] != '"' {
-		return wNotString
+		return wNotPath
 	}
 	inside := v[1 : len(v)-1]
 	if plain(inside) && isCleanPath(inside) {
@@ -862,7 +929,7 @@ func (a *argMatcher) pathValue(v []byte) why {
 	}
 	s, ok := decodeString(inside)
 	if !ok {
-		return wNotString
+		return wNotPath
 	}
 	if !strings.HasPrefix(s, "/") && a.root == "" {
 		return wRelative
