@@ -327,8 +327,9 @@ func ParseAnnotations(raw json.RawMessage) (*Annotations, error) {
 
 // Decision is what the rules decided for one Input.
 type Decision struct {
-	// Effect is config.EffectAllow, EffectDeny, EffectHide or EffectApprove. Approve is
-	// reported as such; the gateway treats it as deny until approvals exist.
+	// Effect is config.EffectAllow, EffectDeny, EffectHide or EffectApprove. Approve marks a
+	// tools/call for a person's decision (the chain's approval link); on other methods the
+	// gateway refuses it as deny.
 	Effect string
 	// Rule is the deciding rule's name; DefaultRule when none matched.
 	Rule string
