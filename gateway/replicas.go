@@ -374,20 +374,23 @@ func (r *replicas) gone(replica string, claimed bool) {
 	if r.g.held == nil {
 		r.g.hub.Orphaned(replica, nil)
 	} else {
-		// Its held calls never ran: their streams stay open, for the replica that claimed it
-		// to run them once decided and answer there.
-		r.g.goWorker(func() {
-			adopted := r.g.held.streamsHeldBy(replica)
-			r.g.hub.Orphaned(replica, func(streamID string) bool { return adopted[streamID] })
-			if claimed {
-				r.g.held.takeOverFrom(replica)
-			}
-		})
+		r.g.goWorker(func() { r.orphanHeld(replica, claimed) })
 	}
 	r.g.goWorker(func() { r.takeOverStandalone(replica) })
 	r.failForwarded(replica)
 	if claimed {
 		r.g.goWorker(func() { r.takeOver(replica) })
+	}
+}
+
+// orphanHeld ends the streams a stopped replica produced that clients resumed here, but those
+// of the calls it held: they never ran, and their streams stay open, for the replica that
+// claimed it (claimed: this one) to run them once decided and answer there.
+func (r *replicas) orphanHeld(replica string, claimed bool) {
+	adopted := r.g.held.streamsHeldBy(replica)
+	r.g.hub.Orphaned(replica, func(streamID string) bool { return adopted[streamID] })
+	if claimed {
+		r.g.held.takeOverFrom(replica)
 	}
 }
 
