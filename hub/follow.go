@@ -454,14 +454,14 @@ func (s *Session) takeOverFollowed(ctx context.Context, st *Stream, producer str
 // ErrStreamTaken is returned by Adopt when another hub took the stream over first.
 var ErrStreamTaken = errors.New("another replica took the stream over")
 
-// Adopt takes over stream streamID of the session, which another hub began and stopped
-// producing (a call of it that this hub finishes): this hub goes on producing it after the
-// events the log holds, with no connection until its client resumes it (here, or on a hub
-// that follows it). The stream awaits an answer for each request the log recorded that none
-// of its events answers (Awaiting). It fails with ErrUnknownStream when the log holds nothing
-// of the stream, ErrStreamDone when the stream ended, ErrStreamTaken when another hub took
-// it over first.
-func (s *Session) Adopt(ctx context.Context, streamID string) (*Stream, error) {
+// Adopt takes over stream streamID of the session, which the hub tagged from stopped
+// producing (a call of it that this hub finishes, or answers): this hub goes on producing it
+// after the events the log holds, with no connection until its client resumes it (here, or
+// on a hub that follows it). The stream awaits an answer for each request the log recorded
+// that none of its events answers (Awaiting). It fails with ErrUnknownStream when the log
+// holds nothing of the stream, ErrStreamDone when the stream ended, ErrStreamTaken when a
+// hub other than from took it over: that one produces it, and may run.
+func (s *Session) Adopt(ctx context.Context, streamID, from string) (*Stream, error) {
 	log := s.hub.opts.Log
 	if log == nil {
 		return nil, ErrUnknownStream
@@ -476,10 +476,6 @@ func (s *Session) Adopt(ctx context.Context, streamID string) (*Stream, error) {
 		return nil, err
 	}
 	last := held.first + uint64(len(held.events)) - 1
-	from := first.Producer
-	if from == "" {
-		from = Producer(streamID)
-	}
 	owner, err := s.claim(ctx, streamID, from)
 	if err != nil {
 		return nil, err
@@ -620,6 +616,47 @@ func (s *Session) Abandon(ctx context.Context, streamID string, held *protocol.R
 	log.Append(s.id, streamID, events, true)
 	s.endCopy(streamID, events)
 	return nil
+}
+
+// Abandon is Session.Abandon for session sessionID, whether or not it is live here (a hub
+// that could not read the session's record does not open it: its group is not known).
+func (h *Local) Abandon(ctx context.Context, sessionID, streamID string, held *protocol.Response) error {
+	s := h.Lookup(sessionID)
+	if s == nil {
+		// Nothing of it is followed here: only the log is written.
+		s = &Session{id: sessionID, hub: h, streams: map[string]*Stream{}}
+	}
+	return s.Abandon(ctx, streamID, held)
+}
+
+// Follows reports whether this hub follows stream streamID of the session (its copy read
+// back from the log waits for more events), and from which hub.
+func (s *Session) Follows(streamID string) (producer string, ok bool) {
+	st := s.Stream(streamID)
+	if st == nil {
+		return "", false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.fromLog || !st.following || st.dropped {
+		return "", false
+	}
+	return st.owner, true
+}
+
+// Orphan ends the copy of stream streamID followed here from producer, which stopped, as
+// Orphaned does: an error answer for each request it did not answer (ErrProducerStopped).
+// A copy followed from another hub, or no longer followed, is left alone.
+func (s *Session) Orphan(streamID, producer string) {
+	st := s.Stream(streamID)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.following && !st.dropped && st.owner == producer {
+		st.orphanLocked()
+	}
 }
 
 // endCopy ends a copy of stream streamID followed here with the events its end brings.

@@ -257,7 +257,7 @@ func TestAdoptGoesOnWithACallsStream(t *testing.T) {
 	log := newReqLog()
 	log.seed("s", followed, []int64{1, 2}, []Event{ev(1, notice(1)), ev(2, result(1))}, false)
 	h := newTestHub(t, &Options{Tag: "here", Log: log})
-	st, err := openSession(t, h, "s").Adopt(context.Background(), followed)
+	st, err := openSession(t, h, "s").Adopt(context.Background(), followed, producer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestAdoptGoesOnWithACallsStream(t *testing.T) {
 	if got, state := read(c); !slices.Equal(got, []string{"notice", "result 2"}) || state != Complete {
 		t.Errorf("resumed here after event 2: %v, %v", got, state)
 	}
-	if _, err := openSession(t, newTestHub(t, &Options{Tag: "third", Log: log}), "s").Adopt(context.Background(), followed); err == nil {
+	if _, err := openSession(t, newTestHub(t, &Options{Tag: "third", Log: log}), "s").Adopt(context.Background(), followed, producer); err == nil {
 		t.Errorf("a second Adopt of the ended stream succeeded")
 	}
 }
