@@ -434,21 +434,38 @@ func (s *Session) takeOverFollowed(ctx context.Context, st *Stream, producer str
 		return false
 	}
 	st.mu.Unlock()
-	s.mu.Lock()
-	st.mu.Lock()
-	// A resume meanwhile may have read the stream anew, and taken it over with its own copy:
-	// that one stays, and this one, which it replaced, is dropped by it.
-	if s.ctx.Err() != nil || !st.following || st.dropped || s.streams[st.id] != st {
-		st.mu.Unlock()
+	// A resume meanwhile may have read the stream anew, with its own copy, which replaced
+	// this one (and dropped it): that one is taken over here if it follows (the claim is
+	// this hub's: nobody else produces the stream), once it holds what the log does; one
+	// that took the stream over itself stays as it is.
+	caught := st
+	for {
+		s.mu.Lock()
+		cur := s.streams[st.id]
+		if s.ctx.Err() != nil || cur == nil {
+			s.mu.Unlock()
+			return false
+		}
+		cur.mu.Lock()
+		if !cur.fromLog || !cur.following || cur.dropped {
+			cur.mu.Unlock()
+			s.mu.Unlock()
+			return false
+		}
+		if cur != caught {
+			cur.mu.Unlock()
+			s.mu.Unlock()
+			s.catchUp(ctx, cur)
+			caught = cur
+			continue
+		}
+		cur.adoptLocked(-1)
+		cur.mu.Unlock()
+		old := s.installStandaloneLocked(cur)
 		s.mu.Unlock()
-		return false
+		s.dropReplaced(old)
+		return true
 	}
-	st.adoptLocked(-1)
-	st.mu.Unlock()
-	old := s.installStandaloneLocked(st)
-	s.mu.Unlock()
-	s.dropReplaced(old)
-	return true
 }
 
 // ErrStreamTaken is returned by Adopt when another hub took the stream over first.

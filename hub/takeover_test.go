@@ -608,3 +608,45 @@ func TestAbandonAnswersWhatAStreamAwaits(t *testing.T) {
 		t.Errorf("the expired stream's answer: %+v, want the one given", r)
 	}
 }
+
+// TestTakeOverRacingAResumeThatFollowsProducesTheStream: TakeOver claims a standalone stream
+// (every replica following it now names this hub its producer), but a resume meanwhile
+// replaced the copy it picked with one of its own that follows the stopped producer (whether
+// that one ran could not be learnt, so it is taken to run). The resumed copy is taken over
+// here: the claim is this hub's, and nobody else would produce the stream.
+func TestTakeOverRacingAResumeThatFollowsProducesTheStream(t *testing.T) {
+	ctx := context.Background()
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	picked, _, err := s.Resume(ctx, standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Keep("s", notice(2)) // never logged by the producer, which stops
+	// The client reconnects; the producer is still taken to run (its end is not known yet).
+	resumed, c, err := s.Resume(ctx, standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.takeOverFollowed(ctx, picked, producer) {
+		t.Errorf("TakeOver claimed the stream but reports that it does not produce it")
+	}
+	if s.Standalone() != resumed {
+		t.Errorf("the session's standalone stream is not the resumed copy")
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("the resumed connection: %v, %v; want the kept message, live", got, state)
+	}
+	if err := h.Deliver("s", "", notice(3)); err != nil {
+		t.Fatalf("a message after the takeover: %v", err)
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("after a new message: %v, %v", got, state)
+	}
+	if diff := cmp.Diff([]string{"1 notice", "2 notice", "3 notice"}, log.contents("s", standaloneID)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+}
