@@ -237,16 +237,42 @@ func (h *Local) Keep(sessionID string, data []byte) bool {
 		return false
 	}
 	kept := false
-	for _, st := range ls.followedStandalone() {
-		st.mu.Lock()
-		if st.following && !st.dropped {
-			st.keepLocked(data)
-			kept = true
+	copies := ls.followedStandalone()
+	if keepPicked != nil {
+		keepPicked()
+	}
+	for _, st := range copies {
+		for st != nil {
+			st.mu.Lock()
+			if st.replaced {
+				// A resume replaced the copy, and took what was kept on it: the message
+				// goes on the copy that replaced it.
+				st.mu.Unlock()
+				st = ls.Stream(st.id)
+				continue
+			}
+			switch {
+			case st.following && !st.dropped:
+				st.keepLocked(data)
+				kept = true
+			case !st.fromLog && st.standalone && !st.dropped && !st.complete && st.roomLocked(len(data)):
+				// The copy that replaced it took the stream over: the message goes on it,
+				// as the messages kept meanwhile did.
+				st.appendLocked(data, false)
+				st.logLocked()
+				st.wakeLocked()
+				kept = true
+			}
+			st.mu.Unlock()
+			break
 		}
-		st.mu.Unlock()
 	}
 	return kept
 }
+
+// keepPicked, when set (by tests only), runs in Keep once it picked the copies to keep the
+// message on, before it keeps it on them: a resume that replaces one of them can come then.
+var keepPicked func()
 
 // followedStandalone returns the copies of the session's standalone stream that this hub
 // reads back from the log.

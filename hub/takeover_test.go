@@ -650,3 +650,42 @@ func TestTakeOverRacingAResumeThatFollowsProducesTheStream(t *testing.T) {
 		t.Errorf("the log holds (-want +got):\n%s", diff)
 	}
 }
+
+// TestKeepRacingAResumeKeepsTheMessage: a message for a followed standalone stream comes
+// (Keep) as the client resumes the stream anew (its copy here replaced by a new one, which
+// takes over what was kept on the old): the message is kept on the new copy, not on the old
+// one, which is dropped with it; it goes on the stream when the producer's end is known.
+// The resume comes between Keep's pick of the copies and its keeping (a test hook).
+func TestKeepRacingAResumeKeepsTheMessage(t *testing.T) {
+	ctx := context.Background()
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	if _, _, err := s.Resume(ctx, standaloneID+".1"); err != nil {
+		t.Fatal(err)
+	}
+	var c *Cursor
+	keepPicked = func() {
+		keepPicked = nil
+		var err error
+		if _, c, err = s.Resume(ctx, standaloneID+".1"); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { keepPicked = nil })
+	h.Keep("s", notice(2))
+	if c == nil {
+		t.Fatal("the resume did not come")
+	}
+	if got := h.TakeOver(ctx, producer, time.Minute); !slices.Equal(got, []string{"s"}) {
+		t.Fatalf("TakeOver = %v, want [s]", got)
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("the resumed connection after the takeover: %v, %v; want the kept message, live", got, state)
+	}
+	if diff := cmp.Diff([]string{"1 notice", "2 notice"}, log.contents("s", standaloneID)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+}
