@@ -228,7 +228,8 @@ type loggedFirst struct {
 // produces, on the copies of it followed here: if that hub stopped before it logged the
 // message, the message goes on the stream when this hub takes it over (TakeOver, Resume). A
 // message its producer logs meanwhile is forgotten here as its event comes (Extend), or not
-// kept when its event came first; one is kept for Options.Hold at most (Sweep forgets it),
+// kept when its event came first, shortly before (loggedFirstWindow); one is kept for
+// Options.Hold at most (Sweep forgets it),
 // and no more than a stream holds, in messages and in bytes (Limits): the oldest go first.
 // It reports whether a copy keeps it.
 func (h *Local) Keep(sessionID string, data []byte) bool {
@@ -308,8 +309,17 @@ func (s *Stream) keepLocked(data []byte) {
 	}
 }
 
-// pruneKeptLocked forgets the messages kept, and the events noted as logged first, longer
-// than Options.Hold before now: the producer, which ran, had them.
+// loggedFirstWindow is how long an event of a followed standalone stream that came before
+// any message equal to it is taken for the event of such a message still to come (Keep): the
+// time for that message to reach this hub by the bus, which a read of the log can outrun.
+// A message that comes later is another one, with the same bytes (a list_changed is the same
+// on every replica): it is kept. Short, so that the producer's own messages do not cancel this
+// hub's.
+const loggedFirstWindow = 5 * time.Second
+
+// pruneKeptLocked forgets the messages kept longer than Options.Hold before now (the
+// producer, which ran, had them), and the events noted as logged first longer than
+// loggedFirstWindow (their messages would have come).
 func (s *Stream) pruneKeptLocked(now time.Time) {
 	cutoff := now.Add(-s.session.hub.opts.Hold)
 	i := 0
@@ -319,6 +329,7 @@ func (s *Stream) pruneKeptLocked(now time.Time) {
 	}
 	s.kept = s.kept[i:]
 	i = 0
+	cutoff = now.Add(-min(loggedFirstWindow, s.session.hub.opts.Hold))
 	for i < len(s.loggedFirst) && s.loggedFirst[i].at.Before(cutoff) {
 		i++
 	}

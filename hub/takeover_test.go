@@ -689,3 +689,32 @@ func TestKeepRacingAResumeKeepsTheMessage(t *testing.T) {
 		t.Errorf("the log holds (-want +got):\n%s", diff)
 	}
 }
+
+// TestIdenticalMessageAfterTheProducersOwnIsKept: the producer's own message for the
+// session's standalone stream (a list_changed, byte for byte what any replica sends) comes
+// here as its event, with no message of this hub's before it; a while later an upstream of
+// this hub raises the same message for the stream. It is kept: the producer's event was not
+// this message's, and had the producer stopped before it logged this one, the client would
+// never learn of it. (An event is taken for a message's that came first only within a short
+// window, the bus's latency.)
+func TestIdenticalMessageAfterTheProducersOwnIsKept(t *testing.T) {
+	clock := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing, Now: clock.Now, Hold: time.Minute})
+	_, c, err := openSession(t, h, "s").Resume(context.Background(), standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Append("s", standaloneID, []Event{ev(2, notice(5))}, false)
+	h.Extend("s", standaloneID, []Event{ev(2, notice(5))}, false)
+	read(c)
+	clock.Advance(10 * time.Second)
+	h.Keep("s", notice(5))
+	h.TakeOver(context.Background(), producer, time.Minute)
+	events, state, _ := c.Next()
+	if len(events) != 1 || events[0].Seq != 3 || !slices.Equal(events[0].Data, notice(5)) || state != Live {
+		t.Errorf("after the takeover: %+v, %v; want this hub's message, never logged, as event 3", events, state)
+	}
+}
