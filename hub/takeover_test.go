@@ -718,3 +718,26 @@ func TestIdenticalMessageAfterTheProducersOwnIsKept(t *testing.T) {
 		t.Errorf("after the takeover: %+v, %v; want this hub's message, never logged, as event 3", events, state)
 	}
 }
+
+// lostLog is a log that lost the first events of every stream.
+type lostLog struct{ *reqLog }
+
+func (lostLog) Replay(context.Context, string, string, uint64) (*Replayed, error) {
+	return nil, ErrEventsLost
+}
+
+// TestAbandonOfAStreamWhoseFirstEventsAreLostEndsIt pins a limit: a stream whose first events
+// the log lost gets its end alone from Abandon, not the answer given: where its events end is
+// not known, so an answer would land in a gap. Its client's stream ends rather than wait.
+func TestAbandonOfAStreamWhoseFirstEventsAreLostEndsIt(t *testing.T) {
+	log := newReqLog()
+	log.seed("s", followed, []int64{3}, []Event{ev(7, notice(7))}, false)
+	h := newTestHub(t, &Options{Tag: "here", Log: lostLog{log}})
+	notRun := protocol.Errorf(protocol.CodeShuttingDown, "it did not run")
+	if err := openSession(t, h, "s").Abandon(context.Background(), followed, &protocol.Response{ID: protocol.IntID(3), Error: notRun}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"7 notice", "end"}, log.contents("s", followed)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+}
