@@ -346,6 +346,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 	}
 	var calls []hold.Call
 	read := 0 // 1: calls read, -1: could not be
+	takeOver := map[string]bool{}
 	now := h.g.opts.Now()
 	for _, e := range streams {
 		ls := h.g.hub.Lookup(e.sessionID)
@@ -373,8 +374,11 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 			}
 			i := slices.IndexFunc(calls, func(c hold.Call) bool { return c.StreamID == e.streamID })
 			if i < 0 {
-				// No call is held for it: its producer's end ends it, as any other.
-				ls.Orphan(e.streamID, e.producer)
+				// No call is held for it: its producer's end ends it, as any other; the
+				// session's standalone stream is taken over here.
+				if !ls.Orphan(e.streamID, e.producer) {
+					takeOver[e.producer] = true
+				}
 				update(e, true)
 				continue
 			}
@@ -387,6 +391,9 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		if h.settle(ctx, ls, e) {
 			update(e, true)
 		}
+	}
+	for producer := range takeOver {
+		h.g.replicas.takeOverStandalone(producer)
 	}
 }
 

@@ -409,3 +409,45 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestStandaloneStreamKeptOpenWhileTheHeldCallsCannotBeReadIsTakenOver: a client resumes
+// here the standalone stream of a stopped replica while the held calls cannot be read: kept
+// open (it might have been a held call's), it is taken over once they can be read, as the
+// session's standalone stream always is, not ended.
+func TestStandaloneStreamKeptOpenWhileTheHeldCallsCannotBeReadIsTakenOver(t *testing.T) {
+	g, _ := heldClockGateway(t)
+	ctx := context.Background()
+	rec, err := g.store.Create(ctx, session.Record{ProtocolVersion: protocol.Version20251125})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stream = "dead_2"
+	g.events.(hub.RequestLog).Start(rec.ID, stream, nil, true)
+	g.events.Append(rec.ID, stream, []hub.Event{{Seq: 1, Data: []byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)}}, false)
+	testwait.Until(t, 10*time.Second, "the stream to be logged", func() bool {
+		r, err := g.events.Replay(ctx, rec.ID, stream, 0)
+		return err == nil && r != nil && len(r.Events) == 1
+	})
+	store := &failingAll{Store: g.held.store}
+	g.held.store = store
+	store.fail.Store(true)
+	ls, err := g.hub.Open(rec.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, cur, err := ls.Resume(ctx, stream+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, state, _ := cur.Next(); state != hub.Live {
+		t.Fatalf("the standalone stream while the held calls cannot be read: %v, want open", state)
+	}
+	store.fail.Store(false)
+	g.Start()
+	testwait.Until(t, 10*time.Second, "the standalone stream to be taken over here", func() bool {
+		return ls.Standalone() == st && !st.FromLog()
+	})
+	if _, state, _ := cur.Next(); state != hub.Live {
+		t.Errorf("the standalone stream taken over: %v, want open", state)
+	}
+}

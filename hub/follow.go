@@ -700,17 +700,22 @@ func (s *Session) Follows(streamID string) (producer string, ok bool) {
 
 // Orphan ends the copy of stream streamID followed here from producer, which stopped, as
 // Orphaned does: an error answer for each request it did not answer (ErrProducerStopped).
-// A copy followed from another hub, or no longer followed, is left alone.
-func (s *Session) Orphan(streamID, producer string) {
+// A copy followed from another hub, or no longer followed, is left alone; so is a copy of the
+// session's standalone stream, which TakeOver takes over: Orphan reports false for it.
+func (s *Session) Orphan(streamID, producer string) bool {
 	st := s.Stream(streamID)
 	if st == nil {
-		return
+		return true
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.standalone {
+		return !(st.following && !st.dropped && st.owner == producer)
+	}
 	if st.following && !st.dropped && st.owner == producer {
 		st.orphanLocked()
 	}
+	return true
 }
 
 // endCopy ends a copy of stream streamID followed here with the events its end brings.
