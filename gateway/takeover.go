@@ -164,7 +164,7 @@ func (h *heldCalls) takeOver(c hold.Call) {
 	case errors.Is(err, hub.ErrStreamTaken):
 		// Another replica goes on with its stream (one where its client reads it answered
 		// it): it is that one's to answer.
-		release("another replica took its stream over")
+		g.logger.Info("a held call of a stopped replica is left to the replica that took its stream over", "approval", c.ID)
 		return
 	case errors.Is(err, hub.ErrStreamDone):
 		release("its stream ended")
