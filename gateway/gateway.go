@@ -446,6 +446,9 @@ type liveHub interface {
 	Keep(sessionID string, data []byte) bool
 	Produced(sessionID, streamID, producer string)
 	TakeOver(ctx context.Context, producer string, each time.Duration) []string
+	// Abandon ends a stream another replica stopped producing, in the log (see
+	// hub.Session.Abandon), whether or not its session is live here.
+	Abandon(ctx context.Context, sessionID, streamID string, held *protocol.Response) error
 }
 
 var _ liveHub = (*hub.Local)(nil)
@@ -742,6 +745,9 @@ func (g *Gateway) expireSessions() {
 		if g.replicas != nil {
 			g.replicas.sweepTakenOver(g.ctx)
 			g.replicas.sweepFollowed()
+			if g.held != nil {
+				g.held.sweepFollowed(g.ctx)
+			}
 		}
 	}
 }

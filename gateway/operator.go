@@ -38,6 +38,9 @@ type heldCalls struct {
 	// waiting holds a channel per call held here, closed when the call is decided. Guarded
 	// by mu.
 	waiting map[string]chan struct{}
+
+	// followed keeps the streams of calls held on stopped replicas that clients read here.
+	followed followedHeld
 }
 
 func newHeldCalls(g *Gateway) *heldCalls {

@@ -192,9 +192,10 @@ func (r *replicas) ended(id string) {
 	})
 }
 
-// producing reports whether the replica producing a stream, p, still runs (a stream read back
-// from the event log stays open for its further events if so).
-func (r *replicas) producing(ctx context.Context, p, streamID string) bool {
+// producing reports whether the replica producing stream streamID of session sessionID, p,
+// still runs, or whether the replica taking over a call it held finishes the stream (a
+// stream read back from the event log stays open for its further events if so).
+func (r *replicas) producing(ctx context.Context, sessionID, p, streamID string) bool {
 	if p == "" || p == r.bus.Replica() {
 		return false // this process's streams are held here: one not held is not produced
 	}
@@ -204,8 +205,20 @@ func (r *replicas) producing(ctx context.Context, p, streamID string) bool {
 		r.logger.Warn("could not learn whether a replica still runs", "replica", p, "error", err.Error())
 		return true
 	}
-	// A stream of a held call is finished by the replica that took the call over.
-	return alive || r.g.held != nil && r.g.held.adopts(ctx, streamID)
+	if alive || r.g.held == nil {
+		return alive
+	}
+	// A stream of a held call is finished by the replica that took the call over; one not
+	// known to be a held call's (the store is out of reach) is kept open as if it were, until
+	// that can be known. Either is answered here once the call's time is past with no answer.
+	c, held, err := r.g.held.heldFor(ctx, streamID)
+	if err != nil {
+		r.logger.Warn("could not learn whether a stopped replica's stream is a held call's: it stays open until that can be known", "replica", p, "error", err.Error())
+	}
+	if held || err != nil {
+		r.g.held.keepOpen(sessionID, streamID, p, c)
+	}
+	return held || err != nil
 }
 
 // answerElsewhere sends a client's answer to a request that another replica sent it (its id
@@ -374,20 +387,30 @@ func (r *replicas) gone(replica string, claimed bool) {
 	if r.g.held == nil {
 		r.g.hub.Orphaned(replica, nil)
 	} else {
-		// Its held calls never ran: their streams stay open, for the replica that claimed it
-		// to run them once decided and answer there.
-		r.g.goWorker(func() {
-			adopted := r.g.held.streamsHeldBy(replica)
-			r.g.hub.Orphaned(replica, func(streamID string) bool { return adopted[streamID] })
-			if claimed {
-				r.g.held.takeOverFrom(replica)
-			}
-		})
+		r.g.goWorker(func() { r.orphanHeld(replica, claimed) })
 	}
 	r.g.goWorker(func() { r.takeOverStandalone(replica) })
 	r.failForwarded(replica)
 	if claimed {
 		r.g.goWorker(func() { r.takeOver(replica) })
+	}
+}
+
+// orphanHeld ends the streams a stopped replica produced that clients resumed here, but those
+// of the calls it held: they never ran, and their streams stay open, for the replica that
+// claimed it (claimed: this one) to run them once decided and answer there. When the held
+// calls cannot be read, all its streams stay open until they can (heldCalls.sweepFollowed):
+// a held call's stream must not be told that its call may have run in part.
+func (r *replicas) orphanHeld(replica string, claimed bool) {
+	h := r.g.held
+	if adopted, err := h.streamsHeldBy(r.g.ctx, replica); err != nil {
+		r.logger.Warn("reading the calls a stopped replica held failed: its streams read here stay open until they can be read", "replica", replica, "error", err.Error())
+		h.orphanLater(replica)
+	} else {
+		h.orphanFollowed(replica, adopted)
+	}
+	if claimed {
+		h.takeOverFrom(replica)
 	}
 }
 

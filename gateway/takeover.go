@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/manifold-mcp/manifold/hold"
@@ -18,52 +20,60 @@ import (
 // that stopped: the check waits for its decision instead of holding the call anew.
 type takenOverKey struct{}
 
-// streamsHeldBy returns the streams of the calls a stopped replica held: they stay open for
-// the replica taking the calls over. The calls are found by their stream's producer, not by
-// their holder, which the replica taking them over may have changed already. On an error,
-// none (their streams end with an error).
-func (h *heldCalls) streamsHeldBy(replica string) map[string]bool {
-	ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
+// streamsHeldBy returns the calls a stopped replica held, by their stream: their streams
+// stay open for the replica taking the calls over. The calls are found by their stream's
+// producer as well as by their holder, which the replica taking them over may have changed
+// already (and which may be the one that stopped, having taken them over itself).
+func (h *heldCalls) streamsHeldBy(ctx context.Context, replica string) (map[string]hold.Call, error) {
+	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 	defer cancel()
 	calls, err := h.store.All(ctx)
 	if err != nil {
-		h.g.logger.Warn("reading the calls a stopped replica held failed: their clients get an error", "replica", replica, "error", err.Error())
-		return nil
+		return nil, fmt.Errorf("reading the held calls: %w", err)
 	}
-	streams := map[string]bool{}
+	streams := map[string]hold.Call{}
 	for _, c := range calls {
-		if c.StreamID != "" && hub.Producer(c.StreamID) == replica {
-			streams[c.StreamID] = true
+		if c.StreamID != "" && (hub.Producer(c.StreamID) == replica || c.Replica == replica) {
+			streams[c.StreamID] = c
 		}
 	}
-	return streams
+	return streams, nil
 }
 
-// adopts reports whether a stream of a stopped replica answers a held call that another
-// replica finishes.
-func (h *heldCalls) adopts(ctx context.Context, streamID string) bool {
+// heldFor returns the held call whose stream is streamID, if one is held: that stream of a
+// stopped replica is finished by the replica taking the call over.
+func (h *heldCalls) heldFor(ctx context.Context, streamID string) (hold.Call, bool, error) {
 	calls, err := h.store.All(ctx)
 	if err != nil {
-		return false
+		return hold.Call{}, false, fmt.Errorf("reading the held calls: %w", err)
 	}
 	for _, c := range calls {
 		if c.StreamID == streamID {
-			return true
+			return c, true, nil
 		}
 	}
-	return false
+	return hold.Call{}, false, nil
 }
 
 // takeOverFrom takes over the calls a stopped replica held: they never ran, so this replica
 // waits for their decision and runs them, answering on the stream their client resumes.
 // A call whose client has no resumable stream is dropped: its client saw its request fail
-// and may send it again.
+// and may send it again. While the store is out of reach, reading them is tried again until
+// the time of the last that may still be held is past.
 func (h *heldCalls) takeOverFrom(replica string) {
-	ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
-	calls, err := h.store.HeldBy(ctx, replica)
-	cancel()
+	var calls []hold.Call
+	until := h.g.opts.Now().Add(h.g.cfg.Policy.Approval.Timeout + hold.Grace)
+	err := h.retry(h.g.ctx, until, func() error {
+		ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
+		defer cancel()
+		var err error
+		if calls, err = h.store.HeldBy(ctx, replica); err != nil {
+			return retryable{err}
+		}
+		return nil
+	})
 	if err != nil {
-		h.g.logger.Warn("taking over the calls a stopped replica held failed", "replica", replica, "error", err.Error())
+		h.g.logger.Warn("taking over the calls a stopped replica held failed: the replicas where their clients read their streams answer them once their time is past", "replica", replica, "error", err.Error())
 		return
 	}
 	for _, c := range calls {
@@ -74,9 +84,12 @@ func (h *heldCalls) takeOverFrom(replica string) {
 // takeOver finishes one held call of a stopped replica here. The call's stream, which its
 // client resumes here or on a replica that follows it, is produced here from now on: what
 // the upstream asks the client mid-call, and the answer, go on it. Once the call is moved
-// here, its client gets an answer whatever fails: the call did not run (notRun). While the
-// store is out of reach, each step is tried again, until the call's time to be decided is
-// past.
+// here, its client gets an answer whatever fails: the call did not run (notRun), written to
+// its stream's log. While the store is out of reach, each step is tried again, until the
+// call's time to be decided is past (by hold.Grace); a replica where its client reads the
+// stream answers it after that if nothing did (sweepFollowed). A call whose stream another
+// replica took over is left to that one. When this replica shuts down first, the call stays
+// recorded as held here, for the replica that takes over from this one.
 func (h *heldCalls) takeOver(c hold.Call) {
 	g := h.g
 	ctx := g.ctx
@@ -90,23 +103,30 @@ func (h *heldCalls) takeOver(c hold.Call) {
 		return err
 	})
 	if err != nil {
-		g.logger.Warn("a held call of a stopped replica could not be taken over", "approval", c.ID, "error", err.Error())
+		g.logger.Warn("a held call of a stopped replica could not be taken over: the replicas where its client reads its stream answer it once its time is past", "approval", c.ID, "error", err.Error())
 		return
 	}
+	// However the call ends here (run, refused by a policy that changed, failed), its record
+	// goes: nobody may decide it any more. It stays when this replica shuts down before it
+	// could go on (the next takes it over), or when its client could not be told.
+	keep := false
+	defer func() {
+		if !keep {
+			_ = h.store.Release(context.WithoutCancel(ctx), c.ID)
+		}
+	}()
 	release := func(why string) {
 		g.logger.Info("a held call of a stopped replica is dropped: it never ran", "approval", c.ID, "why", why)
-		_ = h.store.Release(context.WithoutCancel(ctx), c.ID)
 	}
-	// However the call ends here (run, refused by a policy that changed, failed), its record
-	// goes: nobody may decide it any more.
-	defer func() { _ = h.store.Release(context.WithoutCancel(ctx), c.ID) }()
 	if c.StreamID == "" || g.events == nil {
 		release("its client has no stream to resume")
 		return
 	}
 	clientID, err := protocol.ParseID(c.ClientID)
 	if err != nil {
+		// Its answer cannot be addressed: the requests its stream's log names get one.
 		release("its request id is unreadable")
+		keep = !h.abandon(ctx, until, c, nil)
 		return
 	}
 	var rec *session.Record
@@ -126,28 +146,35 @@ func (h *heldCalls) takeOver(c hold.Call) {
 		if ls, err = g.hub.Open(rec.ID, rec.Profile); err != nil {
 			return err
 		}
-		if st, err = ls.Adopt(ctx, c.StreamID); errors.Is(err, hub.ErrLogUnavailable) {
+		// Claimed from the replica that held the call: a claim another replica made
+		// meanwhile is that one's.
+		if st, err = ls.Adopt(ctx, c.StreamID, c.Replica); errors.Is(err, hub.ErrLogUnavailable) {
 			return retryable{err}
 		}
 		return err
 	})
 	switch {
+	case err != nil && (errors.Is(err, hub.ErrClosing) || ctx.Err() != nil):
+		keep = true
+		g.logger.Info("a held call taken over is left for the replica that takes over from this one: this one is shutting down", "approval", c.ID)
+		return
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, hub.ErrSessionEnded):
 		release("its session ended")
 		return
-	case err != nil && ls == nil:
-		g.logger.Warn("a held call of a stopped replica is dropped: its session could not be read", "approval", c.ID, "error", err.Error())
+	case errors.Is(err, hub.ErrStreamTaken):
+		// Another replica goes on with its stream (one where its client reads it answered
+		// it): it is that one's to answer.
+		g.logger.Info("a held call of a stopped replica is left to the replica that took its stream over", "approval", c.ID)
+		return
+	case errors.Is(err, hub.ErrStreamDone):
+		release("its stream ended")
 		return
 	case err != nil:
-		// Its stream cannot go on here (it expired while the call was held, another replica
-		// took it, the log is out of reach): it ends with the call's answer, that it did
-		// not run, for its client, which may wait on the stream resumed elsewhere.
-		g.logger.Warn("a held call of a stopped replica is dropped, its client told that it did not run: its stream could not be taken over", "approval", c.ID, "error", err.Error())
-		actx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
-		defer cancel()
-		if err := ls.Abandon(actx, c.StreamID, h.notRun(ctx, rec, c, clientID)); err != nil {
-			g.logger.Warn("the client of a held call that was dropped could not be told: it may wait until it gives up", "approval", c.ID, "error", err.Error())
-		}
+		// Its stream cannot go on here (it expired while the call was held, the log is out
+		// of reach, the session could not be read): it ends with the call's answer, that it
+		// did not run, for its client, which may wait on the stream resumed elsewhere.
+		g.logger.Warn("a held call of a stopped replica is dropped: its stream could not be taken over; its client is told that it did not run", "approval", c.ID, "error", err.Error())
+		keep = !h.abandon(ctx, until, c, h.notRun(ctx, recordOr(rec, c), c, clientID))
 		return
 	}
 	reqCtx, _, end, err := ls.Begin(clientID, 0)
@@ -176,11 +203,244 @@ func (h *heldCalls) takeOver(c hold.Call) {
 	answerRest(st, clientID, nil)
 }
 
+// abandon ends a held call's stream in the log with held, the call's answer (nil: the
+// requests the log names get ErrProducerStopped), tried again while the log is out of reach,
+// until until. It reports whether it did; when it did not, the replicas where the call's
+// client reads its stream answer it once its time is past.
+func (h *heldCalls) abandon(ctx context.Context, until time.Time, c hold.Call, held *protocol.Response) bool {
+	err := h.retry(ctx, until, func() error {
+		actx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
+		defer cancel()
+		if err := h.g.hub.Abandon(actx, c.SessionID, c.StreamID, held); errors.Is(err, hub.ErrLogUnavailable) {
+			return retryable{err}
+		} else {
+			return err
+		}
+	})
+	if err != nil {
+		h.g.logger.Warn("the client of a held call that was dropped could not be told now: the replicas where it reads the call's stream tell it once the call's time is past", "approval", c.ID, "error", err.Error())
+		return false
+	}
+	return true
+}
+
+// recordOr is rec, or when the session's record could not be read, what the held call
+// records of it: enough to answer and audit the call.
+func recordOr(rec *session.Record, c hold.Call) *session.Record {
+	if rec != nil {
+		return rec
+	}
+	r := &session.Record{ID: c.SessionID}
+	_ = json.Unmarshal(c.Caller, &r.Principal)
+	return r
+}
+
+// followedHeld keeps, on a replica where their clients read them, the streams of calls held
+// on replicas that stopped: each stays open for the replica taking its call over, which
+// answers on it, and is answered here, that its call did not run, once the call's time is
+// past (hold.Grace after its deadline: the taker has given up by then) with no answer, so
+// that no client waits on one with no bound (heldCalls.sweepFollowed).
+type followedHeld struct {
+	mu sync.Mutex
+	// streams are the streams kept open, by session and stream. Guarded by mu.
+	streams map[[2]string]heldStream
+	// replicas are the stopped replicas whose streams read here all stay open until the held
+	// calls can be read. Guarded by mu.
+	replicas map[string]bool
+}
+
+// heldStream is a stream kept open here for a held call of a stopped replica.
+type heldStream struct {
+	sessionID, streamID string
+	// producer is the stopped replica the copy here follows.
+	producer string
+	// call is the held call; "" ID while not known (the held calls could not be read).
+	call hold.Call
+	// since is when the stream was kept open (the gateway's clock).
+	since time.Time
+}
+
+// keepOpen notes that stream streamID of session sessionID, which the stopped replica
+// producer produced, stays open here for held call c (zero while the held calls cannot be
+// read).
+func (h *heldCalls) keepOpen(sessionID, streamID, producer string, c hold.Call) {
+	f := &h.followed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.streams == nil {
+		f.streams = map[[2]string]heldStream{}
+	}
+	f.streams[[2]string{sessionID, streamID}] = heldStream{sessionID: sessionID, streamID: streamID, producer: producer, call: c, since: h.g.opts.Now()}
+}
+
+// orphanLater notes a stopped replica whose held calls could not be read: its streams read
+// here are ended, but those of its held calls, once they can be (sweepFollowed).
+func (h *heldCalls) orphanLater(replica string) {
+	f := &h.followed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.replicas == nil {
+		f.replicas = map[string]bool{}
+	}
+	f.replicas[replica] = true
+}
+
+// orphanFollowed ends the streams the stopped replica produced that clients read here, but
+// those of the calls it held (held, by stream), which stay open.
+func (h *heldCalls) orphanFollowed(replica string, held map[string]hold.Call) {
+	h.g.hub.Orphaned(replica, func(streamID string) bool {
+		_, ok := held[streamID]
+		return ok
+	})
+	for _, c := range held {
+		if ls := h.g.hub.Lookup(c.SessionID); ls != nil {
+			if producer, ok := ls.Follows(c.StreamID); ok {
+				h.keepOpen(c.SessionID, c.StreamID, producer, c)
+			}
+		}
+	}
+}
+
+// sweepFollowed settles, on each expiry pass, the streams kept open here for held calls of
+// stopped replicas: those of a replica whose held calls could not be read are ended, but the
+// held calls', once they can be; a stream kept open without knowing its call's is ended when
+// no call is held for it; one whose call's time is past with no answer gets the answer, that
+// the call did not run, here (settle). A stream ended meanwhile, or followed from a replica
+// that took it over (which answers it, or whose end ends it), is forgotten.
+func (h *heldCalls) sweepFollowed(ctx context.Context) {
+	f := &h.followed
+	f.mu.Lock()
+	replicas := make([]string, 0, len(f.replicas))
+	for replica := range f.replicas {
+		replicas = append(replicas, replica)
+	}
+	f.mu.Unlock()
+	for _, replica := range replicas {
+		held, err := h.streamsHeldBy(ctx, replica)
+		if err != nil {
+			continue // on the next pass
+		}
+		f.mu.Lock()
+		delete(f.replicas, replica)
+		f.mu.Unlock()
+		h.orphanFollowed(replica, held)
+	}
+	f.mu.Lock()
+	streams := make([]heldStream, 0, len(f.streams))
+	for _, e := range f.streams {
+		streams = append(streams, e)
+	}
+	f.mu.Unlock()
+	// What changes of a stream is written back unless it was noted anew meanwhile.
+	update := func(e heldStream, forget bool) {
+		key := [2]string{e.sessionID, e.streamID}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch {
+		case !f.streams[key].since.Equal(e.since):
+		case forget:
+			delete(f.streams, key)
+		default:
+			f.streams[key] = e
+		}
+	}
+	var calls []hold.Call
+	read := 0 // 1: calls read, -1: could not be
+	takeOver := map[string]bool{}
+	now := h.g.opts.Now()
+	for _, e := range streams {
+		ls := h.g.hub.Lookup(e.sessionID)
+		producer, following := "", false
+		if ls != nil {
+			producer, following = ls.Follows(e.streamID)
+		}
+		if !following || producer != e.producer {
+			// Ended, or followed from the replica that took it over; or not yet where it is
+			// looked for (a resume notes it before it holds it): forgotten after a while.
+			if now.Sub(e.since) >= followGrace {
+				update(e, true)
+			}
+			continue
+		}
+		if e.call.ID == "" {
+			if read == 0 {
+				read = -1
+				if all, err := h.store.All(ctx); err == nil {
+					calls, read = all, 1
+				}
+			}
+			if read < 0 {
+				continue
+			}
+			i := slices.IndexFunc(calls, func(c hold.Call) bool { return c.StreamID == e.streamID })
+			if i < 0 {
+				// No call is held for it: its producer's end ends it, as any other; the
+				// session's standalone stream is taken over here.
+				if !ls.Orphan(e.streamID, e.producer) {
+					takeOver[e.producer] = true
+				}
+				update(e, true)
+				continue
+			}
+			e.call = calls[i]
+			update(e, false)
+		}
+		if now.Before(e.call.Deadline.Add(hold.Grace)) {
+			continue
+		}
+		if h.settle(ctx, ls, e) {
+			update(e, true)
+		}
+	}
+	for producer := range takeOver {
+		h.g.replicas.takeOverStandalone(producer)
+	}
+}
+
+// settle answers, here, the stream of a held call whose time is past with no answer on it:
+// no replica took it over, or none could go on with it. The stream is claimed from the
+// stopped replica the copy here follows, so that a replica that did take it over (and may
+// run the call) keeps it; claimed, it gets the call's answer, that it did not run, and an
+// error for any other request it awaits. A stream whose log is gone gets them as its first
+// events. It reports whether the stream is settled (false: the log is out of reach, tried
+// again on the next pass).
+func (h *heldCalls) settle(ctx context.Context, ls *hub.Session, e heldStream) bool {
+	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
+	defer cancel()
+	st, err := ls.Adopt(ctx, e.streamID, e.producer)
+	switch {
+	case err == nil:
+		h.g.logger.Warn("a held call of a stopped replica got no answer in its time: its client is told that it did not run", "approval", e.call.ID)
+		answerRest(st, protocol.ID{}, h.answerOf(ctx, e.call))
+		return true
+	case errors.Is(err, hub.ErrUnknownStream), errors.Is(err, hub.ErrEventsLost):
+		h.g.logger.Warn("a held call of a stopped replica got no answer in its time: its client is told that it did not run", "approval", e.call.ID)
+		return ls.Abandon(ctx, e.streamID, h.answerOf(ctx, e.call)) == nil
+	case errors.Is(err, hub.ErrLogUnavailable):
+		return false
+	}
+	return true // another replica goes on with it, it ended, or its session did
+}
+
+// answerOf is the answer of held call c that did not run (nil when its request id cannot be
+// read), with its session's record as the store has it, or as the call records it.
+func (h *heldCalls) answerOf(ctx context.Context, c hold.Call) *protocol.Response {
+	id, err := protocol.ParseID(c.ClientID)
+	if err != nil {
+		return nil
+	}
+	rec, err := h.g.store.Get(ctx, c.SessionID)
+	if err != nil {
+		rec = nil
+	}
+	return h.notRun(ctx, recordOr(rec, c), c, id)
+}
+
 // notRun is the answer of a held call taken over that could not run here: it did not run,
 // and may be sent again; the refusal is audited as the call's end.
 func (h *heldCalls) notRun(ctx context.Context, rec *session.Record, c hold.Call, id protocol.ID) *protocol.Response {
 	refusal := &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: c.Upstream,
-		Message: fmt.Sprintf("%s was held for an operator's approval on a gateway replica that stopped, and the replica taking it over could not go on with it: it did not run; call it again", c.Tool)}
+		Message: fmt.Sprintf("%s was held for an operator's approval on a gateway replica that stopped, and no replica could go on with it: it did not run; call it again", c.Tool)}
 	req := h.g.requestValue(rec, &protocol.Request{ID: id, Method: c.Method, Params: c.Params}, h.g.nextRequestID())
 	t := &pipeline.Target{Kind: pipeline.Tool, Upstream: c.Upstream, Exposed: c.Tool, Original: c.Original}
 	result, wireErr := h.g.finish(ctx, req, t, nil, refusal)

@@ -183,7 +183,7 @@ func (s *Session) followOrTakeOver(ctx context.Context, st *Stream) error {
 	// times at most; after that the stream is followed, and taken over here when that hub's
 	// end is known (TakeOver).
 	for range 3 {
-		if producing != nil && producing(ctx, st.owner, st.id) {
+		if producing != nil && producing(ctx, s.id, st.owner, st.id) {
 			st.following = true
 			return nil
 		}

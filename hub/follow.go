@@ -228,7 +228,8 @@ type loggedFirst struct {
 // produces, on the copies of it followed here: if that hub stopped before it logged the
 // message, the message goes on the stream when this hub takes it over (TakeOver, Resume). A
 // message its producer logs meanwhile is forgotten here as its event comes (Extend), or not
-// kept when its event came first; one is kept for Options.Hold at most (Sweep forgets it),
+// kept when its event came first, shortly before (loggedFirstWindow); one is kept for
+// Options.Hold at most (Sweep forgets it),
 // and no more than a stream holds, in messages and in bytes (Limits): the oldest go first.
 // It reports whether a copy keeps it.
 func (h *Local) Keep(sessionID string, data []byte) bool {
@@ -237,16 +238,42 @@ func (h *Local) Keep(sessionID string, data []byte) bool {
 		return false
 	}
 	kept := false
-	for _, st := range ls.followedStandalone() {
-		st.mu.Lock()
-		if st.following && !st.dropped {
-			st.keepLocked(data)
-			kept = true
+	copies := ls.followedStandalone()
+	if keepPicked != nil {
+		keepPicked()
+	}
+	for _, st := range copies {
+		for st != nil {
+			st.mu.Lock()
+			if st.replaced {
+				// A resume replaced the copy, and took what was kept on it: the message
+				// goes on the copy that replaced it.
+				st.mu.Unlock()
+				st = ls.Stream(st.id)
+				continue
+			}
+			switch {
+			case st.following && !st.dropped:
+				st.keepLocked(data)
+				kept = true
+			case !st.fromLog && st.standalone && !st.dropped && !st.complete && st.roomLocked(len(data)):
+				// The copy that replaced it took the stream over: the message goes on it,
+				// as the messages kept meanwhile did.
+				st.appendLocked(data, false)
+				st.logLocked()
+				st.wakeLocked()
+				kept = true
+			}
+			st.mu.Unlock()
+			break
 		}
-		st.mu.Unlock()
 	}
 	return kept
 }
+
+// keepPicked, when set (by tests only), runs in Keep once it picked the copies to keep the
+// message on, before it keeps it on them: a resume that replaces one of them can come then.
+var keepPicked func()
 
 // followedStandalone returns the copies of the session's standalone stream that this hub
 // reads back from the log.
@@ -282,8 +309,17 @@ func (s *Stream) keepLocked(data []byte) {
 	}
 }
 
-// pruneKeptLocked forgets the messages kept, and the events noted as logged first, longer
-// than Options.Hold before now: the producer, which ran, had them.
+// loggedFirstWindow is how long an event of a followed standalone stream that came before
+// any message equal to it is taken for the event of such a message still to come (Keep): the
+// time for that message to reach this hub by the bus, which a read of the log can outrun.
+// A message that comes later is another one, with the same bytes (a list_changed is the same
+// on every replica): it is kept. Short, so that the producer's own messages do not cancel this
+// hub's.
+const loggedFirstWindow = 5 * time.Second
+
+// pruneKeptLocked forgets the messages kept longer than Options.Hold before now (the
+// producer, which ran, had them), and the events noted as logged first longer than
+// loggedFirstWindow (their messages would have come).
 func (s *Stream) pruneKeptLocked(now time.Time) {
 	cutoff := now.Add(-s.session.hub.opts.Hold)
 	i := 0
@@ -293,6 +329,7 @@ func (s *Stream) pruneKeptLocked(now time.Time) {
 	}
 	s.kept = s.kept[i:]
 	i = 0
+	cutoff = now.Add(-min(loggedFirstWindow, s.session.hub.opts.Hold))
 	for i < len(s.loggedFirst) && s.loggedFirst[i].at.Before(cutoff) {
 		i++
 	}
@@ -434,34 +471,51 @@ func (s *Session) takeOverFollowed(ctx context.Context, st *Stream, producer str
 		return false
 	}
 	st.mu.Unlock()
-	s.mu.Lock()
-	st.mu.Lock()
-	// A resume meanwhile may have read the stream anew, and taken it over with its own copy:
-	// that one stays, and this one, which it replaced, is dropped by it.
-	if s.ctx.Err() != nil || !st.following || st.dropped || s.streams[st.id] != st {
-		st.mu.Unlock()
+	// A resume meanwhile may have read the stream anew, with its own copy, which replaced
+	// this one (and dropped it): that one is taken over here if it follows (the claim is
+	// this hub's: nobody else produces the stream), once it holds what the log does; one
+	// that took the stream over itself stays as it is.
+	caught := st
+	for {
+		s.mu.Lock()
+		cur := s.streams[st.id]
+		if s.ctx.Err() != nil || cur == nil {
+			s.mu.Unlock()
+			return false
+		}
+		cur.mu.Lock()
+		if !cur.fromLog || !cur.following || cur.dropped {
+			cur.mu.Unlock()
+			s.mu.Unlock()
+			return false
+		}
+		if cur != caught {
+			cur.mu.Unlock()
+			s.mu.Unlock()
+			s.catchUp(ctx, cur)
+			caught = cur
+			continue
+		}
+		cur.adoptLocked(-1)
+		cur.mu.Unlock()
+		old := s.installStandaloneLocked(cur)
 		s.mu.Unlock()
-		return false
+		s.dropReplaced(old)
+		return true
 	}
-	st.adoptLocked(-1)
-	st.mu.Unlock()
-	old := s.installStandaloneLocked(st)
-	s.mu.Unlock()
-	s.dropReplaced(old)
-	return true
 }
 
 // ErrStreamTaken is returned by Adopt when another hub took the stream over first.
 var ErrStreamTaken = errors.New("another replica took the stream over")
 
-// Adopt takes over stream streamID of the session, which another hub began and stopped
-// producing (a call of it that this hub finishes): this hub goes on producing it after the
-// events the log holds, with no connection until its client resumes it (here, or on a hub
-// that follows it). The stream awaits an answer for each request the log recorded that none
-// of its events answers (Awaiting). It fails with ErrUnknownStream when the log holds nothing
-// of the stream, ErrStreamDone when the stream ended, ErrStreamTaken when another hub took
-// it over first.
-func (s *Session) Adopt(ctx context.Context, streamID string) (*Stream, error) {
+// Adopt takes over stream streamID of the session, which the hub tagged from stopped
+// producing (a call of it that this hub finishes, or answers): this hub goes on producing it
+// after the events the log holds, with no connection until its client resumes it (here, or
+// on a hub that follows it). The stream awaits an answer for each request the log recorded
+// that none of its events answers (Awaiting). It fails with ErrUnknownStream when the log
+// holds nothing of the stream, ErrStreamDone when the stream ended, ErrStreamTaken when a
+// hub other than from took it over: that one produces it, and may run.
+func (s *Session) Adopt(ctx context.Context, streamID, from string) (*Stream, error) {
 	log := s.hub.opts.Log
 	if log == nil {
 		return nil, ErrUnknownStream
@@ -476,10 +530,6 @@ func (s *Session) Adopt(ctx context.Context, streamID string) (*Stream, error) {
 		return nil, err
 	}
 	last := held.first + uint64(len(held.events)) - 1
-	from := first.Producer
-	if from == "" {
-		from = Producer(streamID)
-	}
 	owner, err := s.claim(ctx, streamID, from)
 	if err != nil {
 		return nil, err
@@ -620,6 +670,52 @@ func (s *Session) Abandon(ctx context.Context, streamID string, held *protocol.R
 	log.Append(s.id, streamID, events, true)
 	s.endCopy(streamID, events)
 	return nil
+}
+
+// Abandon is Session.Abandon for session sessionID, whether or not it is live here (a hub
+// that could not read the session's record does not open it: its group is not known).
+func (h *Local) Abandon(ctx context.Context, sessionID, streamID string, held *protocol.Response) error {
+	s := h.Lookup(sessionID)
+	if s == nil {
+		// Nothing of it is followed here: only the log is written.
+		s = &Session{id: sessionID, hub: h, streams: map[string]*Stream{}}
+	}
+	return s.Abandon(ctx, streamID, held)
+}
+
+// Follows reports whether this hub follows stream streamID of the session (its copy read
+// back from the log waits for more events), and from which hub.
+func (s *Session) Follows(streamID string) (producer string, ok bool) {
+	st := s.Stream(streamID)
+	if st == nil {
+		return "", false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.fromLog || !st.following || st.dropped {
+		return "", false
+	}
+	return st.owner, true
+}
+
+// Orphan ends the copy of stream streamID followed here from producer, which stopped, as
+// Orphaned does: an error answer for each request it did not answer (ErrProducerStopped).
+// A copy followed from another hub, or no longer followed, is left alone; so is a copy of the
+// session's standalone stream, which TakeOver takes over: Orphan reports false for it.
+func (s *Session) Orphan(streamID, producer string) bool {
+	st := s.Stream(streamID)
+	if st == nil {
+		return true
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.standalone {
+		return !(st.following && !st.dropped && st.owner == producer)
+	}
+	if st.following && !st.dropped && st.owner == producer {
+		st.orphanLocked()
+	}
+	return true
 }
 
 // endCopy ends a copy of stream streamID followed here with the events its end brings.

@@ -226,7 +226,7 @@ type producers struct {
 	asked   []string
 }
 
-func (p *producers) producing(_ context.Context, producer, streamID string) bool {
+func (p *producers) producing(_ context.Context, _, producer, streamID string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, streamID)
@@ -620,7 +620,7 @@ func TestResumeMissesNothingPublishedWhileItReadsTheLog(t *testing.T) {
 	log.seed("s", followed, []int64{1}, []Event{ev(1, notice(1))}, false)
 	var h *Local
 	var extended bool
-	producing := func(context.Context, string, string) bool {
+	producing := func(context.Context, string, string, string) bool {
 		// The producer answers meanwhile: logged, and published to this replica, which
 		// follows the session already.
 		log.Append("s", followed, []Event{ev(2, result(1))}, true)

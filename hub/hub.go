@@ -43,13 +43,13 @@ type Options struct {
 	MaxStreams int
 	// Log keeps what clients can resume beyond this process; nil keeps it here only.
 	Log EventLog
-	// Producing reports whether the replica producing a stream, the hub tagged producer (the
-	// one the stream's id names, or the one that took the stream over), still runs, and makes
-	// that stream's further events reach this hub (Extend) if so. A stream read back from the
-	// log whose producer stopped ends with an error answer for each request it did not answer;
-	// the session's standalone stream is taken over instead. Nil: no producer but this hub
-	// runs.
-	Producing func(ctx context.Context, producer, streamID string) bool
+	// Producing reports whether the replica producing stream streamID of session sessionID,
+	// the hub tagged producer (the one the stream's id names, or the one that took the stream
+	// over), still runs, or whether another will go on with the stream, and makes that
+	// stream's further events reach this hub (Extend) if so. A stream read back from the log
+	// whose producer stopped ends with an error answer for each request it did not answer; the
+	// session's standalone stream is taken over instead. Nil: no producer but this hub runs.
+	Producing func(ctx context.Context, sessionID, producer, streamID string) bool
 	// Hold is how long a message for a session's standalone stream that another hub produces
 	// is kept on the copy of it this hub follows (Keep), in case that hub stopped before it
 	// logged it. If zero, Retention.

@@ -373,6 +373,8 @@ func (st *Stream) replaceCopyLocked(held *Stream) {
 	held.mu.Lock()
 	kept, logged := held.kept, held.loggedFirst
 	held.kept, held.keptSize, held.loggedFirst = nil, 0, nil
+	// A message Keep is about to keep on it goes on st instead.
+	held.replaced = true
 	held.mu.Unlock()
 	if len(kept) == 0 && len(logged) == 0 {
 		return

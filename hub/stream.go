@@ -86,6 +86,9 @@ type Stream struct {
 	kept        []keptMessage
 	keptSize    int
 	loggedFirst []loggedFirst
+	// replaced marks a copy that a resume replaced with a new one (which took what was kept
+	// on it): what comes for it goes on that one. Guarded by mu.
+	replaced bool
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it

@@ -257,7 +257,7 @@ func TestAdoptGoesOnWithACallsStream(t *testing.T) {
 	log := newReqLog()
 	log.seed("s", followed, []int64{1, 2}, []Event{ev(1, notice(1)), ev(2, result(1))}, false)
 	h := newTestHub(t, &Options{Tag: "here", Log: log})
-	st, err := openSession(t, h, "s").Adopt(context.Background(), followed)
+	st, err := openSession(t, h, "s").Adopt(context.Background(), followed, producer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestAdoptGoesOnWithACallsStream(t *testing.T) {
 	if got, state := read(c); !slices.Equal(got, []string{"notice", "result 2"}) || state != Complete {
 		t.Errorf("resumed here after event 2: %v, %v", got, state)
 	}
-	if _, err := openSession(t, newTestHub(t, &Options{Tag: "third", Log: log}), "s").Adopt(context.Background(), followed); err == nil {
+	if _, err := openSession(t, newTestHub(t, &Options{Tag: "third", Log: log}), "s").Adopt(context.Background(), followed, producer); err == nil {
 		t.Errorf("a second Adopt of the ended stream succeeded")
 	}
 }
@@ -606,5 +606,138 @@ func TestAbandonAnswersWhatAStreamAwaits(t *testing.T) {
 	}
 	if r, _ := log.Replay(ctx, "s", "prod_9", 0); r == nil || len(r.Events) != 1 || !strings.Contains(string(r.Events[0].Data), notRun.Message) {
 		t.Errorf("the expired stream's answer: %+v, want the one given", r)
+	}
+}
+
+// TestTakeOverRacingAResumeThatFollowsProducesTheStream: TakeOver claims a standalone stream
+// (every replica following it now names this hub its producer), but a resume meanwhile
+// replaced the copy it picked with one of its own that follows the stopped producer (whether
+// that one ran could not be learnt, so it is taken to run). The resumed copy is taken over
+// here: the claim is this hub's, and nobody else would produce the stream.
+func TestTakeOverRacingAResumeThatFollowsProducesTheStream(t *testing.T) {
+	ctx := context.Background()
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	picked, _, err := s.Resume(ctx, standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Keep("s", notice(2)) // never logged by the producer, which stops
+	// The client reconnects; the producer is still taken to run (its end is not known yet).
+	resumed, c, err := s.Resume(ctx, standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.takeOverFollowed(ctx, picked, producer) {
+		t.Errorf("TakeOver claimed the stream but reports that it does not produce it")
+	}
+	if s.Standalone() != resumed {
+		t.Errorf("the session's standalone stream is not the resumed copy")
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("the resumed connection: %v, %v; want the kept message, live", got, state)
+	}
+	if err := h.Deliver("s", "", notice(3)); err != nil {
+		t.Fatalf("a message after the takeover: %v", err)
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("after a new message: %v, %v", got, state)
+	}
+	if diff := cmp.Diff([]string{"1 notice", "2 notice", "3 notice"}, log.contents("s", standaloneID)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+}
+
+// TestKeepRacingAResumeKeepsTheMessage: a message for a followed standalone stream comes
+// (Keep) as the client resumes the stream anew (its copy here replaced by a new one, which
+// takes over what was kept on the old): the message is kept on the new copy, not on the old
+// one, which is dropped with it; it goes on the stream when the producer's end is known.
+// The resume comes between Keep's pick of the copies and its keeping (a test hook).
+func TestKeepRacingAResumeKeepsTheMessage(t *testing.T) {
+	ctx := context.Background()
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	if _, _, err := s.Resume(ctx, standaloneID+".1"); err != nil {
+		t.Fatal(err)
+	}
+	var c *Cursor
+	keepPicked = func() {
+		keepPicked = nil
+		var err error
+		if _, c, err = s.Resume(ctx, standaloneID+".1"); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { keepPicked = nil })
+	h.Keep("s", notice(2))
+	if c == nil {
+		t.Fatal("the resume did not come")
+	}
+	if got := h.TakeOver(ctx, producer, time.Minute); !slices.Equal(got, []string{"s"}) {
+		t.Fatalf("TakeOver = %v, want [s]", got)
+	}
+	if got, state := read(c); !slices.Equal(got, []string{"notice"}) || state != Live {
+		t.Errorf("the resumed connection after the takeover: %v, %v; want the kept message, live", got, state)
+	}
+	if diff := cmp.Diff([]string{"1 notice", "2 notice"}, log.contents("s", standaloneID)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
+	}
+}
+
+// TestIdenticalMessageAfterTheProducersOwnIsKept: the producer's own message for the
+// session's standalone stream (a list_changed, byte for byte what any replica sends) comes
+// here as its event, with no message of this hub's before it; a while later an upstream of
+// this hub raises the same message for the stream. It is kept: the producer's event was not
+// this message's, and had the producer stopped before it logged this one, the client would
+// never learn of it. (An event is taken for a message's that came first only within a short
+// window, the bus's latency.)
+func TestIdenticalMessageAfterTheProducersOwnIsKept(t *testing.T) {
+	clock := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	log := newReqLog()
+	log.seedStandalone("s", ev(1, notice(1)))
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing, Now: clock.Now, Hold: time.Minute})
+	_, c, err := openSession(t, h, "s").Resume(context.Background(), standaloneID+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Append("s", standaloneID, []Event{ev(2, notice(5))}, false)
+	h.Extend("s", standaloneID, []Event{ev(2, notice(5))}, false)
+	read(c)
+	clock.Advance(10 * time.Second)
+	h.Keep("s", notice(5))
+	h.TakeOver(context.Background(), producer, time.Minute)
+	events, state, _ := c.Next()
+	if len(events) != 1 || events[0].Seq != 3 || !slices.Equal(events[0].Data, notice(5)) || state != Live {
+		t.Errorf("after the takeover: %+v, %v; want this hub's message, never logged, as event 3", events, state)
+	}
+}
+
+// lostLog is a log that lost the first events of every stream.
+type lostLog struct{ *reqLog }
+
+func (lostLog) Replay(context.Context, string, string, uint64) (*Replayed, error) {
+	return nil, ErrEventsLost
+}
+
+// TestAbandonOfAStreamWhoseFirstEventsAreLostEndsIt pins a limit: a stream whose first events
+// the log lost gets its end alone from Abandon, not the answer given: where its events end is
+// not known, so an answer would land in a gap. Its client's stream ends rather than wait.
+func TestAbandonOfAStreamWhoseFirstEventsAreLostEndsIt(t *testing.T) {
+	log := newReqLog()
+	log.seed("s", followed, []int64{3}, []Event{ev(7, notice(7))}, false)
+	h := newTestHub(t, &Options{Tag: "here", Log: lostLog{log}})
+	notRun := protocol.Errorf(protocol.CodeShuttingDown, "it did not run")
+	if err := openSession(t, h, "s").Abandon(context.Background(), followed, &protocol.Response{ID: protocol.IntID(3), Error: notRun}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"7 notice", "end"}, log.contents("s", followed)); diff != "" {
+		t.Errorf("the log holds (-want +got):\n%s", diff)
 	}
 }

@@ -268,40 +268,48 @@ func (l *RedisEventLog) write() {
 	}
 }
 
-// scriptSetStandalone names ARGV[1] the session's standalone stream (KEYS[1]), for ARGV[2]
-// ms, and returns the one it named before, if any.
-var scriptSetStandalone = redis.NewScript(`
-local prev = redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return prev
-`)
-
-// scriptEndStream logs the end of a stream (KEYS[1]) whose log is still held: one that expired
-// is not written again.
-var scriptEndStream = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('XADD', KEYS[1], '*', 'end', '1')
+// scriptStart writes what a stream's start says beside it (KEYS[1], a hash: "rq" ARGV[4]
+// when not empty, "sa" when ARGV[5] is "1") with its time to live, ARGV[1] ms, in one step: a
+// hash left without one would never go. The start of a session's standalone stream (ARGV[5]
+// "1") names it, ARGV[2], the session's current one (KEYS[2], for ARGV[1] ms) and, in the
+// same step, logs the end of the one it replaces, whose log is ARGV[3] followed by that one's
+// name, while that log is held (one that expired is not written again): no failure, nor the
+// replica's death, can come between the two and leave the old stream to be claimed in place
+// of the new one. The old stream's log is a key of the same session, under the same hash tag,
+// so in the same slot as the declared keys.
+var scriptStart = redis.NewScript(`
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'rq', ARGV[4]) end
+if ARGV[5] == '1' then
+  redis.call('HSET', KEYS[1], 'sa', '1')
+  local prev = redis.call('GET', KEYS[2])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[1])
+  if prev and prev ~= ARGV[2] then
+    local key = ARGV[3] .. prev
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('XADD', key, '*', 'end', '1')
+    end
+  end
 end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 `)
 
-// replacedStandalone is a session's standalone stream that another replaced: its end is
-// logged.
-type replacedStandalone struct {
-	digest string
-	cmd    *redis.Cmd
-	by     string
+// startScript is a run of scriptStart queued in a pipeline, by its SHA: sent again, whole,
+// if Redis did not know the script (it restarted, or never ran it).
+type startScript struct {
+	cmd  *redis.Cmd
+	keys []string
+	args []any
 }
 
 // flush writes appends in one pipeline. An entry Redis refuses because its id is not above
-// the stream's last (written before) is not an error. The start of a session's standalone
-// stream ends the one it replaces, in a second round trip.
+// the stream's last (written before) is not an error.
 func (l *RedisEventLog) flush(ops []logAppend) {
 	ctx, cancel := l.store.bound(context.Background())
 	defer cancel()
 	retention := l.opts.Retention.Milliseconds()
 	pipe := l.store.client.Pipeline()
-	var replaced []replacedStandalone
+	var starts []startScript
 	for _, op := range ops {
 		if op.start {
 			// The stream exists (its client holds the priming event's id): a marker before
@@ -309,22 +317,22 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 			// kept beside the stream too, where trimming does not reach (replicas of earlier
 			// versions read it from the marker).
 			values := []any{"start", "1"}
-			var meta []any
 			if op.requests != nil {
 				values = append(values, "rq", string(op.requests))
-				meta = append(meta, "rq", string(op.requests))
 			}
 			if op.standalone {
 				values = append(values, "sa", "1")
-				meta = append(meta, "sa", "1")
 			}
 			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: values})
-			if meta != nil {
-				pipe.HSet(ctx, op.meta, meta...)
-			}
-			if op.standalone {
-				replaced = append(replaced, replacedStandalone{digest: op.digest, by: op.stream,
-					cmd: scriptSetStandalone.Eval(ctx, pipe, []string{op.current}, op.stream, retention)})
+			if op.requests != nil || op.standalone {
+				standalone := ""
+				if op.standalone {
+					standalone = "1"
+				}
+				s := startScript{keys: []string{op.meta, op.current},
+					args: []any{retention, op.stream, l.store.opts.KeyPrefix + ":{" + op.digest + "}:ev:", string(op.requests), standalone}}
+				s.cmd = scriptStart.EvalSha(ctx, pipe, s.keys, s.args...)
+				starts = append(starts, s)
 			}
 		}
 		for _, e := range op.events {
@@ -350,30 +358,25 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	if err != nil && l.failedIn(cmds) {
 		return
 	}
-	if len(replaced) == 0 {
-		return
-	}
-	// The session's standalone stream before this one will not go on: its end is logged, so
-	// that a stale resume of it ends rather than take it over in place of the new one.
-	pipe = l.store.client.Pipeline()
-	for _, r := range replaced {
-		prev, err := r.cmd.Text()
-		if err != nil || prev == "" || prev == r.by {
-			continue
+	// A script Redis did not know yet goes whole, once: Redis keeps it from then on.
+	for _, s := range starts {
+		if isNoScript(s.cmd.Err()) {
+			if err := scriptStart.Run(ctx, l.store.client, s.keys, s.args...).Err(); err != nil {
+				l.failedIn([]redis.Cmder{redis.NewCmdResult(nil, err)})
+			}
 		}
-		scriptEndStream.Eval(ctx, pipe, []string{l.store.opts.KeyPrefix + ":{" + r.digest + "}:ev:" + prev})
-	}
-	if cmds, err := pipe.Exec(ctx); err != nil {
-		l.failedIn(cmds)
 	}
 }
+
+// isNoScript reports whether Redis refused a script's SHA: it does not know the script.
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // failedIn counts and logs the first failure among a pipeline's commands, if any; an entry
 // refused because its id is not above the stream's last (written before) is not one.
 func (l *RedisEventLog) failedIn(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		e := c.Err()
-		if e == nil || errors.Is(e, redis.Nil) || strings.Contains(e.Error(), "equal or smaller than the target stream top item") {
+		if e == nil || errors.Is(e, redis.Nil) || isNoScript(e) || strings.Contains(e.Error(), "equal or smaller than the target stream top item") {
 			continue
 		}
 		if l.failed.Add(1) == 1 || l.failed.Load()%1000 == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -385,5 +386,142 @@ func TestNewStandaloneStreamEndsThePreviousOne(t *testing.T) {
 	l.Close()
 	if n, err := raw.Exists(ctx, l.key(id, "c_1")).Result(); err != nil || n != 0 {
 		t.Errorf("the expired log of the previous stream: exists %d, %v; want it still gone", n, err)
+	}
+}
+
+// monitored is one command Redis ran, as MONITOR shows it: its words, and whether a script
+// ran it.
+type monitored struct {
+	words []string
+	lua   bool
+}
+
+// parseMonitored reads MONITOR's lines.
+func parseMonitored(lines []string) []monitored {
+	var out []monitored
+	for _, line := range lines {
+		// +1700000000.123456 [0 127.0.0.1:1234] "cmd" "arg" ...
+		_, rest, _ := strings.Cut(line, " [")
+		source, args, _ := strings.Cut(rest, "] ")
+		var words []string
+		for _, w := range strings.Split(args, `" "`) {
+			words = append(words, strings.Trim(w, `"`))
+		}
+		out = append(out, monitored{words: words, lua: strings.HasSuffix(source, " lua")})
+	}
+	return out
+}
+
+// privateEventLog returns a store and an event log on a Redis server of the test's own, and
+// its address: what the test sees of it is the log's doing alone.
+func privateEventLog(t *testing.T) (*RedisStore, func() *RedisEventLog, string) {
+	t.Helper()
+	addr := testredis.StartServer(t, "--save", "", "--appendonly", "no")
+	s := OpenTestRedisStore(t, RedisOptions{URL: "redis://" + addr, IdleTimeout: time.Minute})
+	return s, func() *RedisEventLog {
+		l := s.NewEventLog(nil)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}, addr
+}
+
+// TestNewStandaloneStreamIsNamedAndEndsThePreviousInOneStep: the start of a session's new
+// standalone stream names it the current one, and ends the one it replaces, in one script:
+// no failure, nor a replica's death, can come between the two and leave the old stream
+// claimable while the new one is current. What the start says (…:evm) is written with its
+// time to live in the same step: a key without one would never go.
+func TestNewStandaloneStreamIsNamedAndEndsThePreviousInOneStep(t *testing.T) {
+	_, open, addr := privateEventLog(t)
+	id := NewID()
+	l := open()
+	l.StartStandalone(id, "a_1")
+	l.Append(id, "a_1", events(1), false)
+	l.Close()
+	lines := monitor(t, addr)
+	l = open()
+	l.StartStandalone(id, "c_1")
+	l.Close()
+	ran := parseMonitored(lines())
+	raw := rawClient(addr)
+	defer raw.Close()
+
+	evs, prev, meta := l.currentKey(Digest(id)), l.key(id, "a_1"), l.metaKey(id, "c_1")
+	is := func(c monitored, words ...string) bool {
+		return len(c.words) >= len(words) && slices.EqualFunc(c.words[:len(words)], words, strings.EqualFold)
+	}
+	steps := map[string]func(monitored) bool{
+		"SET " + evs:            func(c monitored) bool { return is(c, "set", evs, "c_1") },
+		"XADD " + prev + " end": func(c monitored) bool { return is(c, "xadd", prev) && slices.Contains(c.words, "end") },
+		"HSET " + meta:          func(c monitored) bool { return is(c, "hset", meta) },
+		"PEXPIRE " + meta:       func(c monitored) bool { return is(c, "pexpire", meta) },
+	}
+	// A script's commands run one after the other, nothing between them: a run of "lua"
+	// commands is one script.
+	runOf := map[string]int{}
+	run := 0
+	for i, c := range ran {
+		if c.lua && (i == 0 || !ran[i-1].lua) {
+			run++
+		}
+		for name, match := range steps {
+			if !match(c) {
+				continue
+			}
+			if !c.lua {
+				if !strings.HasPrefix(name, "PEXPIRE") { // the renewal that comes with each append
+					t.Errorf("%s was sent by the client, not run in the start's script", name)
+				}
+			} else if r, ok := runOf[name]; ok && r != run {
+				t.Errorf("%s ran twice", name)
+			}
+			runOf[name] = run
+		}
+	}
+	var runs []int
+	for name := range steps {
+		r, ok := runOf[name]
+		if !ok {
+			t.Errorf("%s did not run", name)
+		}
+		runs = append(runs, r)
+	}
+	if slices.Sort(runs); len(runs) > 0 && runs[0] != runs[len(runs)-1] {
+		t.Errorf("the new stream's name, the old one's end and what the new one's start says ran in %d steps (%v), want one script", len(slices.Compact(runs)), runOf)
+	}
+	if ttl, err := raw.PTTL(context.Background(), meta).Result(); err != nil || ttl <= 0 {
+		t.Errorf("the time to live of %s: %v %v, want the retention", meta, ttl, err)
+	}
+}
+
+// TestEventLogScriptsGoBySHA: the event log's scripts are sent by their SHA once Redis knows
+// them, not their whole text with each stream's start.
+func TestEventLogScriptsGoBySHA(t *testing.T) {
+	_, open, addr := privateEventLog(t)
+	id := NewID()
+	l := open()
+	l.StartStandalone(id, "a_1") // Redis learns the scripts
+	l.Close()
+	lines := monitor(t, addr)
+	l = open()
+	l.StartStandalone(id, "b_1")
+	l.Start(id, "b_2", json.RawMessage(`[1]`))
+	l.Close()
+	l = open()
+	l.StartStandalone(id, "c_1")
+	l.Close()
+	scripts := 0
+	for _, c := range parseMonitored(lines()) {
+		if c.lua || len(c.words) == 0 {
+			continue
+		}
+		switch strings.ToLower(c.words[0]) {
+		case "eval":
+			t.Errorf("a script was sent whole: %.80q", strings.Join(c.words, " "))
+		case "evalsha":
+			scripts++
+		}
+	}
+	if scripts == 0 {
+		t.Errorf("no script ran by its SHA")
 	}
 }
