@@ -22,6 +22,12 @@ func (g *Gateway) SetTestHooks(beforeRebuild, beforeMergeWait func()) {
 	g.beforeRebuild, g.beforeMergeWait = beforeRebuild, beforeMergeWait
 }
 
+// SetFirstListHook sets what runs as a list request begins to wait for the upstreams' first
+// attempts to start. Call it before Start.
+func (g *Gateway) SetFirstListHook(beforeFirstListWait func()) {
+	g.beforeFirstListWait = beforeFirstListWait
+}
+
 // UpstreamStatus is the named upstream's own status, which the catalog's statuses follow
 // once rebuilt.
 func (g *Gateway) UpstreamStatus(name string) upstream.Status {

@@ -105,6 +105,9 @@ type Gateway struct {
 	// Set by tests only, before Start: beforeRebuild runs as a rebuild begins, and
 	// beforeMergeWait as a call begins to wait for its upstream's catalog to be merged.
 	beforeRebuild, beforeMergeWait func()
+	// Set by tests only, before Start: beforeFirstListWait runs as a list request begins to
+	// wait for the upstreams' first attempts to start (awaitFirstStart).
+	beforeFirstListWait func()
 
 	// proxies are the trusted proxies, whose X-Forwarded-For names the client; addrs counts
 	// what each client address holds open (max_connections_per_address).
@@ -575,9 +578,21 @@ const closeRequestsWait = 2 * time.Second
 // awaitFirstStart holds a list request, at most first_list_wait, while an upstream is still
 // making its first attempt to start: a client that connects right after the gateway started
 // sees its items in its first list, even if it ignores list_changed.
+//
+// It waits for firstStart, which closes only after the catalog was merged with the last of
+// those first attempts (OnChange), never on the upstreams' states alone: an upstream is ready
+// a moment before its items are in the catalog.
 func (g *Gateway) awaitFirstStart(ctx context.Context) {
-	if g.firstStartSettled() || g.cfg.FirstListWait <= 0 {
+	select {
+	case <-g.firstStart:
 		return
+	default:
+	}
+	if len(g.upstreams) == 0 || g.cfg.FirstListWait <= 0 {
+		return
+	}
+	if g.beforeFirstListWait != nil {
+		g.beforeFirstListWait()
 	}
 	t := time.NewTimer(g.cfg.FirstListWait)
 	defer t.Stop()
