@@ -47,7 +47,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // Config configures an Authenticator. New copies what it needs; the Config is not kept.

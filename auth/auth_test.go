@@ -19,9 +19,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testissuer"
-	"github.com/manifold-mcp/manifold/session"
 )
 
 const resource = "https://gw.example.com/mcp"

@@ -3,7 +3,7 @@ package auth
 import (
 	"context"
 
-	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
 )
 
 // RequirePrincipal is the first check of the policy chain when authentication is on. Every

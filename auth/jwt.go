@@ -11,7 +11,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // verifyJWT authenticates an OIDC access token: it picks the issuer by the token's

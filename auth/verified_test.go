@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 func TestVerifiedTokens(t *testing.T) {

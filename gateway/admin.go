@@ -10,12 +10,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/manifold-mcp/manifold/admin"
-	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/auth"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/pin"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/pin"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifold-mcp/manifold/audit"
-	"github.com/manifold-mcp/manifold/hold"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/hold"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // Reasons of refusals by approval.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // TestApprovalRememberedBeforeUpgradeIsAskedAgain: an approval remembered under the key of

@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/manifold-mcp/manifold/audit"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
 )
 
 // writeAudit hands the audit trail one record for a completed request (never waiting: the

@@ -8,10 +8,10 @@ import (
 	"strings"
 
 	"github.com/manifold-mcp/manifold/auth"
-	"github.com/manifold-mcp/manifold/auth/credential"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/auth/credential"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

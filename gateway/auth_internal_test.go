@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/auth/credential"
+	"github.com/manifold-mcp/manifold/internal/auth/credential"
 )
 
 // TestCredentialsStayWithTheirUpstream: an upstream that redirects elsewhere does not get its

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // This file holds who a client is on the network: its address, which a trusted proxy's

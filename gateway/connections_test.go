@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // Regression tests for connections that a hostile or broken client held open: a body that

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

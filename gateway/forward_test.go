@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/loopback"
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // checkOrigin refuses, on every method, a request whose Origin is present and not allowed:

@@ -23,9 +23,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testwait"
-	"github.com/manifold-mcp/manifold/session"
 )
 
 // Regression tests for the defects that hostile clients found: unbounded batches and calls in

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/manifold-mcp/manifold/catalog"
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifold-mcp/manifold/admin"
-	"github.com/manifold-mcp/manifold/audit"
-	"github.com/manifold-mcp/manifold/hold"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/hold"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // webhookTimeout bounds one POST of a held call to the configured webhook.

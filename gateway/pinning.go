@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifold-mcp/manifold/catalog"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/pin"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/pin"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/gateway"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )

@@ -8,11 +8,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/manifold-mcp/manifold/audit"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/glob"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/policy/plugin"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/glob"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 )
 
 // reasonPluginUnavailable: a plugin that fails closed could not decide (crashed, timed out).

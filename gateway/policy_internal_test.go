@@ -5,10 +5,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/catalog"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

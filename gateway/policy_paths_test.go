@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/audit"
 )
 
 // filesYAML is a gateway without authentication in front of the files upstream (tools

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/config"
 )
 
 // TestProbesCheckHostOnlyOnLoopback: on a loopback listener the probes answer loopback names

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifold-mcp/manifold/hub"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // Kinds of the gateway's messages between replicas (session.BusMessage.Kind).

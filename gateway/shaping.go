@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/manifold-mcp/manifold/catalog"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/glob"
+	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/glob"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/internal/hub"
 )
 
 // eventWriteTimeout bounds writing one event (or keep-alive) to a client; a write that misses

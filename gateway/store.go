@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/hub"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // openStore opens the session store the config names: in this process's memory, or in Redis

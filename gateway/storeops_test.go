@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // countingStore is a MemoryStore that notes every operation the gateway makes on it, in order.

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/manifold-mcp/manifold/audit"
-	"github.com/manifold-mcp/manifold/hub"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // Header names of the Streamable HTTP transport (mcp-notes §4).

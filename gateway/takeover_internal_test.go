@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/auth"
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/hold"
-	"github.com/manifold-mcp/manifold/hub"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/hold"
+	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testwait"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
 )
 
 // heldReplicaGateway is a replica on the test Redis (a key prefix of the test's own) with an

@@ -11,10 +11,10 @@ import (
 	"math"
 	"time"
 
-	"github.com/manifold-mcp/manifold/catalog"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/protocol"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 

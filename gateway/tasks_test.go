@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // TestTasksBoundToTheirSession: an mcp-go upstream runs a tool as a task; the creating

@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/config"
 )
 
 // thirdPartyServer returns the path of a third-party MCP server's entry point installed by

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/manifold-mcp/manifold/config"
-	"github.com/manifold-mcp/manifold/pipeline"
-	"github.com/manifold-mcp/manifold/policy/principal"
-	"github.com/manifold-mcp/manifold/session"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/policy/principal"
+	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // Step is one rule's part in a decision, as Explain tells it.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // TestPointerWalk reads single values through walk, in each way of matching member names.

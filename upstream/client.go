@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/loglimit"
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // ErrUnavailable is returned by Call when the upstream is not connected.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
-	"github.com/manifold-mcp/manifold/protocol"
 )
 
 // runMarker tags every process this test binary starts, so that TestMain can prove none is

@@ -18,7 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // httpUpstream is a go-sdk server behind a real HTTP listener, with a record of what the

@@ -12,7 +12,7 @@ import (
 	"net/url"
 	"sync"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // legacySSEConn is a client connection over the HTTP+SSE transport of 2024-11-05

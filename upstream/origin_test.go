@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // TestOriginIsDecidedWhenRead: whom an unattributed message is for depends on the calls in

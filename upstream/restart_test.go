@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // TestCallsInFlightWhenAnHTTPUpstreamRestartsMayHaveRun: an HTTP upstream restarts (its

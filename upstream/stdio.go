@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 	"golang.org/x/time/rate"
 )
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
-	"github.com/manifold-mcp/manifold/protocol"
 )
 
 // envLeaveGroup makes this test binary act as a child that escapes its stop sequence (see

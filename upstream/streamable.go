@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // ErrSessionExpired is returned when a Streamable HTTP upstream answered 404 for the

@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/manifold-mcp/manifold/protocol"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // TestPostAnsweredAsAStreamAfterClose: a POST whose answer turns out to be an SSE stream

@@ -8,11 +8,11 @@ import (
 	"strings"
 
 	"github.com/manifold-mcp/manifold/auth"
-	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
-	"github.com/manifold-mcp/manifold/pipeline"
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/policy"
-	"github.com/manifold-mcp/manifold/session"
 )
 
 // explain prints which policy rule decides a request, and why each rule before it did not

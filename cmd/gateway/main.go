@@ -22,10 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/manifold-mcp/manifold/audit"
 	"github.com/manifold-mcp/manifold/auth"
-	"github.com/manifold-mcp/manifold/config"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/demo"
 	"github.com/manifold-mcp/manifold/internal/heapfloor"
 )

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/auth"
-	"github.com/manifold-mcp/manifold/config"
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 	"github.com/manifold-mcp/manifold/internal/testwait"

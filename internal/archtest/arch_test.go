@@ -1,6 +1,7 @@
-// Package archtest checks that imports between Manifold's packages point one way (design.md:
-// cmd → gateway → pipeline, hub, catalog, upstream, session, audit, config → protocol;
-// catalog → upstream; pipeline → session), so that the layering cannot erode unnoticed.
+// Package archtest checks the shape of the module: that imports between its packages point one
+// way (cmd → gateway → pipeline, hub, catalog, upstream, session, audit, config → protocol;
+// catalog → upstream; pipeline → session), and that only the public face lives outside
+// internal/, so that neither can erode unnoticed.
 package archtest
 
 import (
@@ -15,47 +16,47 @@ const module = "github.com/manifold-mcp/manifold/"
 
 // allowed lists, per package, the packages of this module it may import (tests aside).
 var allowed = map[string][]string{
-	"protocol":              {},
-	"session":               {},
-	"config":                {"glob"},
-	"glob":                  {},
-	"audit":                 {},
-	"upstream":              {"protocol", "internal/loglimit"},
-	"catalog":               {"protocol", "upstream", "glob"},
-	"gateway":               {"protocol", "session", "config", "upstream", "catalog", "glob", "hub", "pipeline", "audit", "auth", "auth/credential", "policy", "policy/limit", "internal/loglimit", "admin", "hold", "pin", "internal/loopback", "policy/plugin"},
-	"admin":                 {"internal/loopback"},
-	"hold":                  {},
-	"pin":                   {},
-	"pipeline":              {"protocol", "session", "audit"},
-	"auth":                  {"session", "pipeline"},
-	"auth/credential":       {"session"},
-	"policy":                {"config", "glob", "session", "pipeline", "protocol", "audit", "policy/principal"},
-	"policy/limit":          {"config", "glob", "session", "policy/principal"},
-	"policy/principal":      {"config", "glob", "session"},
-	"hub":                   {"protocol"},
-	"cmd/gateway":           {"config", "gateway", "upstream", "audit", "auth", "policy", "pipeline", "session", "internal/heapfloor", "internal/demo"},
-	"cmd/demo-server":       {"internal/demo"},
-	"cmd/echo-server":       {},
-	"cmd/mcpload":           {},
-	"bench/sidebyside":      {},
-	"bench/allowplugin":     {"plugin/sdk"},
-	"internal/testupstream": {},
-	"internal/archtest":     {},
-	"internal/loglimit":     {},
-	"internal/heapfloor":    {},
-	"internal/demo":         {},
-	"internal/testclock":    {},
-	"internal/tcprelay":     {},
-	"session/storetest":     {"session", "internal/testclock"},
-	"internal/testredis":    {"internal/testwait"},
-	"internal/browser":      {},
-	"internal/loopback":     {},
-	"internal/testwait":     {},
-	"internal/testissuer":   {},
+	"internal/protocol":          {},
+	"internal/session":           {},
+	"internal/config":            {"internal/glob"},
+	"internal/glob":              {},
+	"internal/audit":             {},
+	"upstream":                   {"internal/protocol", "internal/loglimit"},
+	"internal/catalog":           {"internal/protocol", "upstream", "internal/glob"},
+	"gateway":                    {"internal/protocol", "internal/session", "internal/config", "upstream", "internal/catalog", "internal/glob", "internal/hub", "internal/pipeline", "internal/audit", "auth", "internal/auth/credential", "policy", "internal/policy/limit", "internal/loglimit", "internal/admin", "internal/hold", "internal/pin", "internal/loopback", "internal/policy/plugin"},
+	"internal/admin":             {"internal/loopback"},
+	"internal/hold":              {},
+	"internal/pin":               {},
+	"internal/pipeline":          {"internal/protocol", "internal/session", "internal/audit"},
+	"auth":                       {"internal/session", "internal/pipeline"},
+	"internal/auth/credential":   {"internal/session"},
+	"policy":                     {"internal/config", "internal/glob", "internal/session", "internal/pipeline", "internal/protocol", "internal/audit", "internal/policy/principal"},
+	"internal/policy/limit":      {"internal/config", "internal/glob", "internal/session", "internal/policy/principal"},
+	"internal/policy/principal":  {"internal/config", "internal/glob", "internal/session"},
+	"internal/hub":               {"internal/protocol"},
+	"cmd/gateway":                {"internal/config", "gateway", "upstream", "internal/audit", "auth", "policy", "internal/pipeline", "internal/session", "internal/heapfloor", "internal/demo"},
+	"cmd/demo-server":            {"internal/demo"},
+	"cmd/echo-server":            {},
+	"cmd/mcpload":                {},
+	"bench/sidebyside":           {},
+	"bench/allowplugin":          {"plugin/sdk"},
+	"internal/testupstream":      {},
+	"internal/archtest":          {},
+	"internal/loglimit":          {},
+	"internal/heapfloor":         {},
+	"internal/demo":              {},
+	"internal/testclock":         {},
+	"internal/tcprelay":          {},
+	"internal/session/storetest": {"internal/session", "internal/testclock"},
+	"internal/testredis":         {"internal/testwait"},
+	"internal/browser":           {},
+	"internal/loopback":          {},
+	"internal/testwait":          {},
+	"internal/testissuer":        {},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.
 	"policy/pluginpb":        {},
-	"policy/plugin":          {"plugin/sdk", "policy/pluginpb"},
+	"internal/policy/plugin": {"plugin/sdk", "policy/pluginpb"},
 	"plugin/sdk":             {"policy/pluginpb"},
 	"examples/plugins/guard": {"plugin/sdk"},
 	"internal/testplugin":    {"plugin/sdk"},
@@ -95,9 +96,9 @@ func TestViolationsAreReported(t *testing.T) {
 		imports map[string][]string
 		want    string
 	}{
-		{"upstream imports gateway", map[string][]string{"upstream": {"protocol", "gateway"}}, "upstream imports gateway"},
-		{"the hub holds sessions of the face", map[string][]string{"hub": {"gateway"}}, "hub imports gateway"},
-		{"protocol imports anything", map[string][]string{"protocol": {"session"}}, "protocol imports session"},
+		{"upstream imports gateway", map[string][]string{"upstream": {"internal/protocol", "gateway"}}, "upstream imports gateway"},
+		{"the hub holds sessions of the face", map[string][]string{"internal/hub": {"gateway"}}, "internal/hub imports gateway"},
+		{"protocol imports anything", map[string][]string{"internal/protocol": {"internal/session"}}, "internal/protocol imports internal/session"},
 		{"a package without a rule", map[string][]string{"newpkg": nil}, "package newpkg has no import rule"},
 	}
 	for _, tt := range tests {
@@ -108,7 +109,7 @@ func TestViolationsAreReported(t *testing.T) {
 			}
 		})
 	}
-	if got := violations(map[string][]string{"gateway": {"hub", "pipeline", "catalog"}}, allowed); len(got) != 0 {
+	if got := violations(map[string][]string{"gateway": {"internal/hub", "internal/pipeline", "internal/catalog"}}, allowed); len(got) != 0 {
 		t.Errorf("allowed edges reported: %q", got)
 	}
 }
@@ -130,4 +131,38 @@ func violations(imports map[string][]string, rules map[string][]string) []string
 	}
 	slices.Sort(out)
 	return out
+}
+
+// public lists the packages other modules may import: the face the project's founding card
+// fixes (the binary, the gateway, upstream connections, policy and auth) and the plugin
+// contract with its SDK. Everything else lives under internal/, where it can change freely.
+var public = []string{
+	"cmd/gateway", "gateway", "upstream", "policy", "auth",
+	"policy/pluginpb", "plugin/sdk",
+	// Programs and examples: importable by nobody, they are main packages.
+	"cmd/demo-server", "cmd/echo-server", "cmd/mcpload",
+	"bench/sidebyside", "bench/allowplugin", "examples/plugins/guard",
+}
+
+// TestPublicSurfaceStaysSmall: a new package goes under internal/ unless it is deliberately
+// made part of the public face (added to public above, with a reason).
+func TestPublicSurfaceStaysSmall(t *testing.T) {
+	out, err := exec.Command("go", "list", module+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var outside []string
+	for _, pkg := range strings.Fields(string(out)) {
+		pkg = strings.TrimPrefix(pkg, module)
+		if strings.HasPrefix(pkg, "internal/") {
+			continue
+		}
+		outside = append(outside, pkg)
+		if !slices.Contains(public, pkg) {
+			t.Errorf("package %s is outside internal/: move it there, or add it to the public face with a reason", pkg)
+		}
+	}
+	if len(outside) < 5 {
+		t.Errorf("found only %d packages outside internal/ (%q); is go list seeing the module?", len(outside), outside)
+	}
 }

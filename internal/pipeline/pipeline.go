@@ -1,0 +1,127 @@
+// Package pipeline is the vocabulary of the gateway's request pipeline (design.md, "Request
+// pipeline and state"): every client request, whatever face brought it, becomes a Request
+// value; one resolver turns it into a Target; a Chain of Checks decides; the gateway forwards
+// it; Map turns every failure into the wire form of the refusal table (design decision 7).
+// Auth, policy, rate limits, plugins and approval are Checks: they import this package, and
+// the gateway imports them, never the other way round.
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
+)
+
+// ClientContext is what the pipeline knows of the client behind one request (design decision
+// 12): a 2025 session supplies it from its record, a 2026-07-28 request will carry it itself.
+// It is a value: nothing below the face holds a live session.
+type ClientContext struct {
+	// SessionID is the client's session, "" for a request without one.
+	SessionID       string
+	ProtocolVersion string
+	// Capabilities are what the client declared, raw.
+	Capabilities json.RawMessage
+	// Principal is who the client is; zero (anonymous) until authentication.
+	Principal session.Principal
+	// LogLevel is the level the client asked for, "" for none.
+	LogLevel string
+	// Profile is the virtual endpoint (/mcp/<profile>) the client uses, "" for /mcp: the
+	// catalog it sees and addresses.
+	Profile string
+}
+
+// Request is one client request.
+type Request struct {
+	// ID is the client's JSON-RPC id.
+	ID     protocol.ID
+	Method string
+	Params json.RawMessage
+	Client ClientContext
+	// LogID names the request in the gateway's logs and audit records.
+	LogID string
+	// Received is when the face took the request.
+	Received time.Time
+	// Decisions are what the policy chain decided on the way, in order, for the request's
+	// audit record; checks append to it.
+	Decisions []audit.Decision
+	// Approval names who asked that a person approve the call before it runs: a policy
+	// rule's name, or "plugin NAME"; "" when none did. The approval check, the chain's last
+	// link, asks.
+	Approval string
+}
+
+// Kind is what a request addresses.
+type Kind int
+
+const (
+	// Gateway: the gateway answers itself (ping, lists, logging level, tasks/list).
+	Gateway Kind = iota
+	Tool
+	Prompt
+	Resource
+	// Completion: completion/complete of a prompt's or a resource template's argument.
+	Completion
+	// Task: tasks/get, tasks/result, tasks/cancel of one task.
+	Task
+)
+
+var kindNames = [...]string{Gateway: "gateway", Tool: "tool", Prompt: "prompt", Resource: "resource", Completion: "completion", Task: "task"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Target is what the resolver found a request to address: the upstream that serves it, and the
+// item by the name the client used and by the upstream's own. Checks decide on it; policy
+// matches the upstream's own names (renames are presentation).
+type Target struct {
+	Kind Kind
+	// Upstream is the name of the upstream that serves the request; "" for Gateway.
+	Upstream string
+	// Exposed is the tool or prompt name, or the resource URI, as the client sent it.
+	Exposed string
+	// Original is the same in the upstream's own terms.
+	Original string
+	// Arguments are a tools/call's or prompts/get's arguments, raw; nil when none.
+	Arguments json.RawMessage
+	// Annotations are a tool's annotations as its catalog entry lists them, raw; nil for
+	// other targets and tools without any.
+	Annotations json.RawMessage
+	// Completes is, for a Completion, what is completed: Prompt or Resource (a template).
+	Completes Kind
+	// Rewritten: a check replaced Arguments, and the upstream gets them instead of the
+	// client's.
+	Rewritten bool
+	// Hidden: the item is hidden from the client, or not in its catalog at all, and the
+	// request is refused as for a missing one. Its audit record names it as the client asked
+	// (Exposed), never the upstream or the upstream's own name of what is hidden.
+	Hidden bool
+}
+
+// Check is one link of the policy chain. It returns nil to let the request go on, or an error
+// that refuses it: a *Refusal says why in the terms of the refusal table; any other error is
+// an internal failure.
+type Check interface {
+	Check(ctx context.Context, req *Request, t *Target) error
+}
+
+// CheckFunc adapts a function to Check.
+type CheckFunc func(ctx context.Context, req *Request, t *Target) error
+
+// Check implements Check.
+func (f CheckFunc) Check(ctx context.Context, req *Request, t *Target) error { return f(ctx, req, t) }
+
+// Chain runs checks in order; the first refusal ends it. The empty Chain allows everything.
+type Chain []Check
+
+// Check implements Check.
+func (c Chain) Check(ctx context.Context, req *Request, t *Target) error {
+	for _, check := range c {
+		if err := check.Check(ctx, req, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
