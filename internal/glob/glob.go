@@ -1,5 +1,6 @@
 // Package glob matches names and URIs against the shell-like patterns of Manifold's config:
-// filters, profiles and (later) policy rules.
+// catalog filters and profiles; the upstreams, tools, prompts and resources of policy rules,
+// rate limits and plugins; the subjects and API keys that name principals.
 //
 //	p, err := glob.Compile("read_*")
 //	p.Match("read_file") // true
