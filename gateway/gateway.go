@@ -31,7 +31,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
@@ -224,7 +223,6 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.checks = pipeline.Chain(g.opts.Checks)
 	lr, _ := g.store.(limitRedis)
 	if g.gate, err = newGate(cfg, lr, g.opts.Now, g.logger); err != nil {
 		g.cancel()
@@ -240,22 +238,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		_ = g.closeStore()
 		return nil, err
 	}
-	// The chain in the order of design decision 7: who the caller is, what the policy
-	// says of the target and how often, the plugins, the checks given, then approval.
-	var chain pipeline.Chain
-	if g.auth != nil {
-		chain = append(chain, auth.RequirePrincipal())
-	}
-	if g.gate != nil {
-		chain = append(chain, pipeline.CheckFunc(g.policyCheck))
-	}
-	if g.plugins != nil {
-		chain = append(chain, pipeline.CheckFunc(g.pluginCheck))
-	}
-	g.checks = append(chain, g.checks...)
-	if g.gate != nil {
-		g.checks = append(g.checks, pipeline.CheckFunc(g.approvalCheck))
-	}
+	g.checks = g.buildChain()
 	g.events = events
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {

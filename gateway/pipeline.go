@@ -19,8 +19,9 @@ import (
 )
 
 // The request pipeline (design.md, "Request pipeline and state"): a face hands over a
-// request; resolve finds its target, the policy chain decides, execute forwards it, and
-// pipeline.Map turns every failure into its wire form; one audit record follows.
+// request; resolve finds its target, the policy chain's before steps decide, execute forwards
+// it, the chain's after steps see its result, and pipeline.Map turns every failure into its
+// wire form; one audit record follows.
 
 // request is one client request on its way through the pipeline: the request value, and
 // where what upstreams send about it goes.
@@ -69,14 +70,10 @@ func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *pro
 	if err == nil {
 		result, err = g.execute(ctx, rq, res)
 	}
-	if err == nil && g.plugins != nil {
-		switch {
-		case rq.Method == protocol.MethodCallTool && !res.asTask:
-			result, err = g.inspect(ctx, rq.Request, t, result)
-		case rq.Method == methodTasksResult:
-			// A task's result is its tool call's: it passes the same plugins.
-			call := pipeline.Target{Kind: pipeline.Tool, Upstream: res.upstream.ns.Name, Exposed: res.task.Exposed, Original: res.task.Tool}
-			result, err = g.inspect(ctx, rq.Request, &call, result)
+	if err == nil {
+		// The chain's after steps, in one place for every kind of result a client gets.
+		if of := inspectedTarget(rq.Method, res); of != nil {
+			result, err = g.checks.Inspect(ctx, rq.Request, of, result)
 		}
 	}
 	return g.finish(ctx, rq.Request, t, result, err)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/glob"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // reasonPluginUnavailable: a plugin that fails closed could not decide (crashed, timed out).
@@ -42,7 +44,7 @@ func startPlugins(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		specs[i] = plugin.Spec{Name: p.Name, Path: p.Path, SHA256: p.SHA256, Config: p.Config, Timeout: p.Timeout,
 			FailOpen: p.Failure == config.FailOpenPlugin, Env: env,
 			Sees: func(c plugin.Call) bool {
-				return slices.Contains(methods, c.Method) && (len(p.Upstreams) == 0 || upstreams.Match(c.Upstream)) &&
+				return pluginSees(methods, c.Method) && (len(p.Upstreams) == 0 || upstreams.Match(c.Upstream)) &&
 					(len(p.Tools) == 0 || targets.Match(c.Target))
 			}}
 	}
@@ -51,6 +53,15 @@ func startPlugins(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, fmt.Errorf("plugins (%s): %w", cfg.File, err)
 	}
 	return host, nil
+}
+
+// pluginSees reports whether a plugin whose config names methods is asked about a request of
+// method: a tasks/result is its tool call's result, seen by the plugins that see tools/call.
+func pluginSees(methods []string, method string) bool {
+	if method == methodTasksResult {
+		method = protocol.MethodCallTool
+	}
+	return slices.Contains(methods, method)
 }
 
 // pluginCall is what the plugins are told of a request.
@@ -64,11 +75,13 @@ func pluginCall(req *pipeline.Request, t *pipeline.Target) plugin.Call {
 	}
 }
 
-// pluginCheck asks the plugins about a call, after the policy's rules and rate limits and
-// before approval (design decision 7): the first deny refuses it, a rewrite replaces its
-// arguments, and a plugin may ask that a person approve it.
+// pluginCheck is the plugins' before step: it asks them about a call, after the policy's rules
+// and rate limits and before approval (design decision 7): the first deny refuses it, a
+// rewrite replaces its arguments, and a plugin may ask that a person approve it. As the rules
+// do, it decides a completion/complete on the prompt or resource template it completes (the
+// call's Target); only a tool call's arguments can be rewritten, and only a tool call held.
 func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
-	if t == nil || t.Kind != pipeline.Tool && t.Kind != pipeline.Prompt && t.Kind != pipeline.Resource {
+	if t == nil || t.Kind != pipeline.Tool && t.Kind != pipeline.Prompt && t.Kind != pipeline.Resource && t.Kind != pipeline.Completion {
 		return nil
 	}
 	out, err := g.plugins.Decide(ctx, pluginCall(req, t))
@@ -104,12 +117,12 @@ func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pip
 	return nil
 }
 
-// inspect passes a tool's result through the plugins that inspect results (redaction, say).
-// A plugin that fails closed withholds the result.
-func (g *Gateway) inspect(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result []byte) ([]byte, error) {
-	call := pluginCall(req, t)
-	call.Method = "tools/call" // a task's result too is its tool call's
-	out, results, err := g.plugins.Inspect(ctx, call, result)
+// pluginInspect is the plugins' after step: it passes the result of a request through the
+// plugins that inspect results (redaction, say) and whose methods name the request's (a
+// task's result counts as its tool call's: pluginSees). Each is told the real method. A
+// plugin that fails closed withholds the result.
+func (g *Gateway) pluginInspect(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage) (json.RawMessage, error) {
+	out, results, err := g.plugins.Inspect(ctx, pluginCall(req, t), result)
 	g.notePluginResults(req, "inspect", results)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -120,7 +133,7 @@ func (g *Gateway) inspect(ctx context.Context, req *pipeline.Request, t *pipelin
 			reason = results[n-1].Reason
 		}
 		return nil, &pipeline.Refusal{Reason: reasonPluginUnavailable, Upstream: t.Upstream,
-			Message: reason + ": the result is withheld (the call ran upstream)"}
+			Message: reason + ": the result is withheld (the request ran upstream)"}
 	}
 	return out, nil
 }

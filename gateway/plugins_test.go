@@ -260,10 +260,14 @@ func TestPluginWithAWrongChecksumDoesNotStart(t *testing.T) {
 }
 
 // TestPluginsInspectTaskResults: a tool call run as a task has its result, fetched with
-// tasks/result, pass the inspecting plugins like a plain call's.
+// tasks/result, pass the inspecting plugins that see its tool call, like a plain call's, and
+// they are told the method is tasks/result (regression: they were told tools/call); a
+// plugin whose methods do not name tools/call does not see it.
 func TestPluginsInspectTaskResults(t *testing.T) {
-	guard, _ := plugins(t)
+	guard, test := plugins(t)
 	tg := startGateway(t, "listen: 127.0.0.1:0\nplugins:\n"+pluginYAML("guard", guard, "    config: {}\n    tools: [job]\n")+
+		pluginYAML("stamp", test, "    config: {stamp: s}\n    env: {TESTPLUGIN_INSPECT: \"1\"}\n")+
+		pluginYAML("prompts", test, "    config: {stamp: p}\n    methods: [prompts/get]\n    env: {TESTPLUGIN_INSPECT: \"1\"}\n")+
 		"upstreams:"+upstreamYAML("tk", "tasks", ""), nil)
 	defer tg.close()
 	c := rawClient{t: t, url: tg.url}
@@ -281,5 +285,13 @@ func TestPluginsInspectTaskResults(t *testing.T) {
 	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":3,"method":"tasks/result","params":{"taskId":"`+created.Task.TaskID+`"}}`, h)
 	if !strings.Contains(string(r.msg.Result), "done:mail [redacted email]") || strings.Contains(string(r.body), "ann@example.com") {
 		t.Errorf("tasks/result: %s, want the address redacted", r.body)
+	}
+	var stamped struct {
+		Meta struct {
+			Seen []string `json:"testplugin/seen"`
+		} `json:"_meta"`
+	}
+	if err := json.Unmarshal(r.msg.Result, &stamped); err != nil || !slices.Equal(stamped.Meta.Seen, []string{"s tasks/result job"}) {
+		t.Errorf("what the inspecting plugins were told of the task's result: %q (%v), want only %q", stamped.Meta.Seen, err, "s tasks/result job")
 	}
 }

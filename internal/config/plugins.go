@@ -27,9 +27,11 @@ type Plugin struct {
 	// Config is handed to the plugin at start (key `config`: any YAML, given as JSON).
 	Config json.RawMessage
 	// Methods, Upstreams and Tools say which calls the plugin sees (keys `methods`,
-	// `upstreams`, `tools`): methods among tools/call (the default), prompts/get and
-	// resources/read; globs over upstream names and over the upstreams' own tool, prompt or
-	// resource names. Empty: all.
+	// `upstreams`, `tools`): methods among tools/call (the default; a task's tasks/result
+	// with it), prompts/get, resources/read and completion/complete, before the call and,
+	// for a plugin that inspects, its result; globs over upstream names and over the
+	// upstreams' own tool, prompt or resource names (a completion's: the prompt's or
+	// template's). Empty: all.
 	Methods, Upstreams, Tools []string
 	// Timeout bounds each call to the plugin (key `timeout`); greater than 0. Defaults to 1s.
 	Timeout time.Duration
@@ -49,7 +51,7 @@ const (
 )
 
 // PluginMethods are the methods a plugin may see.
-var PluginMethods = []string{"tools/call", "prompts/get", "resources/read"}
+var PluginMethods = []string{"tools/call", "prompts/get", "resources/read", "completion/complete"}
 
 const defaultPluginTimeout = time.Second
 
@@ -184,7 +186,7 @@ func (v *validator) plugins(c *Config, w where) {
 		}
 		for j, m := range p.Methods {
 			if !slices.Contains(PluginMethods, m) {
-				v.check(w, fmt.Sprintf("%s.methods[%d]", pp, j), fmt.Sprintf("%s: a plugin sees tools/call, prompts/get or resources/read", quote(m)))
+				v.check(w, fmt.Sprintf("%s.methods[%d]", pp, j), fmt.Sprintf("%s: a plugin sees tools/call, prompts/get, resources/read or completion/complete", quote(m)))
 			}
 		}
 		v.compileGlobs(w, pp+".upstreams", p.Upstreams)

@@ -58,7 +58,7 @@ upstreams: []
 		"gw.yaml:2: plugins[0].name: required",
 		"gw.yaml:2: plugins[0].path: required",
 		"gw.yaml:2: plugins[0].sha256: required: the executable's SHA-256",
-		`gw.yaml:2: plugins[0].methods[0]: "tools/list": a plugin sees tools/call, prompts/get or resources/read`,
+		`gw.yaml:2: plugins[0].methods[0]: "tools/list": a plugin sees tools/call, prompts/get, resources/read or completion/complete`,
 		"gw.yaml:2: plugins[0].timeout: must be greater than 0",
 		`gw.yaml:2: plugins[0].failure: "maybe": use fail_closed`,
 		"gw.yaml:2: plugins[0].upstreams[0]:",

@@ -1,9 +1,14 @@
 // Package pipeline is the vocabulary of the gateway's request pipeline (design.md, "Request
 // pipeline and state"): every client request, whatever face brought it, becomes a Request
 // value; one resolver turns it into a Target; a Chain of Checks decides; the gateway forwards
-// it; Map turns every failure into the wire form of the refusal table (design decision 7).
-// Auth, policy, rate limits, plugins and approval are Checks: they import this package, and
-// the gateway imports them, never the other way round.
+// it; the Chain's after steps (Inspectors) see the result; Map turns every failure into the
+// wire form of the refusal table (design decision 7). Auth, policy, rate limits, plugins and
+// approval are links of the Chain: they import this package, and the gateway imports them,
+// never the other way round.
+//
+//	chain := pipeline.Chain{authCheck, policyCheck, pipeline.Link{Before: decide, After: redact}, approval}
+//	if err := chain.Check(ctx, req, t); err != nil { ... }  // before steps, in order
+//	result, err = chain.Inspect(ctx, req, t, result)        // after steps, in reverse order
 package pipeline
 
 import (
@@ -100,9 +105,11 @@ type Target struct {
 	Hidden bool
 }
 
-// Check is one link of the policy chain. It returns nil to let the request go on, or an error
+// Check is the before step of a link of the policy chain: it runs after the request is
+// resolved and before it is forwarded. It returns nil to let the request go on, or an error
 // that refuses it: a *Refusal says why in the terms of the refusal table; any other error is
-// an internal failure.
+// an internal failure. It may rewrite t.Arguments (setting t.Rewritten) and append to
+// req.Decisions.
 type Check interface {
 	Check(ctx context.Context, req *Request, t *Target) error
 }
@@ -113,10 +120,56 @@ type CheckFunc func(ctx context.Context, req *Request, t *Target) error
 // Check implements Check.
 func (f CheckFunc) Check(ctx context.Context, req *Request, t *Target) error { return f(ctx, req, t) }
 
-// Chain runs checks in order; the first refusal ends it. The empty Chain allows everything.
+// Inspector is the optional after step of a link: a Check that also implements Inspector sees
+// the result of a request it let go on before the client does (found by type assertion, as
+// an optional ability). Inspect returns the result to pass on: result itself when it passes
+// unchanged, or another JSON object (a redaction, a rewrite). An error withholds the result:
+// the client gets the error's wire form (pipeline.Map) instead, and later after steps do not
+// run. t names what the result is of (see Chain.Inspect).
+type Inspector interface {
+	Inspect(ctx context.Context, req *Request, t *Target, result json.RawMessage) (json.RawMessage, error)
+}
+
+// InspectFunc adapts a function to Inspector.
+type InspectFunc func(ctx context.Context, req *Request, t *Target, result json.RawMessage) (json.RawMessage, error)
+
+// Inspect implements Inspector.
+func (f InspectFunc) Inspect(ctx context.Context, req *Request, t *Target, result json.RawMessage) (json.RawMessage, error) {
+	return f(ctx, req, t, result)
+}
+
+// Link is a link of the chain made of a before step and an after step, either of which may
+// be nil (a nil Before allows, a nil After passes the result on).
+type Link struct {
+	Before CheckFunc
+	After  InspectFunc
+}
+
+// Check implements Check with l.Before.
+func (l Link) Check(ctx context.Context, req *Request, t *Target) error {
+	if l.Before == nil {
+		return nil
+	}
+	return l.Before(ctx, req, t)
+}
+
+// Inspect implements Inspector with l.After.
+func (l Link) Inspect(ctx context.Context, req *Request, t *Target, result json.RawMessage) (json.RawMessage, error) {
+	if l.After == nil {
+		return result, nil
+	}
+	return l.After(ctx, req, t, result)
+}
+
+// Chain is the two-sided policy chain: its links' before steps run in order before the
+// request is forwarded, and the first refusal ends it; the after steps of the links that
+// have one run in reverse order on the result, each seeing what the one after it returned,
+// as middleware nests (the first link's after step has the last word). The empty Chain
+// allows everything and passes results unchanged. A Chain is a Check and an Inspector
+// itself, so chains nest.
 type Chain []Check
 
-// Check implements Check.
+// Check implements Check: the before steps, in order.
 func (c Chain) Check(ctx context.Context, req *Request, t *Target) error {
 	for _, check := range c {
 		if err := check.Check(ctx, req, t); err != nil {
@@ -125,3 +178,31 @@ func (c Chain) Check(ctx context.Context, req *Request, t *Target) error {
 	}
 	return nil
 }
+
+// Inspect implements Inspector: the after steps, in reverse order; an error ends it. The
+// gateway calls it on the result of every request that addresses an upstream's item and got
+// one: tools/call (not one run as a task: its result comes with tasks/result),
+// tasks/result, resources/read, prompts/get and completion/complete. t is what the result
+// is of: the request's target, except for tasks/result, where it is the tool call the task
+// ran (Kind Tool, Exposed and Original the tool's names), req.Method staying tasks/result.
+func (c Chain) Inspect(ctx context.Context, req *Request, t *Target, result json.RawMessage) (json.RawMessage, error) {
+	for i := len(c) - 1; i >= 0; i-- {
+		in, ok := c[i].(Inspector)
+		if !ok {
+			continue
+		}
+		var err error
+		if result, err = in.Inspect(ctx, req, t, result); err != nil {
+			return nil, err
+		}
+	}
+	return result, nil
+}
+
+// Interface guards.
+var (
+	_ Check     = Chain(nil)
+	_ Inspector = Chain(nil)
+	_ Check     = Link{}
+	_ Inspector = Link{}
+)

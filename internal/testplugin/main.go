@@ -9,7 +9,9 @@
 //	  "crash_on": "key",        // exit with status 3 on a call whose arguments have this key
 //	  "error": "…",             // Decide and Inspect return this error
 //	  "fail_configure": "…",    // Configure returns this error
-//	  "mark": "…"               // Inspect appends a text content item with this text
+//	  "mark": "…",              // Inspect appends a text content item with this text
+//	  "stamp": "…"              // Inspect appends "<stamp> <method> <target>" to the result's
+//	                            // _meta["testplugin/seen"], whatever the result's method
 //	}
 //
 // With TESTPLUGIN_INSPECT=1 in its environment it implements sdk.Inspector; without, not.
@@ -42,6 +44,7 @@ type config struct {
 	Error         string          `json:"error"`
 	FailConfigure string          `json:"fail_configure"`
 	Mark          string          `json:"mark"`
+	Stamp         string          `json:"stamp"`
 }
 
 type decider struct{ c config }
@@ -105,14 +108,25 @@ func (i *inspector) Inspect(ctx context.Context, call *sdk.Call, result json.Raw
 	if err := i.misbehave(ctx, call); err != nil {
 		return nil, err
 	}
-	if i.c.Mark == "" {
+	if i.c.Mark == "" && i.c.Stamp == "" {
 		return result, nil
 	}
 	var r map[string]any
 	if err := json.Unmarshal(result, &r); err != nil {
 		return nil, err
 	}
-	content, _ := r["content"].([]any)
-	r["content"] = append(content, map[string]any{"type": "text", "text": i.c.Mark})
+	if i.c.Mark != "" {
+		content, _ := r["content"].([]any)
+		r["content"] = append(content, map[string]any{"type": "text", "text": i.c.Mark})
+	}
+	if i.c.Stamp != "" {
+		meta, _ := r["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		seen, _ := meta["testplugin/seen"].([]any)
+		meta["testplugin/seen"] = append(seen, i.c.Stamp+" "+call.Method+" "+call.Target)
+		r["_meta"] = meta
+	}
 	return json.Marshal(r)
 }

@@ -4,7 +4,10 @@
 // call its own rules have not already refused, whether the call may go on: it can allow
 // it, deny it with a reason shown to the client, ask for a person's approval, or rewrite its
 // arguments. A plugin may also inspect (and rewrite) the upstream's result before the client
-// sees it. The gateway runs each plugin in its own process, so a plugin that crashes or leaks
+// sees it. Which requests a plugin is asked about is the gateway's configuration: the
+// plugin's `methods:` (tools/call by default; prompts/get, resources/read,
+// completion/complete), `upstreams:` and `tools:`; the same selection applies to Decide and
+// Inspect. The gateway runs each plugin in its own process, so a plugin that crashes or leaks
 // never takes the gateway down: it is restarted, and meanwhile its calls are denied (or it is
 // skipped when configured to fail open).
 //
@@ -87,10 +90,22 @@ type Plugin interface {
 // plugins are never asked.
 type Inspector interface {
 	// Inspect returns the result to pass on instead of result, or result itself to pass it on
-	// unchanged. result is the upstream's whole CallToolResult as JSON ("content",
-	// "structuredContent", "isError", "_meta"); what Inspect returns must be such an object
-	// too. When several plugins inspect, each sees what the one before it returned. Inspect
-	// may be called concurrently; call is the call as it was forwarded (after any rewrite).
+	// unchanged. result is the upstream's whole result of call.Method as JSON, whose shape
+	// the method gives:
+	//
+	//   - tools/call and tasks/result (a tool call run as a task): a CallToolResult
+	//     ("content", "structuredContent", "isError", "_meta");
+	//   - resources/read: a ReadResourceResult ("contents", each with "uri" and "text" or
+	//     "blob"); the URIs are the gateway's, as the client reads them;
+	//   - prompts/get: a GetPromptResult ("description", "messages", each with "role" and one
+	//     "content" block);
+	//   - completion/complete: a CompleteResult ("completion" with "values").
+	//
+	// What Inspect returns must be an object of the same shape. A plugin is asked only about
+	// the results of the methods its configuration's `methods:` names (a tasks/result with
+	// tools/call). When several plugins inspect, each sees what the one before it returned.
+	// Inspect may be called concurrently; call is the call as it was forwarded (after any
+	// rewrite). An error withholds the result from the client unless the plugin fails open.
 	Inspect(ctx context.Context, call *Call, result json.RawMessage) (json.RawMessage, error)
 }
 
@@ -111,15 +126,21 @@ type Call struct {
 	Session Session
 	// Upstream is the configured name of the upstream server the call goes to.
 	Upstream string
-	// Method is the MCP method, e.g. "tools/call".
+	// Method is the MCP method of the client's request: "tools/call", "prompts/get",
+	// "resources/read" or "completion/complete"; in Inspect also "tasks/result", the result
+	// of a tool call that ran as a task (Target and Exposed then name the tool).
 	Method string
 	// Target is the upstream's own name of what is called: for tools/call, the tool name the
-	// upstream knows.
+	// upstream knows; for prompts/get, the prompt's; for resources/read, the resource's URI;
+	// for completion/complete, the prompt or resource template whose argument is completed
+	// (a completion is decided on what it completes, as the gateway's policy rules do).
 	Target string
 	// Exposed is the name the client sees and used (namespaced, possibly renamed).
 	Exposed string
-	// Arguments are the call's arguments as the client sent them: a JSON object, or empty
-	// when it sent none.
+	// Arguments are the call's arguments as the client sent them (tools/call, prompts/get):
+	// a JSON object, or empty when it sent none or the method has none. Only a tool call's
+	// arguments can be rewritten; the gateway refuses a request of another method that a
+	// plugin rewrites or asks approval for.
 	Arguments json.RawMessage
 	// Annotations are the target's annotations as the upstream declared them (for a tool, its
 	// ToolAnnotations object, e.g. {"readOnlyHint":true}), or empty when it declared none.

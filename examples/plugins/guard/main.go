@@ -4,8 +4,12 @@
 //     regular expressions in "block", naming the pattern and where it matched;
 //   - adds the arguments in "defaults" that a call lacks (top-level keys only), by rewriting
 //     the call's arguments;
-//   - redacts e-mail addresses in results: in the text of every "content" item and in every
-//     string of "structuredContent", each becomes "[redacted email]".
+//   - redacts e-mail addresses in results, each becomes "[redacted email]": in a tool's
+//     result (tools/call, tasks/result), in the text of every "content" item and in every
+//     string of "structuredContent"; in a resource's (resources/read), in the text of every
+//     item of "contents"; in a prompt's (prompts/get), in the text of every message's
+//     content; in a completion's (completion/complete), in its values. The gateway asks it
+//     about the methods its `methods:` names (tools/call by default).
 //
 // Its configuration, under the plugin's `config:` in the gateway's configuration:
 //
@@ -155,7 +159,63 @@ var email = regexp.MustCompile(`[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)
 
 const redacted = "[redacted email]"
 
-func (g *guard) Inspect(_ context.Context, _ *sdk.Call, result json.RawMessage) (json.RawMessage, error) {
+// textsOf are, for each method whose results guard redacts other than a tool's, where the
+// texts are in its result: a path of members, "*" for every item of an array.
+var textsOf = map[string][]string{
+	"resources/read":      {"contents", "*", "text"},
+	"prompts/get":         {"messages", "*", "content", "text"},
+	"completion/complete": {"completion", "values", "*"},
+}
+
+func (g *guard) Inspect(_ context.Context, call *sdk.Call, result json.RawMessage) (json.RawMessage, error) {
+	path, ok := textsOf[call.Method]
+	if !ok {
+		// tools/call, and tasks/result: a tool's result.
+		return inspectToolResult(result)
+	}
+	v, err := decode(result)
+	if err != nil {
+		return nil, fmt.Errorf("result: %w", err)
+	}
+	if v, changed := redactAt(v, path); changed {
+		return marshal(v), nil
+	}
+	return result, nil
+}
+
+// redactAt redacts the e-mail addresses in the strings of v found at path (see textsOf),
+// and says whether there were any.
+func redactAt(v any, path []string) (any, bool) {
+	if len(path) == 0 {
+		if s, ok := v.(string); ok && email.MatchString(s) {
+			return email.ReplaceAllString(s, redacted), true
+		}
+		return v, false
+	}
+	changed := false
+	switch v := v.(type) {
+	case map[string]any:
+		if e, ok := v[path[0]]; ok {
+			if e, ok := redactAt(e, path[1:]); ok {
+				v[path[0]], changed = e, true
+			}
+		}
+	case []any:
+		if path[0] != "*" {
+			return v, false
+		}
+		for i, e := range v {
+			if e, ok := redactAt(e, path[1:]); ok {
+				v[i], changed = e, true
+			}
+		}
+	}
+	return v, changed
+}
+
+// inspectToolResult redacts a CallToolResult: the text of its content items and every string
+// of its structuredContent.
+func inspectToolResult(result json.RawMessage) (json.RawMessage, error) {
 	var r map[string]json.RawMessage
 	if err := json.Unmarshal(result, &r); err != nil {
 		return nil, fmt.Errorf("result: %w", err)

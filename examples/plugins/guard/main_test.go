@@ -63,28 +63,48 @@ func TestDecide(t *testing.T) {
 func TestInspect(t *testing.T) {
 	g := configured(t, `{}`)
 	tests := []struct {
-		name, in, want string
+		name, method, in, want string
 	}{
 		{
-			"text content",
+			"text content", "tools/call",
 			`{"content":[{"type":"text","text":"write to a.b+c@x.example.co.uk, not a@b"},{"type":"image","data":"x@y.zz"}],"isError":false}`,
 			// Objects that changed are re-encoded, with their keys sorted.
 			`{"content":[{"text":"write to [redacted email], not a@b","type":"text"},{"data":"x@y.zz","type":"image"}],"isError":false}`,
 		},
 		{
-			"structured content at any depth",
+			"structured content at any depth", "tasks/result",
 			`{"content":[],"structuredContent":{"a":[{"who":"me@example.com"},7,"x"],"n":12345678901234567890,"k":"<b>&</b>"}}`,
 			`{"content":[],"structuredContent":{"a":[{"who":"[redacted email]"},7,"x"],"k":"<b>&</b>","n":12345678901234567890}}`,
 		},
 		{
-			"nothing to redact leaves the result as it was",
+			"nothing to redact leaves the result as it was", "",
 			`{"content":[{"type":"text","text":"hi"}], "_meta":{"who":"me@example.com"}}`,
 			`{"content":[{"type":"text","text":"hi"}], "_meta":{"who":"me@example.com"}}`,
+		},
+		{
+			"a resource's texts", "resources/read",
+			`{"contents":[{"uri":"a+file:///c.txt","mimeType":"text/plain","text":"ann@example.com, bob"},{"uri":"a+file:///d.bin","blob":"eEB5Lnp6"}]}`,
+			`{"contents":[{"mimeType":"text/plain","text":"[redacted email], bob","uri":"a+file:///c.txt"},{"blob":"eEB5Lnp6","uri":"a+file:///d.bin"}]}`,
+		},
+		{
+			"a prompt's messages", "prompts/get",
+			`{"description":"to ann@example.com","messages":[{"role":"user","content":{"type":"text","text":"write to ann@example.com"}},{"role":"user","content":{"type":"image","data":"x"}}]}`,
+			`{"description":"to ann@example.com","messages":[{"content":{"text":"write to [redacted email]","type":"text"},"role":"user"},{"content":{"data":"x","type":"image"},"role":"user"}]}`,
+		},
+		{
+			"a completion's values", "completion/complete",
+			`{"completion":{"values":["ann@example.com","bob"],"total":2,"hasMore":false}}`,
+			`{"completion":{"hasMore":false,"total":2,"values":["[redacted email]","bob"]}}`,
+		},
+		{
+			"a resource without addresses passes as it was", "resources/read",
+			`{"contents":[{"uri":"a+file:///c.txt", "text":"bob"}]}`,
+			`{"contents":[{"uri":"a+file:///c.txt", "text":"bob"}]}`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := g.Inspect(context.Background(), &sdk.Call{}, json.RawMessage(tt.in))
+			got, err := g.Inspect(context.Background(), &sdk.Call{Method: tt.method}, json.RawMessage(tt.in))
 			if err != nil {
 				t.Fatal(err)
 			}

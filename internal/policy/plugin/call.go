@@ -16,9 +16,13 @@ type Call struct {
 	SessionFingerprint string
 	// Upstream is the configured name of the upstream server the call goes to.
 	Upstream string
-	// Method is the MCP method, e.g. "tools/call".
+	// Method is the MCP method of the client's request: tools/call, prompts/get,
+	// resources/read, completion/complete, or, in Inspect only, tasks/result (the result of
+	// a tool call run as a task; Target then names the tool).
 	Method string
-	// Target is the upstream's own name of what is called (for tools/call, its tool name).
+	// Target is the upstream's own name of what is called: for tools/call its tool name, for
+	// prompts/get its prompt name, for resources/read the URI, for completion/complete the
+	// prompt's name or the resource template's URI whose argument is completed.
 	Target string
 	// Exposed is the name the client sees and used.
 	Exposed string

@@ -19,7 +19,8 @@
 //	}
 //	// forward with out.Arguments when a plugin rewrote them; record out.Results in the audit
 //
-//	result, results, err := h.Inspect(ctx, call, result) // the plugins that inspect, in order
+//	result, results, err := h.Inspect(ctx, call, result) // the plugins that inspect, in order,
+//	                                                      // for call.Method's result
 //
 // go-plugin's types stay inside this package; nothing here depends on the gateway's config.
 package plugin

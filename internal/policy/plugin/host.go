@@ -38,8 +38,8 @@ type Spec struct {
 	// Env is the plugin's environment, as KEY=VALUE strings, besides the handshake variables
 	// go-plugin sets: a plugin does not inherit the gateway's, which holds its secrets.
 	Env []string
-	// Sees reports whether the plugin is asked about a call (Decide and Inspect alike); nil
-	// sees every call.
+	// Sees reports whether the plugin is asked about a call (Decide and Inspect alike, by
+	// the call's real Method); nil sees every call.
 	Sees func(Call) bool
 }
 
@@ -283,10 +283,12 @@ func (p *process) failed(r *Result, err error) (skip bool) {
 	return false
 }
 
-// Inspect passes result, an upstream's CallToolResult for call, through the plugins that
-// declared they inspect results, in configuration order, each seeing what the one before
-// returned, and returns what the last returned, with each plugin's part (Allow when it passed
-// the result on unchanged, Rewrite when it changed it). call is the call as forwarded.
+// Inspect passes result, the upstream's result of call.Method for call (a CallToolResult for
+// tools/call and tasks/result, a ReadResourceResult, a GetPromptResult, a CompleteResult),
+// through the plugins that declared they inspect results and whose Spec.Sees admits call, in
+// configuration order, each seeing what the one before returned, and returns what the last
+// returned, with each plugin's part (Allow when it passed the result on unchanged, Rewrite
+// when it changed it). call is the call as forwarded.
 //
 // A plugin that fails (as in Decide; a result that is not a JSON object is a failure too) is
 // skipped with a warning logged when its Spec says FailOpen; otherwise Inspect returns a nil
