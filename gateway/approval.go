@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
-	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
@@ -46,7 +46,7 @@ type approvals struct {
 	logger *slog.Logger
 }
 
-// sharedApprovals remembers approvals for all replicas (hold.RedisApprovals).
+// sharedApprovals remembers approvals for all replicas (approval.RedisApprovals).
 type sharedApprovals interface {
 	Grant(ctx context.Context, key string, ttl time.Duration) error
 	Granted(ctx context.Context, key string) (bool, error)
@@ -147,7 +147,7 @@ func (a *approvals) grant(ctx context.Context, key string) {
 // approvalCheck is the chain's last link: a call that a rule or a plugin said needs a
 // person's approval is held until one decides.
 func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
-	if taken, ok := ctx.Value(takenOverKey{}).(hold.Call); ok && t != nil && t.Kind == pipeline.Tool {
+	if taken, ok := ctx.Value(takenOverKey{}).(approval.HeldCall); ok && t != nil && t.Kind == pipeline.Tool {
 		// A call taken over from a stopped replica was held there: it waits for its decision
 		// here whatever this replica's policy or remembered approvals would say.
 		return g.approveByOperator(ctx, req, t, orDefault(req.Approval, taken.Rule), "")

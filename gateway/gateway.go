@@ -32,10 +32,10 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
-	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
@@ -233,7 +233,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
 		// Replicas share what a person approved, as they share the calls held for one.
-		g.gate.approvals.shared = hold.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
+		g.gate.approvals.shared = approval.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
 		g.cancel()

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
-	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
@@ -25,7 +25,7 @@ const webhookTimeout = 10 * time.Second
 // on any replica: the one deciding tells the one holding the call over the bus.
 type heldCalls struct {
 	g       *Gateway
-	store   hold.Store
+	store   approval.HeldCalls
 	replica string // this replica's name; "" without replicas
 	webhook string
 	client  *http.Client
@@ -50,10 +50,10 @@ func newHeldCalls(g *Gateway) *heldCalls {
 		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
-		h.store = hold.NewRedisStore(rs.Client(), rs.KeyPrefix())
+		h.store = approval.NewRedisHeldCalls(rs.Client(), rs.KeyPrefix())
 		h.replica = g.replicas.bus.Replica()
 	} else {
-		h.store = hold.NewMemoryStore()
+		h.store = approval.NewMemoryHeldCalls()
 	}
 	return h
 }
@@ -63,7 +63,7 @@ var errNotDecided = errors.New("no decision in time")
 
 // await holds c until an operator decides it, its deadline, or ctx's end, and returns it as
 // decided. A call taken over (takenOver) is held already: it is only waited for.
-func (h *heldCalls) await(ctx context.Context, c hold.Call, takenOver bool) (hold.Call, error) {
+func (h *heldCalls) await(ctx context.Context, c approval.HeldCall, takenOver bool) (approval.HeldCall, error) {
 	decided := make(chan struct{})
 	h.mu.Lock()
 	h.waiting[c.ID] = decided
@@ -99,10 +99,10 @@ func (h *heldCalls) await(ctx context.Context, c hold.Call, takenOver bool) (hol
 	// is tried again, so that a decision an operator was told was taken is not lost to one.
 	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pinStoreTimeout)
 	defer cancel()
-	var got hold.Call
+	var got approval.HeldCall
 	var err error
 	for try := 0; try < 3; try++ {
-		if got, err = h.store.Get(getCtx, c.ID); err == nil || errors.Is(err, hold.ErrNotFound) || getCtx.Err() != nil {
+		if got, err = h.store.Get(getCtx, c.ID); err == nil || errors.Is(err, approval.ErrNotFound) || getCtx.Err() != nil {
 			break
 		}
 	}
@@ -135,24 +135,24 @@ func (h *heldCalls) wake(id string) {
 // decide records an operator's decision on a held call and wakes the replica holding it.
 // An operator may not approve a call of their own (separation of duties), unless
 // approval.allow_self_approval; denying one is always allowed, it only stops the call.
-func (h *heldCalls) decide(ctx context.Context, id, decision string, by admin.Operator) (hold.Call, error) {
-	if decision == hold.Approve && !h.allowSelf && by.Principal != "" {
+func (h *heldCalls) decide(ctx context.Context, id, decision string, by admin.Operator) (approval.HeldCall, error) {
+	if decision == approval.Approve && !h.allowSelf && by.Principal != "" {
 		// Who made a call never changes: reading it before the decision races nothing.
 		c, err := h.store.Get(ctx, id)
 		if err == nil && c.CallerID == by.Principal {
 			return c, fmt.Errorf("%w: %s made this call, and may not approve a call of their own: another operator must decide it (or deny it yourself)", admin.ErrForbidden, by.Name)
 		}
-		if err != nil && !errors.Is(err, hold.ErrNotFound) {
+		if err != nil && !errors.Is(err, approval.ErrNotFound) {
 			return c, err
 		}
 	}
 	c, err := h.store.Decide(ctx, id, decision, by.Name, h.g.opts.Now())
 	switch {
-	case errors.Is(err, hold.ErrNotFound):
+	case errors.Is(err, approval.ErrNotFound):
 		return c, fmt.Errorf("%w: no call %q is held (it ran, was refused, or its client went away)", admin.ErrNotFound, id)
-	case errors.Is(err, hold.ErrDecided):
+	case errors.Is(err, approval.ErrDecided):
 		return c, fmt.Errorf("%w: %s decided this call already (%s)", admin.ErrConflict, c.Approver, c.Decision)
-	case errors.Is(err, hold.ErrExpired):
+	case errors.Is(err, approval.ErrExpired):
 		return c, fmt.Errorf("%w: the call waited its time out before this decision; it was refused", admin.ErrConflict)
 	case err != nil:
 		return c, err
@@ -168,12 +168,12 @@ func (h *heldCalls) decide(ctx context.Context, id, decision string, by admin.Op
 }
 
 // pending returns the calls waiting for a decision, on every replica.
-func (h *heldCalls) pending(ctx context.Context) ([]hold.Call, error) {
+func (h *heldCalls) pending(ctx context.Context) ([]approval.HeldCall, error) {
 	return h.store.Pending(ctx, h.g.opts.Now())
 }
 
 // notify posts a held call to the configured webhook, off the call's path.
-func (h *heldCalls) notify(c hold.Call) {
+func (h *heldCalls) notify(c approval.HeldCall) {
 	if h.webhook == "" {
 		return
 	}
@@ -208,7 +208,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 			Message: fmt.Sprintf("%s needs a person's approval (rule %q): this client cannot ask its user (it declared no form elicitation), and the gateway has no admin API for an operator to decide; use a client that can, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
 	}
 	now := g.opts.Now()
-	c := hold.Call{ID: hold.NewID(), Replica: g.held.replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
+	c := approval.HeldCall{ID: approval.NewID(), Replica: g.held.replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
 		Upstream: t.Upstream, Tool: t.Exposed, Original: t.Original, Arguments: t.Arguments, Annotations: t.Annotations, Rule: rule,
 		Held: now, Deadline: now.Add(a.timeout)}
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
@@ -218,7 +218,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 		c.ClientID, _ = json.Marshal(req.ID)
 		c.Caller, _ = json.Marshal(req.Client.Principal)
 	}
-	taken, takenOver := ctx.Value(takenOverKey{}).(hold.Call)
+	taken, takenOver := ctx.Value(takenOverKey{}).(approval.HeldCall)
 	if takenOver {
 		c = taken
 	}
@@ -238,7 +238,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
 		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
 			Message: fmt.Sprintf("%s needs an operator's approval, and the gateway could not hold it (%v): it did not run; try again later", t.Exposed, err)}
-	case got.Decision == hold.Approve:
+	case got.Decision == approval.Approve:
 		a.grant(ctx, key)
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "operator", By: got.Approver})
 		return nil
@@ -249,7 +249,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 }
 
 // approvalOf returns a held call as the admin API shows it.
-func approvalOf(c hold.Call) admin.Approval {
+func approvalOf(c approval.HeldCall) admin.Approval {
 	a := admin.Approval{ID: c.ID, Session: c.Session, Principal: c.Principal, Upstream: c.Upstream, Tool: c.Tool, Original: c.Original,
 		Arguments: c.Arguments, Annotations: c.Annotations, Rule: c.Rule, Held: c.Held, Deadline: c.Deadline, Decision: c.Decision, Approver: c.Approver}
 	var text bytes.Buffer
