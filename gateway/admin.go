@@ -247,7 +247,7 @@ func (b adminBackend) Resolve(ctx context.Context, upstreamName, tool, hash, dec
 	}
 	g.logger.Info("an operator decided on a changed tool definition", "upstream", upstreamName, "tool", tool, "decision", decision, "by", by, "hash", hash)
 	if g.replicas != nil {
-		g.replicas.post(outgoing{msg: &session.BusMessage{Kind: busPins}})
+		g.replicas.PinsDecided()
 	}
 	g.rebuild()
 	_, listed := g.pinning.snapshot()

@@ -41,6 +41,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -134,7 +135,7 @@ type Gateway struct {
 	// flight, requests sent to clients.
 	hub liveHub
 	// replicas carries what is live between replicas sharing a Redis store; nil otherwise.
-	replicas *replicas
+	replicas crossReplica
 
 	mu sync.Mutex
 	// closing is set by Close: no worker starts any more. Guarded by mu.
@@ -260,15 +261,15 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
-		hubOpts.Tag = newReplicaName()
+		hubOpts.Tag = replica.NewName()
 		lease := cfg.SessionStore.ReplicaLease
 		if lease <= 0 {
 			lease = config.DefaultReplicaLease
 		}
-		g.replicas = newReplicas(g, nil)
-		g.replicas.lease = lease
-		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
-		hubOpts.Producing = g.replicas.producing
+		r := replica.New(replicaHost{g}, &replica.Options{Store: g.store, Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker})
+		r.Attach(rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+		hubOpts.Producing = r.Producing
+		g.replicas = r
 		// A message for a standalone stream another replica produces is kept until that
 		// replica is known to run or to have stopped (its lease, and a renewal to notice).
 		hubOpts.Hold = 2 * lease
@@ -318,7 +319,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			}
 		}
 		if g.replicas != nil {
-			base.OnListChanged = func(c *upstream.Client) { g.replicas.listChanged(c.Name()) }
+			base.OnListChanged = func(c *upstream.Client) { g.replicas.ListChanged(c.Name()) }
 		}
 		base.OnRequest = g.onUpstreamRequest
 		base.OnNotification = g.onUpstreamNotification
@@ -474,7 +475,7 @@ func (g *Gateway) Start() {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
-				g.replicas.run(g.ctx)
+				g.replicas.Run(g.ctx)
 			}()
 		}
 		if w, ok := g.store.(endedWatcher); ok {
@@ -758,8 +759,8 @@ func (g *Gateway) expireSessions() {
 		g.sweepPins()
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
 		if g.replicas != nil {
-			g.replicas.sweepTakenOver(g.ctx)
-			g.replicas.sweepFollowed()
+			g.replicas.SweepTakenOver(g.ctx)
+			g.replicas.SweepFollowed()
 			if g.held != nil {
 				g.held.sweepFollowed(g.ctx)
 			}
@@ -777,7 +778,7 @@ func (g *Gateway) nextRequestID() string {
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
 	if g.replicas != nil {
-		g.replicas.ended(id)
+		g.replicas.Ended(id)
 	}
 	for _, u := range g.upstreams {
 		if u.pool != nil {

@@ -51,7 +51,7 @@ func newHeldCalls(g *Gateway) *heldCalls {
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
 		h.store = approval.NewRedisHeldCalls(rs.Client(), rs.KeyPrefix())
-		h.replica = g.replicas.bus.Replica()
+		h.replica = g.replicas.Replica()
 	} else {
 		h.store = approval.NewMemoryHeldCalls()
 	}
@@ -161,7 +161,7 @@ func (h *heldCalls) decide(ctx context.Context, id, decision string, by admin.Op
 		h.wake(id)
 		return c, nil
 	}
-	if sent, err := h.g.replicas.bus.Send(ctx, c.Replica, &session.BusMessage{Kind: busDecided, Text: id}); err != nil || !sent {
+	if sent, err := h.g.replicas.Decided(ctx, c.Replica, id); err != nil || !sent {
 		h.g.logger.Warn("the replica holding a decided call could not be told; it reads the decision at the call's deadline", "approval", id, "replica", c.Replica)
 	}
 	return c, nil

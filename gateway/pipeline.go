@@ -586,8 +586,8 @@ func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, metho
 	rq.sent.Store(true)
 	if u.pool != nil && g.replicas != nil {
 		// The session's own connection lives on one replica: the call runs there.
-		if holder := g.replicas.holderOf(rq, u); holder != "" {
-			if result, err, forwarded := g.replicas.forwardCall(ctx, rq, u, holder, method, params); forwarded {
+		if holder := holderOf(g.replicas, rq, u); holder != "" {
+			if result, err, forwarded := forwardCall(ctx, g.replicas, rq, u, holder, method, params); forwarded {
 				return result, err
 			}
 		}

@@ -207,7 +207,7 @@ func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.R
 		return
 	}
 	// Sent by another replica (its name begins the id): the answer goes there.
-	if g.replicas != nil && g.replicas.answerElsewhere(ctx, ls.ID(), m) {
+	if g.replicas != nil && g.replicas.AnswerElsewhere(ctx, ls.ID(), m) {
 		return
 	}
 	g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(ls.ID()), "id", m.ID.String())
@@ -488,7 +488,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		// shared connection's roots are the config's, which did not change.
 		g.notifyOwnConnections(r.Context(), rec.ID, n)
 		if g.replicas != nil {
-			g.replicas.notifyHolders(r.Context(), rec, n)
+			notifyHolders(r.Context(), g.replicas, g.upstreams, rec, n)
 		}
 	case protocol.NotificationCancelled:
 		var p struct {
@@ -497,7 +497,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
 			if id, err := protocol.ParseID(p.RequestID); err == nil && !ls.CancelRequest(id) && g.replicas != nil {
 				// Not served here: the replica serving it stops it.
-				g.replicas.cancelElsewhere(r.Context(), rec.ID, id)
+				g.replicas.CancelElsewhere(r.Context(), rec.ID, id)
 			}
 		}
 	}
@@ -730,7 +730,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if g.replicas != nil {
 		// This replica holds a stream of the session from now on: messages raised for it
 		// elsewhere come here, and so do the events of a stream another replica produces.
-		if err := g.replicas.follow(r.Context(), rec.ID); err != nil {
+		if err := g.replicas.Follow(r.Context(), rec.ID); err != nil {
 			g.storeWarn(r.Context(), "following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
 			writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the session store is unavailable; retry shortly"))
@@ -741,12 +741,12 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		st, c, err = ls.Resume(r.Context(), lastEventID)
 		if err == nil && g.replicas != nil && st == ls.Standalone() && hub.Producer(st.ID()) != g.hub.Tag() {
 			// Another replica's standalone stream, taken over here: it is produced here now.
-			g.replicas.openedStandalone(rec.ID, st.ID())
+			g.replicas.OpenedStandalone(rec.ID, st.ID())
 		}
 	} else {
 		st, c, err = ls.OpenStandalone()
 		if err == nil && g.replicas != nil {
-			g.replicas.openedStandalone(rec.ID, st.ID())
+			g.replicas.OpenedStandalone(rec.ID, st.ID())
 		}
 	}
 	switch {

@@ -13,12 +13,30 @@ import (
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // takenOverKey carries, to the approval check, the held call a replica took over from one
 // that stopped: the check waits for its decision instead of holding the call anew.
 type takenOverKey struct{}
+
+// orphan ends the streams a stopped replica produced that clients resumed here, but those of
+// the calls it held: they never ran, and their streams stay open, for the replica that
+// claimed it (claimed: this one) to run them once decided and answer there. When the held
+// calls cannot be read, all its streams stay open until they can (sweepFollowed): a held
+// call's stream must not be told that its call may have run in part.
+func (h *heldCalls) orphan(replica string, claimed bool) {
+	if adopted, err := h.streamsHeldBy(h.g.ctx, replica); err != nil {
+		h.g.logger.Warn("reading the calls a stopped replica held failed: its streams read here stay open until they can be read", "replica", replica, "error", err.Error())
+		h.orphanLater(replica)
+	} else {
+		h.orphanFollowed(replica, adopted)
+	}
+	if claimed {
+		h.takeOverFrom(replica)
+	}
+}
 
 // streamsHeldBy returns the calls a stopped replica held, by their stream: their streams
 // stay open for the replica taking the calls over. The calls are found by their stream's
@@ -357,7 +375,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		if !following || producer != e.producer {
 			// Ended, or followed from the replica that took it over; or not yet where it is
 			// looked for (a resume notes it before it holds it): forgotten after a while.
-			if now.Sub(e.since) >= followGrace {
+			if now.Sub(e.since) >= replica.FollowGrace {
 				update(e, true)
 			}
 			continue
@@ -393,7 +411,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		}
 	}
 	for producer := range takeOver {
-		h.g.replicas.takeOverStandalone(producer)
+		h.g.replicas.TakeOverStandalone(producer)
 	}
 }
 

@@ -311,7 +311,7 @@ func TestHeldCallStreamStaysOpenWhileTheHeldCallsCannotBeRead(t *testing.T) {
 			} else {
 				cur = resumeHeld(t, g, c)
 				store.fail.Store(true)
-				g.replicas.orphanHeld("dead", false)
+				g.held.orphan("dead", false)
 			}
 			if events, state, _ := cur.Next(); len(events) != 0 || state != hub.Live {
 				t.Fatalf("the held call's stream while the held calls cannot be read: %d events, %v; want it open", len(events), state)
