@@ -188,7 +188,7 @@ func (b adminBackend) Approvals(ctx context.Context) ([]admin.Approval, error) {
 	if b.g.held == nil {
 		return nil, nil
 	}
-	calls, err := b.g.held.pending(ctx)
+	calls, err := b.g.held.Pending(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -234,7 +234,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
 		// Replicas share what a person approved, as they share the calls held for one.
-		g.gate.approvals.shared = approval.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
+		g.gate.approvals.Shared = approval.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
 		g.cancel()

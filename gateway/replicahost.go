@@ -107,7 +107,7 @@ func (h replicaHost) ReloadPins() {
 
 func (h replicaHost) Decided(id string) {
 	if h.g.held != nil {
-		h.g.held.wake(id)
+		h.g.held.Wake(id)
 	}
 }
 

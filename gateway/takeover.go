@@ -45,7 +45,7 @@ func (h *heldCalls) orphan(replica string, claimed bool) {
 func (h *heldCalls) streamsHeldBy(ctx context.Context, replica string) (map[string]approval.HeldCall, error) {
 	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 	defer cancel()
-	calls, err := h.store.All(ctx)
+	calls, err := h.Store.All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the held calls: %w", err)
 	}
@@ -61,7 +61,7 @@ func (h *heldCalls) streamsHeldBy(ctx context.Context, replica string) (map[stri
 // heldFor returns the held call whose stream is streamID, if one is held: that stream of a
 // stopped replica is finished by the replica taking the call over.
 func (h *heldCalls) heldFor(ctx context.Context, streamID string) (approval.HeldCall, bool, error) {
-	calls, err := h.store.All(ctx)
+	calls, err := h.Store.All(ctx)
 	if err != nil {
 		return approval.HeldCall{}, false, fmt.Errorf("reading the held calls: %w", err)
 	}
@@ -85,7 +85,7 @@ func (h *heldCalls) takeOverFrom(replica string) {
 		ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
 		defer cancel()
 		var err error
-		if calls, err = h.store.HeldBy(ctx, replica); err != nil {
+		if calls, err = h.Store.HeldBy(ctx, replica); err != nil {
 			return retryable{err}
 		}
 		return nil
@@ -115,7 +115,7 @@ func (h *heldCalls) takeOver(c approval.HeldCall) {
 	var moved approval.HeldCall
 	err := h.retry(ctx, until, func() error {
 		var err error
-		if moved, err = h.store.Move(ctx, c.ID, h.replica); err != nil && !errors.Is(err, approval.ErrNotFound) {
+		if moved, err = h.Store.Move(ctx, c.ID, h.Replica); err != nil && !errors.Is(err, approval.ErrNotFound) {
 			return retryable{err}
 		}
 		return err
@@ -130,7 +130,7 @@ func (h *heldCalls) takeOver(c approval.HeldCall) {
 	keep := false
 	defer func() {
 		if !keep {
-			_ = h.store.Release(context.WithoutCancel(ctx), c.ID)
+			_ = h.Store.Release(context.WithoutCancel(ctx), c.ID)
 		}
 	}()
 	release := func(why string) {
@@ -383,7 +383,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		if e.call.ID == "" {
 			if read == 0 {
 				read = -1
-				if all, err := h.store.All(ctx); err == nil {
+				if all, err := h.Store.All(ctx); err == nil {
 					calls, read = all, 1
 				}
 			}

@@ -81,7 +81,7 @@ func heldOnDeadReplica(t *testing.T, g *Gateway, logged bool) approval.HeldCall 
 	c := approval.HeldCall{ID: approval.NewID(), Replica: "dead", Session: "fp", Principal: "anonymous", Upstream: "alpha", Tool: "alpha__echo", Original: "echo",
 		Rule: "echo-needs-approval", Held: now, Deadline: now.Add(time.Minute), SessionID: rec.ID, StreamID: stream, ClientID: json.RawMessage(`9`),
 		Method: protocol.MethodCallTool, Params: json.RawMessage(`{"name":"alpha__echo","arguments":{"text":"x"}}`)}
-	if err := g.held.store.Hold(ctx, c); err != nil {
+	if err := g.held.Store.Hold(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -136,7 +136,7 @@ func TestHeldCallWhoseStreamExpiredIsAnsweredThatItDidNotRun(t *testing.T) {
 	if len(r.Events) != 1 || !r.Complete {
 		t.Errorf("the stream's log: %d events, complete %v; want the answer, then the end", len(r.Events), r.Complete)
 	}
-	if _, err := g.held.store.Get(context.Background(), c.ID); err == nil {
+	if _, err := g.held.Store.Get(context.Background(), c.ID); err == nil {
 		t.Errorf("the held call is still recorded after its takeover failed")
 	}
 }
@@ -191,7 +191,7 @@ func TestHeldCallWhoseStreamAnotherReplicaTookIsLeftToIt(t *testing.T) {
 	if len(r.Events) != 1 || !strings.Contains(string(r.Events[0].Data), "progress") || r.Complete {
 		t.Errorf("the stream's log: %d events (first %s), complete %v; want the other replica's marker alone, not ended", len(r.Events), firstData(r), r.Complete)
 	}
-	if _, err := g.held.store.Get(ctx, c.ID); err == nil {
+	if _, err := g.held.Store.Get(ctx, c.ID); err == nil {
 		t.Errorf("the held call is still recorded")
 	}
 }
@@ -302,8 +302,8 @@ func TestHeldCallStreamStaysOpenWhileTheHeldCallsCannotBeRead(t *testing.T) {
 		t.Run(when, func(t *testing.T) {
 			g, clock := heldClockGateway(t)
 			c := heldOnDeadReplica(t, g, true)
-			store := &failingAll{HeldCalls: g.held.store}
-			g.held.store = store
+			store := &failingAll{HeldCalls: g.held.Store}
+			g.held.Store = store
 			var cur *hub.Cursor
 			if when == "resumed" {
 				store.fail.Store(true)
@@ -333,8 +333,8 @@ func TestHeldCallTakenOverAtShutdownStaysForTheNextReplica(t *testing.T) {
 	g.hub.Close()
 	g.held.takeOver(c)
 	ctx := context.Background()
-	got, err := g.held.store.Get(ctx, c.ID)
-	if err != nil || got.Replica != g.held.replica {
+	got, err := g.held.Store.Get(ctx, c.ID)
+	if err != nil || got.Replica != g.held.Replica {
 		t.Fatalf("the held call after a takeover cut by shutdown: %+v, %v; want it recorded, held by this replica", got, err)
 	}
 	if r, err := g.events.Replay(ctx, c.SessionID, c.StreamID, 0); err != nil || r == nil || len(r.Events) != 0 || r.Complete {
@@ -387,7 +387,7 @@ func TestHeldCallWhoseStreamEndedIsNotSaidToBeTold(t *testing.T) {
 	if out := logs.String(); strings.Contains(out, "did not run") || !strings.Contains(out, "its stream ended") {
 		t.Errorf("the log of the takeover of a held call whose stream ended:\n%s\nwant it to say that the stream ended, not that its client was told", out)
 	}
-	if _, err := g.held.store.Get(ctx, c.ID); err == nil {
+	if _, err := g.held.Store.Get(ctx, c.ID); err == nil {
 		t.Errorf("the held call is still recorded")
 	}
 }
@@ -428,8 +428,8 @@ func TestStandaloneStreamKeptOpenWhileTheHeldCallsCannotBeReadIsTakenOver(t *tes
 		r, err := g.events.Replay(ctx, rec.ID, stream, 0)
 		return err == nil && r != nil && len(r.Events) == 1
 	})
-	store := &failingAll{HeldCalls: g.held.store}
-	g.held.store = store
+	store := &failingAll{HeldCalls: g.held.Store}
+	g.held.Store = store
 	store.fail.Store(true)
 	ls, err := g.hub.Open(rec.ID, "")
 	if err != nil {
