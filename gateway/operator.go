@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/admin/backend"
 	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
@@ -51,30 +51,13 @@ func newHeldCalls(g *Gateway) *heldCalls {
 	return h
 }
 
-// decide records an operator's decision on a held call and wakes the replica holding it, with
-// the admin API's errors for what it refuses.
-func (h *heldCalls) decide(ctx context.Context, id, decision string, by admin.Operator) (approval.HeldCall, error) {
-	c, err := h.Decide(ctx, id, decision, by.Principal, by.Name)
-	switch {
-	case errors.Is(err, approval.ErrSelfApproval):
-		return c, fmt.Errorf("%w: %s made this call, and may not approve a call of their own: another operator must decide it (or deny it yourself)", admin.ErrForbidden, by.Name)
-	case errors.Is(err, approval.ErrNotFound):
-		return c, fmt.Errorf("%w: no call %q is held (it ran, was refused, or its client went away)", admin.ErrNotFound, id)
-	case errors.Is(err, approval.ErrDecided):
-		return c, fmt.Errorf("%w: %s decided this call already (%s)", admin.ErrConflict, c.Approver, c.Decision)
-	case errors.Is(err, approval.ErrExpired):
-		return c, fmt.Errorf("%w: the call waited its time out before this decision; it was refused", admin.ErrConflict)
-	}
-	return c, err
-}
-
 // notify posts a held call to the configured webhook, off the call's path.
 func (h *heldCalls) notify(c approval.HeldCall) {
 	if h.webhook == "" {
 		return
 	}
 	c.Arguments = audit.RedactArguments(c.Arguments, h.redact)
-	body, _ := json.Marshal(map[string]any{"event": "approval.held", "approval": approvalOf(c)})
+	body, _ := json.Marshal(map[string]any{"event": "approval.held", "approval": backend.ApprovalOf(c)})
 	h.g.goWorker(func() {
 		ctx, cancel := context.WithTimeout(h.g.ctx, webhookTimeout)
 		defer cancel()
@@ -142,15 +125,4 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator", By: got.Approver})
 	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream,
 		Message: fmt.Sprintf("an operator (%s) denied %s: it did not run", got.Approver, t.Exposed)}
-}
-
-// approvalOf returns a held call as the admin API shows it.
-func approvalOf(c approval.HeldCall) admin.Approval {
-	a := admin.Approval{ID: c.ID, Session: c.Session, Principal: c.Principal, Upstream: c.Upstream, Tool: c.Tool, Original: c.Original,
-		Arguments: c.Arguments, Annotations: c.Annotations, Rule: c.Rule, Held: c.Held, Deadline: c.Deadline, Decision: c.Decision, Approver: c.Approver}
-	var text bytes.Buffer
-	if len(c.Arguments) > 0 && json.Indent(&text, c.Arguments, "", "  ") == nil {
-		a.ArgumentsText = text.String()
-	}
-	return a
 }
