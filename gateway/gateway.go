@@ -180,23 +180,12 @@ type Gateway struct {
 func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g := &Gateway{
 		cfg:        cfg,
+		opts:       withDefaults(cfg, opts),
 		draining:   make(chan struct{}),
 		firstStart: make(chan struct{}),
 		proxies:    proxies(cfg.TrustedProxyPrefixes()),
 		addrs:      newAddrLimiter(cfg.MaxConnectionsPerAddress),
 		rebuilt:    make(chan struct{}),
-	}
-	if opts != nil {
-		g.opts = *opts
-	}
-	if g.opts.Logger == nil {
-		g.opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if g.opts.Version == "" {
-		g.opts.Version = "dev"
-	}
-	if g.opts.Now == nil {
-		g.opts.Now = time.Now
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
@@ -210,26 +199,15 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	if g.opts.ExpiryInterval <= 0 {
-		g.opts.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
-		if cfg.SessionEvictIdle > 0 {
-			g.opts.ExpiryInterval = min(g.opts.ExpiryInterval, cfg.SessionEvictIdle/4)
-		}
-		if g.opts.ExpiryInterval <= 0 {
-			g.opts.ExpiryInterval = time.Minute
-		}
-	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
 	var err error
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.checks = pipeline.Chain(g.opts.Checks)
 	lr, _ := g.store.(limitRedis)
 	if g.gate, err = newGate(cfg, lr, g.opts.Now, g.logger); err != nil {
-		g.cancel()
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
@@ -237,12 +215,74 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.gate.approvals.Shared = approval.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
-		g.cancel()
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
-	// The chain in the order of design decision 7: who the caller is, what the policy
-	// says of the target and how often, the plugins, the checks given, then approval.
+	g.checks = policyChain(g)
+	g.events = events
+	g.hub = hub.New(g.ctx, liveOptions(g, events))
+	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
+	profiles, err := addUpstreams(g)
+	if err != nil {
+		g.abandon()
+		return nil, err
+	}
+	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
+		return g.catalogOf(profile).Serves(ns)
+	}}
+	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
+	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
+	sources := make([]catalog.Source, len(g.upstreams))
+	for i, ue := range g.upstreams {
+		sources[i] = ue
+	}
+	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
+	g.builder.SetProfiles(profiles)
+	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
+		g.abandon()
+		return nil, err
+	}
+	if g.pinning != nil {
+		g.builder.SetWithhold(g.pinning.withheld)
+	}
+	if cfg.Admin.Enabled() {
+		g.held = newHeldCalls(g)
+	}
+	g.snapshot.Store(g.builder.Build())
+	return g, nil
+}
+
+// withDefaults returns opts (none: nil) with the defaults of what is not set.
+func withDefaults(cfg *config.Config, opts *Options) Options {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ExpiryInterval <= 0 {
+		o.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
+		if cfg.SessionEvictIdle > 0 {
+			o.ExpiryInterval = min(o.ExpiryInterval, cfg.SessionEvictIdle/4)
+		}
+		if o.ExpiryInterval <= 0 {
+			o.ExpiryInterval = time.Minute
+		}
+	}
+	return o
+}
+
+// policyChain is the chain every request passes, in the order of design decision 7: who the
+// caller is, what the policy says of the target and how often, the plugins, the checks given
+// (Options.Checks), then approval.
+func policyChain(g *Gateway) pipeline.Chain {
 	var chain pipeline.Chain
 	if g.auth != nil {
 		chain = append(chain, auth.RequirePrincipal())
@@ -253,11 +293,17 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	if g.plugins != nil {
 		chain = append(chain, pipeline.CheckFunc(g.pluginCheck))
 	}
-	g.checks = append(chain, g.checks...)
+	chain = append(chain, g.opts.Checks...)
 	if g.gate != nil {
-		g.checks = append(g.checks, pipeline.CheckFunc(g.approvalCheck))
+		chain = append(chain, pipeline.CheckFunc(g.approvalCheck))
 	}
-	g.events = events
+	return chain
+}
+
+// liveOptions are the hub's options; with sessions shared by replicas (a Redis store) they
+// set up g.replicas, which carries what is live of them between replicas.
+func liveOptions(g *Gateway, events hub.EventLog) *hub.Options {
+	cfg := g.cfg
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
@@ -274,58 +320,33 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		// replica is known to run or to have stopped (its lease, and a renewal to notice).
 		hubOpts.Hold = 2 * lease
 	}
-	g.hub = hub.New(g.ctx, hubOpts)
-	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
+	return hubOpts
+}
 
-	enabled := cfg.EnabledUpstreams()
+// addUpstreams makes the client of each enabled upstream, in config order, with its
+// namespace in the catalog and, when isolated, its pool of connections; it returns the
+// catalog's profiles.
+func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
+	enabled := g.cfg.EnabledUpstreams()
 	specs := make([]catalog.Namespace, len(enabled))
 	for i, u := range enabled {
 		shaping, err := shapingOf(&u)
 		if err != nil {
-			g.abandon()
 			return nil, err
 		}
 		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
 	}
-	profiles, err := profilesOf(cfg.Profiles)
+	profiles, err := profilesOf(g.cfg.Profiles)
 	if err != nil {
-		g.abandon()
 		return nil, err
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
 	for i, u := range enabled {
 		command, err := g.commandOf(&u)
 		if err != nil {
-			g.abandon()
 			return nil, err
 		}
-		var base upstream.Options
-		if g.opts.UpstreamOptions != nil {
-			base = *g.opts.UpstreamOptions
-		}
-		// Each upstream client limits its own warnings: the gateway's limiter, per message
-		// across all upstreams, would let one upstream's warning hide another's.
-		base.Logger = g.opts.Logger
-		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
-		base.OnChange = func(c *upstream.Client) {
-			g.rebuild()
-			g.firstStartSettled()
-			if c.State() == upstream.StateReady {
-				g.noteAllReady()
-				g.resyncLogLevels()
-				if ready := g.connOf(c); ready != nil {
-					g.subs.renew(ready)
-				}
-			}
-		}
-		if g.replicas != nil {
-			base.OnListChanged = func(c *upstream.Client) { g.replicas.ListChanged(c.Name()) }
-		}
-		base.OnRequest = g.onUpstreamRequest
-		base.OnNotification = g.onUpstreamNotification
-		// One first start for the upstream, which its isolated connections share: theirs are
-		// later starts of the same command.
-		base.FirstStart = &upstream.FirstStart{}
+		base := upstreamOptions(g)
 		creds := g.upstreamCredentials(&u, base.HTTPClient)
 		if creds.shared != nil {
 			base.HTTPClient = creds.shared
@@ -359,29 +380,40 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.conns.Store(upstreamClient(client), ue.shared)
 		g.upstreams = append(g.upstreams, ue)
 	}
-	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
-		return g.catalogOf(profile).Serves(ns)
-	}}
-	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
-	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
-	sources := make([]catalog.Source, len(g.upstreams))
-	for i, ue := range g.upstreams {
-		sources[i] = ue
+	return profiles, nil
+}
+
+// upstreamOptions are the base options of an upstream's client: the gateway's callbacks for
+// what it reports, over Options.UpstreamOptions.
+func upstreamOptions(g *Gateway) upstream.Options {
+	var base upstream.Options
+	if g.opts.UpstreamOptions != nil {
+		base = *g.opts.UpstreamOptions
 	}
-	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
-	g.builder.SetProfiles(profiles)
-	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
-		g.abandon()
-		return nil, err
+	// Each upstream client limits its own warnings: the gateway's limiter, per message
+	// across all upstreams, would let one upstream's warning hide another's.
+	base.Logger = g.opts.Logger
+	base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
+	base.OnChange = func(c *upstream.Client) {
+		g.rebuild()
+		g.firstStartSettled()
+		if c.State() == upstream.StateReady {
+			g.noteAllReady()
+			g.resyncLogLevels()
+			if ready := g.connOf(c); ready != nil {
+				g.subs.renew(ready)
+			}
+		}
 	}
-	if g.pinning != nil {
-		g.builder.SetWithhold(g.pinning.withheld)
+	if g.replicas != nil {
+		base.OnListChanged = func(c *upstream.Client) { g.replicas.ListChanged(c.Name()) }
 	}
-	if cfg.Admin.Enabled() {
-		g.held = newHeldCalls(g)
-	}
-	g.snapshot.Store(g.builder.Build())
-	return g, nil
+	base.OnRequest = g.onUpstreamRequest
+	base.OnNotification = g.onUpstreamNotification
+	// One first start for the upstream, which its isolated connections share: theirs are
+	// later starts of the same command.
+	base.FirstStart = &upstream.FirstStart{}
+	return base
 }
 
 // abandon undoes what New started before it failed: the plugins, the store.
