@@ -142,8 +142,8 @@ type Gateway struct {
 	closing bool
 
 	requestSeq atomic.Uint64
-	// callsInFlight counts the client requests being served, for max_calls.
-	callsInFlight atomic.Int64
+	// streamable is the HTTP face (Handler).
+	streamable *streamableServer
 
 	// conns finds the connection of an upstream client, shared or a session's own.
 	conns sync.Map // upstreamClient → *conn
@@ -189,6 +189,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
+	g.streamable = &streamableServer{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
 	g.store, g.closeStore = g.opts.Store, func() error { return nil }

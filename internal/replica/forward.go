@@ -108,19 +108,37 @@ var stoppedResult = Result{Unavailable: "the replica holding the session's conne
 // the call goes there.
 func (r *Replicas) HolderOf(connections map[string]string, upstream string) string {
 	holder := connections[upstream]
-	if holder == "" || holder == r.bus.Replica() || r.isGone(holder) {
+	if holder == "" || holder == r.bus.Replica() || r.gone.has(holder) {
 		return ""
 	}
 	return holder
 }
 
-// isGone reports whether replica is known to have stopped.
-func (r *Replicas) isGone(replica string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	at, ok := r.goneReplicas[replica]
-	if ok && time.Since(at) >= r.opts.Lease {
-		delete(r.goneReplicas, replica)
+// goneReplicas holds when replicas were found stopped; an entry counts for a lease (a replica
+// taken for dead after an outage may renew again).
+type goneReplicas struct {
+	lease time.Duration
+	mu    sync.Mutex
+	at    map[string]time.Time // Guarded by mu.
+}
+
+// mark notes that replica was found stopped now.
+func (g *goneReplicas) mark(replica string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.at == nil {
+		g.at = map[string]time.Time{}
+	}
+	g.at[replica] = time.Now()
+}
+
+// has reports whether replica is known to have stopped.
+func (g *goneReplicas) has(replica string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at, ok := g.at[replica]
+	if ok && time.Since(at) >= g.lease {
+		delete(g.at, replica)
 		return false
 	}
 	return ok
@@ -218,12 +236,11 @@ func (r *Replicas) runForwarded(m *session.BusMessage) {
 }
 
 // callResult hands how a forwarded call ended to the request waiting for it.
-func (r *Replicas) callResult(m *session.BusMessage) {
+func (f *forwarding) callResult(m *session.BusMessage) {
 	var res Result
 	if json.Unmarshal(m.Data, &res) != nil {
 		res = Result{Unavailable: "the replica holding the session's connection sent an unreadable result"}
 	}
-	f := &r.forwarding
 	f.mu.Lock()
 	w, ok := f.waiting[m.Text]
 	delete(f.waiting, m.Text)
@@ -233,9 +250,8 @@ func (r *Replicas) callResult(m *session.BusMessage) {
 	}
 }
 
-// cancelForwarded stops a call run here for another replica.
-func (r *Replicas) cancelForwarded(name string) {
-	f := &r.forwarding
+// cancel stops a call run here for another replica.
+func (f *forwarding) cancel(name string) {
 	f.mu.Lock()
 	rc, ok := f.running[name]
 	f.mu.Unlock()
@@ -244,10 +260,9 @@ func (r *Replicas) cancelForwarded(name string) {
 	}
 }
 
-// failForwarded ends the calls waiting on a replica that stopped, and stops those run here
-// for it: nobody waits for their result.
-func (r *Replicas) failForwarded(replica string) {
-	f := &r.forwarding
+// fail ends the calls waiting on a replica that stopped, and stops those run here for it:
+// nobody waits for their result.
+func (f *forwarding) fail(replica string) {
 	f.mu.Lock()
 	for _, rc := range f.running {
 		if rc.from == replica {

@@ -11,7 +11,7 @@ func TestForwardedCallOfAStoppedReplicaMayHaveRun(t *testing.T) {
 	r := &Replicas{forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
 	done := make(chan Result, 1)
 	r.forwarding.waiting["a-c1"] = waitingCall{replica: "b", done: done}
-	r.failForwarded("b")
+	r.forwarding.fail("b")
 	if res := <-done; res.Reason != ReasonInterrupted || res.Unavailable == "" {
 		t.Errorf("the forwarded call of a stopped replica ended with %+v; want reason %q", res, ReasonInterrupted)
 	}

@@ -160,9 +160,9 @@ type Replicas struct {
 	// followed holds the sessions whose messages this replica receives (it holds a stream
 	// of theirs), with when it began. Guarded by mu.
 	followed map[string]time.Time
-	// goneReplicas holds when replicas were found stopped; an entry counts for a lease (a
-	// replica taken for dead after an outage may renew again). Guarded by mu.
-	goneReplicas map[string]time.Time
+
+	// gone are the replicas found stopped.
+	gone goneReplicas
 
 	// forwarding holds the calls run on the replica holding a session's own connection.
 	forwarding forwarding
@@ -185,8 +185,9 @@ const callTimeout = 10 * time.Second
 
 // New returns the layer for host; Attach gives it its bus before it is used.
 func New(host Host, opts *Options) *Replicas {
-	r := &Replicas{host: host, opts: *opts, outbox: make(chan outgoing, outboxSize), followed: map[string]time.Time{}, goneReplicas: map[string]time.Time{},
+	r := &Replicas{host: host, opts: *opts, outbox: make(chan outgoing, outboxSize), followed: map[string]time.Time{},
 		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
+	r.gone.lease = r.opts.Lease
 	r.logger = r.opts.Logger
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
@@ -421,9 +422,9 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 	case busCall:
 		r.opts.Go(func() { r.runForwarded(m) })
 	case busCallResult:
-		r.callResult(m)
+		r.forwarding.callResult(m)
 	case busCallCancel:
-		r.cancelForwarded(m.Text)
+		r.forwarding.cancel(m.Text)
 	case busAnswer:
 		msg, err := protocol.Decode(m.Data)
 		if resp, ok := msg.(*protocol.Response); err == nil && ok {
@@ -470,12 +471,10 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 // that claimed it (claimed) takes its subscriptions and held calls over.
 func (r *Replicas) Gone(replica string, claimed bool) {
 	r.logger.Info("a replica's lease ended (it stopped, or lost Redis for a lease): what it produced ends here, what it owned moves", "replica", replica, "taking_over", claimed)
-	r.mu.Lock()
-	r.goneReplicas[replica] = time.Now()
-	r.mu.Unlock()
+	r.gone.mark(replica)
 	r.host.Orphan(replica, claimed)
 	r.opts.Go(func() { r.TakeOverStandalone(replica) })
-	r.failForwarded(replica)
+	r.forwarding.fail(replica)
 	if claimed {
 		r.opts.Go(func() { r.takeOver(replica) })
 	}
