@@ -90,25 +90,8 @@ type Gateway struct {
 	// request fails, and the log gets a few lines, not one per request.
 	storeOutage *loglimit.Outage
 
-	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
-	// catalog's namespace ns.
-	upstreams []*upstreamEntry
-	builder   *catalog.Builder
-	// snapshot is the merged catalog clients see; replaced whole on every change.
-	snapshot atomic.Pointer[catalog.Snapshot]
-	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
-	rebuildMu sync.Mutex
-	// rebuilt is closed and replaced once each rebuild's snapshot is in place, to wake the
-	// calls waiting for an upstream's catalog to be merged (awaitMerge). Guarded by
-	// rebuiltMu.
-	rebuiltMu sync.Mutex
-	rebuilt   chan struct{}
-	// Set by tests only, before Start: beforeRebuild runs as a rebuild begins, and
-	// beforeMergeWait as a call begins to wait for its upstream's catalog to be merged.
-	beforeRebuild, beforeMergeWait func()
-	// Set by tests only, before Start: beforeFirstListWait runs as a list request begins to
-	// wait for the upstreams' first attempts to start (awaitFirstStart).
-	beforeFirstListWait func()
+	// catalogState is the merged catalog of the upstreams and its rebuilds.
+	catalogState
 
 	// proxies are the trusted proxies, whose X-Forwarded-For names the client; addrs counts
 	// what each client address holds open (max_connections_per_address).
@@ -155,14 +138,6 @@ type Gateway struct {
 	subs   *subscriptions
 	tasks  *taskTable
 
-	// startedAt is when Start was called (a time.Time); allReady is set once every upstream
-	// has been ready at once, which is logged.
-	startedAt atomic.Value
-	allReady  atomic.Bool
-	// firstStart is closed once no upstream is still making its first attempt to start (see
-	// awaitFirstStart).
-	firstStart     chan struct{}
-	firstStartOnce sync.Once
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -179,13 +154,12 @@ type Gateway struct {
 // Nothing is started until Start.
 func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g := &Gateway{
-		cfg:        cfg,
-		opts:       withDefaults(cfg, opts),
-		draining:   make(chan struct{}),
-		firstStart: make(chan struct{}),
-		proxies:    proxies(cfg.TrustedProxyPrefixes()),
-		addrs:      newAddrLimiter(cfg.MaxConnectionsPerAddress),
-		rebuilt:    make(chan struct{}),
+		cfg:          cfg,
+		opts:         withDefaults(cfg, opts),
+		catalogState: catalogState{firstStart: make(chan struct{}), rebuilt: make(chan struct{}), firstListWait: cfg.FirstListWait},
+		draining:     make(chan struct{}),
+		proxies:      proxies(cfg.TrustedProxyPrefixes()),
+		addrs:        newAddrLimiter(cfg.MaxConnectionsPerAddress),
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
@@ -245,7 +219,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	if g.pinning != nil {
 		g.builder.SetWithhold(g.pinning.withheld)
+		g.observe = func() { g.pinning.observe(g.ctx, g.upstreams) }
 	}
+	g.log, g.changed = g.logger, func(prev, next *catalog.Snapshot) { tellListsChanged(g, prev, next) }
 	if cfg.Admin.Enabled() {
 		g.held = newHeldCalls(g)
 	}
@@ -608,142 +584,6 @@ func (g *Gateway) Close() error {
 // closeRequestsWait is how long Close lets requests end while their upstreams are still
 // connected.
 const closeRequestsWait = 2 * time.Second
-
-// awaitFirstStart holds a list request, at most first_list_wait, while an upstream is still
-// making its first attempt to start: a client that connects right after the gateway started
-// sees its items in its first list, even if it ignores list_changed.
-//
-// It waits for firstStart, which closes only after the catalog was merged with the last of
-// those first attempts (OnChange), never on the upstreams' states alone: an upstream is ready
-// a moment before its items are in the catalog.
-func (g *Gateway) awaitFirstStart(ctx context.Context) {
-	select {
-	case <-g.firstStart:
-		return
-	default:
-	}
-	if len(g.upstreams) == 0 || g.cfg.FirstListWait <= 0 {
-		return
-	}
-	if g.beforeFirstListWait != nil {
-		g.beforeFirstListWait()
-	}
-	t := time.NewTimer(g.cfg.FirstListWait)
-	defer t.Stop()
-	select {
-	case <-g.firstStart:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// firstStartSettled reports whether every upstream has made its first attempt to start (it is
-// ready, or down); the first time it is, firstStart closes.
-func (g *Gateway) firstStartSettled() bool {
-	select {
-	case <-g.firstStart:
-		return true
-	default:
-	}
-	for _, u := range g.upstreams {
-		if u.shared.client.State() == upstream.StateStarting {
-			return false
-		}
-	}
-	g.firstStartOnce.Do(func() { close(g.firstStart) })
-	return true
-}
-
-// noteAllReady logs, once, when every upstream has become ready since Start.
-func (g *Gateway) noteAllReady() {
-	for _, u := range g.upstreams {
-		if u.shared.client.State() != upstream.StateReady {
-			return
-		}
-	}
-	if g.allReady.CompareAndSwap(false, true) {
-		took := ""
-		if at, ok := g.startedAt.Load().(time.Time); ok {
-			took = time.Since(at).Round(time.Millisecond).String()
-		}
-		g.logger.Info("all upstreams ready", "upstreams", len(g.upstreams), "took", took)
-	}
-}
-
-// rebuild merges the catalog anew and tells every client whose lists changed: the clients of
-// /mcp when the whole catalog's did, those of a profile when the profile's did.
-func (g *Gateway) rebuild() {
-	if g.beforeRebuild != nil {
-		g.beforeRebuild()
-	}
-	g.rebuildMu.Lock()
-	defer g.rebuildMu.Unlock()
-	if g.pinning != nil {
-		g.pinning.observe(g.ctx, g.upstreams)
-	}
-	next := g.builder.Build()
-	prev := g.snapshot.Swap(next)
-	g.rebuiltMu.Lock()
-	close(g.rebuilt) // the calls waiting for a merge look again
-	g.rebuilt = make(chan struct{})
-	g.rebuiltMu.Unlock()
-	changed := map[string][]string{}
-	if c := listsChanged(prev, next); len(c) > 0 {
-		changed[""] = c
-	}
-	for _, p := range g.cfg.Profiles {
-		if c := listsChanged(prev.Profile(p.Name), next.Profile(p.Name)); len(c) > 0 {
-			changed[p.Name] = c
-		}
-	}
-	if len(changed) == 0 {
-		return
-	}
-	ids := map[string][]string{} // profile → its sessions live here
-	// A session whose view the policy cuts hears only of changes to what it sees.
-	byMethod := map[string][]string{} // method → sessions told of it by their own view
-	memo := map[string][]string{}
-	for _, s := range g.hub.Sessions() {
-		if _, ok := changed[s.Group()]; !ok {
-			continue
-		}
-		if own, ok := g.gate.changedFor(s.ID(), profileOf(prev, s.Group()), profileOf(next, s.Group()), memo); ok {
-			for _, method := range own {
-				byMethod[method] = append(byMethod[method], s.ID())
-			}
-			continue
-		}
-		ids[s.Group()] = append(ids[s.Group()], s.ID())
-	}
-	for profile, methods := range changed {
-		if len(ids[profile]) == 0 {
-			continue // no sessions: notifySessions would take that for all of them
-		}
-		for _, method := range methods {
-			g.router.notifySessions(&protocol.Notification{Method: method}, ids[profile]...)
-		}
-	}
-	for method, sessions := range byMethod {
-		g.router.notifySessions(&protocol.Notification{Method: method}, sessions...)
-	}
-}
-
-// listsChanged returns the list_changed notifications that tell a client of prev that its
-// lists are now next's.
-func listsChanged(prev, next *catalog.Snapshot) []string {
-	var changed []string
-	if prev.Version(upstream.Tools) != next.Version(upstream.Tools) {
-		changed = append(changed, protocol.NotificationToolsChanged)
-	}
-	if prev.Version(upstream.Resources) != next.Version(upstream.Resources) ||
-		prev.Version(upstream.ResourceTemplates) != next.Version(upstream.ResourceTemplates) {
-		changed = append(changed, protocol.NotificationResourcesChanged)
-	}
-	if prev.Version(upstream.Prompts) != next.Version(upstream.Prompts) {
-		changed = append(changed, protocol.NotificationPromptsChanged)
-	}
-	return changed
-}
 
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that
 // never sends DELETE does not hold a slot forever. A session with an open standalone stream is

@@ -287,13 +287,6 @@ func (g *Gateway) awaitMerge(ctx context.Context, rq *request, kind pipeline.Kin
 	}
 }
 
-// rebuiltSignal returns a channel closed once the next catalog rebuild's snapshot is in place.
-func (g *Gateway) rebuiltSignal() <-chan struct{} {
-	g.rebuiltMu.Lock()
-	defer g.rebuiltMu.Unlock()
-	return g.rebuilt
-}
-
 // unknownName refuses a tool or prompt name not in the catalog.
 func unknownName(kind pipeline.Kind, what, name string) error {
 	reason := pipeline.ReasonUnknownTool

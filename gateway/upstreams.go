@@ -110,9 +110,6 @@ func (c *conn) connKey(sessionID string) string {
 // own for an isolated upstream, else the shared one.
 func (u *upstreamEntry) connKey(sessionID string) string { return u.shared.connKey(sessionID) }
 
-// upstreamOf returns the upstream of a catalog namespace.
-func (g *Gateway) upstreamOf(ns *catalog.Namespace) *upstreamEntry { return g.upstreams[ns.Index] }
-
 // connOf finds the connection of an upstream client, shared or a session's own.
 func (g *Gateway) connOf(c *upstream.Client) *conn {
 	if v, ok := g.conns.Load(upstreamClient(c)); ok {
