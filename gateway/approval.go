@@ -29,6 +29,14 @@ type approvals struct {
 	*approval.Remembered
 	timeout    time.Duration
 	byOperator bool
+	now        func() time.Time
+
+	// Set once the gateway has them: ask asks a client (messageRouter.askOn); held keeps the
+	// calls held for an operator (nil without the admin API); replicated is set when
+	// replicas share the sessions.
+	ask        func(ctx context.Context, owner *callOwner, method string, params json.RawMessage, who string, record func(context.Context, protocol.ID) (func(), error)) (json.RawMessage, error)
+	held       *heldCalls
+	replicated bool
 }
 
 // approvalCheck is the chain's last link: a call that a rule or a plugin said needs a
@@ -37,19 +45,18 @@ func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *p
 	if taken, ok := ctx.Value(takenOverKey{}).(approval.HeldCall); ok && t != nil && t.Kind == pipeline.Tool {
 		// A call taken over from a stopped replica was held there: it waits for its decision
 		// here whatever this replica's policy or remembered approvals would say.
-		return g.approveByOperator(ctx, req, t, orDefault(req.Approval, taken.Rule), "")
+		return g.gate.approvals.byOperatorOf(ctx, req, t, orDefault(req.Approval, taken.Rule), "")
 	}
 	if req.Approval == "" || t == nil {
 		return nil
 	}
-	return g.approve(ctx, req, t, req.Approval)
+	return g.gate.approvals.approve(ctx, req, t, req.Approval)
 }
 
 // approve holds a call an approve rule matched until a person decides it: the calling
 // client's user, asked with a form elicitation that shows the server, the tool, the
 // arguments and the tool's annotations. It returns nil to let the call go on, or the refusal.
-func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
-	a := g.gate.approvals
+func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
 	key := a.Key(req.Client, t)
 	if a.Holds(ctx, key) {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
@@ -57,7 +64,7 @@ func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipelin
 	}
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
 	if a.byOperator || owner == nil || !owner.clientCaps().elicitForm {
-		return g.approveByOperator(ctx, req, t, rule, key)
+		return a.byOperatorOf(ctx, req, t, rule, key)
 	}
 	args := "(none)"
 	if len(t.Arguments) > 0 {
@@ -80,7 +87,7 @@ func (g *Gateway) approve(ctx context.Context, req *pipeline.Request, t *pipelin
 	})
 	askCtx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	result, err := g.router.askOn(askCtx, owner, protocol.MethodElicit, params, "the gateway", nil)
+	result, err := a.ask(askCtx, owner, protocol.MethodElicit, params, "the gateway", nil)
 	if err != nil {
 		if askCtx.Err() != nil && ctx.Err() == nil {
 			req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "timeout"})

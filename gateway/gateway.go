@@ -26,9 +26,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/auth"
@@ -120,32 +118,21 @@ type Gateway struct {
 	// replicas carries what is live between replicas sharing a Redis store; nil otherwise.
 	replicas crossReplica
 
-	mu sync.Mutex
-	// closing is set by Close: no worker starts any more. Guarded by mu.
-	closing bool
-
-	requestSeq atomic.Uint64
 	// streamable is the HTTP face (Handler).
 	streamable *streamableServer
 
-	// conns finds the connection of an upstream client, shared or a session's own.
-	conns sync.Map // upstreamClient → *conn
-
-	// router routes what upstreams send to the sessions it belongs to; logs, subs and tasks
-	// keep what the protocol scopes to a session over shared connections (design decision 5).
-	router *messageRouter
-	logs   *sessionLogs
-	subs   *subscriptions
-	tasks  *taskTable
+	// upstreamMessages routes what upstreams send to the sessions it belongs to.
+	upstreamMessages
 
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
 	drainOnce sync.Once
 
-	// Lifecycle: ctx ends at Close; workers are the upstream and expiry goroutines.
-	ctx       context.Context
-	cancel    context.CancelFunc
-	workers   sync.WaitGroup
+	// Lifecycle: ctx ends at Close; the workers are the upstream and expiry goroutines, and
+	// those started for requests' follow-ups.
+	ctx    context.Context
+	cancel context.CancelFunc
+	workerGroup
 	startOnce sync.Once
 	closeOnce sync.Once
 }
@@ -224,6 +211,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.log, g.changed = g.logger, func(prev, next *catalog.Snapshot) { tellListsChanged(g, prev, next) }
 	if cfg.Admin.Enabled() {
 		g.held = newHeldCalls(g)
+	}
+	if g.gate != nil {
+		g.gate.approvals.ask, g.gate.approvals.held, g.gate.approvals.replicated = g.router.askOn, g.held, g.replicas != nil
 	}
 	g.snapshot.Store(g.builder.Build())
 	return g, nil
@@ -319,7 +309,7 @@ func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
 	for i, u := range enabled {
-		command, err := g.commandOf(&u)
+		command, err := commandOf(&u, g.opts.Executable)
 		if err != nil {
 			return nil, err
 		}
@@ -400,39 +390,6 @@ func (g *Gateway) abandon() {
 		_ = g.plugins.Close()
 	}
 	_ = g.closeStore()
-}
-
-// onUpstreamRequest hands a request from an upstream to the router.
-func (g *Gateway) onUpstreamRequest(ctx context.Context, client *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
-	c := g.connOf(client)
-	if c == nil {
-		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
-	}
-	return g.router.onRequest(ctx, c, req, origin)
-}
-
-// onUpstreamNotification hands a notification from an upstream to what it concerns: a call's
-// progress, a cancel or an elicitation's completion to the router, a log message, a task's
-// status and a resource update to their per-session semantics.
-func (g *Gateway) onUpstreamNotification(client *upstream.Client, n *protocol.Notification, origin upstream.Origin) {
-	c := g.connOf(client)
-	if c == nil {
-		return
-	}
-	switch n.Method {
-	case protocol.NotificationProgress:
-		g.router.onProgress(c, n)
-	case protocol.NotificationCancelled:
-		g.router.onCancelled(c, n)
-	case protocol.NotificationElicitationComplete:
-		g.router.onElicitationComplete(c, n, origin)
-	case protocol.NotificationMessage:
-		g.logs.deliver(c, n, origin)
-	case notificationStatus:
-		g.tasks.deliverStatus(c, n)
-	case protocol.NotificationResourceUpdated:
-		g.subs.deliverUpdated(c, n)
-	}
 }
 
 // liveHub is what the gateway needs of the hub, the live side of sessions (design.md, "Request
@@ -604,7 +561,7 @@ func (g *Gateway) expireSessions() {
 		for _, s := range g.hub.Sessions() {
 			switch {
 			case s.Busy():
-				g.touch(g.ctx, s.ID())
+				g.streamable.touch(g.ctx, s.ID())
 			case s.Listening():
 				if err := g.store.Keep(g.ctx, s.ID()); err != nil {
 					g.logger.Warn("marking a session in use failed", "session", fingerprint(s.ID()), "error", err.Error())
@@ -641,11 +598,6 @@ func (g *Gateway) expireSessions() {
 	}
 }
 
-// nextRequestID returns an id for one HTTP request, for logs.
-func (g *Gateway) nextRequestID() string {
-	return "r" + strconv.FormatUint(g.requestSeq.Add(1), 36)
-}
-
 // endLocal ends this process's part of a session: its streams close, its calls are
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
@@ -660,22 +612,6 @@ func (g *Gateway) endLocal(id string) {
 	}
 	g.subs.drop(id)
 	g.gate.forgetView(id)
-}
-
-// goWorker runs f on a goroutine the gateway owns: Close waits for it. Once Close has begun it
-// refuses (false), so that no goroutine joins the group while Close waits for it.
-func (g *Gateway) goWorker(f func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closing {
-		return false
-	}
-	g.workers.Add(1)
-	go func() {
-		defer g.workers.Done()
-		f()
-	}()
-	return true
 }
 
 // resyncLogLevels sets the log levels of upstreams in the background, after one (re)connected.

@@ -78,20 +78,19 @@ func (h *heldCalls) notify(c approval.HeldCall) {
 	})
 }
 
-// approveByOperator holds a call for an operator's decision on the admin API.
-func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule, key string) error {
-	a := g.gate.approvals
-	if g.held == nil {
+// byOperatorOf holds a call for an operator's decision on the admin API.
+func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule, key string) error {
+	if a.held == nil {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
 		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
 			Message: fmt.Sprintf("%s needs a person's approval (rule %q): this client cannot ask its user (it declared no form elicitation), and the gateway has no admin API for an operator to decide; use a client that can, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
 	}
-	now := g.opts.Now()
-	c := approval.HeldCall{ID: approval.NewID(), Replica: g.held.Replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
+	now := a.now()
+	c := approval.HeldCall{ID: approval.NewID(), Replica: a.held.Replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
 		Upstream: t.Upstream, Tool: t.Exposed, Original: t.Original, Arguments: t.Arguments, Annotations: t.Annotations, Rule: rule,
 		Held: now, Deadline: now.Add(a.timeout)}
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
-	if g.replicas != nil && owner != nil && owner.streamID != "" {
+	if a.replicated && owner != nil && owner.streamID != "" {
 		// What another replica needs to finish the call if this one stops.
 		c.SessionID, c.StreamID, c.Method, c.Params = req.Client.SessionID, owner.streamID, req.Method, req.Params
 		c.ClientID, _ = json.Marshal(req.ID)
@@ -101,7 +100,7 @@ func (g *Gateway) approveByOperator(ctx context.Context, req *pipeline.Request, 
 	if takenOver {
 		c = taken
 	}
-	got, err := g.held.Await(ctx, c, takenOver)
+	got, err := a.held.Await(ctx, c, takenOver)
 	switch {
 	case errors.Is(err, approval.ErrNotDecided):
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator:timeout"})

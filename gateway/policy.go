@@ -61,7 +61,7 @@ func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, 
 		now = time.Now
 	}
 	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{},
-		approvals: &approvals{timeout: p.Approval.Timeout, byOperator: p.Approval.By == config.ApprovalByOperator,
+		approvals: &approvals{timeout: p.Approval.Timeout, byOperator: p.Approval.By == config.ApprovalByOperator, now: now,
 			Remembered: &approval.Remembered{TTL: p.Approval.Remember, AnyArguments: p.Approval.RememberAnyArguments, Now: now, Logger: logger}}}
 	var err error
 	if g.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {

@@ -80,7 +80,7 @@ func (h replicaHost) Deliver(id, streamID string, data []byte) error {
 
 func (h replicaHost) Answer(id string, resp *protocol.Response) {
 	if ls := h.g.hub.Lookup(id); ls != nil {
-		h.g.takeAnswer(h.g.ctx, ls, resp)
+		h.g.streamable.takeAnswer(h.g.ctx, ls, resp)
 	}
 }
 

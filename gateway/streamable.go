@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,8 @@ type streamableServer struct {
 	*Gateway
 	// callsInFlight counts the client requests being served, for max_calls.
 	callsInFlight atomic.Int64
+	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
+	requestSeq atomic.Uint64
 }
 
 // serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).
@@ -211,10 +214,15 @@ func (g *streamableServer) servePOST(w http.ResponseWriter, r *http.Request, req
 	}
 }
 
+// nextRequestID returns an id for one HTTP request, for logs.
+func (g *streamableServer) nextRequestID() string {
+	return "r" + strconv.FormatUint(g.requestSeq.Add(1), 36)
+}
+
 // takeAnswer delivers a client's answer to a request the gateway sent it for an upstream: by
 // its id, which names this process, to the session's request waiting here; the request's own
 // end removes its record from the store.
-func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
+func (g *streamableServer) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
 	if ls.Answer(m) {
 		return
 	}
@@ -250,7 +258,7 @@ func (g *streamableServer) switchAfter(rec *session.Record) time.Duration {
 }
 
 // touch marks a session used, which puts off its idle expiry.
-func (g *Gateway) touch(ctx context.Context, id string) {
+func (g *streamableServer) touch(ctx context.Context, id string) {
 	if err := g.store.Touch(ctx, id); err != nil {
 		g.storeWarn(ctx, "marking a session used failed", "session", fingerprint(id), "error", err.Error())
 	}
@@ -646,7 +654,7 @@ func (g *streamableServer) tooManyCalls(out *hub.Stream, rec *session.Record, re
 
 // requestValue is the pipeline's value of a request of a 2025 session: its client context
 // comes from the session's record.
-func (g *Gateway) requestValue(rec *session.Record, req *protocol.Request, requestID string) *pipeline.Request {
+func (g *streamableServer) requestValue(rec *session.Record, req *protocol.Request, requestID string) *pipeline.Request {
 	return &pipeline.Request{
 		ID:     req.ID,
 		Method: req.Method,

@@ -203,7 +203,7 @@ func (h *heldCalls) takeOver(c approval.HeldCall) {
 	}
 	defer ls.RequestDone()
 	g.logger.Info("took over a held call of a stopped replica", "approval", c.ID, "from", c.Replica, "upstream", c.Upstream, "tool", c.Original, "session", c.Session)
-	req := g.requestValue(rec, &protocol.Request{ID: clientID, Method: c.Method, Params: c.Params}, g.nextRequestID())
+	req := g.streamable.requestValue(rec, &protocol.Request{ID: clientID, Method: c.Method, Params: c.Params}, g.streamable.nextRequestID())
 	var caller session.Principal
 	if json.Unmarshal(c.Caller, &caller) == nil && caller.Same(rec.Principal) {
 		req.Client.Principal = caller
@@ -459,7 +459,7 @@ func (h *heldCalls) answerOf(ctx context.Context, c approval.HeldCall) *protocol
 func (h *heldCalls) notRun(ctx context.Context, rec *session.Record, c approval.HeldCall, id protocol.ID) *protocol.Response {
 	refusal := &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: c.Upstream,
 		Message: fmt.Sprintf("%s was held for an operator's approval on a gateway replica that stopped, and no replica could go on with it: it did not run; call it again", c.Tool)}
-	req := h.g.requestValue(rec, &protocol.Request{ID: id, Method: c.Method, Params: c.Params}, h.g.nextRequestID())
+	req := h.g.streamable.requestValue(rec, &protocol.Request{ID: id, Method: c.Method, Params: c.Params}, h.g.streamable.nextRequestID())
 	t := &pipeline.Target{Kind: pipeline.Tool, Upstream: c.Upstream, Exposed: c.Tool, Original: c.Original}
 	result, wireErr := h.g.finish(ctx, req, t, nil, refusal)
 	return &protocol.Response{ID: id, Result: result, Error: wireErr}
