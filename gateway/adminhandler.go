@@ -107,6 +107,12 @@ func (g *Gateway) adminBackend() *backend.Backend {
 // pinsForAdmin is what the admin API reads of the pins and decides on.
 type pinsForAdmin struct{ p *pinning }
 
+// Interface guards.
+var (
+	_ backend.Pinning = pinsForAdmin{}
+	_ backend.Conn    = (*upstreamEntry)(nil)
+)
+
 func (a pinsForAdmin) Reload(ctx context.Context) error { return a.p.reload(ctx) }
 
 func (a pinsForAdmin) Resolve(ctx context.Context, upstreamName, tool, hash string, accept bool, by string) (pin.Pin, error) {

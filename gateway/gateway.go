@@ -9,7 +9,13 @@
 //     the protocol scopes to a session over shared connections: log levels (logs.go),
 //     subscriptions, tasks;
 //   - the connections to the upstreams, shared or a session's own (upstreams.go,
-//     isolation.go).
+//     isolation.go), and what they send (upstreammessages.go);
+//   - the merged catalog and its rebuilds (catalogs.go).
+//
+// What changes apart from the face lives beside it: the layer between replicas sharing a Redis
+// store in internal/replica (the gateway gives it a Host: replicahost.go, forwarded.go), held
+// calls and remembered approvals in internal/approval, the admin API's backend in
+// internal/admin/backend (adminhandler.go feeds it).
 //
 // What is live of a session (streams, requests in flight) is in the hub; what a session is, in
 // the session store.
