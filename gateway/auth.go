@@ -146,7 +146,7 @@ func principalOf(ctx context.Context) session.Principal {
 // (a scope missing), with the challenge that tells the client where to get a token. The
 // credential is checked on every request, within a session too: a session is not a
 // credential.
-func (g *Gateway) authenticate(next http.Handler) http.Handler {
+func (g *streamableServer) authenticate(next http.Handler) http.Handler {
 	if g.auth == nil {
 		return next
 	}
@@ -206,7 +206,7 @@ func missingScopes(p session.Principal, need []string) []string {
 // §3.3): the gateway's base URL at the root, the resource of /mcp, and a profile's own. Tokens
 // for any of them are accepted everywhere. With API keys only there is no authorization
 // server to name, and no document.
-func (g *Gateway) serveMetadata(mux *http.ServeMux) {
+func (g *streamableServer) serveMetadata(mux *http.ServeMux) {
 	if g.auth == nil || len(g.auth.verifier.Issuers()) == 0 {
 		return
 	}

@@ -198,7 +198,7 @@ func (c *connLimit) connState(conn net.Conn, state http.ConnState) {
 // the request's context for clientAddr. A request that came through a trusted proxy counts,
 // while it is in progress, against its client's max_connections_per_address (it holds one of
 // the proxy's connections): past the cap it gets 429.
-func (g *Gateway) withClientAddr(next http.Handler) http.Handler {
+func (g *streamableServer) withClientAddr(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		addr, proxied := g.proxies.clientOf(r, hostOf(r.RemoteAddr))
 		r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, addr))

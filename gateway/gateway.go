@@ -9,7 +9,13 @@
 //     the protocol scopes to a session over shared connections: log levels (logs.go),
 //     subscriptions, tasks;
 //   - the connections to the upstreams, shared or a session's own (upstreams.go,
-//     isolation.go).
+//     isolation.go), and what they send (upstreammessages.go);
+//   - the merged catalog and its rebuilds (catalogs.go).
+//
+// What changes apart from the face lives beside it: the layer between replicas sharing a Redis
+// store in internal/replica (the gateway gives it a Host: replicahost.go, forwarded.go), held
+// calls and remembered approvals in internal/approval, the admin API's backend in
+// internal/admin/backend (adminhandler.go feeds it).
 //
 // What is live of a session (streams, requests in flight) is in the hub; what a session is, in
 // the session store.
@@ -26,20 +32,19 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
-	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -88,25 +93,8 @@ type Gateway struct {
 	// request fails, and the log gets a few lines, not one per request.
 	storeOutage *loglimit.Outage
 
-	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
-	// catalog's namespace ns.
-	upstreams []*upstreamEntry
-	builder   *catalog.Builder
-	// snapshot is the merged catalog clients see; replaced whole on every change.
-	snapshot atomic.Pointer[catalog.Snapshot]
-	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
-	rebuildMu sync.Mutex
-	// rebuilt is closed and replaced once each rebuild's snapshot is in place, to wake the
-	// calls waiting for an upstream's catalog to be merged (awaitMerge). Guarded by
-	// rebuiltMu.
-	rebuiltMu sync.Mutex
-	rebuilt   chan struct{}
-	// Set by tests only, before Start: beforeRebuild runs as a rebuild begins, and
-	// beforeMergeWait as a call begins to wait for its upstream's catalog to be merged.
-	beforeRebuild, beforeMergeWait func()
-	// Set by tests only, before Start: beforeFirstListWait runs as a list request begins to
-	// wait for the upstreams' first attempts to start (awaitFirstStart).
-	beforeFirstListWait func()
+	// catalogState is the merged catalog of the upstreams and its rebuilds.
+	catalogState
 
 	// proxies are the trusted proxies, whose X-Forwarded-For names the client; addrs counts
 	// what each client address holds open (max_connections_per_address).
@@ -133,42 +121,23 @@ type Gateway struct {
 	// flight, requests sent to clients.
 	hub liveHub
 	// replicas carries what is live between replicas sharing a Redis store; nil otherwise.
-	replicas *replicas
+	replicas crossReplica
 
-	mu sync.Mutex
-	// closing is set by Close: no worker starts any more. Guarded by mu.
-	closing bool
+	// streamable is the HTTP face (Handler).
+	streamable *streamableServer
 
-	requestSeq atomic.Uint64
-	// callsInFlight counts the client requests being served, for max_calls.
-	callsInFlight atomic.Int64
+	// upstreamMessages routes what upstreams send to the sessions it belongs to.
+	upstreamMessages
 
-	// conns finds the connection of an upstream client, shared or a session's own.
-	conns sync.Map // upstreamClient → *conn
-
-	// router routes what upstreams send to the sessions it belongs to; logs, subs and tasks
-	// keep what the protocol scopes to a session over shared connections (design decision 5).
-	router *messageRouter
-	logs   *sessionLogs
-	subs   *subscriptions
-	tasks  *taskTable
-
-	// startedAt is when Start was called (a time.Time); allReady is set once every upstream
-	// has been ready at once, which is logged.
-	startedAt atomic.Value
-	allReady  atomic.Bool
-	// firstStart is closed once no upstream is still making its first attempt to start (see
-	// awaitFirstStart).
-	firstStart     chan struct{}
-	firstStartOnce sync.Once
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
 	drainOnce sync.Once
 
-	// Lifecycle: ctx ends at Close; workers are the upstream and expiry goroutines.
-	ctx       context.Context
-	cancel    context.CancelFunc
-	workers   sync.WaitGroup
+	// Lifecycle: ctx ends at Close; the workers are the upstream and expiry goroutines, and
+	// those started for requests' follow-ups.
+	ctx    context.Context
+	cancel context.CancelFunc
+	workerGroup
 	startOnce sync.Once
 	closeOnce sync.Once
 }
@@ -177,27 +146,16 @@ type Gateway struct {
 // Nothing is started until Start.
 func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g := &Gateway{
-		cfg:        cfg,
-		draining:   make(chan struct{}),
-		firstStart: make(chan struct{}),
-		proxies:    proxies(cfg.TrustedProxyPrefixes()),
-		addrs:      newAddrLimiter(cfg.MaxConnectionsPerAddress),
-		rebuilt:    make(chan struct{}),
-	}
-	if opts != nil {
-		g.opts = *opts
-	}
-	if g.opts.Logger == nil {
-		g.opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if g.opts.Version == "" {
-		g.opts.Version = "dev"
-	}
-	if g.opts.Now == nil {
-		g.opts.Now = time.Now
+		cfg:          cfg,
+		opts:         withDefaults(cfg, opts),
+		catalogState: catalogState{firstStart: make(chan struct{}), rebuilt: make(chan struct{}), firstListWait: cfg.FirstListWait},
+		draining:     make(chan struct{}),
+		proxies:      proxies(cfg.TrustedProxyPrefixes()),
+		addrs:        newAddrLimiter(cfg.MaxConnectionsPerAddress),
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
+	g.streamable = &streamableServer{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
 	g.store, g.closeStore = g.opts.Store, func() error { return nil }
@@ -208,106 +166,138 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	if g.opts.ExpiryInterval <= 0 {
-		g.opts.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
-		if cfg.SessionEvictIdle > 0 {
-			g.opts.ExpiryInterval = min(g.opts.ExpiryInterval, cfg.SessionEvictIdle/4)
-		}
-		if g.opts.ExpiryInterval <= 0 {
-			g.opts.ExpiryInterval = time.Minute
-		}
-	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
 	var err error
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
 	lr, _ := g.store.(limitRedis)
 	if g.gate, err = newGate(cfg, lr, g.opts.Now, g.logger); err != nil {
-		g.cancel()
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
 		// Replicas share what a person approved, as they share the calls held for one.
-		g.gate.approvals.shared = hold.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
+		g.gate.approvals.Shared = approval.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
-		g.cancel()
-		_ = g.closeStore()
+		g.abandon()
 		return nil, err
 	}
 	g.checks = g.buildChain()
 	g.events = events
-	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
-	if rs, ok := g.store.(*session.RedisStore); ok {
-		// Replicas share the sessions: what is live of them travels on the bus.
-		hubOpts.Tag = newReplicaName()
-		lease := cfg.SessionStore.ReplicaLease
-		if lease <= 0 {
-			lease = config.DefaultReplicaLease
-		}
-		g.replicas = newReplicas(g, nil)
-		g.replicas.lease = lease
-		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
-		hubOpts.Producing = g.replicas.producing
-		// A message for a standalone stream another replica produces is kept until that
-		// replica is known to run or to have stopped (its lease, and a renewal to notice).
-		hubOpts.Hold = 2 * lease
-	}
-	g.hub = hub.New(g.ctx, hubOpts)
+	g.hub = hub.New(g.ctx, liveOptions(g, events))
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
-
-	enabled := cfg.EnabledUpstreams()
-	specs := make([]catalog.Namespace, len(enabled))
-	for i, u := range enabled {
-		shaping, err := shapingOf(&u)
-		if err != nil {
-			g.abandon()
-			return nil, err
-		}
-		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
-	}
-	profiles, err := profilesOf(cfg.Profiles)
+	profiles, err := addUpstreams(g)
 	if err != nil {
 		g.abandon()
 		return nil, err
 	}
-	namespaces := catalog.Namespaces(specs, g.logger)
+	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
+		return g.catalogOf(profile).Serves(ns)
+	}}
+	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
+	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
+	sources := make([]catalog.Source, len(g.upstreams))
+	for i, ue := range g.upstreams {
+		sources[i] = ue
+	}
+	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
+	g.builder.SetProfiles(profiles)
+	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
+		g.abandon()
+		return nil, err
+	}
+	if g.pinning != nil {
+		g.builder.SetWithhold(g.pinning.withheld)
+		g.observe = func() { g.pinning.observe(g.ctx, g.upstreams) }
+	}
+	g.log, g.changed = g.logger, func(prev, next *catalog.Snapshot) { tellListsChanged(g, prev, next) }
+	if cfg.Admin.Enabled() {
+		g.held = newHeldCalls(g)
+	}
+	if g.gate != nil {
+		g.gate.approvals.ask, g.gate.approvals.held, g.gate.approvals.replicated = g.router.askOn, g.held, g.replicas != nil
+	}
+	g.snapshot.Store(g.builder.Build())
+	return g, nil
+}
+
+// withDefaults returns opts (none: nil) with the defaults of what is not set.
+func withDefaults(cfg *config.Config, opts *Options) Options {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ExpiryInterval <= 0 {
+		o.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
+		if cfg.SessionEvictIdle > 0 {
+			o.ExpiryInterval = min(o.ExpiryInterval, cfg.SessionEvictIdle/4)
+		}
+		if o.ExpiryInterval <= 0 {
+			o.ExpiryInterval = time.Minute
+		}
+	}
+	return o
+}
+
+// liveOptions are the hub's options; with sessions shared by replicas (a Redis store) they
+// set up g.replicas, which carries what is live of them between replicas.
+func liveOptions(g *Gateway, events hub.EventLog) *hub.Options {
+	cfg := g.cfg
+	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
+	if rs, ok := g.store.(*session.RedisStore); ok {
+		// Replicas share the sessions: what is live of them travels on the bus.
+		hubOpts.Tag = replica.NewName()
+		lease := cfg.SessionStore.ReplicaLease
+		if lease <= 0 {
+			lease = config.DefaultReplicaLease
+		}
+		r := replica.New(replicaHost{g}, &replica.Options{Store: g.store, Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker})
+		r.Attach(rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+		hubOpts.Producing = r.Producing
+		g.replicas = r
+		// A message for a standalone stream another replica produces is kept until that
+		// replica is known to run or to have stopped (its lease, and a renewal to notice).
+		hubOpts.Hold = 2 * lease
+	}
+	return hubOpts
+}
+
+// addUpstreams makes the client of each enabled upstream, in config order, with its
+// namespace in the catalog and, when isolated, its pool of connections; it returns the
+// catalog's profiles.
+func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
+	enabled := g.cfg.EnabledUpstreams()
+	specs := make([]catalog.Namespace, len(enabled))
 	for i, u := range enabled {
-		command, err := g.commandOf(&u)
+		shaping, err := shapingOf(&u)
 		if err != nil {
-			g.abandon()
 			return nil, err
 		}
-		var base upstream.Options
-		if g.opts.UpstreamOptions != nil {
-			base = *g.opts.UpstreamOptions
+		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
+	}
+	profiles, err := profilesOf(g.cfg.Profiles)
+	if err != nil {
+		return nil, err
+	}
+	namespaces := catalog.Namespaces(specs, g.logger)
+	for i, u := range enabled {
+		command, err := commandOf(&u, g.opts.Executable)
+		if err != nil {
+			return nil, err
 		}
-		// Each upstream client limits its own warnings: the gateway's limiter, per message
-		// across all upstreams, would let one upstream's warning hide another's.
-		base.Logger = g.opts.Logger
-		base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
-		base.OnChange = func(c *upstream.Client) {
-			g.rebuild()
-			g.firstStartSettled()
-			if c.State() == upstream.StateReady {
-				g.noteAllReady()
-				g.resyncLogLevels()
-				if ready := g.connOf(c); ready != nil {
-					g.subs.renew(ready)
-				}
-			}
-		}
-		if g.replicas != nil {
-			base.OnListChanged = func(c *upstream.Client) { g.replicas.listChanged(c.Name()) }
-		}
-		base.OnRequest = g.onUpstreamRequest
-		base.OnNotification = g.onUpstreamNotification
-		// One first start for the upstream, which its isolated connections share: theirs are
-		// later starts of the same command.
-		base.FirstStart = &upstream.FirstStart{}
+		base := upstreamOptions(g)
 		creds := g.upstreamCredentials(&u, base.HTTPClient)
 		if creds.shared != nil {
 			base.HTTPClient = creds.shared
@@ -341,29 +331,40 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.conns.Store(upstreamClient(client), ue.shared)
 		g.upstreams = append(g.upstreams, ue)
 	}
-	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
-		return g.catalogOf(profile).Serves(ns)
-	}}
-	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
-	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
-	sources := make([]catalog.Source, len(g.upstreams))
-	for i, ue := range g.upstreams {
-		sources[i] = ue
+	return profiles, nil
+}
+
+// upstreamOptions are the base options of an upstream's client: the gateway's callbacks for
+// what it reports, over Options.UpstreamOptions.
+func upstreamOptions(g *Gateway) upstream.Options {
+	var base upstream.Options
+	if g.opts.UpstreamOptions != nil {
+		base = *g.opts.UpstreamOptions
 	}
-	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
-	g.builder.SetProfiles(profiles)
-	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
-		g.abandon()
-		return nil, err
+	// Each upstream client limits its own warnings: the gateway's limiter, per message
+	// across all upstreams, would let one upstream's warning hide another's.
+	base.Logger = g.opts.Logger
+	base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
+	base.OnChange = func(c *upstream.Client) {
+		g.rebuild()
+		g.firstStartSettled()
+		if c.State() == upstream.StateReady {
+			g.noteAllReady()
+			g.resyncLogLevels()
+			if ready := g.connOf(c); ready != nil {
+				g.subs.renew(ready)
+			}
+		}
 	}
-	if g.pinning != nil {
-		g.builder.SetWithhold(g.pinning.withheld)
+	if g.replicas != nil {
+		base.OnListChanged = func(c *upstream.Client) { g.replicas.ListChanged(c.Name()) }
 	}
-	if cfg.Admin.Enabled() {
-		g.held = newHeldCalls(g)
-	}
-	g.snapshot.Store(g.builder.Build())
-	return g, nil
+	base.OnRequest = g.onUpstreamRequest
+	base.OnNotification = g.onUpstreamNotification
+	// One first start for the upstream, which its isolated connections share: theirs are
+	// later starts of the same command.
+	base.FirstStart = &upstream.FirstStart{}
+	return base
 }
 
 // abandon undoes what New started before it failed: the plugins, the store.
@@ -373,39 +374,6 @@ func (g *Gateway) abandon() {
 		_ = g.plugins.Close()
 	}
 	_ = g.closeStore()
-}
-
-// onUpstreamRequest hands a request from an upstream to the router.
-func (g *Gateway) onUpstreamRequest(ctx context.Context, client *upstream.Client, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
-	c := g.connOf(client)
-	if c == nil {
-		return nil, protocol.Errorf(protocol.CodeInternalError, "unknown upstream")
-	}
-	return g.router.onRequest(ctx, c, req, origin)
-}
-
-// onUpstreamNotification hands a notification from an upstream to what it concerns: a call's
-// progress, a cancel or an elicitation's completion to the router, a log message, a task's
-// status and a resource update to their per-session semantics.
-func (g *Gateway) onUpstreamNotification(client *upstream.Client, n *protocol.Notification, origin upstream.Origin) {
-	c := g.connOf(client)
-	if c == nil {
-		return
-	}
-	switch n.Method {
-	case protocol.NotificationProgress:
-		g.router.onProgress(c, n)
-	case protocol.NotificationCancelled:
-		g.router.onCancelled(c, n)
-	case protocol.NotificationElicitationComplete:
-		g.router.onElicitationComplete(c, n, origin)
-	case protocol.NotificationMessage:
-		g.logs.deliver(c, n, origin)
-	case notificationStatus:
-		g.tasks.deliverStatus(c, n)
-	case protocol.NotificationResourceUpdated:
-		g.subs.deliverUpdated(c, n)
-	}
 }
 
 // liveHub is what the gateway needs of the hub, the live side of sessions (design.md, "Request
@@ -457,7 +425,7 @@ func (g *Gateway) Start() {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
-				g.replicas.run(g.ctx)
+				g.replicas.Run(g.ctx)
 			}()
 		}
 		if w, ok := g.store.(endedWatcher); ok {
@@ -558,142 +526,6 @@ func (g *Gateway) Close() error {
 // connected.
 const closeRequestsWait = 2 * time.Second
 
-// awaitFirstStart holds a list request, at most first_list_wait, while an upstream is still
-// making its first attempt to start: a client that connects right after the gateway started
-// sees its items in its first list, even if it ignores list_changed.
-//
-// It waits for firstStart, which closes only after the catalog was merged with the last of
-// those first attempts (OnChange), never on the upstreams' states alone: an upstream is ready
-// a moment before its items are in the catalog.
-func (g *Gateway) awaitFirstStart(ctx context.Context) {
-	select {
-	case <-g.firstStart:
-		return
-	default:
-	}
-	if len(g.upstreams) == 0 || g.cfg.FirstListWait <= 0 {
-		return
-	}
-	if g.beforeFirstListWait != nil {
-		g.beforeFirstListWait()
-	}
-	t := time.NewTimer(g.cfg.FirstListWait)
-	defer t.Stop()
-	select {
-	case <-g.firstStart:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// firstStartSettled reports whether every upstream has made its first attempt to start (it is
-// ready, or down); the first time it is, firstStart closes.
-func (g *Gateway) firstStartSettled() bool {
-	select {
-	case <-g.firstStart:
-		return true
-	default:
-	}
-	for _, u := range g.upstreams {
-		if u.shared.client.State() == upstream.StateStarting {
-			return false
-		}
-	}
-	g.firstStartOnce.Do(func() { close(g.firstStart) })
-	return true
-}
-
-// noteAllReady logs, once, when every upstream has become ready since Start.
-func (g *Gateway) noteAllReady() {
-	for _, u := range g.upstreams {
-		if u.shared.client.State() != upstream.StateReady {
-			return
-		}
-	}
-	if g.allReady.CompareAndSwap(false, true) {
-		took := ""
-		if at, ok := g.startedAt.Load().(time.Time); ok {
-			took = time.Since(at).Round(time.Millisecond).String()
-		}
-		g.logger.Info("all upstreams ready", "upstreams", len(g.upstreams), "took", took)
-	}
-}
-
-// rebuild merges the catalog anew and tells every client whose lists changed: the clients of
-// /mcp when the whole catalog's did, those of a profile when the profile's did.
-func (g *Gateway) rebuild() {
-	if g.beforeRebuild != nil {
-		g.beforeRebuild()
-	}
-	g.rebuildMu.Lock()
-	defer g.rebuildMu.Unlock()
-	if g.pinning != nil {
-		g.pinning.observe(g.ctx, g.upstreams)
-	}
-	next := g.builder.Build()
-	prev := g.snapshot.Swap(next)
-	g.rebuiltMu.Lock()
-	close(g.rebuilt) // the calls waiting for a merge look again
-	g.rebuilt = make(chan struct{})
-	g.rebuiltMu.Unlock()
-	changed := map[string][]string{}
-	if c := listsChanged(prev, next); len(c) > 0 {
-		changed[""] = c
-	}
-	for _, p := range g.cfg.Profiles {
-		if c := listsChanged(prev.Profile(p.Name), next.Profile(p.Name)); len(c) > 0 {
-			changed[p.Name] = c
-		}
-	}
-	if len(changed) == 0 {
-		return
-	}
-	ids := map[string][]string{} // profile → its sessions live here
-	// A session whose view the policy cuts hears only of changes to what it sees.
-	byMethod := map[string][]string{} // method → sessions told of it by their own view
-	memo := map[string][]string{}
-	for _, s := range g.hub.Sessions() {
-		if _, ok := changed[s.Group()]; !ok {
-			continue
-		}
-		if own, ok := g.gate.changedFor(s.ID(), profileOf(prev, s.Group()), profileOf(next, s.Group()), memo); ok {
-			for _, method := range own {
-				byMethod[method] = append(byMethod[method], s.ID())
-			}
-			continue
-		}
-		ids[s.Group()] = append(ids[s.Group()], s.ID())
-	}
-	for profile, methods := range changed {
-		if len(ids[profile]) == 0 {
-			continue // no sessions: notifySessions would take that for all of them
-		}
-		for _, method := range methods {
-			g.router.notifySessions(&protocol.Notification{Method: method}, ids[profile]...)
-		}
-	}
-	for method, sessions := range byMethod {
-		g.router.notifySessions(&protocol.Notification{Method: method}, sessions...)
-	}
-}
-
-// listsChanged returns the list_changed notifications that tell a client of prev that its
-// lists are now next's.
-func listsChanged(prev, next *catalog.Snapshot) []string {
-	var changed []string
-	if prev.Version(upstream.Tools) != next.Version(upstream.Tools) {
-		changed = append(changed, protocol.NotificationToolsChanged)
-	}
-	if prev.Version(upstream.Resources) != next.Version(upstream.Resources) ||
-		prev.Version(upstream.ResourceTemplates) != next.Version(upstream.ResourceTemplates) {
-		changed = append(changed, protocol.NotificationResourcesChanged)
-	}
-	if prev.Version(upstream.Prompts) != next.Version(upstream.Prompts) {
-		changed = append(changed, protocol.NotificationPromptsChanged)
-	}
-	return changed
-}
-
 // expireSessions ends sessions idle for longer than the idle timeout, so that a client that
 // never sends DELETE does not hold a slot forever. A session with an open standalone stream is
 // in use and does not expire.
@@ -713,7 +545,7 @@ func (g *Gateway) expireSessions() {
 		for _, s := range g.hub.Sessions() {
 			switch {
 			case s.Busy():
-				g.touch(g.ctx, s.ID())
+				g.streamable.touch(g.ctx, s.ID())
 			case s.Listening():
 				if err := g.store.Keep(g.ctx, s.ID()); err != nil {
 					g.logger.Warn("marking a session in use failed", "session", fingerprint(s.ID()), "error", err.Error())
@@ -741,8 +573,8 @@ func (g *Gateway) expireSessions() {
 		g.sweepPins()
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
 		if g.replicas != nil {
-			g.replicas.sweepTakenOver(g.ctx)
-			g.replicas.sweepFollowed()
+			g.replicas.SweepTakenOver(g.ctx)
+			g.replicas.SweepFollowed()
 			if g.held != nil {
 				g.held.sweepFollowed(g.ctx)
 			}
@@ -750,17 +582,12 @@ func (g *Gateway) expireSessions() {
 	}
 }
 
-// nextRequestID returns an id for one HTTP request, for logs.
-func (g *Gateway) nextRequestID() string {
-	return "r" + strconv.FormatUint(g.requestSeq.Add(1), 36)
-}
-
 // endLocal ends this process's part of a session: its streams close, its calls are
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
 	if g.replicas != nil {
-		g.replicas.ended(id)
+		g.replicas.Ended(id)
 	}
 	for _, u := range g.upstreams {
 		if u.pool != nil {
@@ -769,22 +596,6 @@ func (g *Gateway) endLocal(id string) {
 	}
 	g.subs.drop(id)
 	g.gate.forgetView(id)
-}
-
-// goWorker runs f on a goroutine the gateway owns: Close waits for it. Once Close has begun it
-// refuses (false), so that no goroutine joins the group while Close waits for it.
-func (g *Gateway) goWorker(f func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closing {
-		return false
-	}
-	g.workers.Add(1)
-	go func() {
-		defer g.workers.Done()
-		f()
-	}()
-	return true
 }
 
 // resyncLogLevels sets the log levels of upstreams in the background, after one (re)connected.

@@ -10,7 +10,7 @@ import (
 )
 
 // serveHealthz answers liveness probes: the process is up and serving HTTP.
-func (g *Gateway) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+func (g *streamableServer) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
@@ -52,7 +52,7 @@ type upstreamHealth struct {
 // gateway serves. Each upstream's state is reported, but one that is down does not make the
 // gateway unready — its other upstreams still serve. A draining gateway is unready, and so is
 // one whose shared session store (Redis) does not answer.
-func (g *Gateway) serveReadyz(w http.ResponseWriter, r *http.Request) {
+func (g *streamableServer) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	body := readiness{Status: "ready", Upstreams: map[string]upstreamHealth{}}
 	for name, st := range g.UpstreamStatuses() {
 		body.Upstreams[name] = upstreamHealth{State: st.State, Since: st.Since, Reason: st.Reason, ExitCode: st.ExitCode}

@@ -130,7 +130,7 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 	p.mu.Unlock()
 	if firstUse && p.g.replicas != nil {
 		// The other replicas send the session's calls to this upstream here from now on.
-		p.g.replicas.recordConnection(ctx, sessionID, p.upstream.ns.Name, true)
+		p.g.replicas.RecordConnection(ctx, sessionID, p.upstream.ns.Name, true)
 	}
 
 	// A connection starting while the upstream's first start runs may take its longer bound.
@@ -233,7 +233,7 @@ func (p *connPool) unrecord(sessionIDs []string) {
 	unrecordIt := func() {
 		for _, id := range sessionIDs {
 			ctx, cancel := context.WithTimeout(context.Background(), subscriptionCallTimeout)
-			p.g.replicas.recordConnection(ctx, id, p.upstream.ns.Name, false)
+			p.g.replicas.RecordConnection(ctx, id, p.upstream.ns.Name, false)
 			cancel()
 		}
 	}

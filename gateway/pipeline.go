@@ -284,13 +284,6 @@ func (g *Gateway) awaitMerge(ctx context.Context, rq *request, kind pipeline.Kin
 	}
 }
 
-// rebuiltSignal returns a channel closed once the next catalog rebuild's snapshot is in place.
-func (g *Gateway) rebuiltSignal() <-chan struct{} {
-	g.rebuiltMu.Lock()
-	defer g.rebuiltMu.Unlock()
-	return g.rebuilt
-}
-
 // unknownName refuses a tool or prompt name not in the catalog.
 func unknownName(kind pipeline.Kind, what, name string) error {
 	reason := pipeline.ReasonUnknownTool
@@ -583,8 +576,8 @@ func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, metho
 	rq.sent.Store(true)
 	if u.pool != nil && g.replicas != nil {
 		// The session's own connection lives on one replica: the call runs there.
-		if holder := g.replicas.holderOf(rq, u); holder != "" {
-			if result, err, forwarded := g.replicas.forwardCall(ctx, rq, u, holder, method, params); forwarded {
+		if holder := holderOf(g.replicas, rq, u); holder != "" {
+			if result, err, forwarded := forwardCall(ctx, g.replicas, rq, u, holder, method, params); forwarded {
 				return result, err
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
@@ -60,8 +61,8 @@ func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, 
 		now = time.Now
 	}
 	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{},
-		approvals: &approvals{timeout: p.Approval.Timeout, remember: p.Approval.Remember, anyArguments: p.Approval.RememberAnyArguments,
-			byOperator: p.Approval.By == config.ApprovalByOperator, now: now, granted: map[string]time.Time{}, logger: logger}}
+		approvals: &approvals{timeout: p.Approval.Timeout, byOperator: p.Approval.By == config.ApprovalByOperator, now: now,
+			Remembered: &approval.Remembered{TTL: p.Approval.Remember, AnyArguments: p.Approval.RememberAnyArguments, Now: now, Logger: logger}}}
 	var err error
 	if g.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {
 		return nil, fmt.Errorf("policy (%s:%d): %w", p.File, p.Line, err)

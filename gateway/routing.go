@@ -38,7 +38,7 @@ type messageRouter struct {
 	// progressSeq numbers the progress tokens the gateway gives upstreams.
 	progressSeq atomic.Uint64
 	// replicas carries messages for streams other replicas hold; nil for one replica.
-	replicas *replicas
+	replicas crossReplica
 }
 
 // sessionLive reports whether a session is live here.
@@ -64,7 +64,7 @@ func (rt *messageRouter) notifySessions(n *protocol.Notification, ids ...string)
 			// A session known here by its digest only (subscriptions taken over from a
 			// stopped replica): its stream is elsewhere.
 			if rt.replicas != nil {
-				rt.replicas.deliverElsewhere(digest, "", data)
+				rt.replicas.DeliverElsewhere(digest, "", data)
 			}
 			continue
 		}
@@ -137,7 +137,7 @@ func (rt *messageRouter) deliver(sessionID, streamID string, data []byte) error 
 	err := rt.deliverHere(sessionID, streamID, data)
 	if errors.Is(err, hub.ErrNoStream) && rt.replicas != nil && (streamID == "" || hub.Producer(streamID) != rt.hub.Tag()) {
 		// The standalone stream, or the stream of a call forwarded here, is held elsewhere.
-		rt.replicas.deliverElsewhere(session.Digest(sessionID), streamID, data)
+		rt.replicas.DeliverElsewhere(session.Digest(sessionID), streamID, data)
 		return nil
 	}
 	return err

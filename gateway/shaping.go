@@ -73,11 +73,6 @@ func profilesOf(profiles []config.Profile) ([]*catalog.Profile, error) {
 // noProfile is the catalog of a profile that does not exist: empty.
 var noProfile = catalog.NewBuilder(nil, "", nil).Build()
 
-// catalogOf returns the catalog a client of profile sees now: the whole one for "".
-func (g *Gateway) catalogOf(profile string) *catalog.Snapshot {
-	return profileOf(g.snapshot.Load(), profile)
-}
-
 // profileOf returns snap's catalog of profile: snap itself for "".
 func profileOf(snap *catalog.Snapshot, profile string) *catalog.Snapshot {
 	if profile == "" {

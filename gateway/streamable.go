@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/audit"
@@ -42,23 +44,36 @@ var serverCapabilitiesWithTasks = json.RawMessage(`{"completions":{},"logging":{
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	loopback := isLoopbackListen(g.cfg.Listen)
-	mcp := g.authenticate(http.HandlerFunc(g.serveMCP))
+	s := g.streamable
+	mcp := s.authenticate(http.HandlerFunc(s.serveMCP))
 	mux.Handle("/mcp", checkOrigin(g.cfg.AllowedOrigins, loopback, mcp))
 	// Each profile is a virtual endpoint of its own: its sessions live there only.
 	mux.Handle("/mcp/{profile}", checkOrigin(g.cfg.AllowedOrigins, loopback, mcp))
 	// Where clients learn how to get a token (RFC 9728), when authentication is on. Browser
 	// clients read it cross-origin: it carries no secret.
-	g.serveMetadata(mux)
+	s.serveMetadata(mux)
 	// The probes carry no Origin check (orchestrators send none), but on a loopback listener
 	// the same Host check as /mcp: a web page using DNS rebinding must not read them. Beyond
 	// loopback any Host is answered (Kubernetes probes send the pod's address).
-	mux.Handle("GET /healthz", checkHost(loopback, http.HandlerFunc(g.serveHealthz)))
-	mux.Handle("GET /readyz", checkHost(loopback, http.HandlerFunc(g.serveReadyz)))
-	return g.withClientAddr(mux)
+	mux.Handle("GET /healthz", checkHost(loopback, http.HandlerFunc(s.serveHealthz)))
+	mux.Handle("GET /readyz", checkHost(loopback, http.HandlerFunc(s.serveReadyz)))
+	return s.withClientAddr(mux)
+}
+
+// streamableServer is the gateway's HTTP face: the Streamable HTTP endpoint (2025-11-25
+// transport) and what sits in front of it (client addresses, authentication, the probes). It
+// turns each client request into a request value for the gateway's pipeline, and shares the
+// gateway's sessions, hub and lifetime.
+type streamableServer struct {
+	*Gateway
+	// callsInFlight counts the client requests being served, for max_calls.
+	callsInFlight atomic.Int64
+	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
+	requestSeq atomic.Uint64
 }
 
 // serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).
-func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
+func (g *streamableServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 	requestID := g.nextRequestID()
 	defer func() {
 		if p := recover(); p != nil {
@@ -89,7 +104,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID string) {
+func (g *streamableServer) servePOST(w http.ResponseWriter, r *http.Request, requestID string) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeHTTPError(w, http.StatusUnsupportedMediaType, nil, protocol.Errorf(protocol.CodeRequestRejected,
 			"Content-Type must be application/json"))
@@ -199,15 +214,20 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	}
 }
 
+// nextRequestID returns an id for one HTTP request, for logs.
+func (g *streamableServer) nextRequestID() string {
+	return "r" + strconv.FormatUint(g.requestSeq.Add(1), 36)
+}
+
 // takeAnswer delivers a client's answer to a request the gateway sent it for an upstream: by
 // its id, which names this process, to the session's request waiting here; the request's own
 // end removes its record from the store.
-func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
+func (g *streamableServer) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.Response) {
 	if ls.Answer(m) {
 		return
 	}
 	// Sent by another replica (its name begins the id): the answer goes there.
-	if g.replicas != nil && g.replicas.answerElsewhere(ctx, ls.ID(), m) {
+	if g.replicas != nil && g.replicas.AnswerElsewhere(ctx, ls.ID(), m) {
 		return
 	}
 	g.logger.Debug("a client answered a request that is no longer pending", "session", fingerprint(ls.ID()), "id", m.ID.String())
@@ -215,7 +235,7 @@ func (g *Gateway) takeAnswer(ctx context.Context, ls *hub.Session, m *protocol.R
 
 // attachAnswer makes the POST's connection the writer of the stream of its answer; when it
 // fails (the session ended meanwhile) it has written the error.
-func (g *Gateway) attachAnswer(w http.ResponseWriter, id *protocol.ID, st *hub.Stream, rec *session.Record) (*streamWriter, bool) {
+func (g *streamableServer) attachAnswer(w http.ResponseWriter, id *protocol.ID, st *hub.Stream, rec *session.Record) (*streamWriter, bool) {
 	c, err := st.Attach(0)
 	if err != nil {
 		writeLocalSessionError(w, id, hub.ErrSessionEnded)
@@ -230,7 +250,7 @@ func resumable(version string) bool { return !olderThan(version, protocol.Versio
 
 // switchAfter is how long a request of the session runs before its answer becomes a
 // resumable SSE stream (stream_after); 0 when it never switches on time alone.
-func (g *Gateway) switchAfter(rec *session.Record) time.Duration {
+func (g *streamableServer) switchAfter(rec *session.Record) time.Duration {
 	if !resumable(rec.ProtocolVersion) || g.cfg.StreamAfter <= 0 {
 		return 0
 	}
@@ -238,7 +258,7 @@ func (g *Gateway) switchAfter(rec *session.Record) time.Duration {
 }
 
 // touch marks a session used, which puts off its idle expiry.
-func (g *Gateway) touch(ctx context.Context, id string) {
+func (g *streamableServer) touch(ctx context.Context, id string) {
 	if err := g.store.Touch(ctx, id); err != nil {
 		g.storeWarn(ctx, "marking a session used failed", "session", fingerprint(id), "error", err.Error())
 	}
@@ -248,7 +268,7 @@ func (g *Gateway) touch(ctx context.Context, id string) {
 // notifications and responses are taken like single ones, and its requests are served
 // concurrently, their messages and responses all on one SSE stream. An entry that is not a
 // valid message gets an error response; a batch of only notifications and responses gets 202.
-func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte, requestID string) {
+func (g *streamableServer) serveBatch(w http.ResponseWriter, r *http.Request, body []byte, requestID string) {
 	rec, ok := g.sessionFor(w, r, nil)
 	if !ok {
 		return
@@ -326,7 +346,7 @@ func idOf(m protocol.Message) *protocol.ID {
 
 // sessionFor finds the session a request names and checks its protocol version header; when
 // it fails it has written the error.
-func (g *Gateway) sessionFor(w http.ResponseWriter, r *http.Request, id *protocol.ID) (*session.Record, bool) {
+func (g *streamableServer) sessionFor(w http.ResponseWriter, r *http.Request, id *protocol.ID) (*session.Record, bool) {
 	sid := r.Header.Get(headerSessionID)
 	if sid == "" {
 		writeHTTPError(w, http.StatusBadRequest, id, protocol.Errorf(protocol.CodeRequestRejected,
@@ -398,7 +418,7 @@ func writeUnsupportedModern(w http.ResponseWriter, req *protocol.Request, reques
 	})
 }
 
-func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
+func (g *streamableServer) initialize(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
 	if r.Header.Get(headerSessionID) != "" {
 		writeHTTPError(w, http.StatusBadRequest, &req.ID, protocol.Errorf(protocol.CodeInvalidRequest,
 			"initialize must not carry Mcp-Session-Id: a session is initialized once"))
@@ -475,7 +495,7 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, req *protoc
 	writeJSONResponse(w, rec.ID, &protocol.Response{ID: req.ID, Result: raw})
 }
 
-func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *hub.Session, n *protocol.Notification) {
+func (g *streamableServer) handleNotification(r *http.Request, rec *session.Record, ls *hub.Session, n *protocol.Notification) {
 	switch n.Method {
 	case protocol.NotificationInitialized:
 		if !rec.Initialized {
@@ -488,7 +508,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		// shared connection's roots are the config's, which did not change.
 		g.notifyOwnConnections(r.Context(), rec.ID, n)
 		if g.replicas != nil {
-			g.replicas.notifyHolders(r.Context(), rec, n)
+			notifyHolders(r.Context(), g.replicas, g.upstreams, rec, n)
 		}
 	case protocol.NotificationCancelled:
 		var p struct {
@@ -497,7 +517,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 		if json.Unmarshal(n.Params, &p) == nil && len(p.RequestID) > 0 {
 			if id, err := protocol.ParseID(p.RequestID); err == nil && !ls.CancelRequest(id) && g.replicas != nil {
 				// Not served here: the replica serving it stops it.
-				g.replicas.cancelElsewhere(r.Context(), rec.ID, id)
+				g.replicas.CancelElsewhere(r.Context(), rec.ID, id)
 			}
 		}
 	}
@@ -506,7 +526,7 @@ func (g *Gateway) handleNotification(r *http.Request, rec *session.Record, ls *h
 // startRequest begins serving a client request on a goroutine of its own, owned by the
 // session: the request lives as long as it does within its session, not as long as the HTTP
 // request that brought it (design decision 10). A batch's requests start so, side by side.
-func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) {
+func (g *streamableServer) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) {
 	job, err := g.admitRequest(out, rec, ls, req, requestID)
 	if errors.Is(err, hub.ErrClosing) {
 		_ = respond(out, &protocol.Response{ID: req.ID, Error: g.shuttingDownError()})
@@ -522,7 +542,7 @@ func (g *Gateway) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 // nil: a request past the caps on requests in flight, with an id already in flight, or of a
 // session that ended. A request refused because the gateway drains is not answered:
 // hub.ErrClosing, for the caller to answer (a single request gets 503, to go elsewhere).
-func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (*admittedRequest, error) {
+func (g *streamableServer) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (*admittedRequest, error) {
 	refuse := func(e *protocol.Error) {
 		// Through the mapper, for the audit record; the error passes as it is.
 		_, wireErr := g.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
@@ -556,7 +576,7 @@ func (g *Gateway) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Ses
 // admittedRequest is a client request admitted and counted in flight: serve it, then answer
 // it, once, on whichever goroutine serves it.
 type admittedRequest struct {
-	g *Gateway
+	g *streamableServer
 	// ctx is the request's own context, a child of its session's; cancel cancels it alone,
 	// done ends the request.
 	ctx       context.Context
@@ -608,7 +628,7 @@ func respond(st *hub.Stream, resp *protocol.Response) error {
 
 // serveSafely is serveRequest with a panic turned into an internal error for the client and
 // a log record, never a crash of the gateway.
-func (g *Gateway) serveSafely(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (resp *protocol.Response) {
+func (g *streamableServer) serveSafely(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (resp *protocol.Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			g.logger.Error("panic serving a request", "request_id", requestID, "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -621,7 +641,7 @@ func (g *Gateway) serveSafely(ctx context.Context, out *hub.Stream, rec *session
 // tooManyCalls answers a request past a cap on requests in flight, through the pipeline's
 // mapper: a tools/call gets a tool result the model can act on, any other method the gateway's
 // error (design decision 7).
-func (g *Gateway) tooManyCalls(out *hub.Stream, rec *session.Record, req *protocol.Request, requestID, scope string, limit int) {
+func (g *streamableServer) tooManyCalls(out *hub.Stream, rec *session.Record, req *protocol.Request, requestID, scope string, limit int) {
 	g.logger.Warn("request refused: too many requests in flight", "session", fingerprint(rec.ID), "scope", scope, "limit", limit, "method", req.Method)
 	msg := fmt.Sprintf("%s already has its maximum of %d requests in flight: wait for some to finish, then retry", scope, limit)
 	if req.Method == protocol.MethodCallTool {
@@ -634,7 +654,7 @@ func (g *Gateway) tooManyCalls(out *hub.Stream, rec *session.Record, req *protoc
 
 // requestValue is the pipeline's value of a request of a 2025 session: its client context
 // comes from the session's record.
-func (g *Gateway) requestValue(rec *session.Record, req *protocol.Request, requestID string) *pipeline.Request {
+func (g *streamableServer) requestValue(rec *session.Record, req *protocol.Request, requestID string) *pipeline.Request {
 	return &pipeline.Request{
 		ID:     req.ID,
 		Method: req.Method,
@@ -654,7 +674,7 @@ func (g *Gateway) requestValue(rec *session.Record, req *protocol.Request, reque
 
 // admitCall counts a client request in flight in the whole gateway; it refuses one past
 // max_calls (0: no cap).
-func (g *Gateway) admitCall() bool {
+func (g *streamableServer) admitCall() bool {
 	if n := g.callsInFlight.Add(1); g.cfg.MaxCalls > 0 && n > int64(g.cfg.MaxCalls) {
 		g.callsInFlight.Add(-1)
 		return false
@@ -662,12 +682,12 @@ func (g *Gateway) admitCall() bool {
 	return true
 }
 
-func (g *Gateway) releaseCall() { g.callsInFlight.Add(-1) }
+func (g *streamableServer) releaseCall() { g.callsInFlight.Add(-1) }
 
 // serveRequest serves one client request and returns its response; messages about it go to
 // its stream meanwhile. A request the client cancelled, or whose session ended, gets none (nil,
 // mcp-notes §8.2).
-func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *protocol.Response {
+func (g *streamableServer) serveRequest(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *protocol.Response {
 	rq := &request{Request: g.requestValue(rec, req, requestID), connections: rec.Connections}
 	rq.owner = &callOwner{sessionID: rec.ID, streamID: out.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
 	result, wireErr := g.serve(ctx, rq)
@@ -701,7 +721,7 @@ func (g *Gateway) serveRequest(ctx context.Context, out *hub.Stream, rec *sessio
 // list_changed notifications and what upstreams send outside calls. One connection per
 // session: a second gets 409. With Last-Event-ID (sessions of 2025-11-25 on) it resumes the
 // stream that id came from, a POST's or the standalone one, after that event (§4.5).
-func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
+func (g *streamableServer) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !accepts(r, "text/event-stream") {
 		writeHTTPError(w, http.StatusNotAcceptable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 			"Accept must list text/event-stream to open the stream"))
@@ -730,7 +750,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if g.replicas != nil {
 		// This replica holds a stream of the session from now on: messages raised for it
 		// elsewhere come here, and so do the events of a stream another replica produces.
-		if err := g.replicas.follow(r.Context(), rec.ID); err != nil {
+		if err := g.replicas.Follow(r.Context(), rec.ID); err != nil {
 			g.storeWarn(r.Context(), "following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
 			writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the session store is unavailable; retry shortly"))
@@ -741,12 +761,12 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 		st, c, err = ls.Resume(r.Context(), lastEventID)
 		if err == nil && g.replicas != nil && st == ls.Standalone() && hub.Producer(st.ID()) != g.hub.Tag() {
 			// Another replica's standalone stream, taken over here: it is produced here now.
-			g.replicas.openedStandalone(rec.ID, st.ID())
+			g.replicas.OpenedStandalone(rec.ID, st.ID())
 		}
 	} else {
 		st, c, err = ls.OpenStandalone()
 		if err == nil && g.replicas != nil {
-			g.replicas.openedStandalone(rec.ID, st.ID())
+			g.replicas.OpenedStandalone(rec.ID, st.ID())
 		}
 	}
 	switch {
@@ -799,7 +819,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 
 // serveDELETE ends a session (mcp-notes §4.6): its calls are cancelled, its stream closes,
 // and its id answers 404 from then on.
-func (g *Gateway) serveDELETE(w http.ResponseWriter, r *http.Request) {
+func (g *streamableServer) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	rec, ok := g.sessionFor(w, r, nil)
 	if !ok {
 		return
@@ -845,7 +865,7 @@ func writeJSONResponse(w http.ResponseWriter, sessionID string, resp *protocol.R
 // writeHTTPError answers with an HTTP error status and a JSON-RPC error body; id is the
 // request's id when known (the 2025-11-25 schema omits it otherwise).
 // isDraining reports whether Drain has begun.
-func (g *Gateway) isDraining() bool {
+func (g *streamableServer) isDraining() bool {
 	select {
 	case <-g.draining:
 		return true
@@ -856,7 +876,7 @@ func (g *Gateway) isDraining() bool {
 
 // shuttingDownError is the answer to a request that arrives while the gateway drains. With
 // sessions shared by replicas the session goes on elsewhere; otherwise it ends with this one.
-func (g *Gateway) shuttingDownError() *protocol.Error {
+func (g *streamableServer) shuttingDownError() *protocol.Error {
 	if g.replicas != nil {
 		return protocol.Errorf(protocol.CodeShuttingDown, "this gateway replica is shutting down: send the request again; another replica serves the session")
 	}
@@ -865,7 +885,7 @@ func (g *Gateway) shuttingDownError() *protocol.Error {
 
 // writeShuttingDown refuses a request that arrives while the gateway drains: 503, and the
 // connection closes so that the client's next one goes elsewhere.
-func (g *Gateway) writeShuttingDown(w http.ResponseWriter, id protocol.ID) {
+func (g *streamableServer) writeShuttingDown(w http.ResponseWriter, id protocol.ID) {
 	w.Header().Set("Connection", "close")
 	w.Header().Set("Retry-After", "1")
 	writeHTTPError(w, http.StatusServiceUnavailable, &id, g.shuttingDownError())

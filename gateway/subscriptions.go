@@ -13,6 +13,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -39,7 +40,7 @@ type subscriptions struct {
 	// that a waiter never holds an entry the table has replaced. Guarded by mu.
 	entries map[subKey]*subEntry
 	// stamps order, across replicas, the subscribes and unsubscribes of a session to a URI:
-	// the latest holds it, whichever replica got it (replicas.subscribed). Guarded by mu.
+	// the latest holds it, whichever replica got it (replica.Replicas.Subscribed). Guarded by mu.
 	stamps map[subStamp]uint64
 }
 
@@ -119,8 +120,8 @@ func (s *subscriptions) subscribe(ctx context.Context, rq *request, res *resolve
 	}
 	if r := s.router.replicas; r != nil && res.upstream.pool != nil {
 		// The session's own connection is on another replica: the subscription is made there.
-		if holder := r.holderOf(rq, res.upstream); holder != "" {
-			result, err, forwarded := r.forward(ctx, rq, res.upstream, holder, forwardedCall{Method: rq.Method, Params: res.params, Exposed: res.target.Exposed, Original: res.target.Original})
+		if holder := holderOf(r, rq, res.upstream); holder != "" {
+			result, err, forwarded := forward(ctx, r, rq, res.upstream, holder, replica.Call{Method: rq.Method, Params: res.params, Exposed: res.target.Exposed, Original: res.target.Original})
 			if forwarded {
 				return result, err
 			}
@@ -167,7 +168,7 @@ func (s *subscriptions) subscribeHere(ctx context.Context, rq *request, res *res
 	if r := s.router.replicas; r != nil {
 		// Stamped before the upstream hears of it: a replica that got an earlier one drops
 		// its own when it hears of this one, and this one outlives an earlier one's news.
-		seq = r.sequence(ctx)
+		seq = r.Sequence(ctx)
 		s.setStamp(subStamp{sessionID, u.ns.Name, original}, seq)
 	}
 	key := subKey{c, original}
@@ -214,7 +215,7 @@ func (s *subscriptions) subscribeHere(ctx context.Context, rq *request, res *res
 	s.mu.Unlock()
 	s.record(ctx, sessionID, res.target.Exposed, on)
 	if r := s.router.replicas; r != nil {
-		r.subscribed(ctx, session.Digest(sessionID), u.ns.Name, original, on, seq)
+		r.Subscribed(ctx, session.Digest(sessionID), u.ns.Name, original, on, seq)
 	}
 	return json.RawMessage(`{}`), nil
 }
@@ -264,19 +265,14 @@ func (s *subscriptions) dropElsewhere(digest, sessionID, upstreamName, uri strin
 // takeOver subscribes, on this replica's shared connection, a session known by its digest to
 // an exposed uri, for a replica that stopped; it reports whether it did. The other replicas
 // are told, so that one holds it.
-func (s *subscriptions) takeOver(ctx context.Context, digest, profile, exposedURI string) bool {
-	g := s.router.replicas.g
-	ns, original, ok := g.catalogOf(profile).ResolveURI(exposedURI)
-	if !ok {
-		return false
-	}
-	u := g.upstreamOf(ns)
+func (s *subscriptions) takeOver(ctx context.Context, digest string, u *upstreamEntry, original string) bool {
+	ns := u.ns
 	if u.pool != nil {
 		// The session's own connection went with the replica; a new one opens with the
 		// session's next call, without this subscription.
 		return false
 	}
-	seq := s.router.replicas.sequence(ctx)
+	seq := s.router.replicas.Sequence(ctx)
 	s.setStamp(subStamp{digestKey + digest, ns.Name, original}, seq)
 	key := subKey{u.shared, original}
 	e, err := s.acquire(ctx, key)
@@ -302,7 +298,7 @@ func (s *subscriptions) takeOver(ctx context.Context, digest, profile, exposedUR
 	e.sessions[digestKey+digest] = true
 	e.on = info
 	s.mu.Unlock()
-	s.router.replicas.subscribed(ctx, digest, ns.Name, original, true, seq)
+	s.router.replicas.Subscribed(ctx, digest, ns.Name, original, true, seq)
 	return true
 }
 

@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifold-mcp/manifold/internal/hold"
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -20,18 +21,35 @@ import (
 // that stopped: the check waits for its decision instead of holding the call anew.
 type takenOverKey struct{}
 
+// orphan ends the streams a stopped replica produced that clients resumed here, but those of
+// the calls it held: they never ran, and their streams stay open, for the replica that
+// claimed it (claimed: this one) to run them once decided and answer there. When the held
+// calls cannot be read, all its streams stay open until they can (sweepFollowed): a held
+// call's stream must not be told that its call may have run in part.
+func (h *heldCalls) orphan(replica string, claimed bool) {
+	if adopted, err := h.streamsHeldBy(h.g.ctx, replica); err != nil {
+		h.g.logger.Warn("reading the calls a stopped replica held failed: its streams read here stay open until they can be read", "replica", replica, "error", err.Error())
+		h.orphanLater(replica)
+	} else {
+		h.orphanFollowed(replica, adopted)
+	}
+	if claimed {
+		h.takeOverFrom(replica)
+	}
+}
+
 // streamsHeldBy returns the calls a stopped replica held, by their stream: their streams
 // stay open for the replica taking the calls over. The calls are found by their stream's
 // producer as well as by their holder, which the replica taking them over may have changed
 // already (and which may be the one that stopped, having taken them over itself).
-func (h *heldCalls) streamsHeldBy(ctx context.Context, replica string) (map[string]hold.Call, error) {
+func (h *heldCalls) streamsHeldBy(ctx context.Context, replica string) (map[string]approval.HeldCall, error) {
 	ctx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 	defer cancel()
-	calls, err := h.store.All(ctx)
+	calls, err := h.Store.All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the held calls: %w", err)
 	}
-	streams := map[string]hold.Call{}
+	streams := map[string]approval.HeldCall{}
 	for _, c := range calls {
 		if c.StreamID != "" && (hub.Producer(c.StreamID) == replica || c.Replica == replica) {
 			streams[c.StreamID] = c
@@ -42,17 +60,17 @@ func (h *heldCalls) streamsHeldBy(ctx context.Context, replica string) (map[stri
 
 // heldFor returns the held call whose stream is streamID, if one is held: that stream of a
 // stopped replica is finished by the replica taking the call over.
-func (h *heldCalls) heldFor(ctx context.Context, streamID string) (hold.Call, bool, error) {
-	calls, err := h.store.All(ctx)
+func (h *heldCalls) heldFor(ctx context.Context, streamID string) (approval.HeldCall, bool, error) {
+	calls, err := h.Store.All(ctx)
 	if err != nil {
-		return hold.Call{}, false, fmt.Errorf("reading the held calls: %w", err)
+		return approval.HeldCall{}, false, fmt.Errorf("reading the held calls: %w", err)
 	}
 	for _, c := range calls {
 		if c.StreamID == streamID {
 			return c, true, nil
 		}
 	}
-	return hold.Call{}, false, nil
+	return approval.HeldCall{}, false, nil
 }
 
 // takeOverFrom takes over the calls a stopped replica held: they never ran, so this replica
@@ -61,13 +79,13 @@ func (h *heldCalls) heldFor(ctx context.Context, streamID string) (hold.Call, bo
 // and may send it again. While the store is out of reach, reading them is tried again until
 // the time of the last that may still be held is past.
 func (h *heldCalls) takeOverFrom(replica string) {
-	var calls []hold.Call
-	until := h.g.opts.Now().Add(h.g.cfg.Policy.Approval.Timeout + hold.Grace)
+	var calls []approval.HeldCall
+	until := h.g.opts.Now().Add(h.g.cfg.Policy.Approval.Timeout + approval.Grace)
 	err := h.retry(h.g.ctx, until, func() error {
 		ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
 		defer cancel()
 		var err error
-		if calls, err = h.store.HeldBy(ctx, replica); err != nil {
+		if calls, err = h.Store.HeldBy(ctx, replica); err != nil {
 			return retryable{err}
 		}
 		return nil
@@ -86,18 +104,18 @@ func (h *heldCalls) takeOverFrom(replica string) {
 // the upstream asks the client mid-call, and the answer, go on it. Once the call is moved
 // here, its client gets an answer whatever fails: the call did not run (notRun), written to
 // its stream's log. While the store is out of reach, each step is tried again, until the
-// call's time to be decided is past (by hold.Grace); a replica where its client reads the
+// call's time to be decided is past (by approval.Grace); a replica where its client reads the
 // stream answers it after that if nothing did (sweepFollowed). A call whose stream another
 // replica took over is left to that one. When this replica shuts down first, the call stays
 // recorded as held here, for the replica that takes over from this one.
-func (h *heldCalls) takeOver(c hold.Call) {
+func (h *heldCalls) takeOver(c approval.HeldCall) {
 	g := h.g
 	ctx := g.ctx
-	until := c.Deadline.Add(hold.Grace)
-	var moved hold.Call
+	until := c.Deadline.Add(approval.Grace)
+	var moved approval.HeldCall
 	err := h.retry(ctx, until, func() error {
 		var err error
-		if moved, err = h.store.Move(ctx, c.ID, h.replica); err != nil && !errors.Is(err, hold.ErrNotFound) {
+		if moved, err = h.Store.Move(ctx, c.ID, h.Replica); err != nil && !errors.Is(err, approval.ErrNotFound) {
 			return retryable{err}
 		}
 		return err
@@ -112,7 +130,7 @@ func (h *heldCalls) takeOver(c hold.Call) {
 	keep := false
 	defer func() {
 		if !keep {
-			_ = h.store.Release(context.WithoutCancel(ctx), c.ID)
+			_ = h.Store.Release(context.WithoutCancel(ctx), c.ID)
 		}
 	}()
 	release := func(why string) {
@@ -185,7 +203,7 @@ func (h *heldCalls) takeOver(c hold.Call) {
 	}
 	defer ls.RequestDone()
 	g.logger.Info("took over a held call of a stopped replica", "approval", c.ID, "from", c.Replica, "upstream", c.Upstream, "tool", c.Original, "session", c.Session)
-	req := g.requestValue(rec, &protocol.Request{ID: clientID, Method: c.Method, Params: c.Params}, g.nextRequestID())
+	req := g.streamable.requestValue(rec, &protocol.Request{ID: clientID, Method: c.Method, Params: c.Params}, g.streamable.nextRequestID())
 	var caller session.Principal
 	if json.Unmarshal(c.Caller, &caller) == nil && caller.Same(rec.Principal) {
 		req.Client.Principal = caller
@@ -207,7 +225,7 @@ func (h *heldCalls) takeOver(c hold.Call) {
 // requests the log names get ErrProducerStopped), tried again while the log is out of reach,
 // until until. It reports whether it did; when it did not, the replicas where the call's
 // client reads its stream answer it once its time is past.
-func (h *heldCalls) abandon(ctx context.Context, until time.Time, c hold.Call, held *protocol.Response) bool {
+func (h *heldCalls) abandon(ctx context.Context, until time.Time, c approval.HeldCall, held *protocol.Response) bool {
 	err := h.retry(ctx, until, func() error {
 		actx, cancel := context.WithTimeout(ctx, pinStoreTimeout)
 		defer cancel()
@@ -226,7 +244,7 @@ func (h *heldCalls) abandon(ctx context.Context, until time.Time, c hold.Call, h
 
 // recordOr is rec, or when the session's record could not be read, what the held call
 // records of it: enough to answer and audit the call.
-func recordOr(rec *session.Record, c hold.Call) *session.Record {
+func recordOr(rec *session.Record, c approval.HeldCall) *session.Record {
 	if rec != nil {
 		return rec
 	}
@@ -238,7 +256,7 @@ func recordOr(rec *session.Record, c hold.Call) *session.Record {
 // followedHeld keeps, on a replica where their clients read them, the streams of calls held
 // on replicas that stopped: each stays open for the replica taking its call over, which
 // answers on it, and is answered here, that its call did not run, once the call's time is
-// past (hold.Grace after its deadline: the taker has given up by then) with no answer, so
+// past (approval.Grace after its deadline: the taker has given up by then) with no answer, so
 // that no client waits on one with no bound (heldCalls.sweepFollowed).
 type followedHeld struct {
 	mu sync.Mutex
@@ -255,7 +273,7 @@ type heldStream struct {
 	// producer is the stopped replica the copy here follows.
 	producer string
 	// call is the held call; "" ID while not known (the held calls could not be read).
-	call hold.Call
+	call approval.HeldCall
 	// since is when the stream was kept open (the gateway's clock).
 	since time.Time
 }
@@ -263,7 +281,7 @@ type heldStream struct {
 // keepOpen notes that stream streamID of session sessionID, which the stopped replica
 // producer produced, stays open here for held call c (zero while the held calls cannot be
 // read).
-func (h *heldCalls) keepOpen(sessionID, streamID, producer string, c hold.Call) {
+func (h *heldCalls) keepOpen(sessionID, streamID, producer string, c approval.HeldCall) {
 	f := &h.followed
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -287,7 +305,7 @@ func (h *heldCalls) orphanLater(replica string) {
 
 // orphanFollowed ends the streams the stopped replica produced that clients read here, but
 // those of the calls it held (held, by stream), which stay open.
-func (h *heldCalls) orphanFollowed(replica string, held map[string]hold.Call) {
+func (h *heldCalls) orphanFollowed(replica string, held map[string]approval.HeldCall) {
 	h.g.hub.Orphaned(replica, func(streamID string) bool {
 		_, ok := held[streamID]
 		return ok
@@ -344,7 +362,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 			f.streams[key] = e
 		}
 	}
-	var calls []hold.Call
+	var calls []approval.HeldCall
 	read := 0 // 1: calls read, -1: could not be
 	takeOver := map[string]bool{}
 	now := h.g.opts.Now()
@@ -357,7 +375,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		if !following || producer != e.producer {
 			// Ended, or followed from the replica that took it over; or not yet where it is
 			// looked for (a resume notes it before it holds it): forgotten after a while.
-			if now.Sub(e.since) >= followGrace {
+			if now.Sub(e.since) >= replica.FollowGrace {
 				update(e, true)
 			}
 			continue
@@ -365,14 +383,14 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		if e.call.ID == "" {
 			if read == 0 {
 				read = -1
-				if all, err := h.store.All(ctx); err == nil {
+				if all, err := h.Store.All(ctx); err == nil {
 					calls, read = all, 1
 				}
 			}
 			if read < 0 {
 				continue
 			}
-			i := slices.IndexFunc(calls, func(c hold.Call) bool { return c.StreamID == e.streamID })
+			i := slices.IndexFunc(calls, func(c approval.HeldCall) bool { return c.StreamID == e.streamID })
 			if i < 0 {
 				// No call is held for it: its producer's end ends it, as any other; the
 				// session's standalone stream is taken over here.
@@ -385,7 +403,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 			e.call = calls[i]
 			update(e, false)
 		}
-		if now.Before(e.call.Deadline.Add(hold.Grace)) {
+		if now.Before(e.call.Deadline.Add(approval.Grace)) {
 			continue
 		}
 		if h.settle(ctx, ls, e) {
@@ -393,7 +411,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 		}
 	}
 	for producer := range takeOver {
-		h.g.replicas.takeOverStandalone(producer)
+		h.g.replicas.TakeOverStandalone(producer)
 	}
 }
 
@@ -424,7 +442,7 @@ func (h *heldCalls) settle(ctx context.Context, ls *hub.Session, e heldStream) b
 
 // answerOf is the answer of held call c that did not run (nil when its request id cannot be
 // read), with its session's record as the store has it, or as the call records it.
-func (h *heldCalls) answerOf(ctx context.Context, c hold.Call) *protocol.Response {
+func (h *heldCalls) answerOf(ctx context.Context, c approval.HeldCall) *protocol.Response {
 	id, err := protocol.ParseID(c.ClientID)
 	if err != nil {
 		return nil
@@ -438,10 +456,10 @@ func (h *heldCalls) answerOf(ctx context.Context, c hold.Call) *protocol.Respons
 
 // notRun is the answer of a held call taken over that could not run here: it did not run,
 // and may be sent again; the refusal is audited as the call's end.
-func (h *heldCalls) notRun(ctx context.Context, rec *session.Record, c hold.Call, id protocol.ID) *protocol.Response {
+func (h *heldCalls) notRun(ctx context.Context, rec *session.Record, c approval.HeldCall, id protocol.ID) *protocol.Response {
 	refusal := &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: c.Upstream,
 		Message: fmt.Sprintf("%s was held for an operator's approval on a gateway replica that stopped, and no replica could go on with it: it did not run; call it again", c.Tool)}
-	req := h.g.requestValue(rec, &protocol.Request{ID: id, Method: c.Method, Params: c.Params}, h.g.nextRequestID())
+	req := h.g.streamable.requestValue(rec, &protocol.Request{ID: id, Method: c.Method, Params: c.Params}, h.g.streamable.nextRequestID())
 	t := &pipeline.Target{Kind: pipeline.Tool, Upstream: c.Upstream, Exposed: c.Tool, Original: c.Original}
 	result, wireErr := h.g.finish(ctx, req, t, nil, refusal)
 	return &protocol.Response{ID: id, Result: result, Error: wireErr}

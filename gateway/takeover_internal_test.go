@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/config"
-	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
@@ -62,7 +62,7 @@ upstreams: []
 // heldOnDeadReplica records a session, and a call held on replica "dead" whose client reads
 // its answer on stream dead_1 (request id 9); logged says whether the stream's start is in
 // the event log (it expired otherwise). It returns the call.
-func heldOnDeadReplica(t *testing.T, g *Gateway, logged bool) hold.Call {
+func heldOnDeadReplica(t *testing.T, g *Gateway, logged bool) approval.HeldCall {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := g.store.Create(ctx, session.Record{ProtocolVersion: protocol.Version20251125})
@@ -78,10 +78,10 @@ func heldOnDeadReplica(t *testing.T, g *Gateway, logged bool) hold.Call {
 		})
 	}
 	now := time.Now()
-	c := hold.Call{ID: hold.NewID(), Replica: "dead", Session: "fp", Principal: "anonymous", Upstream: "alpha", Tool: "alpha__echo", Original: "echo",
+	c := approval.HeldCall{ID: approval.NewID(), Replica: "dead", Session: "fp", Principal: "anonymous", Upstream: "alpha", Tool: "alpha__echo", Original: "echo",
 		Rule: "echo-needs-approval", Held: now, Deadline: now.Add(time.Minute), SessionID: rec.ID, StreamID: stream, ClientID: json.RawMessage(`9`),
 		Method: protocol.MethodCallTool, Params: json.RawMessage(`{"name":"alpha__echo","arguments":{"text":"x"}}`)}
-	if err := g.held.store.Hold(ctx, c); err != nil {
+	if err := g.held.Store.Hold(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -89,7 +89,7 @@ func heldOnDeadReplica(t *testing.T, g *Gateway, logged bool) hold.Call {
 
 // loggedAnswer waits until the event log holds an event of the held call's stream, and
 // returns the first.
-func loggedAnswer(t *testing.T, g *Gateway, c hold.Call) (*protocol.Response, *hub.Replayed) {
+func loggedAnswer(t *testing.T, g *Gateway, c approval.HeldCall) (*protocol.Response, *hub.Replayed) {
 	t.Helper()
 	var r *hub.Replayed
 	if !testwait.Within(10*time.Second, func() bool {
@@ -136,7 +136,7 @@ func TestHeldCallWhoseStreamExpiredIsAnsweredThatItDidNotRun(t *testing.T) {
 	if len(r.Events) != 1 || !r.Complete {
 		t.Errorf("the stream's log: %d events, complete %v; want the answer, then the end", len(r.Events), r.Complete)
 	}
-	if _, err := g.held.store.Get(context.Background(), c.ID); err == nil {
+	if _, err := g.held.Store.Get(context.Background(), c.ID); err == nil {
 		t.Errorf("the held call is still recorded after its takeover failed")
 	}
 }
@@ -191,7 +191,7 @@ func TestHeldCallWhoseStreamAnotherReplicaTookIsLeftToIt(t *testing.T) {
 	if len(r.Events) != 1 || !strings.Contains(string(r.Events[0].Data), "progress") || r.Complete {
 		t.Errorf("the stream's log: %d events (first %s), complete %v; want the other replica's marker alone, not ended", len(r.Events), firstData(r), r.Complete)
 	}
-	if _, err := g.held.store.Get(ctx, c.ID); err == nil {
+	if _, err := g.held.Store.Get(ctx, c.ID); err == nil {
 		t.Errorf("the held call is still recorded")
 	}
 }
@@ -213,7 +213,7 @@ func heldClockGateway(t *testing.T) (*Gateway, *testclock.Clock) {
 
 // resumeHeld resumes the held call's stream here, from its priming event, as its client does
 // on a replica other than the one that held the call.
-func resumeHeld(t *testing.T, g *Gateway, c hold.Call) *hub.Cursor {
+func resumeHeld(t *testing.T, g *Gateway, c approval.HeldCall) *hub.Cursor {
 	t.Helper()
 	ls, err := g.hub.Open(c.SessionID, "")
 	if err != nil {
@@ -267,7 +267,7 @@ func TestFollowedHeldCallIsAnsweredOnceItsTimeIsPast(t *testing.T) {
 	if events, state, _ := cur.Next(); len(events) != 0 || state != hub.Live {
 		t.Fatalf("before the call's time is past: %d events, %v; want it open", len(events), state)
 	}
-	clock.Advance(hold.Grace + 2*time.Second)
+	clock.Advance(approval.Grace + 2*time.Second)
 	notRunAnswer(t, answeredOn(t, cur))
 	resp, r := loggedAnswer(t, g, c)
 	notRunAnswer(t, resp)
@@ -279,15 +279,15 @@ func TestFollowedHeldCallIsAnsweredOnceItsTimeIsPast(t *testing.T) {
 // failingAll is a held-call store whose All fails while fail is set: the store is out of
 // reach for the look-ups of a replica following held calls' streams.
 type failingAll struct {
-	hold.Store
+	approval.HeldCalls
 	fail atomic.Bool
 }
 
-func (f *failingAll) All(ctx context.Context) ([]hold.Call, error) {
+func (f *failingAll) All(ctx context.Context) ([]approval.HeldCall, error) {
 	if f.fail.Load() {
 		return nil, errors.New("the store is out of reach")
 	}
-	return f.Store.All(ctx)
+	return f.HeldCalls.All(ctx)
 }
 
 // TestHeldCallStreamStaysOpenWhileTheHeldCallsCannotBeRead: a replica reading a stopped
@@ -302,8 +302,8 @@ func TestHeldCallStreamStaysOpenWhileTheHeldCallsCannotBeRead(t *testing.T) {
 		t.Run(when, func(t *testing.T) {
 			g, clock := heldClockGateway(t)
 			c := heldOnDeadReplica(t, g, true)
-			store := &failingAll{Store: g.held.store}
-			g.held.store = store
+			store := &failingAll{HeldCalls: g.held.Store}
+			g.held.Store = store
 			var cur *hub.Cursor
 			if when == "resumed" {
 				store.fail.Store(true)
@@ -311,14 +311,14 @@ func TestHeldCallStreamStaysOpenWhileTheHeldCallsCannotBeRead(t *testing.T) {
 			} else {
 				cur = resumeHeld(t, g, c)
 				store.fail.Store(true)
-				g.replicas.orphanHeld("dead", false)
+				g.held.orphan("dead", false)
 			}
 			if events, state, _ := cur.Next(); len(events) != 0 || state != hub.Live {
 				t.Fatalf("the held call's stream while the held calls cannot be read: %d events, %v; want it open", len(events), state)
 			}
 			store.fail.Store(false)
 			g.Start()
-			clock.Advance(time.Minute + hold.Grace + 2*time.Second)
+			clock.Advance(time.Minute + approval.Grace + 2*time.Second)
 			notRunAnswer(t, answeredOn(t, cur))
 		})
 	}
@@ -333,8 +333,8 @@ func TestHeldCallTakenOverAtShutdownStaysForTheNextReplica(t *testing.T) {
 	g.hub.Close()
 	g.held.takeOver(c)
 	ctx := context.Background()
-	got, err := g.held.store.Get(ctx, c.ID)
-	if err != nil || got.Replica != g.held.replica {
+	got, err := g.held.Store.Get(ctx, c.ID)
+	if err != nil || got.Replica != g.held.Replica {
 		t.Fatalf("the held call after a takeover cut by shutdown: %+v, %v; want it recorded, held by this replica", got, err)
 	}
 	if r, err := g.events.Replay(ctx, c.SessionID, c.StreamID, 0); err != nil || r == nil || len(r.Events) != 0 || r.Complete {
@@ -358,7 +358,7 @@ func TestHeldCallWhoseSessionCannotBeReadIsAnsweredThatItDidNotRun(t *testing.T)
 	g, clock := heldClockGateway(t)
 	c := heldOnDeadReplica(t, g, true)
 	g.store = unreadableSessions{g.store}
-	clock.Set(c.Deadline.Add(hold.Grace + time.Second)) // every try is the last
+	clock.Set(c.Deadline.Add(approval.Grace + time.Second)) // every try is the last
 	g.held.takeOver(c)
 	resp, r := loggedAnswer(t, g, c)
 	notRunAnswer(t, resp)
@@ -387,7 +387,7 @@ func TestHeldCallWhoseStreamEndedIsNotSaidToBeTold(t *testing.T) {
 	if out := logs.String(); strings.Contains(out, "did not run") || !strings.Contains(out, "its stream ended") {
 		t.Errorf("the log of the takeover of a held call whose stream ended:\n%s\nwant it to say that the stream ended, not that its client was told", out)
 	}
-	if _, err := g.held.store.Get(ctx, c.ID); err == nil {
+	if _, err := g.held.Store.Get(ctx, c.ID); err == nil {
 		t.Errorf("the held call is still recorded")
 	}
 }
@@ -428,8 +428,8 @@ func TestStandaloneStreamKeptOpenWhileTheHeldCallsCannotBeReadIsTakenOver(t *tes
 		r, err := g.events.Replay(ctx, rec.ID, stream, 0)
 		return err == nil && r != nil && len(r.Events) == 1
 	})
-	store := &failingAll{Store: g.held.store}
-	g.held.store = store
+	store := &failingAll{HeldCalls: g.held.Store}
+	g.held.Store = store
 	store.fail.Store(true)
 	ls, err := g.hub.Open(rec.ID, "")
 	if err != nil {

@@ -110,17 +110,6 @@ func (c *conn) connKey(sessionID string) string {
 // own for an isolated upstream, else the shared one.
 func (u *upstreamEntry) connKey(sessionID string) string { return u.shared.connKey(sessionID) }
 
-// upstreamOf returns the upstream of a catalog namespace.
-func (g *Gateway) upstreamOf(ns *catalog.Namespace) *upstreamEntry { return g.upstreams[ns.Index] }
-
-// connOf finds the connection of an upstream client, shared or a session's own.
-func (g *Gateway) connOf(c *upstream.Client) *conn {
-	if v, ok := g.conns.Load(upstreamClient(c)); ok {
-		return v.(*conn)
-	}
-	return nil
-}
-
 // CatalogView is the merged catalog at one moment: every item with its owner, and what name
 // collisions left out.
 type CatalogView = catalog.View
@@ -147,12 +136,12 @@ func (g *Gateway) ProfileCatalog(profile string) (view CatalogView, ok bool) {
 
 // commandOf returns the program a stdio upstream runs: its command, or for command "@self"
 // the gateway's own program (Options.Executable), which serves its demo server.
-func (g *Gateway) commandOf(u *config.Upstream) (string, error) {
+func commandOf(u *config.Upstream, executable string) (string, error) {
 	if u.Command != config.SelfCommand {
 		return u.Command, nil
 	}
-	if g.opts.Executable != "" {
-		return g.opts.Executable, nil
+	if executable != "" {
+		return executable, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -23,9 +23,11 @@ var allowed = map[string][]string{
 	"internal/audit":             {},
 	"upstream":                   {"internal/protocol", "internal/loglimit"},
 	"internal/catalog":           {"internal/protocol", "upstream", "internal/glob"},
-	"gateway":                    {"internal/protocol", "internal/session", "internal/config", "upstream", "internal/catalog", "internal/glob", "internal/hub", "internal/pipeline", "internal/audit", "auth", "internal/auth/credential", "policy", "internal/policy/limit", "internal/loglimit", "internal/admin", "internal/hold", "internal/pin", "internal/loopback", "internal/policy/plugin"},
+	"gateway":                    {"internal/protocol", "internal/session", "internal/config", "upstream", "internal/catalog", "internal/glob", "internal/hub", "internal/pipeline", "internal/audit", "auth", "internal/auth/credential", "policy", "internal/policy/limit", "internal/loglimit", "internal/admin", "internal/approval", "internal/pin", "internal/loopback", "internal/policy/plugin", "internal/replica", "internal/admin/backend"},
 	"internal/admin":             {"internal/loopback"},
-	"internal/hold":              {},
+	"internal/admin/backend":     {"internal/admin", "internal/approval", "internal/audit", "internal/catalog", "internal/pin", "internal/session", "upstream"},
+	"internal/approval":          {"internal/pipeline"},
+	"internal/replica":           {"internal/hub", "internal/protocol", "internal/session"},
 	"internal/pin":               {},
 	"internal/pipeline":          {"internal/protocol", "internal/session", "internal/audit"},
 	"auth":                       {"internal/session", "internal/pipeline"},
@@ -98,6 +100,9 @@ func TestViolationsAreReported(t *testing.T) {
 	}{
 		{"upstream imports gateway", map[string][]string{"upstream": {"internal/protocol", "gateway"}}, "upstream imports gateway"},
 		{"the hub holds sessions of the face", map[string][]string{"internal/hub": {"gateway"}}, "internal/hub imports gateway"},
+		{"the replica layer reaches back into the gateway", map[string][]string{"internal/replica": {"internal/hub", "gateway"}}, "internal/replica imports gateway"},
+		{"approvals reach back into the gateway", map[string][]string{"internal/approval": {"internal/pipeline", "gateway"}}, "internal/approval imports gateway"},
+		{"the admin backend reaches back into the gateway", map[string][]string{"internal/admin/backend": {"internal/admin", "gateway"}}, "internal/admin/backend imports gateway"},
 		{"protocol imports anything", map[string][]string{"internal/protocol": {"internal/session"}}, "internal/protocol imports internal/session"},
 		{"a package without a rule", map[string][]string{"newpkg": nil}, "package newpkg has no import rule"},
 	}

@@ -1,4 +1,4 @@
-package hold
+package approval
 
 import (
 	"encoding/json"
@@ -32,14 +32,14 @@ func openRedis(t *testing.T) (*redis.Client, string) {
 	return client, prefix
 }
 
-func openRedisStore(t *testing.T) *RedisStore {
+func openRedisStore(t *testing.T) *RedisHeldCalls {
 	t.Helper()
 	client, prefix := openRedis(t)
-	return NewRedisStore(client, prefix)
+	return NewRedisHeldCalls(client, prefix)
 }
 
 func TestRedisStore(t *testing.T) {
-	testStore(t, func(t *testing.T) Store { return openRedisStore(t) })
+	testStore(t, func(t *testing.T) HeldCalls { return openRedisStore(t) })
 }
 
 // TestRedisStoreKeys: a call is <prefix>:hold:<id>, its JSON, expiring Grace after its deadline
@@ -48,7 +48,7 @@ func TestRedisStore(t *testing.T) {
 func TestRedisStoreKeys(t *testing.T) {
 	ctx := t.Context()
 	client, prefix := openRedis(t)
-	s := NewRedisStore(client, prefix)
+	s := NewRedisHeldCalls(client, prefix)
 	base := now()
 	c := mustHold(t, s, call(base, base.Add(10*time.Minute)))
 	later := mustHold(t, s, call(base, base.Add(20*time.Minute)))
@@ -72,7 +72,7 @@ func TestRedisStoreKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stored Call
+	var stored HeldCall
 	if err := json.Unmarshal(val, &stored); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestRedisStoreGoneAtOnce(t *testing.T) {
 func TestRedisStoreTrimsIndex(t *testing.T) {
 	ctx := t.Context()
 	client, prefix := openRedis(t)
-	s := NewRedisStore(client, prefix)
+	s := NewRedisHeldCalls(client, prefix)
 	index := prefix + ":holds"
 	base := now()
 	c := mustHold(t, s, call(base, base.Add(time.Hour)))
@@ -139,9 +139,9 @@ func TestRedisStoreTrimsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, list := range []func() ([]Call, error){
-		func() ([]Call, error) { return s.Pending(ctx, base) },
-		func() ([]Call, error) { return s.HeldBy(ctx, "") },
+	for _, list := range []func() ([]HeldCall, error){
+		func() ([]HeldCall, error) { return s.Pending(ctx, base) },
+		func() ([]HeldCall, error) { return s.HeldBy(ctx, "") },
 	} {
 		got, err := list()
 		if err != nil {
@@ -160,11 +160,11 @@ func TestRedisStoreTrimsIndex(t *testing.T) {
 // once: exactly one wins.
 func TestRedisStoreDecideAcrossReplicas(t *testing.T) {
 	_, prefix := openRedis(t)
-	var stores []*RedisStore
+	var stores []*RedisHeldCalls
 	for range 4 {
 		client := redis.NewClient(&redis.Options{Addr: testredis.Addr(t), DisableIdentity: true})
 		t.Cleanup(func() { _ = client.Close() })
-		stores = append(stores, NewRedisStore(client, prefix))
+		stores = append(stores, NewRedisHeldCalls(client, prefix))
 	}
 	base := now()
 	for round := range 5 {

@@ -1,4 +1,4 @@
-package hold
+package approval
 
 import (
 	"context"
@@ -11,44 +11,44 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisStore is a Store in Redis, shared by the replicas of a gateway. It is safe for
-// concurrent use. Its keys, under the prefix given to NewRedisStore:
+// RedisHeldCalls is a HeldCalls in Redis, shared by the replicas of a gateway. It is safe for
+// concurrent use. Its keys, under the prefix given to NewRedisHeldCalls:
 //
-//   - <prefix>:hold:<id>, a call's JSON (Call), which expires some time (Grace) after the
+//   - <prefix>:hold:<id>, a call's JSON (HeldCall), which expires some time (Grace) after the
 //     call's deadline, Redis's clock;
 //   - <prefix>:holds, the index: a sorted set of the ids by deadline (Unix ms), for Pending
 //     and HeldBy. Its members whose calls are gone are trimmed when it is written or read,
 //     and it expires with its last member.
 //
 // Each command or script touches one key only, so the store works on a Redis cluster too.
-type RedisStore struct {
+type RedisHeldCalls struct {
 	client   redis.UniversalClient
 	prefix   string
 	indexKey string
 }
 
-var _ Store = (*RedisStore)(nil)
+var _ HeldCalls = (*RedisHeldCalls)(nil)
 
 // maxDecideTries bounds the compare-and-set rounds of a Decide. One is enough but when another
 // replica decides the call at once, which decides it for good: the second round finds it
 // decided.
 const maxDecideTries = 5
 
-// NewRedisStore returns a RedisStore that keeps its keys in client under keyPrefix (see
-// RedisStore). If keyPrefix is "", it defaults to "manifold". The store does not own client:
+// NewRedisHeldCalls returns a RedisHeldCalls that keeps its keys in client under keyPrefix (see
+// RedisHeldCalls). If keyPrefix is "", it defaults to "manifold". The store does not own client:
 // its caller closes it, after the store's last use.
-func NewRedisStore(client redis.UniversalClient, keyPrefix string) *RedisStore {
+func NewRedisHeldCalls(client redis.UniversalClient, keyPrefix string) *RedisHeldCalls {
 	if client == nil {
-		panic("hold: NewRedisStore: nil client")
+		panic("approval: NewRedisHeldCalls: nil client")
 	}
 	if keyPrefix == "" {
 		keyPrefix = "manifold"
 	}
-	return &RedisStore{client: client, prefix: keyPrefix, indexKey: keyPrefix + ":holds"}
+	return &RedisHeldCalls{client: client, prefix: keyPrefix, indexKey: keyPrefix + ":holds"}
 }
 
 // callKey is the key of the call id.
-func (s *RedisStore) callKey(id string) string { return s.prefix + ":hold:" + id }
+func (s *RedisHeldCalls) callKey(id string) string { return s.prefix + ":hold:" + id }
 
 // luaNow sets now to Redis's clock, in Unix ms: the clock the keys expire by.
 const luaNow = `
@@ -88,9 +88,9 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return {1}
 `)
 
-// Hold implements Store. The call's key expires Grace after its deadline; a deadline that far
+// Hold implements HeldCalls. The call's key expires Grace after its deadline; a deadline that far
 // in the past holds nothing.
-func (s *RedisStore) Hold(ctx context.Context, c Call) error {
+func (s *RedisHeldCalls) Hold(ctx context.Context, c HeldCall) error {
 	if err := checkHold(&c); err != nil {
 		return fmt.Errorf("held calls: hold: %w", err)
 	}
@@ -117,53 +117,53 @@ func (s *RedisStore) Hold(ctx context.Context, c Call) error {
 	return nil
 }
 
-// Get implements Store.
-func (s *RedisStore) Get(ctx context.Context, id string) (Call, error) {
+// Get implements HeldCalls.
+func (s *RedisHeldCalls) Get(ctx context.Context, id string) (HeldCall, error) {
 	val, err := s.client.Get(ctx, s.callKey(id)).Result()
 	if errors.Is(err, redis.Nil) {
-		return Call{}, ErrNotFound
+		return HeldCall{}, ErrNotFound
 	}
 	if err != nil {
-		return Call{}, fmt.Errorf("held calls: get: %w", err)
+		return HeldCall{}, fmt.Errorf("held calls: get: %w", err)
 	}
-	var c Call
+	var c HeldCall
 	if err := json.Unmarshal([]byte(val), &c); err != nil {
-		return Call{}, fmt.Errorf("held calls: get: decode: %w", err)
+		return HeldCall{}, fmt.Errorf("held calls: get: decode: %w", err)
 	}
 	return c, nil
 }
 
-// Decide implements Store. It reads the call, decides it in this process, and stores it back
+// Decide implements HeldCalls. It reads the call, decides it in this process, and stores it back
 // only if it has not changed since (scriptSwap), so that of replicas deciding at once exactly
 // one wins; the call keeps its expiry.
-func (s *RedisStore) Decide(ctx context.Context, id, decision, approver string, at time.Time) (Call, error) {
+func (s *RedisHeldCalls) Decide(ctx context.Context, id, decision, approver string, at time.Time) (HeldCall, error) {
 	if err := checkDecision(decision); err != nil {
-		return Call{}, fmt.Errorf("held calls: decide: %w", err)
+		return HeldCall{}, fmt.Errorf("held calls: decide: %w", err)
 	}
-	return s.update(ctx, "decide", id, func(c *Call) error { return decide(c, decision, approver, at) })
+	return s.update(ctx, "decide", id, func(c *HeldCall) error { return decide(c, decision, approver, at) })
 }
 
-// Move implements Store, as Decide does.
-func (s *RedisStore) Move(ctx context.Context, id, replica string) (Call, error) {
-	return s.update(ctx, "move", id, func(c *Call) error { c.Replica = replica; return nil })
+// Move implements HeldCalls, as Decide does.
+func (s *RedisHeldCalls) Move(ctx context.Context, id, replica string) (HeldCall, error) {
+	return s.update(ctx, "move", id, func(c *HeldCall) error { c.Replica = replica; return nil })
 }
 
 // update applies change to the call id and stores it back only if it has not changed since it
 // was read (scriptSwap), trying again on the call as another replica left it; the call keeps
 // its expiry. A change that fails returns the call as it stands with the error.
-func (s *RedisStore) update(ctx context.Context, op, id string, change func(*Call) error) (Call, error) {
+func (s *RedisHeldCalls) update(ctx context.Context, op, id string, change func(*HeldCall) error) (HeldCall, error) {
 	key := s.callKey(id)
 	val, err := s.client.Get(ctx, key).Result()
 	if errors.Is(err, redis.Nil) {
-		return Call{}, ErrNotFound
+		return HeldCall{}, ErrNotFound
 	}
 	if err != nil {
-		return Call{}, fmt.Errorf("held calls: %s: %w", op, err)
+		return HeldCall{}, fmt.Errorf("held calls: %s: %w", op, err)
 	}
 	for range maxDecideTries {
-		var c Call
+		var c HeldCall
 		if err := json.Unmarshal([]byte(val), &c); err != nil {
-			return Call{}, fmt.Errorf("held calls: %s: decode: %w", op, err)
+			return HeldCall{}, fmt.Errorf("held calls: %s: decode: %w", op, err)
 		}
 		next := c
 		if err := change(&next); err != nil {
@@ -171,43 +171,43 @@ func (s *RedisStore) update(ctx context.Context, op, id string, change func(*Cal
 		}
 		nextVal, err := json.Marshal(next)
 		if err != nil {
-			return Call{}, fmt.Errorf("held calls: %s: encode: %w", op, err)
+			return HeldCall{}, fmt.Errorf("held calls: %s: encode: %w", op, err)
 		}
 		res, err := scriptSwap.Run(ctx, s.client, []string{key}, val, nextVal).Slice()
 		switch {
 		case errors.Is(err, redis.Nil):
-			return Call{}, ErrNotFound // released, or expired, since read
+			return HeldCall{}, ErrNotFound // released, or expired, since read
 		case err != nil:
-			return Call{}, fmt.Errorf("held calls: %s: %w", op, err)
+			return HeldCall{}, fmt.Errorf("held calls: %s: %w", op, err)
 		case len(res) == 1:
 			return next, nil
 		case len(res) == 2:
 			// Another replica's change came first: the next round reads the call it left.
 			var ok bool
 			if val, ok = res[1].(string); !ok {
-				return Call{}, fmt.Errorf("held calls: %s: unexpected answer of type %T", op, res[1])
+				return HeldCall{}, fmt.Errorf("held calls: %s: unexpected answer of type %T", op, res[1])
 			}
 		default:
-			return Call{}, fmt.Errorf("held calls: %s: unexpected answer of %d values", op, len(res))
+			return HeldCall{}, fmt.Errorf("held calls: %s: unexpected answer of %d values", op, len(res))
 		}
 	}
-	return Call{}, fmt.Errorf("held calls: %s: the call kept changing (%d tries)", op, maxDecideTries)
+	return HeldCall{}, fmt.Errorf("held calls: %s: the call kept changing (%d tries)", op, maxDecideTries)
 }
 
-// Pending implements Store. It takes two round trips: one for the ids in the index, one for
+// Pending implements HeldCalls. It takes two round trips: one for the ids in the index, one for
 // their calls.
-func (s *RedisStore) Pending(ctx context.Context, now time.Time) ([]Call, error) {
+func (s *RedisHeldCalls) Pending(ctx context.Context, now time.Time) ([]HeldCall, error) {
 	// The index's scores are deadlines in whole ms: the calls of the ms of now are read, then
 	// sorted out by their exact deadline.
 	calls, err := s.list(ctx, fmt.Sprint(now.UnixMilli()))
 	if err != nil {
 		return nil, fmt.Errorf("held calls: pending: %w", err)
 	}
-	return slices.DeleteFunc(calls, func(c Call) bool { return c.Decision != "" || !c.Deadline.After(now) }), nil
+	return slices.DeleteFunc(calls, func(c HeldCall) bool { return c.Decision != "" || !c.Deadline.After(now) }), nil
 }
 
-// Release implements Store.
-func (s *RedisStore) Release(ctx context.Context, id string) error {
+// Release implements HeldCalls.
+func (s *RedisHeldCalls) Release(ctx context.Context, id string) error {
 	pipe := s.client.Pipeline()
 	pipe.Del(ctx, s.callKey(id))
 	pipe.ZRem(ctx, s.indexKey, id)
@@ -217,18 +217,18 @@ func (s *RedisStore) Release(ctx context.Context, id string) error {
 	return nil
 }
 
-// HeldBy implements Store. It reads every call held, by any replica: a takeover is rare, and
+// HeldBy implements HeldCalls. It reads every call held, by any replica: a takeover is rare, and
 // the index does not say which replica holds a call.
-func (s *RedisStore) HeldBy(ctx context.Context, replica string) ([]Call, error) {
+func (s *RedisHeldCalls) HeldBy(ctx context.Context, replica string) ([]HeldCall, error) {
 	calls, err := s.list(ctx, "-inf")
 	if err != nil {
 		return nil, fmt.Errorf("held calls: held by: %w", err)
 	}
-	return slices.DeleteFunc(calls, func(c Call) bool { return c.Replica != replica }), nil
+	return slices.DeleteFunc(calls, func(c HeldCall) bool { return c.Replica != replica }), nil
 }
 
-// All implements Store.
-func (s *RedisStore) All(ctx context.Context) ([]Call, error) {
+// All implements HeldCalls.
+func (s *RedisHeldCalls) All(ctx context.Context) ([]HeldCall, error) {
 	calls, err := s.list(ctx, "-inf")
 	if err != nil {
 		return nil, fmt.Errorf("held calls: all: %w", err)
@@ -240,7 +240,7 @@ func (s *RedisStore) All(ctx context.Context) ([]Call, error) {
 // or "-inf") or later, oldest first, skipping those gone. It reads the calls with a pipeline
 // of GETs, not an MGET, which a cluster client sends to each node in one round trip whatever
 // the nodes' version.
-func (s *RedisStore) list(ctx context.Context, from string) ([]Call, error) {
+func (s *RedisHeldCalls) list(ctx context.Context, from string) ([]HeldCall, error) {
 	ids, err := scriptIndexList.Run(ctx, s.client, []string{s.indexKey}, Grace.Milliseconds(), from).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("index: %w", err)
@@ -256,7 +256,7 @@ func (s *RedisStore) list(ctx context.Context, from string) ([]Call, error) {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	calls := make([]Call, 0, len(ids))
+	calls := make([]HeldCall, 0, len(ids))
 	for _, get := range gets {
 		val, err := get.Result()
 		if errors.Is(err, redis.Nil) {
@@ -265,7 +265,7 @@ func (s *RedisStore) list(ctx context.Context, from string) ([]Call, error) {
 		if err != nil {
 			return nil, err
 		}
-		var c Call
+		var c HeldCall
 		if err := json.Unmarshal([]byte(val), &c); err != nil {
 			return nil, fmt.Errorf("decode: %w", err)
 		}

@@ -1,8 +1,22 @@
-package gateway
+// Package replica carries what is live of sessions between the gateway replicas that share a
+// Redis store (design decision 6): a message for a stream another replica holds, a client's
+// answer to a request another replica sent, a cancel of a request another replica serves, a
+// call run on the replica holding a session's own upstream connection, list changes, who holds
+// a session's subscriptions, and what a replica whose lease ran out leaves behind.
+//
+// The gateway builds one Replicas per process when its sessions are shared, and gives it what
+// it needs of the gateway as a Host; a single gateway has none.
+//
+//	r := replica.New(host, &replica.Options{Store: store, Lease: lease, Logger: logger, Context: ctx, Go: goWorker})
+//	r.Attach(rs.NewBus(&session.BusOptions{Replica: name, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+//	go r.Run(ctx)                      // serves the bus and sends the outbox until ctx ends
+//	r.DeliverElsewhere(digest, "", data) // a message for a stream held elsewhere
+package replica
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -39,9 +53,9 @@ const (
 	busDecided = "decided"
 )
 
-// bus is what the gateway needs of the bus between the replicas sharing a Redis store
+// Bus is what the layer needs of the bus between the replicas sharing a Redis store
 // (session.RedisBus).
-type bus interface {
+type Bus interface {
 	Replica() string
 	Run(ctx context.Context)
 	Send(ctx context.Context, replica string, m *session.BusMessage) (bool, error)
@@ -64,15 +78,79 @@ type digestReader interface {
 	Existing(ctx context.Context, digests []string) ([]bool, error)
 }
 
-// replicas carries what is live of sessions between the replicas that share a Redis store
-// (design decision 6): a message for a stream another replica holds, a client's answer to a
-// request another replica sent, a cancel of a request another replica serves, list changes,
-// and who holds a session's subscriptions. Each message is one Redis round trip; those raised
-// on an upstream's read loop are queued and sent by a goroutine of their own, so that the
-// read loop never waits for Redis. Nil when sessions live in this process's memory.
-type replicas struct {
-	g      *Gateway
-	bus    bus
+// Hub is what the layer needs of the live side of this process's sessions (hub.Local): the
+// streams other replicas produce, and the sessions live here.
+type Hub interface {
+	Lookup(sessionID string) *hub.Session
+	Extend(sessionID, streamID string, events []hub.Event, complete bool) bool
+	Keep(sessionID string, data []byte) bool
+	Produced(sessionID, streamID, producer string)
+	TakeOver(ctx context.Context, producer string, each time.Duration) []string
+}
+
+// Host is what the layer needs of the gateway it carries messages for. Its methods are called
+// on the bus's goroutine unless said otherwise, and must not block there.
+type Host interface {
+	Hub
+	// Deliver puts data on a stream of a session held here (its standalone stream when
+	// streamID is ""): hub.ErrNoStream when it is not.
+	Deliver(sessionID, streamID string, data []byte) error
+	// Answer takes a client's answer to a request this replica sent it.
+	Answer(sessionID string, resp *protocol.Response)
+	// Serve runs a call another replica forwarded, on the session's own connection here, and
+	// returns how it ended. It runs on a goroutine of its own (Options.Go), with ctx ended
+	// when the sender cancels the call or stops.
+	Serve(ctx context.Context, sessionID, streamID, name string, c Call) Result
+	// Refresh refetches the lists of the named upstream, which announced a change.
+	Refresh(upstream string)
+	// ReloadPins reads the pins anew after an operator's decision on another replica.
+	ReloadPins()
+	// Decided wakes the held call id, which an operator decided on another replica.
+	Decided(id string)
+	// DropSubscription drops session's subscription to uri of upstream held here, unless its
+	// stamp is later than seq: another replica holds it now.
+	DropSubscription(digest, sessionID, upstream, uri string, seq uint64)
+	// TakeOverSubscription subscribes here, for the session of digest (by its profile), to
+	// an exposed uri a stopped replica subscribed to; it reports whether it did. It may
+	// block (its own goroutine).
+	TakeOverSubscription(ctx context.Context, digest, profile, uri string) bool
+	// SubscriptionsTakenOver lists the digests of the sessions whose subscriptions were
+	// taken over here; DropTakenOver drops those of one that ended.
+	SubscriptionsTakenOver() []string
+	DropTakenOver(digest string)
+	// Orphan ends what the stopped replica produced that clients read here, but what the
+	// calls it held need (claimed: this replica takes them over). It may block.
+	Orphan(replica string, claimed bool)
+	// KeepsOpen reports whether stream streamID of sessionID, produced by the stopped
+	// replica producer, stays open for a held call that a replica takes over.
+	KeepsOpen(ctx context.Context, sessionID, streamID, producer string) bool
+}
+
+// Options configure Replicas.
+type Options struct {
+	// Store is the session store the replicas share; the optional abilities it has (reading
+	// records by digest, recording where a session's own connections are) are found by type
+	// assertion.
+	Store session.Store
+	// Lease is the replica lease: a replica found stopped counts as such for a lease.
+	Lease time.Duration
+	// Logger receives the layer's logs. If nil, logs are discarded.
+	Logger *slog.Logger
+	// Context is the gateway's lifetime: it ends at Close.
+	Context context.Context
+	// Go runs a function on a goroutine the gateway owns and waits for at Close; false when
+	// it is closing and did not.
+	Go func(func()) bool
+}
+
+// Replicas carries what is live of sessions between the replicas that share a Redis store. Each
+// message is one Redis round trip; those raised on an upstream's read loop are queued and sent
+// by a goroutine of their own, so that the read loop never waits for Redis. It is safe for
+// concurrent use once attached to its bus.
+type Replicas struct {
+	host   Host
+	opts   Options
+	bus    Bus
 	logger *slog.Logger
 
 	// outbox holds the messages sent off the read loops, in order.
@@ -82,11 +160,9 @@ type replicas struct {
 	// followed holds the sessions whose messages this replica receives (it holds a stream
 	// of theirs), with when it began. Guarded by mu.
 	followed map[string]time.Time
-	// goneReplicas holds when replicas were found stopped; an entry counts for a lease (a
-	// replica taken for dead after an outage may renew again). Guarded by mu.
-	goneReplicas map[string]time.Time
-	// lease is the replica lease.
-	lease time.Duration
+
+	// gone are the replicas found stopped.
+	gone goneReplicas
 
 	// forwarding holds the calls run on the replica holding a session's own connection.
 	forwarding forwarding
@@ -104,13 +180,38 @@ type outgoing struct {
 // outboxSize bounds the queued messages; past it they are dropped, and logged.
 const outboxSize = 16384
 
-func newReplicas(g *Gateway, b bus) *replicas {
-	return &replicas{g: g, bus: b, logger: g.logger, outbox: make(chan outgoing, outboxSize), followed: map[string]time.Time{}, goneReplicas: map[string]time.Time{},
+// callTimeout bounds a step of a takeover and the bookkeeping of a session that ended.
+const callTimeout = 10 * time.Second
+
+// New returns the layer for host; Attach gives it its bus before it is used.
+func New(host Host, opts *Options) *Replicas {
+	r := &Replicas{host: host, opts: *opts, outbox: make(chan outgoing, outboxSize), followed: map[string]time.Time{},
 		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
+	r.gone.lease = r.opts.Lease
+	r.logger = r.opts.Logger
+	if r.logger == nil {
+		r.logger = slog.New(slog.DiscardHandler)
+	}
+	return r
 }
 
-// run serves the bus and sends the outbox until the gateway closes.
-func (r *replicas) run(ctx context.Context) {
+// Attach gives the layer its bus, made with Receive and Gone as its callbacks. Call it once,
+// before Run.
+func (r *Replicas) Attach(b Bus) { r.bus = b }
+
+// NewName names this process among the replicas: random, so that a restarted replica is a new
+// one (what the old one owned is taken over, not resumed).
+func NewName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Replica is this replica's name.
+func (r *Replicas) Replica() string { return r.bus.Replica() }
+
+// Run serves the bus and sends the outbox until ctx ends.
+func (r *Replicas) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.bus.Run(ctx) })
 	wg.Go(func() { r.send(ctx) })
@@ -119,7 +220,7 @@ func (r *replicas) run(ctx context.Context) {
 
 // send sends the outbox: what has queued meanwhile goes in one round trip, so that a burst
 // (a resource update fanned out to many sessions) costs few.
-func (r *replicas) send(ctx context.Context) {
+func (r *Replicas) send(ctx context.Context) {
 	const batch = 256
 	posts := make([]session.Post, 0, batch)
 	for {
@@ -146,7 +247,7 @@ func (r *replicas) send(ctx context.Context) {
 }
 
 // post queues a message; it never blocks.
-func (r *replicas) post(o outgoing) {
+func (r *Replicas) post(o outgoing) {
 	select {
 	case r.outbox <- o:
 	default:
@@ -154,15 +255,26 @@ func (r *replicas) post(o outgoing) {
 	}
 }
 
-// deliverElsewhere sends a message for a session's stream (its standalone stream when
-// streamID is "") to the replica that holds it, if one does.
-func (r *replicas) deliverElsewhere(digest, streamID string, data []byte) {
+// DeliverElsewhere sends a message for a session's stream (its standalone stream when
+// streamID is "") to the replica that holds it, if one does. It never blocks.
+func (r *Replicas) DeliverElsewhere(digest, streamID string, data []byte) {
 	r.post(outgoing{digest: digest, msg: &session.BusMessage{Kind: busDeliver, Stream: streamID, Data: data}})
 }
 
-// follow makes the messages for session id reach this replica, which holds (or is about to
+// PinsDecided tells the other replicas that an operator decided on a pinned tool's change.
+func (r *Replicas) PinsDecided() {
+	r.post(outgoing{msg: &session.BusMessage{Kind: busPins}})
+}
+
+// Decided wakes replica, which holds the call id an operator decided here; it reports whether
+// that replica listens.
+func (r *Replicas) Decided(ctx context.Context, replica, id string) (bool, error) {
+	return r.bus.Send(ctx, replica, &session.BusMessage{Kind: busDecided, Text: id})
+}
+
+// Follow makes the messages for session id reach this replica, which holds (or is about to
 // resume) a stream of it. Until the session ends here.
-func (r *replicas) follow(ctx context.Context, id string) error {
+func (r *Replicas) Follow(ctx context.Context, id string) error {
 	r.mu.Lock()
 	if _, ok := r.followed[id]; ok {
 		r.followed[id] = time.Now()
@@ -180,22 +292,23 @@ func (r *replicas) follow(ctx context.Context, id string) error {
 	return nil
 }
 
-// ended forgets session id here.
-func (r *replicas) ended(id string) {
+// Ended forgets session id here.
+func (r *Replicas) Ended(id string) {
 	r.unfollow(id)
 	// What it owned for the session (subscriptions) is no one's to take over any more.
 	digest := session.Digest(id)
-	r.g.goWorker(func() {
-		ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+	r.opts.Go(func() {
+		ctx, cancel := context.WithTimeout(r.opts.Context, callTimeout)
 		defer cancel()
 		_ = r.bus.Disown(ctx, digest)
 	})
 }
 
-// producing reports whether the replica producing stream streamID of session sessionID, p,
+// Producing reports whether the replica producing stream streamID of session sessionID, p,
 // still runs, or whether the replica taking over a call it held finishes the stream (a
-// stream read back from the event log stays open for its further events if so).
-func (r *replicas) producing(ctx context.Context, sessionID, p, streamID string) bool {
+// stream read back from the event log stays open for its further events if so). It is the
+// hub's Producing option.
+func (r *Replicas) Producing(ctx context.Context, sessionID, p, streamID string) bool {
 	if p == "" || p == r.bus.Replica() {
 		return false // this process's streams are held here: one not held is not produced
 	}
@@ -205,25 +318,15 @@ func (r *replicas) producing(ctx context.Context, sessionID, p, streamID string)
 		r.logger.Warn("could not learn whether a replica still runs", "replica", p, "error", err.Error())
 		return true
 	}
-	if alive || r.g.held == nil {
-		return alive
+	if alive {
+		return true
 	}
-	// A stream of a held call is finished by the replica that took the call over; one not
-	// known to be a held call's (the store is out of reach) is kept open as if it were, until
-	// that can be known. Either is answered here once the call's time is past with no answer.
-	c, held, err := r.g.held.heldFor(ctx, streamID)
-	if err != nil {
-		r.logger.Warn("could not learn whether a stopped replica's stream is a held call's: it stays open until that can be known", "replica", p, "error", err.Error())
-	}
-	if held || err != nil {
-		r.g.held.keepOpen(sessionID, streamID, p, c)
-	}
-	return held || err != nil
+	return r.host.KeepsOpen(ctx, sessionID, streamID, p)
 }
 
-// answerElsewhere sends a client's answer to a request that another replica sent it (its id
+// AnswerElsewhere sends a client's answer to a request that another replica sent it (its id
 // names that replica); it reports whether that replica listens.
-func (r *replicas) answerElsewhere(ctx context.Context, sessionID string, resp *protocol.Response) bool {
+func (r *Replicas) AnswerElsewhere(ctx context.Context, sessionID string, resp *protocol.Response) bool {
 	s, ok := resp.ID.Raw(), true
 	var id string
 	if ok = json.Unmarshal(s, &id) == nil; !ok {
@@ -251,24 +354,24 @@ func (r *replicas) answerElsewhere(ctx context.Context, sessionID string, resp *
 	return sent
 }
 
-// cancelElsewhere tells every replica that the client cancelled its request id: the one
+// CancelElsewhere tells every replica that the client cancelled its request id: the one
 // serving it stops it.
-func (r *replicas) cancelElsewhere(ctx context.Context, sessionID string, id protocol.ID) {
+func (r *Replicas) CancelElsewhere(ctx context.Context, sessionID string, id protocol.ID) {
 	if err := r.bus.Broadcast(ctx, &session.BusMessage{Kind: busCancel, Session: session.Digest(sessionID), Data: id.Raw()}); err != nil {
 		r.logger.Warn("a client's cancel could not reach the other replicas", "session", fingerprint(sessionID), "error", err.Error())
 	}
 }
 
-// listChanged tells the other replicas that an upstream announced a list change.
-func (r *replicas) listChanged(upstreamName string) {
+// ListChanged tells the other replicas that an upstream announced a list change.
+func (r *Replicas) ListChanged(upstreamName string) {
 	r.post(outgoing{msg: &session.BusMessage{Kind: busRefresh, Text: upstreamName}})
 }
 
-// subscribed tells the other replicas that this one now holds (or dropped) session id's
+// Subscribed tells the other replicas that this one now holds (or dropped) session id's
 // subscription to an upstream's uri, so that they drop any they hold: one upstream
 // subscription per session and URI, whichever replica it was made on. What this replica
 // holds is recorded with it, for a survivor to take over if it stops.
-func (r *replicas) subscribed(ctx context.Context, digest, upstreamName, uri string, on bool, seq uint64) {
+func (r *Replicas) Subscribed(ctx context.Context, digest, upstreamName, uri string, on bool, seq uint64) {
 	stamp, _ := json.Marshal(seq)
 	r.post(outgoing{msg: &session.BusMessage{Kind: busSubscribed, Session: digest, Stream: upstreamName, Text: uri, Data: stamp}})
 	if on {
@@ -278,9 +381,9 @@ func (r *replicas) subscribed(ctx context.Context, digest, upstreamName, uri str
 	}
 }
 
-// sequence returns the next stamp of the subscribes and unsubscribes of all replicas; 0 when
+// Sequence returns the next stamp of the subscribes and unsubscribes of all replicas; 0 when
 // Redis cannot give one (the subscription then yields to any other).
-func (r *replicas) sequence(ctx context.Context) uint64 {
+func (r *Replicas) Sequence(ctx context.Context) uint64 {
 	seq, err := r.bus.Sequence(ctx)
 	if err != nil {
 		r.logger.Warn("stamping a subscription failed: another replica's may replace it", "error", err.Error())
@@ -288,10 +391,10 @@ func (r *replicas) sequence(ctx context.Context) uint64 {
 	return seq
 }
 
-// receive handles a message from another replica (or a broadcast of this one). It runs on the
+// Receive handles a message from another replica (or a broadcast of this one). It runs on the
 // bus's goroutine and never blocks: what calls an upstream runs on a worker.
-func (r *replicas) receive(m *session.BusMessage) {
-	g := r.g
+func (r *Replicas) Receive(m *session.BusMessage) {
+	h := r.host
 	switch m.Kind {
 	case session.BusEvents:
 		if m.SessionID == "" {
@@ -301,36 +404,34 @@ func (r *replicas) receive(m *session.BusMessage) {
 		for i, e := range m.Events {
 			events[i] = hub.Event{Seq: e.Seq, Data: e.Data}
 		}
-		g.hub.Extend(m.SessionID, m.Stream, events, m.Complete)
+		h.Extend(m.SessionID, m.Stream, events, m.Complete)
 	case session.BusStreamTaken:
 		if m.SessionID != "" {
-			g.hub.Produced(m.SessionID, m.Stream, m.Replica)
+			h.Produced(m.SessionID, m.Stream, m.Replica)
 		}
 	case busDeliver:
 		if m.SessionID == "" {
 			return
 		}
-		err := g.router.deliverHere(m.SessionID, m.Stream, m.Data)
+		err := h.Deliver(m.SessionID, m.Stream, m.Data)
 		if errors.Is(err, hub.ErrNoStream) && m.Stream == "" {
 			// For the standalone stream another replica produces and a client reads here: it
 			// goes on it here should that replica have stopped before it could.
-			g.hub.Keep(m.SessionID, m.Data)
+			h.Keep(m.SessionID, m.Data)
 		}
 	case busCall:
-		g.goWorker(func() { r.runForwarded(m) })
+		r.opts.Go(func() { r.runForwarded(m) })
 	case busCallResult:
-		r.callResult(m)
+		r.forwarding.callResult(m)
 	case busCallCancel:
-		r.cancelForwarded(m.Text)
+		r.forwarding.cancel(m.Text)
 	case busAnswer:
-		if ls := g.hub.Lookup(m.SessionID); ls != nil {
-			msg, err := protocol.Decode(m.Data)
-			if resp, ok := msg.(*protocol.Response); err == nil && ok {
-				g.takeAnswer(g.ctx, ls, resp)
-			}
+		msg, err := protocol.Decode(m.Data)
+		if resp, ok := msg.(*protocol.Response); err == nil && ok {
+			h.Answer(m.SessionID, resp)
 		}
 	case busCancel:
-		if ls := g.hub.Lookup(m.SessionID); ls != nil {
+		if ls := h.Lookup(m.SessionID); ls != nil {
 			if id, err := protocol.ParseID(m.Data); err == nil {
 				ls.CancelRequest(id)
 			}
@@ -339,90 +440,55 @@ func (r *replicas) receive(m *session.BusMessage) {
 		if m.From == r.bus.Replica() {
 			return
 		}
-		if ls := g.hub.Lookup(m.SessionID); ls != nil {
+		if ls := h.Lookup(m.SessionID); ls != nil {
 			ls.DropStandalone(m.Stream)
 		}
 	case busRefresh:
 		if m.From == r.bus.Replica() {
 			return
 		}
-		for _, u := range g.upstreams {
-			if u.ns.Name == m.Text {
-				u.shared.client.Refresh()
-			}
-		}
+		h.Refresh(m.Text)
 	case busPins:
-		if m.From == r.bus.Replica() || g.pinning == nil {
+		if m.From == r.bus.Replica() {
 			return
 		}
-		g.goWorker(func() {
-			if err := g.pinning.reload(g.ctx); err != nil {
-				r.logger.Warn("reading the pins after another replica's decision failed", "error", err.Error())
-			}
-			g.rebuild()
-		})
+		h.ReloadPins()
 	case busDecided:
-		if g.held != nil {
-			g.held.wake(m.Text)
-		}
+		h.Decided(m.Text)
 	case busSubscribed:
 		if m.From == r.bus.Replica() {
 			return
 		}
 		var seq uint64
 		_ = json.Unmarshal(m.Data, &seq)
-		g.subs.dropElsewhere(m.Session, m.SessionID, m.Stream, m.Text, seq)
+		h.DropSubscription(m.Session, m.SessionID, m.Stream, m.Text, seq)
 	}
 }
 
-// gone handles a replica whose lease ran out: the streams it produced that clients resumed
+// Gone handles a replica whose lease ran out: the streams it produced that clients resumed
 // here end, with an error for each request it did not answer, but for sessions' standalone
-// streams, which this replica takes over; the replica that claimed it (claimed) takes its
-// subscriptions over.
-func (r *replicas) gone(replica string, claimed bool) {
+// streams, which this replica takes over, and the streams of the calls it held; the replica
+// that claimed it (claimed) takes its subscriptions and held calls over.
+func (r *Replicas) Gone(replica string, claimed bool) {
 	r.logger.Info("a replica's lease ended (it stopped, or lost Redis for a lease): what it produced ends here, what it owned moves", "replica", replica, "taking_over", claimed)
-	r.mu.Lock()
-	r.goneReplicas[replica] = time.Now()
-	r.mu.Unlock()
-	if r.g.held == nil {
-		r.g.hub.Orphaned(replica, nil)
-	} else {
-		r.g.goWorker(func() { r.orphanHeld(replica, claimed) })
-	}
-	r.g.goWorker(func() { r.takeOverStandalone(replica) })
-	r.failForwarded(replica)
+	r.gone.mark(replica)
+	r.host.Orphan(replica, claimed)
+	r.opts.Go(func() { r.TakeOverStandalone(replica) })
+	r.forwarding.fail(replica)
 	if claimed {
-		r.g.goWorker(func() { r.takeOver(replica) })
+		r.opts.Go(func() { r.takeOver(replica) })
 	}
 }
 
-// orphanHeld ends the streams a stopped replica produced that clients resumed here, but those
-// of the calls it held: they never ran, and their streams stay open, for the replica that
-// claimed it (claimed: this one) to run them once decided and answer there. When the held
-// calls cannot be read, all its streams stay open until they can (heldCalls.sweepFollowed):
-// a held call's stream must not be told that its call may have run in part.
-func (r *replicas) orphanHeld(replica string, claimed bool) {
-	h := r.g.held
-	if adopted, err := h.streamsHeldBy(r.g.ctx, replica); err != nil {
-		r.logger.Warn("reading the calls a stopped replica held failed: its streams read here stay open until they can be read", "replica", replica, "error", err.Error())
-		h.orphanLater(replica)
-	} else {
-		h.orphanFollowed(replica, adopted)
-	}
-	if claimed {
-		h.takeOverFrom(replica)
-	}
-}
-
-// takeOverStandalone takes over the standalone streams of a stopped replica that clients
+// TakeOverStandalone takes over the standalone streams of a stopped replica that clients
 // read here: their messages go on them from this replica from now on. Each within its own
 // time: many sessions, or a slow store, do not make the later ones run out of it.
-func (r *replicas) takeOverStandalone(replica string) {
-	for _, id := range r.g.hub.TakeOver(r.g.ctx, replica, subscriptionCallTimeout) {
-		if ls := r.g.hub.Lookup(id); ls != nil {
+func (r *Replicas) TakeOverStandalone(replica string) {
+	for _, id := range r.host.TakeOver(r.opts.Context, replica, callTimeout) {
+		if ls := r.host.Lookup(id); ls != nil {
 			if st := ls.Standalone(); st != nil {
 				r.logger.Info("took over a session's standalone stream from a stopped replica", "replica", replica, "session", fingerprint(id))
-				r.openedStandalone(id, st.ID())
+				r.OpenedStandalone(id, st.ID())
 			}
 		}
 	}
@@ -432,22 +498,22 @@ func (r *replicas) takeOverStandalone(replica string) {
 // stopped replica held. Their updates reach them wherever their stream is. Subscriptions on a
 // session's own upstream connection (isolation) are not taken over: that connection went with
 // the replica.
-func (r *replicas) takeOver(replica string) {
-	claimCtx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+func (r *Replicas) takeOver(replica string) {
+	claimCtx, cancel := context.WithTimeout(r.opts.Context, callTimeout)
 	defer cancel()
 	digests, err := r.bus.ClaimOwned(claimCtx, replica)
 	if err != nil {
 		r.logger.Warn("taking over the subscriptions of a stopped replica failed", "replica", replica, "error", err.Error())
 		return
 	}
-	reader, ok := r.g.store.(digestReader)
+	reader, ok := r.opts.Store.(digestReader)
 	if !ok {
 		return
 	}
 	taken := 0
 	for _, digest := range digests {
 		// Each session within its own time: a slow one does not cost the others theirs.
-		ctx, cancel := context.WithTimeout(r.g.ctx, subscriptionCallTimeout)
+		ctx, cancel := context.WithTimeout(r.opts.Context, callTimeout)
 		taken += r.takeOverSession(ctx, reader, replica, digest)
 		cancel()
 	}
@@ -456,7 +522,7 @@ func (r *replicas) takeOver(replica string) {
 
 // takeOverSession subscribes here for one session of a stopped replica; it returns how many
 // subscriptions it took.
-func (r *replicas) takeOverSession(ctx context.Context, reader digestReader, replica, digest string) int {
+func (r *Replicas) takeOverSession(ctx context.Context, reader digestReader, replica, digest string) int {
 	taken := 0
 	rec, err := reader.GetByDigest(ctx, digest)
 	if errors.Is(err, session.ErrNotFound) {
@@ -467,27 +533,19 @@ func (r *replicas) takeOverSession(ctx context.Context, reader digestReader, rep
 		return 0
 	}
 	for _, uri := range rec.Subscriptions {
-		if r.g.subs.takeOver(ctx, digest, rec.Profile, uri) {
+		if r.host.TakeOverSubscription(ctx, digest, rec.Profile, uri) {
 			taken++
 		}
 	}
 	return taken
 }
 
-// newReplicaName names this process among the replicas: random, so that a restarted replica
-// is a new one (what the old one owned is taken over, not resumed).
-func newReplicaName() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// sweepTakenOver drops the subscriptions taken over for sessions that ended since: known here
+// SweepTakenOver drops the subscriptions taken over for sessions that ended since: known here
 // by their digest only, their end (by expiry) is not reported here otherwise. One round trip
 // for all of them, on each expiry pass.
-func (r *replicas) sweepTakenOver(ctx context.Context) {
-	digests := r.g.subs.takenOver()
-	reader, ok := r.g.store.(digestReader)
+func (r *Replicas) SweepTakenOver(ctx context.Context) {
+	digests := r.host.SubscriptionsTakenOver()
+	reader, ok := r.opts.Store.(digestReader)
 	if len(digests) == 0 || !ok {
 		return
 	}
@@ -498,19 +556,19 @@ func (r *replicas) sweepTakenOver(ctx context.Context) {
 	}
 	for i, digest := range digests {
 		if !exists[i] {
-			r.g.subs.dropDigest(digest)
+			r.host.DropTakenOver(digest)
 		}
 	}
 }
 
-// openedStandalone tells the replicas following session id that its standalone stream,
+// OpenedStandalone tells the replicas following session id that its standalone stream,
 // streamID, is here now.
-func (r *replicas) openedStandalone(id, streamID string) {
+func (r *Replicas) OpenedStandalone(id, streamID string) {
 	r.post(outgoing{digest: session.Digest(id), msg: &session.BusMessage{Kind: busStandalone, Stream: streamID}})
 }
 
 // unfollow stops receiving session id's messages here.
-func (r *replicas) unfollow(id string) {
+func (r *Replicas) unfollow(id string) {
 	r.mu.Lock()
 	_, followed := r.followed[id]
 	delete(r.followed, id)
@@ -520,24 +578,31 @@ func (r *replicas) unfollow(id string) {
 	}
 }
 
-// followGrace is how long a session is followed at least, so that a stream about to be
+// FollowGrace is how long a session is followed at least, so that a stream about to be
 // opened after a follow is not left without its messages.
-const followGrace = 10 * time.Second
+const FollowGrace = 10 * time.Second
 
-// sweepFollowed stops following the sessions that hold no stream here any more and have no
+// SweepFollowed stops following the sessions that hold no stream here any more and have no
 // request in flight here: their messages go to the replicas that do.
-func (r *replicas) sweepFollowed() {
+func (r *Replicas) SweepFollowed() {
 	r.mu.Lock()
 	ids := make([]string, 0, len(r.followed))
 	for id, since := range r.followed {
-		if time.Since(since) > followGrace {
+		if time.Since(since) > FollowGrace {
 			ids = append(ids, id)
 		}
 	}
 	r.mu.Unlock()
 	for _, id := range ids {
-		if ls := r.g.hub.Lookup(id); ls == nil || !ls.HoldsStreams() && !ls.Busy() {
+		if ls := r.host.Lookup(id); ls == nil || !ls.HoldsStreams() && !ls.Busy() {
 			r.unfollow(id)
 		}
 	}
+}
+
+// fingerprint names a session in logs without its id, which is a credential (as the gateway
+// does).
+func fingerprint(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return hex.EncodeToString(sum[:6])
 }

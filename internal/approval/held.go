@@ -1,19 +1,22 @@
-// Package hold keeps the tool calls that wait for a person's decision: a call the policy says
-// needs an operator's approval is held, as a Call in a Store, until an operator approves or
-// denies it (on the admin API, maybe on another replica than the one holding it) or until its
-// deadline. Two stores implement Store, with the same behaviour: MemoryStore, in this process,
-// for a single gateway, and RedisStore, shared by replicas. The store only keeps the records;
-// the gateway does the waiting and wakes the replica that holds a call.
+// Package approval keeps what the gateway's approval step decides with: the tool calls held
+// for an operator's decision, and the approvals people granted, remembered for a while.
 //
-//	store := hold.NewMemoryStore() // or: hold.NewRedisStore(client, "manifold")
-//	c := hold.Call{ID: hold.NewID(), Tool: "delete_repo", Held: now, Deadline: now.Add(5 * time.Minute) /* … */}
+// A call the policy says needs an operator's approval is held, as a HeldCall in a HeldCalls
+// store, until an operator approves or denies it (on the admin API, maybe on another replica
+// than the one holding it) or until its deadline. Two stores implement HeldCalls, with the
+// same behaviour: MemoryHeldCalls, in this process, for a single gateway, and RedisHeldCalls,
+// shared by replicas. The store only keeps the records; the gateway does the waiting and wakes
+// the replica that holds a call. RedisApprovals remembers approvals across replicas.
+//
+//	store := approval.NewMemoryHeldCalls() // or: approval.NewRedisHeldCalls(client, "manifold")
+//	c := approval.HeldCall{ID: approval.NewID(), Tool: "delete_repo", Held: now, Deadline: now.Add(5 * time.Minute) /* … */}
 //	err := store.Hold(ctx, c)
 //	// the admin API, on any replica:
-//	c, err = store.Decide(ctx, c.ID, hold.Approve, "alice@example.com", time.Now()) // ErrDecided, ErrExpired, ErrNotFound
+//	c, err = store.Decide(ctx, c.ID, approval.Approve, "alice@example.com", time.Now()) // ErrDecided, ErrExpired, ErrNotFound
 //	// the replica holding it, woken up, or at the deadline:
 //	c, err = store.Get(ctx, c.ID)
 //	err = store.Release(ctx, c.ID)
-package hold
+package approval
 
 import (
 	"bytes"
@@ -28,9 +31,9 @@ import (
 	"time"
 )
 
-// Call is a held tool call. It is plain data, the same in every store: a Redis store keeps its
-// JSON form. Calls returned by a Store are copies: changing one changes nothing in the store.
-type Call struct {
+// HeldCall is a held tool call. It is plain data, the same in every store: a Redis store keeps its
+// JSON form. Calls returned by a HeldCalls are copies: changing one changes nothing in the store.
+type HeldCall struct {
 	// ID names the held call: 16 random bytes, base64url (NewID). It is unguessable, so that
 	// knowing it is a sign of having been shown the call.
 	ID string `json:"id"`
@@ -108,7 +111,7 @@ var ErrExpired = errors.New("held call timed out")
 // nor Deny.
 var ErrInvalidDecision = errors.New("invalid decision")
 
-// ErrFull is returned (wrapped) by MemoryStore.Hold when the store holds its maximum of calls
+// ErrFull is returned (wrapped) by MemoryHeldCalls.Hold when the store holds its maximum of calls
 // (MaxMemoryHeld). A refused call takes no room.
 var ErrFull = errors.New("too many held calls")
 
@@ -119,37 +122,37 @@ func NewID() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// Store keeps held calls. Implementations are safe for concurrent use, and for use by several
+// HeldCalls keeps held calls. Implementations are safe for concurrent use, and for use by several
 // replicas at once when they share the store.
-type Store interface {
+type HeldCalls interface {
 	// Hold stores c, which must be pending (no Decision, Approver or Decided), with an ID not
 	// held already and a Deadline. The store keeps it until Release, or until some time
 	// (Grace) after c.Deadline: never forever.
-	Hold(ctx context.Context, c Call) error
+	Hold(ctx context.Context, c HeldCall) error
 	// Get returns the call as it stands, or ErrNotFound.
-	Get(ctx context.Context, id string) (Call, error)
+	Get(ctx context.Context, id string) (HeldCall, error)
 	// Decide records decision (Approve or Deny, else an error that is ErrInvalidDecision) by
 	// approver at time at, if the call is pending and its deadline is after at, and returns
 	// the call as decided. The first decision wins, even among replicas deciding at once: a
 	// later one fails with ErrDecided, a decision on a call pending past its deadline with
 	// ErrExpired; both return the call as it stands. An unknown call is ErrNotFound.
-	Decide(ctx context.Context, id, decision, approver string, at time.Time) (Call, error)
+	Decide(ctx context.Context, id, decision, approver string, at time.Time) (HeldCall, error)
 	// Pending returns the calls not decided whose deadline is after now, oldest (Held) first.
-	Pending(ctx context.Context, now time.Time) ([]Call, error)
+	Pending(ctx context.Context, now time.Time) ([]HeldCall, error)
 	// Release forgets the call: the gateway is done with it. An unknown id is not an error.
 	Release(ctx context.Context, id string) error
 	// HeldBy returns the calls, pending or decided, not released nor gone, that replica holds,
 	// oldest (Held) first: for a replica that takes over from one that stopped.
-	HeldBy(ctx context.Context, replica string) ([]Call, error)
+	HeldBy(ctx context.Context, replica string) ([]HeldCall, error)
 	// All returns every call, pending or decided, not released nor gone, oldest (Held) first.
-	All(ctx context.Context) ([]Call, error)
+	All(ctx context.Context) ([]HeldCall, error)
 	// Move makes replica the holder of a call, pending or decided, and returns it as moved:
 	// the replica taking over from one that stopped. An unknown call is ErrNotFound.
-	Move(ctx context.Context, id, replica string) (Call, error)
+	Move(ctx context.Context, id, replica string) (HeldCall, error)
 }
 
 // checkHold reports why c cannot be held, if it cannot.
-func checkHold(c *Call) error {
+func checkHold(c *HeldCall) error {
 	switch {
 	case c.ID == "":
 		return errors.New("the call has no ID")
@@ -171,7 +174,7 @@ func checkDecision(decision string) error {
 
 // decide applies a decision to c, if it can have one at time at: it fails with ErrDecided or
 // ErrExpired otherwise, and leaves c as it was.
-func decide(c *Call, decision, approver string, at time.Time) error {
+func decide(c *HeldCall, decision, approver string, at time.Time) error {
 	switch {
 	case c.Decision != "":
 		return ErrDecided
@@ -196,7 +199,7 @@ func compactRaw(m json.RawMessage) (json.RawMessage, error) {
 }
 
 // clone returns a copy of c that shares nothing with it.
-func (c *Call) clone() Call {
+func (c *HeldCall) clone() HeldCall {
 	d := *c
 	d.Arguments, d.Annotations = bytes.Clone(c.Arguments), bytes.Clone(c.Annotations)
 	d.ClientID, d.Params, d.Caller = bytes.Clone(c.ClientID), bytes.Clone(c.Params), bytes.Clone(c.Caller)
@@ -205,10 +208,10 @@ func (c *Call) clone() Call {
 
 // gone reports whether a store no longer keeps c at time now: some time (Grace) after its
 // deadline.
-func gone(c *Call, now time.Time) bool { return !c.Deadline.Add(Grace).After(now) }
+func gone(c *HeldCall, now time.Time) bool { return !c.Deadline.Add(Grace).After(now) }
 
 // oldestFirst orders calls by Held, then ID, for a listing that does not change between two
 // reads.
-func oldestFirst(a, b Call) int {
+func oldestFirst(a, b HeldCall) int {
 	return cmp.Or(a.Held.Compare(b.Held), strings.Compare(a.ID, b.ID))
 }

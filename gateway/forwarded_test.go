@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -31,26 +32,23 @@ func TestForwardedFailureKeepsItsReason(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var res forwardedResult
+			var res replica.Result
 			if err := json.Unmarshal(data, &res); err != nil {
 				t.Fatal(err)
 			}
-			if got := res.failure(); !errors.Is(got, tc.want) {
-				t.Errorf("failure() = %v, want one that is %v", got, tc.want)
+			if got := forwardFailure(res); !errors.Is(got, tc.want) {
+				t.Errorf("forwardFailure = %v, want one that is %v", got, tc.want)
 			}
 		})
 	}
 }
 
-// TestForwardedCallOfAStoppedReplicaMayHaveRun: a replica stops while it runs a call another
-// replica forwarded to it. The call reached it and may have run in part: the sender fails it
-// as interrupted, never as "unavailable", which invites a retry.
-func TestForwardedCallOfAStoppedReplicaMayHaveRun(t *testing.T) {
-	r := &replicas{forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
-	done := make(chan forwardedResult, 1)
-	r.forwarding.waiting["a-c1"] = waitingCall{replica: "b", done: done}
-	r.failForwarded("b")
-	if err := (<-done).failure(); !errors.Is(err, upstream.ErrInterrupted) || errors.Is(err, upstream.ErrUnavailable) {
-		t.Errorf("the forwarded call of a stopped replica failed with %v; want ErrInterrupted, not ErrUnavailable", err)
+// TestForwardedCallOfAStoppedReplicaFailsAsInterrupted: the result of a call whose holder
+// stopped before it answered fails on the sender as interrupted (it may have run in part),
+// never as "unavailable", which invites a retry.
+func TestForwardedCallOfAStoppedReplicaFailsAsInterrupted(t *testing.T) {
+	err := forwardFailure(replica.Result{Unavailable: "the replica holding the session's connection stopped", Reason: replica.ReasonInterrupted})
+	if !errors.Is(err, upstream.ErrInterrupted) || errors.Is(err, upstream.ErrUnavailable) {
+		t.Errorf("forwardFailure = %v; want ErrInterrupted, not ErrUnavailable", err)
 	}
 }

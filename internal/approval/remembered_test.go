@@ -1,11 +1,10 @@
-package gateway
+package approval
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -26,16 +25,16 @@ func TestApprovalRememberedBeforeUpgradeIsAskedAgain(t *testing.T) {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	h.Write(canonicalJSON(target.Arguments))
+	h.Write(CanonicalJSON(target.Arguments))
 	earlier := hex.EncodeToString(h.Sum(nil))
 
-	a := &approvals{remember: time.Hour, now: func() time.Time { return now }, granted: map[string]time.Time{earlier: now.Add(time.Hour)}, logger: slog.New(slog.DiscardHandler)}
-	key := approvalKey(who, target, false)
-	if key == earlier || a.remembered(context.Background(), key) {
+	a := &Remembered{TTL: time.Hour, Now: func() time.Time { return now }, granted: map[string]time.Time{earlier: now.Add(time.Hour)}}
+	key := a.Key(who, target)
+	if key == earlier || a.Holds(context.Background(), key) {
 		t.Errorf("an approval remembered under the earlier key is honoured (key %s)", key)
 	}
-	a.grant(context.Background(), key)
-	if !a.remembered(context.Background(), key) {
+	a.Grant(context.Background(), key)
+	if !a.Holds(context.Background(), key) {
 		t.Error("the approval asked again is not remembered")
 	}
 }

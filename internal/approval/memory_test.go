@@ -1,4 +1,4 @@
-package hold
+package approval
 
 import (
 	"errors"
@@ -11,24 +11,24 @@ import (
 )
 
 func TestMemoryStore(t *testing.T) {
-	testStore(t, func(*testing.T) Store { return NewMemoryStore() })
+	testStore(t, func(*testing.T) HeldCalls { return NewMemoryHeldCalls() })
 }
 
-// newClockedMemoryStore returns a MemoryStore whose clock is clock.
-func newClockedMemoryStore(clock *testclock.Clock) *MemoryStore {
-	s := NewMemoryStore()
+// newClockedMemoryStore returns a MemoryHeldCalls whose clock is clock.
+func newClockedMemoryStore(clock *testclock.Clock) *MemoryHeldCalls {
+	s := NewMemoryHeldCalls()
 	s.now = clock.Now
 	return s
 }
 
 // memoryHeld returns how many calls s keeps, gone or not.
-func memoryHeld(s *MemoryStore) int {
+func memoryHeld(s *MemoryHeldCalls) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.calls)
 }
 
-// TestMemoryStoreBound: a MemoryStore holds MaxMemoryHeld calls; the next is refused with
+// TestMemoryStoreBound: a MemoryHeldCalls holds MaxMemoryHeld calls; the next is refused with
 // ErrFull and takes no room, until one is released or gone.
 func TestMemoryStoreBound(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -79,7 +79,7 @@ func TestMemoryStorePrunes(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := testclock.New(start)
 	s := newClockedMemoryStore(clock)
-	var calls []Call
+	var calls []HeldCall
 	for i, d := range []time.Duration{time.Minute, 2 * time.Minute, 2*time.Minute + 10*time.Second, 2*time.Minute + 50*time.Second, 10 * time.Minute} {
 		c := call(start.Add(time.Duration(i)*time.Second), start.Add(d))
 		c.Replica = "a"

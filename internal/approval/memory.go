@@ -1,4 +1,4 @@
-package hold
+package approval
 
 import (
 	"bytes"
@@ -10,14 +10,14 @@ import (
 	"time"
 )
 
-// MaxMemoryHeld is the most calls a MemoryStore holds at once; Hold fails with ErrFull past it.
+// MaxMemoryHeld is the most calls a MemoryHeldCalls holds at once; Hold fails with ErrFull past it.
 const MaxMemoryHeld = 10000
 
-// MemoryStore is a Store in this process's memory, for a single gateway. It is safe for
+// MemoryHeldCalls is a HeldCalls in this process's memory, for a single gateway. It is safe for
 // concurrent use. A call Grace past its deadline by this process's clock (as a Redis store's
 // keys expire by Redis's) is gone at once for Get, Decide, Pending and HeldBy, and its room is
 // taken back by a later Hold.
-type MemoryStore struct {
+type MemoryHeldCalls struct {
 	// now returns the current time, for what is gone; time.Now but in tests. Set at
 	// construction, then never changed.
 	now func() time.Time
@@ -28,24 +28,24 @@ type MemoryStore struct {
 	mu sync.RWMutex
 	// calls holds the held calls by id. Guarded by mu. Invariant: len(calls) <= max. Its
 	// values share nothing with a caller: Hold stores a copy of its call, with RawMessages
-	// of its own, and the readers return copies (Call.clone). A value is replaced, never
+	// of its own, and the readers return copies (HeldCall.clone). A value is replaced, never
 	// changed.
-	calls map[string]*Call
+	calls map[string]*HeldCall
 	// pruned is when pruneLocked last ran. Guarded by mu.
 	pruned time.Time
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ HeldCalls = (*MemoryHeldCalls)(nil)
 
-// NewMemoryStore returns an empty MemoryStore that holds up to MaxMemoryHeld calls.
-func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{now: time.Now, max: MaxMemoryHeld, calls: make(map[string]*Call)}
+// NewMemoryHeldCalls returns an empty MemoryHeldCalls that holds up to MaxMemoryHeld calls.
+func NewMemoryHeldCalls() *MemoryHeldCalls {
+	return &MemoryHeldCalls{now: time.Now, max: MaxMemoryHeld, calls: make(map[string]*HeldCall)}
 }
 
-// Hold implements Store. It forgets the calls gone when the store is full, or when it last did
+// Hold implements HeldCalls. It forgets the calls gone when the store is full, or when it last did
 // a Grace ago or more, so that the calls no one releases do not pile up; it fails with ErrFull
 // when the store still holds MaxMemoryHeld calls.
-func (s *MemoryStore) Hold(_ context.Context, c Call) error {
+func (s *MemoryHeldCalls) Hold(_ context.Context, c HeldCall) error {
 	if err := checkHold(&c); err != nil {
 		return fmt.Errorf("held calls: hold: %w", err)
 	}
@@ -76,7 +76,7 @@ func (s *MemoryStore) Hold(_ context.Context, c Call) error {
 }
 
 // pruneLocked forgets the calls gone at time now. s.mu must be held for writing.
-func (s *MemoryStore) pruneLocked(now time.Time) {
+func (s *MemoryHeldCalls) pruneLocked(now time.Time) {
 	for id, c := range s.calls {
 		if gone(c, now) {
 			delete(s.calls, id)
@@ -85,29 +85,29 @@ func (s *MemoryStore) pruneLocked(now time.Time) {
 	s.pruned = now
 }
 
-// Get implements Store.
-func (s *MemoryStore) Get(_ context.Context, id string) (Call, error) {
+// Get implements HeldCalls.
+func (s *MemoryHeldCalls) Get(_ context.Context, id string) (HeldCall, error) {
 	now := s.now()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	c, ok := s.calls[id]
 	if !ok || gone(c, now) {
-		return Call{}, ErrNotFound
+		return HeldCall{}, ErrNotFound
 	}
 	return c.clone(), nil
 }
 
-// Decide implements Store.
-func (s *MemoryStore) Decide(_ context.Context, id, decision, approver string, at time.Time) (Call, error) {
+// Decide implements HeldCalls.
+func (s *MemoryHeldCalls) Decide(_ context.Context, id, decision, approver string, at time.Time) (HeldCall, error) {
 	if err := checkDecision(decision); err != nil {
-		return Call{}, fmt.Errorf("held calls: decide: %w", err)
+		return HeldCall{}, fmt.Errorf("held calls: decide: %w", err)
 	}
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.calls[id]
 	if !ok || gone(c, now) {
-		return Call{}, ErrNotFound
+		return HeldCall{}, ErrNotFound
 	}
 	next := *c
 	if err := decide(&next, decision, approver, at); err != nil {
@@ -117,37 +117,37 @@ func (s *MemoryStore) Decide(_ context.Context, id, decision, approver string, a
 	return next.clone(), nil
 }
 
-// Pending implements Store.
-func (s *MemoryStore) Pending(_ context.Context, now time.Time) ([]Call, error) {
-	return s.list(func(c *Call) bool { return c.Decision == "" && c.Deadline.After(now) }), nil
+// Pending implements HeldCalls.
+func (s *MemoryHeldCalls) Pending(_ context.Context, now time.Time) ([]HeldCall, error) {
+	return s.list(func(c *HeldCall) bool { return c.Decision == "" && c.Deadline.After(now) }), nil
 }
 
-// Release implements Store.
-func (s *MemoryStore) Release(_ context.Context, id string) error {
+// Release implements HeldCalls.
+func (s *MemoryHeldCalls) Release(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.calls, id)
 	return nil
 }
 
-// HeldBy implements Store.
-func (s *MemoryStore) HeldBy(_ context.Context, replica string) ([]Call, error) {
-	return s.list(func(c *Call) bool { return c.Replica == replica }), nil
+// HeldBy implements HeldCalls.
+func (s *MemoryHeldCalls) HeldBy(_ context.Context, replica string) ([]HeldCall, error) {
+	return s.list(func(c *HeldCall) bool { return c.Replica == replica }), nil
 }
 
-// All implements Store.
-func (s *MemoryStore) All(context.Context) ([]Call, error) {
-	return s.list(func(*Call) bool { return true }), nil
+// All implements HeldCalls.
+func (s *MemoryHeldCalls) All(context.Context) ([]HeldCall, error) {
+	return s.list(func(*HeldCall) bool { return true }), nil
 }
 
-// Move implements Store.
-func (s *MemoryStore) Move(_ context.Context, id, replica string) (Call, error) {
+// Move implements HeldCalls.
+func (s *MemoryHeldCalls) Move(_ context.Context, id, replica string) (HeldCall, error) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.calls[id]
 	if !ok || gone(c, now) {
-		return Call{}, ErrNotFound
+		return HeldCall{}, ErrNotFound
 	}
 	next := *c
 	next.Replica = replica
@@ -156,9 +156,9 @@ func (s *MemoryStore) Move(_ context.Context, id, replica string) (Call, error) 
 }
 
 // list returns copies of the calls not gone that match keep, oldest first.
-func (s *MemoryStore) list(keep func(*Call) bool) []Call {
+func (s *MemoryHeldCalls) list(keep func(*HeldCall) bool) []HeldCall {
 	now := s.now()
-	var out []Call
+	var out []HeldCall
 	s.mu.RLock()
 	for _, c := range s.calls {
 		if !gone(c, now) && keep(c) {

@@ -1,4 +1,4 @@
-package hold
+package approval
 
 import (
 	"encoding/json"
@@ -12,11 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// The contract of a Store, run against each (TestMemoryStore, TestRedisStore). Its times are
+// The contract of a HeldCalls, run against each (TestMemoryStore, TestRedisStore). Its times are
 // near time.Now(): a Redis store's keys expire by Redis's clock.
 
 // opener returns a new, empty store for t.
-type opener func(t *testing.T) Store
+type opener func(t *testing.T) HeldCalls
 
 func testStore(t *testing.T, open opener) {
 	tests := []struct {
@@ -44,8 +44,8 @@ func testStore(t *testing.T, open opener) {
 func now() time.Time { return time.Now().Truncate(time.Millisecond) }
 
 // call returns a pending call held at held, until deadline.
-func call(held, deadline time.Time) Call {
-	return Call{
+func call(held, deadline time.Time) HeldCall {
+	return HeldCall{
 		ID:        NewID(),
 		Session:   "fp-1",
 		Principal: "alice@https://issuer.example",
@@ -59,7 +59,7 @@ func call(held, deadline time.Time) Call {
 	}
 }
 
-func mustHold(t *testing.T, s Store, c Call) Call {
+func mustHold(t *testing.T, s HeldCalls, c HeldCall) HeldCall {
 	t.Helper()
 	if err := s.Hold(t.Context(), c); err != nil {
 		t.Fatalf("Hold(%s): %v", c.Tool, err)
@@ -67,7 +67,7 @@ func mustHold(t *testing.T, s Store, c Call) Call {
 	return c
 }
 
-func mustGet(t *testing.T, s Store, id string) Call {
+func mustGet(t *testing.T, s HeldCalls, id string) HeldCall {
 	t.Helper()
 	c, err := s.Get(t.Context(), id)
 	if err != nil {
@@ -77,7 +77,7 @@ func mustGet(t *testing.T, s Store, id string) Call {
 }
 
 // ids returns the IDs of calls, in order.
-func ids(calls []Call) []string {
+func ids(calls []HeldCall) []string {
 	out := []string{}
 	for _, c := range calls {
 		out = append(out, c.ID)
@@ -89,7 +89,7 @@ func ids(calls []Call) []string {
 func testRoundTrip(t *testing.T, open opener) {
 	s := open(t)
 	base := now()
-	c := Call{
+	c := HeldCall{
 		ID:          NewID(),
 		Replica:     "replica-a",
 		Session:     "fp-1",
@@ -138,16 +138,16 @@ func testHoldRefuses(t *testing.T, open opener) {
 	held := mustHold(t, s, call(base, base.Add(time.Minute)))
 	tests := []struct {
 		name   string
-		change func(*Call)
+		change func(*HeldCall)
 	}{
-		{"no ID", func(c *Call) { c.ID = "" }},
-		{"no deadline", func(c *Call) { c.Deadline = time.Time{} }},
-		{"decided", func(c *Call) { c.Decision = Approve }},
-		{"approver", func(c *Call) { c.Approver = "bob" }},
-		{"decided at", func(c *Call) { c.Decided = base }},
-		{"arguments not JSON", func(c *Call) { c.Arguments = json.RawMessage(`{"a":`) }},
-		{"annotations not JSON", func(c *Call) { c.Annotations = json.RawMessage(`nope`) }},
-		{"ID held already", func(c *Call) { c.ID, c.Tool = held.ID, "other" }},
+		{"no ID", func(c *HeldCall) { c.ID = "" }},
+		{"no deadline", func(c *HeldCall) { c.Deadline = time.Time{} }},
+		{"decided", func(c *HeldCall) { c.Decision = Approve }},
+		{"approver", func(c *HeldCall) { c.Approver = "bob" }},
+		{"decided at", func(c *HeldCall) { c.Decided = base }},
+		{"arguments not JSON", func(c *HeldCall) { c.Arguments = json.RawMessage(`{"a":`) }},
+		{"annotations not JSON", func(c *HeldCall) { c.Annotations = json.RawMessage(`nope`) }},
+		{"ID held already", func(c *HeldCall) { c.ID, c.Tool = held.ID, "other" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -215,7 +215,7 @@ func testDecideUnknown(t *testing.T, open opener) {
 	if !errors.Is(err, ErrNotFound) {
 		t.Errorf("Decide: %v, want ErrNotFound", err)
 	}
-	if diff := cmp.Diff(Call{}, got); diff != "" {
+	if diff := cmp.Diff(HeldCall{}, got); diff != "" {
 		t.Errorf("Decide returned a call: %s", diff)
 	}
 	if _, err := s.Get(t.Context(), NewID()); !errors.Is(err, ErrNotFound) {
@@ -231,7 +231,7 @@ func testDecideAfterDeadline(t *testing.T, open opener) {
 	c := mustHold(t, s, call(base, base.Add(time.Minute)))
 	past := mustHold(t, s, call(base.Add(-time.Minute), base.Add(-10*time.Second))) // kept for its Grace
 	for _, tc := range []struct {
-		c  Call
+		c  HeldCall
 		at time.Time
 	}{
 		{c, c.Deadline},
@@ -296,7 +296,7 @@ func testPending(t *testing.T, open opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(ids([]Call{a, c, b}), ids(got)); diff != "" {
+	if diff := cmp.Diff(ids([]HeldCall{a, c, b}), ids(got)); diff != "" {
 		t.Errorf("Pending (-want +got):\n%s", diff)
 	}
 	if len(got) == 3 {
@@ -310,14 +310,14 @@ func testPending(t *testing.T, open opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(ids([]Call{a, c}), ids(got)); diff != "" {
+	if diff := cmp.Diff(ids([]HeldCall{a, c}), ids(got)); diff != "" {
 		t.Errorf("Pending 7m later (-want +got):\n%s", diff)
 	}
 	got, err = s.Pending(t.Context(), base.Add(-time.Nanosecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(ids([]Call{atNow, a, c, b}), ids(got)); diff != "" {
+	if diff := cmp.Diff(ids([]HeldCall{atNow, a, c, b}), ids(got)); diff != "" {
 		t.Errorf("Pending 1ns before (-want +got):\n%s", diff)
 	}
 	// Past its deadline, within its Grace, the store still has it.
@@ -378,7 +378,7 @@ func testRelease(t *testing.T, open opener) {
 func testHeldBy(t *testing.T, open opener) {
 	s := open(t)
 	base := now()
-	onReplica := func(r string, held, deadline time.Time) Call {
+	onReplica := func(r string, held, deadline time.Time) HeldCall {
 		c := call(held, deadline)
 		c.Replica = r
 		return mustHold(t, s, c)
@@ -399,11 +399,11 @@ func testHeldBy(t *testing.T, open opener) {
 
 	for _, tt := range []struct {
 		replica string
-		want    []Call
+		want    []HeldCall
 	}{
-		{"a", []Call{a2, a3, decided}},
-		{"b", []Call{b1}},
-		{"", []Call{single}},
+		{"a", []HeldCall{a2, a3, decided}},
+		{"b", []HeldCall{b1}},
+		{"", []HeldCall{single}},
 		{"c", nil},
 	} {
 		got, err := s.HeldBy(t.Context(), tt.replica)
@@ -423,7 +423,7 @@ func testDecideConcurrently(t *testing.T, open opener) {
 	base := now()
 	c := mustHold(t, s, call(base, base.Add(time.Minute)))
 	type result struct {
-		c   Call
+		c   HeldCall
 		err error
 	}
 	results := make([]result, 16)
@@ -443,7 +443,7 @@ func testDecideConcurrently(t *testing.T, open opener) {
 	close(start)
 	wg.Wait()
 
-	var winner *Call
+	var winner *HeldCall
 	for i, r := range results {
 		if r.err == nil {
 			if winner != nil {
