@@ -273,7 +273,7 @@ func (r *replicas) runForwarded(m *session.BusMessage) {
 		reply(forwardedResult{Unavailable: "the session or its upstream is gone on the replica holding its connection"})
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		reply(forwardedResult{Draining: true})
 		return

@@ -776,6 +776,7 @@ func (g *Gateway) nextRequestID() string {
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
+	g.logs.listeners.drop(id)
 	if g.replicas != nil {
 		g.replicas.ended(id)
 	}

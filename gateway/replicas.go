@@ -37,6 +37,8 @@ const (
 	busPins = "pins"
 	// busDecided: an operator decided the held call Text, which the receiving replica holds.
 	busDecided = "decided"
+	// busLogLevel: the session set its log level to Text on the sending replica.
+	busLogLevel = "loglevel"
 )
 
 // bus is what the gateway needs of the bus between the replicas sharing a Redis store
@@ -259,6 +261,14 @@ func (r *replicas) cancelElsewhere(ctx context.Context, sessionID string, id pro
 	}
 }
 
+// levelSet tells the other replicas that a session set its log level here, for the index of
+// the sessions each serves (its stream may be held there).
+func (r *replicas) levelSet(ctx context.Context, sessionID, level string) {
+	if err := r.bus.Broadcast(ctx, &session.BusMessage{Kind: busLogLevel, Session: session.Digest(sessionID), Text: level}); err != nil {
+		r.logger.Warn("a session's log level could not reach the other replicas: they apply it at its next request there", "session", fingerprint(sessionID), "error", err.Error())
+	}
+}
+
 // listChanged tells the other replicas that an upstream announced a list change.
 func (r *replicas) listChanged(upstreamName string) {
 	r.post(outgoing{msg: &session.BusMessage{Kind: busRefresh, Text: upstreamName}})
@@ -364,6 +374,10 @@ func (r *replicas) receive(m *session.BusMessage) {
 	case busDecided:
 		if g.held != nil {
 			g.held.wake(m.Text)
+		}
+	case busLogLevel:
+		if m.From != r.bus.Replica() {
+			g.levelSetElsewhere(m.Session, m.SessionID, m.Text)
 		}
 	case busSubscribed:
 		if m.From == r.bus.Replica() {

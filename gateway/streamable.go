@@ -163,7 +163,7 @@ func (g *Gateway) servePOST(w http.ResponseWriter, r *http.Request, requestID st
 	if !ok {
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		writeLocalSessionError(w, idOf(msg), err)
 		return
@@ -269,7 +269,7 @@ func (g *Gateway) serveBatch(w http.ResponseWriter, r *http.Request, body []byte
 			"a batch of %d messages is over the gateway's limit of %d (max_batch_entries): send fewer at once", len(entries), limit))
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return
@@ -711,7 +711,7 @@ func (g *Gateway) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return
