@@ -257,7 +257,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.checks = append(g.checks, pipeline.CheckFunc(g.approvalCheck))
 	}
 	g.events = events
-	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
+	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Budget: cfg.StreamBudgetBytes, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
 		hubOpts.Tag = newReplicaName()

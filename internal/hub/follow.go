@@ -64,6 +64,7 @@ func (s *Stream) orphanLocked() {
 		s.size += len(data)
 		s.noteAnswer(data)
 	}
+	s.accountLocked()
 	s.completeFollowedLocked()
 	if s.fromLog && s.session.hub.opts.Log != nil {
 		// Logged as if produced here: seq numbers follow the log's, so that a second
@@ -92,6 +93,7 @@ func (h *Local) Extend(sessionID, streamID string, events []Event, complete bool
 	if st == nil {
 		return false
 	}
+	defer h.enforceBudget() // after the unlock: a stream it completes may be kept now
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.following || st.dropped {
@@ -128,6 +130,7 @@ func (st *Stream) extendLocked(events []Event) bool {
 		}
 		next++
 	}
+	st.accountLocked()
 	return true
 }
 
@@ -137,7 +140,7 @@ func (st *Stream) completeFollowedLocked() {
 	st.following = false
 	st.complete = true
 	if st.writer == nil {
-		st.keepUntil = st.session.hub.opts.Now().Add(st.session.hub.opts.Retention)
+		st.keepUntilLocked(st.session.hub.opts.Now().Add(st.session.hub.opts.Retention))
 	}
 }
 
@@ -576,6 +579,9 @@ func (s *Session) Adopt(ctx context.Context, streamID, from string) (*Stream, er
 		st.keepUntil = s.hub.opts.Now().Add(s.hub.opts.Retention)
 	}
 	s.streams[streamID] = st
+	st.mu.Lock()
+	st.enterLocked()
+	st.mu.Unlock()
 	return st, nil
 }
 

@@ -50,6 +50,10 @@ type Options struct {
 	// whose producer stopped ends with an error answer for each request it did not answer; the
 	// session's standalone stream is taken over instead. Nil: no producer but this hub runs.
 	Producing func(ctx context.Context, sessionID, producer, streamID string) bool
+	// Budget bounds the bytes of events the hub's streams hold together; past it, the
+	// streams kept for resumption only are evicted, the one whose retention ends first
+	// first (see budget). If zero, none.
+	Budget int64
 	// Hold is how long a message for a session's standalone stream that another hub produces
 	// is kept on the copy of it this hub follows (Keep), in case that hub stopped before it
 	// logged it. If zero, Retention.
@@ -63,6 +67,8 @@ type Local struct {
 	stop context.CancelFunc
 	// seed hashes the messages of followed streams (digest).
 	seed maphash.Seed
+	// budget counts the bytes the streams hold against Options.Budget.
+	budget budget
 
 	mu sync.Mutex
 	// sessions holds the live sessions by id. Guarded by mu.
@@ -114,6 +120,7 @@ func New(parent context.Context, opts *Options) *Local {
 	if h.opts.MaxStreams <= 0 {
 		h.opts.MaxStreams = 64
 	}
+	h.budget.limit = h.opts.Budget
 	h.ctx, h.stop = context.WithCancel(parent)
 	return h
 }
@@ -244,6 +251,7 @@ func (h *Local) Sweep(cutoff time.Time) {
 			st.mu.Unlock()
 		}
 	}
+	h.enforceBudget()
 }
 
 // ErrNoStream is returned by Deliver when the session or the stream is not live here.

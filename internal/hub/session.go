@@ -154,6 +154,9 @@ func (s *Session) NewStream(responses int) *Stream {
 		s.pruneLocked()
 	}
 	s.streams[st.id] = st
+	st.mu.Lock()
+	st.enterLocked()
+	st.mu.Unlock()
 	return st
 }
 
@@ -169,6 +172,9 @@ func (s *Session) pruneLocked() {
 	for id, st := range s.streams {
 		if st.expired(now) {
 			delete(s.streams, id)
+			st.mu.Lock()
+			st.releaseLocked()
+			st.mu.Unlock()
 		}
 	}
 	for len(s.streams) >= s.hub.opts.MaxStreams {
@@ -185,6 +191,9 @@ func (s *Session) pruneLocked() {
 			return // all in use: the new one is still admitted
 		}
 		delete(s.streams, oldest.id)
+		oldest.mu.Lock()
+		oldest.releaseLocked()
+		oldest.mu.Unlock()
 	}
 }
 
@@ -216,6 +225,9 @@ func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
 	st.id = s.nextStreamIDLocked()
 	s.standalone = st
 	s.streams[st.id] = st
+	st.mu.Lock()
+	st.enterLocked()
+	st.mu.Unlock()
 	// Attached under the session's lock (session, then stream: the lock order), so that a
 	// second GET finds it taken.
 	c, err := st.Attach(0)
@@ -258,6 +270,9 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 					copied = held
 				}
 				s.streams[streamID] = replayed
+				replayed.mu.Lock()
+				replayed.enterLocked()
+				replayed.mu.Unlock()
 				st = replayed
 				if !replayed.readBack() {
 					// Taken over here: the session's standalone stream from now on.
@@ -354,6 +369,9 @@ func (s *Session) installStandaloneLocked(st *Stream) *Stream {
 	old := s.standalone
 	s.standalone = st
 	s.streams[st.id] = st
+	st.mu.Lock()
+	st.enterLocked()
+	st.mu.Unlock()
 	if old == st {
 		return nil
 	}

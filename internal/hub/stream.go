@@ -92,8 +92,12 @@ type Stream struct {
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it
-	// is not both. Guarded by mu.
+	// is not both. Set by keepUntilLocked. Guarded by mu.
 	keepUntil time.Time
+	// inHub is set while the stream is in its session's streams and counted in the hub's
+	// budget, for accounted bytes (its size when last counted). Guarded by mu.
+	inHub     bool
+	accounted int
 	// done is closed when the stream is dropped: requests put on it wait for an answer no
 	// more.
 	done chan struct{}
@@ -152,6 +156,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 	s.logLocked()
 	s.wakeLocked()
 	s.mu.Unlock()
+	s.session.hub.enforceBudget()
 	return nil
 }
 
@@ -159,6 +164,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 func (s *Stream) appendLocked(data []byte, response bool) {
 	s.events = append(s.events, data)
 	s.size += len(data)
+	s.accountLocked()
 	if response {
 		s.answeredLocked()
 	} else {
@@ -178,6 +184,7 @@ func (s *Stream) roomLocked(n int) bool {
 		s.events = s.events[1:]
 		s.first++
 	}
+	s.accountLocked()
 	return !over()
 }
 
@@ -185,12 +192,13 @@ func (s *Stream) roomLocked(n int) bool {
 // request, or its session ended): the stream may complete without it.
 func (s *Stream) Unanswered() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.dropped && !s.complete {
 		s.answeredLocked()
 		s.logLocked()
 		s.wakeLocked()
 	}
+	s.mu.Unlock()
+	s.session.hub.enforceBudget()
 }
 
 func (s *Stream) answeredLocked() {
@@ -198,7 +206,7 @@ func (s *Stream) answeredLocked() {
 		s.complete = true
 		if s.writer == nil {
 			// Its client left before the end: the retention period begins now.
-			s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.Retention)
+			s.keepUntilLocked(s.session.hub.opts.Now().Add(s.session.hub.opts.Retention))
 		}
 	}
 }
@@ -221,6 +229,7 @@ func (s *Stream) dropLocked() {
 	}
 	s.dropped = true
 	s.events, s.size = nil, 0
+	s.releaseLocked()
 	s.wakeLocked()
 }
 
@@ -254,7 +263,7 @@ func (s *Stream) Attach(after uint64) (*Cursor, error) {
 	}
 	// The client has what it confirms, no more: events after it must stay until written.
 	s.written = after
-	s.keepUntil = time.Time{}
+	s.keepUntilLocked(time.Time{})
 	if s.writer != nil {
 		s.writer.detached = true
 		s.wakeLocked()
@@ -350,6 +359,7 @@ func (c *Cursor) Wrote(seq uint64) {
 				s.events = s.events[1:]
 				s.first++
 			}
+			s.accountLocked()
 		}
 	}
 	s.mu.Unlock()
@@ -380,13 +390,14 @@ func (c *Cursor) Detach() {
 	if !s.resumable {
 		s.dropLocked()
 	} else if s.complete {
-		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.Retention)
+		s.keepUntilLocked(s.session.hub.opts.Now().Add(s.session.hub.opts.Retention))
 	}
 	dropped := s.dropped
 	s.mu.Unlock()
 	if dropped {
 		s.session.forget(s)
 	}
+	s.session.hub.enforceBudget()
 }
 
 // Finish ends the connection's part after it wrote the whole of a complete stream. A flush
@@ -400,12 +411,14 @@ func (c *Cursor) Finish() {
 	finished := s.writer == c && s.complete && s.resumable
 	if finished {
 		s.writer = nil
-		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.FinishedRetention)
+		s.keepUntilLocked(s.session.hub.opts.Now().Add(s.session.hub.opts.FinishedRetention))
 	}
 	s.mu.Unlock()
 	if !finished {
 		c.Detach()
+		return
 	}
+	s.session.hub.enforceBudget()
 }
 
 // attached reports whether a connection writes the stream.
