@@ -86,7 +86,7 @@ func (h *Local) enforceBudget() {
 		if !h.budget.over() {
 			return
 		}
-		st.session.evict(st)
+		evict(st)
 	}
 }
 
@@ -94,7 +94,8 @@ func (h *Local) enforceBudget() {
 func (h *Local) HeldBytes() int64 { return h.budget.used.Load() }
 
 // evict forgets st, if it is still kept for resumption only.
-func (s *Session) evict(st *Stream) {
+func evict(st *Stream) {
+	s := st.session
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.mu.Lock()
@@ -103,45 +104,51 @@ func (s *Session) evict(st *Stream) {
 		return
 	}
 	delete(s.streams, st.id)
-	st.releaseLocked()
+	st.session.hub.budget.release(st)
 }
 
-// enterLocked counts st, now in its session's streams, in the hub's budget. st.mu must be
-// held.
-func (st *Stream) enterLocked() {
-	st.inHub = true
-	st.accountLocked()
-	st.session.hub.budget.retain(st, st.keepUntil)
+// share is what the budget counts of one stream. Its stream's mu guards it.
+type share struct {
+	// in is set while the stream is in its session's streams and counted; counted is its
+	// size when last counted.
+	in      bool
+	counted int
 }
 
-// accountLocked brings the hub's count of the bytes held up to date with st's. st.mu must be
-// held.
-func (st *Stream) accountLocked() {
-	if !st.inHub {
+// enter counts st, now in its session's streams. st.mu must be held.
+func (b *budget) enter(st *Stream) {
+	st.share.in = true
+	b.account(st)
+	b.retain(st, st.keepUntil)
+}
+
+// account brings the count of the bytes held up to date with st's. st.mu must be held.
+func (b *budget) account(st *Stream) {
+	if !st.share.in {
 		return
 	}
-	if d := st.size - st.accounted; d != 0 {
-		st.session.hub.budget.used.Add(int64(d))
-		st.accounted = st.size
+	if d := st.size - st.share.counted; d != 0 {
+		b.used.Add(int64(d))
+		st.share.counted = st.size
 	}
 }
 
-// releaseLocked takes st, gone from its session's streams (or dropped), out of the hub's
-// budget. st.mu must be held.
-func (st *Stream) releaseLocked() {
-	if !st.inHub {
+// release takes st, gone from its session's streams (or dropped), off the count. st.mu must
+// be held.
+func (b *budget) release(st *Stream) {
+	if !st.share.in {
 		return
 	}
-	st.session.hub.budget.used.Add(-int64(st.accounted))
-	st.accounted, st.inHub = 0, false
-	st.session.hub.budget.retain(st, time.Time{})
+	b.used.Add(-int64(st.share.counted))
+	st.share = share{}
+	b.retain(st, time.Time{})
 }
 
 // keepUntilLocked sets when st, kept for resumption only, is forgotten (zero: it is not kept
 // so any more). st.mu must be held.
 func (st *Stream) keepUntilLocked(t time.Time) {
 	st.keepUntil = t
-	if st.inHub {
+	if st.share.in {
 		st.session.hub.budget.retain(st, t)
 	}
 }

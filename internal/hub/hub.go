@@ -1,9 +1,14 @@
-// Package hub keeps what is live of client sessions on this process: their SSE streams with
-// the bounded event logs that make them resumable, the client requests being served, and the
-// requests sent to clients that wait for an answer. Records of what a session is live in the
-// session store; the hub holds what cannot be written down. It is the seam through which a
-// replicated hub will carry messages between replicas: everything below the gateway's server
-// face addresses a session and a stream by id, never by pointer.
+// Package hub keeps what is live of client sessions on this process. Local holds the
+// sessions live here. Each Session holds its SSE streams, the client requests being served
+// (calls) and the requests sent to its client that wait for an answer (asks). A Stream holds
+// the bounded log of events that makes it resumable and, for a session's standalone stream
+// another replica produces, the messages kept in case that one stops (keptMessages); a byte
+// budget bounds what all the streams hold together (Options.Budget). Records of what a
+// session is live in the session store; the hub holds what cannot be written down. An
+// EventLog keeps streams beyond this process, so that a client resumes a stream on another
+// replica, which follows it (Extend) and takes it over when its producer stops (TakeOver).
+// Everything below the gateway's server face addresses a session and a stream by id, never by
+// pointer.
 package hub
 
 import (
@@ -79,8 +84,8 @@ type Local struct {
 	// closing is set by Close. Guarded by mu.
 	closing bool
 
-	// draining is set by Drain: no request begins any more. Atomic: Begin reads it under its
-	// session's lock, which is taken after mu, never before.
+	// draining is set by Drain: no request begins any more. Atomic: Begin reads it under the
+	// lock of its session's calls, which is taken after mu, never before.
 	draining atomic.Bool
 
 	// requests counts the client requests being served (Session.Begin), which may outlive
@@ -192,11 +197,7 @@ func (h *Local) Drain() { h.draining.Store(true) }
 // drain), so that each is answered now rather than cut off.
 func (h *Local) EndRequests(cause error) {
 	for _, s := range h.Sessions() {
-		s.mu.Lock()
-		for _, cancel := range s.inflight {
-			cancel(cause)
-		}
-		s.mu.Unlock()
+		s.calls.cancelAll(cause)
 	}
 }
 
@@ -247,7 +248,7 @@ func (h *Local) Sweep(cutoff time.Time) {
 		s.mu.Unlock()
 		for _, st := range s.followedStandalone() {
 			st.mu.Lock()
-			st.pruneKeptLocked(now)
+			st.kept.prune(now, h.opts.Hold)
 			st.mu.Unlock()
 		}
 	}

@@ -80,12 +80,8 @@ type Stream struct {
 	// the one that took it over (Produced). Guarded by mu.
 	owner string
 	// kept holds messages for the session's standalone stream that reached this hub while
-	// it follows the stream from another (Keep): those that hub never logged go on the stream
-	// if this hub takes it over; keptSize is their bytes. loggedFirst notes the events logged
-	// before their message reached this hub. Guarded by mu.
-	kept        []keptMessage
-	keptSize    int
-	loggedFirst []loggedFirst
+	// it follows the stream from another (Keep). Guarded by mu.
+	kept keptMessages
 	// replaced marks a copy that a resume replaced with a new one (which took what was kept
 	// on it): what comes for it goes on that one. Guarded by mu.
 	replaced bool
@@ -94,10 +90,8 @@ type Stream struct {
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it
 	// is not both. Set by keepUntilLocked. Guarded by mu.
 	keepUntil time.Time
-	// inHub is set while the stream is in its session's streams and counted in the hub's
-	// budget, for accounted bytes (its size when last counted). Guarded by mu.
-	inHub     bool
-	accounted int
+	// share is what the hub's budget counts of the stream. Guarded by mu.
+	share share
 	// done is closed when the stream is dropped: requests put on it wait for an answer no
 	// more.
 	done chan struct{}
@@ -164,7 +158,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 func (s *Stream) appendLocked(data []byte, response bool) {
 	s.events = append(s.events, data)
 	s.size += len(data)
-	s.accountLocked()
+	s.session.hub.budget.account(s)
 	if response {
 		s.answeredLocked()
 	} else {
@@ -184,7 +178,7 @@ func (s *Stream) roomLocked(n int) bool {
 		s.events = s.events[1:]
 		s.first++
 	}
-	s.accountLocked()
+	s.session.hub.budget.account(s)
 	return !over()
 }
 
@@ -229,7 +223,7 @@ func (s *Stream) dropLocked() {
 	}
 	s.dropped = true
 	s.events, s.size = nil, 0
-	s.releaseLocked()
+	s.session.hub.budget.release(s)
 	s.wakeLocked()
 }
 
@@ -359,7 +353,7 @@ func (c *Cursor) Wrote(seq uint64) {
 				s.events = s.events[1:]
 				s.first++
 			}
-			s.accountLocked()
+			s.session.hub.budget.account(s)
 		}
 	}
 	s.mu.Unlock()
