@@ -776,7 +776,9 @@ func (g *Gateway) nextRequestID() string {
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
-	g.logs.listeners.drop(id)
+	if g.logs.listeners.drop(id) {
+		g.resyncLogLevels() // the upstreams log at the level the sessions left ask for
+	}
 	if g.replicas != nil {
 		g.replicas.ended(id)
 	}

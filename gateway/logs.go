@@ -197,17 +197,19 @@ func (x *logListeners) byDigest(digest string) string {
 	return x.digests[digest]
 }
 
-// drop forgets a session that ended here.
-func (x *logListeners) drop(id string) {
+// drop forgets a session that ended here; it reports whether the lowest level changed.
+func (x *logListeners) drop(id string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	b, ok := x.entries[id]
 	if !ok {
-		return
+		return false
 	}
+	before := x.lowestLocked()
 	delete(x.byLevel[b], id)
 	delete(x.entries, id)
 	delete(x.digests, session.Digest(id))
+	return x.lowestLocked() != before
 }
 
 // lowest returns the most verbose level a session asked for, "" when none did.
