@@ -141,53 +141,68 @@ type logListeners struct {
 	// byLevel holds the sessions by the rank of their level plus one (0: no level set, which
 	// admits everything), each with its group. Guarded by mu.
 	byLevel []map[string]string
-	// entries holds each indexed session's bucket in byLevel, by id; digests finds a
+	// entries holds each indexed session's place in byLevel, by id; digests finds a
 	// session's id from its digest (a level set on another replica). Guarded by mu.
-	// Invariant: a session is in entries, digests and byLevel[entries[id]] or in none.
-	entries map[string]int
+	// Invariant: a session is in entries, digests and byLevel[entries[id].bucket] or in none.
+	entries map[string]listenerEntry
 	digests map[string]string
+}
+
+// listenerEntry is where the index holds a session.
+type listenerEntry struct {
+	bucket int
+	// set marks a level set (setLevel) since the session's record was last read (track): a
+	// record read before may not have it yet, and is not trusted over it once.
+	set bool
 }
 
 // bucket is the bucket of level in byLevel.
 func bucket(level string) int { return levelRank(level) + 1 }
 
-// track indexes session id of group at level (from its record), or moves it there; it
-// reports whether the lowest level of the sessions indexed changed.
+// track indexes session id of group at level, from its record read for a request, or moves
+// it there; it reports whether the lowest level of the sessions indexed changed. A record
+// that disagrees with a level set since the last one was read may have been read before it
+// was set: it is passed over, once, and the next record read decides.
 func (x *logListeners) track(id, group, level string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	b, ok := x.entries[id]
-	if ok && b == bucket(level) {
+	if e, ok := x.entries[id]; ok && (e.bucket == bucket(level) || e.set) {
+		x.entries[id] = listenerEntry{bucket: e.bucket}
 		return false
 	}
+	return x.moveLocked(id, group, level, false)
+}
+
+// moveLocked puts session id of group at level; it reports whether the lowest level of the
+// sessions indexed changed.
+func (x *logListeners) moveLocked(id, group, level string, set bool) bool {
 	before := x.lowestLocked()
-	if ok {
-		delete(x.byLevel[b], id)
+	if e, ok := x.entries[id]; ok {
+		delete(x.byLevel[e.bucket], id)
 	}
 	if x.entries == nil {
-		x.entries, x.digests = map[string]int{}, map[string]string{}
+		x.entries, x.digests = map[string]listenerEntry{}, map[string]string{}
 		x.byLevel = make([]map[string]string, len(protocol.LogLevels)+1)
 	}
 	if x.byLevel[bucket(level)] == nil {
 		x.byLevel[bucket(level)] = map[string]string{}
 	}
-	x.entries[id] = bucket(level)
+	x.entries[id] = listenerEntry{bucket: bucket(level), set: set}
 	x.digests[session.Digest(id)] = id
 	x.byLevel[bucket(level)][id] = group
 	return x.lowestLocked() != before
 }
 
-// setLevel moves an indexed session to level; a session not served here stays out. It
-// reports whether the lowest level changed.
+// setLevel moves an indexed session to the level it set (here or on another replica); a
+// session not served here stays out. It reports whether the lowest level changed.
 func (x *logListeners) setLevel(id, level string) bool {
 	x.mu.Lock()
-	b, ok := x.entries[id]
-	var group string
-	if ok {
-		group = x.byLevel[b][id]
+	defer x.mu.Unlock()
+	e, ok := x.entries[id]
+	if !ok {
+		return false
 	}
-	x.mu.Unlock()
-	return ok && x.track(id, group, level)
+	return x.moveLocked(id, x.byLevel[e.bucket][id], level, true)
 }
 
 // byDigest returns the id of the indexed session of that digest, or "".
@@ -201,12 +216,12 @@ func (x *logListeners) byDigest(digest string) string {
 func (x *logListeners) drop(id string) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	b, ok := x.entries[id]
+	e, ok := x.entries[id]
 	if !ok {
 		return false
 	}
 	before := x.lowestLocked()
-	delete(x.byLevel[b], id)
+	delete(x.byLevel[e.bucket], id)
 	delete(x.entries, id)
 	delete(x.digests, session.Digest(id))
 	return x.lowestLocked() != before
