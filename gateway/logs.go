@@ -261,8 +261,8 @@ func (x *logListeners) each(rank int, f func(id, group string)) {
 }
 
 // openLive returns the live part of a session in the hub, as hub.Open does, and indexes it
-// with its level for the log fan-out. Every request of the session opens it, so that its
-// level set on another replica is up to date here by its next request at the latest.
+// with its level for the log fan-out. Every request of the session opens it, so that a level
+// set on another replica whose notice was lost is up to date here after its next requests.
 func (g *Gateway) openLive(rec *session.Record) (*hub.Session, error) {
 	ls, err := g.hub.Open(rec.ID, rec.Profile)
 	if err != nil {
