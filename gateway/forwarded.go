@@ -91,7 +91,7 @@ func (h replicaHost) Serve(ctx context.Context, sessionID, streamID, name string
 	if u == nil || err != nil {
 		return replica.Result{Unavailable: "the session or its upstream is gone on the replica holding its connection"}
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		return replica.Result{Draining: true}
 	}

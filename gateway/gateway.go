@@ -255,7 +255,7 @@ func withDefaults(cfg *config.Config, opts *Options) Options {
 // set up g.replicas, which carries what is live of them between replicas.
 func liveOptions(g *Gateway, events hub.EventLog) *hub.Options {
 	cfg := g.cfg
-	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
+	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Budget: cfg.StreamBudgetBytes, Log: events}
 	if rs, ok := g.store.(*session.RedisStore); ok {
 		// Replicas share the sessions: what is live of them travels on the bus.
 		hubOpts.Tag = replica.NewName()
@@ -586,6 +586,9 @@ func (g *Gateway) expireSessions() {
 // cancelled, its own upstream connections and subscriptions go.
 func (g *Gateway) endLocal(id string) {
 	g.hub.End(id)
+	if g.logs.listeners.drop(id) {
+		g.resyncLogLevels() // the upstreams log at the level the sessions left ask for
+	}
 	if g.replicas != nil {
 		g.replicas.Ended(id)
 	}

@@ -7,7 +7,9 @@ import (
 	"sync"
 
 	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -24,6 +26,9 @@ type sessionLogs struct {
 	// serves reports whether the endpoint of a session's group (a profile, "" for /mcp)
 	// shows anything of an upstream, whose broadcast logs then reach its sessions.
 	serves func(group string, ns *catalog.Namespace) bool
+	// listeners are the sessions served here with their levels: what a log line and a
+	// logging/setLevel read instead of the store.
+	listeners logListeners
 }
 
 // levelRank orders the RFC 5424 levels, debug lowest; -1 for an unknown level.
@@ -35,19 +40,10 @@ func levelAllows(min, level string) bool {
 	return min == "" || levelRank(level) >= levelRank(min)
 }
 
-// syncLogLevels sets each shared upstream that logs to the most verbose level any live
-// session asked for, when that changed.
+// syncLevels sets each shared upstream that logs to the most verbose level any session
+// served here asked for, when that changed. It reads the index of listeners, not the store.
 func (l *sessionLogs) syncLevels(ctx context.Context) {
-	want := ""
-	for _, s := range l.router.hub.Sessions() {
-		rec, err := l.router.store.Get(ctx, s.ID())
-		if err != nil || rec.LogLevel == "" {
-			continue
-		}
-		if want == "" || levelRank(rec.LogLevel) < levelRank(want) {
-			want = rec.LogLevel
-		}
-	}
+	want := l.listeners.lowest()
 	if want == "" {
 		return
 	}
@@ -57,6 +53,17 @@ func (l *sessionLogs) syncLevels(ctx context.Context) {
 		wg.Go(func() { l.setUpstreamLevel(ctx, u.shared, want) })
 	}
 	wg.Wait()
+}
+
+// setLevel applies the level a session set here (its record already holds it): the index of
+// listeners, the other replicas' (which may hold its stream), and the upstreams.
+func (l *sessionLogs) setLevel(ctx context.Context, sessionID, level string) {
+	l.listeners.setLevel(sessionID, level)
+	if l.router.replicas != nil {
+		l.router.replicas.LevelSet(ctx, sessionID, level)
+	}
+	l.syncLevels(ctx)
+	l.syncSession(ctx, sessionID, level)
 }
 
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
@@ -110,13 +117,174 @@ func (l *sessionLogs) deliver(c *conn, n *protocol.Notification, origin upstream
 	if err != nil {
 		return
 	}
-	for _, s := range l.router.hub.Sessions() {
-		if !l.serves(s.Group(), c.upstream.ns) {
-			continue // a profile that shows nothing of this upstream
+	// Only the sessions whose level admits the message, from the index: no store read.
+	served := map[string]bool{} // group → whether it shows anything of this upstream
+	l.listeners.each(levelRank(level), func(id, group string) {
+		ok, known := served[group]
+		if !known {
+			ok = l.serves(group, c.upstream.ns)
+			served[group] = ok
 		}
-		rec, err := l.router.store.Get(l.router.ctx, s.ID())
-		if err == nil && levelAllows(rec.LogLevel, level) {
-			_ = l.router.deliver(s.ID(), "", data)
+		if ok {
+			_ = l.router.deliver(id, "", data)
 		}
+	})
+}
+
+// logListeners indexes the sessions this replica serves (those live in its hub) by the log
+// level each asked for, kept up to date when a session sets its level (here or on another
+// replica), starts or comes back here, and ends; so that neither an upstream's log line nor a
+// logging/setLevel reads every session's record. Across replicas a session's level lives in
+// the store; each replica indexes the sessions it serves.
+type logListeners struct {
+	mu sync.Mutex
+	// byLevel holds the sessions by the rank of their level plus one (0: no level set, which
+	// admits everything), each with its group. Guarded by mu.
+	byLevel []map[string]string
+	// entries holds each indexed session's place in byLevel, by id; digests finds a
+	// session's id from its digest (a level set on another replica). Guarded by mu.
+	// Invariant: a session is in entries, digests and byLevel[entries[id].bucket] or in none.
+	entries map[string]listenerEntry
+	digests map[string]string
+}
+
+// listenerEntry is where the index holds a session.
+type listenerEntry struct {
+	bucket int
+	// set marks a level set (setLevel) since the session's record was last read (track): a
+	// record read before may not have it yet, and is not trusted over it once.
+	set bool
+}
+
+// bucket is the bucket of level in byLevel.
+func bucket(level string) int { return levelRank(level) + 1 }
+
+// track indexes session id of group at level, from its record read for a request, or moves
+// it there; it reports whether the lowest level of the sessions indexed changed. A record
+// that disagrees with a level set since the last one was read may have been read before it
+// was set: it is passed over, once, and the next record read decides.
+func (x *logListeners) track(id, group, level string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e, ok := x.entries[id]; ok && (e.bucket == bucket(level) || e.set) {
+		x.entries[id] = listenerEntry{bucket: e.bucket}
+		return false
+	}
+	return x.moveLocked(id, group, level, false)
+}
+
+// moveLocked puts session id of group at level; it reports whether the lowest level of the
+// sessions indexed changed.
+func (x *logListeners) moveLocked(id, group, level string, set bool) bool {
+	before := x.lowestLocked()
+	if e, ok := x.entries[id]; ok {
+		delete(x.byLevel[e.bucket], id)
+	}
+	if x.entries == nil {
+		x.entries, x.digests = map[string]listenerEntry{}, map[string]string{}
+		x.byLevel = make([]map[string]string, len(protocol.LogLevels)+1)
+	}
+	if x.byLevel[bucket(level)] == nil {
+		x.byLevel[bucket(level)] = map[string]string{}
+	}
+	x.entries[id] = listenerEntry{bucket: bucket(level), set: set}
+	x.digests[session.Digest(id)] = id
+	x.byLevel[bucket(level)][id] = group
+	return x.lowestLocked() != before
+}
+
+// setLevel moves an indexed session to the level it set (here or on another replica); a
+// session not served here stays out. It reports whether the lowest level changed.
+func (x *logListeners) setLevel(id, level string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e, ok := x.entries[id]
+	if !ok {
+		return false
+	}
+	return x.moveLocked(id, x.byLevel[e.bucket][id], level, true)
+}
+
+// byDigest returns the id of the indexed session of that digest, or "".
+func (x *logListeners) byDigest(digest string) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.digests[digest]
+}
+
+// drop forgets a session that ended here; it reports whether the lowest level changed.
+func (x *logListeners) drop(id string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e, ok := x.entries[id]
+	if !ok {
+		return false
+	}
+	before := x.lowestLocked()
+	delete(x.byLevel[e.bucket], id)
+	delete(x.entries, id)
+	delete(x.digests, session.Digest(id))
+	return x.lowestLocked() != before
+}
+
+// lowest returns the most verbose level a session asked for, "" when none did.
+func (x *logListeners) lowest() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lowestLocked()
+}
+
+func (x *logListeners) lowestLocked() string {
+	for b := 1; b < len(x.byLevel); b++ {
+		if len(x.byLevel[b]) > 0 {
+			return protocol.LogLevels[b-1]
+		}
+	}
+	return ""
+}
+
+// each calls f, outside the lock, for every session whose level admits a message of rank
+// (levelRank: -1 for an unknown level, which only sessions that set none receive).
+func (x *logListeners) each(rank int, f func(id, group string)) {
+	type listener struct{ id, group string }
+	var them []listener
+	x.mu.Lock()
+	for b := 0; b <= rank+1 && b < len(x.byLevel); b++ {
+		for id, group := range x.byLevel[b] {
+			them = append(them, listener{id, group})
+		}
+	}
+	x.mu.Unlock()
+	for _, l := range them {
+		f(l.id, l.group)
+	}
+}
+
+// openLive returns the live part of a session in the hub, as hub.Open does, and indexes it
+// with its level for the log fan-out. Every request of the session opens it, so that a level
+// set on another replica whose notice was lost is up to date here after its next requests.
+func (g *Gateway) openLive(rec *session.Record) (*hub.Session, error) {
+	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	if err != nil {
+		return nil, err
+	}
+	l := g.logs
+	if l.listeners.track(rec.ID, rec.Profile, rec.LogLevel) {
+		g.resyncLogLevels()
+	}
+	if g.hub.Lookup(rec.ID) == nil {
+		// Ended meanwhile, perhaps before it was indexed: not indexed then.
+		l.listeners.drop(rec.ID)
+	}
+	return ls, nil
+}
+
+// levelSetElsewhere applies a level a session set on another replica to the index here.
+func (g *Gateway) levelSetElsewhere(digest, sessionID, level string) {
+	if sessionID == "" {
+		sessionID = g.logs.listeners.byDigest(digest)
+	}
+	if sessionID != "" && g.logs.listeners.setLevel(sessionID, level) {
+		g.resyncLogLevels()
 	}
 }

@@ -454,8 +454,7 @@ func (g *Gateway) setLogLevel(ctx context.Context, rq *request, params json.RawM
 	if _, err := g.store.Update(ctx, rq.Client.SessionID, func(r *session.Record) { r.LogLevel = p.Level }); err != nil {
 		return nil, fmt.Errorf("store log level: %w", err)
 	}
-	g.logs.syncLevels(ctx)
-	g.logs.syncSession(ctx, rq.Client.SessionID, p.Level)
+	g.logs.setLevel(ctx, rq.Client.SessionID, p.Level)
 	return json.RawMessage(`{}`), nil
 }
 

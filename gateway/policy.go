@@ -29,6 +29,8 @@ type gate struct {
 	rules     *policy.Rules
 	limiter   *limit.Limiter
 	approvals *approvals
+	// dryRun is the policy's dry run: decisions are recorded, not enforced.
+	dryRun bool
 
 	// views caches the catalog as each distinct rule outcome sees it (policy.ViewKey), per
 	// profile, for the snapshot it was cut from; a new snapshot empties it.
@@ -60,7 +62,7 @@ func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, 
 	if now == nil {
 		now = time.Now
 	}
-	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{},
+	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{}, dryRun: p.DryRun,
 		approvals: &approvals{timeout: p.Approval.Timeout, byOperator: p.Approval.By == config.ApprovalByOperator, now: now,
 			Remembered: &approval.Remembered{TTL: p.Approval.Remember, AnyArguments: p.Approval.RememberAnyArguments, Now: now, Logger: logger}}}
 	var err error
@@ -90,7 +92,12 @@ type limitRedis interface {
 func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
 	gt := g.gate
 	if t.Kind == pipeline.Gateway {
-		return nil
+		if req.Method == protocol.MethodInitialize {
+			return nil // a session's start is bounded by the session caps, not the rate limits
+		}
+		// The gateway's own methods (lists, ping, logging/setLevel, tasks/list) are work
+		// done for the principal too: its principal-wide limits count them.
+		return gt.limit(ctx, req, t, gt.dryRun)
 	}
 	if t.Kind == pipeline.Task {
 		// A task's call was decided when it was created, in its session; what follows (its

@@ -33,6 +33,7 @@ type replicaMessages interface {
 	DeliverElsewhere(digest, streamID string, data []byte)
 	AnswerElsewhere(ctx context.Context, sessionID string, resp *protocol.Response) bool
 	CancelElsewhere(ctx context.Context, sessionID string, id protocol.ID)
+	LevelSet(ctx context.Context, sessionID, level string)
 	Follow(ctx context.Context, sessionID string) error
 	OpenedStandalone(sessionID, streamID string)
 	ListChanged(upstream string)
@@ -109,6 +110,10 @@ func (h replicaHost) Decided(id string) {
 	if h.g.held != nil {
 		h.g.held.Wake(id)
 	}
+}
+
+func (h replicaHost) LevelSetElsewhere(digest, sessionID, level string) {
+	h.g.levelSetElsewhere(digest, sessionID, level)
 }
 
 func (h replicaHost) DropSubscription(digest, id, upstreamName, uri string, seq uint64) {

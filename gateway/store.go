@@ -53,7 +53,7 @@ func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (s
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("session store (redis): %w", err)
 	}
-	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, minLogRetention)})
+	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, minLogRetention), Budget: cfg.EventLogBudgetBytes})
 	return rs, redisEvents{log}, func() error { return errors.Join(log.Close(), rs.Close()) }, nil
 }
 

@@ -178,7 +178,7 @@ func (g *streamableServer) servePOST(w http.ResponseWriter, r *http.Request, req
 	if !ok {
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		writeLocalSessionError(w, idOf(msg), err)
 		return
@@ -289,7 +289,7 @@ func (g *streamableServer) serveBatch(w http.ResponseWriter, r *http.Request, bo
 			"a batch of %d messages is over the gateway's limit of %d (max_batch_entries): send fewer at once", len(entries), limit))
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return
@@ -731,7 +731,7 @@ func (g *streamableServer) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ls, err := g.hub.Open(rec.ID, rec.Profile)
+	ls, err := g.openLive(rec)
 	if err != nil {
 		writeLocalSessionError(w, nil, err)
 		return

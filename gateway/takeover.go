@@ -161,7 +161,7 @@ func (h *heldCalls) takeOver(c approval.HeldCall) {
 				return retryable{err}
 			}
 		}
-		if ls, err = g.hub.Open(rec.ID, rec.Profile); err != nil {
+		if ls, err = g.openLive(rec); err != nil {
 			return err
 		}
 		// Claimed from the replica that held the call: a claim another replica made

@@ -50,7 +50,7 @@ func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bystander, err := g.hub.Open(rec.ID, rec.Profile)
+	bystander, err := g.openLive(rec)
 	if err != nil {
 		t.Fatal(err)
 	}

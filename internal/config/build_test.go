@@ -68,6 +68,9 @@ func TestBuild(t *testing.T) {
 				Name: "notes", URL: "https://notes.example.com/mcp", Transport: "streamable-http", Enabled: true, Line: 3,
 			}),
 		},
+
+		StreamBudgetBytes:   64 << 20,
+		EventLogBudgetBytes: 256 << 20,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Build mismatch (-want +got):\n%s", diff)

@@ -119,6 +119,17 @@ const (
 	defaultAuditBuffer        = 4096
 )
 
+// Defaults of the stream budgets.
+const (
+	// defaultStreamBudgetBytes bounds what a replica keeps of its streams in process: eight
+	// streams at their own cap (8 MiB), or thousands of ordinary answers, a modest share of a
+	// process's memory.
+	defaultStreamBudgetBytes = 64 << 20 // 64 MiB
+	// defaultEventLogBudgetBytes bounds the event logs in Redis, which all replicas share:
+	// what four replicas keep in process, on a server that is usually sized for more.
+	defaultEventLogBudgetBytes = 256 << 20 // 256 MiB
+)
+
 // Transports of an upstream (Upstream.Transport).
 const (
 	TransportStdio          = "stdio"
@@ -205,6 +216,21 @@ type Config struct {
 	// for a client whose connection dropped to resume it (key
 	// `stream_retention`, a duration); greater than 0. Defaults to 1 minute.
 	StreamRetention time.Duration
+
+	// StreamBudgetBytes bounds the bytes of events a replica keeps of its
+	// streams in process (key `stream_budget_bytes`); greater than 0. Past
+	// it, the streams kept only for resumption (finished, their connection
+	// gone) are forgotten before their retention ends, the one whose
+	// retention ends first first; open streams never are. Defaults to
+	// 67108864 (64 MiB).
+	StreamBudgetBytes int64
+
+	// EventLogBudgetBytes bounds the bytes of events the event logs of all
+	// replicas keep in Redis (key `event_log_budget_bytes`, with
+	// session_store type redis); greater than 0. Past it, the logs of
+	// finished streams go first, oldest first; those of open streams never
+	// do. Defaults to 268435456 (256 MiB).
+	EventLogBudgetBytes int64
 
 	// FirstListWait is how long a list request (tools/list, resources/list,
 	// resources/templates/list, prompts/list) waits, right after the gateway
@@ -943,6 +969,12 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("stream_retention") {
 		c.StreamRetention = defaultStreamRetention
+	}
+	if !ix.has("stream_budget_bytes") {
+		c.StreamBudgetBytes = defaultStreamBudgetBytes
+	}
+	if !ix.has("event_log_budget_bytes") {
+		c.EventLogBudgetBytes = defaultEventLogBudgetBytes
 	}
 	if !ix.has("http_idle_timeout") {
 		c.HTTPIdleTimeout = defaultHTTPIdleTimeout

@@ -99,6 +99,9 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 
 		MaxConnectionsPerAddress: 1000,
 		SessionEvictIdle:         5 * time.Minute,
+
+		StreamBudgetBytes:   64 << 20,
+		EventLogBudgetBytes: 256 << 20,
 	}
 }
 
@@ -219,6 +222,9 @@ session_evict_idle: 2m
 				MaxConnectionsPerAddress: 12,
 				TrustedProxies:           []string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"},
 				SessionEvictIdle:         2 * time.Minute,
+
+				StreamBudgetBytes:   64 << 20,
+				EventLogBudgetBytes: 256 << 20,
 			},
 		},
 		{
@@ -422,7 +428,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, stream_after, stream_retention, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
+		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, stream_after, stream_retention, stream_budget_bytes, event_log_budget_bytes, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls, page_size, roots, audit, session_store, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -588,6 +594,10 @@ func TestParseProblems(t *testing.T) {
 			p(2, "max_connections_per_address", "must be greater than 0, like 256: the most connections one client address may hold open at once"),
 			p(3, "trusted_proxies[1]", `"10.0.0.0/33" is not a CIDR or an IP address: write the proxies' network, like 10.0.0.0/8, or one address, like 10.0.0.7`),
 			p(3, "trusted_proxies[2]", `"proxy.example.com" is not a CIDR or an IP address: write the proxies' network, like 10.0.0.0/8, or one address, like 10.0.0.7`),
+		}},
+		{"stream budgets out of range", "upstreams: []\nstream_budget_bytes: 0\nevent_log_budget_bytes: -1\n", nil, []config.Problem{
+			p(2, "stream_budget_bytes", "must be greater than 0, like 67108864 (64 MiB): the bytes a replica keeps of its streams for clients to resume"),
+			p(3, "event_log_budget_bytes", "must be greater than 0, like 268435456 (256 MiB): the bytes the event logs keep in Redis for clients to resume"),
 		}},
 		{"limits of the HTTP face of the wrong type", "upstreams: []\nbody_read_timeout: 30\nmax_calls: many\n", nil, []config.Problem{
 			p(2, "body_read_timeout", `want a duration with a unit, like 30s, 5m or 1h30m; got "30"`),
@@ -969,6 +979,9 @@ func TestLoadExample(t *testing.T) {
 				Prefix: "search", RequestTimeout: time.Minute, Enabled: true, Line: 54,
 			}),
 		},
+
+		StreamBudgetBytes:   64 << 20,
+		EventLogBudgetBytes: 256 << 20,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Load mismatch (-want +got):\n%s", diff)

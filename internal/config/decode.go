@@ -248,6 +248,8 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "first_list_wait", decode: duration(&c.FirstListWait)},
 		{key: "stream_after", decode: duration(&c.StreamAfter)},
 		{key: "stream_retention", decode: duration(&c.StreamRetention)},
+		{key: "stream_budget_bytes", decode: integer(&c.StreamBudgetBytes)},
+		{key: "event_log_budget_bytes", decode: integer(&c.EventLogBudgetBytes)},
 		{key: "max_sessions", decode: integer(&c.MaxSessions)},
 		{key: "session_idle_timeout", decode: duration(&c.SessionIdleTimeout)},
 		{key: "session_evict_idle", decode: duration(&c.SessionEvictIdle)},

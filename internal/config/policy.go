@@ -53,7 +53,9 @@ type Policy struct {
 	Rules []Rule
 
 	// RateLimits are checked for every tools/call and other targeted request (key
-	// `rate_limits`), all that apply; the first exhausted refuses.
+	// `rate_limits`), all that apply; the first exhausted refuses. The methods the gateway
+	// answers itself (lists, ping, logging/setLevel, tasks/list) count against principal
+	// limits not scoped to upstreams or tools.
 	RateLimits []RateLimit
 
 	// Approval configures how calls an approve rule matches are held for a person's decision

@@ -157,6 +157,12 @@ func (v *validator) settings(c *Config, w where) {
 	if c.StreamRetention <= 0 {
 		v.check(w, "stream_retention", "must be greater than 0, like 1m: a finished stream is kept this long for a client to resume")
 	}
+	if c.StreamBudgetBytes <= 0 {
+		v.check(w, "stream_budget_bytes", "must be greater than 0, like 67108864 (64 MiB): the bytes a replica keeps of its streams for clients to resume")
+	}
+	if c.EventLogBudgetBytes <= 0 {
+		v.check(w, "event_log_budget_bytes", "must be greater than 0, like 268435456 (256 MiB): the bytes the event logs keep in Redis for clients to resume")
+	}
 	if c.FirstListWait < 0 {
 		v.check(w, "first_list_wait", "must be 0 or more, like 5s: a list right after start waits this long for upstreams still starting")
 	}

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -64,6 +63,7 @@ func (s *Stream) orphanLocked() {
 		s.size += len(data)
 		s.noteAnswer(data)
 	}
+	s.session.hub.budget.account(s)
 	s.completeFollowedLocked()
 	if s.fromLog && s.session.hub.opts.Log != nil {
 		// Logged as if produced here: seq numbers follow the log's, so that a second
@@ -92,6 +92,7 @@ func (h *Local) Extend(sessionID, streamID string, events []Event, complete bool
 	if st == nil {
 		return false
 	}
+	defer h.enforceBudget() // after the unlock: a stream it completes may be kept now
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.following || st.dropped {
@@ -124,10 +125,11 @@ func (st *Stream) extendLocked(events []Event) bool {
 		st.size += len(e.Data)
 		st.noteAnswer(e.Data)
 		if st.standalone {
-			st.forgetKeptLocked(e.Data)
+			st.kept.forget(e.Data, st.session.hub, st.limits.Messages)
 		}
 		next++
 	}
+	st.session.hub.budget.account(st)
 	return true
 }
 
@@ -137,7 +139,7 @@ func (st *Stream) completeFollowedLocked() {
 	st.following = false
 	st.complete = true
 	if st.writer == nil {
-		st.keepUntil = st.session.hub.opts.Now().Add(st.session.hub.opts.Retention)
+		st.keepUntilLocked(st.session.hub.opts.Now().Add(st.session.hub.opts.Retention))
 	}
 }
 
@@ -211,19 +213,6 @@ func (h *Local) Orphaned(producer string, adopted func(streamID string) bool) {
 	}
 }
 
-// keptMessage is a message kept for a followed standalone stream (Keep).
-type keptMessage struct {
-	data []byte
-	at   time.Time
-}
-
-// loggedFirst is an event of a followed standalone stream that came (Extend) before its
-// message (Keep): the digest of its data, and when it came.
-type loggedFirst struct {
-	digest uint64
-	at     time.Time
-}
-
 // Keep keeps a message for session sessionID's standalone stream, which another hub
 // produces, on the copies of it followed here: if that hub stopped before it logged the
 // message, the message goes on the stream when this hub takes it over (TakeOver, Resume). A
@@ -254,7 +243,7 @@ func (h *Local) Keep(sessionID string, data []byte) bool {
 			}
 			switch {
 			case st.following && !st.dropped:
-				st.keepLocked(data)
+				st.kept.keep(data, st.session.hub, st.limits)
 				kept = true
 			case !st.fromLog && st.standalone && !st.dropped && !st.complete && st.roomLocked(len(data)):
 				// The copy that replaced it took the stream over: the message goes on it,
@@ -289,90 +278,15 @@ func (s *Session) followedStandalone() []*Stream {
 	return out
 }
 
-func (s *Stream) keepLocked(data []byte) {
-	now := s.session.hub.opts.Now()
-	s.pruneKeptLocked(now)
-	d := s.session.hub.digest(data)
-	for i, l := range s.loggedFirst {
-		if l.digest == d {
-			// Its event came first: the producer had it.
-			s.loggedFirst = slices.Delete(s.loggedFirst, i, i+1)
-			return
-		}
-	}
-	s.kept = append(s.kept, keptMessage{data: data, at: now})
-	s.keptSize += len(data)
-	for len(s.kept) > 1 && (len(s.kept) > s.limits.Messages || s.keptSize > s.limits.Bytes) {
-		s.keptSize -= len(s.kept[0].data)
-		s.kept[0] = keptMessage{}
-		s.kept = s.kept[1:]
-	}
-}
-
-// loggedFirstWindow is how long an event of a followed standalone stream that came before
-// any message equal to it is taken for the event of such a message still to come (Keep): the
-// time for that message to reach this hub by the bus, which a read of the log can outrun.
-// A message that comes later is another one, with the same bytes (a list_changed is the same
-// on every replica): it is kept. Short, so that the producer's own messages do not cancel this
-// hub's.
-const loggedFirstWindow = 5 * time.Second
-
-// pruneKeptLocked forgets the messages kept longer than Options.Hold before now (the
-// producer, which ran, had them), and the events noted as logged first longer than
-// loggedFirstWindow (their messages would have come).
-func (s *Stream) pruneKeptLocked(now time.Time) {
-	cutoff := now.Add(-s.session.hub.opts.Hold)
-	i := 0
-	for i < len(s.kept) && s.kept[i].at.Before(cutoff) {
-		s.keptSize -= len(s.kept[i].data)
-		i++
-	}
-	s.kept = s.kept[i:]
-	i = 0
-	cutoff = now.Add(-min(loggedFirstWindow, s.session.hub.opts.Hold))
-	for i < len(s.loggedFirst) && s.loggedFirst[i].at.Before(cutoff) {
-		i++
-	}
-	s.loggedFirst = s.loggedFirst[i:]
-	if len(s.kept) == 0 {
-		s.kept, s.keptSize = nil, 0
-	}
-	if len(s.loggedFirst) == 0 {
-		s.loggedFirst = nil
-	}
-}
-
-// forgetKeptLocked forgets one kept message equal to an event its producer logged; when none
-// is kept, the event is noted, for its message may come after it (Keep): the bus does not
-// order the producer's events after the messages of other replicas.
-func (s *Stream) forgetKeptLocked(data []byte) {
-	for i, k := range s.kept {
-		if bytes.Equal(k.data, data) {
-			s.keptSize -= len(k.data)
-			s.kept = slices.Delete(s.kept, i, i+1)
-			return
-		}
-	}
-	s.loggedFirst = append(s.loggedFirst, loggedFirst{digest: s.session.hub.digest(data), at: s.session.hub.opts.Now()})
-	if len(s.loggedFirst) > s.limits.Messages {
-		s.loggedFirst = slices.Delete(s.loggedFirst, 0, len(s.loggedFirst)-s.limits.Messages)
-	}
-}
-
 // takeKeptLocked takes over the messages kept (and the events noted as logged first, logged)
 // on the copy of the stream that s replaces (a resume read it anew): they go on s as they
 // would have gone on that copy, kept while s is followed, put on it when s is produced here.
 func (s *Stream) takeKeptLocked(kept []keptMessage, logged []loggedFirst) {
 	if s.fromLog {
-		s.kept = append(slices.Clip(kept), s.kept...)
-		s.loggedFirst = append(slices.Clip(logged), s.loggedFirst...)
-		s.keptSize = 0
-		for _, k := range s.kept {
-			s.keptSize += len(k.data)
-		}
+		s.kept.prepend(kept, logged)
 		return
 	}
-	s.kept = kept
+	s.kept.msgs = kept
 	s.putKeptLocked()
 }
 
@@ -408,12 +322,12 @@ func (s *Stream) adoptLocked(responses int) {
 // putKeptLocked puts the messages kept for a stream taken over here on it, and logs them.
 func (s *Stream) putKeptLocked() {
 	cutoff := s.session.hub.opts.Now().Add(-s.session.hub.opts.Hold)
-	for _, k := range s.kept {
+	for _, k := range s.kept.msgs {
 		if !k.at.Before(cutoff) && s.roomLocked(len(k.data)) {
 			s.appendLocked(k.data, false)
 		}
 	}
-	s.kept, s.keptSize, s.loggedFirst = nil, 0, nil
+	s.kept = keptMessages{}
 	s.logLocked()
 	s.wakeLocked()
 }
@@ -500,7 +414,7 @@ func (s *Session) takeOverFollowed(ctx context.Context, st *Stream, producer str
 		cur.mu.Unlock()
 		old := s.installStandaloneLocked(cur)
 		s.mu.Unlock()
-		s.dropReplaced(old)
+		dropReplaced(old)
 		return true
 	}
 }
@@ -576,6 +490,9 @@ func (s *Session) Adopt(ctx context.Context, streamID, from string) (*Stream, er
 		st.keepUntil = s.hub.opts.Now().Add(s.hub.opts.Retention)
 	}
 	s.streams[streamID] = st
+	st.mu.Lock()
+	st.session.hub.budget.enter(st)
+	st.mu.Unlock()
 	return st, nil
 }
 

@@ -1,9 +1,14 @@
-// Package hub keeps what is live of client sessions on this process: their SSE streams with
-// the bounded event logs that make them resumable, the client requests being served, and the
-// requests sent to clients that wait for an answer. Records of what a session is live in the
-// session store; the hub holds what cannot be written down. It is the seam through which a
-// replicated hub will carry messages between replicas: everything below the gateway's server
-// face addresses a session and a stream by id, never by pointer.
+// Package hub keeps what is live of client sessions on this process. Local holds the
+// sessions live here. Each Session holds its SSE streams, the client requests being served
+// (calls) and the requests sent to its client that wait for an answer (asks). A Stream holds
+// the bounded log of events that makes it resumable and, for a session's standalone stream
+// another replica produces, the messages kept in case that one stops (keptMessages); a byte
+// budget bounds what all the streams hold together (Options.Budget). Records of what a
+// session is live in the session store; the hub holds what cannot be written down. An
+// EventLog keeps streams beyond this process, so that a client resumes a stream on another
+// replica, which follows it (Extend) and takes it over when its producer stops (TakeOver).
+// Everything below the gateway's server face addresses a session and a stream by id, never by
+// pointer.
 package hub
 
 import (
@@ -50,6 +55,10 @@ type Options struct {
 	// whose producer stopped ends with an error answer for each request it did not answer; the
 	// session's standalone stream is taken over instead. Nil: no producer but this hub runs.
 	Producing func(ctx context.Context, sessionID, producer, streamID string) bool
+	// Budget bounds the bytes of events the hub's streams hold together; past it, the
+	// streams kept for resumption only are evicted, the one whose retention ends first
+	// first (see budget). If zero, none.
+	Budget int64
 	// Hold is how long a message for a session's standalone stream that another hub produces
 	// is kept on the copy of it this hub follows (Keep), in case that hub stopped before it
 	// logged it. If zero, Retention.
@@ -63,6 +72,8 @@ type Local struct {
 	stop context.CancelFunc
 	// seed hashes the messages of followed streams (digest).
 	seed maphash.Seed
+	// budget counts the bytes the streams hold against Options.Budget.
+	budget budget
 
 	mu sync.Mutex
 	// sessions holds the live sessions by id. Guarded by mu.
@@ -73,8 +84,8 @@ type Local struct {
 	// closing is set by Close. Guarded by mu.
 	closing bool
 
-	// draining is set by Drain: no request begins any more. Atomic: Begin reads it under its
-	// session's lock, which is taken after mu, never before.
+	// draining is set by Drain: no request begins any more. Atomic: Begin reads it under the
+	// lock of its session's calls, which is taken after mu, never before.
 	draining atomic.Bool
 
 	// requests counts the client requests being served (Session.Begin), which may outlive
@@ -114,6 +125,7 @@ func New(parent context.Context, opts *Options) *Local {
 	if h.opts.MaxStreams <= 0 {
 		h.opts.MaxStreams = 64
 	}
+	h.budget.limit = h.opts.Budget
 	h.ctx, h.stop = context.WithCancel(parent)
 	return h
 }
@@ -185,11 +197,7 @@ func (h *Local) Drain() { h.draining.Store(true) }
 // drain), so that each is answered now rather than cut off.
 func (h *Local) EndRequests(cause error) {
 	for _, s := range h.Sessions() {
-		s.mu.Lock()
-		for _, cancel := range s.inflight {
-			cancel(cause)
-		}
-		s.mu.Unlock()
+		s.calls.cancelAll(cause)
 	}
 }
 
@@ -240,10 +248,11 @@ func (h *Local) Sweep(cutoff time.Time) {
 		s.mu.Unlock()
 		for _, st := range s.followedStandalone() {
 			st.mu.Lock()
-			st.pruneKeptLocked(now)
+			st.kept.prune(now, h.opts.Hold)
 			st.mu.Unlock()
 		}
 	}
+	h.enforceBudget()
 }
 
 // ErrNoStream is returned by Deliver when the session or the stream is not live here.

@@ -42,24 +42,26 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// calls are the client requests being served (Begin), asks the requests sent to the
+	// client that wait for its answer (Ask): each with its own lock, taken after mu.
+	calls
+	asks
+
 	mu sync.Mutex
 	// streams holds the session's streams that are open or kept for resumption, by id.
 	// Guarded by mu.
 	streams map[string]*Stream
 	// standalone is the stream of GET requests, nil when none. Guarded by mu.
 	standalone *Stream
-	// inflight holds a cancel func per client request id being served. Guarded by mu.
-	inflight map[protocol.ID]context.CancelCauseFunc
-	// pending holds the requests sent to the client that wait for its answer. Guarded by mu.
-	pending map[protocol.ID]pendingAsk
-	// streamSeq and askSeq number the session's streams and the requests sent to its client.
-	// Guarded by mu.
-	streamSeq, askSeq uint64
+	// streamSeq numbers the session's streams. Guarded by mu.
+	streamSeq uint64
 }
 
 func newSession(h *Local, id, group string) *Session {
-	s := &Session{id: id, hub: h, group: group, streams: map[string]*Stream{}, inflight: map[protocol.ID]context.CancelCauseFunc{}, pending: map[protocol.ID]pendingAsk{}}
+	s := &Session{id: id, hub: h, group: group, streams: map[string]*Stream{}}
 	s.ctx, s.cancel = context.WithCancel(h.ctx)
+	s.calls = calls{ctx: s.ctx, hub: h, inflight: map[protocol.ID]context.CancelCauseFunc{}}
+	s.asks = asks{tag: h.opts.Tag, pending: map[protocol.ID]pendingAsk{}}
 	return s
 }
 
@@ -77,7 +79,9 @@ func (s *Session) Context() context.Context { return s.ctx }
 // logged, so that the hub where its client resumes it takes it over.
 func (s *Session) end(closing bool) {
 	s.mu.Lock()
+	s.calls.mu.Lock() // so that no request begins once the session's context is cancelled
 	s.cancel()
+	s.calls.mu.Unlock()
 	streams := s.streams
 	s.streams, s.standalone = map[string]*Stream{}, nil
 	s.mu.Unlock()
@@ -89,52 +93,6 @@ func (s *Session) end(closing bool) {
 		st.dropLocked()
 		st.mu.Unlock()
 	}
-}
-
-// Begin registers a client request in flight and returns its context, the func that cancels
-// that context alone (with a cause), and the func that ends the request. It refuses an id
-// already in flight, a request past limit requests of this session, and any request once the
-// session has ended. A request it admits is counted among the hub's requests until the one
-// serving it calls RequestDone.
-//
-// The cancel func is the request's own: it never reaches a later request that reuses the id,
-// as CancelRequest, which goes by id, would.
-func (s *Session) Begin(id protocol.ID, limit int) (context.Context, context.CancelCauseFunc, func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch _, dup := s.inflight[id]; {
-	case s.ctx.Err() != nil:
-		return nil, nil, nil, ErrSessionEnded
-	case s.hub.draining.Load():
-		return nil, nil, nil, ErrClosing
-	case dup:
-		return nil, nil, nil, ErrDuplicateID
-	case limit > 0 && len(s.inflight) >= limit:
-		return nil, nil, nil, ErrTooManyCalls
-	}
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	s.inflight[id] = cancel
-	s.hub.requests.Add(1)
-	return ctx, cancel, func() {
-		s.mu.Lock()
-		delete(s.inflight, id)
-		s.mu.Unlock()
-		cancel(nil)
-	}, nil
-}
-
-// RequestDone is called once by the goroutine that served a request Begin admitted.
-func (s *Session) RequestDone() { s.hub.requests.Done() }
-
-// CancelRequest cancels the client's request id, if in flight (notifications/cancelled).
-func (s *Session) CancelRequest(id protocol.ID) bool {
-	s.mu.Lock()
-	cancel, ok := s.inflight[id]
-	s.mu.Unlock()
-	if ok {
-		cancel(ErrClientCancelled)
-	}
-	return ok
 }
 
 // NewStream starts the stream of a POST that expects responses responses. At the session's
@@ -154,6 +112,9 @@ func (s *Session) NewStream(responses int) *Stream {
 		s.pruneLocked()
 	}
 	s.streams[st.id] = st
+	st.mu.Lock()
+	st.session.hub.budget.enter(st)
+	st.mu.Unlock()
 	return st
 }
 
@@ -169,6 +130,9 @@ func (s *Session) pruneLocked() {
 	for id, st := range s.streams {
 		if st.expired(now) {
 			delete(s.streams, id)
+			st.mu.Lock()
+			st.session.hub.budget.release(st)
+			st.mu.Unlock()
 		}
 	}
 	for len(s.streams) >= s.hub.opts.MaxStreams {
@@ -185,6 +149,9 @@ func (s *Session) pruneLocked() {
 			return // all in use: the new one is still admitted
 		}
 		delete(s.streams, oldest.id)
+		oldest.mu.Lock()
+		oldest.session.hub.budget.release(oldest)
+		oldest.mu.Unlock()
 	}
 }
 
@@ -216,6 +183,9 @@ func (s *Session) OpenStandalone() (*Stream, *Cursor, error) {
 	st.id = s.nextStreamIDLocked()
 	s.standalone = st
 	s.streams[st.id] = st
+	st.mu.Lock()
+	st.session.hub.budget.enter(st)
+	st.mu.Unlock()
 	// Attached under the session's lock (session, then stream: the lock order), so that a
 	// second GET finds it taken.
 	c, err := st.Attach(0)
@@ -258,6 +228,9 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 					copied = held
 				}
 				s.streams[streamID] = replayed
+				replayed.mu.Lock()
+				replayed.session.hub.budget.enter(replayed)
+				replayed.mu.Unlock()
 				st = replayed
 				if !replayed.readBack() {
 					// Taken over here: the session's standalone stream from now on.
@@ -267,8 +240,8 @@ func (s *Session) Resume(ctx context.Context, lastEventID string) (*Stream, *Cur
 				st = held // produced here meanwhile: not expected, but the live one wins
 			}
 			s.mu.Unlock()
-			s.dropReplaced(old)
-			s.dropReplaced(copied)
+			dropReplaced(old)
+			dropReplaced(copied)
 			if st == replayed {
 				s.catchUp(ctx, replayed)
 			}
@@ -354,6 +327,9 @@ func (s *Session) installStandaloneLocked(st *Stream) *Stream {
 	old := s.standalone
 	s.standalone = st
 	s.streams[st.id] = st
+	st.mu.Lock()
+	st.session.hub.budget.enter(st)
+	st.mu.Unlock()
 	if old == st {
 		return nil
 	}
@@ -371,8 +347,8 @@ func (st *Stream) replaceCopyLocked(held *Stream) {
 		return
 	}
 	held.mu.Lock()
-	kept, logged := held.kept, held.loggedFirst
-	held.kept, held.keptSize, held.loggedFirst = nil, 0, nil
+	kept, logged := held.kept.msgs, held.kept.loggedFirst
+	held.kept = keptMessages{}
 	// A message Keep is about to keep on it goes on st instead.
 	held.replaced = true
 	held.mu.Unlock()
@@ -385,7 +361,7 @@ func (st *Stream) replaceCopyLocked(held *Stream) {
 }
 
 // dropReplaced drops a standalone stream that another replaced (nil: none).
-func (s *Session) dropReplaced(old *Stream) {
+func dropReplaced(old *Stream) {
 	if old == nil {
 		return
 	}
@@ -397,9 +373,7 @@ func (s *Session) dropReplaced(old *Stream) {
 // Busy reports whether the session has client requests in flight or requests waiting for its
 // client's answer: it is in use, whatever its last request's time.
 func (s *Session) Busy() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.inflight) > 0 || len(s.pending) > 0
+	return s.calls.count() > 0 || s.asks.count() > 0
 }
 
 // forget removes a dropped stream.
@@ -411,51 +385,5 @@ func (s *Session) forget(st *Stream) {
 	}
 	if s.standalone == st {
 		s.standalone = nil
-	}
-}
-
-// pendingAsk is a request sent to the client: where its answer goes, and how to give up.
-type pendingAsk struct {
-	answer chan *protocol.Response
-	cancel func()
-}
-
-// Ask registers a request to the client under a new id, which carries the hub's tag so that
-// the answer finds its way without a lookup; cancel is how CancelAsk gives up on it. It
-// returns the id, the channel its answer comes on, and the func that forgets it.
-func (s *Session) Ask(cancel func()) (protocol.ID, <-chan *protocol.Response, func()) {
-	ch := make(chan *protocol.Response, 1)
-	s.mu.Lock()
-	s.askSeq++
-	id := protocol.StringID(s.hub.opts.Tag + "-" + strconv.FormatUint(s.askSeq, 10))
-	s.pending[id] = pendingAsk{answer: ch, cancel: cancel}
-	s.mu.Unlock()
-	return id, ch, func() {
-		s.mu.Lock()
-		delete(s.pending, id)
-		s.mu.Unlock()
-	}
-}
-
-// Answer delivers a client's answer to a request sent to it; it reports whether one was
-// waiting.
-func (s *Session) Answer(resp *protocol.Response) bool {
-	s.mu.Lock()
-	p, ok := s.pending[resp.ID]
-	delete(s.pending, resp.ID)
-	s.mu.Unlock()
-	if ok {
-		p.answer <- resp
-	}
-	return ok
-}
-
-// CancelAsk gives up on a request sent to the client (its upstream cancelled it).
-func (s *Session) CancelAsk(id protocol.ID) {
-	s.mu.Lock()
-	p, ok := s.pending[id]
-	s.mu.Unlock()
-	if ok {
-		p.cancel()
 	}
 }

@@ -80,20 +80,18 @@ type Stream struct {
 	// the one that took it over (Produced). Guarded by mu.
 	owner string
 	// kept holds messages for the session's standalone stream that reached this hub while
-	// it follows the stream from another (Keep): those that hub never logged go on the stream
-	// if this hub takes it over; keptSize is their bytes. loggedFirst notes the events logged
-	// before their message reached this hub. Guarded by mu.
-	kept        []keptMessage
-	keptSize    int
-	loggedFirst []loggedFirst
+	// it follows the stream from another (Keep). Guarded by mu.
+	kept keptMessages
 	// replaced marks a copy that a resume replaced with a new one (which took what was kept
 	// on it): what comes for it goes on that one. Guarded by mu.
 	replaced bool
 	// writer is the attached connection, nil when none. Guarded by mu.
 	writer *Cursor
 	// keepUntil is when a complete stream without a connection is forgotten; zero while it
-	// is not both. Guarded by mu.
+	// is not both. Set by keepUntilLocked. Guarded by mu.
 	keepUntil time.Time
+	// share is what the hub's budget counts of the stream. Guarded by mu.
+	share share
 	// done is closed when the stream is dropped: requests put on it wait for an answer no
 	// more.
 	done chan struct{}
@@ -152,6 +150,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 	s.logLocked()
 	s.wakeLocked()
 	s.mu.Unlock()
+	s.session.hub.enforceBudget()
 	return nil
 }
 
@@ -159,6 +158,7 @@ func (s *Stream) Put(data []byte, response bool) error {
 func (s *Stream) appendLocked(data []byte, response bool) {
 	s.events = append(s.events, data)
 	s.size += len(data)
+	s.session.hub.budget.account(s)
 	if response {
 		s.answeredLocked()
 	} else {
@@ -178,6 +178,7 @@ func (s *Stream) roomLocked(n int) bool {
 		s.events = s.events[1:]
 		s.first++
 	}
+	s.session.hub.budget.account(s)
 	return !over()
 }
 
@@ -185,12 +186,13 @@ func (s *Stream) roomLocked(n int) bool {
 // request, or its session ended): the stream may complete without it.
 func (s *Stream) Unanswered() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.dropped && !s.complete {
 		s.answeredLocked()
 		s.logLocked()
 		s.wakeLocked()
 	}
+	s.mu.Unlock()
+	s.session.hub.enforceBudget()
 }
 
 func (s *Stream) answeredLocked() {
@@ -198,7 +200,7 @@ func (s *Stream) answeredLocked() {
 		s.complete = true
 		if s.writer == nil {
 			// Its client left before the end: the retention period begins now.
-			s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.Retention)
+			s.keepUntilLocked(s.session.hub.opts.Now().Add(s.session.hub.opts.Retention))
 		}
 	}
 }
@@ -221,6 +223,7 @@ func (s *Stream) dropLocked() {
 	}
 	s.dropped = true
 	s.events, s.size = nil, 0
+	s.session.hub.budget.release(s)
 	s.wakeLocked()
 }
 
@@ -254,7 +257,7 @@ func (s *Stream) Attach(after uint64) (*Cursor, error) {
 	}
 	// The client has what it confirms, no more: events after it must stay until written.
 	s.written = after
-	s.keepUntil = time.Time{}
+	s.keepUntilLocked(time.Time{})
 	if s.writer != nil {
 		s.writer.detached = true
 		s.wakeLocked()
@@ -350,6 +353,7 @@ func (c *Cursor) Wrote(seq uint64) {
 				s.events = s.events[1:]
 				s.first++
 			}
+			s.session.hub.budget.account(s)
 		}
 	}
 	s.mu.Unlock()
@@ -380,13 +384,14 @@ func (c *Cursor) Detach() {
 	if !s.resumable {
 		s.dropLocked()
 	} else if s.complete {
-		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.Retention)
+		s.keepUntilLocked(s.session.hub.opts.Now().Add(s.session.hub.opts.Retention))
 	}
 	dropped := s.dropped
 	s.mu.Unlock()
 	if dropped {
 		s.session.forget(s)
 	}
+	s.session.hub.enforceBudget()
 }
 
 // Finish ends the connection's part after it wrote the whole of a complete stream. A flush
@@ -400,12 +405,14 @@ func (c *Cursor) Finish() {
 	finished := s.writer == c && s.complete && s.resumable
 	if finished {
 		s.writer = nil
-		s.keepUntil = s.session.hub.opts.Now().Add(s.session.hub.opts.FinishedRetention)
+		s.keepUntilLocked(s.session.hub.opts.Now().Add(s.session.hub.opts.FinishedRetention))
 	}
 	s.mu.Unlock()
 	if !finished {
 		c.Detach()
+		return
 	}
+	s.session.hub.enforceBudget()
 }
 
 // attached reports whether a connection writes the stream.

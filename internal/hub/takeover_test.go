@@ -486,7 +486,7 @@ func TestKeptMessagesAreBoundedByBytes(t *testing.T) {
 	st.mu.Lock()
 	var size int
 	var kept [][]byte
-	for _, k := range st.kept {
+	for _, k := range st.kept.msgs {
 		size += len(k.data)
 		kept = append(kept, k.data)
 	}
@@ -512,7 +512,7 @@ func TestSweepForgetsKeptMessages(t *testing.T) {
 	clock.Advance(time.Minute + time.Second)
 	h.Sweep(clock.Now().Add(-time.Minute))
 	st.mu.Lock()
-	n := len(st.kept)
+	n := len(st.kept.msgs)
 	st.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d messages kept past Hold after a sweep, want none", n)

@@ -51,6 +51,8 @@ const (
 	busPins = "pins"
 	// busDecided: an operator decided the held call Text, which the receiving replica holds.
 	busDecided = "decided"
+	// busLogLevel: the session set its log level to Text on the sending replica.
+	busLogLevel = "loglevel"
 )
 
 // Bus is what the layer needs of the bus between the replicas sharing a Redis store
@@ -107,6 +109,9 @@ type Host interface {
 	ReloadPins()
 	// Decided wakes the held call id, which an operator decided on another replica.
 	Decided(id string)
+	// LevelSetElsewhere notes that the session set its log level on another replica, for
+	// the sessions this one serves.
+	LevelSetElsewhere(digest, sessionID, level string)
 	// DropSubscription drops session's subscription to uri of upstream held here, unless its
 	// stamp is later than seq: another replica holds it now.
 	DropSubscription(digest, sessionID, upstream, uri string, seq uint64)
@@ -362,6 +367,14 @@ func (r *Replicas) CancelElsewhere(ctx context.Context, sessionID string, id pro
 	}
 }
 
+// LevelSet tells the other replicas that a session set its log level here, for the index of
+// the sessions each serves (its stream may be held there).
+func (r *Replicas) LevelSet(ctx context.Context, sessionID, level string) {
+	if err := r.bus.Broadcast(ctx, &session.BusMessage{Kind: busLogLevel, Session: session.Digest(sessionID), Text: level}); err != nil {
+		r.logger.Warn("a session's log level could not reach the other replicas: they apply it at its next request there", "session", fingerprint(sessionID), "error", err.Error())
+	}
+}
+
 // ListChanged tells the other replicas that an upstream announced a list change.
 func (r *Replicas) ListChanged(upstreamName string) {
 	r.post(outgoing{msg: &session.BusMessage{Kind: busRefresh, Text: upstreamName}})
@@ -455,6 +468,10 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 		h.ReloadPins()
 	case busDecided:
 		h.Decided(m.Text)
+	case busLogLevel:
+		if m.From != r.bus.Replica() {
+			h.LevelSetElsewhere(m.Session, m.SessionID, m.Text)
+		}
 	case busSubscribed:
 		if m.From == r.bus.Replica() {
 			return

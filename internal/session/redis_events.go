@@ -57,6 +57,9 @@ type EventLogOptions struct {
 	// Queue is how many appends may wait to be written; one that finds it full is dropped
 	// and counted, so that a slow Redis never holds up a stream. If zero, 4096.
 	Queue int
+	// Budget bounds the bytes of events the logs of all the replicas sharing the store hold
+	// together (see RedisEventLog.enforceBudget). If zero, none.
+	Budget int64
 }
 
 // RedisEventLog keeps the events of sessions' SSE streams in Redis Streams, one per stream,
@@ -83,6 +86,10 @@ type RedisEventLog struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
+
+	// budgetSwept is when the writer last swept the budget's books of the logs that expired
+	// (store clock, Unix ms). Only the writer's goroutine uses it.
+	budgetSwept int64
 }
 
 // logAppend is one queued append.
@@ -310,6 +317,7 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	retention := l.opts.Retention.Milliseconds()
 	pipe := l.store.client.Pipeline()
 	var starts []startScript
+	budget := l.newBudgetBooks()
 	for _, op := range ops {
 		if op.start {
 			// The stream exists (its client holds the priming event's id): a marker before
@@ -346,6 +354,9 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 		pipe.PExpire(ctx, op.producer, l.opts.Retention)
 		pipe.PExpire(ctx, op.meta, l.opts.Retention)
 		pipe.PExpire(ctx, op.current, l.opts.Retention)
+		if l.opts.Budget > 0 {
+			budget.count(ctx, pipe, op)
+		}
 		if len(op.events) > 0 || op.complete {
 			// In the same round trip, live to a replica where the stream's client resumed
 			// it (RedisBus.Follow); Redis drops it when none listens.
@@ -365,6 +376,9 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 				l.failedIn([]redis.Cmder{redis.NewCmdResult(nil, err)})
 			}
 		}
+	}
+	if l.opts.Budget > 0 {
+		l.enforceBudget(ctx, budget.over(l.opts.Budget))
 	}
 }
 
@@ -481,4 +495,122 @@ func (l *RedisEventLog) Close() error {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
 	return nil
+}
+
+// The books of the event logs' byte budget (EventLogOptions.Budget), shared by the replicas
+// under one hash tag, so that one script reads and writes them all: the bytes appended to each
+// stream's log (a hash by log key) and their sum, when each log expires (a sorted set, renewed
+// with the log's time to live), and when each finished stream ended (a sorted set: the order
+// of eviction). Events that trimming (MaxEvents) takes from a long stream still count until its
+// log goes: the books err towards evicting early, never late.
+const (
+	budgetBytes   = ":{evbudget}:bytes"
+	budgetSizes   = ":{evbudget}:sizes"
+	budgetExpiry  = ":{evbudget}:expiry"
+	budgetEnded   = ":{evbudget}:ended"
+	budgetLogPart = "}:ev:"
+)
+
+// budgetBooks is what one flush adds to the budget's books.
+type budgetBooks struct {
+	l     *RedisEventLog
+	now   int64 // store clock, Unix ms
+	total *redis.IntCmd
+}
+
+func (l *RedisEventLog) newBudgetBooks() *budgetBooks {
+	return &budgetBooks{l: l, now: l.store.opts.Now().UnixMilli()}
+}
+
+func (l *RedisEventLog) budgetKey(suffix string) string { return l.store.opts.KeyPrefix + suffix }
+
+// count queues, in the flush's pipeline, what op adds to the books: its events' bytes, its
+// log's new expiry, its stream's end.
+func (b *budgetBooks) count(ctx context.Context, pipe redis.Pipeliner, op logAppend) {
+	l := b.l
+	n := 0
+	for _, e := range op.events {
+		n += len(e.Data)
+	}
+	expiry := redis.Z{Score: float64(b.now + l.opts.Retention.Milliseconds()), Member: op.key}
+	if n > 0 {
+		pipe.HIncrBy(ctx, l.budgetKey(budgetSizes), op.key, int64(n))
+		b.total = pipe.IncrBy(ctx, l.budgetKey(budgetBytes), int64(n))
+		pipe.ZAdd(ctx, l.budgetKey(budgetExpiry), expiry)
+	} else {
+		// A renewal of a log the books know (one with events); the others hold nothing.
+		pipe.ZAddXX(ctx, l.budgetKey(budgetExpiry), expiry)
+	}
+	if op.complete {
+		pipe.ZAddNX(ctx, l.budgetKey(budgetEnded), redis.Z{Score: float64(b.now), Member: op.key})
+	}
+}
+
+// over reports whether the flush left the logs over budget, as far as its last count says.
+func (b *budgetBooks) over(budget int64) bool {
+	return b.total != nil && b.total.Err() == nil && b.total.Val() > budget
+}
+
+// scriptBudget keeps the budget's books (KEYS: the sum, the sizes, the expiries, the ends):
+// it forgets the logs that expired by ARGV[1] (Unix ms), then, while the sum is over ARGV[2],
+// takes the finished stream that ended first off the books and returns its log's key, for the
+// caller to delete. A stream not finished is never taken.
+var scriptBudget = redis.NewScript(`
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+for _, k in ipairs(gone) do
+  local n = tonumber(redis.call('HGET', KEYS[2], k) or '0')
+  redis.call('DECRBY', KEYS[1], n)
+  redis.call('HDEL', KEYS[2], k)
+  redis.call('ZREM', KEYS[3], k)
+  redis.call('ZREM', KEYS[4], k)
+end
+local evicted = {}
+local total = tonumber(redis.call('GET', KEYS[1]) or '0')
+while total > tonumber(ARGV[2]) do
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0)
+  if #first == 0 then break end
+  local k = first[1]
+  local n = tonumber(redis.call('HGET', KEYS[2], k) or '0')
+  total = redis.call('DECRBY', KEYS[1], n)
+  redis.call('HDEL', KEYS[2], k)
+  redis.call('ZREM', KEYS[3], k)
+  redis.call('ZREM', KEYS[4], k)
+  evicted[#evicted + 1] = k
+end
+return evicted
+`)
+
+// enforceBudget keeps the event logs within EventLogOptions.Budget: when the logs are over
+// it (over), or once per retention period to forget the logs that expired, the logs of
+// finished streams are deleted, the stream that ended first first, until they are within it
+// or none is left. The logs of open streams are never deleted for it: each is bounded by
+// MaxEvents and expires with its retention. A client that resumes a deleted stream is
+// answered as for one that expired. Called by the writer only.
+func (l *RedisEventLog) enforceBudget(ctx context.Context, over bool) {
+	now := l.store.opts.Now().UnixMilli()
+	if !over && now-l.budgetSwept < l.opts.Retention.Milliseconds() {
+		return
+	}
+	l.budgetSwept = now
+	keys := []string{l.budgetKey(budgetBytes), l.budgetKey(budgetSizes), l.budgetKey(budgetExpiry), l.budgetKey(budgetEnded)}
+	evicted, err := scriptBudget.Run(ctx, l.store.client, keys, now, l.opts.Budget).StringSlice()
+	if err != nil {
+		l.failedIn([]redis.Cmder{redis.NewCmdResult(nil, fmt.Errorf("event log budget: %w", err))})
+		return
+	}
+	if len(evicted) == 0 {
+		return
+	}
+	pipe := l.store.client.Pipeline()
+	for _, key := range evicted {
+		pipe.Del(ctx, key)
+		if i := strings.LastIndex(key, budgetLogPart); i >= 0 {
+			// What its start said, and who took it over, go with it.
+			head, stream := key[:i+1], key[i+len(budgetLogPart):]
+			pipe.Del(ctx, head+":evm:"+stream, head+":evp:"+stream)
+		}
+	}
+	if cmds, err := pipe.Exec(ctx); err != nil {
+		l.failedIn(cmds)
+	}
 }

@@ -81,7 +81,8 @@ type Request struct {
 	// Principal makes the request; the zero Principal (anonymous) counts as one principal,
 	// "anonymous", for principal-keyed limits.
 	Principal session.Principal
-	// Upstream is the upstream's name.
+	// Upstream is the upstream's name; "" for a method the gateway answers itself (a list,
+	// ping, logging/setLevel), which only principal limits without upstreams or tools count.
 	Upstream string
 	// Tool is the upstream's own name of the tool called, or "" for a request that calls no
 	// tool. Only tool calls count against principal_tool limits and limits with Tools set.

@@ -459,3 +459,36 @@ func TestLimitTargetsPrincipals(t *testing.T) {
 		t.Errorf("a principal glob that does not compile: %v, want an error naming it", err)
 	}
 }
+
+// TestGatewayMethodsCountAgainstPrincipalLimitsOnly: a request to no upstream (a list, ping,
+// logging/setLevel the gateway answers) counts against a principal limit like a call, and
+// against nothing that counts per upstream or tool, nor against a limit scoped to some
+// upstreams.
+func TestGatewayMethodsCountAgainstPrincipalLimitsOnly(t *testing.T) {
+	own := limit.Request{Principal: alice}
+	for _, tc := range []struct {
+		name    string
+		limit   config.RateLimit
+		counted bool
+	}{
+		{"principal", config.RateLimit{Key: config.LimitPrincipal}, true},
+		{"principal for these principals", config.RateLimit{Key: config.LimitPrincipal, Principal: config.PrincipalMatch{Subjects: []string{"alice"}}}, true},
+		{"principal of some upstreams", config.RateLimit{Key: config.LimitPrincipal, Upstreams: []string{"*"}}, false},
+		{"principal of some tools", config.RateLimit{Key: config.LimitPrincipal, Tools: []string{"*"}}, false},
+		{"principal_upstream", config.RateLimit{Key: config.LimitPrincipalUpstream}, false},
+		{"principal_tool", config.RateLimit{Key: config.LimitPrincipalTool}, false},
+		{"upstream", config.RateLimit{Key: config.LimitUpstream}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.limit.Rate, tc.limit.Burst, tc.limit.Per = onePerHour, 1, time.Hour
+			l, _ := newLocal(t, tc.limit)
+			ctx := context.Background()
+			if v := l.Allow(ctx, own); !v.Allowed {
+				t.Fatalf("first request refused: %+v", v)
+			}
+			if v := l.Allow(ctx, own); v.Allowed == tc.counted {
+				t.Errorf("second request to the gateway itself allowed %v, want %v", v.Allowed, !tc.counted)
+			}
+		})
+	}
+}

@@ -93,6 +93,10 @@ func compile(index int, c config.RateLimit, prefix string) (rule, error) {
 
 // applies reports whether r counts req.
 func (r *rule) applies(req *Request) bool {
+	if req.Upstream == "" && (r.class != byPrincipal || r.upstreams != nil) {
+		// The gateway's own methods load no upstream: only principal-wide limits count them.
+		return false
+	}
 	if r.upstreams != nil && !r.upstreams.Match(req.Upstream) {
 		return false
 	}
