@@ -41,6 +41,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -83,6 +84,9 @@ type Gateway struct {
 	opts   Options
 	logger *slog.Logger
 	store  session.Store
+	// keys are the gateway's own keys (config `keys`), nil when it has none; set with a Redis
+	// store, whose replicas seal with them what they send each other.
+	keys *seal.Keys
 	// closeStore releases the store the gateway opened itself (nothing for one it was given).
 	closeStore func() error
 	// storeOutage logs the store's failures on requests' paths: while it is down, every
@@ -202,10 +206,15 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
 	g.store, g.closeStore = g.opts.Store, func() error { return nil }
+	_, given := g.store.(*session.RedisStore)
+	keys, err := keysOf(cfg, given || g.store == nil && cfg.SessionStore.Type == config.StoreRedis)
+	if err != nil {
+		return nil, err
+	}
+	g.keys = keys
 	var events hub.EventLog
 	if g.store == nil {
-		var err error
-		if g.store, events, g.closeStore, err = openStore(cfg, g.opts.Now, g.logger); err != nil {
+		if g.store, events, g.closeStore, err = openStore(cfg, keys, g.opts.Now, g.logger); err != nil {
 			return nil, err
 		}
 	}
@@ -218,7 +227,6 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			g.opts.ExpiryInterval = time.Minute
 		}
 	}
-	var err error
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
 		_ = g.closeStore()
 		return nil, err
@@ -267,7 +275,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		g.replicas = newReplicas(g, nil)
 		g.replicas.lease = lease
-		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
+		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone,
+			Sealer: g.keys.Sealer(seal.PurposeBus)})
 		hubOpts.Producing = g.replicas.producing
 		// A message for a standalone stream another replica produces is kept until that
 		// replica is known to run or to have stopped (its lease, and a renewal to notice).

@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"internal/admin":             {"internal/loopback"},
 	"internal/hold":              {},
 	"internal/seal":              {},
+	"internal/seal/sealtest":     {"internal/seal"},
 	"internal/pin":               {},
 	"internal/pipeline":          {"internal/protocol", "internal/session", "internal/audit"},
 	"auth":                       {"internal/session", "internal/pipeline"},
