@@ -14,6 +14,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -50,7 +51,7 @@ func newHeldCalls(g *Gateway) *heldCalls {
 		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
-		h.store = hold.NewRedisStore(rs.Client(), rs.KeyPrefix())
+		h.store = hold.NewRedisStore(rs.Client(), rs.KeyPrefix(), g.keys.Sealer(seal.PurposeHold))
 		h.replica = g.replicas.bus.Replica()
 	} else {
 		h.store = hold.NewMemoryStore()

@@ -5,7 +5,7 @@
 // for a single gateway, and RedisStore, shared by replicas. The store only keeps the records;
 // the gateway does the waiting and wakes the replica that holds a call.
 //
-//	store := hold.NewMemoryStore() // or: hold.NewRedisStore(client, "manifold")
+//	store := hold.NewMemoryStore() // or: hold.NewRedisStore(client, "manifold", sealer)
 //	c := hold.Call{ID: hold.NewID(), Tool: "delete_repo", Held: now, Deadline: now.Add(5 * time.Minute) /* … */}
 //	err := store.Hold(ctx, c)
 //	// the admin API, on any replica:
