@@ -1,9 +1,13 @@
 package session
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/seal/sealtest"
@@ -19,10 +23,13 @@ var testSealer = sealtest.Sealer(seal.PurposeBus, "k1", 1)
 // moved to another channel.
 func TestBusSealsMessages(t *testing.T) {
 	ctx := context.Background()
-	stores := replicaStores(t, 3)
+	stores := replicaStores(t, 2)
+	var logs lockedLog
+	otherStore := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: stores[0].opts.KeyPrefix,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	monitored := monitor(t, redisAddr(t))
 	a, b := startBus(t, stores[0], "a", 0), startBus(t, stores[1], "b", 0)
-	other := newTestBus(stores[2], "other", 0) // a replica with other keys
+	other := newTestBus(otherStore, "other", 0) // a replica with other keys
 	other.opts.Sealer = sealtest.Sealer(seal.PurposeBus, "k9", 9)
 	runBus(t, other)
 
@@ -35,8 +42,10 @@ func TestBusSealsMessages(t *testing.T) {
 	if ok, err := a.Send(ctx, "b", &BusMessage{Kind: "sent", Text: secret}); err != nil || !ok {
 		t.Fatalf("Send = %v, %v", ok, err)
 	}
-	if err := a.Broadcast(ctx, &BusMessage{Kind: "broadcast", Text: secret}); err != nil {
-		t.Fatal(err)
+	for range 2 { // two that the replica with other keys drops
+		if err := a.Broadcast(ctx, &BusMessage{Kind: "broadcast", Text: secret}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if ok, err := a.Publish(ctx, Digest(id), &BusMessage{Kind: "published", Text: secret}); err != nil || !ok {
 		t.Fatalf("Publish = %v, %v", ok, err)
@@ -83,6 +92,10 @@ func TestBusSealsMessages(t *testing.T) {
 	if got := other.rec.of("broadcast"); len(got) != 0 {
 		t.Errorf("a replica with other keys received %s", describeMsgs(got))
 	}
+	// It dropped a's two broadcasts, and warned once: at most once a minute.
+	if n := strings.Count(logs.String(), "do not open with this replica's keys"); n != 1 {
+		t.Errorf("the replica with other keys warned %d times of what it dropped, want once:\n%s", n, logs.String())
+	}
 
 	lines := monitored()
 	publishes := 0
@@ -98,4 +111,22 @@ func TestBusSealsMessages(t *testing.T) {
 	if publishes == 0 {
 		t.Errorf("MONITOR saw no PUBLISH among %d commands", len(lines))
 	}
+}
+
+// lockedLog is a log output that goroutines may write at once.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
