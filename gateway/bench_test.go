@@ -185,7 +185,7 @@ func benchCallTool(b *testing.B, g *Gateway) {
 // Redis at 127.0.0.1:6379 (skipped when none answers): what the store adds to a call.
 func BenchmarkCallToolRedisStore(b *testing.B) {
 	addr := testredis.Addr(b)
-	benchCallTool(b, benchGatewayOn(b, 20, 100, fmt.Sprintf("session_store: {type: redis, url: \"redis://%s/0\", key_prefix: %s}\n", addr, testredis.Prefix(b, addr))))
+	benchCallTool(b, benchGatewayOn(b, 20, 100, fmt.Sprintf("session_store: {type: redis, url: \"redis://%s/0\", key_prefix: %s}\n", addr, testredis.Prefix(b, addr))+testKeysYAML))
 }
 
 // BenchmarkCatalogHeap reports the heap that the merged catalog of 20 upstreams × 100 tools

@@ -177,7 +177,7 @@ session_store:
   url: redis://%s/0
   key_prefix: %s
 upstreams: []
-`, addr, testredis.Prefix(t, addr))
+`+keysYAML, addr, testredis.Prefix(t, addr))
 	opts := func() *gateway.Options {
 		return &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond}
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
+	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -87,6 +88,9 @@ type Gateway struct {
 	opts   Options
 	logger *slog.Logger
 	store  session.Store
+	// keys are the gateway's own keys (config `keys`), nil when it has none; set with a Redis
+	// store, whose replicas seal with them what they send each other.
+	keys *seal.Keys
 	// closeStore releases the store the gateway opened itself (nothing for one it was given).
 	closeStore func() error
 	// storeOutage logs the store's failures on requests' paths: while it is down, every
@@ -159,15 +163,19 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
 	g.store, g.closeStore = g.opts.Store, func() error { return nil }
+	_, given := g.store.(*session.RedisStore)
+	keys, err := keysOf(cfg, given || g.store == nil && cfg.SessionStore.Type == config.StoreRedis)
+	if err != nil {
+		return nil, err
+	}
+	g.keys = keys
 	var events hub.EventLog
 	if g.store == nil {
-		var err error
-		if g.store, events, g.closeStore, err = openStore(cfg, g.opts.Now, g.logger); err != nil {
+		if g.store, events, g.closeStore, err = openStore(cfg, keys, g.opts.Now, g.logger); err != nil {
 			return nil, err
 		}
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	var err error
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
 		g.abandon()
 		return nil, err
@@ -264,7 +272,7 @@ func liveOptions(g *Gateway, events hub.EventLog) *hub.Options {
 			lease = config.DefaultReplicaLease
 		}
 		r := replica.New(replicaHost{g}, &replica.Options{Store: g.store, Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker})
-		r.Attach(rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+		r.Attach(rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone, Sealer: g.keys.Sealer(seal.PurposeBus)}))
 		hubOpts.Producing = r.Producing
 		g.replicas = r
 		// A message for a standalone stream another replica produces is kept until that

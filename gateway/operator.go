@@ -13,6 +13,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -42,7 +43,7 @@ func newHeldCalls(g *Gateway) *heldCalls {
 		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
 	}
 	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
-		h.Store = approval.NewRedisHeldCalls(rs.Client(), rs.KeyPrefix())
+		h.Store = approval.NewRedisHeldCalls(rs.Client(), rs.KeyPrefix(), g.keys.Sealer(seal.PurposeHold))
 		h.Replica = g.replicas.Replica()
 		h.WakeElsewhere = g.replicas.Decided
 	} else {

@@ -500,7 +500,7 @@ func TestReplicasWithOtherPinsMetaDoNotRePinEachOther(t *testing.T) {
 	yaml := func(meta string) string {
 		return adminYAML("") + fmt.Sprintf(`listen: 127.0.0.1:0
 session_store: {type: redis, url: "redis://%s/0", key_prefix: %s}
-pins:
+`+keysYAML+`pins:
   meta: %s
 upstreams:
   - name: u

@@ -26,8 +26,11 @@ func redisStoreYAML(t *testing.T, addr string) string {
   dial_timeout: 300ms
   read_timeout: 300ms
   write_timeout: 300ms
-`, addr, testredis.Prefix(t, testredis.Addr(t)))
+`, addr, testredis.Prefix(t, testredis.Addr(t))) + keysYAML
 }
+
+// keysYAML is the key list of test gateways on Redis, a line of top-level YAML.
+const keysYAML = "keys: [{id: test, secret: \"dGhlIGtleSBvZiB0aGUgZ2F0ZXdheSB0ZXN0cyAwMTIz\"}]\n"
 
 // gatewayBehindRelay starts a gateway whose Redis is behind a relay the test can sever, with
 // one upstream alpha, and a session on it.

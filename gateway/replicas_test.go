@@ -66,7 +66,7 @@ session_store:
   url: redis://%s/0
   key_prefix: %s
   replica_lease: 1s
-upstreams:
+`+keysYAML+`upstreams:
 %s`, addr, testredis.Prefix(t, addr), upstreams)
 	a, b = startGateway(t, yaml, nil), startGateway(t, yaml, nil)
 	t.Cleanup(a.close)

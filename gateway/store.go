@@ -12,6 +12,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -19,7 +20,7 @@ import (
 // (connected lazily: a Redis that is down at start makes requests fail fast and /readyz say
 // so, and the gateway recovers by itself when it returns), with an event log there so that a
 // stream resumes wherever it is asked for. close releases them.
-func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (store session.Store, events hub.EventLog, close func() error, err error) {
+func openStore(cfg *config.Config, keys *seal.Keys, now func() time.Time, logger *slog.Logger) (store session.Store, events hub.EventLog, close func() error, err error) {
 	s := cfg.SessionStore
 	if s.Type != config.StoreRedis {
 		return session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: now,
@@ -53,7 +54,7 @@ func openStore(cfg *config.Config, now func() time.Time, logger *slog.Logger) (s
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("session store (redis): %w", err)
 	}
-	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, minLogRetention), Budget: cfg.EventLogBudgetBytes})
+	log := rs.NewEventLog(&session.EventLogOptions{Retention: max(cfg.StreamRetention, minLogRetention), Budget: cfg.EventLogBudgetBytes, Sealer: keys.Sealer(seal.PurposeBus)})
 	return rs, redisEvents{log}, func() error { return errors.Join(log.Close(), rs.Close()) }, nil
 }
 

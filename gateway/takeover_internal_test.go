@@ -46,7 +46,7 @@ admin:
   api_keys:
     - {name: ops, hash: %q}
 upstreams: []
-`, addr, testredis.Prefix(t, addr), auth.HashAPIKey("mfk_ops-key-of-the-takeover-tests"))
+`+testKeysYAML, addr, testredis.Prefix(t, addr), auth.HashAPIKey("mfk_ops-key-of-the-takeover-tests"))
 	cfg, err := config.Parse("t.yaml", []byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)

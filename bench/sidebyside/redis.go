@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -24,12 +25,20 @@ func (f *fleet) redisGateway(bin, echo, addr string) (url string, cleanup func()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "mfbench-" + hex.EncodeToString(b[:])
-	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix)
+	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix) + keysSetting()
 	url, err = f.gateway(bin, "stdio-redis", settings, fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
 	if err != nil {
 		return "", nil, err
 	}
 	return url, func() { _ = deleteKeys(addr, prefix) }, nil
+}
+
+// keysSetting is the top-level `keys` of gateways on Redis: one key of 32 random bytes,
+// which replicas given the same settings share.
+func keysSetting() string {
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	return fmt.Sprintf("keys: [{id: bench, secret: %q}]\n", base64.StdEncoding.EncodeToString(secret))
 }
 
 // resp sends one command over a plain RESP connection and reads the first line of its reply.

@@ -33,7 +33,7 @@ func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "mfbench-" + hex.EncodeToString(b[:])
-	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix)
+	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix) + keysSetting()
 	upstream := fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo)
 	var replicas []string
 	for _, name := range []string{"replica1", "replica2"} {

@@ -74,7 +74,7 @@ session_store:
   url: redis://%s/0
   key_prefix: %s
   replica_lease: 1s
-upstreams:
+`+testKeysYAML+`upstreams:
   - name: sem
     transport: streamable-http
     url: %s

@@ -77,6 +77,9 @@ func startReplica(t *testing.T, name, configText string) *replica {
 	return r
 }
 
+// testKeysYAML is the key list of test replicas on Redis, a line of top-level YAML.
+const testKeysYAML = "keys: [{id: test, secret: \"dGhlIGtleSBvZiB0aGUgZ2F0ZXdheSB0ZXN0cyAwMTIz\"}]\n"
+
 // redisReplicaConfig is the config of a replica on Redis at addr under prefix, fronting one
 // test upstream "r" of the given flavor.
 func redisReplicaConfig(t *testing.T, addr, prefix, flavor string) string {
@@ -90,7 +93,7 @@ session_store:
   type: redis
   url: redis://%s/0
   key_prefix: %s
-upstreams:
+`+testKeysYAML+`upstreams:
   - name: r
     command: %q
     env: {%s: %s, %s: %s}

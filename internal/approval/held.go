@@ -8,7 +8,7 @@
 // shared by replicas. The store only keeps the records; the gateway does the waiting and wakes
 // the replica that holds a call. RedisApprovals remembers approvals across replicas.
 //
-//	store := approval.NewMemoryHeldCalls() // or: approval.NewRedisHeldCalls(client, "manifold")
+//	store := approval.NewMemoryHeldCalls() // or: approval.NewRedisHeldCalls(client, "manifold", sealer)
 //	c := approval.HeldCall{ID: approval.NewID(), Tool: "delete_repo", Held: now, Deadline: now.Add(5 * time.Minute) /* … */}
 //	err := store.Hold(ctx, c)
 //	// the admin API, on any replica:

@@ -15,7 +15,8 @@ import (
 // concurrent use. Its keys, under the prefix given to NewRedisHeldCalls:
 //
 //   - <prefix>:hold:<id>, a call's JSON (HeldCall), which expires some time (Grace) after the
-//     call's deadline, Redis's clock;
+//     call's deadline, Redis's clock. Its session's id, a credential, is kept sealed (see
+//     callWire), never as it is;
 //   - <prefix>:holds, the index: a sorted set of the ids by deadline (Unix ms), for Pending
 //     and HeldBy. Its members whose calls are gone are trimmed when it is written or read,
 //     and it expires with its last member.
@@ -25,6 +26,53 @@ type RedisHeldCalls struct {
 	client   redis.UniversalClient
 	prefix   string
 	indexKey string
+	sealer   Sealer
+}
+
+// Sealer seals what a record keeps of a call's session, its id (seal.Sealer, with the hold
+// purpose): Seal encrypts and authenticates plaintext bound to ad, Open gives it back with
+// the same ad, or fails. Every replica sharing the store needs one of the same keys.
+type Sealer interface {
+	Seal(plaintext, ad []byte) []byte
+	Open(sealed, ad []byte) ([]byte, error)
+}
+
+// callWire is the stored form of a HeldCall: its JSON, with SessionID sealed (bound to the
+// call's ID) in member "ssid" instead of in "sid", so that whoever reads Redis does not get
+// a live session's id. A record of a release before sealing has "sid": it is read as it is.
+// A release before sealing reads this form too, without the session's id (a call it takes
+// over is dropped as if its session had ended), and writes it back without "ssid" when it
+// decides or moves the call.
+type callWire struct {
+	HeldCall
+	SealedSession []byte `json:"ssid,omitempty"`
+}
+
+// encode returns the stored form of c.
+func (s *RedisHeldCalls) encode(c HeldCall) ([]byte, error) {
+	w := callWire{HeldCall: c}
+	if c.SessionID != "" {
+		w.SealedSession = s.sealer.Seal([]byte(c.SessionID), []byte(c.ID))
+		w.SessionID = ""
+	}
+	return json.Marshal(w)
+}
+
+// decode reads a stored call. A session id that does not open (sealed with a key no longer
+// in the list) is left out: the call cannot be taken over, as if its session had ended.
+func (s *RedisHeldCalls) decode(val string) (HeldCall, error) {
+	var w callWire
+	if err := json.Unmarshal([]byte(val), &w); err != nil {
+		return HeldCall{}, err
+	}
+	if len(w.SealedSession) > 0 {
+		id, err := s.sealer.Open(w.SealedSession, []byte(w.ID))
+		w.SessionID = ""
+		if err == nil {
+			w.SessionID = string(id)
+		}
+	}
+	return w.HeldCall, nil
 }
 
 var _ HeldCalls = (*RedisHeldCalls)(nil)
@@ -35,16 +83,17 @@ var _ HeldCalls = (*RedisHeldCalls)(nil)
 const maxDecideTries = 5
 
 // NewRedisHeldCalls returns a RedisHeldCalls that keeps its keys in client under keyPrefix (see
-// RedisHeldCalls). If keyPrefix is "", it defaults to "manifold". The store does not own client:
-// its caller closes it, after the store's last use.
-func NewRedisHeldCalls(client redis.UniversalClient, keyPrefix string) *RedisHeldCalls {
-	if client == nil {
-		panic("approval: NewRedisHeldCalls: nil client")
+// RedisHeldCalls), sealing what it keeps of a call's session with sealer. If keyPrefix is "", it
+// defaults to "manifold". The store does not own client: its caller closes it, after the
+// store's last use.
+func NewRedisHeldCalls(client redis.UniversalClient, keyPrefix string, sealer Sealer) *RedisHeldCalls {
+	if client == nil || sealer == nil {
+		panic("approval: NewRedisHeldCalls: nil client or sealer")
 	}
 	if keyPrefix == "" {
 		keyPrefix = "manifold"
 	}
-	return &RedisHeldCalls{client: client, prefix: keyPrefix, indexKey: keyPrefix + ":holds"}
+	return &RedisHeldCalls{client: client, prefix: keyPrefix, indexKey: keyPrefix + ":holds", sealer: sealer}
 }
 
 // callKey is the key of the call id.
@@ -94,7 +143,7 @@ func (s *RedisHeldCalls) Hold(ctx context.Context, c HeldCall) error {
 	if err := checkHold(&c); err != nil {
 		return fmt.Errorf("held calls: hold: %w", err)
 	}
-	val, err := json.Marshal(c)
+	val, err := s.encode(c)
 	if err != nil {
 		return fmt.Errorf("held calls: hold: encode: %w", err)
 	}
@@ -126,8 +175,8 @@ func (s *RedisHeldCalls) Get(ctx context.Context, id string) (HeldCall, error) {
 	if err != nil {
 		return HeldCall{}, fmt.Errorf("held calls: get: %w", err)
 	}
-	var c HeldCall
-	if err := json.Unmarshal([]byte(val), &c); err != nil {
+	c, err := s.decode(val)
+	if err != nil {
 		return HeldCall{}, fmt.Errorf("held calls: get: decode: %w", err)
 	}
 	return c, nil
@@ -161,15 +210,15 @@ func (s *RedisHeldCalls) update(ctx context.Context, op, id string, change func(
 		return HeldCall{}, fmt.Errorf("held calls: %s: %w", op, err)
 	}
 	for range maxDecideTries {
-		var c HeldCall
-		if err := json.Unmarshal([]byte(val), &c); err != nil {
+		c, err := s.decode(val)
+		if err != nil {
 			return HeldCall{}, fmt.Errorf("held calls: %s: decode: %w", op, err)
 		}
 		next := c
 		if err := change(&next); err != nil {
 			return c, err
 		}
-		nextVal, err := json.Marshal(next)
+		nextVal, err := s.encode(next)
 		if err != nil {
 			return HeldCall{}, fmt.Errorf("held calls: %s: encode: %w", op, err)
 		}
@@ -265,8 +314,8 @@ func (s *RedisHeldCalls) list(ctx context.Context, from string) ([]HeldCall, err
 		if err != nil {
 			return nil, err
 		}
-		var c HeldCall
-		if err := json.Unmarshal([]byte(val), &c); err != nil {
+		c, err := s.decode(val)
+		if err != nil {
 			return nil, fmt.Errorf("decode: %w", err)
 		}
 		calls = append(calls, c)

@@ -35,7 +35,7 @@ func openRedis(t *testing.T) (*redis.Client, string) {
 func openRedisStore(t *testing.T) *RedisHeldCalls {
 	t.Helper()
 	client, prefix := openRedis(t)
-	return NewRedisHeldCalls(client, prefix)
+	return NewRedisHeldCalls(client, prefix, testSealer)
 }
 
 func TestRedisStore(t *testing.T) {
@@ -48,7 +48,7 @@ func TestRedisStore(t *testing.T) {
 func TestRedisStoreKeys(t *testing.T) {
 	ctx := t.Context()
 	client, prefix := openRedis(t)
-	s := NewRedisHeldCalls(client, prefix)
+	s := NewRedisHeldCalls(client, prefix, testSealer)
 	base := now()
 	c := mustHold(t, s, call(base, base.Add(10*time.Minute)))
 	later := mustHold(t, s, call(base, base.Add(20*time.Minute)))
@@ -127,7 +127,7 @@ func TestRedisStoreGoneAtOnce(t *testing.T) {
 func TestRedisStoreTrimsIndex(t *testing.T) {
 	ctx := t.Context()
 	client, prefix := openRedis(t)
-	s := NewRedisHeldCalls(client, prefix)
+	s := NewRedisHeldCalls(client, prefix, testSealer)
 	index := prefix + ":holds"
 	base := now()
 	c := mustHold(t, s, call(base, base.Add(time.Hour)))
@@ -164,7 +164,7 @@ func TestRedisStoreDecideAcrossReplicas(t *testing.T) {
 	for range 4 {
 		client := redis.NewClient(&redis.Options{Addr: testredis.Addr(t), DisableIdentity: true})
 		t.Cleanup(func() { _ = client.Close() })
-		stores = append(stores, NewRedisHeldCalls(client, prefix))
+		stores = append(stores, NewRedisHeldCalls(client, prefix, testSealer))
 	}
 	base := now()
 	for round := range 5 {

@@ -332,6 +332,12 @@ type Config struct {
 	// or in Redis, shared by replicas.
 	SessionStore SessionStore
 
+	// Keys are the gateway's own keys (key `keys`, a list of {id, secret}): the first seals
+	// what replicas send each other on Redis, and what a held call's record keeps of its
+	// session; every key opens. Required with a Redis session store, the same list on every
+	// replica. Nil when absent.
+	Keys []Key
+
 	// PublicURL is the gateway's URL as clients reach it (key `public_url`), like
 	// https://mcp.example.com behind a reverse proxy: the base of every URL the gateway
 	// advertises (resource metadata, the token audience). Empty: http://LISTEN.

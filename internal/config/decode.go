@@ -260,6 +260,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "roots", decode: strList(&c.Roots)},
 		{key: "audit", decode: audit(&c.Audit)},
 		{key: "session_store", decode: sessionStore(&c.SessionStore)},
+		{key: "keys", decode: keyList(&c.Keys)},
 		{key: "upstreams", decode: upstreams(&c.Upstreams)},
 		{key: "overrides", decode: overrideList(&d.overrides)},
 		{key: "profiles", decode: profiles(&c.Profiles)},

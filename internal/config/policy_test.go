@@ -41,7 +41,7 @@ policy:
 upstreams:
   - {name: docs, command: x, trust_annotations: true}
 `
-	c, err := config.Parse("gw.yaml", []byte(yaml), env(nil))
+	c, err := config.Parse("gw.yaml", []byte(yaml+testKeysYAML), env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ upstreams: []
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := config.Parse("gw.yaml", []byte(tt.yaml), env(map[string]string{"REDIS_PASSWORD": "pw"}))
+			cfg, err := config.Parse("gw.yaml", []byte(tt.yaml+testKeysYAML), env(map[string]string{"REDIS_PASSWORD": "pw"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestSessionStoreProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := config.Parse("gw.yaml", []byte(tt.yaml), nil)
+			_, err := config.Parse("gw.yaml", []byte(tt.yaml+testKeysYAML), nil)
 			checkProblems(t, "Parse", err, tt.want)
 		})
 	}

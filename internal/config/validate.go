@@ -203,6 +203,7 @@ func (v *validator) settings(c *Config, w where) {
 	}
 	v.audit(&c.Audit, w)
 	v.sessionStore(&c.SessionStore, w)
+	v.keys(c, w)
 	v.authSettings(c, w)
 	v.policy(c, w)
 	v.admin(c, w)

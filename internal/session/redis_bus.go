@@ -69,6 +69,29 @@ type BusOptions struct {
 	// on the one that took its leftovers over: see ClaimOwned). It may block for a while:
 	// messages wait meanwhile.
 	Gone func(replica string, claimed bool)
+	// Sealer seals every message published and opens every message received, bound to its
+	// channel; a message that does not open is dropped. Every replica, and the event log
+	// (EventLogOptions.Sealer), needs one of the same keys. Nil sends and reads messages in
+	// the clear, which whoever reads Redis sees (a client's token on its way to the replica
+	// that uses it): for tests only.
+	Sealer Sealer
+}
+
+// Sealer seals what crosses Redis between replicas (seal.Sealer): Seal encrypts and
+// authenticates plaintext bound to ad; Open gives it back when sealed was sealed with one of
+// its keys and the same ad, and fails otherwise. Safe for concurrent use.
+type Sealer interface {
+	Seal(plaintext, ad []byte) []byte
+	Open(sealed, ad []byte) ([]byte, error)
+}
+
+// sealFor returns the form of message data published on channel: sealed by s, bound to the
+// channel, so that a message cannot be moved to another; data itself when s is nil.
+func sealFor(s Sealer, channel string, data []byte) []byte {
+	if s == nil {
+		return data
+	}
+	return s.Seal(data, []byte(channel))
 }
 
 // RedisBus carries messages between the replicas sharing a RedisStore over Redis pub/sub: to
@@ -100,7 +123,15 @@ type RedisBus struct {
 	// break). Only keepLease uses them.
 	leased    bool
 	heldSince time.Time
+	// unopened counts the messages dropped because they did not open since the last warning,
+	// at warnedUnopened (zero: none yet). Only receive uses them.
+	unopened       int
+	warnedUnopened time.Time
 }
+
+// unopenedWarnEvery is how often at most the bus warns of messages it dropped because they
+// did not open: a replica with other keys, or a forger, could send many.
+const unopenedWarnEvery = time.Minute
 
 type follower struct {
 	id    string
@@ -189,8 +220,16 @@ func (b *RedisBus) receive(ctx context.Context) {
 				b.mu.Unlock()
 			}
 		case *redis.Message:
+			payload := []byte(m.Payload)
+			if b.opts.Sealer != nil {
+				var err error
+				if payload, err = b.opts.Sealer.Open(payload, []byte(m.Channel)); err != nil {
+					b.dropUnopened(err)
+					continue
+				}
+			}
 			var bm BusMessage
-			if err := json.Unmarshal([]byte(m.Payload), &bm); err != nil {
+			if err := json.Unmarshal(payload, &bm); err != nil {
 				b.store.logger.Warn("bus: a message could not be read: dropped", "channel_kind", "bus", "error", err.Error())
 				continue
 			}
@@ -211,6 +250,19 @@ func (b *RedisBus) receive(ctx context.Context) {
 			b.opts.Receive(&bm)
 		}
 	}
+}
+
+// dropUnopened warns that a message was dropped because it did not open (err): at most once
+// per unopenedWarnEvery, with the count of those dropped since the last warning.
+func (b *RedisBus) dropUnopened(err error) {
+	b.unopened++
+	now := time.Now()
+	if !b.warnedUnopened.IsZero() && now.Sub(b.warnedUnopened) < unopenedWarnEvery {
+		return
+	}
+	b.store.logger.Warn("bus: messages that do not open with this replica's keys were dropped: give every replica the same keys (the new key first on all of them, the old one kept after it)",
+		"dropped", b.unopened, "error", err.Error())
+	b.unopened, b.warnedUnopened = 0, now
 }
 
 // noteGone records that replica stopped and tells Gone, once.
@@ -322,7 +374,7 @@ func (b *RedisBus) publish(ctx context.Context, channel string, m *BusMessage) (
 	}
 	ctx, cancel := b.store.bound(ctx)
 	defer cancel()
-	n, err := b.store.client.Publish(ctx, channel, data).Result()
+	n, err := b.store.client.Publish(ctx, channel, sealFor(b.opts.Sealer, channel, data)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("bus: publish %s: %w", m.Kind, err)
 	}
@@ -356,7 +408,7 @@ func (b *RedisBus) PublishAll(ctx context.Context, posts []Post) error {
 		if err != nil {
 			return fmt.Errorf("bus: encode %s: %w", p.Msg.Kind, err)
 		}
-		pipe.Publish(ctx, channel, data)
+		pipe.Publish(ctx, channel, sealFor(b.opts.Sealer, channel, data))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("bus: publish %d messages: %w", len(posts), err)

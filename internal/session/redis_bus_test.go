@@ -161,7 +161,7 @@ func replicaStores(t *testing.T, n int) []*RedisStore {
 // what it receives; runBus runs it.
 func newTestBus(s *RedisStore, replica string, lease time.Duration) *testBus {
 	rec := newBusRecorder()
-	b := s.NewBus(&BusOptions{Replica: replica, Lease: lease, Receive: rec.receive, Gone: rec.goneFn})
+	b := s.NewBus(&BusOptions{Replica: replica, Lease: lease, Receive: rec.receive, Gone: rec.goneFn, Sealer: testSealer})
 	return &testBus{RedisBus: b, rec: rec, stop: func() {}}
 }
 
@@ -428,7 +428,7 @@ func TestBusCarriesEventLogAppends(t *testing.T) {
 	}
 	defer follower.Unfollow(id)
 
-	log := stores[0].NewEventLog(nil) // the producer's: another replica's store
+	log := stores[0].NewEventLog(&EventLogOptions{Sealer: testSealer}) // the producer's: another replica's store
 	defer log.Close()
 	log.Start(id, "st", []byte(`[1]`))
 	log.Append(id, "st", events(1, 2), false)

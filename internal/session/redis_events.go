@@ -60,6 +60,9 @@ type EventLogOptions struct {
 	// Budget bounds the bytes of events the logs of all the replicas sharing the store hold
 	// together (see RedisEventLog.enforceBudget). If zero, none.
 	Budget int64
+	// Sealer seals the messages the log publishes on the bus (appended events, a stream
+	// taken over), as BusOptions.Sealer, which must open them. Nil: in the clear.
+	Sealer Sealer
 }
 
 // RedisEventLog keeps the events of sessions' SSE streams in Redis Streams, one per stream,
@@ -213,8 +216,9 @@ func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to
 	}
 	ctx, cancel := l.store.bound(ctx)
 	defer cancel()
+	channel := l.store.sessionChannel(digest)
 	owner, err := scriptClaimStream.Run(ctx, l.store.client, []string{l.producerKey(sessionID, streamID), l.metaKey(sessionID, streamID), l.currentKey(digest)},
-		from, to, l.opts.Retention.Milliseconds(), l.store.sessionChannel(digest), msg, streamID).Text()
+		from, to, l.opts.Retention.Milliseconds(), channel, sealFor(l.opts.Sealer, channel, msg), streamID).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", ErrStreamReplaced
 	}
@@ -361,7 +365,8 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 			// In the same round trip, live to a replica where the stream's client resumed
 			// it (RedisBus.Follow); Redis drops it when none listens.
 			if msg, err := eventsMessage(op.digest, op.stream, op.events, op.complete, nil); err == nil {
-				pipe.Publish(ctx, l.store.sessionChannel(op.digest), msg)
+				channel := l.store.sessionChannel(op.digest)
+				pipe.Publish(ctx, channel, sealFor(l.opts.Sealer, channel, msg))
 			}
 		}
 	}
