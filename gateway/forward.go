@@ -98,13 +98,6 @@ func (res forwardedResult) failure() error {
 // waited for: its result may be lost with Redis.
 const forwardMargin = 5 * time.Second
 
-// connectionRecorder records which replica holds a session's own upstream connection
-// (session.RedisStore).
-type connectionRecorder interface {
-	SetConnection(ctx context.Context, id, upstream, replica string) error
-	ClearConnection(ctx context.Context, id, upstream, replica string) error
-}
-
 // forwarding is the calls this replica forwarded and waits for, and those it runs for others.
 type forwarding struct {
 	mu sync.Mutex
@@ -155,8 +148,8 @@ func (r *replicas) isGone(replica string) bool {
 
 // recordConnection records that this replica holds the session's own connection to upstream.
 func (r *replicas) recordConnection(ctx context.Context, sessionID, upstreamName string, open bool) {
-	rec, ok := r.g.store.(connectionRecorder)
-	if !ok {
+	rec := r.g.backends.Connections
+	if rec == nil {
 		return
 	}
 	var err error

@@ -33,9 +33,9 @@ import (
 
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
-	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
@@ -51,8 +51,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported as serverInfo.version. If empty, "dev".
 	Version string
-	// Store keeps the sessions. If nil, an in-memory store capped at cfg.MaxSessions.
-	Store session.Store
+	// Backends are where the gateway keeps its state: sessions, the events of streams, the
+	// bus to other replicas, held calls, approvals, pins, shared rate limits. The gateway
+	// runs as one of several replicas when Backends.Bus is set. The caller closes them after
+	// Close. If nil, the gateway opens those cfg.SessionStore names (in memory by default),
+	// and closes them itself.
+	Backends *backend.Set
 	// Now returns the current time. If nil, time.Now.
 	Now func() time.Time
 	// ExpiryInterval is how often idle sessions are looked for, and sessions in use without
@@ -83,7 +87,9 @@ type Gateway struct {
 	opts   Options
 	logger *slog.Logger
 	store  session.Store
-	// closeStore releases the store the gateway opened itself (nothing for one it was given).
+	// backends are the state backends, store among them.
+	backends *backend.Set
+	// closeStore releases the backends the gateway opened itself (nothing for those given).
 	closeStore func() error
 	// storeOutage logs the store's failures on requests' paths: while it is down, every
 	// request fails, and the log gets a few lines, not one per request.
@@ -201,14 +207,16 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	// at most one per message a second reaches the log, with a count of the rest.
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
-	g.store, g.closeStore = g.opts.Store, func() error { return nil }
-	var events hub.EventLog
-	if g.store == nil {
+	g.backends, g.closeStore = g.opts.Backends, func() error { return nil }
+	if g.backends == nil {
 		var err error
-		if g.store, events, g.closeStore, err = openStore(cfg, g.opts.Now, g.logger); err != nil {
+		if g.backends, err = backend.Open(cfg, g.opts.Now, g.logger); err != nil {
 			return nil, err
 		}
+		g.closeStore = g.backends.Close
 	}
+	g.store = g.backends.Sessions
+	events := g.backends.Events
 	if g.opts.ExpiryInterval <= 0 {
 		g.opts.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
 		if cfg.SessionEvictIdle > 0 {
@@ -225,15 +233,14 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.checks = pipeline.Chain(g.opts.Checks)
-	lr, _ := g.store.(limitRedis)
-	if g.gate, err = newGate(cfg, lr, g.opts.Now, g.logger); err != nil {
+	if g.gate, err = newGate(cfg, g.backends.Limits, g.opts.Now, g.logger); err != nil {
 		g.cancel()
 		_ = g.closeStore()
 		return nil, err
 	}
-	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
+	if g.backends.Approvals != nil && g.gate != nil {
 		// Replicas share what a person approved, as they share the calls held for one.
-		g.gate.approvals.shared = hold.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
+		g.gate.approvals.shared = g.backends.Approvals
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
 		g.cancel()
@@ -258,7 +265,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.events = events
 	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Log: events}
-	if rs, ok := g.store.(*session.RedisStore); ok {
+	if g.backends.Bus != nil {
 		// Replicas share the sessions: what is live of them travels on the bus.
 		hubOpts.Tag = newReplicaName()
 		lease := cfg.SessionStore.ReplicaLease
@@ -267,7 +274,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		g.replicas = newReplicas(g, nil)
 		g.replicas.lease = lease
-		g.replicas.bus = rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
+		g.replicas.bus = g.backends.Bus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
 		hubOpts.Producing = g.replicas.producing
 		// A message for a standalone stream another replica produces is kept until that
 		// replica is known to run or to have stopped (its lease, and a renewal to notice).
@@ -369,7 +376,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
 	g.builder.SetProfiles(profiles)
-	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
+	if g.pinning, err = newPinning(cfg, g.backends.Pins, g.opts.Now, g.logger); err != nil {
 		g.abandon()
 		return nil, err
 	}
@@ -477,7 +484,7 @@ func (g *Gateway) Start() {
 				g.replicas.run(g.ctx)
 			}()
 		}
-		if w, ok := g.store.(endedWatcher); ok {
+		if w := g.backends.Ended; w != nil {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
@@ -499,14 +506,6 @@ func (g *Gateway) Start() {
 			}()
 		}
 	})
-}
-
-// endedWatcher is a session store that tells the gateway when a session ended other than by
-// its own Delete: deleted through another replica (a Redis store), or evicted to make room
-// for a new one (either store), so that what it holds of the session live ends at once rather
-// than at its next expiry pass.
-type endedWatcher interface {
-	WatchEnded(ctx context.Context, ended func(id string))
 }
 
 // Drain begins the gateway's shutdown while it still listens: /readyz answers 503, new sessions

@@ -49,11 +49,9 @@ func newHeldCalls(g *Gateway) *heldCalls {
 	if h.allowSelf {
 		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
 	}
-	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
-		h.store = hold.NewRedisStore(rs.Client(), rs.KeyPrefix())
+	h.store = g.backends.Holds
+	if g.replicas != nil {
 		h.replica = g.replicas.bus.Replica()
-	} else {
-		h.store = hold.NewMemoryStore()
 	}
 	return h
 }

@@ -58,7 +58,7 @@ type bus interface {
 }
 
 // digestReader reads a session's record by its digest, for a replica taking over what another
-// owned (session.RedisStore), and tells which of such sessions still exist.
+// owned (Options.Backends' Digests), and tells which of such sessions still exist.
 type digestReader interface {
 	GetByDigest(ctx context.Context, digest string) (*session.Record, error)
 	Existing(ctx context.Context, digests []string) ([]bool, error)
@@ -440,8 +440,8 @@ func (r *replicas) takeOver(replica string) {
 		r.logger.Warn("taking over the subscriptions of a stopped replica failed", "replica", replica, "error", err.Error())
 		return
 	}
-	reader, ok := r.g.store.(digestReader)
-	if !ok {
+	reader := r.g.backends.Digests
+	if reader == nil {
 		return
 	}
 	taken := 0
@@ -487,8 +487,8 @@ func newReplicaName() string {
 // for all of them, on each expiry pass.
 func (r *replicas) sweepTakenOver(ctx context.Context) {
 	digests := r.g.subs.takenOver()
-	reader, ok := r.g.store.(digestReader)
-	if len(digests) == 0 || !ok {
+	reader := r.g.backends.Digests
+	if len(digests) == 0 || reader == nil {
 		return
 	}
 	exists, err := reader.Existing(ctx, digests)

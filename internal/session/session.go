@@ -168,6 +168,8 @@ type Store interface {
 	// nothing of its caller's while it holds the store: a session in use is kept by marking it
 	// used (Touch) first.
 	Expire(ctx context.Context, cutoff time.Time) ([]string, error)
+	// List returns up to limit live sessions, oldest first, for operators (the admin API).
+	List(ctx context.Context, limit int) ([]Listed, error)
 }
 
 // NewID returns a new session id: 32 bytes from crypto/rand, base64url without padding.

@@ -1,0 +1,91 @@
+package backend
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/hold"
+	"github.com/manifold-mcp/manifold/internal/pin"
+	"github.com/manifold-mcp/manifold/internal/policy/limit"
+	"github.com/manifold-mcp/manifold/internal/session"
+)
+
+// Open returns the Set cfg's session_store names: in this process's memory, or on one Redis
+// (connected lazily: a Redis that is down at start makes requests fail fast and /readyz say
+// so, and the gateway recovers by itself when it returns), with an event log there so that a
+// stream resumes wherever it is asked for. now is the clock of the sessions' records; logger
+// receives the stores' warnings. The caller closes the Set after the gateway that uses it.
+func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, error) {
+	s := cfg.SessionStore
+	if s.Type != config.StoreRedis {
+		return NewMemory(session.NewMemoryStore(&session.MemoryOptions{MaxSessions: cfg.MaxSessions, Now: now,
+			MaxPerPrincipal: cfg.Auth.MaxSessionsPerPrincipal, MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
+			EvictIdle: cfg.SessionEvictIdle, Logger: logger})), nil
+	}
+	opts := &session.RedisOptions{
+		URL:                 s.URL,
+		SentinelMaster:      s.SentinelMaster,
+		SentinelAddrs:       s.SentinelAddrs,
+		ClusterAddrs:        s.ClusterAddrs,
+		Username:            s.Username,
+		Password:            s.Password,
+		KeyPrefix:           s.KeyPrefix,
+		DialTimeout:         s.DialTimeout,
+		ReadTimeout:         s.ReadTimeout,
+		WriteTimeout:        s.WriteTimeout,
+		PoolSize:            s.PoolSize,
+		MaxSessions:         cfg.MaxSessions,
+		IdleTimeout:         cfg.SessionIdleTimeout,
+		EvictIdle:           cfg.SessionEvictIdle,
+		MaxPerPrincipal:     cfg.Auth.MaxSessionsPerPrincipal,
+		MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
+		Now:                 now,
+		Logger:              logger,
+	}
+	if s.TLS {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	set, err := NewRedis(opts, max(cfg.StreamRetention, MinLogRetention))
+	if err != nil {
+		return nil, fmt.Errorf("session store (redis): %w", err)
+	}
+	return set, nil
+}
+
+// MinLogRetention is the least time the event log keeps a stream after its last event or
+// touch, whatever stream_retention says: the time for a client to resume it on another
+// replica after its own died. A quiet standalone stream's log is touched by the keep-alives
+// of the connection reading it, which must come more than twice within it, so that one lost
+// to a blip of the store does not let it expire.
+const MinLogRetention = time.Minute
+
+// NewRedis returns the Set of a gateway that shares its state with other replicas on the
+// Redis opts names, under opts.KeyPrefix: one client for every store, closed by Close. The
+// event log keeps a stream for retention after its last event or touch. It does not connect
+// (Ping does); it fails if opts are incomplete or contradictory.
+func NewRedis(opts *session.RedisOptions, retention time.Duration) (*Set, error) {
+	rs, err := session.NewRedisStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	client, prefix := rs.Client(), rs.KeyPrefix()
+	log := rs.NewEventLog(&session.EventLogOptions{Retention: retention})
+	return &Set{
+		Sessions:    rs,
+		Ended:       rs,
+		Events:      redisEvents{log},
+		Bus:         rs.NewBus,
+		Digests:     rs,
+		Connections: rs,
+		Holds:       hold.NewRedisStore(client, prefix),
+		Approvals:   hold.NewRedisApprovals(client, prefix),
+		Pins:        pin.NewRedisStore(client, prefix),
+		Limits:      limit.NewShared(client, prefix),
+		Ping:        rs.Ping,
+		closers:     []func() error{func() error { return errors.Join(log.Close(), rs.Close()) }},
+	}, nil
+}
