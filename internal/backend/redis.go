@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -64,19 +65,37 @@ func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, 
 const MinLogRetention = time.Minute
 
 // NewRedis returns the Set of a gateway that shares its state with other replicas on the
-// Redis opts names, under opts.KeyPrefix: one client for every store, closed by Close. The
-// event log keeps a stream for retention after its last event or touch. It does not connect
-// (Ping does); it fails if opts are incomplete or contradictory.
+// Redis opts names, under opts.KeyPrefix (if empty, "manifold"): one client for every store,
+// closed by Close. The event log keeps a stream for retention after its last event or touch.
+// It does not connect (Ping does); it fails if opts are incomplete or contradictory.
 func NewRedis(opts *session.RedisOptions, retention time.Duration) (*Set, error) {
-	rs, err := session.NewRedisStore(opts)
+	client, err := session.NewRedisClient(opts)
 	if err != nil {
 		return nil, err
 	}
-	client, prefix := rs.Client(), rs.KeyPrefix()
+	// The store on the shared client: every option but the server's.
+	rs, err := session.NewRedisStore(&session.RedisOptions{
+		Client:              client,
+		KeyPrefix:           opts.KeyPrefix,
+		DialTimeout:         opts.DialTimeout,
+		ReadTimeout:         opts.ReadTimeout,
+		WriteTimeout:        opts.WriteTimeout,
+		MaxSessions:         opts.MaxSessions,
+		MaxPerPrincipal:     opts.MaxPerPrincipal,
+		MaxPerAnonymousAddr: opts.MaxPerAnonymousAddr,
+		IdleTimeout:         opts.IdleTimeout,
+		EvictIdle:           opts.EvictIdle,
+		Now:                 opts.Now,
+		Logger:              opts.Logger,
+	})
+	if err != nil {
+		return nil, errors.Join(err, client.Close())
+	}
+	prefix := cmp.Or(opts.KeyPrefix, defaultKeyPrefix)
 	log := rs.NewEventLog(&session.EventLogOptions{Retention: retention})
 	return &Set{
 		Sessions:    rs,
-		Ended:       rs,
+		Ended:       session.NewRedisEndedWatch(rs),
 		Events:      redisEvents{log},
 		Bus:         rs.NewBus,
 		Digests:     rs,
@@ -86,6 +105,9 @@ func NewRedis(opts *session.RedisOptions, retention time.Duration) (*Set, error)
 		Pins:        pin.NewRedisStore(client, prefix),
 		Limits:      limit.NewShared(client, prefix),
 		Ping:        rs.Ping,
-		closers:     []func() error{func() error { return errors.Join(log.Close(), rs.Close()) }},
+		closers:     []func() error{client.Close, log.Close},
 	}, nil
 }
+
+// defaultKeyPrefix begins the keys of a Set on Redis given no prefix.
+const defaultKeyPrefix = "manifold"

@@ -133,7 +133,7 @@ func (b *RedisBus) replicaChannel(replica string) string {
 	return b.store.opts.KeyPrefix + ":replica:" + replica
 }
 func (b *RedisBus) broadcastChannel() string { return b.store.opts.KeyPrefix + ":bus" }
-func (s *RedisStore) sessionChannel(digest string) string {
+func (s *redisConn) sessionChannel(digest string) string {
 	return s.opts.KeyPrefix + ":{" + digest + "}:live"
 }
 func (b *RedisBus) leasesKey() string { return b.store.opts.KeyPrefix + ":replicas" }

@@ -73,7 +73,7 @@ type EventLogOptions struct {
 // (…:evp:<stream>). Beside the session's streams, which one is its standalone stream now
 // (…:evs), renewed with each of them: a new one's start ends the one before.
 type RedisEventLog struct {
-	store *RedisStore
+	store *redisConn
 	opts  EventLogOptions
 
 	queue   chan logAppend
@@ -117,7 +117,7 @@ func (s *RedisStore) NewEventLog(opts *EventLogOptions) *RedisEventLog {
 	if o.Queue <= 0 {
 		o.Queue = 4096
 	}
-	l := &RedisEventLog{store: s, opts: o, queue: make(chan logAppend, o.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &RedisEventLog{store: s.redisConn, opts: o, queue: make(chan logAppend, o.Queue), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.write()
 	return l
 }
