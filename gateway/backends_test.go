@@ -10,6 +10,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/pin"
+	"github.com/manifold-mcp/manifold/internal/replicabus"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -66,7 +67,7 @@ func wrapped(t testing.TB, cfg *config.Config, opts *gateway.Options) *backend.S
 		set.Pins = passPins{set.Pins}
 	}
 	if bus := set.Bus; bus != nil {
-		set.Bus = func(o *session.BusOptions) *session.RedisBus { return bus(o) }
+		set.Bus = func(o *replicabus.BusOptions) *replicabus.RedisBus { return bus(o) }
 	}
 	return set
 }

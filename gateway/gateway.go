@@ -41,6 +41,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replicabus"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -274,7 +275,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 		g.replicas = newReplicas(g, nil)
 		g.replicas.lease = lease
-		g.replicas.bus = g.backends.Bus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
+		g.replicas.bus = g.backends.Bus(&replicabus.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: g.replicas.receive, Gone: g.replicas.gone})
 		hubOpts.Producing = g.replicas.producing
 		// A message for a standalone stream another replica produces is kept until that
 		// replica is known to run or to have stopped (its lease, and a renewal to notice).

@@ -40,7 +40,7 @@ const (
 )
 
 // bus is what the gateway needs of the bus between the replicas sharing a Redis store
-// (session.RedisBus).
+// (replicabus.RedisBus).
 type bus interface {
 	Replica() string
 	Run(ctx context.Context)

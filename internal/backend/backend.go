@@ -22,6 +22,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/policy/limit"
+	"github.com/manifold-mcp/manifold/internal/replicabus"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -42,7 +43,7 @@ type Set struct {
 	// Bus opens this replica's end of the bus between the replicas that share the Set's
 	// state. If nil, the gateway is the only replica. The fields below that only replicas
 	// need (Digests, Connections) are set with it.
-	Bus func(opts *session.BusOptions) *session.RedisBus
+	Bus func(opts *replicabus.BusOptions) *replicabus.RedisBus
 	// Digests reads sessions by their digest, for a replica taking over what another owned.
 	// Set with Bus.
 	Digests DigestReader

@@ -12,6 +12,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/hold"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/policy/limit"
+	"github.com/manifold-mcp/manifold/internal/replicabus"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -94,10 +95,12 @@ func NewRedis(opts *session.RedisOptions, retention time.Duration) (*Set, error)
 	prefix := cmp.Or(opts.KeyPrefix, defaultKeyPrefix)
 	log := rs.NewEventLog(&session.EventLogOptions{Retention: retention})
 	return &Set{
-		Sessions:    rs,
-		Ended:       session.NewRedisEndedWatch(rs),
-		Events:      redisEvents{log},
-		Bus:         rs.NewBus,
+		Sessions: rs,
+		Ended:    session.NewRedisEndedWatch(rs),
+		Events:   redisEvents{log},
+		Bus: func(o *replicabus.BusOptions) *replicabus.RedisBus {
+			return replicabus.NewBus(replicabus.Shared{Client: client, KeyPrefix: prefix, OpTimeout: opts.OpTimeout(), Logger: opts.Logger, IDOf: rs.IDOf}, o)
+		},
 		Digests:     rs,
 		Connections: rs,
 		Holds:       hold.NewRedisStore(client, prefix),

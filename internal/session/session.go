@@ -1,8 +1,13 @@
 // Package session keeps the state of client sessions of the gateway's server face, behind a
 // Store: a Record is plain data that any replica can load. Two stores implement it, with the
 // same behaviour (package storetest runs one suite against both): MemoryStore, in this
-// process, and RedisStore, shared by replicas, with RedisEventLog beside it for the events
-// of resumable streams.
+// process, and RedisStore, shared by replicas. Beside a RedisStore, on its client, are types
+// of their own for its other concerns: RedisRoutes, its routing tables and task records;
+// RedisEndedWatch, which reports sessions ended through another replica or evicted;
+// RedisEventLog, the events of resumable streams, which it announces with BusMessage values
+// on a session's channel (SessionChannel) for the bus between replicas, package replicabus.
+// A RedisStore may share its client (RedisOptions.Client, made by NewRedisClient) with other
+// state; it lends it to no one.
 //
 //	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 1000, MaxPerPrincipal: 20})
 //	// or: store, err := session.NewRedisStore(&session.RedisOptions{URL: "redis://127.0.0.1:6379/0", IdleTimeout: 30 * time.Minute})
