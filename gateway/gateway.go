@@ -24,6 +24,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -215,6 +216,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 			return nil, err
 		}
 		g.closeStore = g.backends.Close
+	}
+	if g.backends.Sessions == nil || g.backends.Holds == nil {
+		return nil, errors.New("gateway: Options.Backends has no sessions or held-calls store: build them with backend.Open or backend.NewMemory")
 	}
 	g.store = g.backends.Sessions
 	events := g.backends.Events
