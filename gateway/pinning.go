@@ -57,7 +57,8 @@ type listedTool struct {
 }
 
 // newPinning returns the pinning of cfg's upstreams, nil when none is pinned. The pins live
-// in Redis with a Redis session store, else in memory, kept in a file in state_dir if set.
+// in shared, the backends' pins (Redis) when there are, else in memory, kept in a file in
+// state_dir if set.
 func newPinning(cfg *config.Config, shared pin.Store, now func() time.Time, logger *slog.Logger) (*pinning, error) {
 	modes := map[string]string{}
 	for _, u := range cfg.EnabledUpstreams() {
