@@ -24,6 +24,7 @@ var wrapBackends bool
 type (
 	passSessions    struct{ session.Store }
 	passEnded       struct{ backend.EndedWatcher }
+	passEvents      struct{ backend.EventLog }
 	passDigests     struct{ backend.DigestReader }
 	passConnections struct{ backend.ConnectionRecorder }
 	passHolds       struct{ hold.Store }
@@ -32,8 +33,7 @@ type (
 )
 
 // wrapped opens the backends cfg names, as the binary does, and wraps every store of them
-// that is an interface in a decorator that only delegates. (The event log is left as it is:
-// the hub reads more of it than the interface it is given.) They close after the gateway.
+// that is an interface in a decorator that only delegates. They close after the gateway.
 func wrapped(t testing.TB, cfg *config.Config, opts *gateway.Options) *backend.Set {
 	t.Helper()
 	now := opts.Now
@@ -52,6 +52,9 @@ func wrapped(t testing.TB, cfg *config.Config, opts *gateway.Options) *backend.S
 	set.Sessions = passSessions{set.Sessions}
 	if set.Ended != nil {
 		set.Ended = passEnded{set.Ended}
+	}
+	if set.Events != nil {
+		set.Events = passEvents{set.Events}
 	}
 	if set.Digests != nil {
 		set.Digests = passDigests{set.Digests}

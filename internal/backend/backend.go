@@ -39,7 +39,7 @@ type Set struct {
 	// Events is the event log of resumable streams, shared by the replicas, so that a
 	// stream resumes on any of them. If nil, each stream's events stay in the process that
 	// produced them.
-	Events hub.EventLog
+	Events EventLog
 	// Bus opens this replica's end of the bus between the replicas that share the Set's
 	// state. If nil, the gateway is the only replica. The fields below that only replicas
 	// need (Digests, Connections) are set with it.
@@ -66,6 +66,14 @@ type Set struct {
 
 	// closers release what the constructor opened, last first.
 	closers []func() error
+}
+
+// EventLog is a shared event log as the hub uses it, with each of its optional parts: the
+// requests a stream answers (hub.RequestLog), and the takeover of a stream whose producer
+// stopped (hub.TakeoverLog).
+type EventLog interface {
+	hub.RequestLog
+	hub.TakeoverLog
 }
 
 // EndedWatcher reports ended sessions (session.MemoryStore, session.RedisStore).

@@ -66,7 +66,4 @@ func (r redisEvents) Replay(ctx context.Context, sessionID, streamID string, aft
 	return replayed, nil
 }
 
-var (
-	_ hub.RequestLog  = redisEvents{}
-	_ hub.TakeoverLog = redisEvents{}
-)
+var _ EventLog = redisEvents{}
