@@ -163,6 +163,7 @@ func replicaStores(t *testing.T, n int) []*replica {
 	t.Helper()
 	addr := testredis.Addr(t)
 	prefix := testredis.Prefix(t, addr)
+	testwait.Goroutines(t)
 	var stores []*replica
 	for range n {
 		client, err := session.NewRedisClient(&session.RedisOptions{URL: "redis://" + addr, IdleTimeout: time.Minute})
