@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
@@ -211,7 +212,7 @@ func TestConnectionsPerAddressAreCapped(t *testing.T) {
 // is ignored.
 func TestTrustedProxyNamesTheClient(t *testing.T) {
 	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 100, MaxPerAnonymousAddr: 2})
-	tg := startGateway(t, "listen: 127.0.0.1:0\ntrusted_proxies: [127.0.0.1/32, 127.0.0.5]\nmax_connections_per_address: 3\nbody_read_timeout: 1m\nupstreams: []\n", &gateway.Options{Store: store})
+	tg := startGateway(t, "listen: 127.0.0.1:0\ntrusted_proxies: [127.0.0.1/32, 127.0.0.5]\nmax_connections_per_address: 3\nbody_read_timeout: 1m\nupstreams: []\n", &gateway.Options{Backends: backend.NewMemory(store)})
 	t.Cleanup(tg.close)
 	proxy := clientFrom(t, "127.0.0.1")
 	clientAddrOf := func(sid string) string {

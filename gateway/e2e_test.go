@@ -83,6 +83,11 @@ func startConfigured(t testing.TB, cfg *config.Config, opts *gateway.Options, wa
 			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	}
+	if wrapBackends && opts.Backends == nil && cfg.SessionStore.Type == config.StoreRedis {
+		o := *opts
+		o.Backends = wrapped(t, cfg, &o)
+		opts = &o
+	}
 	gw, err := gateway.New(cfg, opts)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)

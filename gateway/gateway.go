@@ -30,13 +30,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/hub"
@@ -45,7 +46,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
-	"github.com/manifold-mcp/manifold/internal/seal"
+	"github.com/manifold-mcp/manifold/internal/replicabus"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -56,8 +57,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported as serverInfo.version. If empty, "dev".
 	Version string
-	// Store keeps the sessions. If nil, an in-memory store capped at cfg.MaxSessions.
-	Store session.Store
+	// Backends are where the gateway keeps its state: sessions, the events of streams, the
+	// bus to other replicas, held calls, approvals, pins, shared rate limits. The gateway
+	// runs as one of several replicas when Backends.Bus is set. The caller closes them after
+	// Close. If nil, the gateway opens those cfg.SessionStore names (in memory by default),
+	// and closes them itself.
+	Backends *backend.Set
 	// Now returns the current time. If nil, time.Now.
 	Now func() time.Time
 	// ExpiryInterval is how often idle sessions are looked for, and sessions in use without
@@ -88,10 +93,9 @@ type Gateway struct {
 	opts   Options
 	logger *slog.Logger
 	store  session.Store
-	// keys are the gateway's own keys (config `keys`), nil when it has none; set with a Redis
-	// store, whose replicas seal with them what they send each other.
-	keys *seal.Keys
-	// closeStore releases the store the gateway opened itself (nothing for one it was given).
+	// backends are the state backends, store among them.
+	backends *backend.Set
+	// closeStore releases the backends the gateway opened itself (nothing for those given).
 	closeStore func() error
 	// storeOutage logs the store's failures on requests' paths: while it is down, every
 	// request fails, and the log gets a few lines, not one per request.
@@ -162,40 +166,39 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.streamable = &streamableServer{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
-	g.store, g.closeStore = g.opts.Store, func() error { return nil }
-	_, given := g.store.(*session.RedisStore)
-	keys, err := keysOf(cfg, given || g.store == nil && cfg.SessionStore.Type == config.StoreRedis)
-	if err != nil {
-		return nil, err
-	}
-	g.keys = keys
-	var events hub.EventLog
-	if g.store == nil {
-		if g.store, events, g.closeStore, err = openStore(cfg, keys, g.opts.Now, g.logger); err != nil {
+	g.backends, g.closeStore = g.opts.Backends, func() error { return nil }
+	if g.backends == nil {
+		var err error
+		if g.backends, err = backend.Open(cfg, g.opts.Now, g.logger); err != nil {
 			return nil, err
 		}
+		g.closeStore = g.backends.Close
 	}
+	if g.backends.Sessions == nil || g.backends.Holds == nil {
+		_ = g.closeStore()
+		return nil, errors.New("gateway: Options.Backends has no sessions or held-calls store: build them with backend.Open or backend.NewMemory")
+	}
+	g.store, g.events = g.backends.Sessions, g.backends.Events
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	var err error
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
 		g.abandon()
 		return nil, err
 	}
-	lr, _ := g.store.(limitRedis)
-	if g.gate, err = newGate(cfg, lr, g.opts.Now, g.logger); err != nil {
+	if g.gate, err = newGate(cfg, g.backends.Limits, g.opts.Now, g.logger); err != nil {
 		g.abandon()
 		return nil, err
 	}
-	if rs, ok := g.store.(*session.RedisStore); ok && g.gate != nil {
+	if g.backends.Approvals != nil && g.gate != nil {
 		// Replicas share what a person approved, as they share the calls held for one.
-		g.gate.approvals.Shared = approval.NewRedisApprovals(rs.Client(), rs.KeyPrefix())
+		g.gate.approvals.Shared = g.backends.Approvals
 	}
 	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
 		g.abandon()
 		return nil, err
 	}
 	g.checks = g.buildChain()
-	g.events = events
-	g.hub = hub.New(g.ctx, liveOptions(g, events))
+	g.hub = hub.New(g.ctx, liveOptions(g))
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
 	profiles, err := addUpstreams(g)
 	if err != nil {
@@ -213,7 +216,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
 	g.builder.SetProfiles(profiles)
-	if g.pinning, err = newPinning(cfg, g.store, g.opts.Now, g.logger); err != nil {
+	if g.pinning, err = newPinning(cfg, g.backends.Pins, g.opts.Now, g.logger); err != nil {
 		g.abandon()
 		return nil, err
 	}
@@ -259,20 +262,21 @@ func withDefaults(cfg *config.Config, opts *Options) Options {
 	return o
 }
 
-// liveOptions are the hub's options; with sessions shared by replicas (a Redis store) they
-// set up g.replicas, which carries what is live of them between replicas.
-func liveOptions(g *Gateway, events hub.EventLog) *hub.Options {
+// liveOptions are the hub's options; with sessions shared by replicas (a backend set with a
+// bus) they set up g.replicas, which carries what is live of them between replicas.
+func liveOptions(g *Gateway) *hub.Options {
 	cfg := g.cfg
-	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Budget: cfg.StreamBudgetBytes, Log: events}
-	if rs, ok := g.store.(*session.RedisStore); ok {
+	hubOpts := &hub.Options{Now: g.opts.Now, Retention: cfg.StreamRetention, Budget: cfg.StreamBudgetBytes, Log: g.events}
+	if g.backends.Bus != nil {
 		// Replicas share the sessions: what is live of them travels on the bus.
 		hubOpts.Tag = replica.NewName()
 		lease := cfg.SessionStore.ReplicaLease
 		if lease <= 0 {
 			lease = config.DefaultReplicaLease
 		}
-		r := replica.New(replicaHost{g}, &replica.Options{Store: g.store, Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker})
-		r.Attach(rs.NewBus(&session.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone, Sealer: g.keys.Sealer(seal.PurposeBus)}))
+		r := replica.New(replicaHost{g}, &replica.Options{Digests: g.backends.Digests, Connections: g.backends.Connections,
+			Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker})
+		r.Attach(g.backends.Bus(&replicabus.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
 		hubOpts.Producing = r.Producing
 		g.replicas = r
 		// A message for a standalone stream another replica produces is kept until that
@@ -436,7 +440,7 @@ func (g *Gateway) Start() {
 				g.replicas.Run(g.ctx)
 			}()
 		}
-		if w, ok := g.store.(endedWatcher); ok {
+		if w := g.backends.Ended; w != nil {
 			g.workers.Add(1)
 			go func() {
 				defer g.workers.Done()
@@ -458,14 +462,6 @@ func (g *Gateway) Start() {
 			}()
 		}
 	})
-}
-
-// endedWatcher is a session store that tells the gateway when a session ended other than by
-// its own Delete: deleted through another replica (a Redis store), or evicted to make room
-// for a new one (either store), so that what it holds of the session live ends at once rather
-// than at its next expiry pass.
-type endedWatcher interface {
-	WatchEnded(ctx context.Context, ended func(id string))
 }
 
 // Drain begins the gateway's shutdown while it still listens: /readyz answers 503, new sessions

@@ -30,11 +30,6 @@ type storeHealth struct {
 	State string `json:"state"` // "ok" or "unreachable"
 }
 
-// pinger is a session store that can tell whether it answers (a Redis store).
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // storeReadyTimeout bounds the readiness probe's check of the session store.
 const storeReadyTimeout = 2 * time.Second
 
@@ -58,10 +53,10 @@ func (g *streamableServer) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		body.Upstreams[name] = upstreamHealth{State: st.State, Since: st.Since, Reason: st.Reason, ExitCode: st.ExitCode}
 	}
 	status := http.StatusOK
-	if p, ok := g.store.(pinger); ok {
+	if ping := g.backends.Ping; ping != nil {
 		body.SessionStore = &storeHealth{Type: g.cfg.SessionStore.Type, State: "ok"}
 		ctx, cancel := context.WithTimeout(r.Context(), storeReadyTimeout)
-		err := p.Ping(ctx)
+		err := ping(ctx)
 		cancel()
 		if err == nil {
 			g.storeOK(r.Context())

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
@@ -160,7 +161,7 @@ func TestStandaloneStreamStaysOpenAfterAnEvent(t *testing.T) {
 // the least retention the log is given (stream_retention below it is raised to it), so a
 // stream read anywhere never expires while it is read.
 func TestKeepAlivesTouchTheLogWithinItsRetention(t *testing.T) {
-	if 2*keepAliveInterval >= minLogRetention {
-		t.Errorf("keep-alives every %s touch a log kept %s at least: one lost touch lets it expire", keepAliveInterval, minLogRetention)
+	if 2*keepAliveInterval >= backend.MinLogRetention {
+		t.Errorf("keep-alives every %s touch a log kept %s at least: one lost touch lets it expire", keepAliveInterval, backend.MinLogRetention)
 	}
 }

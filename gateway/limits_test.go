@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testwait"
@@ -484,7 +485,7 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 func TestReadingASessionDoesNotKeepItAlive(t *testing.T) {
 	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	store := session.NewMemoryStore(&session.MemoryOptions{Now: clock.Now, MaxSessions: 10})
-	c := bareGateway(t, "session_idle_timeout: 1m\n", &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond, Store: store})
+	c := bareGateway(t, "session_idle_timeout: 1m\n", &gateway.Options{Now: clock.Now, ExpiryInterval: 10 * time.Millisecond, Backends: backend.NewMemory(store)})
 	a := c.initializeAs("2025-11-25", `{}`)
 	b := c.initializeAs("2025-11-25", `{}`)
 	if n := store.Len(); n != 2 {
@@ -542,7 +543,7 @@ func cancelHeldCall(t *testing.T, c rawClient, sid string) (*http.Response, *sse
 // that ends without a response.
 func TestCancelledRequestGetsNoResponse(t *testing.T) {
 	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 10})
-	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), &gateway.Options{Store: store})
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("r", "reverse", ""), &gateway.Options{Backends: backend.NewMemory(store)})
 	t.Cleanup(tg.close)
 	c := rawClient{t: t, url: tg.url}
 	sid := c.initializeAs("2025-11-25", `{}`)
@@ -649,7 +650,7 @@ func TestLogsCarryNoSessionID(t *testing.T) {
 		Logger:         slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:            clock.Now,
 		ExpiryInterval: 10 * time.Millisecond,
-		Store:          store,
+		Backends:       withSessions(store.MemoryStore, store),
 	})
 	t.Cleanup(tg.close)
 	c := rawClient{t: t, url: tg.url}

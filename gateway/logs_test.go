@@ -37,7 +37,7 @@ func TestLogFanOutReadsNoRecords(t *testing.T) {
 	up := httptest.NewServer(goSDKHandler(t, "semantics", false))
 	t.Cleanup(up.Close)
 	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nupstreams:\n  - name: sem\n    url: %s\n    broadcast_logs: true\n", up.URL),
-		&gateway.Options{Store: store, ExpiryInterval: time.Hour})
+		&gateway.Options{Backends: withSessions(store.MemoryStore, store), ExpiryInterval: time.Hour})
 	t.Cleanup(tg.close)
 	ctx := ctxT(t)
 	levels := []mcp.LoggingLevel{"debug", "info", "warning", "error", "debug", "warning", "critical", "info"}

@@ -13,8 +13,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
-	"github.com/manifold-mcp/manifold/internal/seal"
-	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // webhookTimeout bounds one POST of a held call to the configured webhook.
@@ -42,12 +40,10 @@ func newHeldCalls(g *Gateway) *heldCalls {
 	if h.AllowSelf {
 		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
 	}
-	if rs, ok := g.store.(*session.RedisStore); ok && g.replicas != nil {
-		h.Store = approval.NewRedisHeldCalls(rs.Client(), rs.KeyPrefix(), g.keys.Sealer(seal.PurposeHold))
+	h.Store = g.backends.Holds
+	if g.replicas != nil {
 		h.Replica = g.replicas.Replica()
 		h.WakeElsewhere = g.replicas.Decided
-	} else {
-		h.Store = approval.NewMemoryHeldCalls()
 	}
 	return h
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pin"
-	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -58,8 +57,9 @@ type listedTool struct {
 }
 
 // newPinning returns the pinning of cfg's upstreams, nil when none is pinned. The pins live
-// in Redis with a Redis session store, else in memory, kept in a file in state_dir if set.
-func newPinning(cfg *config.Config, store session.Store, now func() time.Time, logger *slog.Logger) (*pinning, error) {
+// in shared, the backends' pins (Redis) when there are, else in memory, kept in a file in
+// state_dir if set.
+func newPinning(cfg *config.Config, shared pin.Store, now func() time.Time, logger *slog.Logger) (*pinning, error) {
 	modes := map[string]string{}
 	for _, u := range cfg.EnabledUpstreams() {
 		if u.Pinning == config.PinningWithhold || u.Pinning == config.PinningLog {
@@ -71,8 +71,8 @@ func newPinning(cfg *config.Config, store session.Store, now func() time.Time, l
 	}
 	p := &pinning{modes: modes, logger: logger, now: now, pins: map[pinKey]pin.Pin{}, listed: map[pinKey]listedTool{}, wider: map[string]bool{},
 		scheme: pin.NewScheme(cfg.Pins.Meta), forgetAfter: cfg.Pins.KeepMissing()}
-	if rs, ok := store.(*session.RedisStore); ok {
-		p.store = pin.NewRedisStore(rs.Client(), rs.KeyPrefix())
+	if shared != nil {
+		p.store = shared
 	} else {
 		file := ""
 		if cfg.StateDir != "" {

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/catalog"
@@ -49,7 +47,7 @@ type sessionView struct {
 }
 
 // newGate compiles the config's policy; nil when there is none.
-func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, logger *slog.Logger) (*gate, error) {
+func newGate(cfg *config.Config, shared *limit.Shared, now func() time.Time, logger *slog.Logger) (*gate, error) {
 	p := &cfg.Policy
 	// Plugins may ask for approval, which the gate holds.
 	if len(p.Rules) == 0 && len(p.RateLimits) == 0 && p.Default == config.EffectAllow && len(cfg.Plugins) == 0 {
@@ -70,20 +68,12 @@ func newGate(cfg *config.Config, limiterRedis limitRedis, now func() time.Time, 
 		return nil, fmt.Errorf("policy (%s:%d): %w", p.File, p.Line, err)
 	}
 	if len(p.RateLimits) > 0 {
-		opts := limit.Options{Limits: p.RateLimits, FailClosed: p.SharedLimitFailure == config.FailClosed, Now: now, Logger: logger}
-		if limiterRedis != nil {
-			opts.Redis, opts.KeyPrefix = limiterRedis.Client(), cfg.SessionStore.KeyPrefix
-		}
+		opts := limit.Options{Limits: p.RateLimits, Shared: shared, FailClosed: p.SharedLimitFailure == config.FailClosed, Now: now, Logger: logger}
 		if g.limiter, err = limit.New(opts); err != nil {
 			return nil, fmt.Errorf("policy rate limits (%s:%d): %w", p.File, p.Line, err)
 		}
 	}
 	return g, nil
-}
-
-// limitRedis is a session store that lends its Redis client to the shared rate limits.
-type limitRedis interface {
-	Client() redis.UniversalClient
 }
 
 // check is the policy's link of the chain: the rules' decision on the request's target, then

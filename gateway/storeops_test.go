@@ -10,10 +10,19 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
 // countingStore is a MemoryStore that notes every operation the gateway makes on it, in order.
+// withSessions is the in-memory backends over ms, with sessions (which wraps ms) as their
+// sessions store.
+func withSessions(ms *session.MemoryStore, sessions session.Store) *backend.Set {
+	set := backend.NewMemory(ms)
+	set.Sessions = sessions
+	return set
+}
+
 type countingStore struct {
 	*session.MemoryStore
 	mu  sync.Mutex
@@ -84,7 +93,7 @@ func (s *countingStore) Task(ctx context.Context, id string) (session.TaskRecord
 // tools/call at most before forwarding, for a shared store is a network round trip).
 func TestToolCallMakesOneStoreOperationBeforeForwarding(t *testing.T) {
 	store := &countingStore{MemoryStore: session.NewMemoryStore(nil)}
-	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", ""), &gateway.Options{Store: store, ExpiryInterval: time.Hour})
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("a", "alpha", ""), &gateway.Options{Backends: withSessions(store.MemoryStore, store), ExpiryInterval: time.Hour})
 	t.Cleanup(tg.close)
 	// A raw client: no standalone stream of its own, whose requests would mix in.
 	c := rawClient{t: t, url: tg.url}

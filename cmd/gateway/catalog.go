@@ -47,7 +47,14 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gateway catalog: no profile %q in %s: %s\n", *profile, cfg.File, known)
 		return 2
 	}
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: newLogger(cfg, stderr), Version: version})
+	logger := newLogger(cfg, stderr)
+	backends, err := openBackends(cfg, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer backends.Close()
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Backends: backends})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

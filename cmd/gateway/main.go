@@ -25,9 +25,11 @@ import (
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/demo"
 	"github.com/manifold-mcp/manifold/internal/heapfloor"
+	"github.com/manifold-mcp/manifold/internal/loglimit"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -339,7 +341,13 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	// Runs after gw.Close (defers run last first): the last records are written.
 	defer closeTrail()
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail})
+	backends, err := openBackends(cfg, logger)
+	if err != nil {
+		return err
+	}
+	// Runs after gw.Close: the gateway's last writes reach the store.
+	defer backends.Close()
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends})
 	if err != nil {
 		return err
 	}
@@ -414,6 +422,13 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// openBackends opens the state backends cfg's session_store names. Their warnings (a record
+// that cannot be read, the bus's trouble) reach logger at most once a second per message.
+func openBackends(cfg *config.Config, logger *slog.Logger) (*backend.Set, error) {
+	limited := slog.New(loglimit.NewHandler(logger.Handler(), time.Second, time.Now))
+	return backend.Open(cfg, time.Now, limited)
 }
 
 // serveAdmin starts the admin listener (config key `admin`), if there is one; closing the

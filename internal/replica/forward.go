@@ -70,9 +70,8 @@ const (
 // waited for: its result may be lost with Redis.
 const waitMargin = 5 * time.Second
 
-// connectionRecorder records which replica holds a session's own upstream connection
-// (session.RedisStore).
-type connectionRecorder interface {
+// ConnectionRecorder records which replica holds a session's own upstream connection.
+type ConnectionRecorder interface {
 	SetConnection(ctx context.Context, id, upstream, replica string) error
 	ClearConnection(ctx context.Context, id, upstream, replica string) error
 }
@@ -147,10 +146,7 @@ func (g *goneReplicas) has(replica string) bool {
 // RecordConnection records that this replica holds (open) or no longer holds the session's own
 // connection to upstream.
 func (r *Replicas) RecordConnection(ctx context.Context, sessionID, upstreamName string, open bool) {
-	rec, ok := r.opts.Store.(connectionRecorder)
-	if !ok {
-		return
-	}
+	rec := r.opts.Connections
 	var err error
 	if open {
 		err = rec.SetConnection(ctx, sessionID, upstreamName, r.bus.Replica())

@@ -56,7 +56,7 @@ const (
 )
 
 // Bus is what the layer needs of the bus between the replicas sharing a Redis store
-// (session.RedisBus).
+// (replicabus.RedisBus).
 type Bus interface {
 	Replica() string
 	Run(ctx context.Context)
@@ -73,9 +73,9 @@ type Bus interface {
 	Sequence(ctx context.Context) (uint64, error)
 }
 
-// digestReader reads a session's record by its digest, for a replica taking over what another
-// owned (session.RedisStore), and tells which of such sessions still exist.
-type digestReader interface {
+// DigestReader reads a session's record by its digest, for a replica taking over what another
+// owned, and tells which of such sessions still exist.
+type DigestReader interface {
 	GetByDigest(ctx context.Context, digest string) (*session.Record, error)
 	Existing(ctx context.Context, digests []string) ([]bool, error)
 }
@@ -133,10 +133,10 @@ type Host interface {
 
 // Options configure Replicas.
 type Options struct {
-	// Store is the session store the replicas share; the optional abilities it has (reading
-	// records by digest, recording where a session's own connections are) are found by type
-	// assertion.
-	Store session.Store
+	// Digests reads the sessions the replicas share by their digest. Required.
+	Digests DigestReader
+	// Connections records which replica holds a session's own upstream connection. Required.
+	Connections ConnectionRecorder
 	// Lease is the replica lease: a replica found stopped counts as such for a lease.
 	Lease time.Duration
 	// Logger receives the layer's logs. If nil, logs are discarded.
@@ -523,8 +523,8 @@ func (r *Replicas) takeOver(replica string) {
 		r.logger.Warn("taking over the subscriptions of a stopped replica failed", "replica", replica, "error", err.Error())
 		return
 	}
-	reader, ok := r.opts.Store.(digestReader)
-	if !ok {
+	reader := r.opts.Digests
+	if reader == nil {
 		return
 	}
 	taken := 0
@@ -539,7 +539,7 @@ func (r *Replicas) takeOver(replica string) {
 
 // takeOverSession subscribes here for one session of a stopped replica; it returns how many
 // subscriptions it took.
-func (r *Replicas) takeOverSession(ctx context.Context, reader digestReader, replica, digest string) int {
+func (r *Replicas) takeOverSession(ctx context.Context, reader DigestReader, replica, digest string) int {
 	taken := 0
 	rec, err := reader.GetByDigest(ctx, digest)
 	if errors.Is(err, session.ErrNotFound) {
@@ -562,8 +562,8 @@ func (r *Replicas) takeOverSession(ctx context.Context, reader digestReader, rep
 // for all of them, on each expiry pass.
 func (r *Replicas) SweepTakenOver(ctx context.Context) {
 	digests := r.host.SubscriptionsTakenOver()
-	reader, ok := r.opts.Store.(digestReader)
-	if len(digests) == 0 || !ok {
+	reader := r.opts.Digests
+	if len(digests) == 0 || reader == nil {
 		return
 	}
 	exists, err := reader.Existing(ctx, digests)

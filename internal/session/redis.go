@@ -47,6 +47,11 @@ type RedisOptions struct {
 	// a URL alone uses TLS with the system's roots). The store does not modify it.
 	TLSConfig *tls.Config
 
+	// Client, if set, is the client the store uses (NewRedisClient makes one), so that other
+	// state can share it, instead of one of its own to the server named above (which must
+	// then be left empty); the store does not close it.
+	Client redis.UniversalClient
+
 	// KeyPrefix begins every key the store writes, so that stores (and other users of the
 	// server) can share it. It must not contain '{' or '}'. If empty, "manifold".
 	KeyPrefix string
@@ -179,17 +184,28 @@ const (
 // Every operation is bounded by the sum of the timeouts (4s by default), and go-redis does
 // not retry: a Redis that does not answer is an error, not a wait.
 type RedisStore struct {
-	opts   RedisOptions
-	client redis.UniversalClient
-	logger *slog.Logger
-	// opTimeout bounds each operation: DialTimeout + ReadTimeout + WriteTimeout.
-	opTimeout time.Duration
+	*redisConn
+	// RedisRoutes keeps the sessions' routing tables and task records, beside their records.
+	*RedisRoutes
 	// sessionsKey is the index of live sessions (MaxSessions); activeKey, in its slot, the
 	// sessions by their client's last request (EvictIdle).
 	sessionsKey string
 	activeKey   string
 	// ownerKeyBase begins the names of the owner sets (ownerKey).
 	ownerKeyBase string
+}
+
+// redisConn is what the Redis types of this package on one store share: the client, the
+// options, and the sessions the store has seen, whose ids fill in the records, bus messages
+// and ended sessions that name a session by its hash only.
+type redisConn struct {
+	opts   RedisOptions
+	client redis.UniversalClient
+	// ownsClient is set when the store made its client, which Close then closes.
+	ownsClient bool
+	logger     *slog.Logger
+	// opTimeout bounds each operation: DialTimeout + ReadTimeout + WriteTimeout.
+	opTimeout time.Duration
 
 	mu sync.Mutex
 	// known holds the sessions this store created or read, by hash: their ids, and when
@@ -223,24 +239,7 @@ func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
 	if opts == nil {
 		return nil, errors.New("session store: redis: no options: a server and IdleTimeout are required")
 	}
-	o := *opts
-	o.SentinelAddrs = append([]string(nil), opts.SentinelAddrs...)
-	o.ClusterAddrs = append([]string(nil), opts.ClusterAddrs...)
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = defaultRedisKeyPrefix
-	}
-	if o.DialTimeout == 0 {
-		o.DialTimeout = defaultRedisDialTimeout
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = defaultRedisReadTimeout
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = defaultRedisWriteTimeout
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o := opts.withDefaults()
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -249,16 +248,60 @@ func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: redis: %w", err)
 	}
+	conn := &redisConn{opts: o, client: client, ownsClient: o.Client == nil, logger: logger,
+		opTimeout: o.DialTimeout + o.ReadTimeout + o.WriteTimeout, known: map[string]knownSession{}}
 	return &RedisStore{
-		opts:         o,
-		client:       client,
-		logger:       logger,
-		opTimeout:    o.DialTimeout + o.ReadTimeout + o.WriteTimeout,
+		redisConn:    conn,
+		RedisRoutes:  &RedisRoutes{conn},
 		sessionsKey:  o.KeyPrefix + ":sessions",
 		activeKey:    o.KeyPrefix + ":active:{" + o.KeyPrefix + ":sessions}",
 		ownerKeyBase: o.KeyPrefix + ":owner:{" + o.KeyPrefix + ":sessions}:",
-		known:        map[string]knownSession{},
 	}, nil
+}
+
+// NewRedisClient returns a client of the server opts name, set up as a store's own would be
+// (its timeouts, no retries), for the store (RedisOptions.Client) and other state to share.
+// It does not connect. It fails as NewRedisStore does; its caller closes it.
+func NewRedisClient(opts *RedisOptions) (redis.UniversalClient, error) {
+	if opts == nil || opts.Client != nil {
+		return nil, errors.New("session store: redis: NewRedisClient needs options that name a server, and no Client")
+	}
+	o := opts.withDefaults()
+	client, err := newRedisClient(&o)
+	if err != nil {
+		return nil, fmt.Errorf("session store: redis: %w", err)
+	}
+	return client, nil
+}
+
+// OpTimeout is the bound of one operation of a store with these options, defaults applied:
+// DialTimeout + ReadTimeout + WriteTimeout.
+func (o *RedisOptions) OpTimeout() time.Duration {
+	d := o.withDefaults()
+	return d.DialTimeout + d.ReadTimeout + d.WriteTimeout
+}
+
+// withDefaults returns a copy of o with the defaults of the fields left zero.
+func (o *RedisOptions) withDefaults() RedisOptions {
+	c := *o
+	c.SentinelAddrs = append([]string(nil), o.SentinelAddrs...)
+	c.ClusterAddrs = append([]string(nil), o.ClusterAddrs...)
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = defaultRedisKeyPrefix
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = defaultRedisDialTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = defaultRedisReadTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = defaultRedisWriteTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
 }
 
 // newRedisClient validates o, with defaults applied, and builds its client.
@@ -271,6 +314,9 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 		}
 	}
 	switch {
+	case o.Client != nil && forms > 0:
+		problems = append(problems, errors.New("a Client and a server: set Client, or URL, SentinelMaster and SentinelAddrs, or ClusterAddrs"))
+	case o.Client != nil:
 	case forms == 0:
 		problems = append(problems, errors.New("no server: set URL, SentinelMaster and SentinelAddrs, or ClusterAddrs"))
 	case forms > 1:
@@ -320,6 +366,9 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 		return nil, errors.Join(problems...)
 	}
 
+	if o.Client != nil {
+		return o.Client, nil
+	}
 	// Fail fast: no command retries (a retry could run a script twice), one dial per
 	// attempt, and the context's deadline bounds every socket operation.
 	const noRetries = -1
@@ -388,7 +437,7 @@ func cloneTLS(c *tls.Config) *tls.Config {
 
 // Ping reports whether the server answers, within the store's timeouts: for a readiness
 // check.
-func (s *RedisStore) Ping(ctx context.Context) error {
+func (s *redisConn) Ping(ctx context.Context) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.client.Ping(ctx).Err(); err != nil {
@@ -399,7 +448,10 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 
 // Close closes the store's connections. The sessions stay in Redis. Close may be called
 // more than once; no other method may be called after it.
-func (s *RedisStore) Close() error {
+func (s *redisConn) Close() error {
+	if !s.ownsClient {
+		return nil
+	}
 	if err := s.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 		return fmt.Errorf("session store: close: %w", err)
 	}
@@ -422,7 +474,7 @@ func opError(ctx context.Context, op string, err error) error {
 
 // bound derives the context of one operation: ctx, ending at the latest after the store's
 // timeouts.
-func (s *RedisStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *redisConn) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.opTimeout)
 }
 
@@ -432,7 +484,7 @@ type sessionKeys struct {
 	rec, rev, tasks, tdl, tend, idx, conns, owner string
 }
 
-func (s *RedisStore) keysOf(hash string) sessionKeys {
+func (s *redisConn) keysOf(hash string) sessionKeys {
 	base := s.opts.KeyPrefix + ":{" + hash + "}:"
 	return sessionKeys{
 		hash: hash,
@@ -449,10 +501,10 @@ func (k sessionKeys) all() []string {
 }
 
 // globalKey names a global index key from its name in a session's index hash.
-func (s *RedisStore) globalKey(name string) string { return s.opts.KeyPrefix + ":" + name }
+func (s *redisConn) globalKey(name string) string { return s.opts.KeyPrefix + ":" + name }
 
 // ttlMillis is IdleTimeout in the milliseconds Redis counts in.
-func (s *RedisStore) ttlMillis() int64 { return max(s.opts.IdleTimeout.Milliseconds(), 1) }
+func (s *redisConn) ttlMillis() int64 { return max(s.opts.IdleTimeout.Milliseconds(), 1) }
 
 // ownerHash names rec's owner (ownerOf) by its SHA-256 in hex, "" if it has none: what its
 // owner key stores (ownerWire).
@@ -488,13 +540,13 @@ func (s *RedisStore) decodeOwnerKey(op, hash, value string) ownerWire {
 }
 
 // learn records that session id (of hash) exists and that its keys expire at expires.
-func (s *RedisStore) learn(hash, id string, expires time.Time) {
+func (s *redisConn) learn(hash, id string, expires time.Time) {
 	s.learnOwner(hash, id, expires, "", false)
 }
 
 // learnOwner is learn and, if ownerKnown, that session hash counts in owner set owner ("" for
 // none).
-func (s *RedisStore) learnOwner(hash, id string, expires time.Time, owner string, ownerKnown bool) {
+func (s *redisConn) learnOwner(hash, id string, expires time.Time, owner string, ownerKnown bool) {
 	s.mu.Lock()
 	e := s.known[hash]
 	e.id, e.expires = id, expires
@@ -534,14 +586,14 @@ func (s *RedisStore) ownerSet(ctx context.Context, op, hash, id string) (owner s
 }
 
 // forget drops session hash from the sessions this store knows.
-func (s *RedisStore) forget(hash string) {
+func (s *redisConn) forget(hash string) {
 	s.mu.Lock()
 	delete(s.known, hash)
 	s.mu.Unlock()
 }
 
 // idOf returns the id of session hash if this store knows it, else "".
-func (s *RedisStore) idOf(hash string) string {
+func (s *redisConn) idOf(hash string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.known[hash].id
@@ -549,7 +601,7 @@ func (s *RedisStore) idOf(hash string) string {
 
 // undecodable logs that a stored record could not be read, naming the session by its
 // fingerprint only, and returns err.
-func (s *RedisStore) undecodable(op, what, hash string, err error) error {
+func (s *redisConn) undecodable(op, what, hash string, err error) error {
 	s.logger.Warn("session store: a stored record cannot be read: it is treated as absent",
 		"op", op, "record", what, "session", hash[:min(12, len(hash))], "error", err.Error())
 	return err
@@ -953,7 +1005,7 @@ func (s *RedisStore) Delete(ctx context.Context, id string) error {
 
 // deleteIndexEntries deletes the global index keys of entries (name, value, ...) that
 // still hold those values, except those in keep (name → value).
-func (s *RedisStore) deleteIndexEntries(ctx context.Context, entries []string, keep map[string]string) error {
+func (s *redisConn) deleteIndexEntries(ctx context.Context, entries []string, keep map[string]string) error {
 	pipe := s.client.Pipeline()
 	for i := 0; i+1 < len(entries); i += 2 {
 		name, value := entries[i], entries[i+1]
@@ -1064,11 +1116,3 @@ func (s *RedisStore) ClearConnection(ctx context.Context, id, upstream, replica 
 	}
 	return nil
 }
-
-// Client returns the store's Redis client, for what shares the store's Redis (the policy's
-// shared rate limits). Closing the store closes it.
-func (s *RedisStore) Client() redis.UniversalClient { return s.client }
-
-// KeyPrefix returns the prefix of the store's keys, for other state kept beside the sessions
-// (pins, held calls) under the same prefix.
-func (s *RedisStore) KeyPrefix() string { return s.opts.KeyPrefix }

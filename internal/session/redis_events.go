@@ -79,7 +79,7 @@ type EventLogOptions struct {
 // (…:evp:<stream>). Beside the session's streams, which one is its standalone stream now
 // (…:evs), renewed with each of them: a new one's start ends the one before.
 type RedisEventLog struct {
-	store *RedisStore
+	store *redisConn
 	opts  EventLogOptions
 
 	queue   chan logAppend
@@ -127,7 +127,7 @@ func (s *RedisStore) NewEventLog(opts *EventLogOptions) *RedisEventLog {
 	if o.Queue <= 0 {
 		o.Queue = 4096
 	}
-	l := &RedisEventLog{store: s, opts: o, queue: make(chan logAppend, o.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &RedisEventLog{store: s.redisConn, opts: o, queue: make(chan logAppend, o.Queue), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.write()
 	return l
 }
@@ -218,7 +218,7 @@ func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to
 	defer cancel()
 	channel := l.store.sessionChannel(digest)
 	owner, err := scriptClaimStream.Run(ctx, l.store.client, []string{l.producerKey(sessionID, streamID), l.metaKey(sessionID, streamID), l.currentKey(digest)},
-		from, to, l.opts.Retention.Milliseconds(), channel, sealFor(l.opts.Sealer, channel, msg), streamID).Text()
+		from, to, l.opts.Retention.Milliseconds(), channel, SealFor(l.opts.Sealer, channel, msg), streamID).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", ErrStreamReplaced
 	}
@@ -366,7 +366,7 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 			// it (RedisBus.Follow); Redis drops it when none listens.
 			if msg, err := eventsMessage(op.digest, op.stream, op.events, op.complete, nil); err == nil {
 				channel := l.store.sessionChannel(op.digest)
-				pipe.Publish(ctx, channel, sealFor(l.opts.Sealer, channel, msg))
+				pipe.Publish(ctx, channel, SealFor(l.opts.Sealer, channel, msg))
 			}
 		}
 	}

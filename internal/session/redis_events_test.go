@@ -152,7 +152,7 @@ func TestWatchEnded(t *testing.T) {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		b.WatchEnded(ctx, func(id string) { ended <- id })
+		NewRedisEndedWatch(b).WatchEnded(ctx, func(id string) { ended <- id })
 	}()
 
 	known, err := a.Create(ctx, Record{ProtocolVersion: "2025-11-25"})

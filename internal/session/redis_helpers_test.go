@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -41,18 +40,10 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// checkGoroutines fails t if, once its cleanups registered later have run, more
-// goroutines run than now: what a test starts, it stops. go-redis's probe of a server that
-// stopped answering sleeps 1s between tries, hence the wait.
+// checkGoroutines is testwait.Goroutines.
 func checkGoroutines(t testing.TB) {
 	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		if !testwait.Within(3*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines left running, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-	})
+	testwait.Goroutines(t)
 }
 
 func rawClient(addr string) *redis.Client {

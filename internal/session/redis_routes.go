@@ -22,10 +22,17 @@ import (
 // second PutTask of an id in another session leaves the first record in its session, where
 // TasksOf still lists it, and Task(id) finds the second.
 
-var _ Routes = (*RedisStore)(nil)
+// RedisRoutes keeps the routing tables and task records of the sessions of a RedisStore, on
+// its client: the store's Routes and Tasks. It is safe for concurrent use.
+type RedisRoutes struct{ *redisConn }
+
+var (
+	_ Routes = (*RedisRoutes)(nil)
+	_ Tasks  = (*RedisRoutes)(nil)
+)
 
 // PutReverse implements Routes. It fails with ErrNotFound if the session does not exist.
-func (s *RedisStore) PutReverse(ctx context.Context, r ReverseRecord) error {
+func (s *RedisRoutes) PutReverse(ctx context.Context, r ReverseRecord) error {
 	hash := sessionHash(r.SessionID)
 	k := s.keysOf(hash)
 	value, w, err := encodeReverse(r, hash)
@@ -49,7 +56,7 @@ func (s *RedisStore) PutReverse(ctx context.Context, r ReverseRecord) error {
 }
 
 // TakeReverse implements Routes.
-func (s *RedisStore) TakeReverse(ctx context.Context, sessionID, id string) (ReverseRecord, error) {
+func (s *RedisRoutes) TakeReverse(ctx context.Context, sessionID, id string) (ReverseRecord, error) {
 	hash := sessionHash(sessionID)
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
@@ -73,7 +80,7 @@ func (s *RedisStore) TakeReverse(ctx context.Context, sessionID, id string) (Rev
 
 // ReverseByUpstream implements Routes. SessionID is "" for a session this store has not
 // seen (see RedisStore).
-func (s *RedisStore) ReverseByUpstream(ctx context.Context, upstream, upstreamID string) (ReverseRecord, error) {
+func (s *RedisRoutes) ReverseByUpstream(ctx context.Context, upstream, upstreamID string) (ReverseRecord, error) {
 	uh := upstreamHash(upstream, upstreamID)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -95,7 +102,7 @@ func (s *RedisStore) ReverseByUpstream(ctx context.Context, upstream, upstreamID
 
 // lookup follows global index key name to the record it leads to in the session's hash
 // that field names: ErrNotFound if either is missing.
-func (s *RedisStore) lookup(ctx context.Context, name string, field func(sessionKeys) string) (indexWire, string, error) {
+func (s *RedisRoutes) lookup(ctx context.Context, name string, field func(sessionKeys) string) (indexWire, string, error) {
 	data, err := s.client.Get(ctx, s.globalKey(name)).Result()
 	if errors.Is(err, redis.Nil) {
 		return indexWire{}, "", ErrNotFound
@@ -120,7 +127,7 @@ func (s *RedisStore) lookup(ctx context.Context, name string, field func(session
 var _ Tasks = (*RedisStore)(nil)
 
 // PutTask implements Tasks. It fails with ErrNotFound if the session does not exist.
-func (s *RedisStore) PutTask(ctx context.Context, t TaskRecord) error {
+func (s *RedisRoutes) PutTask(ctx context.Context, t TaskRecord) error {
 	if t.Created.IsZero() {
 		t.Created = s.opts.Now()
 	}
@@ -178,7 +185,7 @@ func (s *RedisStore) PutTask(ctx context.Context, t TaskRecord) error {
 
 // Task implements Tasks. SessionID is "" for a session this store has not seen (see
 // RedisStore).
-func (s *RedisStore) Task(ctx context.Context, id string) (TaskRecord, error) {
+func (s *RedisRoutes) Task(ctx context.Context, id string) (TaskRecord, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	t, _, err := s.taskBy(ctx, "task:"+taskHash(id), "task")
@@ -193,7 +200,7 @@ func (s *RedisStore) Task(ctx context.Context, id string) (TaskRecord, error) {
 
 // TaskByUpstream implements Tasks. SessionID is "" for a session this store has not seen
 // (see RedisStore).
-func (s *RedisStore) TaskByUpstream(ctx context.Context, upstream, upstreamID string) (TaskRecord, error) {
+func (s *RedisRoutes) TaskByUpstream(ctx context.Context, upstream, upstreamID string) (TaskRecord, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	uh := upstreamHash(upstream, upstreamID)
@@ -209,7 +216,7 @@ func (s *RedisStore) TaskByUpstream(ctx context.Context, upstream, upstreamID st
 }
 
 // taskBy finds a live task through index key name.
-func (s *RedisStore) taskBy(ctx context.Context, name, op string) (TaskRecord, taskWire, error) {
+func (s *RedisRoutes) taskBy(ctx context.Context, name, op string) (TaskRecord, taskWire, error) {
 	ix, value, err := s.lookup(ctx, name, func(k sessionKeys) string { return k.tasks })
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -234,7 +241,7 @@ func (s *RedisStore) taskBy(ctx context.Context, name, op string) (TaskRecord, t
 }
 
 // dropTasks removes tasks ids of session hash, and their index keys.
-func (s *RedisStore) dropTasks(ctx context.Context, hash string, ids ...string) error {
+func (s *RedisRoutes) dropTasks(ctx context.Context, hash string, ids ...string) error {
 	k := s.keysOf(hash)
 	args := make([]any, len(ids))
 	for i, id := range ids {
@@ -248,7 +255,7 @@ func (s *RedisStore) dropTasks(ctx context.Context, hash string, ids ...string) 
 }
 
 // TasksOf implements Tasks. A record that cannot be read is left out (and logged).
-func (s *RedisStore) TasksOf(ctx context.Context, sessionID string) ([]TaskRecord, error) {
+func (s *RedisRoutes) TasksOf(ctx context.Context, sessionID string) ([]TaskRecord, error) {
 	hash := sessionHash(sessionID)
 	k := s.keysOf(hash)
 	ctx, cancel := s.bound(ctx)
@@ -281,7 +288,7 @@ func (s *RedisStore) TasksOf(ctx context.Context, sessionID string) ([]TaskRecor
 }
 
 // EndTask implements Tasks.
-func (s *RedisStore) EndTask(ctx context.Context, id string) error {
+func (s *RedisRoutes) EndTask(ctx context.Context, id string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	data, err := s.client.Get(ctx, s.globalKey("task:"+taskHash(id))).Result()

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,66 +235,8 @@ func TestRedisStoresNoSessionID(t *testing.T) {
 	}
 }
 
-// monitor starts MONITOR on addr, on a connection of its own (go-redis's MonitorCmd shares
-// a pooled connection), and returns a func that stops it and returns the lines it saw in
-// between.
-func monitor(t *testing.T, addr string) func() []string {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 100000)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rd := bufio.NewReader(conn)
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				close(lines)
-				return
-			}
-			lines <- strings.TrimRight(line, "\r\n")
-		}
-	}()
-	echo := rawClient(addr)
-	// wait reads lines until one shows marker m, sent (again) until MONITOR shows it.
-	wait := func(m string) []string {
-		var seen []string
-		deadline := time.After(5 * time.Second)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		_ = echo.Echo(context.Background(), m).Err()
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatal("MONITOR ended")
-				}
-				if strings.Contains(line, m) {
-					return seen
-				}
-				seen = append(seen, line)
-			case <-tick.C:
-				_ = echo.Echo(context.Background(), m).Err()
-			case <-deadline:
-				t.Fatalf("MONITOR did not show %s", m)
-			}
-		}
-	}
-	wait(fmt.Sprintf("monitor-begin-%d", time.Now().UnixNano()))
-	return func() []string {
-		seen := wait(fmt.Sprintf("monitor-end-%d", time.Now().UnixNano()))
-		_ = echo.Close()
-		_ = conn.Close()
-		<-done
-		return seen
-	}
-}
+// monitor is testredis.Monitor.
+func monitor(t *testing.T, addr string) func() []string { return testredis.Monitor(t, addr) }
 
 // dumpKeys returns every key under prefix with its value, whatever its type.
 func dumpKeys(t *testing.T, c *redis.Client, prefix string) map[string]string {

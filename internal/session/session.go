@@ -1,8 +1,13 @@
 // Package session keeps the state of client sessions of the gateway's server face, behind a
 // Store: a Record is plain data that any replica can load. Two stores implement it, with the
 // same behaviour (package storetest runs one suite against both): MemoryStore, in this
-// process, and RedisStore, shared by replicas, with RedisEventLog beside it for the events
-// of resumable streams.
+// process, and RedisStore, shared by replicas. Beside a RedisStore, on its client, are types
+// of their own for its other concerns: RedisRoutes, its routing tables and task records;
+// RedisEndedWatch, which reports sessions ended through another replica or evicted;
+// RedisEventLog, the events of resumable streams, which it announces with BusMessage values
+// on a session's channel (SessionChannel) for the bus between replicas, package replicabus.
+// A RedisStore may share its client (RedisOptions.Client, made by NewRedisClient) with other
+// state; it lends it to no one.
 //
 //	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 1000, MaxPerPrincipal: 20})
 //	// or: store, err := session.NewRedisStore(&session.RedisOptions{URL: "redis://127.0.0.1:6379/0", IdleTimeout: 30 * time.Minute})
@@ -168,6 +173,8 @@ type Store interface {
 	// nothing of its caller's while it holds the store: a session in use is kept by marking it
 	// used (Touch) first.
 	Expire(ctx context.Context, cutoff time.Time) ([]string, error)
+	// List returns up to limit live sessions, oldest first, for operators (the admin API).
+	List(ctx context.Context, limit int) ([]Listed, error)
 }
 
 // NewID returns a new session id: 32 bytes from crypto/rand, base64url without padding.

@@ -35,6 +35,19 @@ var (
 	started *exec.Cmd
 )
 
+// Main runs m's tests, with go-redis's log of each failed dial silenced (the tests that cut
+// Redis off check the errors), stops the Redis started for them, and exits with their code.
+func Main(m *testing.M) {
+	redis.SetLogger(quietLog{})
+	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
+type quietLog struct{}
+
+func (quietLog) Printf(context.Context, string, ...any) {}
+
 // Addr returns the host:port of a Redis server for the test.
 func Addr(t testing.TB) string {
 	t.Helper()
@@ -169,4 +182,65 @@ func DeleteKeys(addr, prefix string) (int, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	return len(keys), c.Del(context.Background(), keys...).Err()
+}
+
+// Monitor starts MONITOR on addr, on a connection of its own (go-redis's MonitorCmd shares
+// a pooled connection), and returns a func that stops it and returns the lines it saw in
+// between.
+func Monitor(t *testing.T, addr string) func() []string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100000)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rd := bufio.NewReader(conn)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- strings.TrimRight(line, "\r\n")
+		}
+	}()
+	echo := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ReadTimeout: 5 * time.Second})
+	// wait reads lines until one shows marker m, sent (again) until MONITOR shows it.
+	wait := func(m string) []string {
+		var seen []string
+		deadline := time.After(5 * time.Second)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		_ = echo.Echo(context.Background(), m).Err()
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatal("MONITOR ended")
+				}
+				if strings.Contains(line, m) {
+					return seen
+				}
+				seen = append(seen, line)
+			case <-tick.C:
+				_ = echo.Echo(context.Background(), m).Err()
+			case <-deadline:
+				t.Fatalf("MONITOR did not show %s", m)
+			}
+		}
+	}
+	wait(fmt.Sprintf("monitor-begin-%d", time.Now().UnixNano()))
+	return func() []string {
+		seen := wait(fmt.Sprintf("monitor-end-%d", time.Now().UnixNano()))
+		_ = echo.Close()
+		_ = conn.Close()
+		<-done
+		return seen
+	}
 }

@@ -4,6 +4,7 @@
 package testwait
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -38,4 +39,18 @@ func Until(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	if !Within(bound, cond) {
 		t.Fatalf("%s did not happen within %s", what, bound)
 	}
+}
+
+// Goroutines fails t if, once its cleanups registered later have run, more goroutines run
+// than now: what a test starts, it stops. It waits up to 3s for them to end (go-redis's probe
+// of a server that stopped answering sleeps 1s between tries).
+func Goroutines(t testing.TB) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		if !Within(3*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines left running, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+	})
 }

@@ -7,8 +7,7 @@
 //
 //	l, err := limit.New(limit.Options{
 //		Limits:     cfg.Policy.RateLimits,
-//		Redis:      client, // needed only for shared limits
-//		KeyPrefix:  "manifold",
+//		Shared:     limit.NewShared(client, "manifold"), // needed only for shared limits
 //		FailClosed: cfg.Policy.SharedLimitFailure == config.FailClosed,
 //		Logger:     logger,
 //	})
@@ -37,7 +36,6 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/session"
@@ -55,12 +53,9 @@ type Options struct {
 	// Limits are the rate limits, in config order: Allow reports the first that refuses.
 	Limits []config.RateLimit
 
-	// Redis is the client for shared limits. If nil, a shared limit is an error from New.
-	// It is used, never closed: its owner closes it after the Limiter's last use.
-	Redis redis.UniversalClient
-	// KeyPrefix begins the Redis keys of shared limits, followed by ":rl:". If empty,
-	// defaults to "manifold".
-	KeyPrefix string
+	// Shared is where shared limits keep their state. If nil, a shared limit is an error
+	// from New.
+	Shared *Shared
 	// FailClosed is what a shared limit does while Redis cannot be reached: refuse (true) or
 	// allow (false, the default). Either way a warning is logged, at most once per 10 s.
 	FailClosed bool
@@ -137,7 +132,7 @@ type Limiter struct {
 
 // New compiles opts.Limits. It reports every invalid limit at once: an unknown key, a rate
 // that is not positive and finite, a burst below 1, a pattern that does not compile, or a
-// shared limit without opts.Redis.
+// shared limit without opts.Shared.
 func New(opts Options) (*Limiter, error) {
 	l := &Limiter{
 		failClosed: opts.FailClosed,
@@ -156,15 +151,15 @@ func New(opts Options) (*Limiter, error) {
 		l.logger = slog.New(slog.DiscardHandler)
 	}
 	l.logger = l.logger.With("component", "ratelimit")
-	prefix := opts.KeyPrefix
-	if prefix == "" {
-		prefix = defaultKeyPrefix
+	prefix := defaultKeyPrefix
+	if opts.Shared != nil {
+		prefix = opts.Shared.prefix
 	}
 
 	var problems []error
 	for i, c := range opts.Limits {
 		r, err := compile(i, c, prefix)
-		if err == nil && c.Shared && opts.Redis == nil {
+		if err == nil && c.Shared && opts.Shared == nil {
 			err = errors.New("shared needs Redis (session_store type redis)")
 		}
 		if err != nil {
@@ -182,7 +177,7 @@ func New(opts Options) (*Limiter, error) {
 		return nil, errors.Join(problems...)
 	}
 	if l.hasShared {
-		l.gcra = redis_rate.NewLimiter(unprefixed{opts.Redis})
+		l.gcra = opts.Shared.gcra
 	}
 	l.sweptAt = l.now()
 	return l, nil

@@ -7,8 +7,26 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
+
+// Shared is the Redis where the shared limits of every replica keep their state, under one
+// key prefix. It is safe for concurrent use; it uses its client, never closes it: the
+// client's owner closes it after the last Limiter's last use.
+type Shared struct {
+	gcra   *redis_rate.Limiter
+	prefix string
+}
+
+// NewShared returns the shared limits' state in client, under keys that begin with
+// keyPrefix and ":rl:" (if keyPrefix is empty, "manifold").
+func NewShared(client redis.UniversalClient, keyPrefix string) *Shared {
+	if keyPrefix == "" {
+		keyPrefix = defaultKeyPrefix
+	}
+	return &Shared{gcra: redis_rate.NewLimiter(unprefixed{client}), prefix: keyPrefix}
+}
 
 // allowShared checks req against the shared rules in Redis, one after the other.
 func (l *Limiter) allowShared(ctx context.Context, req Request) Verdict {

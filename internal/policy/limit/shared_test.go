@@ -42,7 +42,7 @@ func replica(t *testing.T, addr, prefix string, limits ...config.RateLimit) *lim
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { client.Close() })
-	l, err := limit.New(limit.Options{Limits: limits, Redis: client, KeyPrefix: prefix})
+	l, err := limit.New(limit.Options{Limits: limits, Shared: limit.NewShared(client, prefix)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestRedisUnreachable(t *testing.T) {
 					{Key: config.LimitPrincipal, Rate: 1, Burst: 1, Shared: true, Line: 4},
 					{Key: config.LimitUpstream, Rate: 1, Burst: 1, Shared: true, Line: 5},
 				},
-				Redis:      client,
+				Shared:     limit.NewShared(client, ""),
 				FailClosed: failClosed,
 				Now:        clock.Now,
 				Logger:     slog.New(logs),
@@ -277,7 +277,7 @@ func TestLocalRefusalAsksNoRedis(t *testing.T) {
 			{Key: config.LimitUpstream, Rate: 1, Burst: 1, Shared: true},
 			{Key: config.LimitPrincipal, Rate: 1, Burst: 1},
 		},
-		Redis:  client,
+		Shared: limit.NewShared(client, ""),
 		Now:    testclock.New(start).Now,
 		Logger: slog.New(logs),
 	})

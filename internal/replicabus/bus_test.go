@@ -1,4 +1,4 @@
-package session
+package replicabus
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
@@ -20,6 +22,8 @@ import (
 // under one key prefix, as separate processes would. A message that must not arrive is
 // checked after a marker sent later has arrived: Redis delivers a subscriber's messages in
 // the order it took them, so whatever was published before the marker came before it.
+
+func TestMain(m *testing.M) { testredis.Main(m) }
 
 // busWait bounds every wait for a message; it fails a test that would hang, it asserts no
 // speed.
@@ -40,7 +44,7 @@ type goneCall struct {
 // busRecorder records what a bus hands to Receive and Gone, and signals each change.
 type busRecorder struct {
 	mu   sync.Mutex
-	msgs []BusMessage
+	msgs []session.BusMessage
 	gone []goneCall
 	// changed receives (without blocking the bus) after each record.
 	changed chan struct{}
@@ -48,7 +52,7 @@ type busRecorder struct {
 
 func newBusRecorder() *busRecorder { return &busRecorder{changed: make(chan struct{}, 1)} }
 
-func (r *busRecorder) receive(m *BusMessage) {
+func (r *busRecorder) receive(m *session.BusMessage) {
 	r.mu.Lock()
 	r.msgs = append(r.msgs, *m)
 	r.mu.Unlock()
@@ -71,7 +75,7 @@ func (r *busRecorder) signal() {
 
 // await fails t unless cond holds of what was recorded within busWait; it wakes on each
 // record.
-func (r *busRecorder) await(t *testing.T, what string, cond func(msgs []BusMessage, gone []goneCall) bool) {
+func (r *busRecorder) await(t *testing.T, what string, cond func(msgs []session.BusMessage, gone []goneCall) bool) {
 	t.Helper()
 	deadline := time.NewTimer(busWait)
 	defer deadline.Stop()
@@ -93,10 +97,10 @@ func (r *busRecorder) await(t *testing.T, what string, cond func(msgs []BusMessa
 }
 
 // of returns the messages of kind received so far.
-func (r *busRecorder) of(kind string) []BusMessage {
+func (r *busRecorder) of(kind string) []session.BusMessage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []BusMessage
+	var out []session.BusMessage
 	for _, m := range r.msgs {
 		if m.Kind == kind {
 			out = append(out, m)
@@ -118,13 +122,13 @@ func (r *busRecorder) goneOf(replica string) []goneCall {
 	return out
 }
 
-func hasMsg(kind, text string) func([]BusMessage, []goneCall) bool {
-	return func(msgs []BusMessage, _ []goneCall) bool {
-		return slices.ContainsFunc(msgs, func(m BusMessage) bool { return m.Kind == kind && m.Text == text })
+func hasMsg(kind, text string) func([]session.BusMessage, []goneCall) bool {
+	return func(msgs []session.BusMessage, _ []goneCall) bool {
+		return slices.ContainsFunc(msgs, func(m session.BusMessage) bool { return m.Kind == kind && m.Text == text })
 	}
 }
 
-func describeMsgs(msgs []BusMessage) string {
+func describeMsgs(msgs []session.BusMessage) string {
 	var b strings.Builder
 	b.WriteString("[")
 	for i, m := range msgs {
@@ -146,27 +150,47 @@ type testBus struct {
 	stop func()
 }
 
-// replicaStores returns n stores on the test Redis sharing one key prefix: n replicas.
-func replicaStores(t *testing.T, n int) []*RedisStore {
+// replica is what one replica holds of the test Redis: its session store, and what its bus
+// shares with it.
+type replica struct {
+	*session.RedisStore
+	shared Shared
+}
+
+// replicaStores returns n replicas on the test Redis sharing one key prefix, each with a
+// client of its own, as separate processes would.
+func replicaStores(t *testing.T, n int) []*replica {
 	t.Helper()
-	first := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute})
-	stores := []*RedisStore{first}
-	for range n - 1 {
-		stores = append(stores, OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: first.opts.KeyPrefix}))
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	testwait.Goroutines(t)
+	var stores []*replica
+	for range n {
+		client, err := session.NewRedisClient(&session.RedisOptions{URL: "redis://" + addr, IdleTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		opts := session.RedisOptions{Client: client, KeyPrefix: prefix, IdleTimeout: time.Minute}
+		s, err := session.NewRedisStore(&opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, &replica{RedisStore: s, shared: Shared{Client: client, KeyPrefix: prefix, OpTimeout: opts.OpTimeout(), IDOf: s.IDOf}})
 	}
 	return stores
 }
 
 // newTestBus returns a bus named replica on s (with lease, zero for the default) that records
 // what it receives; runBus runs it.
-func newTestBus(s *RedisStore, replica string, lease time.Duration) *testBus {
+func newTestBus(s *replica, replica string, lease time.Duration) *testBus {
 	rec := newBusRecorder()
-	b := s.NewBus(&BusOptions{Replica: replica, Lease: lease, Receive: rec.receive, Gone: rec.goneFn, Sealer: testSealer})
+	b := NewBus(s.shared, &BusOptions{Replica: replica, Lease: lease, Receive: rec.receive, Gone: rec.goneFn, Sealer: testSealer})
 	return &testBus{RedisBus: b, rec: rec, stop: func() {}}
 }
 
 // startBus runs a new bus named replica on s until the test ends: see runBus.
-func startBus(t *testing.T, s *RedisStore, replica string, lease time.Duration) *testBus {
+func startBus(t *testing.T, s *replica, replica string, lease time.Duration) *testBus {
 	t.Helper()
 	return runBus(t, newTestBus(s, replica, lease))
 }
@@ -187,14 +211,14 @@ func runBus(t *testing.T, tb *testBus) *testBus {
 
 	// Its subscription is Redis's state, with no event here: wait for it there, then for a
 	// message of its own (which also orders what Run set up before what the test does next).
-	raw := rawClient(redisAddr(t))
+	raw := redis.NewClient(&redis.Options{Addr: testredis.Addr(t), DisableIdentity: true, ReadTimeout: 5 * time.Second})
 	defer raw.Close()
 	channel := b.replicaChannel(replica)
 	testwait.Until(t, busWait, replica+"'s subscription", func() bool {
 		n, err := raw.PubSubNumSub(context.Background(), channel).Result()
 		return err == nil && n[channel] == 1
 	})
-	if ok, err := b.Send(context.Background(), replica, &BusMessage{Kind: kindReady, Text: replica}); err != nil || !ok {
+	if ok, err := b.Send(context.Background(), replica, &session.BusMessage{Kind: kindReady, Text: replica}); err != nil || !ok {
 		t.Fatalf("%s: Send to itself = %v, %v; want true", replica, ok, err)
 	}
 	tb.rec.await(t, replica+" receiving its own message", hasMsg(kindReady, replica))
@@ -205,13 +229,22 @@ func runBus(t *testing.T, tb *testBus) *testBus {
 	return tb
 }
 
+// events returns the events numbered seqs, their data naming each.
+func events(seqs ...uint64) []session.LoggedEvent {
+	out := make([]session.LoggedEvent, len(seqs))
+	for i, s := range seqs {
+		out[i] = session.LoggedEvent{Seq: s, Data: []byte(fmt.Sprintf("event %d", s))}
+	}
+	return out
+}
+
 // mark sends a marker from `from` to each of to and waits until each has it: what was
 // published before it has reached them by then.
 func mark(t *testing.T, from *testBus, to ...*testBus) {
 	t.Helper()
-	text := NewID()
+	text := session.NewID()
 	for _, b := range to {
-		if ok, err := from.Send(context.Background(), b.Replica(), &BusMessage{Kind: kindMark, Text: text}); err != nil || !ok {
+		if ok, err := from.Send(context.Background(), b.Replica(), &session.BusMessage{Kind: kindMark, Text: text}); err != nil || !ok {
 			t.Fatalf("marker to %s: Send = %v, %v", b.Replica(), ok, err)
 		}
 	}
@@ -238,7 +271,7 @@ func TestBusSendReachesOnlyTheNamedReplica(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text := "hello " + tc.to
-			ok, err := a.Send(ctx, tc.to, &BusMessage{Kind: "hello", Text: text, Data: []byte(`{"x":1}`)})
+			ok, err := a.Send(ctx, tc.to, &session.BusMessage{Kind: "hello", Text: text, Data: []byte(`{"x":1}`)})
 			if err != nil || !ok {
 				t.Fatalf("Send to %s = %v, %v; want true", tc.to, ok, err)
 			}
@@ -262,7 +295,7 @@ func TestBusSendReachesOnlyTheNamedReplica(t *testing.T) {
 	}
 
 	t.Run("to a replica nobody runs", func(t *testing.T) {
-		if ok, err := a.Send(ctx, "nobody", &BusMessage{Kind: "hello"}); err != nil || ok {
+		if ok, err := a.Send(ctx, "nobody", &session.BusMessage{Kind: "hello"}); err != nil || ok {
 			t.Errorf("Send to a replica that does not listen = %v, %v; want false, nil", ok, err)
 		}
 	})
@@ -273,7 +306,7 @@ func TestBusSendReachesOnlyTheNamedReplica(t *testing.T) {
 func TestBusBroadcastReachesEveryReplica(t *testing.T) {
 	stores := replicaStores(t, 3)
 	buses := []*testBus{startBus(t, stores[0], "a", 0), startBus(t, stores[1], "b", 0), startBus(t, stores[2], "c", 0)}
-	if err := buses[1].Broadcast(context.Background(), &BusMessage{Kind: "changed", Text: "tools"}); err != nil {
+	if err := buses[1].Broadcast(context.Background(), &session.BusMessage{Kind: "changed", Text: "tools"}); err != nil {
 		t.Fatal(err)
 	}
 	mark(t, buses[1], buses...)
@@ -293,9 +326,9 @@ func TestBusPublishReachesFollowers(t *testing.T) {
 	stores := replicaStores(t, 3)
 	a, b, c := startBus(t, stores[0], "a", 0), startBus(t, stores[1], "b", 0), startBus(t, stores[2], "c", 0)
 	all := []*testBus{a, b, c}
-	id, other := NewID(), NewID()
-	digest := Digest(id)
-	monitored := monitor(t, redisAddr(t)) // what anyone reading Redis sees
+	id, other := session.NewID(), session.NewID()
+	digest := session.Digest(id)
+	monitored := testredis.Monitor(t, testredis.Addr(t)) // what anyone reading Redis sees
 
 	steps := []struct {
 		name string
@@ -330,9 +363,9 @@ func TestBusPublishReachesFollowers(t *testing.T) {
 			}
 		}, true, []string{"a"}},
 	}
-	raw := rawClient(redisAddr(t))
+	raw := redis.NewClient(&redis.Options{Addr: testredis.Addr(t), DisableIdentity: true, ReadTimeout: 5 * time.Second})
 	defer raw.Close()
-	channel := stores[0].sessionChannel(digest)
+	channel := session.SessionChannel(stores[0].shared.KeyPrefix, digest)
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
 			step.do(t)
@@ -343,8 +376,8 @@ func TestBusPublishReachesFollowers(t *testing.T) {
 				n, err := raw.PubSubNumSub(ctx, channel).Result()
 				return err == nil && n[channel] == want
 			})
-			text := NewID()
-			published, err := a.Publish(ctx, digest, &BusMessage{Kind: "deliver", SessionID: id, Stream: "st", Text: text})
+			text := session.NewID()
+			published, err := a.Publish(ctx, digest, &session.BusMessage{Kind: "deliver", SessionID: id, Stream: "st", Text: text})
 			if err != nil || published != step.wantPublished {
 				t.Errorf("Publish = %v, %v; want %v", published, err, step.wantPublished)
 			}
@@ -377,7 +410,7 @@ func TestBusPublishReachesFollowers(t *testing.T) {
 func TestBusFollowBeforeRunLeavesNoTrace(t *testing.T) {
 	ctx := context.Background()
 	stores := replicaStores(t, 2)
-	id := NewID()
+	id := session.NewID()
 	b := newTestBus(stores[1], "b", 0)
 	if err := b.Follow(ctx, id); err == nil {
 		t.Fatal("Follow before Run succeeded; want an error")
@@ -388,7 +421,7 @@ func TestBusFollowBeforeRunLeavesNoTrace(t *testing.T) {
 		t.Fatalf("Follow once running: %v", err)
 	}
 	defer b.Unfollow(id)
-	if published, err := a.Publish(ctx, Digest(id), &BusMessage{Kind: "deliver", Text: "after"}); err != nil || !published {
+	if published, err := a.Publish(ctx, session.Digest(id), &session.BusMessage{Kind: "deliver", Text: "after"}); err != nil || !published {
 		t.Fatalf("Publish to a session followed once the bus runs = %v, %v; want true", published, err)
 	}
 	b.rec.await(t, "the message reaching the follower", hasMsg("deliver", "after"))
@@ -415,28 +448,28 @@ func checkNoID(t *testing.T, lines []string, digest string, ids ...string) {
 }
 
 // TestBusCarriesEventLogAppends: an event log's append reaches a replica following the
-// session as BusEvents, with the session's id filled in, its stream, events and end; nothing
+// session as session.BusEvents, with the session's id filled in, its stream, events and end; nothing
 // published holds the id.
 func TestBusCarriesEventLogAppends(t *testing.T) {
 	ctx := context.Background()
 	stores := replicaStores(t, 2)
 	follower, other := startBus(t, stores[1], "follower", 0), startBus(t, stores[0], "other", 0)
-	monitored := monitor(t, redisAddr(t)) // what anyone reading Redis sees
-	id := NewID()
+	monitored := testredis.Monitor(t, testredis.Addr(t)) // what anyone reading Redis sees
+	id := session.NewID()
 	if err := follower.Follow(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	defer follower.Unfollow(id)
 
-	log := stores[0].NewEventLog(&EventLogOptions{Sealer: testSealer}) // the producer's: another replica's store
+	log := stores[0].NewEventLog(&session.EventLogOptions{Sealer: testSealer}) // the producer's: another replica's store
 	defer log.Close()
 	log.Start(id, "st", []byte(`[1]`))
 	log.Append(id, "st", events(1, 2), false)
 	log.Append(id, "st", events(3), true)
-	log.Append(NewID(), "st", events(1), false) // another session's
+	log.Append(session.NewID(), "st", events(1), false) // another session's
 
-	follower.rec.await(t, "the stream's end reaching the follower", func(msgs []BusMessage, _ []goneCall) bool {
-		return slices.ContainsFunc(msgs, func(m BusMessage) bool { return m.Kind == BusEvents && m.Complete })
+	follower.rec.await(t, "the stream's end reaching the follower", func(msgs []session.BusMessage, _ []goneCall) bool {
+		return slices.ContainsFunc(msgs, func(m session.BusMessage) bool { return m.Kind == session.BusEvents && m.Complete })
 	})
 	mark(t, other, follower, other)
 
@@ -447,24 +480,26 @@ func TestBusCarriesEventLogAppends(t *testing.T) {
 		Complete                   bool
 	}
 	var gots []got
-	for _, m := range follower.rec.of(BusEvents) {
+	for _, m := range follower.rec.of(session.BusEvents) {
+		var seqs []uint64
 		var data []string
 		for _, e := range m.Events {
+			seqs = append(seqs, e.Seq)
 			data = append(data, string(e.Data))
 		}
-		gots = append(gots, got{m.SessionID, m.Session, m.Stream, seqsOf(m.Events), data, m.Complete})
+		gots = append(gots, got{m.SessionID, m.Session, m.Stream, seqs, data, m.Complete})
 	}
 	want := []got{
-		{id, Digest(id), "st", []uint64{1, 2}, []string{"event 1", "event 2"}, false},
-		{id, Digest(id), "st", []uint64{3}, []string{"event 3"}, true},
+		{id, session.Digest(id), "st", []uint64{1, 2}, []string{"event 1", "event 2"}, false},
+		{id, session.Digest(id), "st", []uint64{3}, []string{"event 3"}, true},
 	}
 	if diff := cmp.Diff(want, gots); diff != "" {
 		t.Errorf("the follower received (-want +got):\n%s", diff)
 	}
-	if n := len(other.rec.of(BusEvents)); n != 0 {
+	if n := len(other.rec.of(session.BusEvents)); n != 0 {
 		t.Errorf("a replica that does not follow the session received %d event messages", n)
 	}
-	checkNoID(t, monitored(), Digest(id), id)
+	checkNoID(t, monitored(), session.Digest(id), id)
 }
 
 // TestBusLeaseOfAStoppedReplica: a replica that stops gives its lease up; the survivors
@@ -483,7 +518,7 @@ func TestBusLeaseOfAStoppedReplica(t *testing.T) {
 
 	c.stop()
 	for _, s := range survivors {
-		s.rec.await(t, s.Replica()+" learning that c stopped", func(_ []BusMessage, gone []goneCall) bool {
+		s.rec.await(t, s.Replica()+" learning that c stopped", func(_ []session.BusMessage, gone []goneCall) bool {
 			return slices.ContainsFunc(gone, func(g goneCall) bool { return g.Replica == "c" })
 		})
 	}
@@ -532,7 +567,7 @@ func TestBusLeaseRunsOutByRedisTime(t *testing.T) {
 	stores := replicaStores(t, 2)
 	a, b := startBus(t, stores[0], "a", lease), startBus(t, stores[1], "b", lease)
 	survivors := []*testBus{a, b}
-	raw := rawClient(redisAddr(t))
+	raw := redis.NewClient(&redis.Options{Addr: testredis.Addr(t), DisableIdentity: true, ReadTimeout: 5 * time.Second})
 	defer raw.Close()
 
 	for _, tc := range []struct {
@@ -558,7 +593,7 @@ func TestBusLeaseRunsOutByRedisTime(t *testing.T) {
 				t.Errorf("Alive(%s) right after its renewal = %v, %v; want %v", tc.replica, alive, err, tc.wantAlive)
 			}
 			for _, s := range survivors {
-				s.rec.await(t, s.Replica()+" learning that "+tc.replica+" stopped", func(_ []BusMessage, gone []goneCall) bool {
+				s.rec.await(t, s.Replica()+" learning that "+tc.replica+" stopped", func(_ []session.BusMessage, gone []goneCall) bool {
 					return slices.ContainsFunc(gone, func(g goneCall) bool { return g.Replica == tc.replica })
 				})
 			}
@@ -602,8 +637,8 @@ func TestBusClaimOwned(t *testing.T) {
 	ctx := context.Background()
 	stores := replicaStores(t, 3)
 	// Own and ClaimOwned need no Run.
-	owner := stores[0].NewBus(&BusOptions{Replica: "owner"})
-	claimers := []*RedisBus{stores[1].NewBus(&BusOptions{Replica: "x"}), stores[2].NewBus(&BusOptions{Replica: "y"})}
+	owner := NewBus(stores[0].shared, &BusOptions{Replica: "owner"})
+	claimers := []*RedisBus{NewBus(stores[1].shared, &BusOptions{Replica: "x"}), NewBus(stores[2].shared, &BusOptions{Replica: "y"})}
 
 	for _, tc := range []struct {
 		name   string
@@ -658,42 +693,6 @@ func TestBusClaimOwned(t *testing.T) {
 				if diff := cmp.Diff(want, nonEmpty); diff != "" {
 					t.Fatalf("round %d: what the claimers got (-want +got):\n%s", round, diff)
 				}
-			}
-		})
-	}
-}
-
-// TestGetByDigest: a replica that knows a session only by its digest reads its record
-// (without the id, which it does not know); an unknown digest is ErrNotFound.
-func TestGetByDigest(t *testing.T) {
-	ctx := context.Background()
-	stores := replicaStores(t, 2)
-	alice := Principal{Issuer: "https://issuer", Subject: "alice"}
-	rec, err := stores[0].Create(ctx, Record{LogLevel: "debug", Principal: alice, Subscriptions: []string{"file:///a"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What a replica that never saw the id reads: all but the id.
-	stored := &Record{LogLevel: "debug", Principal: alice, Subscriptions: []string{"file:///a"}, CreatedAt: rec.CreatedAt}
-	for _, tc := range []struct {
-		name    string
-		store   *RedisStore
-		digest  string
-		want    *Record
-		wantErr error
-	}{
-		{"on the replica that created it", stores[0], Digest(rec.ID), stored, nil},
-		{"on another replica", stores[1], Digest(rec.ID), stored, nil},
-		{"an unknown digest", stores[1], Digest(NewID()), nil, ErrNotFound},
-		{"the id instead of the digest", stores[1], rec.ID, nil, ErrNotFound},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := tc.store.GetByDigest(ctx, tc.digest)
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("GetByDigest = %+v, %v; want error %v", got, err, tc.wantErr)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
-				t.Errorf("GetByDigest (-want +got):\n%s", diff)
 			}
 		})
 	}

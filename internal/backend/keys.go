@@ -1,4 +1,4 @@
-package gateway
+package backend
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/seal"
 )
 
-// errNoKeys is returned by New for a gateway that shares a Redis session store without a
+// errNoKeys is returned by Open for a gateway that shares a Redis session store without a
 // key list: its replicas could not seal what they send each other through Redis.
 var errNoKeys = errors.New("a Redis session store needs the gateway's keys (config `keys`), with which replicas seal what they send each other through Redis: add `keys: [{id: k1, secret: ${MANIFOLD_KEY_1}}]`, the same on every replica, with a secret made by `openssl rand -base64 32`")
 

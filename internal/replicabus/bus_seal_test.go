@@ -1,4 +1,4 @@
-package session
+package replicabus
 
 import (
 	"bytes"
@@ -7,10 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/seal/sealtest"
+	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 )
 
 // testSealer seals the messages of the tests' buses and event logs, as the replicas of one
@@ -25,44 +28,44 @@ func TestBusSealsMessages(t *testing.T) {
 	ctx := context.Background()
 	stores := replicaStores(t, 2)
 	var logs lockedLog
-	otherStore := OpenTestRedisStore(t, RedisOptions{IdleTimeout: time.Minute, KeyPrefix: stores[0].opts.KeyPrefix,
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	monitored := monitor(t, redisAddr(t))
+	otherStore := &replica{RedisStore: stores[0].RedisStore, shared: stores[0].shared}
+	otherStore.shared.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	monitored := testredis.Monitor(t, testredis.Addr(t))
 	a, b := startBus(t, stores[0], "a", 0), startBus(t, stores[1], "b", 0)
 	other := newTestBus(otherStore, "other", 0) // a replica with other keys
 	other.opts.Sealer = sealtest.Sealer(seal.PurposeBus, "k9", 9)
 	runBus(t, other)
 
 	const secret = "a-token-on-its-way-to-another-replica"
-	id := NewID()
+	id := session.NewID()
 	if err := b.Follow(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	defer b.Unfollow(id)
-	if ok, err := a.Send(ctx, "b", &BusMessage{Kind: "sent", Text: secret}); err != nil || !ok {
+	if ok, err := a.Send(ctx, "b", &session.BusMessage{Kind: "sent", Text: secret}); err != nil || !ok {
 		t.Fatalf("Send = %v, %v", ok, err)
 	}
 	for range 2 { // two that the replica with other keys drops
-		if err := a.Broadcast(ctx, &BusMessage{Kind: "broadcast", Text: secret}); err != nil {
+		if err := a.Broadcast(ctx, &session.BusMessage{Kind: "broadcast", Text: secret}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ok, err := a.Publish(ctx, Digest(id), &BusMessage{Kind: "published", Text: secret}); err != nil || !ok {
+	if ok, err := a.Publish(ctx, session.Digest(id), &session.BusMessage{Kind: "published", Text: secret}); err != nil || !ok {
 		t.Fatalf("Publish = %v, %v", ok, err)
 	}
-	if err := a.PublishAll(ctx, []Post{{Replica: "b", Msg: &BusMessage{Kind: "posted", Text: secret}}}); err != nil {
+	if err := a.PublishAll(ctx, []session.Post{{Replica: "b", Msg: &session.BusMessage{Kind: "posted", Text: secret}}}); err != nil {
 		t.Fatal(err)
 	}
-	log := stores[0].NewEventLog(&EventLogOptions{Sealer: testSealer})
+	log := stores[0].NewEventLog(&session.EventLogOptions{Sealer: testSealer})
 	defer log.Close()
 	log.Start(id, "st", []byte(`[1]`))
-	log.Append(id, "st", []LoggedEvent{{Seq: 1, Data: []byte(secret)}}, true)
+	log.Append(id, "st", []session.LoggedEvent{{Seq: 1, Data: []byte(secret)}}, true)
 	for _, kind := range []string{"sent", "broadcast", "published", "posted"} {
 		b.rec.await(t, kind+" reaching b", hasMsg(kind, secret))
 	}
-	b.rec.await(t, "the events reaching b", func(msgs []BusMessage, _ []goneCall) bool {
+	b.rec.await(t, "the events reaching b", func(msgs []session.BusMessage, _ []goneCall) bool {
 		for _, m := range msgs {
-			if m.Kind == BusEvents && len(m.Events) == 1 && string(m.Events[0].Data) == secret {
+			if m.Kind == session.BusEvents && len(m.Events) == 1 && string(m.Events[0].Data) == secret {
 				return true
 			}
 		}
@@ -71,7 +74,7 @@ func TestBusSealsMessages(t *testing.T) {
 
 	// Dropped by a replica with other keys; in the clear, or moved to another channel, by one
 	// with the same keys. Each receiver's own marker comes after them.
-	raw := rawClient(redisAddr(t))
+	raw := redis.NewClient(&redis.Options{Addr: testredis.Addr(t), DisableIdentity: true})
 	defer raw.Close()
 	moved := testSealer.Seal([]byte(`{"k":"moved","t":"x"}`), []byte(a.replicaChannel("b")))
 	for _, p := range []struct{ channel, payload string }{

@@ -1,58 +1,28 @@
-package session
+// Package replicabus carries messages between the replicas of a gateway that share their
+// state on one Redis, over pub/sub: to one replica, to all, and to whichever replica follows
+// a session (holds one of its streams). It also keeps the replicas' leases, so that the
+// survivors learn when one stopped, and what each owns for the others to take over. The
+// messages are session.BusMessage values.
+//
+//	b := replicabus.NewBus(replicabus.Shared{Client: client, KeyPrefix: "manifold", IDOf: store.IDOf},
+//		&replicabus.BusOptions{Replica: name, Receive: receive, Gone: gone})
+//	go b.Run(ctx)
+//	ok, err := b.Send(ctx, other, &session.BusMessage{Kind: "hello"})
+package replicabus
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/manifold-mcp/manifold/internal/session"
 )
-
-// Digest is how the shared store names a session: its keys, the channels of the bus and the
-// messages on it carry the digest, never the id itself, so that reading Redis is not enough
-// to take a session over.
-func Digest(id string) string { return sessionHash(id) }
-
-// Kinds of bus messages the store itself writes.
-const (
-	// BusEvents carries events a stream's producer appended to its event log, published on
-	// the stream's session channel in the same round trip (RedisEventLog), for a replica
-	// where the stream's client resumed it.
-	BusEvents = "events"
-	// BusReplicaGone is broadcast by the replica that found another's lease run out.
-	BusReplicaGone = "gone"
-	// BusStreamTaken tells the replicas following a session that replica Replica took its
-	// stream Stream over from the one that stopped producing it (RedisEventLog.Claim).
-	BusStreamTaken = "taken"
-)
-
-// BusMessage is one message between replicas. Kinds other than those above are the
-// gateway's; the bus carries them as they are.
-type BusMessage struct {
-	Kind string `json:"k"`
-	// From is the sending replica.
-	From string `json:"f,omitempty"`
-	// Session is the digest of the session the message is about, if any.
-	Session string `json:"s,omitempty"`
-	// SessionID is the session's id when this replica knows it (it followed the session's
-	// channel, or has read its record); filled in on receipt, never sent.
-	SessionID string `json:"-"`
-	// Stream and Events, Complete: a stream's events (BusEvents), or the stream a message is
-	// for.
-	Stream   string          `json:"st,omitempty"`
-	Events   []LoggedEvent   `json:"e,omitempty"`
-	Complete bool            `json:"c,omitempty"`
-	Requests json.RawMessage `json:"rq,omitempty"`
-	// Replica names a replica the message is about (BusReplicaGone).
-	Replica string `json:"r,omitempty"`
-	// Data is the message's payload: a JSON-RPC message, an id.
-	Data json.RawMessage `json:"d,omitempty"`
-	// Text is a short string argument (a URI, an upstream's name).
-	Text string `json:"t,omitempty"`
-}
 
 // BusOptions configure a RedisBus.
 type BusOptions struct {
@@ -64,7 +34,7 @@ type BusOptions struct {
 	// Receive is called, one message at a time, on the bus's goroutine, for each message
 	// sent to this replica, broadcast, or published on a session channel it follows. It
 	// must not block.
-	Receive func(*BusMessage)
+	Receive func(*session.BusMessage)
 	// Gone is called once per replica whose lease ran out, on every replica (claimed true
 	// on the one that took its leftovers over: see ClaimOwned). It may block for a while:
 	// messages wait meanwhile.
@@ -74,24 +44,7 @@ type BusOptions struct {
 	// (EventLogOptions.Sealer), needs one of the same keys. Nil sends and reads messages in
 	// the clear, which whoever reads Redis sees (a client's token on its way to the replica
 	// that uses it): for tests only.
-	Sealer Sealer
-}
-
-// Sealer seals what crosses Redis between replicas (seal.Sealer): Seal encrypts and
-// authenticates plaintext bound to ad; Open gives it back when sealed was sealed with one of
-// its keys and the same ad, and fails otherwise. Safe for concurrent use.
-type Sealer interface {
-	Seal(plaintext, ad []byte) []byte
-	Open(sealed, ad []byte) ([]byte, error)
-}
-
-// sealFor returns the form of message data published on channel: sealed by s, bound to the
-// channel, so that a message cannot be moved to another; data itself when s is nil.
-func sealFor(s Sealer, channel string, data []byte) []byte {
-	if s == nil {
-		return data
-	}
-	return s.Seal(data, []byte(channel))
+	Sealer session.Sealer
 }
 
 // RedisBus carries messages between the replicas sharing a RedisStore over Redis pub/sub: to
@@ -100,7 +53,7 @@ func sealFor(s Sealer, channel string, data []byte) []byte {
 // survivors learn when one stopped, and the sets of what each replica owns. Publishing is one
 // round trip; nothing polls but the lease renewal.
 type RedisBus struct {
-	store *RedisStore
+	store *conn
 	opts  BusOptions
 	// ps is the one subscription connection, made by NewBus (it connects on first use) and
 	// closed when Run returns.
@@ -138,8 +91,52 @@ type follower struct {
 	count int
 }
 
-// NewBus returns the bus of this replica; Run serves it.
-func (s *RedisStore) NewBus(opts *BusOptions) *RedisBus {
+// Shared is what a bus shares with the session store on the same Redis.
+type Shared struct {
+	// Client is the Redis client; the bus does not close it.
+	Client redis.UniversalClient
+	// KeyPrefix begins the bus's channels and keys, as the session store's keys.
+	KeyPrefix string
+	// OpTimeout bounds each operation. If zero, 4 seconds, the store's default.
+	OpTimeout time.Duration
+	// Logger receives the bus's warnings. If nil, nothing is logged.
+	Logger *slog.Logger
+	// IDOf returns the id of the session of a digest when this replica knows it, else "":
+	// it fills in BusMessage.SessionID. Required.
+	IDOf func(digest string) string
+}
+
+// conn is the Shared Redis of a bus.
+type conn struct {
+	client    redis.UniversalClient
+	prefix    string
+	opTimeout time.Duration
+	logger    *slog.Logger
+	idOf      func(digest string) string
+}
+
+// bound derives the context of one operation: ctx, ending at the latest after OpTimeout.
+func (c *conn) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.opTimeout)
+}
+
+func (c *conn) sessionChannel(digest string) string { return session.SessionChannel(c.prefix, digest) }
+
+// defaultOpTimeout is Shared.OpTimeout given none.
+const defaultOpTimeout = 4 * time.Second
+
+// NewBus returns the bus of this replica on shared; Run serves it.
+func NewBus(shared Shared, opts *BusOptions) *RedisBus {
+	if shared.Client == nil || shared.IDOf == nil {
+		panic("replicabus: NewBus without a Client or IDOf")
+	}
+	s := &conn{client: shared.Client, prefix: shared.KeyPrefix, opTimeout: shared.OpTimeout, logger: shared.Logger, idOf: shared.IDOf}
+	if s.opTimeout <= 0 {
+		s.opTimeout = defaultOpTimeout
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
 	b := &RedisBus{store: s, followed: map[string]*follower{}, confirmed: map[string][]chan struct{}{}, gone: map[string]bool{}}
 	if opts != nil {
 		b.opts = *opts
@@ -148,7 +145,7 @@ func (s *RedisStore) NewBus(opts *BusOptions) *RedisBus {
 		b.opts.Lease = 10 * time.Second
 	}
 	if b.opts.Receive == nil {
-		b.opts.Receive = func(*BusMessage) {}
+		b.opts.Receive = func(*session.BusMessage) {}
 	}
 	if b.opts.Gone == nil {
 		b.opts.Gone = func(string, bool) {}
@@ -161,15 +158,12 @@ func (s *RedisStore) NewBus(opts *BusOptions) *RedisBus {
 func (b *RedisBus) Replica() string { return b.opts.Replica }
 
 func (b *RedisBus) replicaChannel(replica string) string {
-	return b.store.opts.KeyPrefix + ":replica:" + replica
+	return b.store.prefix + ":replica:" + replica
 }
-func (b *RedisBus) broadcastChannel() string { return b.store.opts.KeyPrefix + ":bus" }
-func (s *RedisStore) sessionChannel(digest string) string {
-	return s.opts.KeyPrefix + ":{" + digest + "}:live"
-}
-func (b *RedisBus) leasesKey() string { return b.store.opts.KeyPrefix + ":replicas" }
+func (b *RedisBus) broadcastChannel() string { return b.store.prefix + ":bus" }
+func (b *RedisBus) leasesKey() string        { return b.store.prefix + ":replicas" }
 func (b *RedisBus) ownedKey(replica string) string {
-	return b.store.opts.KeyPrefix + ":owned:" + replica
+	return b.store.prefix + ":owned:" + replica
 }
 
 // Run takes this replica's lease, receives messages and renews the lease until ctx ends;
@@ -228,12 +222,12 @@ func (b *RedisBus) receive(ctx context.Context) {
 					continue
 				}
 			}
-			var bm BusMessage
+			var bm session.BusMessage
 			if err := json.Unmarshal(payload, &bm); err != nil {
 				b.store.logger.Warn("bus: a message could not be read: dropped", "channel_kind", "bus", "error", err.Error())
 				continue
 			}
-			if bm.Kind == BusReplicaGone {
+			if bm.Kind == session.BusReplicaGone {
 				b.noteGone(bm.Replica, false)
 				continue
 			}
@@ -351,7 +345,7 @@ func (b *RedisBus) renew(ctx context.Context) {
 		b.store.logger.Info("bus: a replica's lease ran out: taking over what it owned", "replica", r)
 		// Noted first: this replica's own broadcast, when it comes back, is then no news.
 		b.noteGone(r, true)
-		_ = b.Broadcast(rctx, &BusMessage{Kind: BusReplicaGone, Replica: r})
+		_ = b.Broadcast(rctx, &session.BusMessage{Kind: session.BusReplicaGone, Replica: r})
 	}
 }
 
@@ -366,7 +360,7 @@ func (b *RedisBus) Alive(ctx context.Context, replica string) (bool, error) {
 	return n == 1, nil
 }
 
-func (b *RedisBus) publish(ctx context.Context, channel string, m *BusMessage) (int64, error) {
+func (b *RedisBus) publish(ctx context.Context, channel string, m *session.BusMessage) (int64, error) {
 	m.From = b.opts.Replica
 	data, err := json.Marshal(m)
 	if err != nil {
@@ -374,23 +368,15 @@ func (b *RedisBus) publish(ctx context.Context, channel string, m *BusMessage) (
 	}
 	ctx, cancel := b.store.bound(ctx)
 	defer cancel()
-	n, err := b.store.client.Publish(ctx, channel, sealFor(b.opts.Sealer, channel, data)).Result()
+	n, err := b.store.client.Publish(ctx, channel, session.SealFor(b.opts.Sealer, channel, data)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("bus: publish %s: %w", m.Kind, err)
 	}
 	return n, nil
 }
 
-// Post is a message for PublishAll: to Replica, or to the followers of session Digest, or,
-// when both are empty, to every replica.
-type Post struct {
-	Replica string
-	Digest  string
-	Msg     *BusMessage
-}
-
 // PublishAll sends messages in order, in one round trip.
-func (b *RedisBus) PublishAll(ctx context.Context, posts []Post) error {
+func (b *RedisBus) PublishAll(ctx context.Context, posts []session.Post) error {
 	ctx, cancel := b.store.bound(ctx)
 	defer cancel()
 	pipe := b.store.client.Pipeline()
@@ -408,7 +394,7 @@ func (b *RedisBus) PublishAll(ctx context.Context, posts []Post) error {
 		if err != nil {
 			return fmt.Errorf("bus: encode %s: %w", p.Msg.Kind, err)
 		}
-		pipe.Publish(ctx, channel, sealFor(b.opts.Sealer, channel, data))
+		pipe.Publish(ctx, channel, session.SealFor(b.opts.Sealer, channel, data))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("bus: publish %d messages: %w", len(posts), err)
@@ -417,19 +403,19 @@ func (b *RedisBus) PublishAll(ctx context.Context, posts []Post) error {
 }
 
 // Send sends m to replica; it reports whether that replica listens.
-func (b *RedisBus) Send(ctx context.Context, replica string, m *BusMessage) (bool, error) {
+func (b *RedisBus) Send(ctx context.Context, replica string, m *session.BusMessage) (bool, error) {
 	n, err := b.publish(ctx, b.replicaChannel(replica), m)
 	return n > 0, err
 }
 
 // Broadcast sends m to every replica, this one included.
-func (b *RedisBus) Broadcast(ctx context.Context, m *BusMessage) error {
+func (b *RedisBus) Broadcast(ctx context.Context, m *session.BusMessage) error {
 	_, err := b.publish(ctx, b.broadcastChannel(), m)
 	return err
 }
 
 // Publish sends m to the replicas following session digest; it reports whether one does.
-func (b *RedisBus) Publish(ctx context.Context, digest string, m *BusMessage) (bool, error) {
+func (b *RedisBus) Publish(ctx context.Context, digest string, m *session.BusMessage) (bool, error) {
 	m.Session = digest
 	n, err := b.publish(ctx, b.store.sessionChannel(digest), m)
 	return n > 0, err
@@ -439,7 +425,7 @@ func (b *RedisBus) Publish(ctx context.Context, digest string, m *BusMessage) (b
 // Redis has confirmed it, so that nothing published after Follow returns is missed. Each
 // Follow that succeeds is matched by an Unfollow.
 func (b *RedisBus) Follow(ctx context.Context, id string) error {
-	digest := sessionHash(id)
+	digest := session.Digest(id)
 	channel := b.store.sessionChannel(digest)
 	b.subMu.Lock()
 	b.mu.Lock()
@@ -471,7 +457,7 @@ func (b *RedisBus) Follow(ctx context.Context, id string) error {
 
 // Unfollow ends one Follow of session id.
 func (b *RedisBus) Unfollow(id string) {
-	digest := sessionHash(id)
+	digest := session.Digest(id)
 	channel := b.store.sessionChannel(digest)
 	b.subMu.Lock()
 	defer b.subMu.Unlock()
@@ -533,45 +519,14 @@ func (b *RedisBus) ClaimOwned(ctx context.Context, replica string) ([]string, er
 	return digests, nil
 }
 
-// GetByDigest reads the record of session digest, for a replica that takes over what
-// another owned and may never have seen the session's id: its ID is empty.
-func (s *RedisStore) GetByDigest(ctx context.Context, digest string) (*Record, error) {
-	rec, _, _, err := s.read(ctx, digest, "")
-	return rec, err
-}
-
-// eventsMessage is what the event log publishes with an append.
-func eventsMessage(digest, stream string, events []LoggedEvent, complete bool, requests json.RawMessage) ([]byte, error) {
-	return json.Marshal(&BusMessage{Kind: BusEvents, Session: digest, Stream: stream, Events: events, Complete: complete, Requests: requests})
-}
-
 // Sequence returns the next number of a sequence all replicas share (one INCR), which orders
 // what they do apart.
 func (b *RedisBus) Sequence(ctx context.Context) (uint64, error) {
 	ctx, cancel := b.store.bound(ctx)
 	defer cancel()
-	n, err := b.store.client.Incr(ctx, b.store.opts.KeyPrefix+":seq").Uint64()
+	n, err := b.store.client.Incr(ctx, b.store.prefix+":seq").Uint64()
 	if err != nil {
 		return 0, fmt.Errorf("bus: sequence: %w", err)
 	}
 	return n, nil
-}
-
-// Existing reports, for each digest, whether its session still exists: one round trip.
-func (s *RedisStore) Existing(ctx context.Context, digests []string) ([]bool, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(digests))
-	for i, d := range digests {
-		cmds[i] = pipe.Exists(ctx, s.keysOf(d).rec)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, opError(ctx, "exists", err)
-	}
-	out := make([]bool, len(digests))
-	for i, c := range cmds {
-		out[i] = c.Val() == 1
-	}
-	return out, nil
 }
