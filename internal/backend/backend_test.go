@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/config"
-	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 )
@@ -30,7 +30,7 @@ func parse(t *testing.T, yaml string) *config.Config {
 // and what one Set writes another on the same prefix reads. Close releases the client.
 func TestOpenBuildsTheSetTheConfigNames(t *testing.T) {
 	addr := testredis.Addr(t)
-	redisYAML := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\nupstreams: []\n", addr, testredis.Prefix(t, addr))
+	redisYAML := fmt.Sprintf("keys: [{id: test, secret: \"dGhlIGtleSBvZiB0aGUgZ2F0ZXdheSB0ZXN0cyAwMTIz\"}]\nsession_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\nupstreams: []\n", addr, testredis.Prefix(t, addr))
 	tests := []struct {
 		name   string
 		yaml   string

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/approval"
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/policy/limit"
 	"github.com/manifold-mcp/manifold/internal/replicabus"
