@@ -12,7 +12,7 @@ import (
 // writeAudit hands the audit trail one record for a completed request (never waiting: the
 // trail drops what it cannot queue, and says so), and at log level debug logs one line for it.
 // Nothing when the trail is off and the level above debug.
-func (g *Gateway) writeAudit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, outcome pipeline.Outcome) {
+func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, outcome pipeline.Outcome) {
 	debug := g.logger.Enabled(ctx, slog.LevelDebug)
 	if g.opts.Audit == nil && !debug {
 		return

@@ -13,7 +13,7 @@ import (
 // ServeValue serves a request value through the pipeline as a face without sessions or
 // streams would (the 2026-07-28 stateless one will): for tests.
 func (g *Gateway) ServeValue(ctx context.Context, req *pipeline.Request) (json.RawMessage, *protocol.Error) {
-	return g.serve(ctx, &request{Request: req})
+	return g.requests.serve(ctx, &request{Request: req})
 }
 
 // SetTestHooks sets what runs as a catalog rebuild begins and as a call begins to wait for

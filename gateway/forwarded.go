@@ -124,7 +124,7 @@ func (h replicaHost) Serve(ctx context.Context, sessionID, streamID, name string
 		res := &resolved{upstream: u, params: fc.Params, target: pipeline.Target{Kind: pipeline.Resource, Upstream: u.ns.Name, Exposed: fc.Exposed, Original: fc.Original}}
 		result, err = g.subs.subscribeHere(ctx, rq, res, fc.Method == protocol.MethodSubscribe)
 	default:
-		result, err = g.callHere(ctx, rq, u, fc.Method, fc.Params)
+		result, err = g.requests.callHere(ctx, rq, u, fc.Method, fc.Params)
 	}
 	var rpcErr *upstreamRPCError
 	var protoErr *protocol.Error

@@ -97,9 +97,8 @@ type Gateway struct {
 	backends *backend.Set
 	// closeStore releases the backends the gateway opened itself (nothing for those given).
 	closeStore func() error
-	// storeOutage logs the store's failures on requests' paths: while it is down, every
-	// request fails, and the log gets a few lines, not one per request.
-	storeOutage *loglimit.Outage
+	// store answers and fails: its failures on requests' paths are logged without a flood.
+	storeHealth storeFailures
 
 	// catalogState is the merged catalog of the upstreams and its rebuilds.
 	catalogState
@@ -128,11 +127,14 @@ type Gateway struct {
 	// hub holds what is live of the sessions here: their streams and event logs, requests in
 	// flight, requests sent to clients.
 	hub liveHub
-	// replicas carries what is live between replicas sharing a Redis store; nil otherwise.
+	// replicas carries what is live between replicas sharing state (a backend set with a
+	// bus); nil otherwise.
 	replicas crossReplica
 
-	// streamable is the HTTP face (Handler).
+	// streamable is the HTTP face (Handler); requests is the pipeline every request of any
+	// face passes.
 	streamable *streamableServer
+	requests   *requestPipeline
 
 	// upstreamMessages routes what upstreams send to the sessions it belongs to.
 	upstreamMessages
@@ -164,8 +166,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
 	g.streamable = &streamableServer{Gateway: g}
+	g.requests = &requestPipeline{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
-	g.storeOutage = loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)
+	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}
 	g.backends, g.closeStore = g.opts.Backends, func() error { return nil }
 	if g.backends == nil {
 		var err error
@@ -209,7 +212,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		return g.catalogOf(profile).Serves(ns)
 	}}
 	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
-	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.forward}
+	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.requests.forward}
 	sources := make([]catalog.Source, len(g.upstreams))
 	for i, ue := range g.upstreams {
 		sources[i] = ue

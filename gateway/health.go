@@ -59,9 +59,9 @@ func (g *streamableServer) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		err := ping(ctx)
 		cancel()
 		if err == nil {
-			g.storeOK(r.Context())
+			g.storeHealth.answered(r.Context())
 		} else {
-			g.storeWarn(r.Context(), "readiness: the session store does not answer", "store", g.cfg.SessionStore.Type, "error", err.Error())
+			g.storeHealth.warned(r.Context(), "readiness: the session store does not answer", "store", g.cfg.SessionStore.Type, "error", err.Error())
 			body.SessionStore.State = "unreachable"
 			body.Status, status = "session_store_unreachable", http.StatusServiceUnavailable
 		}

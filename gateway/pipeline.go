@@ -39,6 +39,13 @@ type request struct {
 	sent atomic.Bool
 }
 
+// requestPipeline is the path of every client request, whatever face brought it (design.md,
+// "Request pipeline and state"): resolve the target in the catalog the principal sees, pass
+// the chain's before steps, forward, pass its after steps, map failures to the wire, write
+// the audit record. It is the gateway seen from one request: it reads the gateway's state and
+// keeps none of its own.
+type requestPipeline struct{ *Gateway }
+
 // resolved is a request's target as the resolver found it, with what forwarding needs.
 type resolved struct {
 	target pipeline.Target
@@ -56,7 +63,7 @@ type resolved struct {
 
 // serve takes a request through the pipeline and returns the result or the JSON-RPC error
 // its client gets.
-func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
+func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
 	res, err := g.resolve(ctx, rq)
 	var t *pipeline.Target
 	if res != nil {
@@ -80,7 +87,7 @@ func (g *Gateway) serve(ctx context.Context, rq *request) (json.RawMessage, *pro
 }
 
 // finish maps how a request ended to the wire and writes its audit record.
-func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage, err error) (json.RawMessage, *protocol.Error) {
+func (g *requestPipeline) finish(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage, err error) (json.RawMessage, *protocol.Error) {
 	logger := g.logger
 	if err != nil {
 		// Only a failure is logged: a success does not pay for naming the session.
@@ -94,7 +101,7 @@ func (g *Gateway) finish(ctx context.Context, req *pipeline.Request, t *pipeline
 // resolve turns method and params into a target: the one place where names and URIs are
 // looked up. A name that is not in the catalog is refused here, before any check; a refused
 // resource still comes with its target, so that the refusal names the URI.
-func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
+func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, error) {
 	snap := g.viewOf(rq.Client)
 	params := rq.Params
 	// The gateway reads some members and forwards the bytes: a member given twice would be
@@ -211,7 +218,7 @@ func (g *Gateway) resolve(ctx context.Context, rq *request) (*resolved, error) {
 // when the client would see it there: its profile admits it and the policy does not hide it
 // from the client's principal. Otherwise nil: to that client the name is unknown, as a hidden
 // item is indistinguishable from a missing one.
-func (g *Gateway) formerEntry(rq *request, snap *catalog.Snapshot, kind pipeline.Kind, name string) *catalog.Entry {
+func (g *requestPipeline) formerEntry(rq *request, snap *catalog.Snapshot, kind pipeline.Kind, name string) *catalog.Entry {
 	k := upstream.Tools
 	if kind == pipeline.Prompt {
 		k = upstream.Prompts
@@ -250,7 +257,7 @@ const mergeWait = 10 * time.Second
 // that pinning has not checked yet (it would be withheld), annotations that policy rules read.
 // So a call is never decided on the former entry: it waits for the rebuild that follows
 // every return and is resolved against that.
-func (g *Gateway) awaitMerge(ctx context.Context, rq *request, kind pipeline.Kind, name string) (entry, former *catalog.Entry, why error) {
+func (g *requestPipeline) awaitMerge(ctx context.Context, rq *request, kind pipeline.Kind, name string) (entry, former *catalog.Entry, why error) {
 	var bound *time.Timer
 	for {
 		rebuilt := g.rebuiltSignal() // before the snapshot is read, so that no rebuild is missed
@@ -294,7 +301,7 @@ func unknownName(kind pipeline.Kind, what, name string) error {
 }
 
 // resolveCompletion finds the prompt or resource template a completion/complete refers to.
-func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessage) (*resolved, error) {
+func (g *requestPipeline) resolveCompletion(snap *catalog.Snapshot, params json.RawMessage) (*resolved, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(params, &m); err != nil {
 		return nil, invalidParams(err)
@@ -344,7 +351,7 @@ func (g *Gateway) resolveCompletion(snap *catalog.Snapshot, params json.RawMessa
 }
 
 // execute forwards a resolved request, or answers it when the gateway serves it itself.
-func (g *Gateway) execute(ctx context.Context, rq *request, res *resolved) (json.RawMessage, error) {
+func (g *requestPipeline) execute(ctx context.Context, rq *request, res *resolved) (json.RawMessage, error) {
 	switch rq.Method {
 	case protocol.MethodPing:
 		return json.RawMessage(`{}`), nil
@@ -438,7 +445,7 @@ func invalidParams(err error) *protocol.Error {
 	return protocol.Errorf(protocol.CodeInvalidParams, "invalid params: %v", err)
 }
 
-func (g *Gateway) setLogLevel(ctx context.Context, rq *request, params json.RawMessage) (json.RawMessage, error) {
+func (g *requestPipeline) setLogLevel(ctx context.Context, rq *request, params json.RawMessage) (json.RawMessage, error) {
 	var p struct {
 		Level string `json:"level"`
 	}
@@ -487,7 +494,7 @@ func withRawMember(params json.RawMessage, key string, raw json.RawMessage) (jso
 // forward sends a request to the upstream res names, on the request's behalf, and types its
 // failures for pipeline.Map: the upstream's JSON-RPC errors as such, an upstream that is down,
 // too slow or out of connections as a refusal.
-func (g *Gateway) forward(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error) {
+func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error) {
 	result, err := g.call(ctx, rq, res.upstream, method, params)
 	if err == nil {
 		return result, nil
@@ -571,7 +578,7 @@ func unavailable(rq *request, upstreamName, item string, err error) error {
 // session to the connection (so that what the upstream sends about it can be routed), and its
 // progress token is replaced by one of the gateway's own. A JSON-RPC error the upstream
 // answered comes back as an *upstreamRPCError.
-func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+func (g *requestPipeline) call(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
 	rq.sent.Store(true)
 	if u.pool != nil && g.replicas != nil {
 		// The session's own connection lives on one replica: the call runs there.
@@ -585,7 +592,7 @@ func (g *Gateway) call(ctx context.Context, rq *request, u *upstreamEntry, metho
 }
 
 // callHere is call on a connection of this replica.
-func (g *Gateway) callHere(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
+func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
 	c := u.shared
 	if u.pool != nil {
 		if rq.Client.SessionID == "" {

@@ -289,7 +289,7 @@ func (gt *gate) changedFor(sessionID string, prev, next *catalog.Snapshot, memo 
 
 // auditHidden records, for the audit trail only, the decision that hid a tool or prompt the
 // client named: to the client it is unknown, as a missing one.
-func (g *Gateway) auditHidden(rq *request, kind pipeline.Kind, name string) {
+func (g *requestPipeline) auditHidden(rq *request, kind pipeline.Kind, name string) {
 	if g.gate == nil {
 		return
 	}

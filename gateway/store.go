@@ -4,22 +4,27 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/manifold-mcp/manifold/internal/loglimit"
 )
 
 // storeOutageInterval is how often a failure of the session store of one kind is logged
 // while the store is down, with the count of those held back since.
 const storeOutageInterval = time.Minute
 
-// storeError logs a failure of the session store on a request's path, or counts it while
-// the store is down (loglimit.Outage): the client was told that the store is unavailable,
-// with no request id to look up. storeWarn is the same at warning level.
-func (g *Gateway) storeError(ctx context.Context, msg string, args ...any) {
-	g.storeOutage.Failed(ctx, slog.LevelError, msg, args...)
+// storeFailures logs the session store's failures on requests' paths: while it is down,
+// every request fails, and the log gets a few lines, not one per request (loglimit.Outage).
+// The client was told that the store is unavailable, with no request id to look up.
+type storeFailures struct{ outage *loglimit.Outage }
+
+// failed logs (or counts) a failure at error level; warned, at warning level.
+func (f storeFailures) failed(ctx context.Context, msg string, args ...any) {
+	f.outage.Failed(ctx, slog.LevelError, msg, args...)
 }
 
-func (g *Gateway) storeWarn(ctx context.Context, msg string, args ...any) {
-	g.storeOutage.Failed(ctx, slog.LevelWarn, msg, args...)
+func (f storeFailures) warned(ctx context.Context, msg string, args ...any) {
+	f.outage.Failed(ctx, slog.LevelWarn, msg, args...)
 }
 
-// storeOK notes that the session store answered: an outage ends, logged once.
-func (g *Gateway) storeOK(ctx context.Context) { g.storeOutage.OK(ctx) }
+// answered notes that the session store answered: an outage ends, logged once.
+func (f storeFailures) answered(ctx context.Context) { f.outage.OK(ctx) }

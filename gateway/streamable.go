@@ -260,7 +260,7 @@ func (g *streamableServer) switchAfter(rec *session.Record) time.Duration {
 // touch marks a session used, which puts off its idle expiry.
 func (g *streamableServer) touch(ctx context.Context, id string) {
 	if err := g.store.Touch(ctx, id); err != nil {
-		g.storeWarn(ctx, "marking a session used failed", "session", fingerprint(id), "error", err.Error())
+		g.storeHealth.warned(ctx, "marking a session used failed", "session", fingerprint(id), "error", err.Error())
 	}
 }
 
@@ -360,12 +360,12 @@ func (g *streamableServer) sessionFor(w http.ResponseWriter, r *http.Request, id
 				"session not found: it ended or never existed; send initialize to start a new one"))
 			return nil, false
 		}
-		g.storeError(r.Context(), "session store failed", "error", err.Error())
+		g.storeHealth.failed(r.Context(), "session store failed", "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, id, protocol.Errorf(protocol.CodeRequestRejected,
 			"the session store is unavailable; retry shortly"))
 		return nil, false
 	}
-	g.storeOK(r.Context())
+	g.storeHealth.answered(r.Context())
 	who := principalOf(r.Context())
 	if !rec.Principal.Same(who) {
 		g.logger.Warn("a request named another principal's session: answered as an unknown session",
@@ -439,7 +439,7 @@ func (g *streamableServer) initialize(w http.ResponseWriter, r *http.Request, re
 	// whether it was refused.
 	received := g.opts.Now()
 	audited := func(sessionID string, outcome pipeline.Outcome) {
-		g.writeAudit(context.Background(), &pipeline.Request{ID: req.ID, Method: req.Method, LogID: requestID, Received: received,
+		g.requests.writeAudit(context.Background(), &pipeline.Request{ID: req.ID, Method: req.Method, LogID: requestID, Received: received,
 			Client: pipeline.ClientContext{SessionID: sessionID, ProtocolVersion: version, Capabilities: p.Capabilities, Principal: principalOf(r.Context())}}, nil, outcome)
 	}
 	rec, err := g.store.Create(r.Context(), session.Record{
@@ -472,7 +472,7 @@ func (g *streamableServer) initialize(w http.ResponseWriter, r *http.Request, re
 		return
 	}
 	if err != nil {
-		g.storeError(r.Context(), "creating a session failed", "error", err.Error())
+		g.storeHealth.failed(r.Context(), "creating a session failed", "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, &req.ID, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
 		return
 	}
@@ -545,7 +545,7 @@ func (g *streamableServer) startRequest(out *hub.Stream, rec *session.Record, ls
 func (g *streamableServer) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) (*admittedRequest, error) {
 	refuse := func(e *protocol.Error) {
 		// Through the mapper, for the audit record; the error passes as it is.
-		_, wireErr := g.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
+		_, wireErr := g.requests.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
 		_ = respond(out, &protocol.Response{ID: req.ID, Error: wireErr})
 	}
 	// The session's own checks first, so that a request it refuses takes no place in the
@@ -648,7 +648,7 @@ func (g *streamableServer) tooManyCalls(out *hub.Stream, rec *session.Record, re
 		msg = fmt.Sprintf("The gateway refused this call: %s already has its maximum of %d requests in flight. Wait for some to finish, then try again.", scope, limit)
 	}
 	preq := g.requestValue(rec, req, requestID)
-	result, wireErr := g.finish(context.Background(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
+	result, wireErr := g.requests.finish(context.Background(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
 	_ = respond(out, &protocol.Response{ID: req.ID, Result: result, Error: wireErr})
 }
 
@@ -690,7 +690,7 @@ func (g *streamableServer) releaseCall() { g.callsInFlight.Add(-1) }
 func (g *streamableServer) serveRequest(ctx context.Context, out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string) *protocol.Response {
 	rq := &request{Request: g.requestValue(rec, req, requestID), connections: rec.Connections}
 	rq.owner = &callOwner{sessionID: rec.ID, streamID: out.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: ctx, clientID: req.ID, logLevel: rec.LogLevel}
-	result, wireErr := g.serve(ctx, rq)
+	result, wireErr := g.requests.serve(ctx, rq)
 	switch {
 	case ls.Context().Err() != nil:
 		// The session ended while the call ran; nobody is waiting for the answer.
@@ -751,7 +751,7 @@ func (g *streamableServer) serveGET(w http.ResponseWriter, r *http.Request) {
 		// This replica holds a stream of the session from now on: messages raised for it
 		// elsewhere come here, and so do the events of a stream another replica produces.
 		if err := g.replicas.Follow(r.Context(), rec.ID); err != nil {
-			g.storeWarn(r.Context(), "following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
+			g.storeHealth.warned(r.Context(), "following a session's messages from other replicas failed", "session", fingerprint(rec.ID), "error", err.Error())
 			writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 				"the session store is unavailable; retry shortly"))
 			return
@@ -783,7 +783,7 @@ func (g *streamableServer) serveGET(w http.ResponseWriter, r *http.Request) {
 			"the events after Last-Event-ID %q are no longer held: open the stream without it", lastEventID))
 		return
 	case errors.Is(err, hub.ErrLogUnavailable):
-		g.storeWarn(r.Context(), "resuming a stream from the event log failed", "session", fingerprint(rec.ID), "error", err.Error())
+		g.storeHealth.warned(r.Context(), "resuming a stream from the event log failed", "session", fingerprint(rec.ID), "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected,
 			"the session store is unavailable; retry shortly"))
 		return
@@ -825,7 +825,7 @@ func (g *streamableServer) serveDELETE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := g.store.Delete(r.Context(), rec.ID); err != nil {
-		g.storeError(r.Context(), "deleting a session failed", "session", fingerprint(rec.ID), "error", err.Error())
+		g.storeHealth.failed(r.Context(), "deleting a session failed", "session", fingerprint(rec.ID), "error", err.Error())
 		writeHTTPError(w, http.StatusServiceUnavailable, nil, protocol.Errorf(protocol.CodeRequestRejected, "the session store is unavailable; retry shortly"))
 		return
 	}

@@ -209,7 +209,7 @@ func (h *heldCalls) takeOver(c approval.HeldCall) {
 		req.Client.Principal = caller
 	}
 	owner := &callOwner{sessionID: rec.ID, streamID: st.ID(), caps: rec.ClientCapabilities, version: rec.ProtocolVersion, ctx: reqCtx, clientID: clientID, logLevel: rec.LogLevel}
-	result, wireErr := g.serve(context.WithValue(reqCtx, takenOverKey{}, moved), &request{Request: req, owner: owner})
+	result, wireErr := g.requests.serve(context.WithValue(reqCtx, takenOverKey{}, moved), &request{Request: req, owner: owner})
 	cancelled := errors.Is(context.Cause(reqCtx), hub.ErrClientCancelled)
 	end()
 	if cancelled {
@@ -461,7 +461,7 @@ func (h *heldCalls) notRun(ctx context.Context, rec *session.Record, c approval.
 		Message: fmt.Sprintf("%s was held for an operator's approval on a gateway replica that stopped, and no replica could go on with it: it did not run; call it again", c.Tool)}
 	req := h.g.streamable.requestValue(rec, &protocol.Request{ID: id, Method: c.Method, Params: c.Params}, h.g.streamable.nextRequestID())
 	t := &pipeline.Target{Kind: pipeline.Tool, Upstream: c.Upstream, Exposed: c.Tool, Original: c.Original}
-	result, wireErr := h.g.finish(ctx, req, t, nil, refusal)
+	result, wireErr := h.g.requests.finish(ctx, req, t, nil, refusal)
 	return &protocol.Response{ID: id, Result: result, Error: wireErr}
 }
 
