@@ -2,8 +2,9 @@
 //
 //   - the Streamable HTTP endpoint (streamable.go) and its SSE writer (sse.go), which turn each
 //     client request into a pipeline.Request value;
-//   - the request pipeline (pipeline.go): resolve the target in the merged catalog of package
-//     catalog, run the policy chain (Options.Checks), forward, map failures with
+//   - the request pipeline (pipeline.go, a requestPipeline): resolve the target in the
+//     merged catalog of package catalog, pass the chain's before steps (its links, in order,
+//     in chain.go), forward, pass its after steps on the result, map failures with
 //     pipeline.Map, write one audit record;
 //   - the routing of what upstreams send to the session it belongs to (routing.go), and what
 //     the protocol scopes to a session over shared connections: log levels (logs.go),
@@ -12,8 +13,8 @@
 //     isolation.go), and what they send (upstreammessages.go);
 //   - the merged catalog and its rebuilds (catalogs.go).
 //
-// What changes apart from the face lives beside it: the layer between replicas sharing a Redis
-// store in internal/replica (the gateway gives it a Host: replicahost.go, forwarded.go), held
+// What changes apart from the face lives beside it: the state backends in internal/backend,
+// given in Options.Backends; the layer between replicas sharing them in internal/replica (the gateway gives it a Host: replicahost.go, forwarded.go), held
 // calls and remembered approvals in internal/approval, the admin API's backend in
 // internal/admin/backend (adminhandler.go feeds it).
 //
@@ -69,8 +70,10 @@ type Options struct {
 	// requests (streams listened to, requests in flight) are marked so. If zero, a quarter of
 	// the idle timeout or of session_evict_idle, at most a minute.
 	ExpiryInterval time.Duration
-	// Checks are the policy chain every request passes after it is resolved and before it is
-	// forwarded, in order (design decision 7). Empty: everything is allowed.
+	// Checks are links of the policy chain every request passes after it is resolved and
+	// before it is forwarded, in order, after the policy's and plugins' links and before
+	// approval (chain.go). A Check that also implements pipeline.Inspector sees each result
+	// on the way back too. Empty: everything is allowed.
 	Checks []pipeline.Check
 	// Audit receives one record per completed request. If nil, no audit trail.
 	Audit *audit.Log
