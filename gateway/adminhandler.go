@@ -89,9 +89,7 @@ func (g *Gateway) adminBackend() *backend.Backend {
 	for i, u := range g.upstreams {
 		src.Upstreams = append(src.Upstreams, backend.Upstream{Name: u.ns.Name, Transport: enabled[i].Transport, Isolation: enabled[i].Isolation, Conn: u})
 	}
-	if l, ok := g.store.(backend.SessionLister); ok {
-		src.Sessions = l
-	}
+	src.Sessions = g.store
 	if g.held != nil {
 		src.Held = g.held.Holder
 	}

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,45 @@ func TestReplicationSurvivesWrappedBackends(t *testing.T) {
 	}
 	for _, s := range scenarios {
 		t.Run(s.name, s.run)
+	}
+}
+
+// TestNewRefusesIncompleteBackends: a backend set without what the gateway needs is refused
+// when the gateway is built, naming what is missing, not met later as a nil store; a set
+// with a bus to other replicas needs what replicas need (digests, connections, keys).
+func TestNewRefusesIncompleteBackends(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte("upstreams: []\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memory := func() *backend.Set { return backend.NewMemory(session.NewMemoryStore(nil)) }
+	bus := func(*replicabus.BusOptions) *replicabus.RedisBus { return nil }
+	tests := []struct {
+		name string
+		set  func() *backend.Set
+		want string // "" when New succeeds
+	}{
+		{"in memory", memory, ""},
+		{"no sessions", func() *backend.Set { s := memory(); s.Sessions = nil; return s }, "no sessions or held-calls store"},
+		{"no held calls", func() *backend.Set { s := memory(); s.Holds = nil; return s }, "no sessions or held-calls store"},
+		{"a bus alone", func() *backend.Set { s := memory(); s.Bus = bus; return s }, "digest reader, connection recorder or keys"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gw, err := gateway.New(cfg, &gateway.Options{Backends: tt.set()})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				_ = gw.Close()
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				if gw != nil {
+					_ = gw.Close()
+				}
+				t.Fatalf("New = %v; want an error naming %q", err, tt.want)
+			}
+		})
 	}
 }

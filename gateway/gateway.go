@@ -184,6 +184,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		_ = g.closeStore()
 		return nil, errors.New("gateway: Options.Backends has no sessions or held-calls store: build them with backend.Open or backend.NewMemory")
 	}
+	if b := g.backends; b.Bus != nil && (b.Digests == nil || b.Connections == nil || b.Keys == nil) {
+		_ = g.closeStore()
+		return nil, errors.New("gateway: Options.Backends has a bus to other replicas but no digest reader, connection recorder or keys, which replicas need: build the set with backend.Open or backend.NewRedis")
+	}
 	g.store, g.events = g.backends.Sessions, g.backends.Events
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	var err error

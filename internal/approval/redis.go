@@ -48,31 +48,44 @@ type callWire struct {
 	SealedSession []byte `json:"ssid,omitempty"`
 }
 
-// encode returns the stored form of c.
-func (s *RedisHeldCalls) encode(c HeldCall) ([]byte, error) {
+// encode returns the stored form of c. unopened is what decode could not open of the
+// session's id, for a call whose id it left out: written back as it was, so that a replica
+// with the key it was sealed with can still take the call over.
+func (s *RedisHeldCalls) encode(c HeldCall, unopened []byte) ([]byte, error) {
 	w := callWire{HeldCall: c}
-	if c.SessionID != "" {
+	switch {
+	case c.SessionID != "":
 		w.SealedSession = s.sealer.Seal([]byte(c.SessionID), []byte(c.ID))
 		w.SessionID = ""
+	case len(unopened) > 0:
+		w.SealedSession = unopened
 	}
 	return json.Marshal(w)
 }
 
-// decode reads a stored call. A session id that does not open (sealed with a key no longer
-// in the list) is left out: the call cannot be taken over, as if its session had ended.
+// decode reads a stored call. A session id that does not open (sealed with a key not in this
+// replica's list) is left out: the call cannot be taken over here, as if its session had
+// ended; an update writes it back as it was (decodeKeeping), for the replicas that have it.
 func (s *RedisHeldCalls) decode(val string) (HeldCall, error) {
+	c, _, err := s.decodeKeeping(val)
+	return c, err
+}
+
+// decodeKeeping is decode that also returns the sealed session id it could not open, if so.
+func (s *RedisHeldCalls) decodeKeeping(val string) (c HeldCall, unopened []byte, err error) {
 	var w callWire
 	if err := json.Unmarshal([]byte(val), &w); err != nil {
-		return HeldCall{}, err
+		return HeldCall{}, nil, err
 	}
 	if len(w.SealedSession) > 0 {
 		id, err := s.sealer.Open(w.SealedSession, []byte(w.ID))
 		w.SessionID = ""
-		if err == nil {
-			w.SessionID = string(id)
+		if err != nil {
+			return w.HeldCall, w.SealedSession, nil
 		}
+		w.SessionID = string(id)
 	}
-	return w.HeldCall, nil
+	return w.HeldCall, nil, nil
 }
 
 var _ HeldCalls = (*RedisHeldCalls)(nil)
@@ -143,7 +156,7 @@ func (s *RedisHeldCalls) Hold(ctx context.Context, c HeldCall) error {
 	if err := checkHold(&c); err != nil {
 		return fmt.Errorf("held calls: hold: %w", err)
 	}
-	val, err := s.encode(c)
+	val, err := s.encode(c, nil)
 	if err != nil {
 		return fmt.Errorf("held calls: hold: encode: %w", err)
 	}
@@ -210,7 +223,7 @@ func (s *RedisHeldCalls) update(ctx context.Context, op, id string, change func(
 		return HeldCall{}, fmt.Errorf("held calls: %s: %w", op, err)
 	}
 	for range maxDecideTries {
-		c, err := s.decode(val)
+		c, unopened, err := s.decodeKeeping(val)
 		if err != nil {
 			return HeldCall{}, fmt.Errorf("held calls: %s: decode: %w", op, err)
 		}
@@ -218,7 +231,7 @@ func (s *RedisHeldCalls) update(ctx context.Context, op, id string, change func(
 		if err := change(&next); err != nil {
 			return c, err
 		}
-		nextVal, err := s.encode(next)
+		nextVal, err := s.encode(next, unopened)
 		if err != nil {
 			return HeldCall{}, fmt.Errorf("held calls: %s: encode: %w", op, err)
 		}

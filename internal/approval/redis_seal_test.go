@@ -90,3 +90,28 @@ func TestRedisStoreSealsTheSessionID(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisStoreKeepsWhatItCannotOpen: a replica without the key a call's session id was
+// sealed with (a rotation done out of order) may still move or decide the call; it writes
+// the sealed id back as it was, so that a replica with the key can take the call over.
+func TestRedisStoreKeepsWhatItCannotOpen(t *testing.T) {
+	ctx := t.Context()
+	client, prefix := openRedis(t)
+	withKey := NewRedisHeldCalls(client, prefix, testSealer)
+	withoutKey := NewRedisHeldCalls(client, prefix, sealtest.Sealer(seal.PurposeHold, "k9", 9))
+	base := now()
+	c := call(base, base.Add(10*time.Minute))
+	c.SessionID, c.StreamID, c.Replica = "a-live-session-id-0123456789", "st-1", "r1"
+	mustHold(t, withKey, c)
+	if _, err := withoutKey.Move(ctx, c.ID, "r2"); err != nil {
+		t.Fatalf("Move without the key: %v", err)
+	}
+	if _, err := withoutKey.Decide(ctx, c.ID, Approve, "ops", base); err != nil {
+		t.Fatalf("Decide without the key: %v", err)
+	}
+	got := mustGet(t, withKey, c.ID)
+	if got.SessionID != c.SessionID || got.Replica != "r2" || got.Decision != Approve {
+		t.Errorf("read with the key after a replica without it moved and decided the call: session %q replica %q decision %q; want %q r2 %s",
+			got.SessionID, got.Replica, got.Decision, c.SessionID, Approve)
+	}
+}

@@ -114,8 +114,12 @@ func NewRedis(opts *session.RedisOptions, events *session.EventLogOptions, keys 
 		Ended:    session.NewRedisEndedWatch(rs),
 		Events:   redisEvents{log},
 		Bus: func(o *replicabus.BusOptions) *replicabus.RedisBus {
-			o.Sealer = bus
-			return replicabus.NewBus(replicabus.Shared{Client: client, KeyPrefix: prefix, OpTimeout: opts.OpTimeout(), Logger: opts.Logger, IDOf: rs.IDOf}, o)
+			var sealed replicabus.BusOptions
+			if o != nil {
+				sealed = *o
+			}
+			sealed.Sealer = bus
+			return replicabus.NewBus(replicabus.Shared{Client: client, KeyPrefix: prefix, OpTimeout: opts.OpTimeout(), Logger: opts.Logger, IDOf: rs.IDOf}, &sealed)
 		},
 		Digests:     rs,
 		Connections: rs,

@@ -147,6 +147,9 @@ func (g *goneReplicas) has(replica string) bool {
 // connection to upstream.
 func (r *Replicas) RecordConnection(ctx context.Context, sessionID, upstreamName string, open bool) {
 	rec := r.opts.Connections
+	if rec == nil {
+		return
+	}
 	var err error
 	if open {
 		err = rec.SetConnection(ctx, sessionID, upstreamName, r.bus.Replica())

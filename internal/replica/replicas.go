@@ -8,7 +8,7 @@
 // it needs of the gateway as a Host; a single gateway has none.
 //
 //	r := replica.New(host, &replica.Options{Store: store, Lease: lease, Logger: logger, Context: ctx, Go: goWorker})
-//	r.Attach(rs.NewBus(&session.BusOptions{Replica: name, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+//	r.Attach(set.Bus(&replicabus.BusOptions{Replica: name, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
 //	go r.Run(ctx)                      // serves the bus and sends the outbox until ctx ends
 //	r.DeliverElsewhere(digest, "", data) // a message for a stream held elsewhere
 package replica
@@ -516,15 +516,15 @@ func (r *Replicas) TakeOverStandalone(replica string) {
 // session's own upstream connection (isolation) are not taken over: that connection went with
 // the replica.
 func (r *Replicas) takeOver(replica string) {
+	reader := r.opts.Digests
+	if reader == nil {
+		return // nothing could be taken over: leave what it owned to a replica that can
+	}
 	claimCtx, cancel := context.WithTimeout(r.opts.Context, callTimeout)
 	defer cancel()
 	digests, err := r.bus.ClaimOwned(claimCtx, replica)
 	if err != nil {
 		r.logger.Warn("taking over the subscriptions of a stopped replica failed", "replica", replica, "error", err.Error())
-		return
-	}
-	reader := r.opts.Digests
-	if reader == nil {
 		return
 	}
 	taken := 0
