@@ -172,25 +172,12 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.requests = &requestPipeline{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}
-	g.backends, g.closeStore = g.opts.Backends, func() error { return nil }
-	if g.backends == nil {
-		var err error
-		if g.backends, err = backend.Open(cfg, g.opts.Now, g.logger); err != nil {
-			return nil, err
-		}
-		g.closeStore = g.backends.Close
-	}
-	if g.backends.Sessions == nil || g.backends.Holds == nil {
-		_ = g.closeStore()
-		return nil, errors.New("gateway: Options.Backends has no sessions or held-calls store: build them with backend.Open or backend.NewMemory")
-	}
-	if b := g.backends; b.Bus != nil && (b.Digests == nil || b.Connections == nil || b.Keys == nil) {
-		_ = g.closeStore()
-		return nil, errors.New("gateway: Options.Backends has a bus to other replicas but no digest reader, connection recorder or keys, which replicas need: build the set with backend.Open or backend.NewRedis")
+	var err error
+	if g.backends, g.closeStore, err = backendsOf(cfg, &g.opts, g.logger); err != nil {
+		return nil, err
 	}
 	g.store, g.events = g.backends.Sessions, g.backends.Events
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	var err error
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
 		g.abandon()
 		return nil, err
@@ -243,6 +230,30 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.snapshot.Store(g.builder.Build())
 	return g, nil
+}
+
+// backendsOf returns the backends the gateway keeps its state in: those given in opts, or
+// those cfg names, opened here (close releases them, and nothing for those given). A set
+// without what the gateway needs is refused now, not met later as a nil store.
+func backendsOf(cfg *config.Config, opts *Options, logger *slog.Logger) (set *backend.Set, close func() error, err error) {
+	set, close = opts.Backends, func() error { return nil }
+	if set == nil {
+		if set, err = backend.Open(cfg, opts.Now, logger); err != nil {
+			return nil, nil, err
+		}
+		close = set.Close
+	}
+	switch {
+	case set.Sessions == nil || set.Holds == nil:
+		err = errors.New("gateway: Options.Backends has no sessions or held-calls store: build them with backend.Open or backend.NewMemory")
+	case set.Bus != nil && (set.Digests == nil || set.Connections == nil || set.Keys == nil):
+		err = errors.New("gateway: Options.Backends has a bus to other replicas but no digest reader, connection recorder or keys, which replicas need: build the set with backend.Open or backend.NewRedis")
+	}
+	if err != nil {
+		_ = close()
+		return nil, nil, err
+	}
+	return set, close, nil
 }
 
 // withDefaults returns opts (none: nil) with the defaults of what is not set.
