@@ -8,8 +8,8 @@
 # Both serve config.container.yaml (listen 0.0.0.0:8080, the demo upstream) unless a config
 # is mounted at /etc/manifold/config.yaml; both run as a non-root user. The HEALTHCHECK
 # probes the port the config listens on. Most stdio MCP servers are started with npx or uvx:
-# they need the "runtimes" target. The gateway has no authentication yet: protect it with a
-# network policy or an authenticating proxy.
+# they need the "runtimes" target. config.container.yaml has no `auth`: before the gateway is
+# reachable beyond a trusted network, mount a config with `auth` (OIDC or API keys).
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src

@@ -15,7 +15,8 @@
 //
 //	{"block": ["(?i)drop\\s+table", "BEGIN [A-Z ]*PRIVATE KEY"], "defaults": {"limit": 10}}
 //
-// Build it with `go build ./examples/plugins/guard` and give the gateway its sha256sum.
+// Build it with `go build -o .cache/guard ./examples/plugins/guard` and give the gateway its
+// sha256sum (`sha256sum .cache/guard`), as the example config shows.
 package main
 
 import (
