@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -79,6 +80,9 @@ func yamlBlocks(name string, data []byte) ([]docBlock, error) {
 			}
 		}
 		prev = text
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("%s:%d: yaml block has no closing fence", name, cur.fence)
 	}
 	return blocks, sc.Err()
 }
@@ -268,6 +272,11 @@ func TestDocsYAMLExampleRules(t *testing.T) {
 			skipped:  true,
 		},
 		{
+			name:     "unclosed block",
+			markdown: "text\n\n```yaml\nupstreams: []\n",
+			wantErr:  "no closing fence",
+		},
+		{
 			name:     "unknown marker",
 			markdown: "text\n<!-- example: fragmnet of upstreams -->\n```yaml\n- name: a\n```\n",
 			wantErr:  "unknown example marker",
@@ -276,6 +285,9 @@ func TestDocsYAMLExampleRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			blocks, err := yamlBlocks("README.md", []byte(tt.markdown))
+			if err != nil && tt.wantErr != "" && strings.Contains(err.Error(), tt.wantErr) {
+				return
+			}
 			if err != nil || len(blocks) != 1 {
 				t.Fatalf("yamlBlocks = %d blocks, %v; want 1", len(blocks), err)
 			}
