@@ -13,7 +13,7 @@ import (
 // every mapping of settings it meets, so that a key added to a table is listed without
 // being written down twice.
 
-//go:generate go test -run TestConfigurationReference -count=1 . -args -write-reference
+//go:generate go test -run TestConfigurationReference -count=1 . -args -write-docs
 
 // A Section is one mapping of settings: its path, as in "upstreams[].tools" (a list item
 // is "[]", an entry keyed by a name is "<name>"), and its keys in the decoder's order.

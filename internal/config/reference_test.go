@@ -2,7 +2,6 @@ package config
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -14,32 +13,20 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-var writeReference = flag.Bool("write-reference", false, "rewrite the generated reference pages instead of comparing them")
+	"github.com/manifold-mcp/manifold/internal/docpage"
+)
 
 const referencePage = "../../docs/configuration.md"
 
 // TestConfigurationReference fails when docs/configuration.md is not what the decoder's
-// keys, the field comments and the defaults make of it now; with -update it rewrites it.
+// keys, the field comments and the defaults make of it now.
 func TestConfigurationReference(t *testing.T) {
 	got, missing := renderReference(t)
 	if len(missing) > 0 {
 		t.Fatalf("keys without text: %s: add a field comment saying (key `name`)", strings.Join(missing, ", "))
 	}
-	if *writeReference {
-		if err := os.WriteFile(referencePage, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(referencePage)
-	if err != nil {
-		t.Fatalf("reading %s: %v: run `go generate ./internal/config/`", referencePage, err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is out of date: run `go generate ./internal/config/`", referencePage)
-	}
+	docpage.Check(t, referencePage, got, "go generate ./internal/config/")
 }
 
 // TestEveryKeyHasText fails when a key the decoder accepts has no field comment naming it.
