@@ -9,7 +9,6 @@ import (
 	"os"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -46,14 +45,17 @@ func TestEveryKeyHasText(t *testing.T) {
 type reference struct {
 	sections []Section
 	docs     map[string]map[string]fieldDoc
-	types    map[string]string // by section path
+	types    map[string]string // by section path; "" when no struct type has its keys
 }
 
 func newReference(t *testing.T) *reference {
 	t.Helper()
-	ref := &reference{sections: Sections(), docs: fieldDocs(t), types: make(map[string]string)}
-	for _, s := range ref.sections {
-		ref.types[s.Path] = sectionType(ref.docs, s)
+	ref := &reference{sections: Sections(), docs: fieldDocs(t), types: map[string]string{"": "Config"}}
+	// A section decodes into the type of the field of the key it is under; Sections lists
+	// a section after the one holding it.
+	for _, s := range ref.sections[1:] {
+		parentPath, key := splitSection(s.Path)
+		ref.types[s.Path] = ref.docs[ref.types[parentPath]][key].typ
 	}
 	return ref
 }
@@ -90,8 +92,9 @@ func splitSection(path string) (string, string) {
 	return path[:i], path[i+1:]
 }
 
-// fieldDoc is a struct field that a comment ties to a key.
-type fieldDoc struct{ field, text string }
+// fieldDoc is a struct field that a comment ties to a key: its name, its comment and the
+// struct type it holds, if any (through a pointer, a list or a mapping).
+type fieldDoc struct{ field, text, typ string }
 
 // keyMention matches "key `a`", "key `a: false`" and "keys `a`, `b` and `c`" in a field
 // comment.
@@ -143,7 +146,7 @@ func fieldDocs(t *testing.T) map[string]map[string]fieldDoc {
 						if len(keys) == len(names) {
 							name = names[i].Name
 						}
-						docs[ts.Name.Name][k[1]] = fieldDoc{field: name, text: text}
+						docs[ts.Name.Name][k[1]] = fieldDoc{field: name, text: text, typ: elemType(fl.Type)}
 					}
 				}
 			}
@@ -153,29 +156,23 @@ func fieldDocs(t *testing.T) map[string]map[string]fieldDoc {
 	return docs
 }
 
-// sectionType returns the struct type whose comments name the most keys of s.
-func sectionType(docs map[string]map[string]fieldDoc, s Section) string {
-	if s.Path == "" {
-		return "Config"
-	}
-	names := make([]string, 0, len(docs))
-	for n := range docs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	best, most := "", 0
-	for _, n := range names {
-		c := 0
-		for _, k := range s.Keys {
-			if _, ok := docs[n][k]; ok {
-				c++
-			}
-		}
-		if c > most {
-			best, most = n, c
+// elemType returns the name of the type x holds, through pointers, lists and mappings, or
+// "" for a type of another package.
+func elemType(x ast.Expr) string {
+	for {
+		switch e := x.(type) {
+		case *ast.StarExpr:
+			x = e.X
+		case *ast.ArrayType:
+			x = e.Elt
+		case *ast.MapType:
+			x = e.Value
+		case *ast.Ident:
+			return e.Name
+		default:
+			return ""
 		}
 	}
-	return best
 }
 
 // referenceSample is the config whose values show the defaults. Its upstream's name and
