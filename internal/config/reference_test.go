@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,4 +274,30 @@ func formatDefault(v reflect.Value) string {
 		}
 	}
 	return ""
+}
+
+// TestSections checks that the probe reaches mappings of every shape: the top level, a
+// section, a list item, an entry keyed by a name, and those nested in them.
+func TestSections(t *testing.T) {
+	keys := make(map[string][]string)
+	for _, s := range Sections() {
+		keys[s.Path] = s.Keys
+	}
+	tests := []struct{ path, key string }{
+		{"", "listen"},
+		{"", "overrides"},
+		{"session_store.sentinel", "master"},
+		{"upstreams[]", "resource_templates"},
+		{"upstreams[].credentials.header_files[]", "prefix"},
+		{"upstreams[].tools.overrides.<name>.annotations", "readOnlyHint"},
+		{"overrides[]", "isolation"},
+		{"profiles[]", "name"},
+		{"policy.rules[].match.arguments[]", "pointer"},
+		{"plugins[]", "sha256"},
+	}
+	for _, tt := range tests {
+		if !slices.Contains(keys[tt.path], tt.key) {
+			t.Errorf("section %q: keys %q, want %q among them", tt.path, keys[tt.path], tt.key)
+		}
+	}
 }
