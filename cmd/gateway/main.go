@@ -46,54 +46,22 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
-  gateway serve    -config FILE [-mcp-servers FILE]... [-listen HOST:PORT]
-                                                         run the gateway (SIGINT/SIGTERM drains, a second stops)
-  gateway validate -config FILE [-mcp-servers FILE]...   check the config; print every problem
-  gateway catalog  -config FILE [-mcp-servers FILE]... [-json]
-                                                         connect, print the merged catalog, exit
-  gateway health   [-url URL]                            probe a running gateway's /healthz (URL: its base
-                                                         URL, default http://127.0.0.1:8080)
-  gateway demo     [-name NAME]                          serve the demo MCP server over stdio (the example
-                                                         config's upstream; one build serves both)
-  gateway explain  -config FILE -upstream U -tool T [-subject S|-api-key K] [-groups G,...] [-args JSON]
-                                                         print which policy rule decides a call, and why
-  gateway apikey   -name NAME                            make an API key: prints the key (give it to the
-                                                         service) and the config entry with its hash
-  gateway version                                        print the version
-
--mcp-servers reads a server list in the format of Claude Desktop or Cursor ("mcpServers")
-or VS Code ("servers", JSONC); it may be repeated, and -config may then be left out.
-`
-
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText())
 		return 2
 	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
 	switch args[0] {
-	case "serve":
-		return serve(args[1:], stderr)
-	case "validate":
-		return validate(args[1:], stdout, stderr)
-	case "catalog":
-		return catalog(args[1:], stdout, stderr)
-	case "health":
-		return health(args[1:], stdout, stderr)
-	case "demo":
-		return serveDemo(args[1:], stderr)
-	case "apikey":
-		return newAPIKey(args[1:], stdout, stderr)
-	case "explain":
-		return explain(args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "manifold", version)
-		return 0
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageText())
 		return 0
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "unknown command %q\n%s", args[0], usageText())
 	return 2
 }
 

@@ -58,6 +58,7 @@ var allowed = map[string][]string{
 	"internal/browser":           {},
 	"internal/loopback":          {},
 	"internal/testwait":          {},
+	"internal/docpage":           {},
 	"internal/testissuer":        {},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.

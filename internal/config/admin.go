@@ -16,7 +16,8 @@ type Admin struct {
 	// API. Like the MCP listener, it must stay on loopback unless admins authenticate.
 	Listen string
 	// APIKeys are the admins' keys, by hash (key `api_keys`); the same entries as
-	// auth.api_keys, made by `gateway apikey`. APIKeysFile names a file of more.
+	// auth.api_keys, made by `gateway apikey`. APIKeysFile names a file of more (key
+	// `api_keys_file`).
 	APIKeys     []APIKey
 	APIKeysFile string
 	// Roles admit a bearer token of one of auth.oidc's issuers that carries one of these

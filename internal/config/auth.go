@@ -107,7 +107,8 @@ type APIKey struct {
 	// Hash is "sha256:" and the hex SHA-256 of the key (key `hash`); `gateway apikey` makes a
 	// key and its hash.
 	Hash string
-	// Email, Groups, Roles and Scopes are what policy reads of the principal.
+	// Email, Groups, Roles and Scopes are what policy reads of the principal (keys `email`,
+	// `groups`, `roles`, `scopes`).
 	Email                 string
 	Groups, Roles, Scopes []string
 }

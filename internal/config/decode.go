@@ -202,6 +202,9 @@ type decoder struct {
 	// overrides are the entries of the config file's top-level `overrides`, kept until the
 	// upstreams of every file are known (see applyOverrides).
 	overrides []overrideEntry
+	// seen, if set, is told the known keys of each mapping of settings decoded (see
+	// reference.go).
+	seen func(path string, fields []field)
 }
 
 func newDecoder(file string, lookupEnv func(string) (string, bool)) *decoder {
@@ -372,6 +375,9 @@ func (d *decoder) decodeField(path string, line int, n *yaml.Node, dec decodeFun
 // mapping decodes the YAML mapping n at path, whose keys must be among
 // fields. want describes the expected value for messages.
 func (d *decoder) mapping(n *yaml.Node, path, want string, fields []field) bool {
+	if d.seen != nil && resolve(n).Kind == yaml.MappingNode {
+		d.seen(path, fields)
+	}
 	return d.eachKey(n, path, want, func(key string, line int, v *yaml.Node) {
 		fpath := join(path, key)
 		for _, f := range fields {

@@ -160,8 +160,8 @@ type ArgumentMatch struct {
 	// rule's other matchers hold). Members given more than once on the way, under the same
 	// name or in names that differ only in case, refuse the request.
 	Pointer string
-	// Equals matches a value equal to it (strings compare as text, others as their JSON,
-	// compacted); Matches matches a string value against a regular expression (RE2), whole or
+	// Equals matches a value equal to it (key `equals`; strings compare as text, others as
+	// their JSON, compacted); Matches (key `matches`) matches a string value against a regular expression (RE2), whole or
 	// in part, and never a number, boolean or null. Exactly one is set. An array or object
 	// where the matcher reads one value (any Matches, an Equals that is not itself a JSON
 	// array or object) refuses the call in a deny, hide or approve rule whose other matchers
