@@ -295,9 +295,11 @@ func liveOptions(g *Gateway) *hub.Options {
 		if lease <= 0 {
 			lease = config.DefaultReplicaLease
 		}
-		r := replica.New(replicaHost{g}, &replica.Options{Digests: g.backends.Digests, Connections: g.backends.Connections,
-			Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker})
-		r.Attach(g.backends.Bus(&replicabus.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+		opts := &replica.Options{Digests: g.backends.Digests, Connections: g.backends.Connections,
+			Lease: lease, Logger: g.logger, Context: g.ctx, Go: g.goWorker}
+		r := replica.New(replicaHost{g}, opts, func(receive func(*session.BusMessage), gone func(string, bool)) replica.Bus {
+			return g.backends.Bus(&replicabus.BusOptions{Replica: hubOpts.Tag, Lease: lease, Receive: receive, Gone: gone})
+		})
 		hubOpts.Producing = r.Producing
 		g.replicas = r
 		// A message for a standalone stream another replica produces is kept until that

@@ -278,13 +278,3 @@ func (g *Gateway) openLive(rec *session.Record) (*hub.Session, error) {
 	}
 	return ls, nil
 }
-
-// levelSetElsewhere applies a level a session set on another replica to the index here.
-func (g *Gateway) levelSetElsewhere(digest, sessionID, level string) {
-	if sessionID == "" {
-		sessionID = g.logs.listeners.byDigest(digest)
-	}
-	if sessionID != "" && g.logs.listeners.setLevel(sessionID, level) {
-		g.resyncLogLevels()
-	}
-}

@@ -113,7 +113,13 @@ func (h replicaHost) Decided(id string) {
 }
 
 func (h replicaHost) LevelSetElsewhere(digest, sessionID, level string) {
-	h.g.levelSetElsewhere(digest, sessionID, level)
+	l := &h.g.logs.listeners
+	if sessionID == "" {
+		sessionID = l.byDigest(digest)
+	}
+	if sessionID != "" && l.setLevel(sessionID, level) {
+		h.g.resyncLogLevels()
+	}
 }
 
 func (h replicaHost) DropSubscription(digest, id, upstreamName, uri string, seq uint64) {

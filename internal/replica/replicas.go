@@ -7,8 +7,8 @@
 // The gateway builds one Replicas per process when its sessions are shared, and gives it what
 // it needs of the gateway as a Host; a single gateway has none.
 //
-//	r := replica.New(host, &replica.Options{Store: store, Lease: lease, Logger: logger, Context: ctx, Go: goWorker})
-//	r.Attach(set.Bus(&replicabus.BusOptions{Replica: name, Lease: lease, Receive: r.Receive, Gone: r.Gone}))
+//	r := replica.New(host, &replica.Options{Digests: set.Digests, Connections: set.Connections, Lease: lease, Context: ctx, Go: goWorker},
+//		func(receive, gone) replica.Bus { return set.Bus(&replicabus.BusOptions{Replica: name, Receive: receive, Gone: gone}) })
 //	go r.Run(ctx)                      // serves the bus and sends the outbox until ctx ends
 //	r.DeliverElsewhere(digest, "", data) // a message for a stream held elsewhere
 package replica
@@ -188,8 +188,9 @@ const outboxSize = 16384
 // callTimeout bounds a step of a takeover and the bookkeeping of a session that ended.
 const callTimeout = 10 * time.Second
 
-// New returns the layer for host; Attach gives it its bus before it is used.
-func New(host Host, opts *Options) *Replicas {
+// New returns the layer for host, on the bus openBus makes with the layer's receive and gone
+// callbacks (which it calls once, before New returns: the layer never runs without its bus).
+func New(host Host, opts *Options, openBus func(receive func(*session.BusMessage), gone func(replica string, claimed bool)) Bus) *Replicas {
 	r := &Replicas{host: host, opts: *opts, outbox: make(chan outgoing, outboxSize), followed: map[string]time.Time{},
 		forwarding: forwarding{waiting: map[string]waitingCall{}, running: map[string]runningCall{}}}
 	r.gone.lease = r.opts.Lease
@@ -197,12 +198,9 @@ func New(host Host, opts *Options) *Replicas {
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
+	r.bus = openBus(r.Receive, r.Gone)
 	return r
 }
-
-// Attach gives the layer its bus, made with Receive and Gone as its callbacks. Call it once,
-// before Run.
-func (r *Replicas) Attach(b Bus) { r.bus = b }
 
 // NewName names this process among the replicas: random, so that a restarted replica is a new
 // one (what the old one owned is taken over, not resumed).
