@@ -78,7 +78,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		return target, map[string]any{"pin": p}, err
 	}))
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusNotFound, "no such admin API endpoint: see the README's Admin API section")
+		writeError(w, http.StatusNotFound, `no such admin API endpoint: see "The admin API and page" in docs/policy.md`)
 	}))
 	return h.guard(mux)
 }

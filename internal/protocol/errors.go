@@ -23,7 +23,7 @@ const (
 )
 
 // Manifold's own codes, from the implementation-defined range -32000…-32019 (2026-07-28 reserves
-// -32020…-32099 and MCP uses -32002). The README documents them.
+// -32020…-32099 and MCP uses -32002). docs/protocol.md documents them.
 const (
 	// CodeSessionNotFound is sent with HTTP 404 for an unknown or ended MCP-Session-Id.
 	CodeSessionNotFound = -32001
