@@ -525,7 +525,8 @@ type Upstream struct {
 	// child inherits, besides the base set every child gets (key
 	// `inherit_env`, a list). An entry is a name ([A-Za-z_][A-Za-z0-9_]*),
 	// or a name followed by "*" to match every variable with that prefix,
-	// like "AWS_*". Nil when absent. Only with Command.
+	// like "AWS_*". Nil when absent. Only with Command. The value `all` instead of
+	// a list passes the whole environment (InheritAllEnv).
 	//
 	// Security: a variable listed here is readable by the child, and so by
 	// anyone who can make the child's tools reveal its environment. List
@@ -533,7 +534,7 @@ type Upstream struct {
 	InheritEnv []string
 
 	// InheritAllEnv makes the child inherit the gateway's whole environment
-	// (key `inherit_env` with the value `all`), instead of the base set and
+	// (inherit_env with the value `all`), instead of the base set and
 	// InheritEnv. Only with Command.
 	//
 	// Security: every secret in the gateway's environment, such as a token
@@ -604,8 +605,8 @@ type Upstream struct {
 
 	// Isolation says how client sessions share this upstream (key `isolation`):
 	// IsolationShared (one connection for all sessions; the default),
-	// IsolationPrincipal (one per authenticated user; until authentication
-	// exists, one per session) or IsolationSession (one per client session,
+	// IsolationPrincipal (one per authenticated user; an anonymous session
+	// gets one of its own) or IsolationSession (one per client session,
 	// opened on its first call and closed with the session or after
 	// IsolationIdleTimeout). Upstreams that keep per-client state, or send
 	// sampling, elicitation or roots requests while several sessions call them

@@ -100,8 +100,8 @@ type Rule struct {
 	// Name names the rule in audit records and explanations (key `name`). Defaults to
 	// "rule N" (1-based).
 	Name string
-	// Effect is allow, deny, hide or approve (key `effect`). Approve is enforced by human
-	// approval; until that exists it denies.
+	// Effect is allow, deny, hide or approve (key `effect`). Approve holds the call until a
+	// person approves it: the client's user, asked through elicitation, or an operator.
 	Effect string
 	// Reason is told to a client refused by the rule (key `reason`).
 	Reason string

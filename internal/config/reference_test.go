@@ -41,6 +41,23 @@ func TestEveryKeyHasText(t *testing.T) {
 	}
 }
 
+// TestReferenceTiesEachKeyToItsField: keys named by one comment above fields declared one
+// per line get each its own field's default (read_timeout showed dial_timeout's 2s).
+func TestReferenceTiesEachKeyToItsField(t *testing.T) {
+	ref := newReference(t)
+	tests := []struct{ path, key, field string }{
+		{"session_store", "dial_timeout", "DialTimeout"},
+		{"session_store", "read_timeout", "ReadTimeout"},
+		{"session_store", "write_timeout", "WriteTimeout"},
+		{"upstreams[]", "inherit_env", "InheritEnv"},
+	}
+	for _, tt := range tests {
+		if got := ref.doc(tt.path, tt.key).field; got != tt.field {
+			t.Errorf("%s.%s is documented from field %q, want %q", tt.path, tt.key, got, tt.field)
+		}
+	}
+}
+
 // reference is what the page is made of: the decoder's sections, the field comments and
 // the struct type each section decodes into.
 type reference struct {
@@ -123,6 +140,12 @@ func fieldDocs(t *testing.T) map[string]map[string]fieldDoc {
 			if !ok {
 				return false
 			}
+			var fieldNames []string
+			for _, fl := range st.Fields.List {
+				for _, n := range fl.Names {
+					fieldNames = append(fieldNames, n.Name)
+				}
+			}
 			for _, fl := range st.Fields.List {
 				if fl.Doc == nil {
 					continue
@@ -147,6 +170,12 @@ func fieldDocs(t *testing.T) map[string]map[string]fieldDoc {
 						if len(keys) == len(names) {
 							name = names[i].Name
 						}
+						// One comment above fields declared one per line ("DialTimeout,
+						// ReadTimeout and WriteTimeout …") ties each key to the field
+						// named like it.
+						if f := fieldNamed(fieldNames, k[1]); f != "" {
+							name = f
+						}
 						docs[ts.Name.Name][k[1]] = fieldDoc{field: name, text: text, typ: elemType(fl.Type)}
 					}
 				}
@@ -155,6 +184,17 @@ func fieldDocs(t *testing.T) map[string]map[string]fieldDoc {
 		})
 	}
 	return docs
+}
+
+// fieldNamed returns the field whose name is key without its underscores, in any case
+// (read_timeout: ReadTimeout), or "".
+func fieldNamed(fields []string, key string) string {
+	for _, f := range fields {
+		if strings.EqualFold(f, strings.ReplaceAll(key, "_", "")) {
+			return f
+		}
+	}
+	return ""
 }
 
 // elemType returns the name of the type x holds, through pointers, lists and mappings, or
