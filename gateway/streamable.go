@@ -39,8 +39,9 @@ var serverCapabilities = json.RawMessage(`{"completions":{},"logging":{},"prompt
 var serverCapabilitiesWithTasks = json.RawMessage(`{"completions":{},"logging":{},"prompts":{"listChanged":true},"resources":{"listChanged":true,"subscribe":true},"tasks":{"cancel":{},"list":{},"requests":{"tools":{"call":{}}}},"tools":{"listChanged":true}}`)
 
 // Handler returns the gateway's HTTP handler: the MCP endpoint at /mcp behind the origin
-// checks, and the probes /healthz and /readyz, which change nothing and answer any host.
-// Mount it at the root of a server.
+// checks, and the probes /healthz and /readyz, which change nothing and answer any Host
+// beyond loopback (on a loopback listener, only loopback names). Mount it at the root of a
+// server.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	loopback := isLoopbackListen(g.cfg.Listen)
