@@ -519,8 +519,9 @@ func (a *argMatcher) clean(doc []byte) []byte {
 
 // Visible reports whether an item may be listed for in.Principal: false when the decision
 // for it is hide. Deny and approve still list the item: the client sees it and is refused on
-// use. A list entry has no arguments, so the rules with argument matchers are skipped (and
-// in.Arguments is ignored). In dry run, every item is visible.
+// use. A list entry has no arguments (in.Arguments is ignored): a hide rule with argument
+// matchers is skipped, and any other such rule is read without them, so that an item it
+// might allow stays listed. In dry run, every item is visible.
 func (r *Rules) Visible(in Input) bool {
 	if r == nil || r.dryRun {
 		return true

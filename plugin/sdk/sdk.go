@@ -137,8 +137,10 @@ type Call struct {
 	Target string
 	// Exposed is the name the client sees and used (namespaced, possibly renamed).
 	Exposed string
-	// Arguments are the call's arguments as the client sent them (tools/call, prompts/get):
-	// a JSON object, or empty when it sent none or the method has none. Only a tool call's
+	// Arguments are the call's arguments (tools/call, prompts/get) as the upstream would get
+	// them at this point: as the client sent them, after any rewrite by the policy's path
+	// matchers or by an earlier plugin; a JSON object, or empty when the client sent none or
+	// the method has none. Only a tool call's
 	// arguments can be rewritten; the gateway refuses a request of another method that a
 	// plugin rewrites or asks approval for.
 	Arguments json.RawMessage
