@@ -6,7 +6,8 @@
 // every call) and over Streamable HTTP, at each concurrency
 // asked for; then it checks a high concurrency for errors only. It prints the medians and
 // the ratios gateway/direct, which stay meaningful on a shared, noisy machine where absolute
-// figures do not. bench/run builds the binaries and calls it.
+// figures do not; with -page it also writes them, with the date, commit, machine and flags,
+// to a Markdown page. bench/run builds the binaries and calls it.
 package main
 
 import (
@@ -215,8 +216,8 @@ type measurer struct {
 }
 
 // compare measures every target at concurrency n, round after round, alternating the order
-// so that no target always runs right after another, and prints the report. It reports
-// whether any call failed.
+// so that no target always runs right after another, prints the report, and returns what it
+// measured and whether any call failed.
 func (m measurer) compare(targets []target, n int, extra ...string) (comparison, bool, error) {
 	samples := map[string][]result{}
 	failed := false
