@@ -314,3 +314,16 @@ func TestPageShapeCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestCommittedPage checks that docs/benchmarks.md has the shape of a page this writer
+// produced, so that a hand edit that breaks it fails. Whether its figures are recent cannot
+// be checked.
+func TestCommittedPage(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "benchmarks.md"))
+	if err != nil {
+		t.Fatalf("reading the page bench/run writes: %v", err)
+	}
+	for _, p := range pageShapeProblems(string(page)) {
+		t.Errorf("docs/benchmarks.md: %s (bench/run writes it)", p)
+	}
+}
