@@ -6,7 +6,8 @@
 // every call) and over Streamable HTTP, at each concurrency
 // asked for; then it checks a high concurrency for errors only. It prints the medians and
 // the ratios gateway/direct, which stay meaningful on a shared, noisy machine where absolute
-// figures do not. bench/run builds the binaries and calls it.
+// figures do not; with -page it also writes them, with the date, commit, machine and flags,
+// to a Markdown page. bench/run builds the binaries and calls it.
 package main
 
 import (
@@ -16,7 +17,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +70,8 @@ func main() {
 	otherURL := flag.String("other-url", "", "MCP endpoint of -other")
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "a Redis to compare the gateway with its session store there (gateway-redis), the same behind a round-robin proxy of this command's (gateway-redis-proxied), and two replicas sharing it behind that proxy, every session alternating between them (gateway-2replicas); skipped when it does not answer, or when empty")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
+	pluginBench := flag.Bool("plugin-bench", false, "at the end, run go test -bench of a plugin's round trip through the plugin host and bare (from the module root)")
+	page := flag.String("page", "", "write a Markdown page of the run's results to this file (none when empty); written when every measurement ran, even if some calls failed")
 	flag.Parse()
 	// An interrupted run still stops every process it started: a signal ends the current load
 	// and the deferred clean-up runs; a closed stdout is an error, not a silent death.
@@ -88,17 +90,48 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	rec := &record{
+		started:  time.Now().UTC(),
+		commit:   gitCommit(),
+		machine:  thisMachine(),
+		command:  commandLine(os.Args),
+		settings: settings{rounds: *rounds, duration: *duration, warmup: *warmup, ns: ns, errorsN: *errorsN, errorsCalls: *errorsCalls},
+	}
 	m := measurer{ctx: ctx, mcpload: filepath.Join(absBin, "mcpload"), rounds: *rounds, args: []string{"-duration", duration.String(), "-warmup", warmup.String()}}
 	fmt.Printf("side by side: %d rounds of %s per target and concurrency, alternating; echo tool, prefix \"\"\n\n", *rounds, *duration)
-	if err := run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr); err != nil {
-		fail(err)
-	}
-	if *lists && ctx.Err() == nil {
-		if err := runLists(absBin, m, ns); err != nil {
+	// Failed calls end the run with an error once its measurements are on the page; any
+	// other error ends it at once, with no page.
+	var callsFailed error
+	keepGoing := func(err error) {
+		switch {
+		case errors.Is(err, errCallsFailed):
+			callsFailed = err
+		case err != nil:
 			fail(err)
 		}
 	}
+	keepGoing(run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr, rec))
+	if *lists && ctx.Err() == nil && callsFailed == nil {
+		keepGoing(runLists(absBin, m, ns, rec))
+	}
+	if *pluginBench && ctx.Err() == nil && callsFailed == nil {
+		benches, err := runGoBench(ctx)
+		keepGoing(err)
+		rec.goBench = benches
+	}
+	if ctx.Err() != nil {
+		fail(ctx.Err())
+	}
+	if *page != "" {
+		keepGoing(writePage(*page, *rec))
+	}
+	if callsFailed != nil {
+		fail(callsFailed)
+	}
 }
+
+// errCallsFailed reports that the load tool saw calls fail.
+var errCallsFailed = errors.New("some calls failed")
 
 func parseConcurrency(s string) ([]int, error) {
 	var ns []int
@@ -183,9 +216,9 @@ type measurer struct {
 }
 
 // compare measures every target at concurrency n, round after round, alternating the order
-// so that no target always runs right after another, and prints the report. It reports
-// whether any call failed.
-func (m measurer) compare(targets []target, n int, extra ...string) (bool, error) {
+// so that no target always runs right after another, prints the report, and returns what it
+// measured and whether any call failed.
+func (m measurer) compare(targets []target, n int, extra ...string) (comparison, bool, error) {
 	samples := map[string][]result{}
 	failed := false
 	for r := range m.rounds {
@@ -196,7 +229,7 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 		for _, t := range order {
 			res, err := load(m.ctx, m.mcpload, t, n, append(slices.Clone(m.args), extra...)...)
 			if err != nil {
-				return failed, fmt.Errorf("%s n=%d: %w", t.name, n, err)
+				return comparison{}, failed, fmt.Errorf("%s n=%d: %w", t.name, n, err)
 			}
 			if sum(res.Errors) > 0 {
 				failed = true
@@ -205,13 +238,15 @@ func (m measurer) compare(targets []target, n int, extra ...string) (bool, error
 			samples[t.name] = append(samples[t.name], res)
 		}
 	}
-	report(n, targets, samples)
-	return failed, nil
+	c := comparison{n: n, targets: targets, samples: samples}
+	c.print()
+	return c, failed, nil
 }
 
 // run compares the echo tool directly and through the gateway over stdio (authentication
-// off and on, and with a policy) and HTTP.
-func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string) error {
+// off and on, and with a policy) and HTTP. It adds what it measures to rec, and returns an
+// error wrapping errCallsFailed when all was measured but some calls failed.
+func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string, rec *record) error {
 	f, err := newFleet()
 	if err != nil {
 		return err
@@ -264,18 +299,22 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		targets = append(targets, target{name: "other-proxy", url: otherURL, floor: stdioFloor})
 	}
 	if redisAddr != "" {
-		gwRedis, cleanup, err := f.redisGateway(bin, echo, redisAddr)
+		gwRedis, rtt, cleanup, err := f.redisGateway(bin, echo, redisAddr)
 		switch {
 		case err != nil:
 			fmt.Printf("no Redis store compared: %v\n\n", err)
+			rec.redis = fmt.Sprintf("not compared: %v", err)
 		default:
 			defer cleanup()
+			ping := fmt.Sprintf("PING round trip p50 %d µs (1000 PINGs on one connection)", rtt.Microseconds())
+			fmt.Printf("Redis at %s: %s\n\n", redisAddr, ping)
+			rec.redis = redisAddr + ", " + ping
 			targets = append(targets, target{name: "gateway-redis", url: gwRedis, floor: stdioFloor})
 			more, closeReplicas, err := f.replicaTargets(bin, echo, redisAddr, gwRedis, stdioFloor)
 			if err != nil {
 				return err
 			}
-			defer closeReplicas()
+			defer func() { rec.replicaRequests = closeReplicas() }()
 			targets = append(targets, more...)
 		}
 	}
@@ -287,10 +326,11 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		if m.ctx.Err() != nil {
 			return m.ctx.Err()
 		}
-		bad, err := m.compare(targets, n)
+		c, bad, err := m.compare(targets, n)
 		if err != nil {
 			return err
 		}
+		rec.calls = append(rec.calls, c)
 		failed = failed || bad
 	}
 	if errorsN > 0 {
@@ -300,19 +340,21 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 				return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
 			}
 			fmt.Printf("errors at n=%d, %d calls per session: %-*s %d errors of %d calls %v\n", errorsN, errorsCalls, nameWidth(targets), t.name, sum(res.Errors), res.Calls+sum(res.Errors), res.Errors)
+			rec.errorChecks = append(rec.errorChecks, errorCheck{target: t.name, n: errorsN, callsPerSession: errorsCalls, res: res})
 			failed = failed || sum(res.Errors) > 0
 		}
 	}
 	if failed {
-		return errors.New("some calls failed")
+		return errCallsFailed
 	}
 	return nil
 }
 
 // runLists compares the first page of tools/list: the gateway merging 20 stdio upstreams of
 // 100 tools each (served from its catalog, no upstream round trip) against one 100-tool
-// upstream asked directly over HTTP.
-func runLists(bin string, m measurer, ns []int) error {
+// upstream asked directly over HTTP. It adds what it measures to rec, and returns an error
+// wrapping errCallsFailed when all was measured but some calls failed.
+func runLists(bin string, m measurer, ns []int, rec *record) error {
 	f, err := newFleet()
 	if err != nil {
 		return err
@@ -359,80 +401,16 @@ func runLists(bin string, m measurer, ns []int) error {
 		if m.ctx.Err() != nil {
 			return m.ctx.Err()
 		}
-		failed, err := m.compare(targets, n, list...)
+		c, failed, err := m.compare(targets, n, list...)
 		if err != nil {
 			return err
 		}
+		rec.lists = append(rec.lists, c)
 		if failed {
-			return errors.New("some tools/list calls failed")
+			return fmt.Errorf("tools/list: %w", errCallsFailed)
 		}
 	}
 	return nil
-}
-
-// report prints the medians of each target and their ratios to direct.
-func report(n int, targets []target, samples map[string][]result) {
-	med := func(name string, f func(result) float64) float64 {
-		var v []float64
-		for _, r := range samples[name] {
-			v = append(v, f(r))
-		}
-		slices.Sort(v)
-		if len(v) == 0 {
-			return 0
-		}
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	rate := func(r result) float64 { return r.CallsPerS }
-	p50 := func(r result) float64 { return r.Latency.P50 }
-	p99 := func(r result) float64 { return r.Latency.P99 }
-	w := nameWidth(targets)
-	fmt.Printf("n=%d (medians)\n", n)
-	fmt.Printf("  %-*s %12s %10s %10s %10s %10s %10s\n", w, "target", "calls/s", "p50 µs", "p99 µs", "×calls/s", "×p50", "×p99")
-	d := []float64{med("direct", rate), med("direct", p50), med("direct", p99)}
-	for _, t := range targets {
-		v := []float64{med(t.name, rate), med(t.name, p50), med(t.name, p99)}
-		fmt.Printf("  %-*s %12.0f %10.0f %10.0f %10.2f %10.2f %10.2f\n", w, t.name, v[0], v[1], v[2], v[0]/d[0], v[1]/d[1], v[2]/d[2])
-	}
-	// The floor: a gateway cannot beat the hops it adds. Its calls/s are at most
-	// 1/(1/a + 1/b) of the direct targets a and b of its two hops, its p50 at least theirs
-	// added up.
-	header := false
-	for _, t := range targets {
-		if len(t.floor) != 2 {
-			continue
-		}
-		a, b := t.floor[0], t.floor[1]
-		floorRate := 1 / (1/med(a, rate) + 1/med(b, rate))
-		floorP50 := med(a, p50) + med(b, p50)
-		if !header {
-			fmt.Printf("  %-*s %12s %10s %10s %10s   %-11s %-11s %s\n", w, "of the floor", "floor/s", "floor p50", "×calls/s", "×p50", "rounds ×c/s", "rounds ×p50", "hops")
-			header = true
-		}
-		rateSpread, p50Spread := floorSpread(samples[t.name], samples[a], samples[b])
-		fmt.Printf("  %-*s %12.0f %10.0f %10.2f %10.2f   %-11s %-11s %s + %s\n", w, t.name, floorRate, floorP50, med(t.name, rate)/floorRate, med(t.name, p50)/floorP50, rateSpread, p50Spread, a, b)
-	}
-	versusReport(w, targets, samples, med)
-	fmt.Println()
-}
-
-// floorSpread is the lowest and highest fraction of the floor over the rounds, each round's
-// target against that round's floor: how much the machine moved during the run.
-func floorSpread(target, a, b []result) (rate, p50 string) {
-	lo, hi := [2]float64{math.Inf(1), math.Inf(1)}, [2]float64{math.Inf(-1), math.Inf(-1)}
-	for i := range min(len(target), len(a), len(b)) {
-		r := target[i].CallsPerS * (1/a[i].CallsPerS + 1/b[i].CallsPerS)
-		p := target[i].Latency.P50 / (a[i].Latency.P50 + b[i].Latency.P50)
-		lo[0], hi[0] = min(lo[0], r), max(hi[0], r)
-		lo[1], hi[1] = min(lo[1], p), max(hi[1], p)
-	}
-	if math.IsInf(lo[0], 1) {
-		return "-", "-"
-	}
-	return fmt.Sprintf("%.2f–%.2f", lo[0], hi[0]), fmt.Sprintf("%.2f–%.2f", lo[1], hi[1])
 }
 
 func load(ctx context.Context, mcpload string, t target, n int, args ...string) (result, error) {

@@ -13,24 +13,23 @@ import (
 )
 
 // redisGateway starts a gateway over the stdio echo upstream whose session store is the
-// Redis at addr, under a key prefix of its own, and prints the Redis round trip (a PING)
-// measured now, the yardstick of what the store may add to a call. cleanup deletes the
-// run's keys.
-func (f *fleet) redisGateway(bin, echo, addr string) (url string, cleanup func(), err error) {
-	rtt, err := pingRTT(addr, 1000)
+// Redis at addr, under a key prefix of its own, and returns the Redis round trip (the median
+// of 1000 PINGs) measured first, the yardstick of what the store may add to a call. cleanup
+// deletes the run's keys.
+func (f *fleet) redisGateway(bin, echo, addr string) (url string, rtt time.Duration, cleanup func(), err error) {
+	rtt, err = pingRTT(addr, 1000)
 	if err != nil {
-		return "", nil, fmt.Errorf("Redis at %s: %w", addr, err)
+		return "", 0, nil, fmt.Errorf("Redis at %s: %w", addr, err)
 	}
-	fmt.Printf("Redis at %s: PING round trip p50 %d µs (1000 PINGs on one connection)\n\n", addr, rtt.Microseconds())
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "mfbench-" + hex.EncodeToString(b[:])
 	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix) + keysSetting()
 	url, err = f.gateway(bin, "stdio-redis", settings, fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
-	return url, func() { _ = deleteKeys(addr, prefix) }, nil
+	return url, rtt, func() { _ = deleteKeys(addr, prefix) }, nil
 }
 
 // keysSetting is the top-level `keys` of gateways on Redis: one key of 32 random bytes,

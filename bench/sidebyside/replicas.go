@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -28,8 +27,9 @@ import (
 //     alternating between them (its ratio to gateway-redis-proxied is the cross-replica cost).
 //
 // The replicas are processes of f, stopped with it. closeAll shuts the proxies down, prints
-// how many requests each backend got, and deletes the replicas' keys; call it before f.close.
-func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string) (targets []target, closeAll func(), err error) {
+// and returns how many requests each replica got, and deletes the replicas' keys; call it
+// before f.close.
+func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string) (targets []target, closeAll func() []int64, err error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "mfbench-" + hex.EncodeToString(b[:])
@@ -56,12 +56,13 @@ func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string)
 		deleteReplicaKeys()
 		return nil, nil, err
 	}
-	closeAll = func() {
+	closeAll = func() []int64 {
 		one.close()
 		two.close()
 		counts := two.counts()
 		fmt.Printf("gateway-2replicas: requests per replica %d and %d (every session alternating)\n\n", counts[0], counts[1])
 		deleteReplicaKeys()
+		return counts
 	}
 	targets = []target{
 		{name: "gateway-redis-proxied", url: one.url, floor: floor, versus: "gateway-redis"},
@@ -217,37 +218,4 @@ func nameWidth(targets []target) int {
 		w = max(w, len(t.name))
 	}
 	return w
-}
-
-// versusReport prints, for each target compared with another, the ratios of their medians
-// and the lowest and highest ratio of a round, each round's target against that round's other.
-func versusReport(w int, targets []target, samples map[string][]result, med func(name string, f func(result) float64) float64) {
-	rate := func(r result) float64 { return r.CallsPerS }
-	p50 := func(r result) float64 { return r.Latency.P50 }
-	p99 := func(r result) float64 { return r.Latency.P99 }
-	spread := func(name, versus string, f func(result) float64) string {
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for i := range min(len(samples[name]), len(samples[versus])) {
-			r := f(samples[name][i]) / f(samples[versus][i])
-			lo, hi = min(lo, r), max(hi, r)
-		}
-		if math.IsInf(lo, 1) {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f–%.2f", lo, hi)
-	}
-	header := false
-	for _, t := range targets {
-		v := t.versus
-		if v == "" {
-			continue
-		}
-		if !header {
-			fmt.Printf("  %-*s %10s %10s %10s   %-11s %-11s %s\n", w, "against", "×calls/s", "×p50", "×p99", "rounds ×c/s", "rounds ×p50", "of")
-			header = true
-		}
-		fmt.Printf("  %-*s %10.2f %10.2f %10.2f   %-11s %-11s %s\n", w, t.name,
-			med(t.name, rate)/med(v, rate), med(t.name, p50)/med(v, p50), med(t.name, p99)/med(v, p99),
-			spread(t.name, v, rate), spread(t.name, v, p50), v)
-	}
 }
