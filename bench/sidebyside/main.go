@@ -149,6 +149,9 @@ func parseConcurrency(s string) ([]int, error) {
 type fleet struct {
 	dir   string
 	procs []*exec.Cmd
+	// afterStop runs once every process has stopped: deleting a gateway's keys in Redis
+	// while it runs would leave those it writes again (its replica lease).
+	afterStop []func()
 }
 
 func newFleet() (*fleet, error) {
@@ -203,6 +206,9 @@ func (f *fleet) waitUp(targets []target) error {
 func (f *fleet) close() {
 	for _, p := range f.procs {
 		stop(p)
+	}
+	for _, cleanup := range f.afterStop {
+		cleanup()
 	}
 	os.RemoveAll(f.dir)
 }
@@ -299,13 +305,12 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		targets = append(targets, target{name: "other-proxy", url: otherURL, floor: stdioFloor})
 	}
 	if redisAddr != "" {
-		gwRedis, rtt, cleanup, err := f.redisGateway(bin, echo, redisAddr)
+		gwRedis, rtt, err := f.redisGateway(bin, echo, redisAddr)
 		switch {
 		case err != nil:
 			fmt.Printf("no Redis store compared: %v\n\n", err)
 			rec.redis = fmt.Sprintf("not compared: %v", err)
 		default:
-			defer cleanup()
 			ping := fmt.Sprintf("PING round trip p50 %d µs (1000 PINGs on one connection)", rtt.Microseconds())
 			fmt.Printf("Redis at %s: %s\n\n", redisAddr, ping)
 			rec.redis = redisAddr + ", " + ping

@@ -14,22 +14,23 @@ import (
 
 // redisGateway starts a gateway over the stdio echo upstream whose session store is the
 // Redis at addr, under a key prefix of its own, and returns the Redis round trip (the median
-// of 1000 PINGs) measured first, the yardstick of what the store may add to a call. cleanup
-// deletes the run's keys.
-func (f *fleet) redisGateway(bin, echo, addr string) (url string, rtt time.Duration, cleanup func(), err error) {
+// of 1000 PINGs) measured first, the yardstick of what the store may add to a call. The
+// run's keys are deleted once the fleet has stopped.
+func (f *fleet) redisGateway(bin, echo, addr string) (url string, rtt time.Duration, err error) {
 	rtt, err = pingRTT(addr, 1000)
 	if err != nil {
-		return "", 0, nil, fmt.Errorf("Redis at %s: %w", addr, err)
+		return "", 0, fmt.Errorf("Redis at %s: %w", addr, err)
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "mfbench-" + hex.EncodeToString(b[:])
 	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix) + keysSetting()
 	url, err = f.gateway(bin, "stdio-redis", settings, fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
+	f.afterStop = append(f.afterStop, func() { _ = deleteKeys(addr, prefix) })
 	if err != nil {
-		return "", 0, nil, err
+		return "", 0, err
 	}
-	return url, rtt, func() { _ = deleteKeys(addr, prefix) }, nil
+	return url, rtt, nil
 }
 
 // keysSetting is the top-level `keys` of gateways on Redis: one key of 32 random bytes,

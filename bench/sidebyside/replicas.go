@@ -27,14 +27,15 @@ import (
 //     alternating between them (its ratio to gateway-redis-proxied is the cross-replica cost).
 //
 // The replicas are processes of f, stopped with it. closeAll shuts the proxies down, prints
-// and returns how many requests each replica got, and deletes the replicas' keys; call it
-// before f.close.
+// and returns how many requests each replica got; call it before f.close, which deletes the
+// replicas' keys once they have stopped.
 func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string) (targets []target, closeAll func() []int64, err error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "mfbench-" + hex.EncodeToString(b[:])
 	settings := fmt.Sprintf("session_store:\n  type: redis\n  url: redis://%s/0\n  key_prefix: %s\n", addr, prefix) + keysSetting()
 	upstream := fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo)
+	f.afterStop = append(f.afterStop, func() { _ = deleteKeys(addr, prefix) })
 	var replicas []string
 	for _, name := range []string{"replica1", "replica2"} {
 		u, err := f.gateway(bin, name, settings, upstream)
@@ -43,17 +44,14 @@ func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string)
 		}
 		replicas = append(replicas, u)
 	}
-	deleteReplicaKeys := func() { _ = deleteKeys(addr, prefix) }
 
 	one, err := startRoundRobin(filepath.Join(f.dir, "proxy-redis.log"), []string{redisURL})
 	if err != nil {
-		deleteReplicaKeys()
 		return nil, nil, err
 	}
 	two, err := startRoundRobin(filepath.Join(f.dir, "proxy-2replicas.log"), replicas)
 	if err != nil {
 		one.close()
-		deleteReplicaKeys()
 		return nil, nil, err
 	}
 	closeAll = func() []int64 {
@@ -61,7 +59,6 @@ func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string)
 		two.close()
 		counts := two.counts()
 		fmt.Printf("gateway-2replicas: requests per replica %d and %d (every session alternating)\n\n", counts[0], counts[1])
-		deleteReplicaKeys()
 		return counts
 	}
 	targets = []target{
