@@ -49,8 +49,8 @@ func HeaderParams(schema json.RawMessage) ([]Param, error) {
 	if len(bytes.TrimSpace(schema)) == 0 || isNull(schema) {
 		return nil, nil
 	}
-	if !bytes.Contains(schema, []byte(annotation)) {
-		return nil, nil // the common case, without decoding
+	if !bytes.Contains(schema, []byte(annotation)) && bytes.IndexByte(schema, '\\') < 0 {
+		return nil, nil // the common case, without decoding (a key may be escaped)
 	}
 	dec := json.NewDecoder(bytes.NewReader(schema))
 	dec.UseNumber()

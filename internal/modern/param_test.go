@@ -33,6 +33,8 @@ func TestHeaderParams(t *testing.T) {
 			[]Param{{Header: "A-b_c.d~e!#$%&'*+^`|9", Path: []string{"a"}, Type: "string"}}},
 		{"a property named x-mcp-header is not an annotation", `{"properties":{"x-mcp-header":{"type":"object"}}}`, nil},
 		{"an annotation in a default value is data", `{"properties":{"a":{"type":"object","default":{"x-mcp-header":"A"}}}}`, nil},
+		{"an escaped annotation key", `{"properties":{"a":{"type":"string","x\u002dmcp-header":"A"}}}`,
+			[]Param{{Header: "A", Path: []string{"a"}, Type: "string"}}},
 		{"an annotation in an enum is data", `{"properties":{"a":{"type":"string","enum":[{"x-mcp-header":"A"}]}}}`, nil},
 	}
 	for _, tt := range tests {
