@@ -40,6 +40,7 @@ var allowed = map[string][]string{
 	"internal/policy/limit":      {"internal/config", "internal/glob", "internal/session", "internal/policy/principal"},
 	"internal/policy/principal":  {"internal/config", "internal/glob", "internal/session"},
 	"internal/hub":               {"internal/protocol"},
+	"internal/modern":            {"internal/protocol"},
 	"cmd/gateway":                {"internal/config", "gateway", "upstream", "internal/audit", "auth", "policy", "internal/pipeline", "internal/session", "internal/heapfloor", "internal/demo", "internal/backend", "internal/loglimit"},
 	"cmd/demo-server":            {"internal/demo"},
 	"cmd/echo-server":            {},

@@ -17,8 +17,16 @@ const (
 	// CodeURLElicitationRequired (2025-11-25) says a request needs the user to complete URL
 	// elicitations first; its data lists them.
 	CodeURLElicitationRequired = -32042
+	// CodeHeaderMismatch (2026-07-28) refuses an HTTP request whose standard headers
+	// (MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-*) are missing, invalid, or
+	// disagree with its body; it is sent with HTTP 400 (SEP-2243).
+	CodeHeaderMismatch = -32020
+	// CodeMissingRequiredClientCapability (2026-07-28) refuses a request that needs a client
+	// capability the request did not declare; its data is {"requiredCapabilities": {...}}, a
+	// ClientCapabilities object of what is missing, and it is sent with HTTP 400.
+	CodeMissingRequiredClientCapability = -32021
 	// CodeUnsupportedProtocolVersion is the 2026-07-28 code for a request whose protocol
-	// version the server does not serve.
+	// version the server does not serve; its data is {"supported": [...], "requested": "..."}.
 	CodeUnsupportedProtocolVersion = -32022
 )
 

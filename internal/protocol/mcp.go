@@ -22,6 +22,31 @@ const (
 // SupportedVersions lists the versions Manifold negotiates, newest first.
 var SupportedVersions = []string{Version20251125, Version20250618, Version20250326, Version20241105}
 
+// ModernVersions lists the stateless versions (2026-07-28 and later) Manifold knows, newest
+// first: a request of these carries its version and capabilities in its own _meta instead of
+// a session's initialize.
+var ModernVersions = []string{Version20260728}
+
+// Keys of a 2026-07-28 request's params._meta (2026-07-28 "Per-request _meta"). The W3C
+// trace context keys are unprefixed.
+const (
+	MetaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	MetaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	MetaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	MetaLogLevel           = "io.modelcontextprotocol/logLevel"
+	MetaProgressToken      = "progressToken"
+	MetaTraceparent        = "traceparent"
+	MetaTracestate         = "tracestate"
+	MetaBaggage            = "baggage"
+)
+
+// Values of a 2026-07-28 result's resultType. A result without one is read as
+// ResultTypeComplete.
+const (
+	ResultTypeComplete      = "complete"
+	ResultTypeInputRequired = "input_required"
+)
+
 // IsSupportedVersion reports whether v is one of SupportedVersions.
 func IsSupportedVersion(v string) bool { return slices.Contains(SupportedVersions, v) }
 
@@ -50,6 +75,7 @@ const (
 	MethodListPrompts            = "prompts/list"
 	MethodGetPrompt              = "prompts/get"
 	MethodComplete               = "completion/complete"
+	MethodListen                 = "subscriptions/listen" // 2026-07-28: a stream of change notifications
 	MethodCreateMessage          = "sampling/createMessage"
 	MethodElicit                 = "elicitation/create"
 	MethodListRoots              = "roots/list"
