@@ -43,6 +43,12 @@ func call(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	for _, arg := range fs.Args() {
+		if strings.HasPrefix(arg, "-") {
+			fmt.Fprintf(stderr, "gateway call: flag %s after the tool's name: put the flags first, like gateway call -url URL TOOL ARGS_JSON\n", arg)
+			return 2
+		}
+	}
 	if fs.NArg() > 2 {
 		fmt.Fprintf(stderr, "gateway call: unexpected argument %q: quote the arguments as one JSON object, like '{\"text\": \"hi\"}'\n", fs.Arg(2))
 		return 2

@@ -86,6 +86,8 @@ policy:
 			nil, []string{"are not a JSON object"}, nil},
 		{"too many arguments", key, []string{"-url", g.url, "demo__echo", `{}`, "extra"}, 2,
 			nil, []string{`unexpected argument "extra"`}, nil},
+		{"a flag after the tool", key, []string{"demo__echo", "-url", g.url}, 2,
+			nil, []string{"flag -url after the tool's name: put the flags first"}, nil},
 		{"a URL that is not one", key, []string{"-url", "127.0.0.1:8080"}, 2,
 			nil, []string{"want the gateway's MCP endpoint"}, nil},
 	}
