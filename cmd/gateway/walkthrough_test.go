@@ -40,7 +40,8 @@ const walkthroughSource = "docs/walkthrough-draft.md"
 //     /readyz answers; it runs until the next background block replaces it, or the end.
 //   - `output contains`: a block whose every non-blank line must be in the output (stdout and
 //     stderr) of the command block before it; for a background one, its output so far.
-//   - `output lacks`: the same, but no line may be in that output.
+//   - `output lacks TEXT`, a marker with no block of its own: TEXT must not be in that output
+//     (a reader sees no block that shows what is not printed).
 //   - `excerpt of PATH`: a block that must appear, whole lines, in the file PATH.
 //   - `skip`: a ```sh block not to run (one that needs the reader's own files).
 //
@@ -125,6 +126,14 @@ func parseWalkthrough(name string, data []byte) ([]walkBlock, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 			}
+			b.line = line
+			if err := checkOutputFollows(name, b, blocks); err != nil {
+				return nil, err
+			}
+			if b.kind == "output lacks" {
+				blocks = append(blocks, b) // the marker holds it all
+				continue
+			}
 			pending, pendingLine = &b, line
 			continue
 		case strings.HasPrefix(trimmed, "```"):
@@ -137,9 +146,6 @@ func parseWalkthrough(name string, data []byte) ([]walkBlock, error) {
 			fence.line = line
 			if fence.isCommand() && fenceLang != "sh" {
 				return nil, fmt.Errorf("%s:%d: a %s block is ```sh, not ```%s", name, line, fence.kind, fenceLang)
-			}
-			if (fence.kind == "output contains" || fence.kind == "output lacks") && !slices.ContainsFunc(blocks, walkBlock.isCommand) {
-				return nil, fmt.Errorf("%s:%d: %s, but no command runs before it", name, line, fence.kind)
 			}
 		case pending != nil && trimmed != "" && !strings.HasPrefix(trimmed, "<!--"):
 			return nil, fmt.Errorf("%s:%d: the walkthrough marker is not followed by a fenced block", name, pendingLine)
@@ -156,10 +162,11 @@ func parseWalkthrough(name string, data []byte) ([]walkBlock, error) {
 	return blocks, sc.Err()
 }
 
-// walkKind is the block a marker's text describes, without its body.
+// walkKind is the block a marker's text describes, without its body (but for output lacks,
+// whose marker has it).
 func walkKind(marker string) (walkBlock, error) {
 	switch marker {
-	case "run", "background", "output contains", "output lacks", "skip":
+	case "run", "background", "output contains", "skip":
 		return walkBlock{kind: marker}, nil
 	case "run, fails":
 		return walkBlock{kind: "run", fails: true}, nil
@@ -167,7 +174,19 @@ func walkKind(marker string) (walkBlock, error) {
 	if path, ok := strings.CutPrefix(marker, "excerpt of "); ok && path != "" {
 		return walkBlock{kind: "excerpt", path: path}, nil
 	}
-	return walkBlock{}, fmt.Errorf("unknown walkthrough marker %q: use run, run, fails, background, output contains, output lacks, excerpt of PATH or skip", marker)
+	if text, ok := strings.CutPrefix(marker, "output lacks "); ok && text != "" {
+		return walkBlock{kind: "output lacks", body: text + "\n"}, nil
+	}
+	return walkBlock{}, fmt.Errorf("unknown walkthrough marker %q: use run, run, fails, background, output contains, output lacks TEXT, excerpt of PATH or skip", marker)
+}
+
+// checkOutputFollows reports an output check b of the file name that no command block comes
+// before.
+func checkOutputFollows(name string, b walkBlock, before []walkBlock) error {
+	if (b.kind == "output contains" || b.kind == "output lacks") && !slices.ContainsFunc(before, walkBlock.isCommand) {
+		return fmt.Errorf("%s:%d: %s, but no command runs before it", name, b.line, b.kind)
+	}
+	return nil
 }
 
 // walker runs a walkthrough's blocks.
@@ -447,14 +466,14 @@ func TestWalkthroughRules(t *testing.T) {
 				"<!-- walkthrough: output contains -->\n<!-- another comment -->\n```text\none\n```\n" +
 				"<!-- walkthrough: run, fails -->\n```sh\necho \"$GREETING again\"; false\n```\n" +
 				"<!-- walkthrough: output contains -->\n```text\nhello again\n```\n" +
-				"<!-- walkthrough: output lacks -->\n```text\none\n```\n" +
+				"<!-- walkthrough: output lacks one -->\n" +
 				"<!-- walkthrough: excerpt of file.txt -->\n```json\nsecond line\n```\n" +
 				"```yaml\nunmarked: [not run]\n```\n", ""},
 		{"a command that fails", "<!-- walkthrough: run -->\n```sh\necho starting\nfalse\necho never\n```\n", "doc.md:4: run block:\n    echo starting\n    false\n    echo never\nexit status 1, want 0; output:\n    starting"},
 		{"a command that is not there", "<!-- walkthrough: run, fails -->\n```sh\ngateway-typo call\n```\n", "exit status 127, want 1"},
 		{"a command that should fail", "<!-- walkthrough: run, fails -->\n```sh\ntrue\n```\n", "exit status 0, want 1"},
 		{"output not there", "<!-- walkthrough: run -->\n```sh\necho one\n```\n<!-- walkthrough: output contains -->\n```text\none\ntwo\n```\n", `output contains: "two"; the output was:` + "\n    one"},
-		{"output there", "<!-- walkthrough: run -->\n```sh\necho one\n```\n<!-- walkthrough: output lacks -->\n```text\none\n```\n", `output lacks: "one"`},
+		{"output there", "<!-- walkthrough: run -->\n```sh\necho one two\n```\n<!-- walkthrough: output lacks one two -->\n", `output lacks: "one two"`},
 		{"excerpt not in the file", "<!-- walkthrough: excerpt of file.txt -->\n```text\nfirst line\nsecond\n```\n", "not in file.txt as they stand"},
 		{"excerpt of a part of a line", "<!-- walkthrough: excerpt of file.txt -->\n```text\nline\n```\n", "not in file.txt"},
 		{"a gateway that does not start", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway serve -config nowhere.yaml\n```\n", "before it was ready"},
@@ -462,7 +481,8 @@ func TestWalkthroughRules(t *testing.T) {
 		{"an unmarked command", "```sh\necho one\n```\n", "doc.md:3: this ```sh block has no walkthrough marker"},
 		{"a marker without a block", "<!-- walkthrough: run -->\ntext\n```sh\necho one\n```\n", "doc.md:3: the walkthrough marker is not followed by a fenced block"},
 		{"an unknown marker", "<!-- walkthrough: runs -->\n```sh\necho one\n```\n", `doc.md:3: unknown walkthrough marker "runs"`},
-		{"output before any command", "<!-- walkthrough: output contains -->\n```text\none\n```\n", "no command runs before it"},
+		{"output before any command", "<!-- walkthrough: output contains -->\n```text\none\n```\n", "doc.md:3: output contains, but no command runs before it"},
+		{"output lacked before any command", "<!-- walkthrough: output lacks one -->\n", "doc.md:3: output lacks, but no command runs before it"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
