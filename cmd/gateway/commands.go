@@ -29,6 +29,8 @@ var commands = []command{
 		"connect, print the merged catalog (of /mcp/NAME with -profile), exit", catalog, nil},
 	{"health", "[-url URL | -config FILE]",
 		"probe a running gateway's /healthz (default: the config's listen, or 127.0.0.1:8080)", health, nil},
+	{"call", "[-url URL] [TOOL [ARGS_JSON]]",
+		"list a running gateway's tools, or call one; sends $MANIFOLD_API_KEY, if set, as the bearer token", call, nil},
 	{"demo", "[-name NAME]",
 		"serve the demo MCP server over stdio (the example's upstream)",
 		func(args []string, _, stderr io.Writer) int { return serveDemo(args, stderr) }, nil},

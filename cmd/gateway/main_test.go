@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envServe) == "1" {
 		os.Exit(run(strings.Fields(os.Getenv(envServe+"_ARGS")), os.Stdout, os.Stderr))
 	}
+	if os.Getenv(envGateway) == "1" {
+		// The walkthrough's `gateway` command (see walkthrough_test.go).
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "demo" {
 		// Started as an upstream with command "@self": this test binary stands for the
 		// gateway's own program, and serves its demo server.
