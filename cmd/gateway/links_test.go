@@ -161,3 +161,16 @@ func TestBrokenLinksAreFound(t *testing.T) {
 		t.Errorf("broken links:\n%s\nwant:\n%s", strings.Join(broken, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestReadmeStaysShort: the README is what a newcomer reads first, in a few screens; what
+// grows goes into its topic's page under docs/.
+func TestReadmeStaysShort(t *testing.T) {
+	const limit = 16 << 10
+	info, err := os.Stat(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size() >= limit {
+		t.Errorf("README.md has %d bytes, over %d: move what grew into its topic's page under docs/ and link it", info.Size(), limit)
+	}
+}

@@ -26,7 +26,7 @@ import (
 
 // walkthroughSource is the file whose walkthrough TestWalkthrough runs, relative to the
 // module root.
-const walkthroughSource = "docs/walkthrough-draft.md"
+const walkthroughSource = "README.md"
 
 // The walkthrough is the part of walkthroughSource between `<!-- walkthrough: begin -->` and
 // `<!-- walkthrough: end -->`. Its fenced blocks run in order, as a reader would type them, by
