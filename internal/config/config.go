@@ -138,6 +138,13 @@ const (
 	TransportAuto           = "auto"
 )
 
+// Protocol eras of an upstream (Upstream.Protocol).
+const (
+	ProtocolAuto   = "auto"
+	ProtocolLegacy = "2025-11-25"
+	ProtocolModern = "2026-07-28"
+)
+
 // Outputs of the audit trail (Audit.Sink).
 const (
 	AuditSinkOff    = "off"
@@ -575,6 +582,21 @@ type Upstream struct {
 	// the key is absent, defaults to "stdio" when Command is set and
 	// "streamable-http" when URL is set.
 	Transport string
+
+	// Protocol is the protocol era the gateway speaks to the upstream (key
+	// `protocol`): ProtocolLegacy ("2025-11-25": the initialize handshake
+	// and a session, as every upstream before 2026-07-28), ProtocolModern
+	// ("2026-07-28": server/discover, then stateless requests that carry
+	// their version and the calling client's capabilities in _meta; an
+	// upstream that does not answer discover as a 2026-07-28 server fails to
+	// connect) or ProtocolAuto (server/discover first, falling back to
+	// initialize when the answer is not a 2026-07-28 one). Defaults to
+	// "2025-11-25": a dual-era upstream then keeps serving the gateway's
+	// clients of either era, while the gateway cannot yet carry what a
+	// 2026-07-28 upstream asks of its client mid-call (input_required) to a
+	// 2025 client. Auto becomes the default once it can. With transport
+	// "sse" (protocol 2024-11-05) only "2025-11-25" and "auto" fit.
+	Protocol string
 
 	// InitializeTimeout bounds connecting (or starting the child),
 	// initialize and the first fetch of the upstream's lists (key
@@ -1045,6 +1067,9 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	}
 	if !has("isolation") {
 		u.Isolation = defaultIsolation
+	}
+	if !has("protocol") {
+		u.Protocol = ProtocolLegacy
 	}
 	if !has("pinning") {
 		u.Pinning = PinningOff

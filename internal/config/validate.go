@@ -275,6 +275,15 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssue
 		default:
 			v.checkKey(s, "isolation", fmt.Sprintf("%q is not an isolation mode: use shared, principal or session", u.Isolation))
 		}
+		switch u.Protocol {
+		case ProtocolLegacy, ProtocolAuto:
+		case ProtocolModern:
+			if u.Transport == TransportSSE {
+				v.checkKey(s, "protocol", `transport "sse" speaks protocol 2024-11-05 only: use protocol "2025-11-25" or "auto", or transport streamable-http`)
+			}
+		default:
+			v.checkKey(s, "protocol", fmt.Sprintf("%s is not a protocol: use 2025-11-25, 2026-07-28 or auto", quote(u.Protocol)))
+		}
 		switch u.Pinning {
 		case PinningOff, PinningWithhold, PinningLog:
 		default:
