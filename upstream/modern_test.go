@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,6 +303,45 @@ func TestModernStdioUpstream(t *testing.T) {
 	}
 }
 
+func TestModernStdioCancelIsANotification(t *testing.T) {
+	spec := goSpec(t, "modern")
+	spec.Protocol = ProtocolModern
+	c := startModernClient(t, spec, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctx, protocol.MethodCallTool, json.RawMessage(`{"name":"block"}`))
+		errc <- err
+	}()
+	var report struct {
+		Seen     []testupstream.SeenRequest
+		Cancels  int
+		Blocking int
+	}
+	readReport := func() {
+		t.Helper()
+		if err := json.Unmarshal([]byte(callText(t, context.Background(), c, "seen")), &report); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the block call to run", func() bool {
+		readReport()
+		return report.Blocking == 1
+	})
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("Call = %v; want context.Canceled", err)
+	}
+	waitUntil(t, "the upstream to stop the call", func() bool {
+		readReport()
+		return report.Cancels == 1
+	})
+	if !slices.ContainsFunc(report.Seen, func(s testupstream.SeenRequest) bool { return s.Method == protocol.NotificationCancelled }) {
+		t.Error("the upstream got no notifications/cancelled")
+	}
+}
+
 func TestModernListsRefreshWhenTheirTTLRunsOut(t *testing.T) {
 	freshnessPoll = 5 * time.Millisecond
 	t.Cleanup(func() { freshnessPoll = 0 })
@@ -384,6 +424,32 @@ func TestAutoFallsBackToInitialize(t *testing.T) {
 		}
 	})
 
+	t.Run("stdio server that exits on discover", func(t *testing.T) {
+		spec, logPath := fakeSpec(t, "picky", nil)
+		spec.Protocol = ProtocolAuto
+		var wentDown atomic.Bool
+		c := startModernClient(t, spec, &Options{OnChange: func(c *Client) {
+			if c.State() == StateDown {
+				wentDown.Store(true)
+			}
+		}})
+		if got := c.Server().ProtocolVersion; got != protocol.Version20251125 {
+			t.Errorf("protocol version %q; want 2025-11-25", got)
+		}
+		if wentDown.Load() {
+			t.Errorf("the upstream went down: the process that exited was not started again within the same start")
+		}
+		read, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first process read discover and exited; the second was initialized.
+		lines := strings.Split(strings.TrimSpace(string(read)), "\n")
+		if len(lines) < 2 || !strings.Contains(lines[0], `"server/discover"`) || !strings.Contains(lines[1], `"initialize"`) {
+			t.Errorf("the upstreams read %q; want server/discover, then initialize", lines)
+		}
+	})
+
 	t.Run("protocol 2026-07-28 refuses a 2025 server", func(t *testing.T) {
 		u := newHTTPUpstream(t, false)
 		c := New(Spec{Name: "legacy", URL: u.srv.URL, Protocol: ProtocolModern}, &Options{RestartDelay: time.Hour})
@@ -424,6 +490,30 @@ func TestWithModernMeta(t *testing.T) {
 	}
 	if _, err := withModernMeta(nil, protocol.Version20260728, json.RawMessage(`["sampling"]`), info); !errors.Is(err, errCapabilitiesNotObject) {
 		t.Errorf("capabilities that are not an object: err = %v; want errCapabilitiesNotObject", err)
+	}
+}
+
+func TestDropInvalidAnnotations(t *testing.T) {
+	cn := &connection{client: New(Spec{Name: "x", Command: "x"}, nil)}
+	tools := []Item{
+		{Key: "plain", Raw: json.RawMessage(`{"name":"plain","inputSchema":{"type":"object"}}`)},
+		{Key: "annotated", Raw: json.RawMessage(`{"name":"annotated","inputSchema":{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"R"}}}}`)},
+		{Key: "on_a_number", Raw: json.RawMessage(`{"name":"on_a_number","inputSchema":{"type":"object","properties":{"n":{"type":"number","x-mcp-header":"N"}}}}`)},
+		{Key: "twice", Raw: json.RawMessage(`{"name":"twice","inputSchema":{"type":"object","properties":{"a":{"type":"string","x-mcp-header":"A"},"b":{"type":"string","x-mcp-header":"a"}}}}`)},
+	}
+	var kept []string
+	for _, it := range cn.dropInvalidAnnotations(tools) {
+		kept = append(kept, it.Key)
+	}
+	if diff := cmp.Diff([]string{"plain", "annotated"}, kept); diff != "" {
+		t.Errorf("kept tools (-want +got):\n%s", diff)
+	}
+	catalog := NewCatalog(map[Kind][]Item{Tools: tools})
+	if got := catalog.toolHeaderParams("annotated"); len(got) != 1 || got[0].Header != "R" {
+		t.Errorf("toolHeaderParams(annotated) = %+v; want the one of header R", got)
+	}
+	if got := catalog.toolHeaderParams("plain"); got != nil {
+		t.Errorf("toolHeaderParams(plain) = %+v; want none", got)
 	}
 }
 

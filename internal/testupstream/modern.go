@@ -41,7 +41,8 @@ type ModernOptions struct {
 //     which the go-sdk checks); answers "<repo>:<q>";
 //   - "add_tool": adds a tool "added_N" (list_changed, to listeners);
 //   - "block": runs until cancelled, which Cancels counts;
-//   - "seen": answers what Seen returns, as JSON (for a stdio test to read).
+//   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
+//     text, for a test that runs the server as a process.
 type Modern struct {
 	Server *mcp.Server
 
@@ -137,7 +138,7 @@ func NewModern(opts ModernOptions) *Modern {
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "seen", Description: "answers what the server received", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			data, err := json.Marshal(map[string]any{"seen": m.Seen(), "cancels": m.Cancels()})
+			data, err := json.Marshal(map[string]any{"seen": m.Seen(), "cancels": m.Cancels(), "blocking": m.Blocking()})
 			if err != nil {
 				return nil, err
 			}

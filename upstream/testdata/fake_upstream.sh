@@ -14,6 +14,8 @@
 #	          more bytes of short stderr lines before it reads anything
 #	mute      writes a line to stderr, then answers nothing (not even initialize), and exits
 #	          with status 0 when its stdin closes
+#	picky     declares tools; exits with status 3 when it reads a request it does not know
+#	          (as some legacy servers do with server/discover)
 #
 # It parses only what the gateway's compact encoder writes: "id" right after "jsonrpc", and
 # "method" before "params".
@@ -26,6 +28,7 @@ send() { printf '%s\n' "$1"; }
 caps='{}'
 case $mode in
 hang) caps='{"tools":{}}' ;;
+picky) caps='{"tools":{}}' ;;
 stubborn)
 	trap '' TERM
 	sleep 1000 &
@@ -59,6 +62,15 @@ while IFS= read -r line; do
 	method=
 	[[ $line =~ $re_id ]] && id=${BASH_REMATCH[1]}
 	[[ $line =~ $re_method ]] && method=${BASH_REMATCH[1]}
+	if [[ $mode == picky && -n $id && -n $method ]]; then
+		case $method in
+		initialize | tools/list | tools/call | ping) ;;
+		*)
+			echo "fake_upstream: unknown method $method" >&2
+			exit 3
+			;;
+		esac
+	fi
 	case $method in
 	initialize)
 		send "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":$caps,\"serverInfo\":{\"name\":\"fake-$mode\",\"version\":\"1.0.0\"}}}"
