@@ -411,17 +411,7 @@ func TestAutoFallsBackToInitialize(t *testing.T) {
 		spec, logPath := fakeSpec(t, "hang", nil)
 		spec.Protocol = ProtocolAuto
 		c := startModernClient(t, spec, nil)
-		if got := c.Server().ProtocolVersion; got != protocol.Version20251125 {
-			t.Errorf("protocol version %q; want 2025-11-25", got)
-		}
-		read, err := os.ReadFile(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(read)), "\n")
-		if len(lines) < 2 || !strings.Contains(lines[0], `"server/discover"`) || !strings.Contains(lines[1], `"initialize"`) {
-			t.Errorf("the upstream read %q; want server/discover, then initialize", lines)
-		}
+		wantDiscoverThenInitialize(t, c, logPath)
 	})
 
 	t.Run("stdio server that exits on discover", func(t *testing.T) {
@@ -433,21 +423,11 @@ func TestAutoFallsBackToInitialize(t *testing.T) {
 				wentDown.Store(true)
 			}
 		}})
-		if got := c.Server().ProtocolVersion; got != protocol.Version20251125 {
-			t.Errorf("protocol version %q; want 2025-11-25", got)
-		}
 		if wentDown.Load() {
 			t.Errorf("the upstream went down: the process that exited was not started again within the same start")
 		}
-		read, err := os.ReadFile(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The first process read discover and exited; the second was initialized.
-		lines := strings.Split(strings.TrimSpace(string(read)), "\n")
-		if len(lines) < 2 || !strings.Contains(lines[0], `"server/discover"`) || !strings.Contains(lines[1], `"initialize"`) {
-			t.Errorf("the upstreams read %q; want server/discover, then initialize", lines)
-		}
+		wantDiscoverThenInitialize(t, c, logPath)
 	})
 
 	t.Run("protocol 2026-07-28 refuses a 2025 server", func(t *testing.T) {
@@ -464,6 +444,23 @@ func TestAutoFallsBackToInitialize(t *testing.T) {
 			}
 		}
 	})
+}
+
+// wantDiscoverThenInitialize checks that c speaks 2025-11-25 with a fake stdio upstream whose
+// processes logged, at logPath, server/discover and then initialize.
+func wantDiscoverThenInitialize(t *testing.T, c *Client, logPath string) {
+	t.Helper()
+	if got := c.Server().ProtocolVersion; got != protocol.Version20251125 {
+		t.Errorf("protocol version %q; want 2025-11-25", got)
+	}
+	read, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(read)), "\n")
+	if len(lines) < 2 || !strings.Contains(lines[0], `"server/discover"`) || !strings.Contains(lines[1], `"initialize"`) {
+		t.Errorf("the upstream read %q; want server/discover, then initialize", lines)
+	}
 }
 
 func TestWithModernMeta(t *testing.T) {
