@@ -570,8 +570,9 @@ type Upstream struct {
 	// case-insensitively, and exclude those the transport sets itself
 	// (Accept, Content-Type, Content-Length, Host, Connection,
 	// Transfer-Encoding, Mcp-Session-Id, Mcp-Protocol-Version,
-	// Last-Event-ID); values hold no CR, LF or NUL. Messages never quote
-	// values.
+	// Last-Event-ID, and Mcp-Method, Mcp-Name and Mcp-Param-*, which a
+	// 2026-07-28 request computes from its message); values hold no CR, LF
+	// or NUL. Messages never quote values.
 	Headers map[string]string
 
 	// Transport is how the gateway talks to the upstream (key `transport`):

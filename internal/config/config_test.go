@@ -780,6 +780,7 @@ func TestParseProblems(t *testing.T) {
       "": b
       Mcp-Session-Id: c
       host: d
+      Mcp-Param-Repo: g
       X-Key: e
       x-key: f
       X-Value: "${V}"
@@ -788,8 +789,9 @@ func TestParseProblems(t *testing.T) {
 			p(6, "upstreams[0].headers.", `"" is not a valid header name: use letters, digits and !#$%&'*+-.^_`+"`"+`|~`),
 			p(7, "upstreams[0].headers.Mcp-Session-Id", `"Mcp-Session-Id" is set by the gateway's transport: remove it`),
 			p(8, "upstreams[0].headers.host", `"host" is set by the gateway's transport: remove it`),
-			p(10, "upstreams[0].headers.x-key", `same header as "X-Key" (header names are case-insensitive): keep one`),
-			p(11, "upstreams[0].headers.X-Value", "the value holds a line break or NUL, which an HTTP header cannot carry (the value is not shown)"),
+			p(9, "upstreams[0].headers.Mcp-Param-Repo", `"Mcp-Param-Repo" is set by the gateway's transport: remove it`),
+			p(11, "upstreams[0].headers.x-key", `same header as "X-Key" (header names are case-insensitive): keep one`),
+			p(12, "upstreams[0].headers.X-Value", "the value holds a line break or NUL, which an HTTP header cannot carry (the value is not shown)"),
 		}},
 		{"header list", "upstreams:\n  - name: a\n    url: https://a.example.com\n    headers: [\"Authorization: x\"]\n", nil, []config.Problem{
 			p(4, "upstreams[0].headers", "want a mapping of NAME: value, got a list"),
