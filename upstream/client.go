@@ -44,6 +44,22 @@ var ErrUnavailable = errors.New("upstream unavailable")
 // again.
 var ErrInterrupted = errors.New("the connection to the upstream ended before it answered; the request may have run in part")
 
+// ErrSessionMethod is returned (wrapped) by Call, without sending anything, for a method of
+// the session-based protocol (initialize, ping, logging/setLevel, resources/subscribe and
+// unsubscribe) to an upstream that speaks 2026-07-28, which would answer -32601: there the
+// log level travels in each request's _meta and resource updates through
+// subscriptions/listen.
+var ErrSessionMethod = errors.New("the method belongs to the session-based protocol, which this upstream does not speak (it speaks 2026-07-28)")
+
+// sessionMethods are the methods of ErrSessionMethod.
+var sessionMethods = map[string]bool{
+	protocol.MethodInitialize:  true,
+	protocol.MethodPing:        true,
+	protocol.MethodSetLogLevel: true,
+	protocol.MethodSubscribe:   true,
+	protocol.MethodUnsubscribe: true,
+}
+
 // ErrTimeout is returned by Call when the upstream did not answer within the request timeout.
 var ErrTimeout = errors.New("upstream request timed out")
 
@@ -657,6 +673,9 @@ func (c *Client) Call(ctx context.Context, method string, params json.RawMessage
 	}
 	if cn == nil {
 		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
+	}
+	if cn.modernVersion != "" && sessionMethods[method] {
+		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrSessionMethod)
 	}
 	result, err := cn.call(ctx, method, params, c.spec.RequestTimeout)
 	if !errors.Is(err, errRefusedUnsent) {

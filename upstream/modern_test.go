@@ -217,6 +217,20 @@ func TestModernHTTPUpstream(t *testing.T) {
 		}
 	})
 
+	t.Run("session methods are refused without a request", func(t *testing.T) {
+		_, err := c.Call(context.Background(), protocol.MethodSetLogLevel, json.RawMessage(`{"level":"debug"}`))
+		if !errors.Is(err, ErrSessionMethod) {
+			t.Errorf("logging/setLevel: err = %v; want ErrSessionMethod", err)
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for _, p := range u.posts {
+			if p.Method == protocol.MethodSetLogLevel {
+				t.Error("logging/setLevel was POSTed to the upstream")
+			}
+		}
+	})
+
 	u.mu.Lock()
 	gets := u.gets
 	u.mu.Unlock()
