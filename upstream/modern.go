@@ -178,14 +178,24 @@ func judgeDiscover(raw json.RawMessage, err error) eraAnswer {
 	return eraAnswer{unanswered: err}
 }
 
-// stdioProbeWait is how long a stdio upstream under protocol auto has to answer
-// server/discover before initialize is sent as well (the first answer then decides). A
-// variable so that tests can shorten it.
-var stdioProbeWait = 5 * time.Second
+// probeWait is how long a stdio upstream under protocol auto has to answer server/discover,
+// in a start bounded by limit, before initialize is sent as well (the first answer then
+// decides): a third of the start's time, so that a server slow to start (one fetched on
+// first use) is not asked both questions, whose answers may then come in either order,
+// while a legacy server that never answers discover still has the rest to initialize.
+func probeWait(limit time.Duration) time.Duration {
+	if stdioProbeWait > 0 {
+		return stdioProbeWait
+	}
+	return limit / 3
+}
+
+// stdioProbeWait, when set (by tests only), replaces probeWait's share of the start.
+var stdioProbeWait time.Duration
 
 // askDiscover sends server/discover at version on cn and waits for the answer, at most
 // limit. With raceInitialize (a stdio upstream under protocol auto), initialize follows on
-// the same process when no answer came within stdioProbeWait, and the first of the two
+// the same process when no answer came within probeWait, and the first of the two
 // answers decides; initialized reports that initialize won, and the connection is then
 // initialized. err is the failure of that initialize.
 func (c *Client) askDiscover(ctx context.Context, cn *connection, version string, raceInitialize bool, limit time.Duration) (ans eraAnswer, initialized bool, err error) {
@@ -219,7 +229,7 @@ func (c *Client) askDiscover(ctx context.Context, cn *connection, version string
 		o := <-discovered
 		return judgeDiscover(o.raw, o.err), false, nil
 	}
-	t := time.NewTimer(min(stdioProbeWait, limit/2))
+	t := time.NewTimer(probeWait(limit))
 	defer t.Stop()
 	select {
 	case o := <-discovered:
@@ -237,6 +247,15 @@ func (c *Client) askDiscover(ctx context.Context, cn *connection, version string
 			}
 			discovered = nil // not a 2026-07-28 answer: initialize decides
 		case err := <-initDone:
+			// Both answers may be in by now: discover's, when it is a 2026-07-28 one, wins
+			// the tie.
+			select {
+			case o := <-discovered:
+				if ans := judgeDiscover(o.raw, o.err); ans.server != nil {
+					return ans, false, nil
+				}
+			default:
+			}
 			if err != nil {
 				return eraAnswer{}, false, err
 			}

@@ -317,6 +317,26 @@ func TestModernStdioUpstream(t *testing.T) {
 	}
 }
 
+func TestModernStdioFirstAnswerDecides(t *testing.T) {
+	// The fake answers discover only when initialize arrives, and first: the gateway, which
+	// sent initialize after its probe went unanswered, speaks 2026-07-28.
+	stdioProbeWait = 50 * time.Millisecond
+	t.Cleanup(func() { stdioProbeWait = 0 })
+	spec, logPath := fakeSpec(t, "late", nil)
+	spec.Protocol = ProtocolAuto
+	c := startModernClient(t, spec, nil)
+	if got := c.Server(); got.ProtocolVersion != protocol.Version20260728 || got.ServerInfo.Name != "fake-late" {
+		t.Fatalf("Server() = %+v; want 2026-07-28 and the serverInfo of discover", got)
+	}
+	read, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(read), `"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"`) {
+		t.Errorf("tools/list went without the 2026-07-28 _meta; the upstream read:\n%s", read)
+	}
+}
+
 func TestModernStdioCancelIsANotification(t *testing.T) {
 	spec := goSpec(t, "modern")
 	spec.Protocol = ProtocolModern
@@ -421,7 +441,7 @@ func TestAutoFallsBackToInitialize(t *testing.T) {
 
 	t.Run("stdio server silent on discover", func(t *testing.T) {
 		stdioProbeWait = 100 * time.Millisecond
-		t.Cleanup(func() { stdioProbeWait = 5 * time.Second })
+		t.Cleanup(func() { stdioProbeWait = 0 })
 		spec, logPath := fakeSpec(t, "hang", nil)
 		spec.Protocol = ProtocolAuto
 		c := startModernClient(t, spec, nil)

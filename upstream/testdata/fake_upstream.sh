@@ -16,6 +16,8 @@
 #	          with status 0 when its stdin closes
 #	picky     declares tools; exits with status 3 when it reads a request it does not know
 #	          (as some legacy servers do with server/discover)
+#	late      declares tools; answers server/discover (with 2026-07-28) only once initialize
+#	          arrives, just before it answers initialize: a dual-era server slow to start
 #
 # It parses only what the gateway's compact encoder writes: "id" right after "jsonrpc", and
 # "method" before "params".
@@ -29,6 +31,7 @@ caps='{}'
 case $mode in
 hang) caps='{"tools":{}}' ;;
 picky) caps='{"tools":{}}' ;;
+late) caps='{"tools":{"listChanged":false}}' ;;
 stubborn)
 	trap '' TERM
 	sleep 1000 &
@@ -72,7 +75,13 @@ while IFS= read -r line; do
 		esac
 	fi
 	case $method in
+	server/discover)
+		[[ $mode == late ]] && discover_id=$id
+		;;
 	initialize)
+		if [[ $mode == late && -n ${discover_id:-} ]]; then
+			send "{\"jsonrpc\":\"2.0\",\"id\":$discover_id,\"result\":{\"resultType\":\"complete\",\"supportedVersions\":[\"2026-07-28\",\"2025-11-25\"],\"capabilities\":$caps,\"ttlMs\":0,\"cacheScope\":\"public\",\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"fake-late\",\"version\":\"1.0.0\"}}}}"
+		fi
 		send "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":$caps,\"serverInfo\":{\"name\":\"fake-$mode\",\"version\":\"1.0.0\"}}}"
 		;;
 	notifications/initialized)
