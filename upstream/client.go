@@ -4,6 +4,11 @@
 // connection, hands the server's own requests to a callback, and restarts it with backoff
 // when it dies.
 //
+// An upstream that speaks 2026-07-28 (Spec.Protocol) is discovered instead of initialized:
+// no session, each request carrying its version and its caller's capabilities
+// (WithClientCapabilities) in _meta and, over HTTP, the standard headers; its lists are
+// refreshed when their ttlMs runs out and on the changes heard through subscriptions/listen.
+//
 //	c := upstream.New(upstream.Spec{Name: "files", Command: "mcp-files"}, &upstream.Options{OnChange: rebuild})
 //	go c.Run(ctx)                       // owned by the caller; Close stops it
 //	result, err := c.Call(ctx, "tools/call", params)

@@ -244,6 +244,22 @@ func TestModernHTTPUpstream(t *testing.T) {
 	}
 }
 
+func TestModernListenIsOpenedAgainAfterADrop(t *testing.T) {
+	u := newModernHTTPUpstream(t, testupstream.ModernOptions{})
+	c := startModernClient(t, Spec{Name: "modern", URL: u.srv.URL, Protocol: ProtocolModern}, nil)
+	waitUntil(t, "the gateway's listen", func() bool { return u.Count(protocol.MethodListen) == 1 })
+	lists := u.Count(protocol.MethodListTools)
+
+	u.srv.CloseClientConnections() // the listen's stream drops
+	waitUntil(t, "the listen opened again", func() bool { return u.Count(protocol.MethodListen) >= 2 })
+	waitUntil(t, "the lists fetched again, for changes missed meanwhile", func() bool { return u.Count(protocol.MethodListTools) > lists })
+	added := callText(t, context.Background(), c, "add_tool")
+	waitUntil(t, "the added tool in the catalog", func() bool { return slices.Contains(toolNames(c), added) })
+	if st := c.State(); st != StateReady {
+		t.Errorf("state %s; want ready: a dropped listen is not a lost connection", st)
+	}
+}
+
 func TestModernHTTPCancelClosesTheStream(t *testing.T) {
 	u := newModernHTTPUpstream(t, testupstream.ModernOptions{})
 	c := startModernClient(t, Spec{Name: "modern", URL: u.srv.URL, Protocol: ProtocolModern}, nil)
