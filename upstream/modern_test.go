@@ -217,6 +217,25 @@ func TestModernHTTPUpstream(t *testing.T) {
 		}
 	})
 
+	t.Run("input_required comes back as a result", func(t *testing.T) {
+		ctx := WithClientCapabilities(context.Background(), json.RawMessage(`{"elicitation":{"form":{}}}`))
+		raw, err := c.Call(ctx, protocol.MethodCallTool, json.RawMessage(`{"name":"ask","arguments":{}}`))
+		if err != nil {
+			t.Fatalf("call ask: %v", err)
+		}
+		var res struct {
+			ResultType    string
+			RequestState  string
+			InputRequests map[string]struct{ Method string }
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.ResultType != protocol.ResultTypeInputRequired || res.RequestState != "asked" || res.InputRequests["name"].Method != protocol.MethodElicit {
+			t.Errorf("result %s; want input_required asking elicitation/create, with its requestState", raw)
+		}
+	})
+
 	t.Run("session methods are refused without a request", func(t *testing.T) {
 		_, err := c.Call(context.Background(), protocol.MethodSetLogLevel, json.RawMessage(`{"level":"debug"}`))
 		if !errors.Is(err, ErrSessionMethod) {

@@ -41,6 +41,8 @@ type ModernOptions struct {
 //     which the go-sdk checks); answers "<repo>:<q>";
 //   - "add_tool": adds a tool "added_N" (list_changed, to listeners);
 //   - "block": runs until cancelled, which Cancels counts;
+//   - "ask": answers input_required, asking for a name by elicitation (requestState
+//     "asked"), and "hello" once retried with a requestState;
 //   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
 //     text, for a test that runs the server as a process.
 type Modern struct {
@@ -135,6 +137,17 @@ func NewModern(opts ModernOptions) *Modern {
 			<-ctx.Done()
 			m.cancels.Add(1)
 			return nil, ctx.Err()
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "ask", Description: "asks its client for a name, then greets it", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if req.Params.RequestState == "" {
+				return &mcp.CallToolResult{
+					InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{Mode: "form", Message: "your name?",
+						RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}},
+					RequestState: "asked",
+				}, nil
+			}
+			return text("hello"), nil
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "seen", Description: "answers what the server received", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
