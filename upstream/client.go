@@ -866,7 +866,8 @@ type connection struct {
 	ttl     [NumKinds]time.Duration
 	// freshChanged wakes refreshOnExpiry when a refresh was planned anew; capacity 1.
 	freshChanged chan struct{}
-	// workers counts readLoop, refreshLoop and reverse-request goroutines; close waits for them.
+	// workers counts readLoop, refreshLoop, reverse-request goroutines and, for a 2026-07-28
+	// upstream, refreshOnExpiry and listenForChanges; close waits for them.
 	workers   sync.WaitGroup
 	closeOnce sync.Once
 }
@@ -944,8 +945,17 @@ type pendingCall struct {
 // it never ran, so it may be sent again on the next connection.
 var errRefusedUnsent = fmt.Errorf("refused before it ran: %w", ErrSessionExpired)
 
+// call sends a request and waits for its answer, at most timeout; a timeout of 0 means none:
+// the call lasts until ctx ends (a subscriptions/listen). To a 2026-07-28 upstream the
+// request carries the _meta of withModernMeta, with the client capabilities of ctx.
 func (cn *connection) call(ctx context.Context, method string, params json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
 	name := cn.client.spec.Name
+	if cn.modernVersion != "" {
+		var err error
+		if params, err = withModernMeta(params, cn.modernVersion, clientCapabilitiesOf(ctx), cn.client.opts.ClientInfo); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, method, err)
+		}
+	}
 	id := cn.nextID.Add(1)
 	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: callerOf(ctx)}
 	cn.mu.Lock()
@@ -956,13 +966,6 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 	cn.pending[id] = p
 	cn.mu.Unlock()
 
-	if cn.modernVersion != "" {
-		var err error
-		if params, err = withModernMeta(params, cn.modernVersion, clientCapabilitiesOf(ctx), cn.client.opts.ClientInfo); err != nil {
-			cn.forget(id)
-			return nil, fmt.Errorf("%s %s: %w", name, method, err)
-		}
-	}
 	var cancel context.CancelFunc
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -1236,7 +1239,7 @@ func (cn *connection) handleNotification(n *protocol.Notification, from arrival)
 		k = Resources
 	case notificationSubscriptionsAcknowledged:
 		// The opening of the gateway's own subscriptions/listen: nothing for its clients.
-		cn.client.logger.Debug("the upstream acknowledged the gateway's subscriptions/listen", "params", string(n.Params))
+		cn.client.logger.Debug("the upstream acknowledged the gateway's subscriptions/listen")
 		return
 	default:
 		if cb := cn.client.opts.OnNotification; cb != nil {
