@@ -340,6 +340,7 @@ func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
 		client := upstream.New(upstream.Spec{
 			Name:              u.Name,
 			Transport:         u.Transport,
+			Protocol:          u.Protocol,
 			Command:           command,
 			Args:              u.Args,
 			Env:               u.Env,

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"time"
 
+	"github.com/manifold-mcp/manifold/internal/modern"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
@@ -54,9 +57,48 @@ type Item struct {
 	Raw json.RawMessage
 }
 
-// Catalog is an upstream's four lists as last fetched. It is immutable once published.
+// Catalog is an upstream's four lists as last fetched. It is immutable once published, and
+// must not be copied.
 type Catalog struct {
 	lists [NumKinds][]Item
+
+	// headerParams holds the x-mcp-header arguments of each tool that has some, by tool
+	// name: read from the tools' input schemas once per catalog, on first use.
+	headerParamsOnce sync.Once
+	headerParams     map[string][]modern.Param
+}
+
+// toolHeaderParams returns the arguments of tool that a 2026-07-28 tools/call mirrors in
+// Mcp-Param-* headers, from the tool's input schema as the upstream listed it; nil when it
+// has none, or when the catalog does not list the tool. A tool whose annotations are invalid
+// has none here; such tools are dropped from the catalog of a connection that sends headers
+// (see dropInvalidAnnotations).
+func (c *Catalog) toolHeaderParams(tool string) []modern.Param {
+	if c == nil {
+		return nil
+	}
+	c.headerParamsOnce.Do(func() {
+		for _, it := range c.lists[Tools] {
+			params, err := modern.HeaderParams(inputSchemaOf(it.Raw))
+			if err != nil || len(params) == 0 {
+				continue
+			}
+			if c.headerParams == nil {
+				c.headerParams = map[string][]modern.Param{}
+			}
+			c.headerParams[it.Key] = params
+		}
+	})
+	return c.headerParams[tool]
+}
+
+// inputSchemaOf returns the inputSchema of a tool as listed, or nil.
+func inputSchemaOf(tool json.RawMessage) json.RawMessage {
+	schema, ok, err := protocol.Member(tool, "inputSchema")
+	if err != nil || !ok {
+		return nil
+	}
+	return schema
 }
 
 // List returns the items of kind k, in the upstream's order.
@@ -81,15 +123,18 @@ func (c *Catalog) withList(k Kind, items []Item) *Catalog {
 // never end cannot keep the gateway busy forever.
 const maxPages = 1000
 
-// fetchList reads every page of kind k with call.
-func fetchList(ctx context.Context, k Kind, call func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)) ([]Item, error) {
+// fetchList reads every page of kind k with call. It returns the items and how long the
+// list stays fresh: the shortest ttlMs of its pages (2026-07-28 caching hints; a page
+// without one, as from a 2025 server, gives 0).
+func fetchList(ctx context.Context, k Kind, call func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)) ([]Item, time.Duration, error) {
 	info := kindInfos[k]
 	var items []Item
+	var ttl time.Duration
 	seen := map[string]bool{}
 	cursor := ""
 	for page := 0; ; page++ {
 		if page == maxPages {
-			return nil, fmt.Errorf("list %s: more than %d pages", info.name, maxPages)
+			return nil, 0, fmt.Errorf("list %s: more than %d pages", info.name, maxPages)
 		}
 		var params json.RawMessage
 		if cursor != "" {
@@ -97,26 +142,29 @@ func fetchList(ctx context.Context, k Kind, call func(ctx context.Context, metho
 		}
 		raw, err := call(ctx, info.method, params)
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", info.name, err)
+			return nil, 0, fmt.Errorf("list %s: %w", info.name, err)
+		}
+		if pageTTL := time.Duration(modern.TTL(raw)) * time.Millisecond; page == 0 || pageTTL < ttl {
+			ttl = pageTTL
 		}
 		var result map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &result); err != nil {
-			return nil, fmt.Errorf("list %s: malformed result: %w", info.name, err)
+			return nil, 0, fmt.Errorf("list %s: malformed result: %w", info.name, err)
 		}
 		var entries []json.RawMessage
 		if f, ok := result[info.field]; ok {
 			if err := json.Unmarshal(f, &entries); err != nil {
-				return nil, fmt.Errorf("list %s: %q is not an array: %w", info.name, info.field, err)
+				return nil, 0, fmt.Errorf("list %s: %q is not an array: %w", info.name, info.field, err)
 			}
 		}
 		for _, e := range entries {
 			var keyed map[string]json.RawMessage
 			if err := json.Unmarshal(e, &keyed); err != nil {
-				return nil, fmt.Errorf("list %s: an entry is not an object: %w", info.name, err)
+				return nil, 0, fmt.Errorf("list %s: an entry is not an object: %w", info.name, err)
 			}
 			var key string
 			if err := json.Unmarshal(keyed[info.key], &key); err != nil || key == "" {
-				return nil, fmt.Errorf("list %s: an entry has no %q", info.name, info.key)
+				return nil, 0, fmt.Errorf("list %s: an entry has no %q", info.name, info.key)
 			}
 			items = append(items, Item{Key: key, Raw: e})
 		}
@@ -125,10 +173,10 @@ func fetchList(ctx context.Context, k Kind, call func(ctx context.Context, metho
 			_ = json.Unmarshal(f, &next)
 		}
 		if next == "" {
-			return items, nil
+			return items, ttl, nil
 		}
 		if seen[next] {
-			return nil, fmt.Errorf("list %s: the upstream repeated cursor %q", info.name, next)
+			return nil, 0, fmt.Errorf("list %s: the upstream repeated cursor %q", info.name, next)
 		}
 		seen[next] = true
 		cursor = next

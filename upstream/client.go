@@ -4,6 +4,11 @@
 // connection, hands the server's own requests to a callback, and restarts it with backoff
 // when it dies.
 //
+// An upstream that speaks 2026-07-28 (Spec.Protocol) is discovered instead of initialized:
+// no session, each request carrying its version and its caller's capabilities
+// (WithClientCapabilities) in _meta and, over HTTP, the standard headers; its lists are
+// refreshed when their ttlMs runs out and on the changes heard through subscriptions/listen.
+//
 //	c := upstream.New(upstream.Spec{Name: "files", Command: "mcp-files"}, &upstream.Options{OnChange: rebuild})
 //	go c.Run(ctx)                       // owned by the caller; Close stops it
 //	result, err := c.Call(ctx, "tools/call", params)
@@ -30,6 +35,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/loglimit"
+	"github.com/manifold-mcp/manifold/internal/modern"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
@@ -42,6 +48,22 @@ var ErrUnavailable = errors.New("upstream unavailable")
 // run in part there, so it is never sent again, and whoever asked should check before asking
 // again.
 var ErrInterrupted = errors.New("the connection to the upstream ended before it answered; the request may have run in part")
+
+// ErrSessionMethod is returned (wrapped) by Call, without sending anything, for a method of
+// the session-based protocol (initialize, ping, logging/setLevel, resources/subscribe and
+// unsubscribe) to an upstream that speaks 2026-07-28, which would answer -32601: there the
+// log level travels in each request's _meta and resource updates through
+// subscriptions/listen.
+var ErrSessionMethod = errors.New("the method belongs to the session-based protocol, which this upstream does not speak (it speaks 2026-07-28)")
+
+// sessionMethods are the methods of ErrSessionMethod.
+var sessionMethods = map[string]bool{
+	protocol.MethodInitialize:  true,
+	protocol.MethodPing:        true,
+	protocol.MethodSetLogLevel: true,
+	protocol.MethodSubscribe:   true,
+	protocol.MethodUnsubscribe: true,
+}
 
 // ErrTimeout is returned by Call when the upstream did not answer within the request timeout.
 var ErrTimeout = errors.New("upstream request timed out")
@@ -80,6 +102,13 @@ type Spec struct {
 	// Transport is TransportStdio, TransportStreamableHTTP, TransportSSE or TransportAuto.
 	// If empty, stdio when Command is set, else Streamable HTTP.
 	Transport string
+	// Protocol is the era spoken with the upstream: ProtocolLegacy (initialize and a
+	// session), ProtocolModern (server/discover, then stateless requests that carry their
+	// version and the calling client's capabilities in _meta; an upstream that does not
+	// answer discover as a 2026-07-28 server fails to connect) or ProtocolAuto (discover
+	// first, falling back to initialize; mcp-2026-notes §1.15). The legacy SSE transport
+	// always initializes. If empty, ProtocolLegacy.
+	Protocol string
 	// Command, Args, Env and Dir start a stdio server: the child's environment is a small
 	// base set of the gateway's (see InheritEnv) plus Env, and an empty Dir means the
 	// gateway's working directory.
@@ -261,6 +290,9 @@ func New(spec Spec, opts *Options) *Client {
 	}
 	if c.spec.MaxMessageBytes <= 0 {
 		c.spec.MaxMessageBytes = 16 << 20
+	}
+	if c.spec.Protocol == "" {
+		c.spec.Protocol = ProtocolLegacy
 	}
 	if c.spec.Transport == "" {
 		c.spec.Transport = TransportStdio
@@ -455,6 +487,8 @@ func (c *Client) Catalog() *Catalog {
 
 // Server returns what the upstream answered to initialize, or nil while it is not ready.
 // While the gateway re-initializes a session the upstream forgot, it is the last answer.
+// For a 2026-07-28 upstream, it is read from its answer to server/discover: ProtocolVersion
+// is the stateless version spoken with it, ServerInfo what its result's _meta named.
 func (c *Client) Server() *protocol.InitializeResult {
 	if cn := c.live.Load(); cn != nil {
 		return cn.server
@@ -523,7 +557,7 @@ func (c *Client) Run(ctx context.Context) {
 			attrs := []any{"transport", cn.transport, "tools", len(cat.List(Tools)),
 				"resources", len(cat.List(Resources)) + len(cat.List(ResourceTemplates)), "prompts", len(cat.List(Prompts)),
 				"took", time.Since(began).Round(time.Millisecond).String(),
-				"protocol_version", cn.server.ProtocolVersion, "server", cn.server.ServerInfo.Name}
+				"protocol_version", cn.server.ProtocolVersion, "era", cn.era(), "server", cn.server.ServerInfo.Name}
 			if failures > 0 {
 				// The failures were logged once, when the upstream went down; here is how many.
 				attrs = append(attrs, "after_failed_attempts", failures)
@@ -645,6 +679,9 @@ func (c *Client) Call(ctx context.Context, method string, params json.RawMessage
 	if cn == nil {
 		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrUnavailable)
 	}
+	if cn.modernVersion != "" && sessionMethods[method] {
+		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrSessionMethod)
+	}
 	result, err := cn.call(ctx, method, params, c.spec.RequestTimeout)
 	if !errors.Is(err, errRefusedUnsent) {
 		return result, err
@@ -722,7 +759,7 @@ func (c *Client) connect(ctx context.Context, limit time.Duration) (*connection,
 		if !cn.serves(k) {
 			continue
 		}
-		items, err := fetchList(startCtx, k, cn.callFunc(c.spec.RequestTimeout))
+		items, err := cn.fetch(startCtx, k)
 		if err != nil {
 			cn.close()
 			return nil, startFailure(cn.conn, startCtx, kindInfos[k].method, limit, err)
@@ -732,6 +769,14 @@ func (c *Client) connect(ctx context.Context, limit time.Duration) (*connection,
 	c.catalog.Store(catalog)
 	cn.workers.Add(1)
 	go cn.refreshLoop()
+	if cn.modernVersion != "" {
+		cn.workers.Add(1)
+		go cn.refreshOnExpiry()
+		if kinds, params := listenKinds(cn.server.Capabilities); len(kinds) > 0 {
+			cn.workers.Add(1)
+			go cn.listenForChanges(kinds, params)
+		}
+	}
 	return cn, nil
 }
 
@@ -742,10 +787,10 @@ func (c *Client) dialAndInitialize(ctx context.Context, transport string, limit 
 	if err != nil {
 		return nil, err
 	}
-	cn := newConnection(c, raw)
-	if err := cn.initialize(ctx, limit); err != nil {
+	cn, method, err := c.handshake(ctx, newConnection(c, raw), transport, limit)
+	if err != nil {
 		cn.close()
-		return nil, startFailure(raw, ctx, protocol.MethodInitialize, limit, err)
+		return nil, startFailure(cn.conn, ctx, method, limit, err)
 	}
 	cn.transport = transport
 	if transport == TransportAuto {
@@ -782,7 +827,11 @@ func (c *Client) dial(ctx context.Context, transport string) (conn, error) {
 type connection struct {
 	client *Client
 	conn   conn
-	server *protocol.InitializeResult // set by initialize, then read-only
+	server *protocol.InitializeResult // set by the handshake, then read-only
+	// modernVersion is the stateless version spoken with a 2026-07-28 upstream, "" with one
+	// that was initialized. Set by the handshake before anything else uses the connection,
+	// then read-only.
+	modernVersion string
 	// transport is the transport in use (auto resolves to one of the others).
 	transport string
 	// unattributed is set for transports that do not tie a server request to a call (stdio,
@@ -809,7 +858,16 @@ type connection struct {
 	// dirtyKinds mask make one refresh serve every list_changed that came before it.
 	dirty      chan struct{}
 	dirtyKinds atomic.Uint32
-	// workers counts readLoop, refreshLoop and reverse-request goroutines; close waits for them.
+
+	// freshMu guards the timed refreshes of a 2026-07-28 upstream's lists: when each kind is
+	// due (zero: not planned) and its last ttlMs.
+	freshMu sync.Mutex
+	dueAt   [NumKinds]time.Time
+	ttl     [NumKinds]time.Duration
+	// freshChanged wakes refreshOnExpiry when a refresh was planned anew; capacity 1.
+	freshChanged chan struct{}
+	// workers counts readLoop, refreshLoop, reverse-request goroutines and, for a 2026-07-28
+	// upstream, refreshOnExpiry and listenForChanges; close waits for them.
 	workers   sync.WaitGroup
 	closeOnce sync.Once
 }
@@ -822,6 +880,8 @@ func newConnection(c *Client, raw conn) *connection {
 		lastEnded: make(map[any]time.Time),
 		done:      make(chan struct{}),
 		dirty:     make(chan struct{}, 1),
+
+		freshChanged: make(chan struct{}, 1),
 	}
 	switch raw.(type) {
 	case *stdioConn, *legacySSEConn:
@@ -885,8 +945,17 @@ type pendingCall struct {
 // it never ran, so it may be sent again on the next connection.
 var errRefusedUnsent = fmt.Errorf("refused before it ran: %w", ErrSessionExpired)
 
+// call sends a request and waits for its answer, at most timeout; a timeout of 0 means none:
+// the call lasts until ctx ends (a subscriptions/listen). To a 2026-07-28 upstream the
+// request carries the _meta of withModernMeta, with the client capabilities of ctx.
 func (cn *connection) call(ctx context.Context, method string, params json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
 	name := cn.client.spec.Name
+	if cn.modernVersion != "" {
+		var err error
+		if params, err = withModernMeta(params, cn.modernVersion, clientCapabilitiesOf(ctx), cn.client.opts.ClientInfo); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, method, err)
+		}
+	}
 	id := cn.nextID.Add(1)
 	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: callerOf(ctx)}
 	cn.mu.Lock()
@@ -897,7 +966,12 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 	cn.pending[id] = p
 	cn.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
 	defer cancel()
 	req := &protocol.Request{ID: protocol.IntID(id), Method: method, Params: params}
 	var answer *protocol.Response
@@ -964,10 +1038,15 @@ func answerOf(resp *protocol.Response, name, method string, maxBytes int) (json.
 	return resp.Result, nil
 }
 
-// ended gives up on request id because ctx ended, tells the upstream, and says why.
+// ended gives up on request id because ctx ended, tells the upstream, and says why. A
+// 2026-07-28 upstream over HTTP learns it from the closing of the request's response stream,
+// which the end of ctx closed; any other is sent notifications/cancelled (mcp-2026-notes
+// §1.10).
 func (cn *connection) ended(ctx context.Context, id int64, method string, timeout time.Duration) error {
 	cn.forget(id)
-	cn.notifyCancelled(id, ctx.Err())
+	if _, overHTTP := cn.conn.(modernConn); cn.modernVersion == "" || !overHTTP {
+		cn.notifyCancelled(id, ctx.Err())
+	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%s %s after %s: %w", cn.client.spec.Name, method, timeout, ErrTimeout)
 	}
@@ -1035,6 +1114,44 @@ func (cn *connection) initialize(ctx context.Context, timeout time.Duration) err
 		ic.initialized()
 	}
 	return nil
+}
+
+// era names the protocol era of the connection, for logs.
+func (cn *connection) era() string {
+	if cn.modernVersion != "" {
+		return "modern"
+	}
+	return "legacy"
+}
+
+// fetch reads the list of kind k. For a 2026-07-28 upstream it plans the list's timed
+// refresh from its ttlMs and, over HTTP, where each tools/call mirrors annotated arguments
+// in headers, it leaves out the tools whose x-mcp-header annotations are invalid, as
+// SEP-2243 asks of a client: no valid call to them could be made.
+func (cn *connection) fetch(ctx context.Context, k Kind) ([]Item, error) {
+	items, ttl, err := fetchList(ctx, k, cn.callFunc(cn.client.spec.RequestTimeout))
+	if err != nil || cn.modernVersion == "" {
+		return items, err
+	}
+	if _, overHTTP := cn.conn.(modernConn); overHTTP && k == Tools {
+		items = cn.dropInvalidAnnotations(items)
+	}
+	cn.scheduleRefresh(k, ttl)
+	return items, nil
+}
+
+// dropInvalidAnnotations returns tools without those whose x-mcp-header annotations are
+// invalid, each left out with a warning.
+func (cn *connection) dropInvalidAnnotations(tools []Item) []Item {
+	kept := make([]Item, 0, len(tools))
+	for _, it := range tools {
+		if _, err := modern.HeaderParams(inputSchemaOf(it.Raw)); err != nil {
+			cn.client.logger.Warn("the upstream lists a tool whose x-mcp-header annotations are invalid; it is left out", "tool", it.Key, "error", err.Error())
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept
 }
 
 // serves reports whether the upstream declared the capability behind kind k.
@@ -1120,6 +1237,10 @@ func (cn *connection) handleNotification(n *protocol.Notification, from arrival)
 	case protocol.NotificationResourcesChanged:
 		cn.markDirty(ResourceTemplates)
 		k = Resources
+	case notificationSubscriptionsAcknowledged:
+		// The opening of the gateway's own subscriptions/listen: nothing for its clients.
+		cn.client.logger.Debug("the upstream acknowledged the gateway's subscriptions/listen")
+		return
 	default:
 		if cb := cn.client.opts.OnNotification; cb != nil {
 			cn.notifySafely(cb, n, cn.origin(from))
@@ -1173,7 +1294,7 @@ func (cn *connection) refreshLoop() {
 			if kinds&(1<<k) == 0 || !cn.serves(k) {
 				continue
 			}
-			items, err := fetchList(cn.ctx, k, cn.callFunc(cn.client.spec.RequestTimeout))
+			items, err := cn.fetch(cn.ctx, k)
 			if err != nil {
 				if cn.ctx.Err() == nil {
 					cn.client.logger.Warn("refetching a changed list failed; the previous list stays", "kind", k.String(), "error", err.Error())

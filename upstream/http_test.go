@@ -196,11 +196,17 @@ func callText(t *testing.T, ctx context.Context, c *Client, tool string) string 
 	if err != nil {
 		t.Fatalf("call %s: %v", tool, err)
 	}
+	return resultText(t, raw)
+}
+
+// resultText returns the text of the first content block of a tool result.
+func resultText(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
 	var res struct {
 		Content []struct{ Text string } `json:"content"`
 	}
 	if err := json.Unmarshal(raw, &res); err != nil || len(res.Content) == 0 {
-		t.Fatalf("call %s: result %s", tool, raw)
+		t.Fatalf("malformed tool result %s: %v", raw, err)
 	}
 	return res.Content[0].Text
 }

@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/modern"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
@@ -116,9 +118,15 @@ type streamableConn struct {
 	// after. Guarded by mu.
 	posting  int
 	expiring bool
-	// sessionID and version are learnt from initialize. Guarded by mu.
+	// sessionID and version are learnt from initialize, or version is set by speakModern.
+	// Guarded by mu.
 	sessionID string
 	version   string
+	// stateless is set while the connection speaks a 2026-07-28 version (speakModern):
+	// every POST then carries the standard headers of its message, the Mcp-Param-* ones
+	// from toolParams. Guarded by mu.
+	stateless  bool
+	toolParams func(tool string) []modern.Param
 	// closed is set by Close before it waits for the streams: no stream goroutine starts
 	// after (streams.Add must not race streams.Wait). Guarded by mu.
 	closed    bool
@@ -145,7 +153,73 @@ var (
 	_ conn            = (*streamableConn)(nil)
 	_ initializedConn = (*streamableConn)(nil)
 	_ answeringConn   = (*streamableConn)(nil)
+	_ modernConn      = (*streamableConn)(nil)
 )
+
+// modernConn is a conn whose messages carry the 2026-07-28 standard headers when they are
+// of that era (Streamable HTTP, SEP-2243). A request's cancellation then is the closing of
+// its response stream, not a notification.
+type modernConn interface {
+	// speakModern makes every later message one of version: MCP-Protocol-Version is
+	// version, and Mcp-Method, Mcp-Name and Mcp-Param-* are computed from the message, the
+	// last from toolParams (the called tool's x-mcp-header arguments; nil: none). With
+	// version "", messages are of the session-based era again.
+	speakModern(version string, toolParams func(tool string) []modern.Param)
+}
+
+// speakModern implements modernConn.
+func (c *streamableConn) speakModern(version string, toolParams func(tool string) []modern.Param) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.version, c.stateless, c.toolParams = version, version != "", toolParams
+}
+
+// isStateless reports whether the connection speaks a 2026-07-28 version.
+func (c *streamableConn) isStateless() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stateless
+}
+
+// standardHeaders returns the Mcp-Method, Mcp-Name and Mcp-Param-* headers of m when the
+// connection is stateless (nil otherwise), computed from m itself and, for Mcp-Param-*, the
+// upstream's own schema of the called tool: never copied from anything a client sent.
+func (c *streamableConn) standardHeaders(m protocol.Message) (http.Header, error) {
+	c.mu.Lock()
+	stateless, toolParams := c.stateless, c.toolParams
+	c.mu.Unlock()
+	if !stateless {
+		return nil, nil
+	}
+	var method string
+	var params json.RawMessage
+	switch m := m.(type) {
+	case *protocol.Request:
+		method, params = m.Method, m.Params
+	case *protocol.Notification:
+		method, params = m.Method, m.Params
+	default:
+		return nil, nil
+	}
+	var name string
+	var args json.RawMessage
+	var mirrored []modern.Param
+	if len(params) > 0 {
+		switch method {
+		case protocol.MethodCallTool, protocol.MethodGetPrompt:
+			name, _, _ = protocol.StringMember(params, "name")
+		case protocol.MethodReadResource:
+			name, _, _ = protocol.StringMember(params, "uri")
+		}
+		if method == protocol.MethodCallTool {
+			args, _, _ = protocol.Member(params, "arguments")
+			if toolParams != nil {
+				mirrored = toolParams(name)
+			}
+		}
+	}
+	return modern.UpstreamHeaders(method, name, args, mirrored)
+}
 
 func newStreamableConn(name string, opts httpOptions, logger *slog.Logger) *streamableConn {
 	c := &streamableConn{name: name, opts: opts, logger: logger, in: newInbox()}
@@ -228,6 +302,10 @@ func (c *streamableConn) post(ctx context.Context, m protocol.Message) (protocol
 	if err != nil {
 		return nil, &requestError{Err: err}
 	}
+	standard, err := c.standardHeaders(m)
+	if err != nil {
+		return nil, &requestError{Err: err}
+	}
 	c.mu.Lock()
 	if c.expiring {
 		// The upstream forgot the session: this request was never sent, and may be sent
@@ -258,6 +336,9 @@ func (c *streamableConn) post(ctx context.Context, m protocol.Message) (protocol
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	c.headers(req.Header)
+	for k, v := range standard {
+		req.Header[k] = v
+	}
 	req, wrote := traceWrite(req)
 	resp, err := c.opts.Client.Do(req)
 	if err != nil {
@@ -347,7 +428,8 @@ func (c *streamableConn) readPostStream(ctx context.Context, body io.ReadCloser,
 		if answered || ctx.Err() != nil {
 			return
 		}
-		if lastID == "" || attempt == 5 {
+		// A 2026-07-28 stream is never resumed: the revision has no resumption.
+		if lastID == "" || attempt == 5 || c.isStateless() {
 			c.logger.Warn("the upstream ended a response stream before answering", "request", reqID, "error", errString(err))
 			c.lost(ctx, reqID)
 			return

@@ -437,7 +437,7 @@ func (v *validator) credentials(u *Upstream, s *site, hasIssuers bool) {
 		switch {
 		case !validToken(h.Name):
 			v.check(w, p+".name", fmt.Sprintf("%s is not a valid header name", quote(h.Name)))
-		case transportHeaders[strings.ToLower(h.Name)]:
+		case isTransportHeader(strings.ToLower(h.Name)):
 			v.check(w, p+".name", fmt.Sprintf("%s is set by the gateway's transport: remove it", quote(h.Name)))
 		}
 		if h.Path == "" {

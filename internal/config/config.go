@@ -138,6 +138,13 @@ const (
 	TransportAuto           = "auto"
 )
 
+// Protocol eras of an upstream (Upstream.Protocol).
+const (
+	ProtocolAuto   = "auto"
+	ProtocolLegacy = "2025-11-25"
+	ProtocolModern = "2026-07-28"
+)
+
 // Outputs of the audit trail (Audit.Sink).
 const (
 	AuditSinkOff    = "off"
@@ -563,8 +570,9 @@ type Upstream struct {
 	// case-insensitively, and exclude those the transport sets itself
 	// (Accept, Content-Type, Content-Length, Host, Connection,
 	// Transfer-Encoding, Mcp-Session-Id, Mcp-Protocol-Version,
-	// Last-Event-ID); values hold no CR, LF or NUL. Messages never quote
-	// values.
+	// Last-Event-ID, and Mcp-Method, Mcp-Name and Mcp-Param-*, which a
+	// 2026-07-28 request computes from its message); values hold no CR, LF
+	// or NUL. Messages never quote values.
 	Headers map[string]string
 
 	// Transport is how the gateway talks to the upstream (key `transport`):
@@ -575,6 +583,21 @@ type Upstream struct {
 	// the key is absent, defaults to "stdio" when Command is set and
 	// "streamable-http" when URL is set.
 	Transport string
+
+	// Protocol is the protocol era the gateway speaks to the upstream (key
+	// `protocol`): ProtocolLegacy ("2025-11-25": the initialize handshake
+	// and a session, as every upstream before 2026-07-28), ProtocolModern
+	// ("2026-07-28": server/discover, then stateless requests that carry
+	// their version and the calling client's capabilities in _meta; an
+	// upstream that does not answer discover as a 2026-07-28 server fails to
+	// connect) or ProtocolAuto (server/discover first, falling back to
+	// initialize when the answer is not a 2026-07-28 one). Defaults to
+	// "2025-11-25": a dual-era upstream then keeps serving the gateway's
+	// clients of either era, while the gateway cannot yet carry what a
+	// 2026-07-28 upstream asks of its client mid-call (input_required) to a
+	// 2025 client. Auto becomes the default once it can. With transport
+	// "sse" (protocol 2024-11-05) only "2025-11-25" and "auto" fit.
+	Protocol string
 
 	// InitializeTimeout bounds connecting (or starting the child),
 	// initialize and the first fetch of the upstream's lists (key
@@ -1045,6 +1068,9 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	}
 	if !has("isolation") {
 		u.Isolation = defaultIsolation
+	}
+	if !has("protocol") {
+		u.Protocol = ProtocolLegacy
 	}
 	if !has("pinning") {
 		u.Pinning = PinningOff

@@ -36,6 +36,9 @@ func imported(file string, u config.Upstream) config.Upstream {
 	if u.Pinning == "" {
 		u.Pinning = "off"
 	}
+	if u.Protocol == "" {
+		u.Protocol = "2025-11-25"
+	}
 	if u.IsolationIdleTimeout == 0 {
 		u.IsolationIdleTimeout = 5 * time.Minute
 	}

@@ -275,6 +275,15 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssue
 		default:
 			v.checkKey(s, "isolation", fmt.Sprintf("%q is not an isolation mode: use shared, principal or session", u.Isolation))
 		}
+		switch u.Protocol {
+		case ProtocolLegacy, ProtocolAuto:
+		case ProtocolModern:
+			if u.Transport == TransportSSE {
+				v.checkKey(s, "protocol", `transport "sse" speaks protocol 2024-11-05 only: use protocol "2025-11-25" or "auto", or transport streamable-http`)
+			}
+		default:
+			v.checkKey(s, "protocol", fmt.Sprintf("%s is not a protocol: use 2025-11-25, 2026-07-28 or auto", quote(u.Protocol)))
+		}
 		switch u.Pinning {
 		case PinningOff, PinningWithhold, PinningLog:
 		default:
@@ -449,7 +458,7 @@ func (v *validator) headers(u *Upstream, s *site) {
 		switch {
 		case !validToken(name):
 			v.check(w, p, fmt.Sprintf("%s is not a valid header name: use letters, digits and !#$%%&'*+-.^_`|~", quote(name)))
-		case transportHeaders[lower]:
+		case isTransportHeader(lower):
 			v.check(w, p, fmt.Sprintf("%s is set by the gateway's transport: remove it", quote(name)))
 		case seen[lower] != "":
 			v.check(w, p, fmt.Sprintf("same header as %s (header names are case-insensitive): keep one", quote(seen[lower])))
@@ -474,6 +483,16 @@ var transportHeaders = map[string]bool{
 	"mcp-protocol-version": true,
 	"mcp-session-id":       true,
 	"transfer-encoding":    true,
+	// The standard headers of a 2026-07-28 request, computed from each message.
+	"mcp-method": true,
+	"mcp-name":   true,
+}
+
+// isTransportHeader reports whether lower, a header name in lower case, is one
+// the HTTP transports set themselves: one of transportHeaders, or an
+// Mcp-Param-* header, which mirrors a tool argument of a 2026-07-28 call.
+func isTransportHeader(lower string) bool {
+	return transportHeaders[lower] || strings.HasPrefix(lower, "mcp-param-")
 }
 
 // validToken reports whether s is an HTTP token (RFC 9110, section 5.6.2),

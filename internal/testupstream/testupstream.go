@@ -89,9 +89,13 @@ func text(s string) *mcp.CallToolResult {
 //     environment, or "<name> is not set".
 //   - "files": tools "read_file" {path, mode} and "read_files" {paths}, which answer the
 //     arguments they got, as raw JSON, unchecked (their input schema is any object).
+//   - "modern": the server of NewModern, shaped by EnvModernTTL and EnvModernStatic.
 //
 // The "tasks" flavor is an mcp-go server and is served by Main only (see serveTasks).
 func New(flavor string) (*mcp.Server, error) {
+	if flavor == "modern" {
+		return NewModern(modernOptionsFromEnv()).Server, nil
+	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-" + flavor, Version: "1.0.0"}, &mcp.ServerOptions{
 		Instructions:            "instructions of " + flavor,
 		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) { rootsChanges.Add(1) },

@@ -14,6 +14,10 @@
 #	          more bytes of short stderr lines before it reads anything
 #	mute      writes a line to stderr, then answers nothing (not even initialize), and exits
 #	          with status 0 when its stdin closes
+#	picky     declares tools; exits with status 3 when it reads a request it does not know
+#	          (as some legacy servers do with server/discover)
+#	late      declares tools; answers server/discover (with 2026-07-28) only once initialize
+#	          arrives, just before it answers initialize: a dual-era server slow to start
 #
 # It parses only what the gateway's compact encoder writes: "id" right after "jsonrpc", and
 # "method" before "params".
@@ -26,6 +30,8 @@ send() { printf '%s\n' "$1"; }
 caps='{}'
 case $mode in
 hang) caps='{"tools":{}}' ;;
+picky) caps='{"tools":{}}' ;;
+late) caps='{"tools":{"listChanged":false}}' ;;
 stubborn)
 	trap '' TERM
 	sleep 1000 &
@@ -59,8 +65,23 @@ while IFS= read -r line; do
 	method=
 	[[ $line =~ $re_id ]] && id=${BASH_REMATCH[1]}
 	[[ $line =~ $re_method ]] && method=${BASH_REMATCH[1]}
+	if [[ $mode == picky && -n $id && -n $method ]]; then
+		case $method in
+		initialize | tools/list | tools/call | ping) ;;
+		*)
+			echo "fake_upstream: unknown method $method" >&2
+			exit 3
+			;;
+		esac
+	fi
 	case $method in
+	server/discover)
+		[[ $mode == late ]] && discover_id=$id
+		;;
 	initialize)
+		if [[ $mode == late && -n ${discover_id:-} ]]; then
+			send "{\"jsonrpc\":\"2.0\",\"id\":$discover_id,\"result\":{\"resultType\":\"complete\",\"supportedVersions\":[\"2026-07-28\",\"2025-11-25\"],\"capabilities\":$caps,\"ttlMs\":0,\"cacheScope\":\"public\",\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"fake-late\",\"version\":\"1.0.0\"}}}}"
+		fi
 		send "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":$caps,\"serverInfo\":{\"name\":\"fake-$mode\",\"version\":\"1.0.0\"}}}"
 		;;
 	notifications/initialized)

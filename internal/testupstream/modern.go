@@ -1,0 +1,179 @@
+package testupstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Environment variables of the "modern" flavor served by Main.
+const (
+	// EnvModernTTL is the ttlMs of the flavor's list results (default 0).
+	EnvModernTTL = "MANIFOLD_TEST_MODERN_TTL_MS"
+	// EnvModernStatic, when set, makes the flavor declare no listChanged capability.
+	EnvModernStatic = "MANIFOLD_TEST_MODERN_STATIC"
+)
+
+// ModernOptions shape a Modern server.
+type ModernOptions struct {
+	// TTLMs is the ttlMs of its list results; 0 is the go-sdk default.
+	TTLMs int
+	// Static declares tools, prompts and resources without listChanged: changes are then
+	// announced to no one.
+	Static bool
+}
+
+// Modern is a go-sdk v1.8 server for 2026-07-28 clients (it serves 2025 sessions as well)
+// that records what it is asked. Serve it statelessly over HTTP
+// (mcp.StreamableHTTPOptions{Stateless: true}) or over stdio (the "modern" flavor of Main):
+// it then speaks the era of its first message.
+//
+// Its tools:
+//   - "echo" {text}: answers the text;
+//   - "lookup" {repo, q}: repo is annotated x-mcp-header "Repo" (mirrored in Mcp-Param-Repo,
+//     which the go-sdk checks); answers "<repo>:<q>";
+//   - "add_tool": adds a tool "added_N" (list_changed, to listeners);
+//   - "block": runs until cancelled, which Cancels counts;
+//   - "ask": answers input_required, asking for a name by elicitation (requestState
+//     "asked"), and "hello" once retried with a requestState;
+//   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
+//     text, for a test that runs the server as a process.
+type Modern struct {
+	Server *mcp.Server
+
+	mu   sync.Mutex
+	seen []SeenRequest // guarded by mu
+
+	added    atomic.Int64
+	cancels  atomic.Int64
+	blocking atomic.Int64
+}
+
+// SeenRequest is one message a Modern server received: its method and its params._meta.
+type SeenRequest struct {
+	Method string          `json:"method"`
+	Meta   json.RawMessage `json:"meta,omitempty"`
+}
+
+// Seen returns the messages the server received, in order.
+func (m *Modern) Seen() []SeenRequest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]SeenRequest(nil), m.seen...)
+}
+
+// Count returns how many requests of method the server received.
+func (m *Modern) Count(method string) int {
+	n := 0
+	for _, s := range m.Seen() {
+		if s.Method == method {
+			n++
+		}
+	}
+	return n
+}
+
+// Cancels returns how many "block" calls ended by cancellation.
+func (m *Modern) Cancels() int64 { return m.cancels.Load() }
+
+// Blocking returns how many "block" calls are running.
+func (m *Modern) Blocking() int64 { return m.blocking.Load() }
+
+// AddTool adds a tool "added_N", as the tool add_tool does.
+func (m *Modern) AddTool() string {
+	name := fmt.Sprintf("added_%d", m.added.Add(1))
+	m.Server.AddTool(&mcp.Tool{Name: name, Description: "added later", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text(name), nil })
+	return name
+}
+
+// lookupSchema is the input schema of tool "lookup".
+const lookupSchema = `{"type":"object","properties":{"repo":{"type":"string","x-mcp-header":"Repo"},"q":{"type":"string"}},"required":["repo"]}`
+
+// NewModern returns a Modern server.
+func NewModern(opts ModernOptions) *Modern {
+	m := &Modern{}
+	serverOpts := &mcp.ServerOptions{Instructions: "instructions of modern"}
+	if opts.TTLMs > 0 {
+		serverOpts.SetCacheable = func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs = opts.TTLMs }
+	}
+	if opts.Static {
+		serverOpts.Capabilities = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}}
+	}
+	m.Server = mcp.NewServer(&mcp.Implementation{Name: "test-modern", Version: "2.0.0"}, serverOpts)
+	m.Server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			m.record(method, req)
+			return next(ctx, method, req)
+		}
+	})
+	m.Server.AddTool(&mcp.Tool{Name: "echo", Description: "answers its text", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Text string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			return text(in.Text), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "lookup", Description: "looks a query up in a repository", InputSchema: json.RawMessage(lookupSchema)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Repo, Q string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			return text(in.Repo + ":" + in.Q), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "add_tool", Description: "adds a tool", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(m.AddTool()), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "block", Description: "runs until cancelled", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			m.blocking.Add(1)
+			defer m.blocking.Add(-1)
+			<-ctx.Done()
+			m.cancels.Add(1)
+			return nil, ctx.Err()
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "ask", Description: "asks its client for a name, then greets it", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if req.Params.RequestState == "" {
+				return &mcp.CallToolResult{
+					InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{Mode: "form", Message: "your name?",
+						RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}},
+					RequestState: "asked",
+				}, nil
+			}
+			return text("hello"), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "seen", Description: "answers what the server received", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			data, err := json.Marshal(map[string]any{"seen": m.Seen(), "cancels": m.Cancels(), "blocking": m.Blocking()})
+			if err != nil {
+				return nil, err
+			}
+			return text(string(data)), nil
+		})
+	return m
+}
+
+func (m *Modern) record(method string, req mcp.Request) {
+	s := SeenRequest{Method: method}
+	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
+		if meta := p.GetMeta(); meta != nil {
+			s.Meta, _ = json.Marshal(meta)
+		}
+	}
+	m.mu.Lock()
+	m.seen = append(m.seen, s)
+	m.mu.Unlock()
+}
+
+// modernOptionsFromEnv reads the options of the "modern" flavor served by Main.
+func modernOptionsFromEnv() ModernOptions {
+	ttl, _ := strconv.Atoi(os.Getenv(EnvModernTTL))
+	return ModernOptions{TTLMs: ttl, Static: os.Getenv(EnvModernStatic) != ""}
+}
