@@ -160,6 +160,9 @@ func (g *streamableServer) servePOST(w http.ResponseWriter, r *http.Request, req
 		return
 	}
 	sid := r.Header.Get(headerSessionID)
+	if g.cfg.ModernProtocol && g.servedStatelessly(w, r, msg, sid != "", requestID) {
+		return
+	}
 	if req, ok := msg.(*protocol.Request); ok {
 		if g.isDraining() {
 			// Notifications and answers still come in: a request in flight may wait for one.

@@ -40,6 +40,18 @@ const (
 	MetaBaggage            = "baggage"
 )
 
+// Keys of a 2026-07-28 result's _meta, and the notification that opens a listen stream.
+const (
+	// MetaServerInfo is the server's Implementation, in a result's _meta.
+	MetaServerInfo = "io.modelcontextprotocol/serverInfo"
+	// MetaSubscriptionID is the id of the subscriptions/listen request a notification on its
+	// stream belongs to, with that id's JSON type.
+	MetaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+	// NotificationSubscriptionsAcknowledged is the first message of a listen stream: what of
+	// the asked notifications the server will send.
+	NotificationSubscriptionsAcknowledged = "notifications/subscriptions/acknowledged"
+)
+
 // Values of a 2026-07-28 result's resultType. A result without one is read as
 // ResultTypeComplete.
 const (
