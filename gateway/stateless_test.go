@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -417,4 +418,51 @@ func TestModernValidationOrder(t *testing.T) {
 	if n := store.Len(); n != 0 {
 		t.Errorf("the session store holds %d sessions, want none", n)
 	}
+}
+
+// TestModernApproval: a 2026-07-28 client is never asked to approve a call by elicitation
+// (it would take an input-required result): without an operator the call is refused, saying
+// why; with the admin API the call waits in its request for an operator's decision.
+func TestModernApproval(t *testing.T) {
+	rules := `  approval: {timeout: 20s}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`
+	t.Run("no operator", func(t *testing.T) {
+		tg := startGateway(t, "modern_protocol: true\n"+policyYAML(rules), nil)
+		defer tg.close()
+		var asked atomic.Int64
+		var last atomic.Value
+		alice := connectAs(t, tg.url, "mfk_alice", approver("accept", true, &asked, &last))
+		res, err := alice.CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "hello"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_unavailable" || !strings.Contains(resultText(res), "2026-07-28") {
+			t.Errorf("call needing approval: %v %v %q, want a refusal naming the 2026-07-28 client", res.IsError, res.Meta, resultText(res))
+		}
+		if asked.Load() != 0 {
+			t.Errorf("the client was asked %d times, want never", asked.Load())
+		}
+	})
+	t.Run("operator", func(t *testing.T) {
+		tg := startGateway(t, "modern_protocol: true\n"+adminYAML("")+policyYAML(rules), nil)
+		defer tg.close()
+		adm := startAdmin(t, tg)
+		alice := connectAs(t, tg.url, "mfk_alice", nil)
+		if v := alice.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+			t.Fatalf("the client speaks %s", v)
+		}
+		done := callAsync(ctxT(t), alice, "a__echo", map[string]any{"text": "hello"})
+		held := adm.waitHeld(1)[0]
+		if held.Session != "" || held.Principal != "apikey:alice" {
+			t.Errorf("held call %+v, want alice's with no session", held)
+		}
+		if code := adm.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+			t.Fatalf("approve: %d", code)
+		}
+		if res := <-done; res.IsError || resultText(res) != "beta:hello" {
+			t.Fatalf("approved call: %v %q", res.IsError, resultText(res))
+		}
+	})
 }
