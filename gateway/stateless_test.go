@@ -359,6 +359,18 @@ func TestModernValidationOrder(t *testing.T) {
 		{"tools/list", modernBody(16, "tools/list", `{}`), modernHeaders("tools/list", ""), 200, 0},
 		{"call", modernBody(17, "tools/call", `{"name":"alpha__echo","arguments":{"text":"x"}}`), modernHeaders("tools/call", "alpha__echo"), 200, 0},
 	}
+	t.Run("notification", func(t *testing.T) {
+		r := c.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,`+modernMeta+`}}`, modernHeaders("notifications/cancelled", ""))
+		if r.status != http.StatusAccepted || len(r.body) != 0 {
+			t.Errorf("a 2026-07-28 notification: %d %s, want 202 and no body", r.status, r.body)
+		}
+	})
+	t.Run("GET stays session-only", func(t *testing.T) {
+		r := c.do(http.MethodGet, "", with(modernHeaders("", ""), "Accept", "text/event-stream"))
+		if r.status != http.StatusBadRequest || r.msg.Error == nil || r.msg.Error.Code != -32006 {
+			t.Errorf("GET with a 2026-07-28 header: %d %s, want 400 -32006 (no session)", r.status, r.body)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := c.do(http.MethodPost, tt.body, tt.headers)
