@@ -63,7 +63,9 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 		return nil
 	}
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
-	if a.byOperator || owner == nil || !owner.clientCaps().elicitForm {
+	// A 2026-07-28 client is never sent a request: it could be asked only with an
+	// input-required result, which the gateway does not send yet; an operator decides.
+	if a.byOperator || owner == nil || owner.direct != nil || !owner.clientCaps().elicitForm {
 		return a.byOperatorOf(ctx, req, t, rule, key)
 	}
 	args := "(none)"

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"log/slog"
+	"slices"
 
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
 // writeAudit hands the audit trail one record for a completed request (never waiting: the
@@ -30,6 +32,8 @@ func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request,
 	}
 	if req.Client.SessionID != "" {
 		rec.Session = fingerprint(req.Client.SessionID)
+	} else if slices.Contains(protocol.ModernVersions, req.Client.ProtocolVersion) {
+		rec.Era = req.Client.ProtocolVersion
 	}
 	if t != nil {
 		rec.Upstream, rec.Target = t.Upstream, t.Original

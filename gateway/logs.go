@@ -98,6 +98,22 @@ func (l *sessionLogs) setUpstreamLevel(ctx context.Context, c *conn, level strin
 	c.sentLevel, c.sentTo = level, info
 }
 
+// admitLevel makes an upstream connection log at level or more verbosely, for a 2026-07-28
+// request that asked for messages at level: such a request has no session, so syncLevels
+// does not know its level. A later syncLevels may make the connection less verbose again; the
+// next such request makes it verbose enough once more. Each client still gets only what its
+// own level admits (deliver).
+func (l *sessionLogs) admitLevel(ctx context.Context, c *conn, level string) {
+	info := c.client.Server()
+	c.logMu.Lock()
+	current, sentTo := c.sentLevel, c.sentTo
+	c.logMu.Unlock()
+	if sentTo == info && current != "" && levelRank(current) <= levelRank(level) {
+		return
+	}
+	l.setUpstreamLevel(ctx, c, level)
+}
+
 // deliverLog sends an upstream's log message to the session it belongs to, if its level
 // admits it; a message that cannot be attributed reaches no one unless it came on the shared
 // connection of an upstream configured to broadcast its logs (a session's own connection
@@ -105,7 +121,7 @@ func (l *sessionLogs) setUpstreamLevel(ctx context.Context, c *conn, level strin
 func (l *sessionLogs) deliver(c *conn, n *protocol.Notification, origin upstream.Origin) {
 	level, _, _ := protocol.StringMember(n.Params, "level")
 	if owner, _ := l.router.ownerOf(c, origin); owner != nil {
-		if levelAllows(owner.logLevel, level) {
+		if owner.admitsLog(level) {
 			_ = l.router.send(owner.forSession(l.router.hub), n)
 		}
 		return

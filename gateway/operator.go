@@ -77,16 +77,21 @@ func (h *heldCalls) notify(c approval.HeldCall) {
 
 // byOperatorOf holds a call for an operator's decision on the admin API.
 func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule, key string) error {
+	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
+	if a.held == nil && owner != nil && owner.direct != nil {
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
+		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
+			Message: fmt.Sprintf("%s needs a person's approval (rule %q): the gateway cannot ask the user of a 2026-07-28 client yet, and it has no admin API for an operator to decide; connect with a 2025-11-25 session to be asked, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
+	}
 	if a.held == nil {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
 		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
 			Message: fmt.Sprintf("%s needs a person's approval (rule %q): this client cannot ask its user (it declared no form elicitation), and the gateway has no admin API for an operator to decide; use a client that can, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
 	}
 	now := a.now()
-	c := approval.HeldCall{ID: approval.NewID(), Replica: a.held.Replica, Session: fingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
+	c := approval.HeldCall{ID: approval.NewID(), Replica: a.held.Replica, Session: sessionFingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
 		Upstream: t.Upstream, Tool: t.Exposed, Original: t.Original, Arguments: t.Arguments, Annotations: t.Annotations, Rule: rule,
 		Held: now, Deadline: now.Add(a.timeout)}
-	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
 	if a.replicated && owner != nil && owner.streamID != "" {
 		// What another replica needs to finish the call if this one stops.
 		c.SessionID, c.StreamID, c.Method, c.Params = req.Client.SessionID, owner.streamID, req.Method, req.Params

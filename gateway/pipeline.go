@@ -611,6 +611,10 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 			g.logs.setUpstreamLevel(ctx, c, rq.Client.LogLevel)
 		}
 	}
+	if rq.owner != nil && rq.owner.direct != nil && rq.Client.LogLevel != "" {
+		// A 2026-07-28 request asks for log messages itself: the connection must send them.
+		g.logs.admitLevel(ctx, c, rq.Client.LogLevel)
+	}
 	if rq.owner != nil {
 		var forget func()
 		var err error
@@ -619,7 +623,7 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 			return nil, invalidParams(err)
 		}
 		defer forget()
-		ctx = upstream.WithCaller(ctx, rq.owner, rq.Client.SessionID)
+		ctx = upstream.WithCaller(ctx, rq.owner, rq.owner.party())
 	}
 	result, err := c.client.Call(ctx, method, params)
 	var rpcErr *protocol.Error

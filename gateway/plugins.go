@@ -69,7 +69,7 @@ func pluginCall(req *pipeline.Request, t *pipeline.Target) plugin.Call {
 	p := req.Client.Principal
 	return plugin.Call{
 		Principal:          plugin.Principal{Issuer: p.Issuer, Subject: p.Subject, Email: p.Email, Groups: p.Groups, Roles: p.Roles, Scopes: p.Scopes},
-		SessionFingerprint: fingerprint(req.Client.SessionID),
+		SessionFingerprint: sessionFingerprint(req.Client.SessionID),
 		Upstream:           t.Upstream, Method: req.Method, Target: t.Original, Exposed: t.Exposed,
 		Arguments: t.Arguments, Annotations: t.Annotations,
 	}

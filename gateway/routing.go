@@ -96,8 +96,33 @@ type callOwner struct {
 	ctx context.Context
 	// clientID is the id of the client request; zero for the standalone stream.
 	clientID protocol.ID
-	// logLevel is the session's log level when the request came; "" for none set.
+	// logLevel is the session's log level when the request came; "" for none set. For a
+	// request without a session (direct set), the level its own _meta asked for; "" for none.
 	logLevel string
+	// direct is the response of a 2026-07-28 request, which has no session: messages about
+	// the call go there, not through the hub; nil for a request of a session.
+	direct *directStream
+}
+
+// party is whom the owner's upstream calls are made for (upstream.WithCaller): its session,
+// or, for a request without one, that request alone, so that no two such requests ever
+// take each other's messages.
+func (o *callOwner) party() any {
+	if o.direct != nil {
+		return o.direct
+	}
+	return o.sessionID
+}
+
+// admitsLog reports whether a log message at level reaches the owner's client: at or above
+// the level it asked for. A session that set no level gets everything (the server may
+// choose, mcp-notes §6.5); a 2026-07-28 request that asked for none gets nothing
+// (mcp-2026-notes §1.9).
+func (o *callOwner) admitsLog(level string) bool {
+	if o.direct != nil && o.logLevel == "" {
+		return false
+	}
+	return levelAllows(o.logLevel, level)
 }
 
 // forSession is the owner of a message known to be for o's session but not for o's call:
@@ -122,6 +147,9 @@ func (rt *messageRouter) send(o *callOwner, m protocol.Message) error {
 	data, err := protocol.Encode(m)
 	if err != nil {
 		return err
+	}
+	if o.direct != nil {
+		return o.direct.put(data)
 	}
 	err = rt.deliver(o.sessionID, o.streamID, data)
 	if err != nil && o.orStandalone && o.streamID != "" {
@@ -257,6 +285,13 @@ func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.R
 		})
 		return nil, why.refusal(r, req.Method, origin)
 	}
+	if owner.direct != nil {
+		// A 2026-07-28 client is never sent a request (mcp-2026-notes §1.7); until the
+		// gateway turns such a request into an input-required result, the call fails.
+		owner.direct.fail(missingCapability(r.upstream.ns.Name, req.Method, req.Params))
+		return nil, protocol.Errorf(protocol.CodeInternalError,
+			"the gateway cannot relay %s to this call's client (it speaks 2026-07-28, which has no requests to clients): the call was ended", req.Method)
+	}
 	params := req.Params
 	caps := owner.clientCaps()
 	switch req.Method {
@@ -348,6 +383,9 @@ func (rt *messageRouter) ask(ctx context.Context, owner *callOwner, r *conn, ups
 // request's id before it is sent, and what it returns once it is answered or given up.
 // When it gives up, it tells the client to stop, on behalf of who ("the upstream").
 func (rt *messageRouter) askOn(ctx context.Context, owner *callOwner, method string, params json.RawMessage, who string, record func(context.Context, protocol.ID) (func(), error)) (json.RawMessage, error) {
+	if owner.direct != nil {
+		return nil, protocol.Errorf(protocol.CodeInternalError, "a 2026-07-28 client cannot be sent %s", method)
+	}
 	ls := rt.hub.Lookup(owner.sessionID)
 	if ls == nil {
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's session has ended")

@@ -73,7 +73,8 @@ type streamableServer struct {
 	requestSeq atomic.Uint64
 }
 
-// serveMCP is the Streamable HTTP endpoint (2025-11-25 transport).
+// serveMCP is the Streamable HTTP endpoint: 2025-11-25 sessions, and 2026-07-28 requests
+// without one when modern_protocol is on (stateless.go).
 func (g *streamableServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 	requestID := g.nextRequestID()
 	defer func() {
@@ -160,6 +161,9 @@ func (g *streamableServer) servePOST(w http.ResponseWriter, r *http.Request, req
 		return
 	}
 	sid := r.Header.Get(headerSessionID)
+	if g.cfg.ModernProtocol && g.servedStatelessly(w, r, msg, sid != "", requestID) {
+		return
+	}
 	if req, ok := msg.(*protocol.Request); ok {
 		if g.isDraining() {
 			// Notifications and answers still come in: a request in flight may wait for one.
@@ -400,15 +404,15 @@ func (g *streamableServer) sessionFor(w http.ResponseWriter, r *http.Request, id
 	return rec, true
 }
 
-// isModernVersion reports whether a protocol version header names the stateless revision or
-// later, which this gateway does not serve yet.
+// isModernVersion reports whether a protocol version names the stateless revision or later,
+// which the gateway serves only per request (modern_protocol), never in a session.
 func isModernVersion(v string) bool {
 	return v != "" && !protocol.IsSupportedVersion(v) && v >= protocol.Version20260728
 }
 
 // writeUnsupportedModern answers a 2026-07-28 request (server/discover, or any request that
-// carries a modern version header and no session) as a server that speaks only 2025-11-25 and
-// earlier: HTTP 400 with -32022 listing the versions it serves, so that dual-era clients fall
+// carries a modern version header and no session), with modern_protocol off, as a server that
+// speaks only 2025-11-25 and earlier: HTTP 400 with -32022 listing the versions it serves, so that dual-era clients fall
 // back to initialize at once (mcp-2026-notes §1.15).
 func writeUnsupportedModern(w http.ResponseWriter, req *protocol.Request, requested string) {
 	data, _ := json.Marshal(map[string]any{"supported": protocol.SupportedVersions, "requested": requested})

@@ -68,6 +68,11 @@ type Record struct {
 	// the gateway's log names sessions by. Never the session id: that is a bearer secret.
 	Session string
 
+	// Era is the protocol revision of a request served without a session (JSON "era"), such
+	// as "2026-07-28": Session is then empty, and the principal and RequestID stand in for
+	// it. Empty, and left out, for a request of a session.
+	Era string
+
 	// Principal is who made the request (JSON "principal"): the authenticated subject, or
 	// "anonymous" when authentication is off. The caller fills it in either way, so that an
 	// empty value means a caller forgot.
@@ -136,6 +141,11 @@ func (r *Record) slogRecord() slog.Record {
 	rec.AddAttrs(
 		slog.String("requestId", r.RequestID),
 		slog.String("session", r.Session),
+	)
+	if r.Era != "" {
+		rec.AddAttrs(slog.String("era", r.Era))
+	}
+	rec.AddAttrs(
 		slog.String("principal", r.Principal),
 		slog.String("method", r.Method),
 	)

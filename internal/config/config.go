@@ -211,6 +211,21 @@ type Config struct {
 	// Greater than 0. Defaults to 30 seconds.
 	BodyReadTimeout time.Duration
 
+	// ModernProtocol serves MCP 2026-07-28 on /mcp and on every profile
+	// endpoint, beside the 2025-11-25 sessions (key `modern_protocol`): a
+	// request that carries a 2026-07-28 signal (the MCP-Protocol-Version
+	// header or a protocol version in its params._meta) is served on its own,
+	// with no session, and server/discover answers the merged view. When
+	// false, such a request is answered as by a server of 2025-11-25 and
+	// earlier (HTTP 400, error -32022 listing those versions), so that
+	// dual-era clients start a session with initialize. This first part of
+	// the 2026-07-28 face has no subscriptions/listen notifications, no
+	// multi-round-trip results and no 2026-07-28 upstreams yet: an upstream's
+	// sampling, elicitation or roots request fails a 2026-07-28 call. Set it
+	// to false on every replica while any replica runs a build without it.
+	// Defaults to false.
+	ModernProtocol bool
+
 	// StreamAfter is how long a request of a 2025-11-25 session may run
 	// before its answer becomes a resumable SSE stream (key `stream_after`, a
 	// duration): a priming event gives the client an event id to resume with

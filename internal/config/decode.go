@@ -249,6 +249,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "trusted_proxies", decode: strList(&c.TrustedProxies)},
 		{key: "drain_timeout", decode: duration(&c.DrainTimeout)},
 		{key: "first_list_wait", decode: duration(&c.FirstListWait)},
+		{key: "modern_protocol", decode: boolean(&c.ModernProtocol)},
 		{key: "stream_after", decode: duration(&c.StreamAfter)},
 		{key: "stream_retention", decode: duration(&c.StreamRetention)},
 		{key: "stream_budget_bytes", decode: integer(&c.StreamBudgetBytes)},

@@ -65,11 +65,14 @@ const (
 
 // IsSpecDefined reports whether a JSON-RPC error code is defined by JSON-RPC or MCP with a
 // meaning a client acts on (parse error, invalid request, method not found, invalid params,
-// resource not found, URL elicitation required), as opposed to internal errors and the
-// implementation-defined range, whose text may carry an implementation's internals.
+// resource not found, URL elicitation required, missing required client capability), as
+// opposed to internal errors and the implementation-defined range, whose text may carry an
+// implementation's internals. The other codes of 2026-07-28, -32020 and -32022, are about the
+// hop that answered them: from an upstream they say the gateway erred, not the client.
 func IsSpecDefined(code int64) bool {
 	switch code {
-	case CodeParseError, CodeInvalidRequest, CodeMethodNotFound, CodeInvalidParams, CodeResourceNotFound, CodeURLElicitationRequired:
+	case CodeParseError, CodeInvalidRequest, CodeMethodNotFound, CodeInvalidParams, CodeResourceNotFound, CodeURLElicitationRequired,
+		CodeMissingRequiredClientCapability:
 		return true
 	}
 	return false

@@ -11,8 +11,9 @@ const (
 	Version20250618 = "2025-06-18"
 	Version20250326 = "2025-03-26"
 	Version20241105 = "2024-11-05"
-	// Version20260728 is the stateless revision; Manifold does not serve it yet and answers its
-	// probes so that dual-era clients fall back to initialize.
+	// Version20260728 is the stateless revision; Manifold serves it per request when the
+	// configuration turns that face on, and otherwise answers its probes so that dual-era
+	// clients fall back to initialize.
 	Version20260728 = "2026-07-28"
 	// LatestVersion is what Manifold offers upstreams and answers clients that ask for a
 	// version it does not know.
@@ -38,6 +39,18 @@ const (
 	MetaTraceparent        = "traceparent"
 	MetaTracestate         = "tracestate"
 	MetaBaggage            = "baggage"
+)
+
+// Keys of a 2026-07-28 result's _meta, and the notification that opens a listen stream.
+const (
+	// MetaServerInfo is the server's Implementation, in a result's _meta.
+	MetaServerInfo = "io.modelcontextprotocol/serverInfo"
+	// MetaSubscriptionID is the id of the subscriptions/listen request a notification on its
+	// stream belongs to, with that id's JSON type.
+	MetaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+	// NotificationSubscriptionsAcknowledged is the first message of a listen stream: what of
+	// the asked notifications the server will send.
+	NotificationSubscriptionsAcknowledged = "notifications/subscriptions/acknowledged"
 )
 
 // Values of a 2026-07-28 result's resultType. A result without one is read as

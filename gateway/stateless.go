@@ -1,0 +1,430 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/modern"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+)
+
+// The 2026-07-28 face (mcp-2026-notes §2): a request that carries a 2026-07-28 signal is
+// served on its own, by any replica, with no session: what a session's initialize gave
+// (version, capabilities, log level) comes from the request's _meta, who the client is from
+// its credential, and its answer, with the messages about it, goes on its own response. It
+// shares the pipeline, catalog, policy, audit and upstream connections with the 2025-11-25
+// sessions, and nothing of their session code. config.Config.ModernProtocol turns it on.
+
+// directStreamBuffer is how many messages about one 2026-07-28 request may wait for its
+// response's writer; past it the client is not reading, and the request ends.
+const directStreamBuffer = 64
+
+// errClientNotReading ends a 2026-07-28 request whose client stopped reading its response.
+var errClientNotReading = errors.New("the client is not reading the response stream")
+
+// directStream is the response of a 2026-07-28 request as the upstreams' messages about the
+// request reach it: progress and log messages wait in events for the handler that writes the
+// response (nothing writes to a client on an upstream's read loop), and fail ends the request
+// with a cause. Safe for concurrent use.
+type directStream struct {
+	// events are the encoded messages for the response, in order. Lifecycle: never closed;
+	// what is left in it when the response ends is dropped with it.
+	events chan []byte
+	// fail cancels the request's context with the cause given.
+	fail context.CancelCauseFunc
+}
+
+// put queues an encoded message for the response; it never blocks. A client that lets
+// directStreamBuffer messages wait has stopped reading: its request ends.
+func (d *directStream) put(data []byte) error {
+	select {
+	case d.events <- data:
+		return nil
+	default:
+		d.fail(errClientNotReading)
+		return hub.ErrStreamOverflow
+	}
+}
+
+// missingCapability is the failure of a 2026-07-28 call during which an upstream asked the
+// client for input (sampling, elicitation, roots): the gateway cannot relay such a request to
+// a 2026-07-28 client yet (it would need an input-required result), so the call fails with
+// -32021 naming what was asked (mcp-2026-notes §1.2), whether or not the client declared it.
+func missingCapability(upstreamName, method string, params json.RawMessage) *modern.Failure {
+	var required any
+	switch method {
+	case protocol.MethodCreateMessage:
+		sampling := map[string]any{}
+		if _, ok, _ := protocol.Member(params, "tools"); ok {
+			sampling["tools"] = struct{}{}
+		}
+		required = map[string]any{"sampling": sampling}
+	case protocol.MethodElicit:
+		mode, _, _ := protocol.StringMember(params, "mode")
+		if mode != "url" {
+			mode = "form"
+		}
+		required = map[string]any{"elicitation": map[string]any{mode: struct{}{}}}
+	case protocol.MethodListRoots:
+		required = map[string]any{"roots": struct{}{}}
+	default:
+		required = map[string]any{"experimental": map[string]any{method: struct{}{}}}
+	}
+	data, _ := json.Marshal(map[string]any{"requiredCapabilities": required})
+	err := &protocol.Error{
+		Code: protocol.CodeMissingRequiredClientCapability,
+		Message: fmt.Sprintf("Missing required client capability: upstream %s asked for %s during this call, which the gateway cannot relay to a 2026-07-28 client yet; "+
+			"the call was ended (a 2025-11-25 session can be asked)", upstreamName, method),
+		Data: data,
+	}
+	return &modern.Failure{Status: modern.HTTPStatus(err.Code), Err: err}
+}
+
+// serveStateless serves one 2026-07-28 request: the transport checks are done and its body
+// parsed. It is validated in the order the conformance suite expects (modern.Validate, with
+// the called tool's Mcp-Param headers checked against the catalog the client sees), its
+// principal is the one the authentication middleware found, and it is then dispatched: the
+// gateway answers server/discover and subscriptions/listen itself, everything else passes the
+// request pipeline.
+func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
+	client := pipeline.ClientContext{Principal: principalOf(r.Context()), Profile: r.PathValue("profile")}
+	declared, err := modern.Validate(r.Header, req.Method, req.Params, g.toolHeaderParams(client))
+	if err != nil {
+		var refusal *modern.Failure
+		if !errors.As(err, &refusal) {
+			refusal = &modern.Failure{Status: http.StatusInternalServerError, Err: protocol.Errorf(protocol.CodeInternalError, "internal error (request %s)", requestID)}
+			g.logger.Error("validating a 2026-07-28 request failed", "request_id", requestID, "error", err.Error())
+		}
+		writeHTTPError(w, refusal.Status, &req.ID, refusal.Err)
+		return
+	}
+	client.ProtocolVersion = declared.Version
+	client.Capabilities = declared.Capabilities.Raw
+	client.LogLevel = declared.LogLevel
+	params, err := withoutRequestMeta(req.Params)
+	if err != nil {
+		writeHTTPError(w, http.StatusBadRequest, &req.ID, invalidParams(err))
+		return
+	}
+	preq := &pipeline.Request{ID: req.ID, Method: req.Method, Params: params, Client: client, LogID: requestID, Received: g.opts.Now()}
+	switch req.Method {
+	case protocol.MethodDiscover:
+		result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, g.discoverResult(client.Profile), nil)
+		writeModernResponse(w, &protocol.Response{ID: req.ID, Result: result, Error: wireErr})
+		return
+	case protocol.MethodListen:
+		g.serveListen(w, r, preq)
+		return
+	case protocol.NotificationCancelled:
+		writeHTTPError(w, http.StatusNotFound, &req.ID, protocol.Errorf(protocol.CodeMethodNotFound,
+			"Method not found: notifications/cancelled is a notification; over HTTP, close the response stream to cancel a request"))
+		return
+	}
+	if _, asTask, _ := protocol.Member(req.Params, "task"); asTask && req.Method == protocol.MethodCallTool {
+		// The tasks extension is not offered to 2026-07-28 clients yet (mcp-2026-notes §3.6).
+		writeHTTPError(w, http.StatusBadRequest, &req.ID, protocol.Errorf(protocol.CodeInvalidParams,
+			"Invalid params: this gateway does not run tools as tasks for 2026-07-28 clients: call the tool without \"task\""))
+		return
+	}
+	if !g.admitCall() {
+		g.logger.Warn("request refused: too many requests in flight", "scope", "gateway", "limit", g.cfg.MaxCalls, "method", req.Method)
+		msg := fmt.Sprintf("the gateway already has its maximum of %d requests in flight: wait for some to finish, then retry", g.cfg.MaxCalls)
+		if req.Method == protocol.MethodCallTool {
+			msg = fmt.Sprintf("The gateway refused this call: it already has its maximum of %d requests in flight. Wait for some to finish, then try again.", g.cfg.MaxCalls)
+		}
+		result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
+		writeModernResponse(w, modernAnswer(req, result, wireErr))
+		return
+	}
+	defer g.releaseCall()
+	g.serveStatelessCall(w, r, preq)
+}
+
+// requestMetaKeys are the members of a 2026-07-28 request's _meta that stand in for a
+// session's initialize: the gateway reads them, and its upstreams, which speak 2025-11-25,
+// must not see them (a reserved key they may read as a 2026-07-28 request of their own).
+var requestMetaKeys = []string{protocol.MetaProtocolVersion, protocol.MetaClientCapabilities, protocol.MetaClientInfo, protocol.MetaLogLevel}
+
+// withoutRequestMeta returns params without the requestMetaKeys of its _meta; the rest
+// (progressToken, trace context, anything else) is kept.
+func withoutRequestMeta(params json.RawMessage) (json.RawMessage, error) {
+	meta, ok, err := protocol.Member(params, "_meta")
+	if err != nil || !ok {
+		return params, err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(meta, &members); err != nil {
+		return nil, fmt.Errorf("read _meta: %w", err)
+	}
+	for _, key := range requestMetaKeys {
+		delete(members, key)
+	}
+	kept, err := json.Marshal(members)
+	if err != nil {
+		return nil, fmt.Errorf("write _meta: %w", err)
+	}
+	return protocol.SetMember(params, "_meta", kept)
+}
+
+// toolHeaderParams returns what modern.Validate asks of a called tool: its x-mcp-header
+// annotations, from the catalog the client sees (nil for a tool it does not see, or one whose
+// annotations are invalid).
+func (g *streamableServer) toolHeaderParams(client pipeline.ClientContext) func(string) []modern.Param {
+	return func(name string) []modern.Param {
+		e := g.viewOf(client).Tool(name)
+		if e == nil {
+			return nil
+		}
+		schema, ok, err := protocol.Member(e.Raw(), "inputSchema")
+		if err != nil || !ok {
+			return nil
+		}
+		params, err := modern.HeaderParams(schema)
+		if err != nil {
+			return nil
+		}
+		return params
+	}
+}
+
+// serveStatelessCall serves a request through the pipeline on a goroutine it owns and waits
+// for, while it writes the response: plain JSON, or an SSE stream from the first message about
+// the request (progress, log messages at the level it asked for). The client closing the
+// response cancels the request, and with it the upstream call (mcp-2026-notes §1.5); so does
+// the gateway's Close.
+func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(g.ctx, func() { cancel(hub.ErrShuttingDown) })
+	defer stop()
+	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel}
+	rq := &request{Request: preq}
+	rq.owner = &callOwner{caps: preq.Client.Capabilities, version: preq.Client.ProtocolVersion, ctx: ctx, clientID: preq.ID, logLevel: preq.Client.LogLevel, direct: direct}
+	answered := make(chan *protocol.Response, 1)
+	go func() { answered <- g.serveStatelessSafely(ctx, rq) }()
+
+	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
+	for {
+		select {
+		case data := <-direct.events:
+			out.event(data)
+		case resp := <-answered:
+			for pending := true; pending; {
+				select {
+				case data := <-direct.events:
+					out.event(data)
+				default:
+					pending = false
+				}
+			}
+			out.final(resp)
+			return
+		}
+	}
+}
+
+// serveStatelessSafely takes a 2026-07-28 request through the pipeline and returns its
+// response; a panic becomes an internal error for the client and a log record.
+func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request) (resp *protocol.Response) {
+	req := rq.Request
+	defer func() {
+		if p := recover(); p != nil {
+			g.logger.Error("panic serving a request", "request_id", req.LogID, "method", req.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			resp = &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInternalError, "internal error (request %s); the gateway's log has the details", req.LogID)}
+		}
+	}()
+	result, wireErr := g.requests.serve(ctx, rq)
+	var refusal *modern.Failure
+	switch cause := context.Cause(ctx); {
+	case errors.As(cause, &refusal):
+		// An upstream asked the client for input: the call ended for it (missingCapability).
+		return &protocol.Response{ID: req.ID, Error: refusal.Err}
+	case errors.Is(cause, hub.ErrShuttingDown):
+		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeShuttingDown,
+			"the gateway shut down before this request finished; it may have run in part upstream: check before sending it again")}
+	}
+	return modernAnswer(&protocol.Request{ID: req.ID, Method: req.Method}, result, wireErr)
+}
+
+// modernAnswer is the response a 2026-07-28 client gets for a request's result or error: every
+// result carries resultType, and lists and reads their cache hints (mcp-2026-notes §1.11). The
+// hints are ttlMs 0 (the merged view changes with any upstream's list_changed, which a cache
+// could not hear of yet) and cacheScope private (policy, profiles and credentials shape what
+// each caller sees). The resource-not-found error of 2025-11-25, -32002, becomes -32602 with
+// the URI in data, as 2026-07-28 has it.
+func modernAnswer(req *protocol.Request, result json.RawMessage, wireErr *protocol.Error) *protocol.Response {
+	if wireErr != nil {
+		if wireErr.Code == protocol.CodeResourceNotFound {
+			e := *wireErr
+			e.Code = protocol.CodeInvalidParams
+			wireErr = &e
+		}
+		return &protocol.Response{ID: req.ID, Error: wireErr}
+	}
+	if len(result) == 0 {
+		result = json.RawMessage(`{}`)
+	}
+	out, err := modern.WithResultType(result, protocol.ResultTypeComplete)
+	if err == nil {
+		switch req.Method {
+		case protocol.MethodListTools, protocol.MethodListPrompts, protocol.MethodListResources, protocol.MethodListResourceTemplates:
+			out, err = modern.WithCacheHints(out, 0, modern.CachePrivate)
+		case protocol.MethodReadResource:
+			// The upstream's own hint, when it gave one, bounds it; private whatever it said.
+			out, err = modern.WithCacheHints(out, modern.TTL(result), modern.CachePrivate)
+		}
+	}
+	if err != nil {
+		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInternalError, "the upstream's result is not a JSON object")}
+	}
+	return &protocol.Response{ID: req.ID, Result: out}
+}
+
+// serverInfo is how the gateway names itself to clients.
+func (g *streamableServer) serverInfo() protocol.Implementation {
+	return protocol.Implementation{Name: "manifold", Title: "Manifold MCP gateway", Version: g.opts.Version}
+}
+
+// discoverResult is the gateway's answer to server/discover on the endpoint of profile ("":
+// /mcp), from the merged view (mcp-2026-notes §2.5): every version it serves on the endpoint
+// (the modern ones per request, the session-based ones through initialize), the capabilities
+// of the 2025-11-25 sessions without tasks (the tasks extension is not offered to 2026-07-28
+// clients yet), resources.subscribe when an upstream the endpoint serves offers
+// subscriptions, and the instructions initialize gives. Its cache hints are those of the
+// lists (modernAnswer): what an endpoint serves changes as upstreams come and go.
+func (g *streamableServer) discoverResult(profile string) json.RawMessage {
+	snap := g.catalogOf(profile)
+	subscribe := false
+	for _, u := range g.upstreams {
+		if info := u.Server(); info != nil && info.Capabilities.Resources != nil && info.Capabilities.Resources.Subscribe && snap.Serves(u.ns) {
+			subscribe = true
+			break
+		}
+	}
+	result := map[string]any{
+		"resultType":        protocol.ResultTypeComplete,
+		"supportedVersions": modern.SupportedVersions(),
+		"capabilities": map[string]any{
+			"completions": struct{}{},
+			"logging":     struct{}{},
+			"prompts":     map[string]any{"listChanged": true},
+			"resources":   map[string]any{"listChanged": true, "subscribe": subscribe},
+			"tools":       map[string]any{"listChanged": true},
+		},
+		"ttlMs":      0,
+		"cacheScope": modern.CachePrivate,
+		"_meta":      map[string]any{protocol.MetaServerInfo: g.serverInfo()},
+	}
+	if ins := snap.Instructions(); ins != "" {
+		result["instructions"] = ins
+	}
+	raw, _ := json.Marshal(result)
+	return raw
+}
+
+// serveListen answers subscriptions/listen. This part of the 2026-07-28 face delivers no
+// change notifications yet: the stream acknowledges none of those asked for, then ends with
+// the listen's result at once, as a server that honours none of them does (mcp-2026-notes
+// §1.8). The client knows from the empty acknowledgement that nothing will come, and lists
+// again when it needs to (the lists' ttlMs is 0).
+func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
+	subscription := json.RawMessage(preq.ID.String())
+	if raw, err := json.Marshal(preq.ID); err == nil {
+		subscription = raw
+	}
+	meta := map[string]json.RawMessage{protocol.MetaSubscriptionID: subscription}
+	ack, _ := json.Marshal(map[string]any{"notifications": struct{}{}, "_meta": meta})
+	done, _ := json.Marshal(map[string]any{"resultType": protocol.ResultTypeComplete, "_meta": meta})
+	result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
+	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
+	if data, err := protocol.Encode(&protocol.Notification{Method: protocol.NotificationSubscriptionsAcknowledged, Params: ack}); err == nil {
+		out.event(data)
+	}
+	out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
+}
+
+// modernWriter writes the response of one 2026-07-28 request: plain JSON when nothing came
+// before its answer, else an SSE stream that the answer ends. Write errors are dropped: a
+// client that left has cancelled the request (its context), which is what stops the work.
+// Not safe for concurrent use: the request's handler alone writes.
+type modernWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// streaming is set once the SSE stream has begun.
+	streaming bool
+	// broken is set once a write failed: nothing more is written.
+	broken bool
+}
+
+// event writes a message about the request on its SSE stream, beginning the stream first.
+func (m *modernWriter) event(data []byte) {
+	if m.broken {
+		return
+	}
+	if !m.streaming {
+		startSSE(m.w)
+		m.streaming = true
+	}
+	if err := writeWithDeadline(m.w, m.rc, sseEvent("", data)); err != nil {
+		m.broken = true
+	}
+}
+
+// final writes the request's answer: the last event of its stream, or the whole response.
+func (m *modernWriter) final(resp *protocol.Response) {
+	if m.streaming {
+		data, err := protocol.Encode(resp)
+		if err != nil {
+			data, _ = protocol.Encode(&protocol.Response{ID: resp.ID, Error: protocol.Errorf(protocol.CodeInternalError, "encoding the response failed")})
+		}
+		m.event(data)
+		return
+	}
+	writeModernResponse(m.w, resp)
+}
+
+// writeModernResponse answers a 2026-07-28 request with one JSON body, an error with the HTTP
+// status modern.HTTPStatus gives its code (the Go SDK's mapping: 404 for -32601, 400 for
+// -32602 and the three new codes, 200 otherwise).
+func writeModernResponse(w http.ResponseWriter, resp *protocol.Response) {
+	if resp.Error != nil {
+		writeHTTPError(w, modern.HTTPStatus(resp.Error.Code), &resp.ID, resp.Error)
+		return
+	}
+	writeJSONResponse(w, "", resp)
+}
+
+// servedStatelessly serves a message of the 2026-07-28 era and reports whether it did: a
+// request or notification that modern.Classify finds modern (its session id, if any, is
+// ignored), and a server/discover without a session, which only the modern face answers (its
+// validation says what signal it lacks). A modern notification is accepted with 202 and
+// nothing more: on HTTP a client cancels by closing the response stream.
+func (g *streamableServer) servedStatelessly(w http.ResponseWriter, r *http.Request, msg protocol.Message, hasSession bool, requestID string) bool {
+	versionHeader := r.Header.Get(modern.HeaderProtocolVersion)
+	switch m := msg.(type) {
+	case *protocol.Request:
+		if modern.Classify(versionHeader, hasSession, m.Method, m.Params) != modern.Modern && (hasSession || m.Method != protocol.MethodDiscover) {
+			return false
+		}
+		if g.isDraining() {
+			g.writeShuttingDown(w, m.ID)
+			return true
+		}
+		g.serveStateless(w, r, m, requestID)
+		return true
+	case *protocol.Notification:
+		if modern.Classify(versionHeader, hasSession, m.Method, m.Params) != modern.Modern {
+			return false
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return true
+	}
+	return false
+}
