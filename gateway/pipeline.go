@@ -630,7 +630,20 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 	if errors.As(err, &rpcErr) {
 		return nil, &upstreamRPCError{Err: rpcErr}
 	}
+	if err == nil && asksForInput(result) {
+		// A 2026-07-28 upstream is told that the client declared nothing it could be asked
+		// (the gateway relays no input_required yet): asking anyway is the upstream's fault,
+		// and its interim result must not reach a client as if it were the answer.
+		return nil, protocol.Errorf(protocol.CodeInternalError,
+			"upstream %s answered input_required, asking the client for input the gateway did not offer it: the gateway cannot relay such requests yet", u.ns.Name)
+	}
 	return result, err
+}
+
+// asksForInput reports whether an upstream's result is a 2026-07-28 input_required result.
+func asksForInput(result json.RawMessage) bool {
+	rt, ok, err := protocol.StringMember(result, "resultType")
+	return err == nil && ok && rt == protocol.ResultTypeInputRequired
 }
 
 // hasTasks reports whether a protocol version has tasks (2025-11-25 on).
