@@ -44,3 +44,30 @@ func TestModernUpstreamBehindA2025Session(t *testing.T) {
 		t.Errorf("the upstream saw %d initialize requests; want none", n)
 	}
 }
+
+// TestTaskOnlyToolsHiddenFromModernClients: a tool that runs only as a task is left out of a
+// 2026-07-28 client's tools/list (the gateway offers it no tasks extension), while a
+// 2025-11-25 session that declared tasks still sees it.
+func TestTaskOnlyToolsHiddenFromModernClients(t *testing.T) {
+	tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\nupstreams:"+upstreamYAML("tk", "tasks", ""), nil)
+	t.Cleanup(tg.close)
+	c := rawClient{t: t, url: tg.url}
+
+	r := c.do(http.MethodPost, modernBody(1, "tools/list", `{}`), modernHeaders("tools/list", ""))
+	if r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("2026-07-28 tools/list: %d %s", r.status, r.body)
+	}
+	if strings.Contains(string(r.msg.Result), "tk__job") || !strings.Contains(string(r.msg.Result), "tk__now") {
+		t.Errorf("a 2026-07-28 client's tools/list = %s; want tk__now and not the task-only tk__job", r.msg.Result)
+	}
+
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{"list":{},"cancel":{}}},"clientInfo":{"name":"raw","version":"1"}}}`, nil)
+	sid := r.header.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: %d %s", r.status, r.body)
+	}
+	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, map[string]string{"Mcp-Session-Id": sid})
+	if !strings.Contains(string(r.msg.Result), "tk__job") {
+		t.Errorf("a 2025-11-25 session with tasks lost tk__job: %s", r.msg.Result)
+	}
+}

@@ -365,6 +365,9 @@ func (g *requestPipeline) execute(ctx context.Context, rq *request, res *resolve
 		if err != nil {
 			return nil, err
 		}
+		if slices.Contains(protocol.ModernVersions, rq.Client.ProtocolVersion) {
+			page = withoutTaskRequiredTools(page)
+		}
 		if !clientDeclaresTasks(rq.Client) {
 			page = hideTaskSupport(page, upstream.Tools)
 		}

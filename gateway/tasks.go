@@ -338,6 +338,43 @@ func (tt *taskTable) deliverStatus(c *conn, n *protocol.Notification) {
 	tt.router.notifySessions(&protocol.Notification{Method: n.Method, Params: params}, rec.SessionID)
 }
 
+// withoutTaskRequiredTools removes from a tools/list page the tools that run only as tasks
+// (execution.taskSupport "required"): a 2026-07-28 client cannot call them, as the gateway
+// does not offer it the tasks extension (mcp-2026-notes §3.6, phase 1).
+func withoutTaskRequiredTools(page json.RawMessage) json.RawMessage {
+	if !bytes.Contains(page, []byte(`"required"`)) {
+		return page
+	}
+	tools, ok, _ := protocol.Member(page, "tools")
+	if !ok {
+		return page
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(tools, &items) != nil {
+		return page
+	}
+	kept := make([]json.RawMessage, 0, len(items))
+	for _, it := range items {
+		if !requiresTask(it) {
+			kept = append(kept, it)
+		}
+	}
+	if len(kept) == len(items) {
+		return page
+	}
+	return setMarshalled(page, "tools", kept)
+}
+
+// requiresTask reports whether a tool (raw) runs only as a task.
+func requiresTask(tool json.RawMessage) bool {
+	var t struct {
+		Execution struct {
+			TaskSupport string `json:"taskSupport"`
+		} `json:"execution"`
+	}
+	return json.Unmarshal(tool, &t) == nil && t.Execution.TaskSupport == "required"
+}
+
 // hideTaskSupport removes tools' execution (taskSupport) from a tools/list page for clients
 // that did not declare tasks, which must not see them (mcp-notes §13).
 func hideTaskSupport(page json.RawMessage, k upstream.Kind) json.RawMessage {
