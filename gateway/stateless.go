@@ -144,6 +144,21 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 		return
 	}
 	defer g.releaseCall()
+	caller := "principal\x00" + client.Principal.Key()
+	if client.Principal.Anonymous() {
+		caller = "address\x00" + clientAddr(r)
+	}
+	if !g.callers.admit(caller) {
+		g.logger.Warn("request refused: too many requests in flight", "scope", "caller", "limit", g.cfg.MaxCallsPerPrincipal, "method", req.Method)
+		msg := fmt.Sprintf("you already have %d requests in flight on this gateway (max_calls_per_principal): wait for some to finish, then retry", g.cfg.MaxCallsPerPrincipal)
+		if req.Method == protocol.MethodCallTool {
+			msg = fmt.Sprintf("The gateway refused this call: you already have %d requests in flight (max_calls_per_principal). Wait for some to finish, then try again.", g.cfg.MaxCallsPerPrincipal)
+		}
+		result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
+		writeModernResponse(w, modernAnswer(req, result, wireErr))
+		return
+	}
+	defer g.callers.release(caller)
 	g.serveStatelessCall(w, r, preq)
 }
 

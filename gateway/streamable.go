@@ -69,6 +69,8 @@ type streamableServer struct {
 	*Gateway
 	// callsInFlight counts the client requests being served, for max_calls.
 	callsInFlight atomic.Int64
+	// callers counts each caller's 2026-07-28 requests in flight, for max_calls_per_principal.
+	callers *callersInFlight
 	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
 	requestSeq atomic.Uint64
 }

@@ -101,22 +101,23 @@ const (
 	defaultInitializeTimeout  = 30 * time.Second
 	// defaultFirstFetchTimeout is the first start's bound of a command that may fetch its
 	// server first (Upstream.FirstInitializeTimeout).
-	defaultFirstFetchTimeout  = 2 * time.Minute
-	defaultMaxResponseBytes   = 16 << 20 // 16 MiB
-	defaultMaxBatchEntries    = 64
-	defaultMaxCallsPerSession = 64
-	defaultMaxCalls           = 4096
-	defaultBodyReadTimeout    = 30 * time.Second
-	defaultStreamAfter        = time.Second
-	defaultStreamRetention    = time.Minute
-	defaultHTTPIdleTimeout    = 2 * time.Minute
-	minMaxConnsPerAddress     = 256 // the least default of max_connections_per_address
-	defaultSessionEvictIdle   = 5 * time.Minute
-	defaultDrainTimeout       = 10 * time.Second
-	defaultFirstListWait      = 5 * time.Second
-	defaultAttributionWindow  = 2 * time.Second
-	defaultAuditSink          = AuditSinkOff
-	defaultAuditBuffer        = 4096
+	defaultFirstFetchTimeout    = 2 * time.Minute
+	defaultMaxResponseBytes     = 16 << 20 // 16 MiB
+	defaultMaxBatchEntries      = 64
+	defaultMaxCallsPerSession   = 64
+	defaultMaxCallsPerPrincipal = 256
+	defaultMaxCalls             = 4096
+	defaultBodyReadTimeout      = 30 * time.Second
+	defaultStreamAfter          = time.Second
+	defaultStreamRetention      = time.Minute
+	defaultHTTPIdleTimeout      = 2 * time.Minute
+	minMaxConnsPerAddress       = 256 // the least default of max_connections_per_address
+	defaultSessionEvictIdle     = 5 * time.Minute
+	defaultDrainTimeout         = 10 * time.Second
+	defaultFirstListWait        = 5 * time.Second
+	defaultAttributionWindow    = 2 * time.Second
+	defaultAuditSink            = AuditSinkOff
+	defaultAuditBuffer          = 4096
 )
 
 // Defaults of the stream budgets.
@@ -322,6 +323,14 @@ type Config struct {
 	// flight at once (key `max_calls_per_session`); greater than 0. Defaults
 	// to 64.
 	MaxCallsPerSession int
+
+	// MaxCallsPerPrincipal is the most 2026-07-28 requests one principal may have
+	// in flight at once on this replica (key `max_calls_per_principal`); greater
+	// than 0. Such requests have no session, so this stands in for
+	// max_calls_per_session and the per-principal session cap: one caller cannot
+	// take all of max_calls. Anonymous callers (authentication off) are counted
+	// by client address. Defaults to 256.
+	MaxCallsPerPrincipal int
 
 	// MaxCalls is the most client requests in flight at once in the whole
 	// gateway, all sessions together (key `max_calls`); greater than 0.
@@ -1002,6 +1011,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("max_calls_per_session") {
 		c.MaxCallsPerSession = defaultMaxCallsPerSession
+	}
+	if !ix.has("max_calls_per_principal") {
+		c.MaxCallsPerPrincipal = defaultMaxCallsPerPrincipal
 	}
 	if !ix.has("max_calls") {
 		c.MaxCalls = defaultMaxCalls
