@@ -3,8 +3,10 @@
 // the gateway in front of the same upstream over stdio (with authentication off, and on:
 // gateway-auth, a JWT of a local issuer verified on every request; gateway-policy, a rule set
 // and rate limits deciding every call; and gateway-plugin, one policy plugin asked about
-// every call) and over Streamable HTTP, at each concurrency
-// asked for; then it checks a high concurrency for errors only. It prints the medians and
+// every call) and over Streamable HTTP, at each concurrency asked for; then it checks a high
+// concurrency for errors only. Every gateway serves both MCP revisions: gateway-stdio-2026
+// and gateway-redis-2026 call gateway-stdio and gateway-redis in 2026-07-28, statelessly,
+// beside the other targets' 2025-11-25 sessions, and are compared with them. It prints the medians and
 // the ratios gateway/direct, which stay meaningful on a shared, noisy machine where absolute
 // figures do not; with -page it also writes them, with the date, commit, machine and flags,
 // to a Markdown page. bench/run builds the binaries and calls it.
@@ -56,7 +58,13 @@ type target struct {
 	// bearer is a token the load tool sends on every request (through its environment, not
 	// its command line); empty for none.
 	bearer string
+	// protocol is the MCP revision the load tool speaks to it: empty for 2025-11-25 (a
+	// session per worker), protocolModern for 2026-07-28 (no session, every request alone).
+	protocol string
 }
+
+// protocolModern is the MCP revision served statelessly, as the load tool's -protocol names it.
+const protocolModern = "2026-07-28"
 
 func main() {
 	bin := flag.String("bin", ".cache/bin", "directory holding gateway, echo-server and mcpload")
@@ -180,7 +188,9 @@ func (f *fleet) gateway(bin, name, settings, upstreams string) (string, error) {
 		return "", err
 	}
 	cfg := filepath.Join(f.dir, "gateway-"+name+".yaml")
-	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\n%supstreams:\n%s", addr, settings, upstreams)
+	// Every gateway serves both revisions, as one in production does during the years both
+	// eras' clients meet it: the 2025 targets open sessions on it, the -2026 ones do not.
+	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\nmodern_protocol: true\n%supstreams:\n%s", addr, settings, upstreams)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		return "", err
 	}
@@ -292,6 +302,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
 		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
+		{name: "gateway-stdio-2026", url: gwStdio, floor: stdioFloor, versus: "gateway-stdio", protocol: protocolModern},
 		gwAuth,
 		gwPolicy,
 		gwPlugin,
@@ -314,7 +325,9 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 			ping := fmt.Sprintf("PING round trip p50 %d µs (1000 PINGs on one connection)", rtt.Microseconds())
 			fmt.Printf("Redis at %s: %s\n\n", redisAddr, ping)
 			rec.redis = redisAddr + ", " + ping
-			targets = append(targets, target{name: "gateway-redis", url: gwRedis, floor: stdioFloor})
+			targets = append(targets,
+				target{name: "gateway-redis", url: gwRedis, floor: stdioFloor},
+				target{name: "gateway-redis-2026", url: gwRedis, floor: stdioFloor, versus: "gateway-redis", protocol: protocolModern})
 			more, closeReplicas, err := f.replicaTargets(bin, echo, redisAddr, gwRedis, stdioFloor)
 			if err != nil {
 				return err
@@ -424,6 +437,9 @@ func load(ctx context.Context, mcpload string, t target, n int, args ...string) 
 	endpoint := []string{"-url", t.url}
 	if t.stdio != "" {
 		endpoint = []string{"-stdio", t.stdio}
+	}
+	if t.protocol != "" {
+		endpoint = append(endpoint, "-protocol", t.protocol)
 	}
 	cmd := exec.CommandContext(ctx, mcpload, append(append(endpoint, "-n", strconv.Itoa(n), "-json"), args...)...)
 	// The token goes through the environment, never the command line; a target without one
