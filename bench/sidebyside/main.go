@@ -79,6 +79,7 @@ func main() {
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "a Redis to compare the gateway with its session store there (gateway-redis), the same behind a round-robin proxy of this command's (gateway-redis-proxied), and two replicas sharing it behind that proxy, every session alternating between them (gateway-2replicas); skipped when it does not answer, or when empty")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	pluginBench := flag.Bool("plugin-bench", false, "at the end, run go test -bench of a plugin's round trip through the plugin host and bare (from the module root)")
+	only := flag.String("only", "", "measure only these targets, comma-separated, and those their ratios need (direct, their floor's hops, the target each is compared with); all when empty")
 	page := flag.String("page", "", "write a Markdown page of the run's results to this file (none when empty); written when every measurement ran, even if some calls failed")
 	flag.Parse()
 	// An interrupted run still stops every process it started: a signal ends the current load
@@ -118,7 +119,11 @@ func main() {
 			fail(err)
 		}
 	}
-	keepGoing(run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr, rec))
+	var keep []string
+	if *only != "" {
+		keep = strings.Split(*only, ",")
+	}
+	keepGoing(run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr, keep, rec))
 	if *lists && ctx.Err() == nil && callsFailed == nil {
 		keepGoing(runLists(absBin, m, ns, rec))
 	}
@@ -262,7 +267,8 @@ func (m measurer) compare(targets []target, n int, extra ...string) (comparison,
 // run compares the echo tool directly and through the gateway over stdio (authentication
 // off and on, and with a policy) and HTTP. It adds what it measures to rec, and returns an
 // error wrapping errCallsFailed when all was measured but some calls failed.
-func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string, rec *record) error {
+// keep, unless nil, names the targets to measure (selectTargets).
+func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string, keep []string, rec *record) error {
 	f, err := newFleet()
 	if err != nil {
 		return err
@@ -336,6 +342,11 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 			targets = append(targets, more...)
 		}
 	}
+	if keep != nil {
+		if targets, err = selectTargets(targets, keep); err != nil {
+			return err
+		}
+	}
 	if err := f.waitUp(targets); err != nil {
 		return err
 	}
@@ -366,6 +377,34 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		return errCallsFailed
 	}
 	return nil
+}
+
+// selectTargets returns the targets named in keep and those their ratios need: direct, the
+// hops of their floor and the target each is compared with, in the order of targets. A name
+// that is no target is an error.
+func selectTargets(targets []target, keep []string) ([]target, error) {
+	byName := map[string]target{}
+	for _, t := range targets {
+		byName[t.name] = t
+	}
+	need := map[string]bool{"direct": true}
+	for _, name := range keep {
+		t, ok := byName[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("-only: no target %q in this run", name)
+		}
+		need[t.name] = true
+		for _, hop := range t.floor {
+			need[hop] = true
+		}
+		if t.versus != "" {
+			need[t.versus] = true
+			for _, hop := range byName[t.versus].floor {
+				need[hop] = true
+			}
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(targets), func(t target) bool { return !need[t.name] }), nil
 }
 
 // runLists compares the first page of tools/list: the gateway merging 20 stdio upstreams of
