@@ -845,9 +845,12 @@ type connection struct {
 	pending map[int64]pendingCall
 	// err is why the connection ended; set once, with done closed. Guarded by mu.
 	err error
-	// lastEnded holds when each party's last call ended, for the attribution window. Guarded by
-	// mu.
+	// lastEnded holds when each party's last call ended within the attribution window; ends
+	// lists the ends noted, oldest first, so that those past the window are dropped from the
+	// front (pruneEndedLocked). Invariant: every party of lastEnded has an end in ends at its
+	// time. Guarded by mu.
 	lastEnded map[any]time.Time
+	ends      []partyEnd
 
 	// done is closed when the connection has ended (read failure or close).
 	done chan struct{}

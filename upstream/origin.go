@@ -1,6 +1,9 @@
 package upstream
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Arrival says how a transport delivered a message from the upstream.
 type Arrival int
@@ -97,15 +100,20 @@ func (cn *connection) originLocked(a arrival) Origin {
 		}
 	}
 	o.Parties = o.InFlight
-	if window := cn.client.spec.AttributionWindow; window > 0 && len(cn.lastEnded) > 0 {
-		cutoff := cn.client.opts.Now().Add(-window)
-		for party, at := range cn.lastEnded {
-			switch {
-			case at.Before(cutoff):
-				delete(cn.lastEnded, party)
-			case o.InFlight == 1 && party == sole.party, inFlight[party]:
-			default:
-				o.Parties++
+	if cn.client.spec.AttributionWindow > 0 {
+		cn.pruneEndedLocked(cn.client.opts.Now())
+		// Every party left ended within the window; those also in flight count once.
+		o.Parties += len(cn.lastEnded)
+		switch {
+		case o.InFlight == 1:
+			if _, ok := cn.lastEnded[sole.party]; ok {
+				o.Parties--
+			}
+		case inFlight != nil:
+			for party := range inFlight {
+				if _, ok := cn.lastEnded[party]; ok {
+					o.Parties--
+				}
 			}
 		}
 	}
@@ -116,23 +124,39 @@ func (cn *connection) originLocked(a arrival) Origin {
 }
 
 // endedLocked notes that a call of party has ended, for the attribution window. cn.mu must be
-// held.
+// held. It costs the same however many parties ended within the window: a 2026-07-28 request
+// is a party of its own, so under load there are as many as calls in the window.
 func (cn *connection) endedLocked(c caller) {
 	if c.party == nil || cn.client.spec.AttributionWindow <= 0 || !cn.unattributed {
 		return
 	}
 	now := cn.client.opts.Now()
-	if len(cn.lastEnded) >= maxEndedParties {
-		// Many parties: drop those past the window so the table stays small.
-		cutoff := now.Add(-cn.client.spec.AttributionWindow)
-		for party, at := range cn.lastEnded {
-			if at.Before(cutoff) {
-				delete(cn.lastEnded, party)
-			}
-		}
-	}
+	cn.pruneEndedLocked(now)
 	cn.lastEnded[c.party] = now
+	cn.ends = append(cn.ends, partyEnd{party: c.party, at: now})
 }
 
-// maxEndedParties is the size of the ended-calls table past which a new entry first prunes it.
-const maxEndedParties = 64
+// partyEnd is one call's end, as endedLocked noted it.
+type partyEnd struct {
+	party any
+	at    time.Time
+}
+
+// pruneEndedLocked forgets the ends before the attribution window, oldest first, until the
+// oldest left is within it: each end is dropped once, so pruning costs nothing per call
+// beyond the ends it drops. An end whose party ended again later leaves that party
+// remembered. cn.mu must be held.
+func (cn *connection) pruneEndedLocked(now time.Time) {
+	cutoff := now.Add(-cn.client.spec.AttributionWindow)
+	for len(cn.ends) > 0 && cn.ends[0].at.Before(cutoff) {
+		e := cn.ends[0]
+		if at, ok := cn.lastEnded[e.party]; ok && !at.After(e.at) {
+			delete(cn.lastEnded, e.party)
+		}
+		cn.ends[0] = partyEnd{} // the party is not kept alive by the slice's array
+		cn.ends = cn.ends[1:]
+	}
+	if len(cn.ends) == 0 {
+		cn.ends = nil // let a large array go once the load has passed
+	}
+}

@@ -104,11 +104,42 @@ func TestEndedCallsAreRemembered(t *testing.T) {
 	if got := cn.origin(arrival{}); got.Parties != 0 || len(cn.lastEnded) != 0 {
 		t.Errorf("after the window: %+v with %d remembered, want none", got, len(cn.lastEnded))
 	}
-	for i := range 10 * maxEndedParties {
+	for i := range 640 {
 		now = now.Add(time.Second)
 		cn.endedLocked(caller{value: i, party: i})
 	}
-	if len(cn.lastEnded) > maxEndedParties+1 {
-		t.Errorf("%d ended parties remembered, want at most %d", len(cn.lastEnded), maxEndedParties+1)
+	if len(cn.lastEnded) > 3 || len(cn.ends) > 3 {
+		t.Errorf("%d ended parties remembered (%d ends), want at most the window's 3", len(cn.lastEnded), len(cn.ends))
+	}
+}
+
+// TestManyPartiesInTheWindow: with a party per call (2026-07-28 requests), thousands of
+// parties end within the window; they all count, one that ends again counts once, and they
+// are all forgotten once the window has passed.
+func TestManyPartiesInTheWindow(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := New(Spec{Name: "u", Command: "unused", AttributionWindow: 2 * time.Second}, &Options{Now: func() time.Time { return now }})
+	cn := &connection{client: c, pending: map[int64]pendingCall{}, lastEnded: map[any]time.Time{}, unattributed: true}
+	const parties = 5000
+	for i := range parties {
+		now = now.Add(100 * time.Microsecond)
+		cn.endedLocked(caller{value: i, party: i})
+	}
+	now = now.Add(time.Millisecond)
+	cn.endedLocked(caller{value: 0, party: 0}) // party 0 again, after everyone
+	cn.pending[1] = pendingCall{ch: make(chan *protocol.Response, 1), caller: caller{value: 7, party: 7}}
+	if got, want := cn.origin(arrival{}), (Origin{InFlight: 1, Parties: parties}); got != want {
+		t.Errorf("origin with %d parties ended = %+v, want %+v", parties, got, want)
+	}
+	// Just short of the window after party 0's second end, only that end is within it: the
+	// others came at least 1 ms earlier.
+	now = now.Add(2*time.Second - 500*time.Microsecond)
+	delete(cn.pending, 1)
+	if got, want := cn.origin(arrival{}), (Origin{Parties: 1}); got != want || len(cn.ends) != 1 {
+		t.Errorf("origin past most ends = %+v (%d ends kept), want %+v and 1 end", got, len(cn.ends), want)
+	}
+	now = now.Add(3 * time.Second)
+	if got := cn.origin(arrival{}); got.Parties != 0 || len(cn.lastEnded) != 0 || cn.ends != nil {
+		t.Errorf("after the window: %+v with %d remembered, %d ends, want none", got, len(cn.lastEnded), len(cn.ends))
 	}
 }

@@ -3,8 +3,10 @@
 // the gateway in front of the same upstream over stdio (with authentication off, and on:
 // gateway-auth, a JWT of a local issuer verified on every request; gateway-policy, a rule set
 // and rate limits deciding every call; and gateway-plugin, one policy plugin asked about
-// every call) and over Streamable HTTP, at each concurrency
-// asked for; then it checks a high concurrency for errors only. It prints the medians and
+// every call) and over Streamable HTTP, at each concurrency asked for; then it checks a high
+// concurrency for errors only. Every gateway serves both MCP revisions: gateway-stdio-2026
+// and gateway-redis-2026 call gateway-stdio and gateway-redis in 2026-07-28, statelessly,
+// beside the other targets' 2025-11-25 sessions, and are compared with them. It prints the medians and
 // the ratios gateway/direct, which stay meaningful on a shared, noisy machine where absolute
 // figures do not; with -page it also writes them, with the date, commit, machine and flags,
 // to a Markdown page. bench/run builds the binaries and calls it.
@@ -56,7 +58,13 @@ type target struct {
 	// bearer is a token the load tool sends on every request (through its environment, not
 	// its command line); empty for none.
 	bearer string
+	// protocol is the MCP revision the load tool speaks to it: empty for 2025-11-25 (a
+	// session per worker), protocolModern for 2026-07-28 (no session, every request alone).
+	protocol string
 }
+
+// protocolModern is the MCP revision served statelessly, as the load tool's -protocol names it.
+const protocolModern = "2026-07-28"
 
 func main() {
 	bin := flag.String("bin", ".cache/bin", "directory holding gateway, echo-server and mcpload")
@@ -71,6 +79,7 @@ func main() {
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "a Redis to compare the gateway with its session store there (gateway-redis), the same behind a round-robin proxy of this command's (gateway-redis-proxied), and two replicas sharing it behind that proxy, every session alternating between them (gateway-2replicas); skipped when it does not answer, or when empty")
 	lists := flag.Bool("lists", true, "also compare a first-page tools/list over 20 upstreams × 100 tools with one direct 100-tool upstream")
 	pluginBench := flag.Bool("plugin-bench", false, "at the end, run go test -bench of a plugin's round trip through the plugin host and bare (from the module root)")
+	only := flag.String("only", "", "measure only these targets, comma-separated, and those their ratios need (direct, their floor's hops, the target each is compared with); all when empty")
 	page := flag.String("page", "", "write a Markdown page of the run's results to this file (none when empty); written when every measurement ran, even if some calls failed")
 	flag.Parse()
 	// An interrupted run still stops every process it started: a signal ends the current load
@@ -110,7 +119,11 @@ func main() {
 			fail(err)
 		}
 	}
-	keepGoing(run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr, rec))
+	var keep []string
+	if *only != "" {
+		keep = strings.Split(*only, ",")
+	}
+	keepGoing(run(absBin, m, ns, *errorsN, *errorsCalls, *other, *otherURL, *redisAddr, keep, rec))
 	if *lists && ctx.Err() == nil && callsFailed == nil {
 		keepGoing(runLists(absBin, m, ns, rec))
 	}
@@ -180,7 +193,9 @@ func (f *fleet) gateway(bin, name, settings, upstreams string) (string, error) {
 		return "", err
 	}
 	cfg := filepath.Join(f.dir, "gateway-"+name+".yaml")
-	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\n%supstreams:\n%s", addr, settings, upstreams)
+	// Every gateway serves both revisions, as one in production does during the years both
+	// eras' clients meet it: the 2025 targets open sessions on it, the -2026 ones do not.
+	text := fmt.Sprintf("listen: %s\nlog_level: warn\nmax_sessions: 10000\nmodern_protocol: true\n%supstreams:\n%s", addr, settings, upstreams)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		return "", err
 	}
@@ -252,7 +267,8 @@ func (m measurer) compare(targets []target, n int, extra ...string) (comparison,
 // run compares the echo tool directly and through the gateway over stdio (authentication
 // off and on, and with a policy) and HTTP. It adds what it measures to rec, and returns an
 // error wrapping errCallsFailed when all was measured but some calls failed.
-func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string, rec *record) error {
+// keep, unless nil, names the targets to measure (selectTargets).
+func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, otherURL, redisAddr string, keep []string, rec *record) error {
 	f, err := newFleet()
 	if err != nil {
 		return err
@@ -292,6 +308,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
 		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
+		{name: "gateway-stdio-2026", url: gwStdio, floor: stdioFloor, versus: "gateway-stdio", protocol: protocolModern},
 		gwAuth,
 		gwPolicy,
 		gwPlugin,
@@ -314,13 +331,20 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 			ping := fmt.Sprintf("PING round trip p50 %d µs (1000 PINGs on one connection)", rtt.Microseconds())
 			fmt.Printf("Redis at %s: %s\n\n", redisAddr, ping)
 			rec.redis = redisAddr + ", " + ping
-			targets = append(targets, target{name: "gateway-redis", url: gwRedis, floor: stdioFloor})
+			targets = append(targets,
+				target{name: "gateway-redis", url: gwRedis, floor: stdioFloor},
+				target{name: "gateway-redis-2026", url: gwRedis, floor: stdioFloor, versus: "gateway-redis", protocol: protocolModern})
 			more, closeReplicas, err := f.replicaTargets(bin, echo, redisAddr, gwRedis, stdioFloor)
 			if err != nil {
 				return err
 			}
 			defer func() { rec.replicaRequests = closeReplicas() }()
 			targets = append(targets, more...)
+		}
+	}
+	if keep != nil {
+		if targets, err = selectTargets(targets, keep); err != nil {
+			return err
 		}
 	}
 	if err := f.waitUp(targets); err != nil {
@@ -353,6 +377,34 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		return errCallsFailed
 	}
 	return nil
+}
+
+// selectTargets returns the targets named in keep and those their ratios need: direct, the
+// hops of their floor and the target each is compared with, in the order of targets. A name
+// that is no target is an error.
+func selectTargets(targets []target, keep []string) ([]target, error) {
+	byName := map[string]target{}
+	for _, t := range targets {
+		byName[t.name] = t
+	}
+	need := map[string]bool{"direct": true}
+	for _, name := range keep {
+		t, ok := byName[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("-only: no target %q in this run", name)
+		}
+		need[t.name] = true
+		for _, hop := range t.floor {
+			need[hop] = true
+		}
+		if t.versus != "" {
+			need[t.versus] = true
+			for _, hop := range byName[t.versus].floor {
+				need[hop] = true
+			}
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(targets), func(t target) bool { return !need[t.name] }), nil
 }
 
 // runLists compares the first page of tools/list: the gateway merging 20 stdio upstreams of
@@ -424,6 +476,9 @@ func load(ctx context.Context, mcpload string, t target, n int, args ...string) 
 	endpoint := []string{"-url", t.url}
 	if t.stdio != "" {
 		endpoint = []string{"-stdio", t.stdio}
+	}
+	if t.protocol != "" {
+		endpoint = append(endpoint, "-protocol", t.protocol)
 	}
 	cmd := exec.CommandContext(ctx, mcpload, append(append(endpoint, "-n", strconv.Itoa(n), "-json"), args...)...)
 	// The token goes through the environment, never the command line; a target without one

@@ -206,6 +206,11 @@ func renderPage(rec record) string {
 	b.WriteString("\n" + readingGuide + "\n")
 
 	b.WriteString("## tools/call of the echo tool\n\n")
+	if eras := modernTargets(rec.calls); len(eras) > 0 {
+		fmt.Fprintf(&b, "The -2026 targets (%s) speak MCP %s to the same gateway as the target each\n"+
+			"is compared with: no session, every request on its own. The others speak 2025-11-25, a\n"+
+			"session per worker.\n\n", strings.Join(eras, ", "), protocolModern)
+	}
 	for _, c := range rec.calls {
 		writeComparison(&b, c)
 	}
@@ -242,6 +247,20 @@ func renderPage(rec record) string {
 		writeTable(&b, goBenchColumns, rows)
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// modernTargets returns the names of the targets of cs that speak protocolModern, quoted as
+// code, in target order.
+func modernTargets(cs []comparison) []string {
+	var names []string
+	for _, c := range cs {
+		for _, t := range c.targets {
+			if name := "`" + t.name + "`"; t.protocol == protocolModern && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
 }
 
 // writeComparison writes the tables of one concurrency: medians and ratios to direct, the

@@ -31,19 +31,22 @@ func cannedRecord() record {
 		{name: "direct-stdio"},
 		{name: "gateway-stdio", floor: floor},
 		{name: "gateway-auth", floor: floor, versus: "gateway-stdio"},
+		{name: "gateway-stdio-2026", floor: floor, versus: "gateway-stdio", protocol: protocolModern},
 	}
 	calls := []comparison{
 		{n: 1, targets: targets, samples: map[string][]result{
-			"direct":        {sample(1000, 100, 300, nil), sample(1100, 90, 280, nil)},
-			"direct-stdio":  {sample(4000, 25, 60, nil), sample(3600, 30, 70, nil)},
-			"gateway-stdio": {sample(400, 250, 700, nil), sample(500, 200, 650, nil)},
-			"gateway-auth":  {sample(380, 260, 720, nil), sample(450, 230, 690, map[string]int{"timeout": 2})},
+			"direct":             {sample(1000, 100, 300, nil), sample(1100, 90, 280, nil)},
+			"direct-stdio":       {sample(4000, 25, 60, nil), sample(3600, 30, 70, nil)},
+			"gateway-stdio":      {sample(400, 250, 700, nil), sample(500, 200, 650, nil)},
+			"gateway-auth":       {sample(380, 260, 720, nil), sample(450, 230, 690, map[string]int{"timeout": 2})},
+			"gateway-stdio-2026": {sample(480, 210, 600, nil), sample(560, 180, 590, nil)},
 		}},
 		{n: 32, targets: targets, samples: map[string][]result{
-			"direct":        {sample(8000, 4000, 9000, nil), sample(8200, 3900, 8800, nil)},
-			"direct-stdio":  {sample(30000, 1000, 2000, nil), sample(31000, 1000, 2100, nil)},
-			"gateway-stdio": {sample(5000, 6400, 15000, nil), sample(5200, 6100, 14000, nil)},
-			"gateway-auth":  {sample(4800, 6600, 16000, nil), sample(5100, 6300, 15000, nil)},
+			"direct":             {sample(8000, 4000, 9000, nil), sample(8200, 3900, 8800, nil)},
+			"direct-stdio":       {sample(30000, 1000, 2000, nil), sample(31000, 1000, 2100, nil)},
+			"gateway-stdio":      {sample(5000, 6400, 15000, nil), sample(5200, 6100, 14000, nil)},
+			"gateway-auth":       {sample(4800, 6600, 16000, nil), sample(5100, 6300, 15000, nil)},
+			"gateway-stdio-2026": {sample(5600, 5700, 13000, nil), sample(5900, 5400, 12500, nil)},
 		}},
 	}
 	listTargets := []target{{name: "direct"}, {name: "gateway-20x100"}}
@@ -107,8 +110,8 @@ func TestFiguresOfAComparison(t *testing.T) {
 	}
 
 	floors := c.floors()
-	if len(floors) != 2 || floors[0].target != "gateway-stdio" || floors[1].target != "gateway-auth" {
-		t.Fatalf("floors() = %+v, want gateway-stdio then gateway-auth", floors)
+	if len(floors) != 3 || floors[0].target != "gateway-stdio" || floors[1].target != "gateway-auth" || floors[2].target != "gateway-stdio-2026" {
+		t.Fatalf("floors() = %+v, want gateway-stdio, gateway-auth, gateway-stdio-2026", floors)
 	}
 	// direct: 1050/s, p50 95; direct-stdio: 3800/s, p50 27.5.
 	f := floors[0]
@@ -135,8 +138,8 @@ func TestFiguresOfAComparison(t *testing.T) {
 	}
 
 	versus := c.versus()
-	if len(versus) != 1 {
-		t.Fatalf("versus() = %+v, want one row", versus)
+	if len(versus) != 2 {
+		t.Fatalf("versus() = %+v, want two rows", versus)
 	}
 	v := versus[0]
 	if v.target != "gateway-auth" || v.versus != "gateway-stdio" {
@@ -148,6 +151,12 @@ func TestFiguresOfAComparison(t *testing.T) {
 	}
 	if got, want := v.rateRounds.String(), "0.90–0.95"; got != want {
 		t.Errorf("versus rounds × calls/s = %s, want %s", got, want)
+	}
+	// gateway-stdio-2026 against gateway-stdio: 520/s over 450/s; the rounds 480/400 and
+	// 560/500, p50 210/250 and 180/200.
+	if v := versus[1]; v.target != "gateway-stdio-2026" || !near(v.ratio.rate, 520/450.0) ||
+		v.rateRounds.String() != "1.12–1.20" || v.p50Rounds.String() != "0.84–0.90" {
+		t.Errorf("the 2026 row = %+v, want gateway-stdio-2026 at %v × calls/s, rounds 1.12–1.20, p50 rounds 0.84–0.90", v, 520/450.0)
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 //     alternating between them (its ratio to gateway-redis-proxied is the cross-replica cost).
 //
 // The replicas are processes of f, stopped with it. closeAll shuts the proxies down, prints
-// and returns how many requests each replica got; call it before f.close, which deletes the
+// and returns how many requests each replica got (nil when they got none); call it before f.close, which deletes the
 // replicas' keys once they have stopped.
 func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string) (targets []target, closeAll func() []int64, err error) {
 	var b [6]byte
@@ -58,6 +58,9 @@ func (f *fleet) replicaTargets(bin, echo, addr, redisURL string, floor []string)
 		one.close()
 		two.close()
 		counts := two.counts()
+		if counts[0]+counts[1] == 0 {
+			return nil // not measured (-only)
+		}
 		fmt.Printf("gateway-2replicas: requests per replica %d and %d (every session alternating)\n\n", counts[0], counts[1])
 		return counts
 	}

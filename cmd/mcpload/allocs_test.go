@@ -11,14 +11,18 @@ import (
 )
 
 // TestHotPathAllocs: building a request and checking a good answer allocate nothing, for
-// either method.
+// either method and either protocol.
 func TestHotPathAllocs(t *testing.T) {
 	cfg, err := Config{URL: "http://x/mcp", Calls: 1, MinTools: 100}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, method := range []string{MethodCall, MethodList} {
-		cfg.Method = method
+	for _, tc := range []struct{ method, protocol string }{
+		{MethodCall, ProtocolLegacy}, {MethodList, ProtocolLegacy},
+		{MethodCall, ProtocolModern}, {MethodList, ProtocolModern},
+	} {
+		method := tc.method
+		cfg.Method, cfg.Protocol = tc.method, tc.protocol
 		wl := newWorkload(&cfg, 3)
 		var id int64
 		var seq int
@@ -28,7 +32,7 @@ func TestHotPathAllocs(t *testing.T) {
 			wl.build(id, seq)
 		})
 		if allocs != 0 {
-			t.Errorf("%s: build allocates %v times", method, allocs)
+			t.Errorf("%s %s: build allocates %v times", tc.protocol, method, allocs)
 		}
 		// Check answers to the last request built.
 		var msg []byte
@@ -44,7 +48,7 @@ func TestHotPathAllocs(t *testing.T) {
 			}
 		})
 		if allocs != 0 {
-			t.Errorf("%s: check allocates %v times", method, allocs)
+			t.Errorf("%s %s: check allocates %v times", tc.protocol, method, allocs)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 const (
 	headerSessionID       = "Mcp-Session-Id"
 	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerMethod          = "Mcp-Method"
+	headerName            = "Mcp-Name"
 )
 
 // deleteTimeout bounds each DELETE at the end of a run.
@@ -30,7 +33,8 @@ const deleteTimeout = 5 * time.Second
 const maxDrain = 64 << 10
 
 // runHTTP runs cfg against a Streamable HTTP endpoint: every worker initializes its own
-// session, then all call together, then each session is deleted.
+// session, then all call together, then each session is deleted. With ProtocolModern no
+// worker initializes: each request stands alone, and there is nothing to delete.
 func runHTTP(ctx context.Context, cfg *Config) (*Result, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -63,6 +67,11 @@ func runHTTP(ctx context.Context, cfg *Config) (*Result, error) {
 	for w := range sessions {
 		wg.Go(func() {
 			s := newHTTPSession(ctx, client, u, cfg.Bearer)
+			if cfg.Protocol == ProtocolModern {
+				s.modern(cfg.Method, cfg.Tool)
+				sessions[w] = s
+				return
+			}
 			d, kind, err := s.initialize(ctx)
 			switch kind {
 			case "":
@@ -78,7 +87,11 @@ func runHTTP(ctx context.Context, cfg *Config) (*Result, error) {
 	callers := make([]caller, cfg.Workers)
 	for w, s := range sessions {
 		initStats[w].addTo(r)
-		if s != nil {
+		switch {
+		case s == nil:
+		case cfg.Protocol == ProtocolModern:
+			callers[w] = s
+		default:
 			callers[w] = s
 			r.Sessions++
 			r.Init = append(r.Init, initTimes[w])
@@ -188,6 +201,33 @@ func (s *httpSession) initialize(ctx context.Context) (time.Duration, string, er
 		return 0, httpKind(resp.StatusCode), fmt.Errorf("notifications/initialized: status %s", resp.Status)
 	}
 	return elapsed, "", nil
+}
+
+// modern makes every request of s a 2026-07-28 one, which opens no session: it names the
+// version, and the method and tool it carries, in headers (mcp-2026-notes §1.5); the body's
+// _meta is the workload's.
+func (s *httpSession) modern(method, tool string) {
+	hdr := s.post.Header.Clone()
+	hdr[headerProtocolVersion] = []string{ProtocolModern}
+	hdr[headerMethod] = []string{method}
+	if method == MethodCall {
+		hdr[headerName] = []string{headerValue(tool)}
+	}
+	s.post.Header = hdr
+}
+
+// headerValue returns v as an Mcp-* header value: as it is when it is plain visible ASCII
+// with no leading or trailing space and does not look like the encoded form, else encoded as
+// =?base64?…?= (mcp-2026-notes §1.5).
+func headerValue(v string) string {
+	plain := !strings.HasPrefix(v, "=?base64?") && strings.TrimSpace(v) == v
+	for i := 0; plain && i < len(v); i++ {
+		plain = v[i] >= ' ' && v[i] < 0x7f
+	}
+	if plain {
+		return v
+	}
+	return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(v)) + "?="
 }
 
 // roundTrip implements caller.

@@ -56,14 +56,21 @@ type Config struct {
 	// CoalesceWrites lets concurrent stdio workers share one pipe write. Off, each message
 	// is written on its own, as the gateway writes to a stdio upstream: the fair floor for it.
 	CoalesceWrites bool
+	// Protocol is the MCP revision spoken: ProtocolLegacy, where each HTTP worker opens a
+	// session with initialize, or ProtocolModern, where no worker initializes and every
+	// request carries the version, capabilities and client info in its _meta and the
+	// MCP-Protocol-Version, Mcp-Method and Mcp-Name headers (mcp-2026-notes §1.2, §1.5);
+	// ProtocolModern needs URL. If empty, defaults to ProtocolLegacy.
+	Protocol string
 }
 
 // Result is what a run measured. Latencies are of successful measured calls only.
 type Result struct {
 	Target   string // the URL, or the command line
 	Method   string // the method measured
+	Protocol string // the MCP revision spoken
 	Workers  int
-	Sessions int // sessions initialized (stdio: at most 1)
+	Sessions int // sessions initialized (stdio: at most 1; ProtocolModern: none)
 	// Calls counts successful measured calls.
 	Calls int64
 	// Errors counts failed calls and initializations by kind (see checkEcho, checkList).
@@ -102,12 +109,20 @@ const (
 	MethodList = "tools/list"
 )
 
-// errNoTarget, errNoStop and errMethod report incomplete or bad configs.
+// The MCP revisions a run can speak.
+const (
+	ProtocolLegacy = "2025-11-25"
+	ProtocolModern = "2026-07-28"
+)
+
+// errNoTarget, errNoStop, errMethod, errBearer and errProtocol report incomplete or bad
+// configs.
 var (
 	errNoTarget = errors.New("need exactly one of a URL and a stdio command")
 	errNoStop   = errors.New("need a number of calls or a duration")
 	errMethod   = errors.New("method must be " + MethodCall + " or " + MethodList)
 	errBearer   = errors.New("a bearer token is sent over HTTP only, and must be visible ASCII without spaces")
+	errProtocol = errors.New("protocol must be " + ProtocolLegacy + ", or " + ProtocolModern + " over HTTP")
 )
 
 // withDefaults returns cfg with its zero fields defaulted, or an error when it cannot run.
@@ -127,6 +142,17 @@ func (cfg Config) withDefaults() (Config, error) {
 	case MethodCall, MethodList:
 	default:
 		return cfg, errMethod
+	}
+	switch cfg.Protocol {
+	case "":
+		cfg.Protocol = ProtocolLegacy
+	case ProtocolLegacy:
+	case ProtocolModern:
+		if cfg.URL == "" {
+			return cfg, errProtocol
+		}
+	default:
+		return cfg, errProtocol
 	}
 	cfg.Workers = max(cfg.Workers, 1)
 	if cfg.MinTools == 0 {
@@ -194,10 +220,14 @@ type workload interface {
 
 // newWorkload returns worker w's workload for cfg, which has its defaults.
 func newWorkload(cfg *Config, w int) workload {
-	if cfg.Method == MethodList {
-		return &listBuilder{min: cfg.MinTools}
+	var meta string
+	if cfg.Protocol == ProtocolModern {
+		meta = modernMeta
 	}
-	return newRequestBuilder(cfg.Tool, cfg.Text, w)
+	if cfg.Method == MethodList {
+		return newListBuilder(cfg.MinTools, meta)
+	}
+	return newRequestBuilder(cfg.Tool, cfg.Text, meta, w)
 }
 
 // stats is what one worker (or the initialization phase) counted.
@@ -235,11 +265,12 @@ func (s *stats) addTo(r *Result) {
 // newResult returns an empty result for cfg.
 func newResult(cfg *Config, target string) *Result {
 	return &Result{
-		Target:  target,
-		Method:  cfg.Method,
-		Workers: cfg.Workers,
-		Errors:  make(map[string]int64),
-		Samples: make(map[string]string),
+		Target:   target,
+		Method:   cfg.Method,
+		Protocol: cfg.Protocol,
+		Workers:  cfg.Workers,
+		Errors:   make(map[string]int64),
+		Samples:  make(map[string]string),
 	}
 }
 
@@ -305,12 +336,16 @@ type requestBuilder struct {
 	text     []byte // the text argument of the last request built
 }
 
-// newRequestBuilder returns the builder of worker w's calls of tool.
-func newRequestBuilder(tool, text string, w int) *requestBuilder {
+// newRequestBuilder returns the builder of worker w's calls of tool; meta, unless empty, is
+// the "_meta" member every call's params begin with.
+func newRequestBuilder(tool, text, meta string, w int) *requestBuilder {
 	name, _ := json.Marshal(tool) // marshaling a string cannot fail
 	quoted, _ := json.Marshal(text)
 	head := strconv.Itoa(w) + "-"
-	mid := `,"method":"tools/call","params":{"name":` + string(name) +
+	if meta != "" {
+		meta += ","
+	}
+	mid := `,"method":"tools/call","params":{` + meta + `"name":` + string(name) +
 		`,"arguments":{"text":` + string(quoted[:len(quoted)-1]) + "-" + head
 	return &requestBuilder{mid: []byte(mid), textHead: []byte(text + "-" + head)}
 }
@@ -332,18 +367,29 @@ func (b *requestBuilder) check(msg []byte, id int64) (string, error) {
 	return checkEcho(msg, id, b.text)
 }
 
-// listBuilder writes one worker's tools/list requests (no params: the first page) into a
+// listBuilder writes one worker's tools/list requests (no cursor: the first page) into a
 // reused buffer.
 type listBuilder struct {
-	min int    // the least number of tools an answer must list
-	req []byte // the last request built
+	min  int    // the least number of tools an answer must list
+	tail []byte // from after the id to the end
+	req  []byte // the last request built
+}
+
+// newListBuilder returns the builder of tools/list requests whose answers must list at least
+// min tools; meta, unless empty, is the "_meta" member of their params, else they have none.
+func newListBuilder(min int, meta string) *listBuilder {
+	tail := `,"method":"tools/list"}`
+	if meta != "" {
+		tail = `,"method":"tools/list","params":{` + meta + `}}`
+	}
+	return &listBuilder{min: min, tail: []byte(tail)}
 }
 
 // build implements workload.
 func (b *listBuilder) build(id int64, _ int) []byte {
 	b.req = append(b.req[:0], `{"jsonrpc":"2.0","id":`...)
 	b.req = strconv.AppendInt(b.req, id, 10)
-	b.req = append(b.req, `,"method":"tools/list"}`...)
+	b.req = append(b.req, b.tail...)
 	return b.req
 }
 
@@ -358,6 +404,12 @@ func initializeRequest(id int64) []byte {
 		`,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},` +
 		`"clientInfo":{"name":"mcpload","version":"` + version + `"}}}`)
 }
+
+// modernMeta is the "_meta" member of every ProtocolModern request: the version, no optional
+// client capability, and the client's name (mcp-2026-notes §1.2).
+var modernMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"` + ProtocolModern + `",` +
+	`"io.modelcontextprotocol/clientCapabilities":{},` +
+	`"io.modelcontextprotocol/clientInfo":{"name":"mcpload","version":"` + version + `"}}`
 
 // initializedNotification is sent after a successful initialize (mcp-notes §1.1).
 var initializedNotification = []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)

@@ -11,7 +11,8 @@
 //
 // Flags:
 //
-//	-url URL        Streamable HTTP endpoint; each worker opens its own session
+//	-url URL        Streamable HTTP endpoint; each worker opens its own session (with
+//	                -protocol 2026-07-28: none)
 //	-stdio CMD      command (split on spaces) started once and driven over stdio; the
 //	                workers share its one session, answers are routed back by id
 //	-n N            concurrent workers, each with one call in flight (default 1)
@@ -24,6 +25,10 @@
 //	-text STRING    text argument prefix (default hello); worker w's call s sends
 //	                "<text>-<w>-<s>", and the answer's first content text must equal it;
 //	                tools/call only
+//	-protocol V     MCP revision spoken: 2025-11-25 (default), or 2026-07-28 over HTTP:
+//	                no initialize, no session; every request carries the version,
+//	                capabilities and client info in params._meta, and the
+//	                MCP-Protocol-Version, Mcp-Method and Mcp-Name (tools/call) headers
 //	-min-tools K    least number of tools a tools/list answer must list (default 1; 0
 //	                accepts an empty list)
 //	-timeout D      bound on each call and initialize (default 30s)
@@ -97,6 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Method, "method", MethodCall, "`method` of each call: "+MethodCall+" or "+MethodList)
 	fs.StringVar(&cfg.Tool, "tool", "echo", "tool to call (tools/call)")
 	fs.StringVar(&cfg.Text, "text", "hello", "text argument prefix (tools/call)")
+	fs.StringVar(&cfg.Protocol, "protocol", ProtocolLegacy, "MCP revision `V` spoken: "+ProtocolLegacy+", or "+ProtocolModern+" (stateless, -url only)")
 	fs.IntVar(&minTools, "min-tools", 1, "least number `K` of tools a tools/list answer must list")
 	fs.StringVar(&cfg.Bearer, "bearer", "", "send `TOKEN` as \"Authorization: Bearer TOKEN\" on every HTTP request (if empty, $"+envBearer+")")
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "bound on each call")
@@ -129,6 +135,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Workers < 1 || cfg.Calls < 0 || cfg.Duration < 0 || cfg.Warmup < 0 || cfg.Timeout <= 0 {
 		problems = append(problems, "-n must be at least 1; -calls, -duration, -warmup must not be negative; -timeout must be positive")
+	}
+	switch cfg.Protocol {
+	case ProtocolLegacy:
+	case ProtocolModern:
+		if cfg.URL == "" {
+			problems = append(problems, "-protocol "+ProtocolModern+" applies to -url only")
+		}
+	default:
+		problems = append(problems, "-protocol must be "+ProtocolLegacy+" or "+ProtocolModern)
 	}
 	switch cfg.Method {
 	case MethodCall:

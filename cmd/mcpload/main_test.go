@@ -68,6 +68,12 @@ type fakeServer struct {
 	// bearer, when set, is the token every request must carry as "Authorization: Bearer
 	// <bearer>"; a request without it gets 401 and is counted in unauthorized.
 	bearer string
+	// modern makes the fake a 2026-07-28 server: it opens no session, and every request must
+	// carry the version, capabilities and client info in its _meta and headers that match
+	// its body (a request that does not gets 400 and is counted in malformed).
+	modern bool
+
+	malformed atomic.Int64
 
 	unauthorized atomic.Int64
 
@@ -116,14 +122,24 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var msg struct {
 		ID     json.RawMessage
 		Method string
-		Params *struct {
-			Name      string
-			Arguments struct{ Text string }
-		}
+		Params *fakeParams
 	}
 	if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	}
+	if f.modern {
+		if problem := modernProblem(r.Header, msg.Method, msg.Params); problem != "" {
+			f.malformed.Add(1)
+			http.Error(w, problem, http.StatusBadRequest)
+			return
+		}
+		msg.Params.Meta = nil
+		if msg.Method == "tools/list" {
+			msg.Params = nil
+		}
+		known = true
+		r.Header.Set("MCP-Protocol-Version", fakeVersion)
 	}
 	if msg.Params == nil && msg.Method != "tools/list" && msg.Method != "notifications/initialized" ||
 		msg.Params != nil && msg.Method == "tools/list" {
@@ -193,6 +209,41 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	quoted, _ := json.Marshal(text)
 	f.answer(w, msg.ID, `{"content":[{"type":"text","text":`+string(quoted)+`}]}`)
+}
+
+// fakeParams is what the fake reads of a request's params.
+type fakeParams struct {
+	Name      string
+	Arguments struct{ Text string }
+	Meta      map[string]json.RawMessage `json:"_meta"`
+}
+
+// modernProblem says what is wrong with a 2026-07-28 request of method with params, sent with
+// header, or "" when nothing is: it must not be initialize, and its _meta and its headers
+// must name the version, and the headers the method and tool (mcp-2026-notes §1.2, §1.5).
+func modernProblem(header http.Header, method string, params *fakeParams) string {
+	switch {
+	case method == "initialize" || method == "notifications/initialized":
+		return "a 2026-07-28 client does not initialize"
+	case params == nil:
+		return "no params, so no _meta"
+	case string(params.Meta["io.modelcontextprotocol/protocolVersion"]) != `"2026-07-28"`:
+		return "_meta lacks the version"
+	case string(params.Meta["io.modelcontextprotocol/clientCapabilities"]) != "{}":
+		return "_meta lacks the client capabilities"
+	case !strings.Contains(string(params.Meta["io.modelcontextprotocol/clientInfo"]), `"name":"mcpload"`):
+		return "_meta lacks the client info"
+	case header.Get("MCP-Protocol-Version") != "2026-07-28":
+		return "MCP-Protocol-Version is not 2026-07-28"
+	case header.Get("Mcp-Method") != method:
+		return "Mcp-Method does not match the body"
+	case method == "tools/call" && header.Get("Mcp-Name") != params.Name,
+		method != "tools/call" && header.Get("Mcp-Name") != "":
+		return "Mcp-Name does not match the body"
+	case header.Get("Mcp-Session-Id") != "":
+		return "a 2026-07-28 request names no session"
+	}
+	return ""
 }
 
 // answer writes a result response, as JSON or as an SSE stream with a priming event, a
@@ -274,6 +325,61 @@ func TestHTTP(t *testing.T) {
 				t.Errorf("%d initialize latencies, %d sessions deleted; want %d", len(r.Init), f.deleted.Load(), workers)
 			}
 		})
+	}
+}
+
+// TestHTTPModern: with -protocol 2026-07-28 no worker initializes or deletes a session, and
+// every call and list carries the version, capabilities and client info in its _meta and the
+// headers that match its body (the fake refuses one that does not).
+func TestHTTPModern(t *testing.T) {
+	const workers, calls = 3, 20
+	for _, tc := range []struct {
+		name   string
+		sse    bool
+		method string
+	}{
+		{"call json", false, MethodCall},
+		{"call sse", true, MethodCall},
+		{"list json", false, MethodList},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeServer{sse: tc.sse, modern: true, tools: 2}
+			url := startFake(t, f)
+			r := run1(t, Config{URL: url, Workers: workers, Calls: calls, Delete: true, Method: tc.method, Protocol: ProtocolModern})
+			checkCounts(t, r, workers*calls, 0, map[string]int64{})
+			if f.opened.Load() != 0 || f.deleted.Load() != 0 || len(r.Init) != 0 {
+				t.Errorf("%d sessions opened, %d deleted, %d initialize latencies; want none", f.opened.Load(), f.deleted.Load(), len(r.Init))
+			}
+			if f.calls.Load() != workers*calls || f.malformed.Load() != 0 {
+				t.Errorf("server saw %d requests (%d malformed), want %d well-formed", f.calls.Load()+f.malformed.Load(), f.malformed.Load(), workers*calls)
+			}
+		})
+	}
+}
+
+// TestHTTPLegacyClientRefusedByModernFake: the modern fake refuses a 2025-11-25 client's
+// initialize, which shows that TestHTTPModern's checks can fail.
+func TestHTTPLegacyClientRefusedByModernFake(t *testing.T) {
+	f := &fakeServer{modern: true}
+	url := startFake(t, f)
+	r := run1(t, Config{URL: url, Workers: 1, Calls: 3})
+	checkCounts(t, r, 0, 0, map[string]int64{"http-400": 1})
+	if f.malformed.Load() != 1 {
+		t.Errorf("the server refused %d requests, want the initialize", f.malformed.Load())
+	}
+}
+
+func TestHeaderValue(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"echo", "echo"},
+		{"alpha__echo", "alpha__echo"},
+		{" echo", "=?base64?IGVjaG8=?="},
+		{"écho", "=?base64?w6ljaG8=?="},
+		{"=?base64?x?=", "=?base64?PT9iYXNlNjQ/eD89?="},
+	} {
+		if got := headerValue(tc.in); got != tc.want {
+			t.Errorf("headerValue(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
 
@@ -379,6 +485,8 @@ func TestConfigErrors(t *testing.T) {
 		{URL: "ftp://x/mcp", Calls: 1},
 		{Command: []string{"x"}, Calls: 1, Bearer: "tok"},
 		{URL: "http://x/mcp", Calls: 1, Bearer: "tok\r\nX-Evil: 1"},
+		{Command: []string{"x"}, Calls: 1, Protocol: ProtocolModern},
+		{URL: "http://x/mcp", Calls: 1, Protocol: "2024-11-05"},
 	} {
 		if _, err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("Run(%+v) succeeded", cfg)

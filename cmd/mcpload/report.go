@@ -64,7 +64,11 @@ func writeSummary(w io.Writer, r *Result) error {
 	fmt.Fprintf(&b, "target      %s\n", r.Target)
 	fmt.Fprintf(&b, "method      %s\n", r.Method)
 	fmt.Fprintf(&b, "workers     %d\n", r.Workers)
-	fmt.Fprintf(&b, "sessions    %d initialized\n", r.Sessions)
+	if r.Protocol == ProtocolModern {
+		fmt.Fprintf(&b, "sessions    none (%s)\n", r.Protocol)
+	} else {
+		fmt.Fprintf(&b, "sessions    %d initialized\n", r.Sessions)
+	}
 	fmt.Fprintf(&b, "calls       %d ok, %d errors\n", r.Calls, r.ErrorCount())
 	for _, kind := range slices.Sorted(maps.Keys(r.Errors)) {
 		fmt.Fprintf(&b, "  %-10s %d  (first: %s)\n", kind, r.Errors[kind], r.Samples[kind])
