@@ -98,6 +98,9 @@ type Gateway struct {
 	store  session.Store
 	// backends are the state backends, store among them.
 	backends *backend.Set
+	// states seal and open the requestState of the input-required results relayed to
+	// 2026-07-28 clients (mrtr.go).
+	states *requestStates
 	// closeStore releases the backends the gateway opened itself (nothing for those given).
 	closeStore func() error
 	// store answers and fails: its failures on requests' paths are logged without a flood.
@@ -178,6 +181,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.store, g.events = g.backends.Sessions, g.backends.Events
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	if g.states, err = newRequestStates(g.backends.Keys, g.opts.Now); err != nil {
+		g.abandon()
+		return nil, err
+	}
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
 		g.abandon()
 		return nil, err

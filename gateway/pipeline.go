@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/modern"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
@@ -30,6 +31,10 @@ type request struct {
 	// owner routes the upstreams' messages about the request to its client's stream; nil
 	// when the face gives the request no stream.
 	owner *callOwner
+	// declared are the client capabilities a 2026-07-28 request declared, which its
+	// upstreams may ask of the client through input-required results (mrtr.go); nil for a
+	// request of the 2025-11-25 era, to which no such result is relayed.
+	declared *modern.ClientCapabilities
 	// connections name the replicas holding the session's own upstream connections
 	// (session.Record.Connections).
 	connections map[string]string
@@ -79,7 +84,9 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 	}
 	if err == nil {
 		// The chain's after steps, in one place for every kind of result a client gets.
-		if of := inspectedTarget(rq.Method, res); of != nil {
+		// An input_required result is not the item's: they see the result of the round
+		// that completes the call.
+		if of := inspectedTarget(rq.Method, res); of != nil && !asksForInput(result) {
 			result, err = g.checks.Inspect(ctx, rq.Request, of, result)
 		}
 	}
@@ -157,6 +164,9 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 			// does not pay for it.
 			res.target.Arguments, _, _ = protocol.Member(params, "arguments")
 		}
+		if err := g.unwrapRequestState(rq, res); err != nil {
+			return res, err
+		}
 		if kind == pipeline.Tool {
 			_, res.asTask, _ = protocol.Member(params, "task")
 			if res.asTask && !upstreamTaskCaps(res.upstream).callsAsTasks() {
@@ -184,7 +194,13 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 			return nil, err
 		}
 		target.Upstream, target.Original = ns.Name, original
-		return &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward, target: target}, nil
+		res := &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward, target: target}
+		if rq.Method == protocol.MethodReadResource {
+			if err := g.unwrapRequestState(rq, res); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
 	case protocol.MethodComplete:
 		return g.resolveCompletion(snap, params)
 	case methodTasksGet, methodTasksResult, methodTasksCancel:
@@ -393,6 +409,8 @@ func (g *requestPipeline) execute(ctx context.Context, rq *request, res *resolve
 		switch {
 		case err != nil:
 			return nil, err
+		case asksForInput(result):
+			return g.relayInputRequired(rq, res, result)
 		case res.asTask:
 			return g.tasks.start(ctx, rq, res.upstream, &res.target, result)
 		}
@@ -409,11 +427,17 @@ func (g *requestPipeline) execute(ctx context.Context, rq *request, res *resolve
 		if err != nil {
 			return nil, err
 		}
+		if asksForInput(result) {
+			return g.relayInputRequired(rq, res, result)
+		}
 		return bridgePromptResult(catalog.ExposeContentURIs(result, res.scheme), rq.Client.ProtocolVersion), nil
 	case protocol.MethodReadResource:
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
 		if err != nil {
 			return nil, err
+		}
+		if asksForInput(result) {
+			return g.relayInputRequired(rq, res, result)
 		}
 		return catalog.ExposeReadURIs(result, res.scheme)
 	case protocol.MethodComplete:
@@ -628,17 +652,18 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 		defer forget()
 		ctx = upstream.WithCaller(ctx, rq.owner, rq.owner.party())
 	}
-	result, err := c.client.Call(ctx, method, params)
+	result, err := c.client.Call(withRelayedCapabilities(ctx, rq), method, params)
 	var rpcErr *protocol.Error
 	if errors.As(err, &rpcErr) {
 		return nil, &upstreamRPCError{Err: rpcErr}
 	}
-	if err == nil && asksForInput(result) {
-		// A 2026-07-28 upstream is told that the client declared nothing it could be asked
-		// (the gateway relays no input_required yet): asking anyway is the upstream's fault,
-		// and its interim result must not reach a client as if it were the answer.
+	if err == nil && asksForInput(result) && !relaysInput(rq, method) {
+		// A 2026-07-28 upstream is told that a client of a session declared nothing it could
+		// be asked (the bridge to such a client is "Era bridging"), and no method but three
+		// may answer so: asking anyway is the upstream's fault, and its interim result must
+		// not reach a client as if it were the answer.
 		return nil, protocol.Errorf(protocol.CodeInternalError,
-			"upstream %s answered input_required, asking the client for input the gateway did not offer it: the gateway cannot relay such requests yet", u.ns.Name)
+			"upstream %s answered input_required, asking the client for input the gateway did not offer it: the gateway cannot relay such requests to this client", u.ns.Name)
 	}
 	return result, err
 }

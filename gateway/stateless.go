@@ -53,31 +53,17 @@ func (d *directStream) put(data []byte) error {
 	}
 }
 
-// missingCapability is the failure of a 2026-07-28 call during which an upstream asked the
-// client for input (sampling, elicitation, roots): the gateway cannot relay such a request to
-// a 2026-07-28 client yet (it would need an input-required result), so the call fails with
-// -32021 naming what was asked (mcp-2026-notes §1.2), whether or not the client declared it.
+// missingCapability is the failure of a 2026-07-28 call during which an upstream of
+// 2025-11-25 asked the client for input (sampling, elicitation, roots) with a request of its
+// own: the gateway cannot turn such a request into an input-required result (that bridge is
+// "Era bridging"), so the call fails with -32021 naming what was asked (mcp-2026-notes §1.2),
+// whether or not the client declared it.
 func missingCapability(upstreamName, method string, params json.RawMessage) *modern.Failure {
-	var required any
-	switch method {
-	case protocol.MethodCreateMessage:
-		sampling := map[string]any{}
-		if _, ok, _ := protocol.Member(params, "tools"); ok {
-			sampling["tools"] = struct{}{}
-		}
-		required = map[string]any{"sampling": sampling}
-	case protocol.MethodElicit:
-		mode, _, _ := protocol.StringMember(params, "mode")
-		if mode != "url" {
-			mode = "form"
-		}
-		required = map[string]any{"elicitation": map[string]any{mode: struct{}{}}}
-	case protocol.MethodListRoots:
-		required = map[string]any{"roots": struct{}{}}
-	default:
-		required = map[string]any{"experimental": map[string]any{method: struct{}{}}}
+	required, _ := json.Marshal(map[string]any{"experimental": map[string]any{method: struct{}{}}})
+	if need, ok := modern.Required(method, params); ok {
+		required = need.Object()
 	}
-	data, _ := json.Marshal(map[string]any{"requiredCapabilities": required})
+	data, _ := json.Marshal(map[string]json.RawMessage{"requiredCapabilities": required})
 	err := &protocol.Error{
 		Code: protocol.CodeMissingRequiredClientCapability,
 		Message: fmt.Sprintf("Missing required client capability: upstream %s asked for %s during this call, which the gateway cannot relay to a 2026-07-28 client yet; "+
@@ -159,7 +145,7 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 		return
 	}
 	defer g.callers.release(caller)
-	g.serveStatelessCall(w, r, preq)
+	g.serveStatelessCall(w, r, preq, &declared.Capabilities)
 }
 
 // requestMetaKeys are the members of a 2026-07-28 request's _meta that stand in for a
@@ -214,13 +200,16 @@ func (g *streamableServer) toolHeaderParams(client pipeline.ClientContext) func(
 // the request (progress, log messages at the level it asked for). The client closing the
 // response cancels the request, and with it the upstream call (mcp-2026-notes §1.5); so does
 // the gateway's Close.
-func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
+//
+// declared are the capabilities the request declared: what its upstreams may ask of the
+// client through input-required results (mrtr.go).
+func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, declared *modern.ClientCapabilities) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(g.ctx, func() { cancel(hub.ErrShuttingDown) })
 	defer stop()
 	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel}
-	rq := &request{Request: preq}
+	rq := &request{Request: preq, declared: declared}
 	rq.owner = &callOwner{caps: preq.Client.Capabilities, version: preq.Client.ProtocolVersion, ctx: ctx, clientID: preq.ID, logLevel: preq.Client.LogLevel, direct: direct}
 	answered := make(chan *protocol.Response, 1)
 	go func() { answered <- g.serveStatelessSafely(ctx, rq) }()
@@ -269,7 +258,8 @@ func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request
 }
 
 // modernAnswer is the response a 2026-07-28 client gets for a request's result or error: every
-// result carries resultType, and lists and reads their cache hints (mcp-2026-notes §1.11). The
+// result carries resultType (an upstream's input_required kept), and complete lists and reads
+// their cache hints (mcp-2026-notes §1.11). The
 // hints are ttlMs 0 (the merged view changes with any upstream's list_changed, which a cache
 // could not hear of yet) and cacheScope private (policy, profiles and credentials shape what
 // each caller sees). The resource-not-found error of 2025-11-25, -32002, becomes -32602 with
@@ -287,7 +277,9 @@ func modernAnswer(req *protocol.Request, result json.RawMessage, wireErr *protoc
 		result = json.RawMessage(`{}`)
 	}
 	out, err := modern.WithResultType(result, protocol.ResultTypeComplete)
-	if err == nil {
+	if err == nil && !asksForInput(result) {
+		// An input_required result is never cacheable: it carries no hints (mcp-2026-notes
+		// §1.11).
 		switch req.Method {
 		case protocol.MethodListTools, protocol.MethodListPrompts, protocol.MethodListResources, protocol.MethodListResourceTemplates:
 			out, err = modern.WithCacheHints(out, 0, modern.CachePrivate)

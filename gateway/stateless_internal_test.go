@@ -47,6 +47,8 @@ func TestModernAnswer(t *testing.T) {
 		{"list", protocol.MethodListTools, `{"tools":[]}`, nil, `{"result":{"tools":[],"resultType":"complete","ttlMs":0,"cacheScope":"private"}}`},
 		{"read keeps the upstream's ttl, private", protocol.MethodReadResource, `{"contents":[],"ttlMs":5000,"cacheScope":"public"}`, nil,
 			`{"result":{"contents":[],"ttlMs":5000,"cacheScope":"private","resultType":"complete"}}`},
+		{"an input_required read keeps its resultType and gets no cache hints", protocol.MethodReadResource, `{"resultType":"input_required","requestState":"s"}`, nil,
+			`{"result":{"resultType":"input_required","requestState":"s"}}`},
 		{"resource not found", protocol.MethodReadResource, ``, &protocol.Error{Code: protocol.CodeResourceNotFound, Message: "resource not found: a+file:///x", Data: json.RawMessage(`{"uri":"a+file:///x"}`)},
 			`{"error":{"code":-32602,"message":"resource not found: a+file:///x","data":{"uri":"a+file:///x"}}}`},
 		{"a gateway code is kept", protocol.MethodGetPrompt, ``, &protocol.Error{Code: protocol.CodeDenied, Message: "denied", Data: json.RawMessage(`{"reason":"denied"}`)},

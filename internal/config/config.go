@@ -219,11 +219,12 @@ type Config struct {
 	// with no session, and server/discover answers the merged view. When
 	// false, such a request is answered as by a server of 2025-11-25 and
 	// earlier (HTTP 400, error -32022 listing those versions), so that
-	// dual-era clients start a session with initialize. This first part of
-	// the 2026-07-28 face has no subscriptions/listen notifications, no
-	// multi-round-trip results and no 2026-07-28 upstreams yet: an upstream's
-	// sampling, elicitation or roots request fails a 2026-07-28 call. Set it
-	// to false on every replica while any replica runs a build without it.
+	// dual-era clients start a session with initialize. This part of the
+	// 2026-07-28 face has no subscriptions/listen notifications yet, and
+	// relays multi-round-trip results from 2026-07-28 upstreams only: a
+	// 2025-11-25 upstream's sampling, elicitation or roots request fails a
+	// 2026-07-28 call. Set it to false on every replica while any replica
+	// runs a build without it.
 	// Defaults to false.
 	ModernProtocol bool
 
@@ -364,9 +365,12 @@ type Config struct {
 	SessionStore SessionStore
 
 	// Keys are the gateway's own keys (key `keys`, a list of {id, secret}): the first seals
-	// what replicas send each other on Redis, and what a held call's record keeps of its
-	// session; every key opens. Required with a Redis session store, the same list on every
-	// replica. Nil when absent.
+	// what replicas send each other on Redis, what a held call's record keeps of its
+	// session, and the requestState of the multi-round-trip results relayed to 2026-07-28
+	// clients; every key opens. Required with a Redis session store, the same list on every
+	// replica. Nil when absent: the gateway then seals requestStates with a random key made
+	// at start, so that they open only on the replica that issued them, and not after a
+	// restart.
 	Keys []Key
 
 	// PublicURL is the gateway's URL as clients reach it (key `public_url`), like

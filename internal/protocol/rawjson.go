@@ -61,6 +61,38 @@ func SetMember(obj []byte, key string, value []byte) ([]byte, error) {
 	return append(out, obj[closing:]...), nil
 }
 
+// DeleteMember returns a copy of obj without its top-level member key; every other member
+// keeps its bytes and place. obj is returned as it is when it has no such member.
+func DeleteMember(obj []byte, key string) ([]byte, error) {
+	from, to, prevEnd := -1, -1, -1
+	err := eachMember(obj, func(k []byte, escaped bool, start, end int) bool {
+		if !keyEquals(k, escaped, key) {
+			prevEnd = end
+			return true
+		}
+		if prevEnd >= 0 {
+			// From the end of the member before (its comma included) to this value's end.
+			from, to = prevEnd, end
+			return false
+		}
+		// The first member: from after the brace to after its comma, if one follows.
+		from, to = bytes.IndexByte(obj, '{')+1, end
+		if i := skipSpace(obj, end); i < len(obj) && obj[i] == ',' {
+			to = i + 1
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	if from < 0 {
+		return obj, nil
+	}
+	out := make([]byte, 0, len(obj)-(to-from))
+	out = append(out, obj[:from]...)
+	return append(out, obj[to:]...), nil
+}
+
 // StringMember returns the top-level member key of obj as a Go string; ok is false when it is
 // absent or not a string.
 func StringMember(obj []byte, key string) (s string, ok bool, err error) {

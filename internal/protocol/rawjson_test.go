@@ -66,6 +66,33 @@ func TestSetMember(t *testing.T) {
 	}
 }
 
+func TestDeleteMember(t *testing.T) {
+	tests := []struct {
+		name, obj, key, want string
+	}{
+		{"only member", `{ "requestState":"s" }`, "requestState", `{ }`},
+		{"first of two", `{"requestState":"s", "name":"a"}`, "requestState", `{ "name":"a"}`},
+		{"middle keeps the rest's bytes", `{"name":"a","requestState":"s","arguments":{"n":1e400}}`, "requestState", `{"name":"a","arguments":{"n":1e400}}`},
+		{"last", `{"name":"a" , "requestState":{"x":[1]}}`, "requestState", `{"name":"a"}`},
+		{"escaped key", `{"a":1,"request\u0053tate":"s"}`, "requestState", `{"a":1}`},
+		{"absent", `{"name":"a"}`, "requestState", `{"name":"a"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DeleteMember([]byte(tc.obj), tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("DeleteMember = %s, want %s", got, tc.want)
+			}
+			if !json.Valid(got) {
+				t.Errorf("result is not valid JSON: %s", got)
+			}
+		})
+	}
+}
+
 // FuzzMember checks Member and SetMember against encoding/json on any valid object.
 func FuzzMember(f *testing.F) {
 	for _, seed := range []string{`{"name":"x"}`, `{"a":[1,"}"],"name":{"b":"\"name\""}}`, `{}`, `{"name":null,"z":true}`} {

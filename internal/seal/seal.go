@@ -41,6 +41,10 @@ const (
 	PurposeBus = "bus"
 	// PurposeHold seals what a held call's record keeps of its session: the session's id.
 	PurposeHold = "hold"
+	// PurposeRequestState seals the requestState of the input-required results the gateway
+	// relays to 2026-07-28 clients: what it must get back unchanged, from the same caller, to
+	// continue a call with its upstream.
+	PurposeRequestState = "mrtr"
 )
 
 // MinSecretLen is the least length of a secret, in bytes: 256 bits, from a random source.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -42,14 +43,24 @@ type ModernOptions struct {
 //   - "add_tool": adds a tool "added_N" (list_changed, to listeners);
 //   - "block": runs until cancelled, which Cancels counts;
 //   - "ask": answers input_required, asking for a name by elicitation (requestState
-//     "asked"), and "hello" once retried with a requestState;
+//     "asked"), and "hello NAME" once retried with that requestState and the answer (a retry
+//     without the answer is asked again);
+//   - "ask_for" {what, state}: answers input_required with one input request, "q", of what:
+//     "sampling", "sampling_tools" (sampling that offers a tool), "roots", "url" (URL-mode
+//     elicitation) or "none" (requestState only, as a server shedding load does); with the
+//     requestState "pending" unless state is false. Retried with the answer (or, for
+//     "none", with the state), it tells what it got: the sampled text, the roots' URIs, the
+//     elicitation's action, or "retried";
+//   - "ask_twice": asks by form elicitation for a first name, then for a last name (two
+//     rounds, requestStates "first" and "second"), then answers "hello FIRST LAST";
 //   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
 //     text, for a test that runs the server as a process.
 type Modern struct {
 	Server *mcp.Server
 
-	mu   sync.Mutex
-	seen []SeenRequest // guarded by mu
+	mu     sync.Mutex
+	seen   []SeenRequest // guarded by mu
+	states []string      // guarded by mu
 
 	added    atomic.Int64
 	cancels  atomic.Int64
@@ -78,6 +89,20 @@ func (m *Modern) Count(method string) int {
 		}
 	}
 	return n
+}
+
+// RequestStates returns the requestState of every call of the ask tools, in order: "" for a
+// call without one.
+func (m *Modern) RequestStates() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.states...)
+}
+
+func (m *Modern) recordState(state string) {
+	m.mu.Lock()
+	m.states = append(m.states, state)
+	m.mu.Unlock()
 }
 
 // Cancels returns how many "block" calls ended by cancellation.
@@ -140,14 +165,64 @@ func NewModern(opts ModernOptions) *Modern {
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "ask", Description: "asks its client for a name, then greets it", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			if req.Params.RequestState == "" {
-				return &mcp.CallToolResult{
-					InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{Mode: "form", Message: "your name?",
-						RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}},
-					RequestState: "asked",
-				}, nil
+			m.recordState(req.Params.RequestState)
+			if name, ok := elicited(req.Params.InputResponses, "name", "name"); ok && req.Params.RequestState == "asked" {
+				return text("hello " + name), nil
 			}
-			return text("hello"), nil
+			return askName("name", "your name?", "asked"), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "ask_twice", Description: "asks its client for a first, then a last name", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			m.recordState(req.Params.RequestState)
+			switch req.Params.RequestState {
+			case "first":
+				if first, ok := elicited(req.Params.InputResponses, "first", "name"); ok {
+					return askName("last", "your last name?", "second:"+first), nil
+				}
+			default:
+				if first, ok := strings.CutPrefix(req.Params.RequestState, "second:"); ok {
+					if last, ok := elicited(req.Params.InputResponses, "last", "name"); ok {
+						return text("hello " + first + " " + last), nil
+					}
+				}
+			}
+			return askName("first", "your first name?", "first"), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "ask_for", Description: "asks its client for one kind of input",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"what":{"type":"string"},"state":{"type":"boolean"}}}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			m.recordState(req.Params.RequestState)
+			var in struct {
+				What  string
+				State *bool
+			}
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			if got, ok := answered(in.What, req.Params.InputResponses, req.Params.RequestState); ok {
+				return text(got), nil
+			}
+			res := &mcp.CallToolResult{RequestState: "pending"}
+			if in.State != nil && !*in.State {
+				res.RequestState = ""
+			}
+			switch in.What {
+			case "sampling":
+				res.InputRequests = mcp.InputRequestMap{"q": &mcp.CreateMessageParams{MaxTokens: 10,
+					Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "say hi"}}}}}
+			case "sampling_tools":
+				res.InputRequests = mcp.InputRequestMap{"q": &mcp.CreateMessageWithToolsParams{MaxTokens: 10,
+					Messages: []*mcp.SamplingMessageV2{{Role: "user", Content: []mcp.Content{&mcp.TextContent{Text: "say hi"}}}},
+					Tools:    []*mcp.Tool{{Name: "t", InputSchema: json.RawMessage(`{"type":"object"}`)}}}}
+			case "roots":
+				res.InputRequests = mcp.InputRequestMap{"q": &mcp.ListRootsParams{}}
+			case "url":
+				res.InputRequests = mcp.InputRequestMap{"q": &mcp.ElicitParams{Mode: "url", Message: "sign in", URL: "https://example.com/sign-in"}}
+			case "none":
+				// An empty map, not nil: the go-sdk marks the result input_required only then.
+				res.InputRequests, res.RequestState = mcp.InputRequestMap{}, "pending"
+			default:
+				return nil, fmt.Errorf("ask_for: unknown kind %q", in.What)
+			}
+			return res, nil
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "seen", Description: "answers what the server received", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -158,6 +233,51 @@ func NewModern(opts ModernOptions) *Modern {
 			return text(string(data)), nil
 		})
 	return m
+}
+
+// askName is an input_required result asking, under key, for a name by form elicitation.
+func askName(key, message, state string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		InputRequests: mcp.InputRequestMap{key: &mcp.ElicitParams{Mode: "form", Message: message,
+			RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}},
+		RequestState: state,
+	}
+}
+
+// elicited returns the string field of the accepted elicitation answered under key.
+func elicited(responses mcp.InputResponseMap, key, field string) (string, bool) {
+	r, ok := responses[key].(*mcp.ElicitResult)
+	if !ok || r.Action != "accept" {
+		return "", false
+	}
+	s, ok := r.Content[field].(string)
+	return s, ok
+}
+
+// answered tells what the retry of ask_for brought for the kind what, and whether it
+// answers the question.
+func answered(what string, responses mcp.InputResponseMap, state string) (string, bool) {
+	if what == "none" {
+		return "retried", state == "pending"
+	}
+	switch r := responses["q"].(type) {
+	case *mcp.CreateMessageWithToolsResult:
+		for _, c := range r.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				return tc.Text, true
+			}
+		}
+		return "", true
+	case *mcp.ListRootsResult:
+		var uris []string
+		for _, root := range r.Roots {
+			uris = append(uris, root.URI)
+		}
+		return strings.Join(uris, ","), true
+	case *mcp.ElicitResult:
+		return r.Action, true
+	}
+	return "", false
 }
 
 func (m *Modern) record(method string, req mcp.Request) {
