@@ -130,10 +130,7 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 		return
 	}
 	defer g.releaseCall()
-	caller := "principal\x00" + client.Principal.Key()
-	if client.Principal.Anonymous() {
-		caller = "address\x00" + clientAddr(r)
-	}
+	caller := callerOf(r, client.Principal)
 	if !g.callers.admit(caller) {
 		g.logger.Warn("request refused: too many requests in flight", "scope", "caller", "limit", g.cfg.MaxCallsPerPrincipal, "method", req.Method)
 		msg := fmt.Sprintf("you already have %d requests in flight on this gateway (max_calls_per_principal): wait for some to finish, then retry", g.cfg.MaxCallsPerPrincipal)
@@ -363,27 +360,6 @@ func (g *streamableServer) discoverResult(profile string) json.RawMessage {
 	}
 	raw, _ := json.Marshal(result)
 	return raw
-}
-
-// serveListen answers subscriptions/listen. This part of the 2026-07-28 face delivers no
-// change notifications yet: the stream acknowledges none of those asked for, then ends with
-// the listen's result at once, as a server that honours none of them does (mcp-2026-notes
-// §1.8). The client knows from the empty acknowledgement that nothing will come, and lists
-// again when it needs to (the lists' ttlMs is 0).
-func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
-	subscription := json.RawMessage(preq.ID.String())
-	if raw, err := json.Marshal(preq.ID); err == nil {
-		subscription = raw
-	}
-	meta := map[string]json.RawMessage{protocol.MetaSubscriptionID: subscription}
-	ack, _ := json.Marshal(map[string]any{"notifications": struct{}{}, "_meta": meta})
-	done, _ := json.Marshal(map[string]any{"resultType": protocol.ResultTypeComplete, "_meta": meta})
-	result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
-	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
-	if data, err := protocol.Encode(&protocol.Notification{Method: protocol.NotificationSubscriptionsAcknowledged, Params: ack}); err == nil {
-		out.event(data)
-	}
-	out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
 }
 
 // modernWriter writes the response of one 2026-07-28 request: plain JSON when nothing came
