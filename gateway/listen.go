@@ -239,15 +239,18 @@ func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, p
 	out.event(ackData)
 	keepAlive := time.NewTicker(g.listens.keepAlive)
 	defer keepAlive.Stop()
+	writePending := func() {
+		for _, method := range stream.take() {
+			params, _ := json.Marshal(map[string]any{"_meta": meta})
+			if data, err := protocol.Encode(&protocol.Notification{Method: method, Params: params}); err == nil {
+				out.event(data)
+			}
+		}
+	}
 	for !out.broken {
 		select {
 		case <-stream.wake:
-			for _, method := range stream.take() {
-				params, _ := json.Marshal(map[string]any{"_meta": meta})
-				if data, err := protocol.Encode(&protocol.Notification{Method: method, Params: params}); err == nil {
-					out.event(data)
-				}
-			}
+			writePending()
 		case <-keepAlive.C:
 			if err := writeWithDeadline(w, out.rc, []byte(": keep-alive\n\n")); err != nil {
 				out.broken = true
@@ -256,6 +259,7 @@ func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, p
 			_, _ = g.requests.finish(context.WithoutCancel(r.Context()), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
 			return
 		case <-g.draining: // Drain, and Close, which drains first
+			writePending() // the changes already heard of go before the end
 			result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
 			out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
 			return

@@ -248,6 +248,38 @@ func postAll(t *testing.T, url, body string, headers map[string]string) (int, st
 	return resp.StatusCode, string(data)
 }
 
+// TestListenProfile: a listen on a profile's endpoint hears only of changes to that profile's
+// lists: a tool added to an upstream outside it reaches a listen on /mcp, not one on the
+// profile.
+func TestListenProfile(t *testing.T) {
+	tg := startGateway(t, listenLimits+upstreamYAML("many", "many", "")+upstreamYAML("rev", "reverse", "")+`
+profiles:
+  - {name: ops, include: [{upstream: rev}]}
+`, nil)
+	t.Cleanup(tg.close)
+	params := `{"notifications":{"toolsListChanged":true}}`
+	ops := openListen(t, t, strings.TrimSuffix(tg.url, "/mcp")+"/mcp/ops", `1`, params)
+	all := openListen(t, t, tg.url, `2`, params)
+	for _, lc := range []*listenClient{ops, all} {
+		if m := lc.next(t, "acknowledgement"); m.Method != "notifications/subscriptions/acknowledged" {
+			t.Fatalf("first message %+v, want the acknowledgement", m)
+		}
+	}
+	status, body := postAll(t, tg.url, modernBody(3, "tools/call", `{"name":"many__add_tool"}`), modernHeaders("tools/call", "many__add_tool"))
+	if status != http.StatusOK || !strings.Contains(body, "added_") {
+		t.Fatalf("add_tool: HTTP %d %s", status, body)
+	}
+	if m := all.next(t, "tools/list_changed"); m.Method != "notifications/tools/list_changed" {
+		t.Errorf("the listen on /mcp got %+v, want notifications/tools/list_changed", m)
+	}
+	// The rebuild that told /mcp's listen decided for the profile's too; what it queued is
+	// written before the completion result that Close sends.
+	tg.gw.Close()
+	if m := ops.next(t, "completion result"); m.Result == nil {
+		t.Errorf("the listen on the profile got %+v before its end; want nothing (its lists did not change)", m)
+	}
+}
+
 // TestListenNothingHonoured: a listen that asks only for what the gateway does not honour is
 // acknowledged with nothing and answered at once.
 func TestListenNothingHonoured(t *testing.T) {
