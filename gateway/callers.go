@@ -10,7 +10,8 @@ import (
 // callersInFlight counts the 2026-07-28 requests each caller has in flight on this replica:
 // such requests have no session, so this stands in for a session's own count and the
 // per-principal session cap (max_calls_per_principal). A caller is a principal's key, or an
-// anonymous client's address. Safe for concurrent use.
+// anonymous client's address. A second one counts each caller's open subscriptions/listen
+// streams (max_listens_per_principal, listen.go). Safe for concurrent use.
 type callersInFlight struct {
 	limit int
 

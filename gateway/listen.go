@@ -247,6 +247,9 @@ func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, p
 			}
 		}
 	}
+	// The audit trail records the listen once it ends, however it ends (the client's
+	// context may be over by then).
+	auditCtx := context.WithoutCancel(r.Context())
 	for !out.broken {
 		select {
 		case <-stream.wake:
@@ -256,13 +259,14 @@ func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, p
 				out.broken = true
 			}
 		case <-r.Context().Done(): // the client closed the stream
-			_, _ = g.requests.finish(context.WithoutCancel(r.Context()), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
-			return
+			out.broken = true
 		case <-g.draining: // Drain, and Close, which drains first
 			writePending() // the changes already heard of go before the end
-			result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
+			result, wireErr := g.requests.finish(auditCtx, preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
 			out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
 			return
 		}
 	}
+	// The client left, or stopped reading.
+	_, _ = g.requests.finish(auditCtx, preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
 }
