@@ -167,6 +167,7 @@ func tellListsChanged(g *Gateway, prev, next *catalog.Snapshot) {
 	if len(changed) == 0 {
 		return
 	}
+	tellListens(g, prev, next, changed)
 	ids := map[string][]string{} // profile → its sessions live here
 	// A session whose view the policy cuts hears only of changes to what it sees.
 	byMethod := map[string][]string{} // method → sessions told of it by their own view

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
@@ -46,3 +47,10 @@ func (g *Gateway) WrapPinStore(wrap func(pin.Store) pin.Store) {
 		g.pinning.store = wrap(g.pinning.store)
 	}
 }
+
+// SetListenKeepAlive sets how often an idle subscriptions/listen stream gets a keep-alive
+// comment. Call it before Start.
+func (g *Gateway) SetListenKeepAlive(d time.Duration) { g.streamable.listens.keepAlive = d }
+
+// ListenStreams is how many subscriptions/listen streams are open here.
+func (g *Gateway) ListenStreams() int { return g.streamable.listens.count() }

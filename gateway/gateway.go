@@ -171,7 +171,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
-	g.streamable = &streamableServer{Gateway: g, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal)}
+	g.streamable = &streamableServer{Gateway: g, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal), listens: newListenStreams(cfg.MaxListensPerPrincipal)}
 	g.requests = &requestPipeline{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}

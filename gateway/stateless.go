@@ -126,14 +126,11 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 			msg = fmt.Sprintf("The gateway refused this call: it already has its maximum of %d requests in flight. Wait for some to finish, then try again.", g.cfg.MaxCalls)
 		}
 		result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
-		writeModernResponse(w, modernAnswer(req, result, wireErr))
+		writeModernResponse(w, modernAnswer(req, result, wireErr, g.serverInfoMeta()))
 		return
 	}
 	defer g.releaseCall()
-	caller := "principal\x00" + client.Principal.Key()
-	if client.Principal.Anonymous() {
-		caller = "address\x00" + clientAddr(r)
-	}
+	caller := callerOf(r, client.Principal)
 	if !g.callers.admit(caller) {
 		g.logger.Warn("request refused: too many requests in flight", "scope", "caller", "limit", g.cfg.MaxCallsPerPrincipal, "method", req.Method)
 		msg := fmt.Sprintf("you already have %d requests in flight on this gateway (max_calls_per_principal): wait for some to finish, then retry", g.cfg.MaxCallsPerPrincipal)
@@ -141,7 +138,7 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 			msg = fmt.Sprintf("The gateway refused this call: you already have %d requests in flight (max_calls_per_principal). Wait for some to finish, then try again.", g.cfg.MaxCallsPerPrincipal)
 		}
 		result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
-		writeModernResponse(w, modernAnswer(req, result, wireErr))
+		writeModernResponse(w, modernAnswer(req, result, wireErr, g.serverInfoMeta()))
 		return
 	}
 	defer g.callers.release(caller)
@@ -254,7 +251,7 @@ func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request
 		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeShuttingDown,
 			"the gateway shut down before this request finished; it may have run in part upstream: check before sending it again")}
 	}
-	return modernAnswer(&protocol.Request{ID: req.ID, Method: req.Method}, result, wireErr)
+	return modernAnswer(&protocol.Request{ID: req.ID, Method: req.Method}, result, wireErr, g.serverInfoMeta())
 }
 
 // modernAnswer is the response a 2026-07-28 client gets for a request's result or error: every
@@ -263,8 +260,9 @@ func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request
 // hints are ttlMs 0 (the merged view changes with any upstream's list_changed, which a cache
 // could not hear of yet) and cacheScope private (policy, profiles and credentials shape what
 // each caller sees). The resource-not-found error of 2025-11-25, -32002, becomes -32602 with
-// the URI in data, as 2026-07-28 has it.
-func modernAnswer(req *protocol.Request, result json.RawMessage, wireErr *protocol.Error) *protocol.Response {
+// the URI in data, as 2026-07-28 has it. A result's _meta gets the gateway's serverInfo
+// (mcp-2026-notes §1.3), the encoded Implementation given; an error gets none.
+func modernAnswer(req *protocol.Request, result json.RawMessage, wireErr *protocol.Error, serverInfo json.RawMessage) *protocol.Response {
 	if wireErr != nil {
 		if wireErr.Code == protocol.CodeResourceNotFound {
 			e := *wireErr
@@ -291,7 +289,35 @@ func modernAnswer(req *protocol.Request, result json.RawMessage, wireErr *protoc
 	if err != nil {
 		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeInternalError, "the upstream's result is not a JSON object")}
 	}
-	return &protocol.Response{ID: req.ID, Result: out}
+	return &protocol.Response{ID: req.ID, Result: withServerInfo(out, serverInfo)}
+}
+
+// withServerInfo returns result with serverInfo as its _meta's
+// io.modelcontextprotocol/serverInfo, the other members of _meta kept. The member is a SHOULD
+// (mcp-2026-notes §1.3): a result whose _meta is not an object is returned as it is.
+func withServerInfo(result, serverInfo json.RawMessage) json.RawMessage {
+	meta, ok, err := protocol.Member(result, "_meta")
+	if err != nil {
+		return result
+	}
+	if !ok || string(meta) == "null" {
+		meta = []byte(`{}`)
+	}
+	meta, err = protocol.SetMember(meta, protocol.MetaServerInfo, serverInfo)
+	if err != nil {
+		return result
+	}
+	out, err := protocol.SetMember(result, "_meta", meta)
+	if err != nil {
+		return result
+	}
+	return out
+}
+
+// serverInfoMeta is serverInfo encoded, for the _meta of 2026-07-28 results.
+func (g *streamableServer) serverInfoMeta() json.RawMessage {
+	raw, _ := json.Marshal(g.serverInfo())
+	return raw
 }
 
 // serverInfo is how the gateway names itself to clients.
@@ -334,27 +360,6 @@ func (g *streamableServer) discoverResult(profile string) json.RawMessage {
 	}
 	raw, _ := json.Marshal(result)
 	return raw
-}
-
-// serveListen answers subscriptions/listen. This part of the 2026-07-28 face delivers no
-// change notifications yet: the stream acknowledges none of those asked for, then ends with
-// the listen's result at once, as a server that honours none of them does (mcp-2026-notes
-// §1.8). The client knows from the empty acknowledgement that nothing will come, and lists
-// again when it needs to (the lists' ttlMs is 0).
-func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
-	subscription := json.RawMessage(preq.ID.String())
-	if raw, err := json.Marshal(preq.ID); err == nil {
-		subscription = raw
-	}
-	meta := map[string]json.RawMessage{protocol.MetaSubscriptionID: subscription}
-	ack, _ := json.Marshal(map[string]any{"notifications": struct{}{}, "_meta": meta})
-	done, _ := json.Marshal(map[string]any{"resultType": protocol.ResultTypeComplete, "_meta": meta})
-	result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
-	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
-	if data, err := protocol.Encode(&protocol.Notification{Method: protocol.NotificationSubscriptionsAcknowledged, Params: ack}); err == nil {
-		out.event(data)
-	}
-	out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
 }
 
 // modernWriter writes the response of one 2026-07-28 request: plain JSON when nothing came

@@ -42,22 +42,24 @@ func TestModernAnswer(t *testing.T) {
 		err                  *protocol.Error
 		want                 string
 	}{
-		{"call", protocol.MethodCallTool, `{"content":[]}`, nil, `{"result":{"content":[],"resultType":"complete"}}`},
-		{"empty result", protocol.MethodComplete, ``, nil, `{"result":{"resultType":"complete"}}`},
-		{"list", protocol.MethodListTools, `{"tools":[]}`, nil, `{"result":{"tools":[],"resultType":"complete","ttlMs":0,"cacheScope":"private"}}`},
+		{"call", protocol.MethodCallTool, `{"content":[]}`, nil, `{"result":{"content":[],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"m","version":"1"}}}}`},
+		{"empty result", protocol.MethodComplete, ``, nil, `{"result":{"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"m","version":"1"}}}}`},
+		{"list", protocol.MethodListTools, `{"tools":[]}`, nil, `{"result":{"tools":[],"resultType":"complete","ttlMs":0,"cacheScope":"private","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"m","version":"1"}}}}`},
 		{"read keeps the upstream's ttl, private", protocol.MethodReadResource, `{"contents":[],"ttlMs":5000,"cacheScope":"public"}`, nil,
-			`{"result":{"contents":[],"ttlMs":5000,"cacheScope":"private","resultType":"complete"}}`},
+			`{"result":{"contents":[],"ttlMs":5000,"cacheScope":"private","resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"m","version":"1"}}}}`},
 		{"an input_required read keeps its resultType and gets no cache hints", protocol.MethodReadResource, `{"resultType":"input_required","requestState":"s"}`, nil,
-			`{"result":{"resultType":"input_required","requestState":"s"}}`},
+			`{"result":{"resultType":"input_required","requestState":"s","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"m","version":"1"}}}}`},
 		{"resource not found", protocol.MethodReadResource, ``, &protocol.Error{Code: protocol.CodeResourceNotFound, Message: "resource not found: a+file:///x", Data: json.RawMessage(`{"uri":"a+file:///x"}`)},
 			`{"error":{"code":-32602,"message":"resource not found: a+file:///x","data":{"uri":"a+file:///x"}}}`},
+		{"an upstream's _meta is kept beside serverInfo", protocol.MethodCallTool, `{"content":[],"_meta":{"x.example/k":1}}`, nil,
+			`{"result":{"content":[],"_meta":{"x.example/k":1,"io.modelcontextprotocol/serverInfo":{"name":"m","version":"1"}},"resultType":"complete"}}`},
 		{"a gateway code is kept", protocol.MethodGetPrompt, ``, &protocol.Error{Code: protocol.CodeDenied, Message: "denied", Data: json.RawMessage(`{"reason":"denied"}`)},
 			`{"error":{"code":-32008,"message":"denied","data":{"reason":"denied"}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id, _ := protocol.ParseID([]byte("7"))
-			resp := modernAnswer(&protocol.Request{ID: id, Method: tt.method}, json.RawMessage(tt.result), tt.err)
+			resp := modernAnswer(&protocol.Request{ID: id, Method: tt.method}, json.RawMessage(tt.result), tt.err, json.RawMessage(`{"name":"m","version":"1"}`))
 			data, err := protocol.Encode(resp)
 			if err != nil {
 				t.Fatal(err)

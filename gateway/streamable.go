@@ -71,6 +71,8 @@ type streamableServer struct {
 	callsInFlight atomic.Int64
 	// callers counts each caller's 2026-07-28 requests in flight, for max_calls_per_principal.
 	callers *callersInFlight
+	// listens are the subscriptions/listen streams open here (listen.go).
+	listens *listenStreams
 	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
 	requestSeq atomic.Uint64
 }

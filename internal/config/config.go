@@ -101,23 +101,24 @@ const (
 	defaultInitializeTimeout  = 30 * time.Second
 	// defaultFirstFetchTimeout is the first start's bound of a command that may fetch its
 	// server first (Upstream.FirstInitializeTimeout).
-	defaultFirstFetchTimeout    = 2 * time.Minute
-	defaultMaxResponseBytes     = 16 << 20 // 16 MiB
-	defaultMaxBatchEntries      = 64
-	defaultMaxCallsPerSession   = 64
-	defaultMaxCallsPerPrincipal = 256
-	defaultMaxCalls             = 4096
-	defaultBodyReadTimeout      = 30 * time.Second
-	defaultStreamAfter          = time.Second
-	defaultStreamRetention      = time.Minute
-	defaultHTTPIdleTimeout      = 2 * time.Minute
-	minMaxConnsPerAddress       = 256 // the least default of max_connections_per_address
-	defaultSessionEvictIdle     = 5 * time.Minute
-	defaultDrainTimeout         = 10 * time.Second
-	defaultFirstListWait        = 5 * time.Second
-	defaultAttributionWindow    = 2 * time.Second
-	defaultAuditSink            = AuditSinkOff
-	defaultAuditBuffer          = 4096
+	defaultFirstFetchTimeout      = 2 * time.Minute
+	defaultMaxResponseBytes       = 16 << 20 // 16 MiB
+	defaultMaxBatchEntries        = 64
+	defaultMaxCallsPerSession     = 64
+	defaultMaxCallsPerPrincipal   = 256
+	defaultMaxListensPerPrincipal = 16
+	defaultMaxCalls               = 4096
+	defaultBodyReadTimeout        = 30 * time.Second
+	defaultStreamAfter            = time.Second
+	defaultStreamRetention        = time.Minute
+	defaultHTTPIdleTimeout        = 2 * time.Minute
+	minMaxConnsPerAddress         = 256 // the least default of max_connections_per_address
+	defaultSessionEvictIdle       = 5 * time.Minute
+	defaultDrainTimeout           = 10 * time.Second
+	defaultFirstListWait          = 5 * time.Second
+	defaultAttributionWindow      = 2 * time.Second
+	defaultAuditSink              = AuditSinkOff
+	defaultAuditBuffer            = 4096
 )
 
 // Defaults of the stream budgets.
@@ -332,6 +333,14 @@ type Config struct {
 	// take all of max_calls. Anonymous callers (authentication off) are counted
 	// by client address. Defaults to 256.
 	MaxCallsPerPrincipal int
+
+	// MaxListensPerPrincipal is the most subscriptions/listen streams one
+	// principal may hold open at once on this replica (key
+	// `max_listens_per_principal`); greater than 0. A listen stays open until
+	// its client closes it, so it does not count toward max_calls_per_principal
+	// or max_calls, which it would otherwise starve. Anonymous callers
+	// (authentication off) are counted by client address. Defaults to 16.
+	MaxListensPerPrincipal int
 
 	// MaxCalls is the most client requests in flight at once in the whole
 	// gateway, all sessions together (key `max_calls`); greater than 0.
@@ -1018,6 +1027,9 @@ func applyDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("max_calls_per_principal") {
 		c.MaxCallsPerPrincipal = defaultMaxCallsPerPrincipal
+	}
+	if !ix.has("max_listens_per_principal") {
+		c.MaxListensPerPrincipal = defaultMaxListensPerPrincipal
 	}
 	if !ix.has("max_calls") {
 		c.MaxCalls = defaultMaxCalls

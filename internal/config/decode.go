@@ -260,6 +260,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "max_batch_entries", decode: integer(&c.MaxBatchEntries)},
 		{key: "max_calls_per_session", decode: integer(&c.MaxCallsPerSession)},
 		{key: "max_calls_per_principal", decode: integer(&c.MaxCallsPerPrincipal)},
+		{key: "max_listens_per_principal", decode: integer(&c.MaxListensPerPrincipal)},
 		{key: "max_calls", decode: integer(&c.MaxCalls)},
 		{key: "page_size", decode: integer(&c.PageSize)},
 		{key: "roots", decode: strList(&c.Roots)},

@@ -198,6 +198,9 @@ func (v *validator) settings(c *Config, w where) {
 	if c.MaxCallsPerPrincipal <= 0 {
 		v.check(w, "max_calls_per_principal", "must be greater than 0: it is the most 2026-07-28 requests one caller may have in flight on a replica (default 256)")
 	}
+	if c.MaxListensPerPrincipal <= 0 {
+		v.check(w, "max_listens_per_principal", "must be greater than 0: it is the most subscriptions/listen streams one caller may hold open on a replica (default 16)")
+	}
 	if c.MaxCalls <= 0 {
 		v.check(w, "max_calls", "must be greater than 0: it is the most requests in flight in the whole gateway (default 4096)")
 	}
