@@ -120,29 +120,31 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 		return
 	}
 	if !g.admitCall() {
-		g.logger.Warn("request refused: too many requests in flight", "scope", "gateway", "limit", g.cfg.MaxCalls, "method", req.Method)
-		msg := fmt.Sprintf("the gateway already has its maximum of %d requests in flight: wait for some to finish, then retry", g.cfg.MaxCalls)
-		if req.Method == protocol.MethodCallTool {
-			msg = fmt.Sprintf("The gateway refused this call: it already has its maximum of %d requests in flight. Wait for some to finish, then try again.", g.cfg.MaxCalls)
-		}
-		result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
-		writeModernResponse(w, modernAnswer(req, result, wireErr, g.serverInfoMeta()))
+		held := fmt.Sprintf("the gateway already has its maximum of %d requests in flight", g.cfg.MaxCalls)
+		g.refuseTooManyCalls(w, r, req, preq, "gateway", g.cfg.MaxCalls, held)
 		return
 	}
 	defer g.releaseCall()
 	caller := callerOf(r, client.Principal)
 	if !g.callers.admit(caller) {
-		g.logger.Warn("request refused: too many requests in flight", "scope", "caller", "limit", g.cfg.MaxCallsPerPrincipal, "method", req.Method)
-		msg := fmt.Sprintf("you already have %d requests in flight on this gateway (max_calls_per_principal): wait for some to finish, then retry", g.cfg.MaxCallsPerPrincipal)
-		if req.Method == protocol.MethodCallTool {
-			msg = fmt.Sprintf("The gateway refused this call: you already have %d requests in flight (max_calls_per_principal). Wait for some to finish, then try again.", g.cfg.MaxCallsPerPrincipal)
-		}
-		result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
-		writeModernResponse(w, modernAnswer(req, result, wireErr, g.serverInfoMeta()))
+		held := fmt.Sprintf("you already have %d requests in flight on this gateway (max_calls_per_principal)", g.cfg.MaxCallsPerPrincipal)
+		g.refuseTooManyCalls(w, r, req, preq, "caller", g.cfg.MaxCallsPerPrincipal, held)
 		return
 	}
 	defer g.callers.release(caller)
 	g.serveStatelessCall(w, r, preq, &declared.Capabilities)
+}
+
+// refuseTooManyCalls answers a 2026-07-28 request that a cap on requests in flight turned
+// away; held says whose requests fill the cap (scope, in the log: "gateway" or "caller").
+func (g *streamableServer) refuseTooManyCalls(w http.ResponseWriter, r *http.Request, req *protocol.Request, preq *pipeline.Request, scope string, limit int, held string) {
+	g.logger.Warn("request refused: too many requests in flight", "scope", scope, "limit", limit, "method", req.Method)
+	msg := held + ": wait for some to finish, then retry"
+	if req.Method == protocol.MethodCallTool {
+		msg = "The gateway refused this call: " + held + ". Wait for some to finish, then try again."
+	}
+	result, wireErr := g.requests.finish(r.Context(), preq, nil, nil, &pipeline.Refusal{Reason: pipeline.ReasonTooManyCalls, Message: msg, RetryAfter: time.Second})
+	writeModernResponse(w, modernAnswer(req, result, wireErr, g.serverInfoMeta()))
 }
 
 // requestMetaKeys are the members of a 2026-07-28 request's _meta that stand in for a
