@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
 )
 
@@ -62,6 +63,12 @@ type listenClient struct {
 // test a subtest of t is in, for a stream that outlives the subtest).
 func openListen(t *testing.T, owner testing.TB, url, id, params string) *listenClient {
 	t.Helper()
+	return openListenAs(t, owner, url, id, params, "")
+}
+
+// openListenAs is openListen with an API key as the bearer token ("" for none).
+func openListenAs(t *testing.T, owner testing.TB, url, id, params, key string) *listenClient {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	owner.Cleanup(cancel)
 	body := strings.Replace(modernBody(1, "subscriptions/listen", params), `"id":1`, `"id":`+id, 1)
@@ -73,6 +80,9 @@ func openListen(t *testing.T, owner testing.TB, url, id, params string) *listenC
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	for k, v := range modernHeaders("subscriptions/listen", "") {
 		req.Header.Set(k, v)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -277,6 +287,45 @@ profiles:
 	tg.gw.Close()
 	if m := ops.next(t, "completion result"); m.Result == nil {
 		t.Errorf("the listen on the profile got %+v before its end; want nothing (its lists did not change)", m)
+	}
+}
+
+// TestListenPolicyView: a change the policy hides from a caller is no change of that caller's
+// list: of two callers listening on /mcp, the one whose rule hides the added tools hears
+// nothing, the other hears list_changed.
+func TestListenPolicyView(t *testing.T) {
+	const aliceKey, bobKey = "mfk_listen-alice", "mfk_listen-bob"
+	tg := startGateway(t, listenLimits+upstreamYAML("many", "many", "")+`
+auth:
+  api_keys:
+    - {name: alice, hash: `+auth.HashAPIKey(aliceKey)+`}
+    - {name: bob, hash: `+auth.HashAPIKey(bobKey)+`}
+policy:
+  rules:
+    - {name: no-added-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, tools: ["added_*"]}}
+`, nil)
+	t.Cleanup(tg.close)
+	params := `{"notifications":{"toolsListChanged":true}}`
+	alice := openListenAs(t, t, tg.url, `1`, params, aliceKey)
+	bob := openListenAs(t, t, tg.url, `2`, params, bobKey)
+	for _, lc := range []*listenClient{alice, bob} {
+		if m := lc.next(t, "acknowledgement"); m.Method != "notifications/subscriptions/acknowledged" {
+			t.Fatalf("first message %+v, want the acknowledgement", m)
+		}
+	}
+	status, body := postAll(t, tg.url, modernBody(3, "tools/call", `{"name":"many__add_tool"}`),
+		map[string]string{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "many__add_tool", "Authorization": "Bearer " + aliceKey})
+	if status != http.StatusOK || !strings.Contains(body, "added_") {
+		t.Fatalf("add_tool: HTTP %d %s", status, body)
+	}
+	if m := alice.next(t, "tools/list_changed"); m.Method != "notifications/tools/list_changed" {
+		t.Errorf("alice's listen got %+v, want notifications/tools/list_changed", m)
+	}
+	// The rebuild that told alice decided for bob too; what it queued is written before the
+	// completion result that Close sends.
+	tg.gw.Close()
+	if m := bob.next(t, "completion result"); m.Result == nil {
+		t.Errorf("bob's listen got %+v before its end; want nothing (the added tool is hidden from him)", m)
 	}
 }
 
