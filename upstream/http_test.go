@@ -291,18 +291,23 @@ func TestStreamableHTTPUpstreamWithoutStandaloneStream(t *testing.T) {
 	u := newHTTPUpstream(t, false)
 	u.refuseGET.Store(true)
 	c := startHTTPClient(t, Spec{URL: u.srv.URL}, nil)
+	gets := func() (n int) {
+		for _, r := range u.seen() {
+			if r.Method == http.MethodGet {
+				n++
+			}
+		}
+		return n
+	}
+	// The standalone stream is opened beside the first calls, not before them: wait for its
+	// attempt, then make sure no call tries again.
+	waitUntil(t, "the client's attempt at the standalone stream", func() bool { return gets() > 0 })
 	for range 3 {
 		if got := callText(t, context.Background(), c, "echo"); got != "hi" {
 			t.Errorf("echo = %q", got)
 		}
 	}
-	var gets int
-	for _, r := range u.seen() {
-		if r.Method == http.MethodGet {
-			gets++
-		}
-	}
-	if gets != 1 {
+	if gets := gets(); gets != 1 {
 		t.Errorf("the client tried the standalone stream %d times after a 405, want once", gets)
 	}
 }
