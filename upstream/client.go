@@ -1023,6 +1023,15 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 		}
 		return answerOf(resp, name, method, cn.client.spec.MaxMessageBytes)
 	case <-ctx.Done():
+		// An answer read before the end of ctx was seen wins: the upstream did the work.
+		select {
+		case resp, ok := <-p.ch:
+			if ok {
+				cn.forget(id)
+				return answerOf(resp, name, method, cn.client.spec.MaxMessageBytes)
+			}
+		default:
+		}
 		return nil, cn.ended(ctx, id, method, timeout)
 	}
 }

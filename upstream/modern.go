@@ -247,14 +247,15 @@ func (c *Client) askDiscover(ctx context.Context, cn *connection, version string
 			}
 			discovered = nil // not a 2026-07-28 answer: initialize decides
 		case err := <-initDone:
-			// Both answers may be in by now: discover's, when it is a 2026-07-28 one, wins
-			// the tie.
-			select {
-			case o := <-discovered:
-				if ans := judgeDiscover(o.raw, o.err); ans.server != nil {
-					return ans, false, nil
+			// discover's answer, when it came first on the stream, is read already: the
+			// probe is given up, and then returns it if it came (a 2026-07-28 one wins).
+			if discovered != nil {
+				cancelProbe()
+				if o := <-discovered; o.err == nil {
+					if ans := judgeDiscover(o.raw, o.err); ans.server != nil {
+						return ans, false, nil
+					}
 				}
-			default:
 			}
 			if err != nil {
 				return eraAnswer{}, false, err
