@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -26,6 +28,25 @@ type roundRobin struct {
 	next    atomic.Uint64
 	// sent counts the requests sent to each replica.
 	sent []atomic.Int64
+
+	mu sync.Mutex
+	// last holds, for each of watched, the replica the last POST body holding it went to, and
+	// times how many such bodies were sent. Guarded by mu.
+	last, times map[string]int
+}
+
+// watched are the phrases whose last replica roundRobin notes.
+var watched = []string{`"r__block"`, "notifications/cancelled"}
+
+// lastTo is the replica the last POST whose body held phrase (one of watched) went to, -1
+// if none did, and how many did.
+func (rr *roundRobin) lastTo(phrase string) (replica, times int) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if i, ok := rr.last[phrase]; ok {
+		return i, rr.times[phrase]
+	}
+	return -1, 0
 }
 
 func newRoundRobin(t *testing.T, urls ...string) *roundRobin {
@@ -43,6 +64,23 @@ func newRoundRobin(t *testing.T, urls ...string) *roundRobin {
 func (rr *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
 	i := int(rr.next.Add(1)-1) % len(rr.targets)
 	rr.sent[i].Add(1)
+	if req.Method == http.MethodPost && req.GetBody != nil {
+		if body, err := req.GetBody(); err == nil {
+			data, _ := io.ReadAll(body)
+			body.Close()
+			rr.mu.Lock()
+			for _, w := range watched {
+				if bytes.Contains(data, []byte(w)) {
+					if rr.last == nil {
+						rr.last, rr.times = map[string]int{}, map[string]int{}
+					}
+					rr.last[w] = i
+					rr.times[w]++
+				}
+			}
+			rr.mu.Unlock()
+		}
+	}
 	out := req.Clone(req.Context())
 	out.URL.Scheme, out.URL.Host = rr.targets[i].Scheme, rr.targets[i].Host
 	out.Host = rr.targets[i].Host
@@ -139,24 +177,38 @@ func TestSDKClientAcrossReplicasWithoutAffinity(t *testing.T) {
 		}
 	}
 
+	// Each block call is cancelled once the upstream runs it (a cancel that comes before its
+	// call is TestCancelThatComesBeforeItsCall's), and the cancel is steered to the replica
+	// that does not run the call: a ping goes first when the balancer would send it there.
 	before := cancelsSoFar(ctx, t, cs)
-	for range 2 { // the call and its cancel land on different replicas at least once
+	for i := range 2 {
 		callCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		// The upstream has no count of running calls; the cancel is sent once the call's POST
-		// left, which the balancer counts (read before the call starts, which may send at once).
-		sent := rr.next.Load()
 		go func() {
 			_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
 			done <- err
 		}()
-		testwait.Until(t, 10*time.Second, "the call's POST to leave", func() bool { return rr.next.Load() > sent })
+		testwait.Until(t, 10*time.Second, "the block call to run upstream", func() bool { return blockingOn(ctx, t, cs) == 1 })
+		callOn, _ := rr.lastTo(`"r__block"`)
+		if int(rr.next.Load())%2 == callOn {
+			if err := cs.Ping(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		cancel()
 		<-done
+		// The client sends its cancel after CallTool returned: no other request may go first.
+		testwait.Until(t, 10*time.Second, "the client's cancel to leave", func() bool {
+			_, sent := rr.lastTo("notifications/cancelled")
+			return sent == i+1
+		})
+		testwait.Until(t, 10*time.Second, fmt.Sprintf("block call %d to be cancelled upstream", i+1), func() bool {
+			return cancelsSoFar(ctx, t, cs) == before+i+1
+		})
+		if cancelOn, _ := rr.lastTo("notifications/cancelled"); cancelOn == callOn {
+			t.Errorf("block call %d: its cancel went to replica %d, which runs it; the test meant the other one", i+1, cancelOn)
+		}
 	}
-	testwait.Until(t, 10*time.Second, "both block calls to be cancelled upstream", func() bool {
-		return cancelsSoFar(ctx, t, cs) >= before+2
-	})
 	if rr.sent[0].Load() == 0 || rr.sent[1].Load() == 0 {
 		t.Errorf("requests per replica %d and %d: the balancer did not spread them", rr.sent[0].Load(), rr.sent[1].Load())
 	}
@@ -532,5 +584,49 @@ func TestDrainWaitsForForwardedCalls(t *testing.T) {
 	case <-idle:
 	case <-time.After(waitBound):
 		t.Fatal("A is not idle after the forwarded call was cancelled")
+	}
+}
+
+// TestCancelThatComesBeforeItsCall: behind a balancer without affinity a client's cancel may
+// reach a replica before the call it cancels has begun anywhere. The call then ends without an
+// answer when it comes, whether the cancel landed on the replica that gets the call or on the
+// other one, instead of running until the upstream gives up.
+func TestCancelThatComesBeforeItsCall(t *testing.T) {
+	a, b := twoReplicas(t, upstreamYAML("r", "reverse", ""))
+	onA, onB := rawClient{t: t, url: a.url}, rawClient{t: t, url: b.url}
+	sid := onA.initializeAs("2025-11-25", `{}`)
+	h := map[string]string{"Mcp-Session-Id": sid}
+	for _, tt := range []struct {
+		name     string
+		cancelOn rawClient
+		id       int
+	}{
+		{"the cancel on the call's replica", onA, 5},
+		{"the cancel on the other replica", onB, 6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cancel := fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, tt.id)
+			if r := tt.cancelOn.do(http.MethodPost, cancel, h); r.status != http.StatusAccepted {
+				t.Fatalf("cancel: %d %s", r.status, r.body)
+			}
+			call := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"r__block"}}`, tt.id)
+			resp := onA.post(ctxT(t), sid, call)
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("call: %d", resp.StatusCode)
+			}
+			stream := readSSE(t, resp.Body)
+			select {
+			case m, ok := <-stream.messages:
+				if ok {
+					t.Fatalf("the cancelled call's stream carried %+v; want it to end without an answer", m)
+				}
+			case <-time.After(waitBound):
+				t.Fatalf("the call cancelled before it came still ran after %s", waitBound)
+			}
+		})
+	}
+	if r := onA.do(http.MethodPost, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"r__blocking"}}`, h); r.status != http.StatusOK || r.msg.Error != nil || !strings.Contains(string(r.body), `"text":"0"`) {
+		t.Errorf("block calls left running upstream: %d %s", r.status, r.body)
 	}
 }

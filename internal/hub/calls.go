@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/manifold-mcp/manifold/internal/protocol"
@@ -19,7 +20,16 @@ type calls struct {
 	mu sync.Mutex
 	// inflight holds a cancel func per client request id being served. Guarded by mu.
 	inflight map[protocol.ID]context.CancelCauseFunc
+	// early holds the ids of cancels that came before their request (oldest first, at most
+	// maxEarlyCancels): behind a balancer without affinity, a client's cancel may reach a
+	// replica, or this one, before the request it cancels has begun. A request that begins
+	// with its id here begins cancelled. An id is never reused within a session (mcp-notes
+	// §1), so a late cancel kept here matches nothing. Guarded by mu.
+	early []protocol.ID
 }
+
+// maxEarlyCancels bounds the cancels a session keeps for requests not begun yet.
+const maxEarlyCancels = 32
 
 // Begin registers a client request in flight and returns its context, the func that cancels
 // that context alone (with a cause), and the func that ends the request. It refuses an id
@@ -45,6 +55,10 @@ func (c *calls) Begin(id protocol.ID, limit int) (context.Context, context.Cance
 	ctx, cancel := context.WithCancelCause(c.ctx)
 	c.inflight[id] = cancel
 	c.hub.requests.Add(1)
+	if i := slices.Index(c.early, id); i >= 0 {
+		c.early = slices.Delete(c.early, i, i+1)
+		cancel(ErrClientCancelled)
+	}
 	return ctx, cancel, func() {
 		c.mu.Lock()
 		delete(c.inflight, id)
@@ -56,10 +70,18 @@ func (c *calls) Begin(id protocol.ID, limit int) (context.Context, context.Cance
 // RequestDone is called once by the goroutine that served a request Begin admitted.
 func (c *calls) RequestDone() { c.hub.requests.Done() }
 
-// CancelRequest cancels the client's request id, if in flight (notifications/cancelled).
+// CancelRequest cancels the client's request id (notifications/cancelled) and reports
+// whether it was in flight. One that was not is kept, so that the request begins cancelled
+// should it come later.
 func (c *calls) CancelRequest(id protocol.ID) bool {
 	c.mu.Lock()
 	cancel, ok := c.inflight[id]
+	if !ok && !slices.Contains(c.early, id) {
+		if len(c.early) == maxEarlyCancels {
+			c.early = slices.Delete(c.early, 0, 1)
+		}
+		c.early = append(c.early, id)
+	}
 	c.mu.Unlock()
 	if ok {
 		cancel(ErrClientCancelled)

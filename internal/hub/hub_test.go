@@ -490,6 +490,43 @@ func TestRequestCancelReachesOnlyItsOwnRequest(t *testing.T) {
 	}
 }
 
+// TestCancelBeforeItsRequestBeginsCancelsIt: behind a balancer without affinity a client's
+// cancel may come before the request it cancels; that request begins cancelled, the others
+// do not, and the cancels kept for requests not seen are bounded.
+func TestCancelBeforeItsRequestBeginsCancelsIt(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	if s.CancelRequest(protocol.IntID(7)) {
+		t.Fatal("CancelRequest reported a request in flight that never began")
+	}
+	for i := range maxEarlyCancels - 1 { // late cancels of requests long answered
+		s.CancelRequest(protocol.IntID(int64(100 + i)))
+	}
+	begin := func(id int64) context.Context {
+		ctx, _, done, err := s.Begin(protocol.IntID(id), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { done(); s.RequestDone() })
+		return ctx
+	}
+	if ctx := begin(7); !errors.Is(context.Cause(ctx), ErrClientCancelled) {
+		t.Errorf("request 7, cancelled before it began: cause %v, want ErrClientCancelled", context.Cause(ctx))
+	}
+	if ctx := begin(8); ctx.Err() != nil {
+		t.Errorf("request 8, never cancelled, began cancelled: %v", context.Cause(ctx))
+	}
+	// One more than the bound pushes out the oldest kept cancel (id 100).
+	s.CancelRequest(protocol.IntID(200))
+	s.CancelRequest(protocol.IntID(201))
+	if ctx := begin(100); ctx.Err() != nil {
+		t.Errorf("the oldest kept cancel outlived the bound: %v", context.Cause(ctx))
+	}
+	if ctx := begin(201); !errors.Is(context.Cause(ctx), ErrClientCancelled) {
+		t.Errorf("request 201: cause %v, want ErrClientCancelled", context.Cause(ctx))
+	}
+}
+
 // TestDrainRefusesNewRequestsAndEndRequestsEndsTheRest: after Drain no request begins, the one
 // in flight goes on until EndRequests cancels it with its cause, and RequestsDone then closes.
 func TestDrainRefusesNewRequestsAndEndRequestsEndsTheRest(t *testing.T) {
