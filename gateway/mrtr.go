@@ -155,12 +155,17 @@ func relaysInput(rq *request, method string) bool {
 
 // withRelayedCapabilities returns ctx with the client capabilities a call made for rq
 // declares to a 2026-07-28 upstream: the relayable part of what a 2026-07-28 client declared
-// on this request; nothing (the upstream gets {}) for a client of a session.
-func withRelayedCapabilities(ctx context.Context, rq *request) context.Context {
-	if rq.declared == nil {
-		return ctx
+// on this request; for a client of a session, what it declared at initialize that the input
+// bridge can ask it (sessionDeclared), when the upstream speaks 2026-07-28 (modern); nothing
+// (the upstream gets {}) otherwise.
+func withRelayedCapabilities(ctx context.Context, rq *request, modern bool) context.Context {
+	switch {
+	case rq.declared != nil:
+		return upstream.WithClientCapabilities(ctx, rq.declared.Relayable())
+	case modern && rq.owner != nil && rq.owner.direct == nil:
+		return upstream.WithClientCapabilities(ctx, sessionDeclared(rq.owner).Raw)
 	}
-	return upstream.WithClientCapabilities(ctx, rq.declared.Relayable())
+	return ctx
 }
 
 // unwrapRequestState replaces the requestState of a retry (res.params, the params in the

@@ -524,6 +524,11 @@ func withRawMember(params json.RawMessage, key string, raw json.RawMessage) (jso
 // too slow or out of connections as a refusal.
 func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error) {
 	result, err := g.call(ctx, rq, res.upstream, method, params)
+	if err == nil && asksForInput(result) && bridgesInput(rq, method) {
+		result, err = g.bridgeInput(ctx, rq, res.upstream.ns.Name, method, params, result, func(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {
+			return g.call(ctx, rq, res.upstream, method, params)
+		})
+	}
 	if err == nil {
 		return result, nil
 	}
@@ -653,15 +658,15 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 		defer forget()
 		ctx = upstream.WithCaller(ctx, rq.owner, rq.owner.party())
 	}
-	result, err := c.client.Call(withRelayedCapabilities(ctx, rq), method, params)
+	info := c.client.Server()
+	result, err := c.client.Call(withRelayedCapabilities(ctx, rq, info != nil && isModernVersion(info.ProtocolVersion)), method, params)
 	var rpcErr *protocol.Error
 	if errors.As(err, &rpcErr) {
 		return nil, &upstreamRPCError{Err: rpcErr}
 	}
-	if err == nil && asksForInput(result) && !relaysInput(rq, method) {
-		// A 2026-07-28 upstream is told that a client of a session declared nothing it could
-		// be asked (the bridge to such a client is "Era bridging"), and no method but three
-		// may answer so: asking anyway is the upstream's fault, and its interim result must
+	if err == nil && asksForInput(result) && !relaysInput(rq, method) && !bridgesInput(rq, method) {
+		// No method but three may answer so, and a call the gateway makes for itself has no
+		// client to ask: asking anyway is the upstream's fault, and its interim result must
 		// not reach a client as if it were the answer.
 		return nil, protocol.Errorf(protocol.CodeInternalError,
 			"upstream %s answered input_required, asking the client for input the gateway did not offer it: the gateway cannot relay such requests to this client", u.ns.Name)

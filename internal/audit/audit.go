@@ -115,9 +115,27 @@ type Record struct {
 	// order they ran; nil, and left out, when no stage recorded one.
 	Decisions []Decision
 
+	// Inputs are the rounds in which the upstream asked the client for input during the call
+	// (JSON "inputs"), in order: for a call the gateway bridged between protocol eras, each
+	// round's requests and what became of them. nil, and left out, when there were none.
+	Inputs []InputRound
+
 	// Arguments are the request's arguments with the configured fields redacted (JSON
 	// "arguments"), when the trail is configured to keep them; nil otherwise.
 	Arguments json.RawMessage
+}
+
+// InputRound is one round of input an upstream asked the client for during a call.
+type InputRound struct {
+	// Round counts the call's rounds from 1.
+	Round int `json:"round"`
+	// Asked are the methods asked of the client, such as "elicitation/create", one per
+	// input request, in the order of their keys; empty for a round that asked for nothing
+	// (the upstream asked to be called again).
+	Asked []string `json:"asked,omitempty"`
+	// Outcome is "answered" when every request got the client's answer, else why the round
+	// ended the call, such as "client_error" or "not_declared".
+	Outcome string `json:"outcome"`
 }
 
 // Decision is what one policy stage decided about a request, for the record.
@@ -167,6 +185,9 @@ func (r *Record) slogRecord() slog.Record {
 	}
 	if len(r.Decisions) > 0 {
 		rec.AddAttrs(slog.Any("decisions", r.Decisions))
+	}
+	if len(r.Inputs) > 0 {
+		rec.AddAttrs(slog.Any("inputs", r.Inputs))
 	}
 	if len(r.Arguments) > 0 {
 		rec.AddAttrs(slog.Any("arguments", r.Arguments))

@@ -629,11 +629,10 @@ type Upstream struct {
 	// upstream that does not answer discover as a 2026-07-28 server fails to
 	// connect) or ProtocolAuto (server/discover first, falling back to
 	// initialize when the answer is not a 2026-07-28 one). Defaults to
-	// "2025-11-25": a dual-era upstream then keeps serving the gateway's
-	// clients of either era, while the gateway cannot yet carry what a
-	// 2026-07-28 upstream asks of its client mid-call (input_required) to a
-	// 2025 client. Auto becomes the default once it can. With transport
-	// "sse" (protocol 2024-11-05) only "2025-11-25" and "auto" fit.
+	// "2025-11-25", which costs no probe at start; set "auto" or
+	// "2026-07-28" for an upstream that speaks the new revision (what it
+	// asks of a 2025 client mid-call is bridged). With transport "sse"
+	// (protocol 2024-11-05) only "2025-11-25" and "auto" fit.
 	Protocol string
 
 	// InitializeTimeout bounds connecting (or starting the child),

@@ -53,6 +53,9 @@ type Request struct {
 	// Decisions are what the policy chain decided on the way, in order, for the request's
 	// audit record; checks append to it.
 	Decisions []audit.Decision
+	// Inputs are the rounds of input the upstream asked the client for, for the audit
+	// record; the input bridge appends to them.
+	Inputs []audit.InputRound
 	// Approval names who asked that a person approve the call before it runs: a policy
 	// rule's name, or "plugin NAME"; "" when none did. The approval check, the chain's last
 	// link, asks.

@@ -53,6 +53,9 @@ type ModernOptions struct {
 //     elicitation's action, or "retried";
 //   - "ask_twice": asks by form elicitation for a first name, then for a last name (two
 //     rounds, requestStates "first" and "second"), then answers "hello FIRST LAST";
+//   - "ask_forever" {nothing}: answers input_required however often it is retried, asking
+//     for a name by form elicitation, or for nothing (a requestState alone) when nothing is
+//     true; requestState "again";
 //   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
 //     text, for a test that runs the server as a process.
 type Modern struct {
@@ -223,6 +226,17 @@ func NewModern(opts ModernOptions) *Modern {
 				return nil, fmt.Errorf("ask_for: unknown kind %q", in.What)
 			}
 			return res, nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "ask_forever", Description: "asks its client for input however often it is answered",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"nothing":{"type":"boolean"}}}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			m.recordState(req.Params.RequestState)
+			var in struct{ Nothing bool }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			if in.Nothing {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{}, RequestState: "again"}, nil
+			}
+			return askName("name", "your name, again?", "again"), nil
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "seen", Description: "answers what the server received", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
