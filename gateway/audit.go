@@ -50,7 +50,7 @@ func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request,
 		}
 	}
 	rec.Decisions = req.Decisions
-	rec.Inputs = req.Inputs
+	rec.Inputs = req.Inputs.Rounds()
 	if ctx.Err() != nil {
 		// The client cancelled the request, or its session ended: nobody got an answer.
 		rec.Outcome, rec.Code = audit.OutcomeCancelled, 0

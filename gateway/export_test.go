@@ -54,3 +54,12 @@ func (g *Gateway) SetListenKeepAlive(d time.Duration) { g.streamable.listens.kee
 
 // ListenStreams is how many subscriptions/listen streams are open here.
 func (g *Gateway) ListenStreams() int { return g.streamable.listens.count() }
+
+// SetParkTimer replaces how parked calls time their expiry (time.AfterFunc). Call it before
+// any call parks.
+func (g *Gateway) SetParkTimer(start func(d time.Duration, expire func()) interface{ Stop() bool }) {
+	g.streamable.parked.startTimer = func(d time.Duration, f func()) expiryTimer { return start(d, f) }
+}
+
+// ParkedCalls is how many 2026-07-28 calls wait for their clients' input here.
+func (g *Gateway) ParkedCalls() int { return g.streamable.parked.count() }

@@ -171,7 +171,8 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
-	g.streamable = &streamableServer{Gateway: g, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal), listens: newListenStreams(cfg.MaxListensPerPrincipal)}
+	g.streamable = &streamableServer{Gateway: g, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal), listens: newListenStreams(cfg.MaxListensPerPrincipal),
+		parked: newParkedCalls(cfg.MaxCalls)}
 	g.requests = &requestPipeline{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}
@@ -365,6 +366,7 @@ func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
 			FirstInitializeTimeout: u.FirstInitializeTimeout,
 		}, &base)
 		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
+		ue.inputBridge = u.InputBridge
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
 			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,

@@ -70,10 +70,13 @@ func sessionDeclared(o *callOwner) modern.ClientCapabilities {
 func (g *requestPipeline) bridgeInput(ctx context.Context, rq *request, upstreamName, method string, params, result json.RawMessage,
 	call func(ctx context.Context, params json.RawMessage) (json.RawMessage, error)) (json.RawMessage, error) {
 	declared := sessionDeclared(rq.owner)
+	if rq.Inputs == nil {
+		rq.Inputs = new(audit.InputLog) // a session's request: served on this goroutine alone
+	}
 	stateOnly := 0
 	for round := 1; asksForInput(result); round++ {
 		record := func(asked []string, outcome string) {
-			rq.Inputs = append(rq.Inputs, audit.InputRound{Round: round, Asked: asked, Outcome: outcome})
+			rq.Inputs.Add(audit.InputRound{Round: round, Asked: asked, Outcome: outcome})
 		}
 		if round > maxBridgeRounds {
 			record(nil, "too_many_rounds")

@@ -286,8 +286,11 @@ func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.R
 		return nil, why.refusal(r, req.Method, origin)
 	}
 	if owner.direct != nil {
-		// A 2026-07-28 client is never sent a request (mcp-2026-notes §1.7); until the
-		// gateway turns such a request into an input-required result, the call fails.
+		// A 2026-07-28 client is never sent a request (mcp-2026-notes §1.7): the call waits
+		// for the client's input (parking.go), or fails.
+		if parks(r.upstream, owner.direct, req.Method, req.Params) {
+			return owner.direct.ask(ctx, owner.ctx, r.upstream.ns.Name, req.Method, asInputRequest(req.Method, req.Params))
+		}
 		owner.direct.fail(missingCapability(r.upstream.ns.Name, req.Method, req.Params))
 		return nil, protocol.Errorf(protocol.CodeInternalError,
 			"the gateway cannot relay %s to this call's client (it speaks 2026-07-28, which has no requests to clients): the call was ended", req.Method)

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/modern"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
@@ -39,6 +40,11 @@ type directStream struct {
 	events chan []byte
 	// fail cancels the request's context with the cause given.
 	fail context.CancelCauseFunc
+	// asks take the upstreams' requests for the client's input to whoever follows the call
+	// (parking.go); nil for a request that may not park. Lifecycle: never closed.
+	asks chan *inputAsk
+	// declared are the capabilities the request declared; nil when it may not park.
+	declared *modern.ClientCapabilities
 }
 
 // put queues an encoded message for the response; it never blocks. A client that lets
@@ -117,6 +123,12 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 		// The tasks extension is not offered to 2026-07-28 clients yet (mcp-2026-notes §3.6).
 		writeHTTPError(w, http.StatusBadRequest, &req.ID, protocol.Errorf(protocol.CodeInvalidParams,
 			"Invalid params: this gateway does not run tools as tasks for 2026-07-28 clients: call the tool without \"task\""))
+		return
+	}
+	if st, ok := g.parkedStateOf(w, preq); !ok {
+		return
+	} else if st != nil {
+		g.resumeParked(w, r, preq, st)
 		return
 	}
 	if !g.admitCall() {
@@ -203,34 +215,39 @@ func (g *streamableServer) toolHeaderParams(client pipeline.ClientContext) func(
 // declared are the capabilities the request declared: what its upstreams may ask of the
 // client through input-required results (mrtr.go).
 func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, declared *modern.ClientCapabilities) {
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
+	// The call outlives this HTTP request when it parks: its context is the gateway's.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	stop := context.AfterFunc(g.ctx, func() { cancel(hub.ErrShuttingDown) })
-	defer stop()
 	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel}
+	if mayAskForInput(preq.Method) {
+		direct.asks, direct.declared = make(chan *inputAsk), declared
+		preq.Inputs = new(audit.InputLog)
+	}
 	rq := &request{Request: preq, declared: declared}
 	rq.owner = &callOwner{caps: preq.Client.Capabilities, version: preq.Client.ProtocolVersion, ctx: ctx, clientID: preq.ID, logLevel: preq.Client.LogLevel, direct: direct}
-	answered := make(chan *protocol.Response, 1)
-	go func() { answered <- g.serveStatelessSafely(ctx, rq) }()
-
-	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
-	for {
-		select {
-		case data := <-direct.events:
-			out.event(data)
-		case resp := <-answered:
-			for pending := true; pending; {
-				select {
-				case data := <-direct.events:
-					out.event(data)
-				default:
-					pending = false
-				}
-			}
-			out.final(resp)
-			return
-		}
+	c := &statelessCall{rq: rq, direct: direct, answered: make(chan *protocol.Response, 1), cancel: cancel}
+	started := g.goWorker(func() {
+		defer stop()
+		defer cancel(nil)
+		c.answered <- g.serveStatelessSafely(ctx, rq)
+	})
+	if !started {
+		stop()
+		cancel(nil)
+		g.writeShuttingDown(w, preq.ID)
+		return
 	}
+	g.attend(w, r, c, preq.ID)
+}
+
+// mayAskForInput reports whether an upstream may ask the client for input during a request
+// of method: the three that may answer input_required (mcp-2026-notes §1.7).
+func mayAskForInput(method string) bool {
+	switch method {
+	case protocol.MethodCallTool, protocol.MethodGetPrompt, protocol.MethodReadResource:
+		return true
+	}
+	return false
 }
 
 // serveStatelessSafely takes a 2026-07-28 request through the pipeline and returns its

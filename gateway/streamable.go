@@ -73,6 +73,8 @@ type streamableServer struct {
 	callers *callersInFlight
 	// listens are the subscriptions/listen streams open here (listen.go).
 	listens *listenStreams
+	// parked are the 2026-07-28 calls waiting here for their clients' input (parking.go).
+	parked *parkedCalls
 	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
 	requestSeq atomic.Uint64
 }

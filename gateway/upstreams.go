@@ -45,6 +45,9 @@ type upstreamEntry struct {
 	// broadcastLogs sends log messages of the shared connection that belong to no call to
 	// every session.
 	broadcastLogs bool
+	// inputBridge is config.Upstream.InputBridge: whether a 2026-07-28 call this upstream
+	// asks for input waits for it (parking.go).
+	inputBridge string
 }
 
 func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {

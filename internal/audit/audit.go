@@ -29,6 +29,8 @@ package audit
 import (
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -123,6 +125,30 @@ type Record struct {
 	// Arguments are the request's arguments with the configured fields redacted (JSON
 	// "arguments"), when the trail is configured to keep them; nil otherwise.
 	Arguments json.RawMessage
+}
+
+// InputLog collects the input rounds of one call as they happen, for its record. Safe for
+// concurrent use: a call's rounds may end on other goroutines than the one writing the record.
+type InputLog struct {
+	mu     sync.Mutex
+	rounds []InputRound // guarded by mu
+}
+
+// Add appends a round.
+func (l *InputLog) Add(r InputRound) {
+	l.mu.Lock()
+	l.rounds = append(l.rounds, r)
+	l.mu.Unlock()
+}
+
+// Rounds returns the rounds so far, in order; nil for a nil log.
+func (l *InputLog) Rounds() []InputRound {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.rounds)
 }
 
 // InputRound is one round of input an upstream asked the client for during a call.

@@ -147,6 +147,13 @@ const (
 	ProtocolModern = "2026-07-28"
 )
 
+// What the gateway does when an upstream of 2025-11-25 asks a 2026-07-28 client for input in
+// the middle of a call (Upstream.InputBridge).
+const (
+	InputBridgePark   = "park"
+	InputBridgeRefuse = "refuse"
+)
+
 // Outputs of the audit trail (Audit.Sink).
 const (
 	AuditSinkOff    = "off"
@@ -220,12 +227,11 @@ type Config struct {
 	// with no session, and server/discover answers the merged view. When
 	// false, such a request is answered as by a server of 2025-11-25 and
 	// earlier (HTTP 400, error -32022 listing those versions), so that
-	// dual-era clients start a session with initialize. This part of the
-	// 2026-07-28 face has no subscriptions/listen notifications yet, and
-	// relays multi-round-trip results from 2026-07-28 upstreams only: a
-	// 2025-11-25 upstream's sampling, elicitation or roots request fails a
-	// 2026-07-28 call. Set it to false on every replica while any replica
-	// runs a build without it.
+	// dual-era clients start a session with initialize. A 2025-11-25
+	// upstream's sampling, elicitation or roots request parks a 2026-07-28
+	// call on the replica that took it (see input_bridge), whose retry must
+	// reach that replica. Set it to false on every replica while any
+	// replica runs a build without it.
 	// Defaults to false.
 	ModernProtocol bool
 
@@ -634,6 +640,16 @@ type Upstream struct {
 	// asks of a 2025 client mid-call is bridged). With transport "sse"
 	// (protocol 2024-11-05) only "2025-11-25" and "auto" fit.
 	Protocol string
+
+	// InputBridge is what the gateway does when this upstream, speaking
+	// 2025-11-25, sends a 2026-07-28 client's call a request for input
+	// (sampling, elicitation, roots) in its middle (key `input_bridge`):
+	// InputBridgePark ("park": the call waits, and the client gets an
+	// input_required result; its retry with the answers continues it) or
+	// InputBridgeRefuse ("refuse": the call fails with -32021 naming what
+	// was asked). Defaults to "park". A 2025-11-25 session gets the request
+	// itself either way.
+	InputBridge string
 
 	// InitializeTimeout bounds connecting (or starting the child),
 	// initialize and the first fetch of the upstream's lists (key
@@ -1113,6 +1129,9 @@ func applyUpstreamDefaults(u *Upstream, has func(key string) bool) {
 	}
 	if !has("protocol") {
 		u.Protocol = ProtocolLegacy
+	}
+	if !has("input_bridge") {
+		u.InputBridge = InputBridgePark
 	}
 	if !has("pinning") {
 		u.Pinning = PinningOff

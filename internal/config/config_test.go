@@ -54,6 +54,9 @@ func configUpstream(file string, u config.Upstream) config.Upstream {
 	if u.Protocol == "" {
 		u.Protocol = "2025-11-25"
 	}
+	if u.InputBridge == "" {
+		u.InputBridge = "park"
+	}
 	if u.IsolationIdleTimeout == 0 {
 		u.IsolationIdleTimeout = 5 * time.Minute
 	}
@@ -159,6 +162,7 @@ upstreams:
     dir: /tmp
     transport: stdio
     protocol: auto
+    input_bridge: refuse
     prefix: github
     request_timeout: 5s
     initialize_timeout: 10s
@@ -208,6 +212,7 @@ session_evict_idle: 2m
 					Dir:                  "/tmp",
 					Transport:            "stdio",
 					Protocol:             "auto",
+					InputBridge:          "refuse",
 					Prefix:               "github",
 					RequestTimeout:       5 * time.Second,
 					InitializeTimeout:    10 * time.Second,
@@ -439,7 +444,7 @@ func TestParseProblems(t *testing.T) {
 	}
 	const (
 		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, modern_protocol, stream_after, stream_retention, stream_budget_bytes, event_log_budget_bytes, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls_per_principal, max_listens_per_principal, max_calls, page_size, roots, audit, session_store, keys, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
-		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, protocol, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
+		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, protocol, input_bridge, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
 	)
@@ -453,8 +458,9 @@ func TestParseProblems(t *testing.T) {
 		{"empty file", "", nil, []config.Problem{p(0, "", empty)}},
 		{"only comments", "# nothing yet\n", nil, []config.Problem{p(0, "", empty)}},
 		{"null document", "~\n", nil, []config.Problem{p(0, "", empty)}},
-		{"protocol values", "upstreams:\n  - {name: a, command: x, protocol: \"2026\"}\n  - {name: b, url: \"http://127.0.0.1/mcp\", transport: sse, protocol: 2026-07-28}\n  - {name: c, url: \"http://127.0.0.1/mcp\", transport: sse, protocol: auto}\n", nil, []config.Problem{
+		{"protocol values", "upstreams:\n  - {name: a, command: x, protocol: \"2026\", input_bridge: wait}\n  - {name: b, url: \"http://127.0.0.1/mcp\", transport: sse, protocol: 2026-07-28}\n  - {name: c, url: \"http://127.0.0.1/mcp\", transport: sse, protocol: auto}\n", nil, []config.Problem{
 			p(2, "upstreams[0].protocol", `"2026" is not a protocol: use 2025-11-25, 2026-07-28 or auto`),
+			p(2, "upstreams[0].input_bridge", `"wait" is not an input bridge: use park or refuse`),
 			p(3, "upstreams[1].protocol", `transport "sse" speaks protocol 2024-11-05 only: use protocol "2025-11-25" or "auto", or transport streamable-http`),
 		}},
 		{"not YAML", "upstreams:\n  - name: a\n   command: x\n", nil, []config.Problem{
@@ -838,7 +844,7 @@ listen: localhost
 max_sessions: lots
 `
 	want := []config.Problem{
-		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, protocol, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
+		{File: "all.yaml", Line: 4, Field: "upstreams[0].timout", Message: "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, protocol, input_bridge, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
 		{File: "all.yaml", Line: 5, Field: "upstreams[0].request_timeout", Message: "must be greater than 0, like 60s"},
 		{File: "all.yaml", Line: 6, Field: "upstreams[1].name", Message: `"a" is also the name of upstreams[0] (line 2): names must be unique`},
 		{File: "all.yaml", Line: 7, Field: "upstreams[1].command", Message: "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"},

@@ -347,6 +347,7 @@ func upstreamFields(u *Upstream) []field {
 		{key: "pinning", decode: str(&u.Pinning)},
 		{key: "transport", decode: str(&u.Transport)},
 		{key: "protocol", decode: str(&u.Protocol)},
+		{key: "input_bridge", decode: str(&u.InputBridge)},
 		{key: "prefix", decode: notNull(`write prefix: "" to leave names unprefixed, or remove the key to use the name`, str(&u.Prefix))},
 		{key: "request_timeout", decode: duration(&u.RequestTimeout)},
 		{key: "initialize_timeout", decode: duration(&u.InitializeTimeout)},

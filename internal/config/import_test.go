@@ -39,6 +39,9 @@ func imported(file string, u config.Upstream) config.Upstream {
 	if u.Protocol == "" {
 		u.Protocol = "2025-11-25"
 	}
+	if u.InputBridge == "" {
+		u.InputBridge = "park"
+	}
 	if u.IsolationIdleTimeout == 0 {
 		u.IsolationIdleTimeout = 5 * time.Minute
 	}

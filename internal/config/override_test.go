@@ -168,7 +168,7 @@ func TestOverrideProblems(t *testing.T) {
 					{File: cfg, Line: 3, Field: "overrides[0].command", Message: strings.ReplaceAll(refused, "%s", "command")},
 					{File: cfg, Line: 4, Field: "overrides[0].url", Message: strings.ReplaceAll(refused, "%s", "url")},
 					{File: cfg, Line: 5, Field: "overrides[0].transport", Message: strings.ReplaceAll(refused, "%s", "transport")},
-					{File: cfg, Line: 6, Field: "overrides[0].isolaton", Message: "unknown field (known: name, args, env, inherit_env, dir, headers, credentials, trust_annotations, pinning, protocol, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
+					{File: cfg, Line: 6, Field: "overrides[0].isolaton", Message: "unknown field (known: name, args, env, inherit_env, dir, headers, credentials, trust_annotations, pinning, protocol, input_bridge, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"},
 				}
 			},
 		},

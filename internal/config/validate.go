@@ -290,6 +290,11 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssue
 		default:
 			v.checkKey(s, "protocol", fmt.Sprintf("%s is not a protocol: use 2025-11-25, 2026-07-28 or auto", quote(u.Protocol)))
 		}
+		switch u.InputBridge {
+		case InputBridgePark, InputBridgeRefuse:
+		default:
+			v.checkKey(s, "input_bridge", fmt.Sprintf("%s is not an input bridge: use park or refuse", quote(u.InputBridge)))
+		}
 		switch u.Pinning {
 		case PinningOff, PinningWithhold, PinningLog:
 		default:

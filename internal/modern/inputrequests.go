@@ -44,8 +44,8 @@ func (c ClientCapabilities) Relayable() json.RawMessage {
 	return raw
 }
 
-// covers reports whether c declares everything need asks for.
-func (c ClientCapabilities) covers(need ClientCapabilities) bool {
+// Covers reports whether c declares everything need asks for.
+func (c ClientCapabilities) Covers(need ClientCapabilities) bool {
 	return (!need.Sampling || c.Sampling) && (!need.SamplingTools || c.SamplingTools) &&
 		(!need.SamplingContext || c.SamplingContext) && (!need.ElicitationForm || c.ElicitationForm) &&
 		(!need.ElicitationURL || c.ElicitationURL) && (!need.Roots || c.Roots)
@@ -178,7 +178,7 @@ func ReadInputRequired(result json.RawMessage, declared ClientCapabilities) (*In
 		}
 		params, _, _ := protocol.Member(requests[key], "params")
 		need, known := Required(method, params)
-		if !known || !declared.covers(need) {
+		if !known || !declared.Covers(need) {
 			return nil, &UndeclaredInputError{Key: key, Method: method, Required: need}
 		}
 	}

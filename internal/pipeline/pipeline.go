@@ -54,8 +54,9 @@ type Request struct {
 	// audit record; checks append to it.
 	Decisions []audit.Decision
 	// Inputs are the rounds of input the upstream asked the client for, for the audit
-	// record; the input bridge appends to them.
-	Inputs []audit.InputRound
+	// record: set, before the request is served, for a request whose upstream may ask; nil
+	// otherwise.
+	Inputs *audit.InputLog
 	// Approval names who asked that a person approve the call before it runs: a policy
 	// rule's name, or "plugin NAME"; "" when none did. The approval check, the chain's last
 	// link, asks.

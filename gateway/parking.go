@@ -1,0 +1,503 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/modern"
+	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/seal"
+)
+
+// Parked calls: a 2026-07-28 client calling an upstream of 2025-11-25 that asks the client for
+// input in the middle of the call (mcp-2026-notes §3.1, "cell A"), with the upstream's
+// input_bridge at "park". The upstream sends a real request (elicitation/create,
+// sampling/createMessage, roots/list) and waits for its answer; a 2026-07-28 client takes no
+// requests. So the upstream's request waits, the call with it, and the client is answered
+// input_required with that request as an input request and a requestState the gateway sealed.
+// The client's retry, carrying the answer, continues the same call: the answer goes to the
+// upstream's waiting request, and the retry's response follows the call from there (its
+// progress, its end, or the next round of input).
+//
+// The call runs on the replica that took it, which holds the upstream's request; a retry that
+// reaches another replica is refused with an error that says the call may have run in part.
+// A parked call that no retry continues within parkTTL is cancelled. Policy, rate limits and
+// approval ran once, for the call; the retry is authenticated, and its principal, endpoint,
+// method, name and arguments must be the call's. Each round is in the call's audit record.
+
+// parkTTL is how long a parked call waits for its client's retry: long enough for a person
+// to answer an elicitation. A variable for tests.
+var parkTTL = requestStateTTL
+
+// statelessCall is a 2026-07-28 request in flight: its pipeline runs on a goroutine of the
+// gateway's, while at most one HTTP response at a time follows it (attend). Parked, it waits
+// in the parked table for its client's retry.
+type statelessCall struct {
+	rq       *request
+	direct   *directStream
+	answered chan *protocol.Response
+	// cancel ends the call with a cause.
+	cancel context.CancelCauseFunc
+	// upstream is the upstream whose request parked the call, for its sealed state.
+	upstream string
+
+	// mu guards the parking below.
+	mu sync.Mutex
+	// id names the call in the parked table, once parked.
+	id string
+	// round counts the times the call was parked; nonce is the current round's, which one
+	// retry alone may use.
+	round int
+	nonce string
+	// asks are the upstream's requests waiting for the client's answers, by input key.
+	asks map[string]*inputAsk
+	// expiry cancels the call at deadline, when no retry continued it; nil until parked.
+	expiry   expiryTimer
+	deadline time.Time
+	// drained ends the goroutine that drops the call's messages while no response follows it.
+	drained chan struct{}
+}
+
+// inputAsk is a request of an upstream for the client's input, waiting for its answer.
+type inputAsk struct {
+	// upstream is the upstream asking.
+	upstream string
+	method   string
+	params   json.RawMessage
+	// reply gets the client's answer, once; closed without one when there will be none.
+	reply chan json.RawMessage
+}
+
+// parkedCalls are the calls waiting for their clients' retries on this replica. Safe for
+// concurrent use.
+type parkedCalls struct {
+	mu    sync.Mutex
+	calls map[string]*statelessCall // guarded by mu
+	max   int
+	// startTimer runs a func after a while, as time.AfterFunc does; tests replace it.
+	startTimer func(time.Duration, func()) expiryTimer
+}
+
+// expiryTimer is what a parked call needs of its expiry timer.
+type expiryTimer interface{ Stop() bool }
+
+func newParkedCalls(max int) *parkedCalls {
+	return &parkedCalls{calls: map[string]*statelessCall{}, max: max,
+		startTimer: func(d time.Duration, f func()) expiryTimer { return time.AfterFunc(d, f) }}
+}
+
+// put records c as parked; false when the table is full.
+func (p *parkedCalls) put(c *statelessCall) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.max > 0 && len(p.calls) >= p.max {
+		return false
+	}
+	p.calls[c.id] = c
+	return true
+}
+
+// take removes and returns the parked call id, if it is still parked.
+func (p *parkedCalls) take(id string) *statelessCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.calls[id]
+	delete(p.calls, id)
+	return c
+}
+
+// count is the number of parked calls.
+func (p *parkedCalls) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.calls)
+}
+
+// errTooManyParked ends a call that would wait for input when the parked table is full.
+var errTooManyParked = errors.New("too many calls wait for their clients' input")
+
+// errParkExpired ends a parked call that no retry continued within parkTTL.
+var errParkExpired = errors.New("no retry continued the call in time")
+
+// ask hands an upstream's request for the client's input to the response following the call,
+// and waits for the answer a retry brings, for ctx (the upstream's request), or for the end of
+// the call. It is how a parked call's upstream waits.
+func (d *directStream) ask(ctx, callCtx context.Context, upstreamName, method string, params json.RawMessage) (json.RawMessage, error) {
+	a := &inputAsk{upstream: upstreamName, method: method, params: params, reply: make(chan json.RawMessage, 1)}
+	select {
+	case d.asks <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-callCtx.Done():
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's call ended before it was asked")
+	}
+	select {
+	case answer, ok := <-a.reply:
+		if !ok {
+			return nil, protocol.Errorf(protocol.CodeInternalError, "the client's call ended before it answered")
+		}
+		return answer, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-callCtx.Done():
+		return nil, protocol.Errorf(protocol.CodeInternalError, "the client's call ended before it answered: %v", context.Cause(callCtx))
+	}
+}
+
+// parks reports whether a 2026-07-28 call may wait for its client's input when upstream u asks
+// for it with method: the upstream's input_bridge is park, and the request declared what the
+// input request needs.
+func parks(u *upstreamEntry, d *directStream, method string, params json.RawMessage) bool {
+	if u.inputBridge != inputBridgePark || d.asks == nil || d.declared == nil {
+		return false
+	}
+	need, ok := modern.Required(method, params)
+	return ok && d.declared.Covers(need)
+}
+
+// asInputRequest turns the params of an upstream's request into those of an input request of
+// 2026-07-28: no _meta and no task, no elicitationId (a URL elicitation of 2026-07-28 has
+// none), and sampling's includeContext narrowed to "none", as for any client.
+func asInputRequest(method string, params json.RawMessage) json.RawMessage {
+	if len(params) == 0 || string(params) == "null" {
+		return json.RawMessage(`{}`)
+	}
+	for _, key := range []string{"_meta", "task", "elicitationId"} {
+		if key == "elicitationId" && method != protocol.MethodElicit {
+			continue
+		}
+		if out, err := protocol.DeleteMember(params, key); err == nil {
+			params = out
+		}
+	}
+	if method == protocol.MethodCreateMessage {
+		params = narrowIncludeContext(params)
+	}
+	return params
+}
+
+// inputBridgePark is config.InputBridgePark, as upstreamEntry keeps it.
+const inputBridgePark = "park"
+
+// attend follows call c on the response w of HTTP request r, the call or a retry of it whose
+// JSON-RPC id is id, until the call ends, or asks for input, which parks it and answers
+// input_required. The client closing the response cancels the call, unless it was parked
+// first.
+func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *statelessCall, id protocol.ID) {
+	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
+	closed := context.AfterFunc(r.Context(), func() { c.cancel(context.Canceled) })
+	defer closed()
+	for {
+		select {
+		case data := <-c.direct.events:
+			out.event(data)
+		case a := <-c.direct.asks:
+			if !closed() {
+				// The client left: the call is being cancelled; its end comes on answered.
+				close(a.reply)
+				continue
+			}
+			asks := []*inputAsk{a}
+			for more := true; more; {
+				select {
+				case a := <-c.direct.asks:
+					asks = append(asks, a)
+				default:
+					more = false
+				}
+			}
+			out.final(g.park(c, asks, id))
+			return
+		case resp := <-c.answered:
+			for pending := true; pending; {
+				select {
+				case data := <-c.direct.events:
+					out.event(data)
+				default:
+					pending = false
+				}
+			}
+			answer := *resp
+			answer.ID = id
+			out.final(&answer)
+			return
+		}
+	}
+}
+
+// park records c as waiting for its client's answers to asks (a new round), and returns the
+// input_required response the client gets. Should the table be full, the asks are answered
+// with an error instead, which the upstream reads, and the call goes on unparked.
+func (g *streamableServer) park(c *statelessCall, asks []*inputAsk, id protocol.ID) *protocol.Response {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.round++
+	c.nonce = randomToken(12)
+	if c.id == "" {
+		c.id = randomToken(16)
+	}
+	if c.asks == nil {
+		c.asks = map[string]*inputAsk{}
+	}
+	for i, a := range asks {
+		c.asks["r"+strconv.Itoa(c.round)+"-"+strconv.Itoa(i+1)] = a
+	}
+	if !g.parked.put(c) {
+		for _, a := range c.asks {
+			close(a.reply)
+		}
+		c.asks = nil
+		c.cancel(errTooManyParked)
+		g.logger.Warn("a call could not wait for its client's input: too many calls wait already", "request_id", c.rq.LogID, "parked", g.parked.count())
+		return &protocol.Response{ID: id, Error: protocol.Errorf(protocol.CodeInternalError,
+			"the gateway has too many calls waiting for their clients' input: try again later (the call may have run in part)")}
+	}
+	c.upstream = asks[0].upstream
+	c.deadline = time.Now().Add(parkTTL)
+	c.expiry = g.parked.startTimer(parkTTL, func() { g.expire(c) })
+	c.drained = make(chan struct{})
+	drained := c.drained
+	g.goWorker(func() { c.dropMessages(drained) })
+	return &protocol.Response{ID: id, Result: g.inputRequired(c)}
+}
+
+// dropMessages drops the messages about c (progress, logs) while no response follows it, so
+// that they do not fill its buffer and end it; it ends with drained or the call.
+func (c *statelessCall) dropMessages(drained chan struct{}) {
+	for {
+		select {
+		case <-c.direct.events:
+		case <-drained:
+			return
+		case <-c.rq.owner.ctx.Done():
+			return
+		}
+	}
+}
+
+// inputRequired is the result a parked call's client gets: the waiting asks as input
+// requests, and the sealed state of this round. Called with c.mu held.
+func (g *streamableServer) inputRequired(c *statelessCall) json.RawMessage {
+	requests := map[string]inputRequest{}
+	for key, a := range c.asks {
+		requests[key] = inputRequest{Method: a.method, Params: a.params}
+	}
+	state := g.states.sealParked(c.rq.Request, parkedState{Call: c.id, Replica: g.hub.Tag(), Round: c.round, Nonce: c.nonce,
+		Upstream: c.upstream, Arguments: argumentsDigest(c.rq.Params)})
+	out, _ := json.Marshal(map[string]any{"resultType": protocol.ResultTypeInputRequired, "inputRequests": requests, "requestState": state})
+	return out
+}
+
+// expire cancels c if it is still parked: no retry came in time.
+func (g *streamableServer) expire(c *statelessCall) {
+	c.mu.Lock()
+	id := c.id
+	c.mu.Unlock()
+	if g.parked.take(id) == nil {
+		return // a retry took it first
+	}
+	g.logger.Info("a call waiting for its client's input expired", "request_id", c.rq.LogID, "waited", parkTTL.String())
+	c.mu.Lock()
+	c.rq.Inputs.Add(audit.InputRound{Round: c.round, Asked: askedMethods(c.asks), Outcome: "expired"})
+	c.mu.Unlock()
+	c.cancel(errParkExpired)
+}
+
+// askedMethods are the methods of asks in the order of their keys.
+func askedMethods(asks map[string]*inputAsk) []string {
+	var methods []string
+	for _, key := range slices.Sorted(maps.Keys(asks)) {
+		methods = append(methods, asks[key].method)
+	}
+	return methods
+}
+
+// parkedStateOf returns the parked call a retry's requestState names: nil for a request
+// without one, or whose state is not a parked call's (the pipeline then opens it). A state
+// that does not open, or is not the caller's, is answered here with -32602 (ok false).
+func (g *streamableServer) parkedStateOf(w http.ResponseWriter, preq *pipeline.Request) (st *parkedState, ok bool) {
+	if !mayAskForInput(preq.Method) {
+		return nil, true
+	}
+	raw, has, err := protocol.Member(preq.Params, "requestState")
+	var sealed string
+	if err != nil || !has || json.Unmarshal(raw, &sealed) != nil {
+		return nil, true // the pipeline says what is wrong with it
+	}
+	st, err = g.states.openParked(preq, sealed)
+	if err != nil {
+		g.logger.Info("a retry's requestState was refused", "request_id", preq.LogID, "method", preq.Method, "error", err.Error())
+		writeModernResponse(w, &protocol.Response{ID: preq.ID, Error: requestStateInvalid})
+		return nil, false
+	}
+	return st, true
+}
+
+// resumeParked continues the parked call a retry's requestState names: the retry's answers go
+// to the upstream's waiting requests, and the retry's response follows the call from there. A
+// retry the call does not accept gets an error, and the call waits on.
+func (g *streamableServer) resumeParked(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, st *parkedState) {
+	fail := func(msg string) {
+		writeModernResponse(w, &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInvalidParams, "Invalid params: %s", msg)})
+	}
+	if st.Replica != g.hub.Tag() {
+		g.logger.Info("a retry reached a replica other than the one its call waits on", "request_id", preq.LogID)
+		fail("this call waits for its input on another replica of the gateway, which this one cannot reach: start the call again (it may have run in part)")
+		return
+	}
+	c := g.parked.take(st.Call)
+	if c == nil {
+		fail("the call is no longer waiting for input (answered already, expired, or the gateway restarted): start it again (it may have run in part)")
+		return
+	}
+	c.mu.Lock()
+	if !c.expiry.Stop() {
+		// It expires this instant: expire found it taken, so it is ended here.
+		c.mu.Unlock()
+		c.cancel(errParkExpired)
+		fail("the call is no longer waiting for input (it expired): start it again (it may have run in part)")
+		return
+	}
+	if st.Round != c.round || st.Nonce != c.nonce || st.Arguments != argumentsDigest(preq.Params) {
+		// Not this round's retry: the call waits on, until its own deadline.
+		c.expiry = g.parked.startTimer(time.Until(c.deadline), func() { g.expire(c) })
+		c.mu.Unlock()
+		g.parked.put(c)
+		fail("requestState is not the latest of this call, or the arguments differ from the call's: send the retry with the last requestState and the call's arguments")
+		return
+	}
+	close(c.drained)
+	responses, _, _ := protocol.Member(preq.Params, "inputResponses")
+	var answers map[string]json.RawMessage
+	_ = json.Unmarshal(responses, &answers)
+	keys := slices.Sorted(maps.Keys(c.asks))
+	if slices.ContainsFunc(keys, func(k string) bool { return len(answers[k]) == 0 || string(answers[k]) == "null" }) {
+		// Missing answers: every request is asked again, in a new round (mcp-2026-notes
+		// §1.7: a new input_required, not an error).
+		waiting := make([]*inputAsk, 0, len(keys))
+		for _, key := range keys {
+			waiting = append(waiting, c.asks[key])
+		}
+		c.asks = nil
+		c.mu.Unlock()
+		g.logger.Debug("a retry lacked answers; asking again", "request_id", preq.LogID)
+		writeModernResponse(w, g.park(c, waiting, preq.ID))
+		return
+	}
+	c.rq.Inputs.Add(audit.InputRound{Round: c.round, Asked: askedMethods(c.asks), Outcome: "answered"})
+	for _, key := range keys {
+		c.asks[key].reply <- answers[key]
+	}
+	c.asks = nil
+	c.mu.Unlock()
+	g.attend(w, r, c, preq.ID)
+}
+
+// parkedState is what a parked call's requestState holds, beside the caller's principal,
+// endpoint and expiry (sealedState).
+type parkedState struct {
+	// Call names the call in the parked table; Replica the replica holding it (the hub's tag).
+	Call    string `json:"c"`
+	Replica string `json:"r"`
+	// Round and Nonce are the round the state was issued for, and its single-use token.
+	Round int    `json:"n"`
+	Nonce string `json:"o"`
+	// Upstream is the upstream whose request parked the call.
+	Upstream string `json:"u"`
+	// Arguments is a digest of the call's params but _meta, requestState and
+	// inputResponses: the retry must carry the same.
+	Arguments string `json:"a"`
+}
+
+// parkedStateEnvelope is a parked call's sealed payload.
+type parkedStateEnvelope struct {
+	sealedState
+	Parked *parkedState `json:"k,omitempty"`
+}
+
+// sealParked returns the requestState of a parked call's round, sealed like a relayed one
+// and bound to the call's method and name.
+func (s *requestStates) sealParked(req *pipeline.Request, st parkedState) string {
+	payload, _ := json.Marshal(parkedStateEnvelope{
+		sealedState: sealedState{Upstream: st.Upstream, Profile: req.Client.Profile, Principal: principalMark(req.Client.Principal),
+			Expires: s.now().Add(parkTTL).UnixMilli()},
+		Parked: &st,
+	})
+	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, calledName(req.Params))))
+}
+
+// openParked returns the parked call a retry's requestState names, nil when the state is not a
+// parked call's (a relayed one, for the pipeline), or why it is refused.
+func (s *requestStates) openParked(req *pipeline.Request, sealed string) (*parkedState, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil {
+		return nil, fmt.Errorf("decode requestState: %w", seal.ErrMalformed)
+	}
+	payload, err := s.sealer.Open(raw, stateBinding(req.Method, calledName(req.Params)))
+	if err != nil {
+		return nil, fmt.Errorf("open requestState: %w", err)
+	}
+	var env parkedStateEnvelope
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return nil, fmt.Errorf("read requestState: %w", err)
+	}
+	if env.Parked == nil {
+		return nil, nil
+	}
+	switch {
+	case s.now().UnixMilli() >= env.Expires:
+		return nil, errStateExpired
+	case env.Principal != principalMark(req.Client.Principal):
+		return nil, errStateOtherCaller
+	case env.Profile != req.Client.Profile:
+		return nil, errStateOtherEndpoint
+	}
+	return env.Parked, nil
+}
+
+// calledName is the tool or prompt name, or the resource URI, params call: what a
+// requestState is bound to.
+func calledName(params json.RawMessage) string {
+	if name, ok, _ := protocol.StringMember(params, "name"); ok {
+		return name
+	}
+	uri, _, _ := protocol.StringMember(params, "uri")
+	return uri
+}
+
+// argumentsDigest is a digest of what a call asks, whatever round: its params without the
+// members a retry adds or renews.
+func argumentsDigest(params json.RawMessage) string {
+	for _, key := range []string{"_meta", "requestState", "inputResponses"} {
+		if out, err := protocol.DeleteMember(params, key); err == nil {
+			params = out
+		}
+	}
+	var v any
+	if json.Unmarshal(params, &v) == nil {
+		params, _ = json.Marshal(v) // members in one order
+	}
+	sum := sha256.Sum256(params)
+	return hex.EncodeToString(sum[:16])
+}
+
+// randomToken is n random bytes, hex-encoded.
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
