@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"iter"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
@@ -205,5 +208,184 @@ func TestEraMatrix(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// parityYAML is a gateway with the 2026-07-28 face on and two API keys — alice (eng) and
+// bob (contractors) — in front of the beta flavor twice: l as a 2025-11-25 upstream over
+// stdio, its echo renamed say and re-described; m as a 2026-07-28 upstream over HTTP at
+// modernURL, its whoami dropped, its add re-described and its prompt greet renamed hello.
+// The policy denies by default, allows by tool and by principal, denies echo of paths under
+// /etc, and hides add from contractors. Profile ops serves m only.
+func parityYAML(modernURL string) string {
+	return "listen: 127.0.0.1:0\nmodern_protocol: true\nauth:\n  api_keys:\n" +
+		"    - {name: alice, hash: " + auth.HashAPIKey("mfk_alice") + ", groups: [eng]}\n" +
+		"    - {name: bob, hash: " + auth.HashAPIKey("mfk_bob") + ", groups: [contractors]}\n" + `policy:
+  default: deny
+  rules:
+    - {name: contractors-no-add, effect: hide, match: {principal: {groups: [contractors]}, tools: [add]}}
+    - {name: no-etc, effect: deny, reason: "paths under /etc are off limits", match: {tools: [echo], arguments: [{pointer: /text, matches: "^/etc"}]}}
+    - {name: eng-whoami, effect: allow, match: {principal: {groups: [eng]}, tools: [whoami]}}
+    - {name: tools-for-all, effect: allow, match: {tools: [echo, add]}}
+    - {name: eng-prompts, effect: allow, match: {principal: {groups: [eng]}, prompts: [greet]}}
+upstreams:` + upstreamYAML("l", "beta", `    protocol: 2025-11-25
+    tools:
+      overrides:
+        echo: {name: say, description: Says the text back.}
+`) + `
+  - name: m
+    url: ` + modernURL + `
+    protocol: 2026-07-28
+    tools:
+      exclude: [whoami]
+      overrides:
+        add: {description: Sums two numbers.}
+    prompts:
+      overrides:
+        greet: {name: hello}
+profiles:
+  - {name: ops, include: [{upstream: m}]}
+`
+}
+
+// parityOutcome is what a client of one era got from one request of TestEraParity.
+type parityOutcome struct {
+	// Tools ("name: description") and Prompts are the catalog a list row sees.
+	Tools, Prompts []string
+	// Text is the first text of a result, IsError and Reason (_meta dev.manifold/reason)
+	// say whether and why the gateway refused a call.
+	Text    string
+	IsError bool
+	Reason  string
+	// Code is the JSON-RPC error code of a request that failed, with Text its message.
+	Code int64
+}
+
+// TestEraParity: the policy's decisions (allow, deny by rule, by argument and by default,
+// hide), the catalog's shaping (rename, drop, description) and profiles come out the same for
+// a 2025-11-25 session and for 2026-07-28 requests with the same API key, whichever era the
+// upstream speaks: each row asserts both client eras.
+func TestEraParity(t *testing.T) {
+	server, err := testupstream.New("beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modernHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(modernHTTP.Close)
+	tg := startGateway(t, parityYAML(modernHTTP.URL), nil)
+	t.Cleanup(tg.close)
+	ctx := ctxT(t)
+
+	sessions := map[string]*mcp.ClientSession{}
+	session := func(key, endpoint, era string) *mcp.ClientSession {
+		id := key + " " + endpoint + " " + era
+		if sessions[id] == nil {
+			sessions[id] = connectEra(t, tg.srv.URL+"/mcp"+endpoint, era, key)
+		}
+		return sessions[id]
+	}
+	list := func(cs *mcp.ClientSession) (parityOutcome, any) {
+		tools := collect(t, cs.Tools(ctx, nil), func(*mcp.Tool) bool { return true })
+		prompts := collect(t, cs.Prompts(ctx, nil), func(*mcp.Prompt) bool { return true })
+		var out parityOutcome
+		for _, tool := range tools {
+			out.Tools = append(out.Tools, tool.Name+": "+tool.Description)
+		}
+		for _, p := range prompts {
+			out.Prompts = append(out.Prompts, p.Name)
+		}
+		return out, withoutEraOnly(t, []any{tools, prompts})
+	}
+	// The JSON-RPC error's own message: the SDK words what wraps it by transport and era.
+	failed := func(err error) parityOutcome {
+		var e *jsonrpc.Error
+		if !errors.As(err, &e) {
+			return parityOutcome{Text: err.Error()}
+		}
+		return parityOutcome{Code: e.Code, Text: e.Message}
+	}
+	call := func(tool string, args map[string]any) func(*mcp.ClientSession) (parityOutcome, any) {
+		return func(cs *mcp.ClientSession) (parityOutcome, any) {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+			if err != nil {
+				return failed(err), nil
+			}
+			out := parityOutcome{IsError: res.IsError, Text: textOf(t, res)}
+			out.Reason, _ = res.Meta["dev.manifold/reason"].(string)
+			return out, withoutEraOnly(t, res)
+		}
+	}
+	prompt := func(name string) func(*mcp.ClientSession) (parityOutcome, any) {
+		return func(cs *mcp.ClientSession) (parityOutcome, any) {
+			res, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: name, Arguments: map[string]string{"who": "ada"}})
+			if err != nil {
+				return failed(err), nil
+			}
+			return parityOutcome{Text: res.Messages[0].Content.(*mcp.TextContent).Text}, withoutEraOnly(t, res)
+		}
+	}
+	unknownTool := func(name string) parityOutcome {
+		return parityOutcome{Code: -32602, Text: "unknown tool: " + name}
+	}
+
+	tests := []struct {
+		name, key, endpoint string
+		do                  func(*mcp.ClientSession) (parityOutcome, any)
+		want                parityOutcome
+	}{
+		{"alice's catalog: renamed, re-described, dropped; denied tools listed", "mfk_alice", "", list, parityOutcome{
+			Tools:   []string{"l__add: adds two numbers", "l__say: Says the text back.", "l__whoami: names the upstream", "m__add: Sums two numbers.", "m__echo: echoes text prefixed with the upstream's name"},
+			Prompts: []string{"l__greet", "m__hello"},
+		}},
+		{"bob's catalog: add hidden", "mfk_bob", "", list, parityOutcome{
+			Tools:   []string{"l__say: Says the text back.", "l__whoami: names the upstream", "m__echo: echoes text prefixed with the upstream's name"},
+			Prompts: []string{"l__greet", "m__hello"},
+		}},
+		{"alice's profile catalog", "mfk_alice", "/ops", list, parityOutcome{
+			Tools:   []string{"m__add: Sums two numbers.", "m__echo: echoes text prefixed with the upstream's name"},
+			Prompts: []string{"m__hello"},
+		}},
+		{"bob's profile catalog", "mfk_bob", "/ops", list, parityOutcome{
+			Tools:   []string{"m__echo: echoes text prefixed with the upstream's name"},
+			Prompts: []string{"m__hello"},
+		}},
+		{"allowed by tool, renamed", "mfk_alice", "", call("l__say", map[string]any{"text": "hi"}), parityOutcome{Text: "beta:hi"}},
+		{"allowed by tool, 2026 upstream", "mfk_bob", "", call("m__echo", map[string]any{"text": "/tmp"}), parityOutcome{Text: "beta:/tmp"}},
+		{"allowed by principal", "mfk_alice", "", call("l__whoami", nil), parityOutcome{Text: "beta"}},
+		{"denied by default", "mfk_bob", "", call("l__whoami", nil), parityOutcome{IsError: true, Reason: "denied",
+			Text: `the gateway's policy does not allow this request; ask the gateway's operator for access (rule "default"); ask the gateway's operator if you need it`}},
+		{"denied by argument", "mfk_alice", "", call("m__echo", map[string]any{"text": "/etc/passwd"}), parityOutcome{IsError: true, Reason: "denied",
+			Text: `paths under /etc are off limits (rule "no-etc"); ask the gateway's operator if you need it`}},
+		{"denied by argument, renamed", "mfk_bob", "", call("l__say", map[string]any{"text": "/etc/x"}), parityOutcome{IsError: true, Reason: "denied",
+			Text: `paths under /etc are off limits (rule "no-etc"); ask the gateway's operator if you need it`}},
+		{"hidden by policy", "mfk_bob", "", call("m__add", map[string]any{"a": 1, "b": 2}), unknownTool("m__add")},
+		{"dropped by shaping", "mfk_alice", "", call("m__whoami", nil), unknownTool("m__whoami")},
+		{"old name of a renamed tool", "mfk_alice", "", call("l__echo", map[string]any{"text": "hi"}), unknownTool("l__echo")},
+		{"outside the profile", "mfk_alice", "/ops", call("l__say", map[string]any{"text": "hi"}), unknownTool("l__say")},
+		{"prompt allowed, renamed", "mfk_alice", "", prompt("m__hello"), parityOutcome{Text: "beta greets ada"}},
+		{"prompt denied by default", "mfk_bob", "", prompt("l__greet"), parityOutcome{Code: -32008}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outcomes := map[string]parityOutcome{}
+			full := map[string]any{}
+			for _, era := range clientEras {
+				got, answer := tt.do(session(tt.key, tt.endpoint, era))
+				outcomes[era], full[era] = got, answer
+				if tt.want.Code != 0 && tt.want.Text == "" {
+					got.Text = "" // the message is compared between the eras only
+				}
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("%s client (-want +got):\n%s", era, diff)
+				}
+			}
+			if diff := cmp.Diff(outcomes[era2025], outcomes[era2026]); diff != "" {
+				t.Errorf("the eras' outcomes differ (-2025-11-25 +2026-07-28):\n%s", diff)
+			}
+			if diff := cmp.Diff(full[era2025], full[era2026]); diff != "" {
+				t.Errorf("the eras' answers differ (-2025-11-25 +2026-07-28):\n%s", diff)
+			}
+		})
 	}
 }
