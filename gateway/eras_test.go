@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/http/httptest"
@@ -387,5 +388,61 @@ func TestEraParity(t *testing.T) {
 				t.Errorf("the eras' answers differ (-2025-11-25 +2026-07-28):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestUpstreamHeaderMismatchInBothEras: a 2026-07-28 upstream changes its tool's
+// x-mcp-header annotation without announcing it; a call from a client of either era is
+// refused by it (-32020) as the gateway's catalog had the tool, and completes once the
+// gateway fetched the tool list again and sent the call once more. An upstream that refuses
+// the retry too gives clients of both eras a -32603 that says its headers disagree, never its
+// -32020, which a client would take for a fault in its own headers.
+func TestUpstreamHeaderMismatchInBothEras(t *testing.T) {
+	u := testupstream.NewChanging(`{"type":"object","properties":{"repo":{"type":"string","x-mcp-header":"Repo"},"q":{"type":"string"}}}`)
+	srv := httptest.NewServer(u)
+	t.Cleanup(srv.Close)
+	tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\nupstreams:\n  - name: ch\n    url: "+srv.URL+"\n    protocol: 2026-07-28\n", nil)
+	t.Cleanup(tg.close)
+	ctx := ctxT(t)
+	args := map[string]any{"repo": "acme/widgets", "q": "crash"}
+
+	for i, era := range clientEras {
+		t.Run(era+" client", func(t *testing.T) {
+			cs := connectEra(t, tg.url, era, "")
+			// A client of 2026-07-28 sends the Mcp-Param-* headers of the schema it listed,
+			// which the gateway checks against its own: it lists first, as it should.
+			collect(t, cs.Tools(ctx, nil), func(*mcp.Tool) bool { return true })
+			header := fmt.Sprintf("Renamed%d", i)
+			u.SetSchema(`{"type":"object","properties":{"repo":{"type":"string","x-mcp-header":"` + header + `"},"q":{"type":"string"}}}`)
+			before := len(u.CallHeaders())
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ch__lookup", Arguments: args})
+			if err != nil {
+				t.Fatalf("call after the upstream changed its annotation: %v", err)
+			}
+			if got := textOf(t, res); got != "acme/widgets:crash" {
+				t.Errorf("lookup answered %q; want acme/widgets:crash", got)
+			}
+			calls := u.CallHeaders()[before:]
+			if len(calls) != 2 || calls[1].Get("Mcp-Param-"+header) != "acme/widgets" {
+				t.Errorf("the upstream got %d tools/call POSTs; want 2, the second with Mcp-Param-%s", len(calls), header)
+			}
+		})
+	}
+
+	u.RefuseCalls.Store(true)
+	messages := map[string]string{}
+	for _, era := range clientEras {
+		cs := connectEra(t, tg.url, era, "")
+		collect(t, cs.Tools(ctx, nil), func(*mcp.Tool) bool { return true })
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ch__lookup", Arguments: args})
+		var e *jsonrpc.Error
+		if !errors.As(err, &e) || e.Code != -32603 || !strings.Contains(e.Message, "headers disagree with its own tool schema") {
+			t.Errorf("%s client, the upstream refusing every call: %v; want -32603 saying the upstream's headers disagree", era, err)
+			continue
+		}
+		messages[era] = e.Message
+	}
+	if messages[era2025] != messages[era2026] {
+		t.Errorf("the eras' messages differ: %q and %q", messages[era2025], messages[era2026])
 	}
 }
