@@ -54,6 +54,8 @@ type sharedRefresh struct {
 	// done is closed when the refetch ended; err is set before.
 	done chan struct{}
 	err  error
+	// waiters counts the calls that waited on it, for the log. Guarded by connection.mu.
+	waiters int
 }
 
 // refreshToolsShared refetches the tool list and publishes it in the client's catalog, and
@@ -74,6 +76,7 @@ func (cn *connection) refreshToolsShared(ctx context.Context) error {
 		cn.workers.Add(1)
 		go cn.refreshTools(r)
 	}
+	r.waiters++
 	cn.mu.Unlock()
 	select {
 	case <-r.done:
@@ -103,7 +106,9 @@ func (cn *connection) refreshTools(r *sharedRefresh) {
 	}
 	cn.mu.Lock()
 	cn.toolsRefresh = nil
+	waiters := r.waiters
 	cn.mu.Unlock()
+	cn.client.logger.Debug("fetched the tool list again for calls whose headers were refused", "calls", waiters, "error", errString(err))
 	r.err = err
 	close(r.done)
 }

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
@@ -98,3 +102,53 @@ func TestHeaderMismatchRefreshesToolsAndRetries(t *testing.T) {
 
 // headerName is the x-mcp-header value behind a Mcp-Param-* header name.
 func headerName(header string) string { return header[len("Mcp-Param-"):] }
+
+// TestToolsRefreshIsSharedByItsWaiters: calls refused together wait on one refetch of the
+// tool list, and a waiter that gives up neither cancels it nor fails the others.
+func TestToolsRefreshIsSharedByItsWaiters(t *testing.T) {
+	u := testupstream.NewChanging(repoAsRepo)
+	var held atomic.Bool
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if held.Load() && r.Header.Get("Mcp-Method") == protocol.MethodListTools {
+			arrived <- struct{}{}
+			<-release
+		}
+		u.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c := startModernClient(t, Spec{Name: "changing", URL: srv.URL, Protocol: ProtocolModern}, nil)
+	cn := c.live.Load()
+	listsBefore := u.Lists()
+	u.SetSchema(repoAsRepository)
+	held.Store(true)
+
+	impatient, giveUp := context.WithCancel(context.Background())
+	results := make(chan error, 2)
+	go func() { results <- cn.refreshToolsShared(impatient) }()
+	select {
+	case <-arrived:
+	case <-time.After(waitTimeout):
+		t.Fatal("the refetch did not reach the upstream")
+	}
+	go func() { results <- cn.refreshToolsShared(context.Background()) }()
+	waitUntil(t, "both waiters on one refetch", func() bool {
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		return cn.toolsRefresh != nil && cn.toolsRefresh.waiters == 2
+	})
+	giveUp()
+	if err := <-results; !errors.Is(err, context.Canceled) {
+		t.Errorf("the waiter that gave up got %v; want context.Canceled", err)
+	}
+	close(release)
+	if err := <-results; err != nil {
+		t.Errorf("the waiter that stayed got %v; want the shared refetch's success", err)
+	}
+	if n := u.Lists() - listsBefore; n != 1 {
+		t.Errorf("tools/list was fetched %d times; want once for both waiters", n)
+	}
+	if got := string(inputSchemaOf(c.Catalog().List(Tools)[0].Raw)); !strings.Contains(got, `"x-mcp-header":"Repository"`) {
+		t.Errorf("the catalog holds schema %s; want the refetched one", got)
+	}
+}
