@@ -52,6 +52,21 @@ func connectEra(t *testing.T, url, era, token string) *mcp.ClientSession {
 	return cs
 }
 
+// statelessSDKServer serves the test upstream of flavor over stateless Streamable HTTP until
+// the test ends, as a server of 2026-07-28 (the go-sdk serves that era only statelessly), and
+// returns its URL.
+func statelessSDKServer(t *testing.T, flavor string) string {
+	t.Helper()
+	server, err := testupstream.New(flavor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // eraOnly are the members a result has in one era only: the 2026-07-28 result type and
 // cache hints, and _meta, where the gateway names itself to 2026-07-28 clients.
 var eraOnly = []string{"resultType", "ttlMs", "cacheScope", "_meta"}
@@ -158,13 +173,7 @@ var eraOps = []eraOp{
 func TestEraMatrix(t *testing.T) {
 	legacyHTTP := httptest.NewServer(goSDKHandler(t, "beta", false))
 	t.Cleanup(legacyHTTP.Close)
-	server, err := testupstream.New("beta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	modernHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: true}))
-	t.Cleanup(modernHTTP.Close)
+	modernURL := statelessSDKServer(t, "beta")
 	tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\nupstreams:"+
 		upstreamYAML("ls", "beta", "    protocol: 2025-11-25\n")+
 		upstreamYAML("ms", "beta", "    protocol: 2026-07-28\n")+`
@@ -172,7 +181,7 @@ func TestEraMatrix(t *testing.T) {
     url: `+legacyHTTP.URL+`
     protocol: 2025-11-25
   - name: mh
-    url: `+modernHTTP.URL+`
+    url: `+modernURL+`
     protocol: 2026-07-28
 `, nil)
 	t.Cleanup(tg.close)
@@ -267,14 +276,7 @@ type parityOutcome struct {
 // a 2025-11-25 session and for 2026-07-28 requests with the same API key, whichever era the
 // upstream speaks: each row asserts both client eras.
 func TestEraParity(t *testing.T) {
-	server, err := testupstream.New("beta")
-	if err != nil {
-		t.Fatal(err)
-	}
-	modernHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: true}))
-	t.Cleanup(modernHTTP.Close)
-	tg := startGateway(t, parityYAML(modernHTTP.URL), nil)
+	tg := startGateway(t, parityYAML(statelessSDKServer(t, "beta")), nil)
 	t.Cleanup(tg.close)
 	ctx := ctxT(t)
 
