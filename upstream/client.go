@@ -68,6 +68,13 @@ var sessionMethods = map[string]bool{
 // ErrTimeout is returned by Call when the upstream did not answer within the request timeout.
 var ErrTimeout = errors.New("upstream request timed out")
 
+// ErrHeaderMismatch is returned (wrapped) for a tools/call that a 2026-07-28 upstream over
+// HTTP refused with -32020 (header mismatch) twice: once as the gateway's catalog had the
+// tool, and once more after the upstream's tool list was fetched again and the Mcp-Param-*
+// headers recomputed from it. The upstream's headers then disagree with its own tool schema;
+// sending the call again will not help.
+var ErrHeaderMismatch = errors.New("the upstream refused the call's Mcp-* headers (-32020) even after its tool list was fetched again: its headers disagree with its own tool schema")
+
 // ErrResponseTooLarge is returned (wrapped) for a call whose answer exceeded the upstream's
 // max_response_bytes: the gateway dropped it.
 var ErrResponseTooLarge = errors.New("the upstream's answer exceeds the gateway's max_response_bytes")
@@ -666,6 +673,10 @@ func (c *Client) changed() {
 // made while that re-initialization runs waits for it too, at most the initialize timeout.
 // Requests already sent when the connection ended may have run: they fail with
 // ErrInterrupted, and are never sent again.
+//
+// A tools/call that a 2026-07-28 upstream over HTTP refused with -32020 never ran either:
+// the tool list is fetched again and the call sent once more with headers computed from it
+// (see callWithFreshTools); refused again, it fails with ErrHeaderMismatch.
 func (c *Client) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	cn := c.live.Load()
 	if cn == nil && c.reinit.Load() != nil {
@@ -683,16 +694,20 @@ func (c *Client) Call(ctx context.Context, method string, params json.RawMessage
 		return nil, fmt.Errorf("%s %s: %w", c.spec.Name, method, ErrSessionMethod)
 	}
 	result, err := cn.call(ctx, method, params, c.spec.RequestTimeout)
-	if !errors.Is(err, errRefusedUnsent) {
-		return result, err
+	if errors.Is(err, errRefusedUnsent) {
+		waitCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
+		next := c.waitLive(waitCtx, cn)
+		cancel()
+		if next == nil {
+			return nil, err
+		}
+		cn = next
+		result, err = cn.call(ctx, method, params, c.spec.RequestTimeout)
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, c.spec.InitializeTimeout)
-	defer cancel()
-	next := c.waitLive(waitCtx, cn)
-	if next == nil {
-		return nil, err
+	if method == protocol.MethodCallTool && cn.refusedHeaders(err) {
+		return cn.callWithFreshTools(ctx, params, err)
 	}
-	return next.call(ctx, method, params, c.spec.RequestTimeout)
+	return result, err
 }
 
 // Notify sends a notification to the upstream. It fails with ErrUnavailable when the upstream
@@ -869,8 +884,13 @@ type connection struct {
 	ttl     [NumKinds]time.Duration
 	// freshChanged wakes refreshOnExpiry when a refresh was planned anew; capacity 1.
 	freshChanged chan struct{}
+	// toolsRefresh is the refetch of the tool list that tools/calls refused for their
+	// headers wait on (refreshToolsShared); nil when none runs. Guarded by mu.
+	toolsRefresh *sharedRefresh
+
 	// workers counts readLoop, refreshLoop, reverse-request goroutines and, for a 2026-07-28
-	// upstream, refreshOnExpiry and listenForChanges; close waits for them.
+	// upstream, refreshOnExpiry, listenForChanges and the shared tool-list refetch; close
+	// waits for them.
 	workers   sync.WaitGroup
 	closeOnce sync.Once
 }
