@@ -38,6 +38,7 @@ type sseMessage struct {
 	Params struct {
 		Notifications map[string]any             `json:"notifications"`
 		Meta          map[string]json.RawMessage `json:"_meta"`
+		URI           string                     `json:"uri"`
 	} `json:"params"`
 	Result *struct {
 		ResultType string                     `json:"resultType"`

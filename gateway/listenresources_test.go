@@ -1,0 +1,168 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// listenResourcesYAML is a gateway with the 2026-07-28 face on, in front of the 2025-11-25
+// upstream "sem" (the semantics flavour: file:///watched.txt, its "touch" and "sub_counts"),
+// whose policy hides file:///linked.txt from everyone.
+const listenResourcesYAML = "listen: 127.0.0.1:0\nmodern_protocol: true\nmax_listens_per_principal: 4\nupstreams:"
+
+const watchedURI = "sem+file:///watched.txt"
+
+func listenResourcesGateway(t *testing.T) *testGateway {
+	t.Helper()
+	tg := startGateway(t, listenResourcesYAML+upstreamYAML("sem", "semantics", "")+`
+policy:
+  rules:
+    - {name: no-linked, effect: hide, match: {resources: ["file:///linked.txt"]}}
+`, nil)
+	t.Cleanup(tg.close)
+	return tg
+}
+
+// subCounts calls the upstream's sub_counts through the gateway, as a 2026-07-28 client: the
+// subscribes and unsubscribes the upstream saw, as "subscribe=N unsubscribe=M".
+func subCounts(t *testing.T, url string) string {
+	t.Helper()
+	status, body := postAll(t, url, modernBody(90, "tools/call", `{"name":"sem__sub_counts"}`), modernHeaders("tools/call", "sem__sub_counts"))
+	i := strings.Index(body, "subscribe=")
+	if status != http.StatusOK || i < 0 {
+		t.Fatalf("sub_counts: HTTP %d %s", status, body)
+	}
+	counts, _, _ := strings.Cut(body[i:], `"`)
+	return counts
+}
+
+// acknowledged reads a listen's acknowledgement and returns the resource subscriptions it
+// lists.
+func acknowledged(t *testing.T, lc *listenClient) []string {
+	t.Helper()
+	ack := lc.next(t, "acknowledgement")
+	if ack.Method != "notifications/subscriptions/acknowledged" {
+		t.Fatalf("first message %+v, want the acknowledgement", ack)
+	}
+	var uris []string
+	if list, ok := ack.Params.Notifications["resourceSubscriptions"].([]any); ok {
+		for _, u := range list {
+			uris = append(uris, fmt.Sprint(u))
+		}
+	}
+	return uris
+}
+
+// TestListenResourceSubscriptions: a listen's resourceSubscriptions on a 2025-11-25 upstream
+// is acknowledged with the URIs the caller may read and the upstream subscribed to (not one
+// the policy hides, nor one whose subscribe the upstream refused); an update of the resource
+// reaches it once, with the namespaced URI and the listen's id, of its JSON type, as
+// subscriptionId; a listen that did not ask for the resource hears nothing of it.
+func TestListenResourceSubscriptions(t *testing.T) {
+	tg := listenResourcesGateway(t)
+	const id = `"res-1"`
+	asked := `{"notifications":{"resourceSubscriptions":["` + watchedURI + `","sem+file:///linked.txt","sem+file:///gone.txt"]}}`
+	subscribed := openListen(t, t, tg.url, id, asked)
+	if got := acknowledged(t, subscribed); !slices.Equal(got, []string{watchedURI}) {
+		t.Fatalf("acknowledged resource subscriptions %q, want only %q (linked.txt is hidden, gone.txt refused upstream)", got, watchedURI)
+	}
+	other := openListen(t, t, tg.url, `2`, `{"notifications":{"toolsListChanged":true}}`)
+	if got := acknowledged(t, other); got != nil {
+		t.Fatalf("a listen for list changes acknowledged resource subscriptions %q", got)
+	}
+
+	status, body := postAll(t, tg.url, modernBody(3, "tools/call", `{"name":"sem__touch"}`), modernHeaders("tools/call", "sem__touch"))
+	if status != http.StatusOK || !strings.Contains(body, "touched") {
+		t.Fatalf("touch: HTTP %d %s", status, body)
+	}
+	m := subscribed.next(t, "resources/updated")
+	if m.Method != "notifications/resources/updated" || m.Params.URI != watchedURI {
+		t.Fatalf("got %+v, want notifications/resources/updated for %s", m, watchedURI)
+	}
+	if got := string(m.Params.Meta["io.modelcontextprotocol/subscriptionId"]); got != id {
+		t.Errorf("the update's subscriptionId is %s, want %s", got, id)
+	}
+
+	// What was queued before Close is written before the completion result it sends.
+	tg.gw.Close()
+	for name, lc := range map[string]*listenClient{"the subscribed listen": subscribed, "the listen for list changes": other} {
+		if m := lc.next(t, "completion result"); m.Result == nil {
+			t.Errorf("%s got %+v before its end; want nothing more", name, m)
+		}
+	}
+}
+
+// TestListenSharesUpstreamSubscription: two listens and a 2025-11-25 session subscribed to
+// one resource make one subscribe upstream; the session's unsubscribe leaves the upstream
+// subscribed for the listens, and closing them unsubscribes it.
+func TestListenSharesUpstreamSubscription(t *testing.T) {
+	tg := listenResourcesGateway(t)
+	params := `{"notifications":{"resourceSubscriptions":["` + watchedURI + `"]}}`
+	listens := []*listenClient{openListen(t, t, tg.url, `1`, params), openListen(t, t, tg.url, `2`, params)}
+	for _, lc := range listens {
+		if got := acknowledged(t, lc); !slices.Equal(got, []string{watchedURI}) {
+			t.Fatalf("acknowledged %q, want %q", got, watchedURI)
+		}
+	}
+	c := rawClient{t: t, url: tg.url}
+	sid := c.initializeAs("2025-11-25", `{}`)
+	session := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"`+watchedURI+`"}}`, session); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("the session's resources/subscribe: HTTP %d %s", r.status, r.body)
+	}
+	if got := subCounts(t, tg.url); got != "subscribe=1 unsubscribe=0" {
+		t.Fatalf("the upstream saw %s, want one subscribe for two listens and a session", got)
+	}
+
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":3,"method":"resources/unsubscribe","params":{"uri":"`+watchedURI+`"}}`, session); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("the session's resources/unsubscribe: HTTP %d %s", r.status, r.body)
+	}
+	if got := subCounts(t, tg.url); got != "subscribe=1 unsubscribe=0" {
+		t.Fatalf("after the session unsubscribed, the upstream saw %s; want it still subscribed for the listens", got)
+	}
+
+	listens[0].cancel()
+	waitUntil(t, "the first listen to close", func() bool { return tg.gw.ListenStreams() == 1 })
+	if got := subCounts(t, tg.url); got != "subscribe=1 unsubscribe=0" {
+		t.Fatalf("with one listen left, the upstream saw %s; want it still subscribed", got)
+	}
+	listens[1].cancel()
+	waitUntil(t, "the upstream to be unsubscribed once the last listen closed", func() bool {
+		return subCounts(t, tg.url) == "subscribe=1 unsubscribe=1"
+	})
+}
+
+// TestListenSDKSubscribe: the Go SDK's client in its default mode (2026-07-28) subscribes to a
+// resource with a listen of its own, and its ResourceUpdatedHandler hears the upstream's
+// update through the gateway; its Unsubscribe closes that listen, which unsubscribes the
+// upstream.
+func TestListenSDKSubscribe(t *testing.T) {
+	tg := listenResourcesGateway(t)
+	updates := make(chan string, 64)
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updates <- req.Params.URI },
+	})
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("the client speaks %q, want 2026-07-28", v)
+	}
+	ctx := ctxT(t)
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: watchedURI}); err != nil {
+		t.Fatal(err)
+	}
+	// Subscribe returns before the listen is acknowledged: touch until the update is heard.
+	if got := touchUntilHeard(t, cs, "sem__touch", updates); got != watchedURI {
+		t.Fatalf("update for %q, want %q", got, watchedURI)
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: watchedURI}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the upstream to be unsubscribed once the client unsubscribed", func() bool {
+		return subCounts(t, tg.url) == "subscribe=1 unsubscribe=1"
+	})
+}
