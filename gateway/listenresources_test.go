@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/auth"
 )
 
 // listenResourcesYAML is a gateway with the 2026-07-28 face on, in front of the 2025-11-25
@@ -165,4 +167,55 @@ func TestListenSDKSubscribe(t *testing.T) {
 	waitUntil(t, "the upstream to be unsubscribed once the client unsubscribed", func() bool {
 		return subCounts(t, tg.url) == "subscribe=1 unsubscribe=1"
 	})
+}
+
+// TestListenSubResourceUpdates: an update of a resource below a subscribed one reaches the
+// listen, namespaced, unless the policy hides that resource from the listen's caller. Alice's
+// session subscribes the upstream to two resources below watched.txt; bob listens to
+// watched.txt, and a rule hides one of the two from him.
+func TestListenSubResourceUpdates(t *testing.T) {
+	const aliceKey, bobKey = "mfk_parts-alice", "mfk_parts-bob"
+	tg := startGateway(t, listenResourcesYAML+upstreamYAML("sem", "semantics", "")+`
+auth:
+  api_keys:
+    - {name: alice, hash: `+auth.HashAPIKey(aliceKey)+`}
+    - {name: bob, hash: `+auth.HashAPIKey(bobKey)+`}
+policy:
+  rules:
+    - {name: no-secret-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, resources: ["file:///watched.txt/secret"]}}
+`, nil)
+	t.Cleanup(tg.close)
+	bob := openListenAs(t, t, tg.url, `"bob-1"`, `{"notifications":{"resourceSubscriptions":["`+watchedURI+`"]}}`, bobKey)
+	if got := acknowledged(t, bob); !slices.Equal(got, []string{watchedURI}) {
+		t.Fatalf("bob's listen acknowledged %q, want %q", got, watchedURI)
+	}
+
+	c := rawClient{t: t, url: tg.url}
+	alice := map[string]string{"Authorization": "Bearer " + aliceKey}
+	r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"alice","version":"1"}}}`, alice)
+	if r.status != http.StatusOK || r.header.Get("Mcp-Session-Id") == "" {
+		t.Fatalf("alice's initialize: HTTP %d %s", r.status, r.body)
+	}
+	alice["Mcp-Session-Id"], alice["MCP-Protocol-Version"] = r.header.Get("Mcp-Session-Id"), "2025-11-25"
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, alice); r.status != http.StatusAccepted {
+		t.Fatalf("alice's notifications/initialized: HTTP %d %s", r.status, r.body)
+	}
+	for i, part := range []string{"secret", "part"} {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"resources/subscribe","params":{"uri":"%s/%s"}}`, 2+i, watchedURI, part)
+		if r := c.do(http.MethodPost, body, alice); r.status != http.StatusOK || r.msg.Error != nil {
+			t.Fatalf("alice's subscribe to %s: HTTP %d %s", part, r.status, r.body)
+		}
+	}
+	if r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"sem__touch_parts"}}`, alice); r.status != http.StatusOK || !strings.Contains(string(r.body), "touched parts") {
+		t.Fatalf("touch_parts: HTTP %d %s", r.status, r.body)
+	}
+
+	// The upstream announced secret first: had it reached bob, it would be read here.
+	if m := bob.next(t, "resources/updated"); m.Method != "notifications/resources/updated" || m.Params.URI != watchedURI+"/part" {
+		t.Fatalf("bob got %+v, want the update of %s/part (and never of the secret hidden from him)", m, watchedURI)
+	}
+	tg.gw.Close()
+	if m := bob.next(t, "completion result"); m.Result == nil {
+		t.Errorf("bob got %+v before his listen's end; want nothing more", m)
+	}
 }
