@@ -2,16 +2,13 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
-	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/policy"
-	"github.com/manifold-mcp/manifold/upstream"
 )
 
 // Resource subscriptions on a listen (mcp-2026-notes §1.8, §2.8, §3.4): a listen's
@@ -146,18 +143,9 @@ func (s *subscriptions) listen(ctx context.Context, key subKey, stream *listenSt
 		return err
 	}
 	defer s.release(key, e)
-	info := key.conn.client.Server()
-	if info == nil {
-		return upstream.ErrUnavailable
-	}
-	s.mu.Lock()
-	current := e.on == info
-	s.mu.Unlock()
-	if !current {
-		params, _ := json.Marshal(map[string]string{"uri": key.uri})
-		if _, err := key.conn.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
-			return err
-		}
+	info, err := s.subscribeTurn(ctx, key, e)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	e.listens[stream] = true

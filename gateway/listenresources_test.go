@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/manifold-mcp/manifold/auth"
 )
 
 // listenResourcesYAML is a gateway with the 2026-07-28 face on, in front of the 2025-11-25
@@ -175,15 +173,8 @@ func TestListenSDKSubscribe(t *testing.T) {
 // watched.txt, and a rule hides one of the two from him.
 func TestListenSubResourceUpdates(t *testing.T) {
 	const aliceKey, bobKey = "mfk_parts-alice", "mfk_parts-bob"
-	tg := startGateway(t, listenResourcesYAML+upstreamYAML("sem", "semantics", "")+`
-auth:
-  api_keys:
-    - {name: alice, hash: `+auth.HashAPIKey(aliceKey)+`}
-    - {name: bob, hash: `+auth.HashAPIKey(bobKey)+`}
-policy:
-  rules:
-    - {name: no-secret-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, resources: ["file:///watched.txt/secret"]}}
-`, nil)
+	tg := startGateway(t, listenResourcesYAML+upstreamYAML("sem", "semantics", "")+
+		aliceAndBobYAML(aliceKey, bobKey, `{name: no-secret-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, resources: ["file:///watched.txt/secret"]}}`), nil)
 	t.Cleanup(tg.close)
 	bob := openListenAs(t, t, tg.url, `"bob-1"`, `{"notifications":{"resourceSubscriptions":["`+watchedURI+`"]}}`, bobKey)
 	if got := acknowledged(t, bob); !slices.Equal(got, []string{watchedURI}) {

@@ -288,19 +288,10 @@ func (s *subscriptions) takeOver(ctx context.Context, digest string, u *upstream
 		return false
 	}
 	defer s.release(key, e)
-	info := u.shared.client.Server()
-	if info == nil {
+	info, err := s.subscribeTurn(ctx, key, e)
+	if err != nil {
+		s.router.logger.Warn("taking over a subscription failed", "upstream", ns.Name, "error", err.Error())
 		return false
-	}
-	s.mu.Lock()
-	current := e.on == info
-	s.mu.Unlock()
-	if !current {
-		params, _ := json.Marshal(map[string]string{"uri": original})
-		if _, err := u.shared.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
-			s.router.logger.Warn("taking over a subscription failed", "upstream", ns.Name, "error", err.Error())
-			return false
-		}
 	}
 	s.mu.Lock()
 	e.sessions[digestKey+digest] = true
@@ -308,6 +299,26 @@ func (s *subscriptions) takeOver(ctx context.Context, digest string, u *upstream
 	s.mu.Unlock()
 	s.router.replicas.Subscribed(ctx, digest, ns.Name, original, true, seq)
 	return true
+}
+
+// subscribeTurn subscribes key upstream unless it is subscribed on the connection as it is
+// now, and returns that connection's initialize result, for subEntry.on. The caller holds
+// key's turn (acquire).
+func (s *subscriptions) subscribeTurn(ctx context.Context, key subKey, e *subEntry) (*protocol.InitializeResult, error) {
+	info := key.conn.client.Server()
+	if info == nil {
+		return nil, upstream.ErrUnavailable
+	}
+	s.mu.Lock()
+	current := e.on == info
+	s.mu.Unlock()
+	if !current {
+		params, _ := json.Marshal(map[string]string{"uri": key.uri})
+		if _, err := key.conn.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
+			return nil, err
+		}
+	}
+	return info, nil
 }
 
 // setStamp records the stamp of a subscribe or unsubscribe made here.
