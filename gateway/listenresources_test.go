@@ -11,13 +11,16 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// listenResourcesYAML is a gateway with the 2026-07-28 face on, in front of the 2025-11-25
-// upstream "sem" (the semantics flavour: file:///watched.txt, its "touch" and "sub_counts"),
-// whose policy hides file:///linked.txt from everyone.
+// listenResourcesYAML begins the config of a gateway with the 2026-07-28 face on; its
+// upstreams follow.
 const listenResourcesYAML = "listen: 127.0.0.1:0\nmodern_protocol: true\nmax_listens_per_principal: 4\nupstreams:"
 
+// watchedURI is the semantics upstream's subscribable resource as the gateway lists it.
 const watchedURI = "sem+file:///watched.txt"
 
+// listenResourcesGateway is a gateway in front of the 2025-11-25 upstream "sem" (the
+// semantics flavour: file:///watched.txt, its "touch" and "sub_counts"), whose policy hides
+// file:///linked.txt from everyone.
 func listenResourcesGateway(t *testing.T) *testGateway {
 	t.Helper()
 	tg := startGateway(t, listenResourcesYAML+upstreamYAML("sem", "semantics", "")+`
