@@ -54,7 +54,10 @@ type ModernOptions struct {
 //   - "ask_twice": asks by form elicitation for a first name, then for a last name (two
 //     rounds, requestStates "first" and "second"), then answers "hello FIRST LAST";
 //   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
-//     text, for a test that runs the server as a process.
+//     text, for a test that runs the server as a process;
+//   - "touch": announces its resource file:///watched.txt updated, to the listens subscribed
+//     to it; "sub_counts" answers "subscribe=N unsubscribe=M", the resource subscriptions its
+//     listens made and ended.
 type Modern struct {
 	Server *mcp.Server
 
@@ -65,6 +68,8 @@ type Modern struct {
 	added    atomic.Int64
 	cancels  atomic.Int64
 	blocking atomic.Int64
+	subs     atomic.Int64
+	unsubs   atomic.Int64
 }
 
 // SeenRequest is one message a Modern server received: its method and its params._meta.
@@ -125,12 +130,15 @@ const lookupSchema = `{"type":"object","properties":{"repo":{"type":"string","x-
 // NewModern returns a Modern server.
 func NewModern(opts ModernOptions) *Modern {
 	m := &Modern{}
-	serverOpts := &mcp.ServerOptions{Instructions: "instructions of modern"}
+	serverOpts := &mcp.ServerOptions{Instructions: "instructions of modern",
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { m.subs.Add(1); return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { m.unsubs.Add(1); return nil },
+	}
 	if opts.TTLMs > 0 {
 		serverOpts.SetCacheable = func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs = opts.TTLMs }
 	}
 	if opts.Static {
-		serverOpts.Capabilities = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}}
+		serverOpts.Capabilities = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}, Resources: &mcp.ResourceCapabilities{ListChanged: false}}
 	}
 	m.Server = mcp.NewServer(&mcp.Implementation{Name: "test-modern", Version: "2.0.0"}, serverOpts)
 	m.Server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -144,6 +152,21 @@ func NewModern(opts ModernOptions) *Modern {
 			var in struct{ Text string }
 			_ = json.Unmarshal(req.Params.Arguments, &in)
 			return text(in.Text), nil
+		})
+	m.Server.AddResource(&mcp.Resource{URI: "file:///watched.txt", Name: "watched", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "watched"}}}, nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "touch", Description: "announces file:///watched.txt updated", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if err := m.Server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "file:///watched.txt"}); err != nil {
+				return nil, err
+			}
+			return text("touched"), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "sub_counts", Description: "resource subscriptions seen", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(fmt.Sprintf("subscribe=%d unsubscribe=%d", m.subs.Load(), m.unsubs.Load())), nil
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "lookup", Description: "looks a query up in a repository", InputSchema: json.RawMessage(lookupSchema)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
