@@ -13,16 +13,20 @@ import (
 
 // Resource subscriptions on a listen (mcp-2026-notes §1.8, §2.8, §3.4): a listen's
 // notifications.resourceSubscriptions names URIs as the gateway lists them. Each one the
-// caller may read, whose upstream is of 2025-11-25 and offers subscriptions, makes the listen
-// a holder of the same refcounted upstream subscription that 2025-11-25 sessions hold
-// (subscriptions.go): resources/subscribe goes upstream once per connection and URI on this
-// replica, and resources/unsubscribe once its last holder, session or listen, lets go.
+// caller may read, whose upstream offers subscriptions, makes the listen a holder of a
+// refcounted upstream subscription on this replica's shared connection to the upstream:
 //
-// The listen is acknowledged once the upstream answered each subscribe (each bounded by the
-// upstream's request_timeout): a URI the acknowledgement lists is subscribed upstream, so
-// an update from then on is not missed. A URI whose subscribe failed is left out, as is one
-// of an upstream of 2026-07-28 (its per-URI upstream listen is not made yet) or of an
-// isolated upstream (its connections belong to sessions, which a listen has none of).
+//   - of 2025-11-25: the same one that 2025-11-25 sessions hold (subscriptions.go):
+//     resources/subscribe goes upstream once per connection and URI on this replica, and
+//     resources/unsubscribe once its last holder, session or listen, lets go;
+//   - of 2026-07-28: an upstream subscriptions/listen for that URI alone, shared by the
+//     listens here that asked for it and ended when the last lets go (upstreamlisten.go).
+//
+// The listen is acknowledged once the upstream answered each subscribe, or acknowledged each
+// upstream listen, each bounded by the upstream's request_timeout: a URI the acknowledgement
+// lists is subscribed upstream, so an update from then on is not missed. A URI whose subscribe failed is left
+// out, as is one of an isolated upstream (its connections belong to sessions, which a listen
+// has none of).
 
 // listenUpdatesLimit bounds the distinct URIs whose update waits for a listen stream's
 // writer. Past it the client is not reading: its stream ends without a completion result, a
@@ -55,11 +59,10 @@ func (g *Gateway) readableURI(client pipeline.ClientContext, uri string) (u *ups
 }
 
 // listenSubscribable reports whether a listen can hold a subscription to u's resources: u is
-// up, speaks 2025-11-25 and offers subscriptions, and shares its connection.
+// up, offers subscriptions, and shares its connection.
 func listenSubscribable(u *upstreamEntry) bool {
 	info := u.Server()
-	return u.pool == nil && info != nil && !isModernVersion(info.ProtocolVersion) &&
-		info.Capabilities.Resources != nil && info.Capabilities.Resources.Subscribe
+	return u.pool == nil && info != nil && info.Capabilities.Resources != nil && info.Capabilities.Resources.Subscribe
 }
 
 // listenCandidates are the URIs of a listen's resourceSubscriptions that it may hold, in the
@@ -91,8 +94,7 @@ func (g *Gateway) holdListenResources(ctx context.Context, stream *listenStream,
 	var wg sync.WaitGroup
 	for i, key := range keys {
 		wg.Go(func() {
-			err := g.subs.listen(ctx, key, stream)
-			if err != nil {
+			if err := g.holdListenResource(ctx, key, stream); err != nil {
 				if ctx.Err() == nil {
 					g.logger.Warn("a listen's resource subscription failed; it is left out of the acknowledgement",
 						"upstream", key.conn.upstream.ns.Name, "error", err.Error())
@@ -112,6 +114,22 @@ func (g *Gateway) holdListenResources(ctx context.Context, stream *listenStream,
 		}
 	}
 	return out
+}
+
+// holdListenResource makes stream a holder of key's upstream subscription: a
+// resources/subscribe for a 2025-11-25 upstream, an upstream listen for a 2026-07-28 one.
+func (g *Gateway) holdListenResource(ctx context.Context, key subKey, stream *listenStream) error {
+	if info := key.conn.client.Server(); info == nil || !isModernVersion(info.ProtocolVersion) {
+		return g.subs.listen(ctx, key, stream)
+	}
+	// Bounded as a subscribe is: the upstream listen lasts, its acknowledgement is awaited no
+	// longer than the upstream's request_timeout.
+	if d := key.conn.upstream.requestTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	return g.subs.listenModern(ctx, key, stream)
 }
 
 func containsKey(keys []subKey, key subKey) bool {
@@ -156,8 +174,11 @@ func (s *subscriptions) listen(ctx context.Context, key subKey, stream *listenSt
 
 // unlisten drops stream's hold on key; when it was the last holder, the upstream is
 // unsubscribed in the background (unsubscribeUnused, which leaves it if another holder came
-// meanwhile).
+// meanwhile), or its upstream listen ended.
 func (s *subscriptions) unlisten(key subKey, stream *listenStream) {
+	if s.unlistenModern(key, stream) {
+		return
+	}
 	s.mu.Lock()
 	e := s.entries[key]
 	if e == nil {
@@ -185,6 +206,14 @@ func (s *subscriptions) listensCoveringLocked(c *conn, uri string) []*listenStre
 			continue
 		}
 		for stream := range e.listens {
+			out = append(out, stream)
+		}
+	}
+	for key, l := range s.modern {
+		if key.conn != c || !coversURI(key.uri, uri) {
+			continue
+		}
+		for stream := range l.holders {
 			out = append(out, stream)
 		}
 	}

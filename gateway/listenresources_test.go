@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
 // listenResourcesYAML begins the config of a gateway with the 2026-07-28 face on; its
@@ -212,4 +215,55 @@ func TestListenSubResourceUpdates(t *testing.T) {
 	if m := bob.next(t, "completion result"); m.Result == nil {
 		t.Errorf("bob got %+v before his listen's end; want nothing more", m)
 	}
+}
+
+// TestListenModernUpstreamResource: a resource of a 2026-07-28 upstream is subscribed with an
+// upstream listen of its own, shared by the listens that ask for it: two listens make one
+// subscription upstream, an update reaches each with its own subscriptionId, and closing both
+// ends it.
+func TestListenModernUpstreamResource(t *testing.T) {
+	m := testupstream.NewModern(testupstream.ModernOptions{})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.Server },
+		&mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(srv.Close)
+	tg := startGateway(t, listenResourcesYAML+"\n  - name: mod\n    url: "+srv.URL+"\n    protocol: 2026-07-28\n", nil)
+	t.Cleanup(tg.close)
+	const uri = "mod+file:///watched.txt"
+	counts := func() string {
+		t.Helper()
+		status, body := postAll(t, tg.url, modernBody(90, "tools/call", `{"name":"mod__sub_counts"}`), modernHeaders("tools/call", "mod__sub_counts"))
+		i := strings.Index(body, "subscribe=")
+		if status != http.StatusOK || i < 0 {
+			t.Fatalf("sub_counts: HTTP %d %s", status, body)
+		}
+		c, _, _ := strings.Cut(body[i:], `"`)
+		return c
+	}
+	params := `{"notifications":{"resourceSubscriptions":["` + uri + `"]}}`
+	ids := []string{`1`, `"two"`}
+	var listens []*listenClient
+	for _, id := range ids {
+		lc := openListen(t, t, tg.url, id, params)
+		if got := acknowledged(t, lc); !slices.Equal(got, []string{uri}) {
+			t.Fatalf("listen %s acknowledged %q, want %q", id, got, uri)
+		}
+		listens = append(listens, lc)
+	}
+	if got := counts(); got != "subscribe=1 unsubscribe=0" {
+		t.Fatalf("the upstream saw %s, want one subscription for two listens", got)
+	}
+	status, body := postAll(t, tg.url, modernBody(3, "tools/call", `{"name":"mod__touch"}`), modernHeaders("tools/call", "mod__touch"))
+	if status != http.StatusOK || !strings.Contains(body, "touched") {
+		t.Fatalf("touch: HTTP %d %s", status, body)
+	}
+	for i, lc := range listens {
+		m := lc.next(t, "resources/updated")
+		if m.Method != "notifications/resources/updated" || m.Params.URI != uri || string(m.Params.Meta["io.modelcontextprotocol/subscriptionId"]) != ids[i] {
+			t.Errorf("listen %s got %+v, want notifications/resources/updated for %s with its subscriptionId", ids[i], m, uri)
+		}
+	}
+	for _, lc := range listens {
+		lc.cancel()
+	}
+	waitUntil(t, "the upstream listen to end once both listens closed", func() bool { return counts() == "subscribe=1 unsubscribe=1" })
 }

@@ -43,6 +43,9 @@ type subscriptions struct {
 	// stamps order, across replicas, the subscribes and unsubscribes of a session to a URI:
 	// the latest holds it, whichever replica got it (replica.Replicas.Subscribed). Guarded by mu.
 	stamps map[subStamp]uint64
+	// modern holds the upstream listen of each key of a 2026-07-28 upstream that listen
+	// streams hold (upstreamlisten.go). Guarded by mu.
+	modern map[subKey]*upstreamListen
 }
 
 // subStamp names a session's subscription to an upstream's URI, for its stamp.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
@@ -45,6 +46,10 @@ type upstreamEntry struct {
 	// broadcastLogs sends log messages of the shared connection that belong to no call to
 	// every session.
 	broadcastLogs bool
+	// requestTimeout is the upstream's request_timeout, which bounds the wait for the
+	// acknowledgement of an upstream listen the gateway makes for its clients (as it bounds
+	// each call); zero means no bound but the client's.
+	requestTimeout time.Duration
 }
 
 func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {

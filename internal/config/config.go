@@ -221,10 +221,9 @@ type Config struct {
 	// false, such a request is answered as by a server of 2025-11-25 and
 	// earlier (HTTP 400, error -32022 listing those versions), so that
 	// dual-era clients start a session with initialize. This part of the
-	// 2026-07-28 face has no subscriptions/listen notifications yet, and
-	// relays multi-round-trip results from 2026-07-28 upstreams only: a
-	// 2025-11-25 upstream's sampling, elicitation or roots request fails a
-	// 2026-07-28 call. Set it to false on every replica while any replica
+	// 2026-07-28 face relays multi-round-trip results from 2026-07-28
+	// upstreams only: a 2025-11-25 upstream's sampling, elicitation or
+	// roots request fails a 2026-07-28 call. Set it to false on every replica while any replica
 	// runs a build without it.
 	// Defaults to false.
 	ModernProtocol bool
