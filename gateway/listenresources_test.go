@@ -220,7 +220,7 @@ func TestListenSubResourceUpdates(t *testing.T) {
 // TestListenModernUpstreamResource: a resource of a 2026-07-28 upstream is subscribed with an
 // upstream listen of its own, shared by the listens that ask for it: two listens make one
 // subscription upstream, an update reaches each with its own subscriptionId, and closing both
-// ends it.
+// ends it. A resource whose upstream listen fails is left out of the acknowledgement.
 func TestListenModernUpstreamResource(t *testing.T) {
 	m := testupstream.NewModern(testupstream.ModernOptions{})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.Server },
@@ -239,7 +239,7 @@ func TestListenModernUpstreamResource(t *testing.T) {
 		c, _, _ := strings.Cut(body[i:], `"`)
 		return c
 	}
-	params := `{"notifications":{"resourceSubscriptions":["` + uri + `"]}}`
+	params := `{"notifications":{"resourceSubscriptions":["` + uri + `","mod+file:///gone.txt"]}}`
 	ids := []string{`1`, `"two"`}
 	var listens []*listenClient
 	for _, id := range ids {

@@ -109,18 +109,23 @@ func (s *subscriptions) runUpstreamListen(ctx context.Context, key subKey, l *up
 	retry := upstreamListenRetryFirst
 	for {
 		began := time.Now()
-		err := listener.Listen(ctx, params, func(notifications json.RawMessage) {
+		attempt, refused := context.WithCancelCause(ctx)
+		err := listener.Listen(attempt, params, func(notifications json.RawMessage) {
 			if honoursResource(notifications, key.uri) {
 				l.ackOnce.Do(func() { close(l.acked) })
 				return
 			}
-			l.cancel() // a listen that honours nothing asked is of no use
+			refused(errListenNotHonoured) // a listen without the resource is of no use
 		})
+		if cause := context.Cause(attempt); ctx.Err() == nil && errors.Is(cause, errListenNotHonoured) {
+			err = cause
+		}
+		refused(nil)
 		select {
 		case <-l.acked:
 		default:
-			if err == nil || ctx.Err() != nil {
-				err = errListenNotHonoured
+			if err == nil {
+				err = errListenNotHonoured // ended at once, as a server that honours nothing does
 			}
 			s.failUpstreamListen(key, l, err)
 			return

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -57,7 +58,8 @@ type ModernOptions struct {
 //     text, for a test that runs the server as a process;
 //   - "touch": announces its resource file:///watched.txt updated, to the listens subscribed
 //     to it; "sub_counts" answers "subscribe=N unsubscribe=M", the resource subscriptions its
-//     listens made and ended.
+//     listens made and ended; a listen's subscription to file:///gone.txt fails, as to a
+//     resource not found.
 type Modern struct {
 	Server *mcp.Server
 
@@ -131,7 +133,13 @@ const lookupSchema = `{"type":"object","properties":{"repo":{"type":"string","x-
 func NewModern(opts ModernOptions) *Modern {
 	m := &Modern{}
 	serverOpts := &mcp.ServerOptions{Instructions: "instructions of modern",
-		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { m.subs.Add(1); return nil },
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			if req.Params.URI == "file:///gone.txt" {
+				return &jsonrpc.Error{Code: -32602, Message: "resource not found: file:///gone.txt", Data: json.RawMessage(`{"uri":"file:///gone.txt"}`)}
+			}
+			m.subs.Add(1)
+			return nil
+		},
 		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { m.unsubs.Add(1); return nil },
 	}
 	if opts.TTLMs > 0 {
