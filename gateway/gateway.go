@@ -213,7 +213,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
 		return g.catalogOf(profile).Serves(ns)
 	}}
-	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}}
+	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}, modern: map[subKey]*upstreamListen{}}
 	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.requests.forward}
 	sources := make([]catalog.Source, len(g.upstreams))
 	for i, ue := range g.upstreams {
@@ -367,6 +367,7 @@ func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
 		}, &base)
 		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
 		ue.inputBridge = u.InputBridge
+		ue.requestTimeout = u.RequestTimeout
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 			spec := client.Spec()
 			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,

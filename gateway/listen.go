@@ -15,15 +15,18 @@ import (
 	"github.com/manifold-mcp/manifold/internal/session"
 )
 
-// A 2026-07-28 client hears of list changes on a subscriptions/listen stream
-// (mcp-2026-notes §1.8, §2.8): the gateway acknowledges the list changes it honours, then
-// sends notifications/*/list_changed, each with the listen's id as subscriptionId, whenever a
-// catalog rebuild changes a list the caller sees: the rebuilds that tell 2025-11-25 sessions
-// (tellListsChanged). Resource subscriptions are not honoured on a listen yet.
+// A 2026-07-28 client hears of list changes and resource updates on a subscriptions/listen
+// stream (mcp-2026-notes §1.8, §2.8): the gateway acknowledges the list changes and the
+// resource subscriptions it honours, then sends notifications/*/list_changed, each with the
+// listen's id as subscriptionId, whenever a catalog rebuild changes a list the caller sees
+// (the rebuilds that tell 2025-11-25 sessions, tellListsChanged), and
+// notifications/resources/updated, with it too, whenever an upstream updates a resource the
+// listen subscribed to and the caller may read (listenresources.go).
 //
 // No bus between replicas is needed for this: every replica has its own connections to the
 // upstreams, hears their list changes itself and rebuilds its own catalog, so a listen stream
-// on any replica learns of every change.
+// on any replica learns of every change; and the replica that holds a listen subscribes to
+// its resources on its own connection to the upstream, which sends the updates there.
 
 // listenKeepAliveInterval is how often an idle listen stream gets an SSE comment, so that
 // proxies and clients can tell it is alive.
@@ -67,6 +70,12 @@ type listenStream struct {
 	// pending are the list_changed methods to write, each at most once: a second change of
 	// a list before the first was written says nothing more. Guarded by mu.
 	pending []string
+	// updates are the namespaced URIs of the resource updates to write, each at most once,
+	// as pending. Guarded by mu.
+	updates []string
+	// overflow is set when updates reached listenUpdatesLimit: the client is not reading, and
+	// the stream ends. Guarded by mu.
+	overflow bool
 	// wake has room for one signal: the handler looks at pending.
 	wake chan struct{}
 }
@@ -111,13 +120,34 @@ func (s *listenStream) queue(methods []string) {
 	}
 }
 
-// take returns the pending methods and empties them.
-func (s *listenStream) take() []string {
+// queueUpdate adds a resource update, by its namespaced URI, to the pending ones and wakes
+// the handler. It never blocks.
+func (s *listenStream) queueUpdate(uri string) {
+	s.mu.Lock()
+	switch {
+	case slices.Contains(s.updates, uri):
+		s.mu.Unlock()
+		return
+	case len(s.updates) >= listenUpdatesLimit:
+		s.overflow = true
+	default:
+		s.updates = append(s.updates, uri)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the pending methods and resource updates and empties them; overflow says the
+// client stopped reading.
+func (s *listenStream) take() (methods, updates []string, overflow bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := s.pending
-	s.pending = nil
-	return out
+	methods, updates = s.pending, s.updates
+	s.pending, s.updates = nil, nil
+	return methods, updates, s.overflow
 }
 
 // tellListens tells the listen streams here whose lists changed from prev to next, as
@@ -150,39 +180,63 @@ func tellListens(g *Gateway, prev, next *catalog.Snapshot, changed map[string][]
 	}
 }
 
-// listenFilter returns the flags of listChangedFlags a listen's params set to true, in that
-// order; what else they ask for (resourceSubscriptions, taskIds) is not honoured.
-func listenFilter(params json.RawMessage) ([]string, error) {
+// listenAsk is what a listen's params.notifications ask for that the gateway may honour.
+type listenAsk struct {
+	// flags are the flags of listChangedFlags set to true, in that order.
+	flags []string
+	// resources are the URIs of resourceSubscriptions, each once, in the order given.
+	resources []string
+}
+
+// listenFilter reads what a listen's params ask for; what else they ask for (taskIds) is not
+// honoured.
+func listenFilter(params json.RawMessage) (listenAsk, error) {
 	var p struct {
 		Notifications map[string]json.RawMessage `json:"notifications"`
 	}
+	var ask listenAsk
 	if len(params) > 0 {
 		if err := json.Unmarshal(params, &p); err != nil {
-			return nil, fmt.Errorf("read the listen's params: %w", err)
+			return ask, fmt.Errorf("read the listen's params: %w", err)
 		}
 	}
-	var asked []string
 	for _, f := range listChangedFlags {
 		var on bool
 		if raw, ok := p.Notifications[f.flag]; ok {
 			if err := json.Unmarshal(raw, &on); err != nil {
-				return nil, fmt.Errorf("notifications.%s: want true or false: %w", f.flag, err)
+				return ask, fmt.Errorf("notifications.%s: want true or false: %w", f.flag, err)
 			}
 		}
 		if on {
-			asked = append(asked, f.flag)
+			ask.flags = append(ask.flags, f.flag)
 		}
 	}
-	return asked, nil
+	if raw, ok := p.Notifications[resourceSubscriptionsMember]; ok {
+		var uris []string
+		if err := json.Unmarshal(raw, &uris); err != nil {
+			return ask, fmt.Errorf("notifications.%s: want an array of resource URIs: %w", resourceSubscriptionsMember, err)
+		}
+		for _, uri := range uris {
+			if !slices.Contains(ask.resources, uri) {
+				ask.resources = append(ask.resources, uri)
+			}
+		}
+	}
+	return ask, nil
 }
 
+// resourceSubscriptionsMember is the member of a listen's notifications that lists the
+// resources it subscribes to.
+const resourceSubscriptionsMember = "resourceSubscriptions"
+
 // serveListen answers subscriptions/listen (mcp-2026-notes §1.8). The response is an SSE
-// stream: first notifications/subscriptions/acknowledged with the list changes honoured,
-// then a list_changed for each change of a list the caller sees, each with the listen's id as
-// subscriptionId; keep-alive comments while nothing happens. The client closing the stream
-// ends it; the gateway draining or closing ends it with the listen's completion result. A
-// listen that asks for nothing the gateway honours is answered with the completion result
-// at once, after an empty acknowledgement.
+// stream: first notifications/subscriptions/acknowledged with the list changes and resource
+// subscriptions honoured, then a list_changed for each change of a list the caller sees and a
+// resources/updated for each update of a resource it subscribed to and may read, each with
+// the listen's id as subscriptionId; keep-alive comments while nothing happens. The client
+// closing the stream ends it, and its resource subscriptions; the gateway draining or closing
+// ends it with the listen's completion result. A listen that asks for nothing the gateway
+// honours is answered with the completion result at once, after an empty acknowledgement.
 //
 // A caller holds at most max_listens_per_principal listens here: the next is refused with
 // HTTP 429, Retry-After and a -32007 JSON-RPC error. 429 says what happened (too many
@@ -194,29 +248,41 @@ func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, p
 		subscription = raw
 	}
 	meta := map[string]json.RawMessage{protocol.MetaSubscriptionID: subscription}
-	asked, err := listenFilter(preq.Params)
+	ask, err := listenFilter(preq.Params)
 	if err != nil {
 		writeHTTPError(w, http.StatusBadRequest, &preq.ID, invalidParams(err))
 		return
 	}
-	honoured := map[string]bool{}
+	honoured := map[string]any{}
 	wants := map[string]bool{}
 	for _, f := range listChangedFlags {
-		if slices.Contains(asked, f.flag) {
+		if slices.Contains(ask.flags, f.flag) {
 			honoured[f.flag] = true
 			wants[f.method] = true
 		}
 	}
+	client := pipeline.ClientContext{Principal: preq.Client.Principal, Profile: preq.Client.Profile}
+	candidates := g.listenCandidates(client, ask.resources)
 	done, _ := json.Marshal(map[string]any{"resultType": protocol.ResultTypeComplete, "_meta": map[string]any{
 		protocol.MetaSubscriptionID: subscription, protocol.MetaServerInfo: g.serverInfo(),
 	}})
 	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
-	ack, _ := json.Marshal(map[string]any{"notifications": honoured, "_meta": meta})
-	ackData, _ := protocol.Encode(&protocol.Notification{Method: protocol.NotificationSubscriptionsAcknowledged, Params: ack})
-	if len(honoured) == 0 {
-		result, wireErr := g.requests.finish(r.Context(), preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
-		out.event(ackData)
+	// The audit trail records the listen once it ends, however it ends (the client's
+	// context may be over by then).
+	auditCtx := context.WithoutCancel(r.Context())
+	acknowledge := func() {
+		ack, _ := json.Marshal(map[string]any{"notifications": honoured, "_meta": meta})
+		if data, err := protocol.Encode(&protocol.Notification{Method: protocol.NotificationSubscriptionsAcknowledged, Params: ack}); err == nil {
+			out.event(data)
+		}
+	}
+	answerAtOnce := func() {
+		result, wireErr := g.requests.finish(auditCtx, preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
+		acknowledge()
 		out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
+	}
+	if len(honoured) == 0 && len(candidates) == 0 {
+		answerAtOnce()
 		return
 	}
 
@@ -232,28 +298,55 @@ func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, p
 	defer g.listens.perCaller.release(caller)
 	stream := &listenStream{profile: preq.Client.Profile, principal: preq.Client.Principal, wants: wants, wake: make(chan struct{}, 1)}
 	// Registered before the acknowledgement is written: a change from now on is not missed,
-	// and goes after it.
+	// and goes after it. So is each resource subscription once the upstream has it.
 	g.listens.add(stream)
 	defer g.listens.remove(stream)
+	held := g.holdListenResources(r.Context(), stream, candidates)
+	defer g.releaseListenResources(stream, held)
+	if len(held) > 0 {
+		uris := make([]string, len(held))
+		for i, h := range held {
+			uris[i] = h.exposed
+		}
+		honoured[resourceSubscriptionsMember] = uris
+	}
+	if len(honoured) == 0 {
+		answerAtOnce()
+		return
+	}
 
-	out.event(ackData)
+	acknowledge()
 	keepAlive := time.NewTicker(g.listens.keepAlive)
 	defer keepAlive.Stop()
-	writePending := func() {
-		for _, method := range stream.take() {
-			params, _ := json.Marshal(map[string]any{"_meta": meta})
-			if data, err := protocol.Encode(&protocol.Notification{Method: method, Params: params}); err == nil {
-				out.event(data)
-			}
+	notify := func(method string, params map[string]any) {
+		params["_meta"] = meta
+		raw, _ := json.Marshal(params)
+		if data, err := protocol.Encode(&protocol.Notification{Method: method, Params: raw}); err == nil {
+			out.event(data)
 		}
 	}
-	// The audit trail records the listen once it ends, however it ends (the client's
-	// context may be over by then).
-	auditCtx := context.WithoutCancel(r.Context())
+	// writePending writes what is pending, and reports whether the client still reads.
+	writePending := func() bool {
+		methods, updates, overflow := stream.take()
+		for _, method := range methods {
+			notify(method, map[string]any{})
+		}
+		for _, uri := range updates {
+			// The caller's view is judged as the update is written: a URI it may not read
+			// (now) is never sent, whichever subscription covered it.
+			if _, _, ok := g.readableURI(client, uri); ok {
+				notify(protocol.NotificationResourceUpdated, map[string]any{"uri": uri})
+			}
+		}
+		return !overflow
+	}
 	for !out.broken {
 		select {
 		case <-stream.wake:
-			writePending()
+			if !writePending() {
+				g.logger.Warn("a listen stream ended: its client left resource updates unread", "limit", listenUpdatesLimit)
+				out.broken = true
+			}
 		case <-keepAlive.C:
 			if err := writeWithDeadline(w, out.rc, []byte(": keep-alive\n\n")); err != nil {
 				out.broken = true

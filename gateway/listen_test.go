@@ -38,6 +38,7 @@ type sseMessage struct {
 	Params struct {
 		Notifications map[string]any             `json:"notifications"`
 		Meta          map[string]json.RawMessage `json:"_meta"`
+		URI           string                     `json:"uri"`
 	} `json:"params"`
 	Result *struct {
 		ResultType string                     `json:"resultType"`
@@ -290,20 +291,26 @@ profiles:
 	}
 }
 
+// aliceAndBobYAML is the auth and policy of a gateway that knows two callers, alice and bob,
+// by their API keys, with one policy rule.
+func aliceAndBobYAML(aliceKey, bobKey, rule string) string {
+	return `
+auth:
+  api_keys:
+    - {name: alice, hash: ` + auth.HashAPIKey(aliceKey) + `}
+    - {name: bob, hash: ` + auth.HashAPIKey(bobKey) + `}
+policy:
+  rules:
+    - ` + rule + "\n"
+}
+
 // TestListenPolicyView: a change the policy hides from a caller is no change of that caller's
 // list: of two callers listening on /mcp, the one whose rule hides the added tools hears
 // nothing, the other hears list_changed.
 func TestListenPolicyView(t *testing.T) {
 	const aliceKey, bobKey = "mfk_listen-alice", "mfk_listen-bob"
-	tg := startGateway(t, listenLimits+upstreamYAML("many", "many", "")+`
-auth:
-  api_keys:
-    - {name: alice, hash: `+auth.HashAPIKey(aliceKey)+`}
-    - {name: bob, hash: `+auth.HashAPIKey(bobKey)+`}
-policy:
-  rules:
-    - {name: no-added-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, tools: ["added_*"]}}
-`, nil)
+	tg := startGateway(t, listenLimits+upstreamYAML("many", "many", "")+
+		aliceAndBobYAML(aliceKey, bobKey, `{name: no-added-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, tools: ["added_*"]}}`), nil)
 	t.Cleanup(tg.close)
 	params := `{"notifications":{"toolsListChanged":true}}`
 	alice := openListenAs(t, t, tg.url, `1`, params, aliceKey)

@@ -22,8 +22,9 @@ import (
 // own, outside any client request.
 const subscriptionCallTimeout = 10 * time.Second
 
-// subscriptions fans resources/updated out to the sessions that subscribed: one upstream
-// subscription per key, dropped when its last subscriber leaves.
+// subscriptions fans resources/updated out to the sessions that subscribed and the listen
+// streams that asked for the URI (listenresources.go): one upstream subscription per key,
+// dropped when its last holder, session or listen, leaves.
 //
 // The upstream calls of one key take turns, so that the key is subscribed upstream once and
 // unsubscribed when its last subscriber leaves; calls of different keys never wait for each
@@ -42,6 +43,9 @@ type subscriptions struct {
 	// stamps order, across replicas, the subscribes and unsubscribes of a session to a URI:
 	// the latest holds it, whichever replica got it (replica.Replicas.Subscribed). Guarded by mu.
 	stamps map[subStamp]uint64
+	// modern holds the upstream listen of each key of a 2026-07-28 upstream that listen
+	// streams hold (upstreamlisten.go). Guarded by mu.
+	modern map[subKey]*upstreamListen
 }
 
 // subStamp names a session's subscription to an upstream's URI, for its stamp.
@@ -65,6 +69,9 @@ type subEntry struct {
 
 	// sessions holds the ids of the subscribed sessions.
 	sessions map[string]bool
+	// listens holds the listen streams of this replica that asked for the key's URI; a
+	// listen is only ever held on the shared connection.
+	listens map[*listenStream]bool
 	// on is the connection the upstream subscription was made on (its initialize result, new
 	// with every connection), nil when there is none. A subscription made on an earlier
 	// connection is lost: the upstream restarted or re-initialized.
@@ -73,13 +80,17 @@ type subEntry struct {
 	refs int
 }
 
+// heldLocked reports whether a session or a listen holds the subscription; subscriptions.mu
+// must be held.
+func (e *subEntry) heldLocked() bool { return len(e.sessions) > 0 || len(e.listens) > 0 }
+
 // acquire waits for key's turn, making its entry when there is none. The caller must release
 // the entry when its upstream calls are done.
 func (s *subscriptions) acquire(ctx context.Context, key subKey) (*subEntry, error) {
 	s.mu.Lock()
 	e := s.entries[key]
 	if e == nil {
-		e = &subEntry{turn: make(chan struct{}, 1), sessions: map[string]bool{}}
+		e = &subEntry{turn: make(chan struct{}, 1), sessions: map[string]bool{}, listens: map[*listenStream]bool{}}
 		s.entries[key] = e
 	}
 	e.refs++
@@ -104,7 +115,7 @@ func (s *subscriptions) leave(key subKey, e *subEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refs--
-	if e.refs == 0 && len(e.sessions) == 0 && e.on == nil {
+	if e.refs == 0 && !e.heldLocked() && e.on == nil {
 		delete(s.entries, key)
 	}
 }
@@ -181,7 +192,7 @@ func (s *subscriptions) subscribeHere(ctx context.Context, rq *request, res *res
 	info := c.client.Server()
 	s.mu.Lock()
 	current := e.on != nil && e.on == info
-	mine, count := e.sessions[sessionID], len(e.sessions)
+	mine, count := e.sessions[sessionID], len(e.sessions)+len(e.listens)
 	s.mu.Unlock()
 	switch {
 	case on && !current:
@@ -208,7 +219,7 @@ func (s *subscriptions) subscribeHere(ctx context.Context, rq *request, res *res
 		e.on = info
 	} else if mine {
 		delete(e.sessions, sessionID)
-		if len(e.sessions) == 0 {
+		if !e.heldLocked() {
 			e.on = nil
 		}
 	}
@@ -252,7 +263,7 @@ func (s *subscriptions) dropElsewhere(digest, sessionID, upstreamName, uri strin
 		if sessionID != "" && !keepID {
 			delete(e.sessions, sessionID)
 		}
-		if len(e.sessions) == 0 && e.on != nil {
+		if !e.heldLocked() && e.on != nil {
 			last = append(last, key)
 		}
 	}
@@ -280,19 +291,10 @@ func (s *subscriptions) takeOver(ctx context.Context, digest string, u *upstream
 		return false
 	}
 	defer s.release(key, e)
-	info := u.shared.client.Server()
-	if info == nil {
+	info, err := s.subscribeTurn(ctx, key, e)
+	if err != nil {
+		s.router.logger.Warn("taking over a subscription failed", "upstream", ns.Name, "error", err.Error())
 		return false
-	}
-	s.mu.Lock()
-	current := e.on == info
-	s.mu.Unlock()
-	if !current {
-		params, _ := json.Marshal(map[string]string{"uri": original})
-		if _, err := u.shared.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
-			s.router.logger.Warn("taking over a subscription failed", "upstream", ns.Name, "error", err.Error())
-			return false
-		}
 	}
 	s.mu.Lock()
 	e.sessions[digestKey+digest] = true
@@ -300,6 +302,26 @@ func (s *subscriptions) takeOver(ctx context.Context, digest string, u *upstream
 	s.mu.Unlock()
 	s.router.replicas.Subscribed(ctx, digest, ns.Name, original, true, seq)
 	return true
+}
+
+// subscribeTurn subscribes key upstream unless it is subscribed on the connection as it is
+// now, and returns that connection's initialize result, for subEntry.on. The caller holds
+// key's turn (acquire).
+func (s *subscriptions) subscribeTurn(ctx context.Context, key subKey, e *subEntry) (*protocol.InitializeResult, error) {
+	info := key.conn.client.Server()
+	if info == nil {
+		return nil, upstream.ErrUnavailable
+	}
+	s.mu.Lock()
+	current := e.on == info
+	s.mu.Unlock()
+	if !current {
+		params, _ := json.Marshal(map[string]string{"uri": key.uri})
+		if _, err := key.conn.client.Call(ctx, protocol.MethodSubscribe, params); err != nil {
+			return nil, err
+		}
+	}
+	return info, nil
 }
 
 // setStamp records the stamp of a subscribe or unsubscribe made here.
@@ -371,7 +393,7 @@ func (s *subscriptions) dropKeys(sessionID, byDigest string) {
 		}
 		delete(e.sessions, sessionID)
 		delete(e.sessions, byDigest)
-		if len(e.sessions) > 0 {
+		if e.heldLocked() {
 			continue
 		}
 		if key.conn.session != "" {
@@ -402,7 +424,7 @@ func (s *subscriptions) unsubscribeUnused(key subKey) {
 	}
 	defer s.release(key, e)
 	s.mu.Lock()
-	unused, current := len(e.sessions) == 0 && e.on != nil, e.on == key.conn.client.Server()
+	unused, current := !e.heldLocked() && e.on != nil, e.on == key.conn.client.Server()
 	s.mu.Unlock()
 	if !unused {
 		return
@@ -424,7 +446,7 @@ func (s *subscriptions) holds(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key, e := range s.entries {
-		if key.conn == c && len(e.sessions) > 0 {
+		if key.conn == c && e.heldLocked() {
 			return true
 		}
 	}
@@ -443,7 +465,7 @@ func (s *subscriptions) renew(c *conn) {
 	s.mu.Lock()
 	var stale []subKey
 	for key, e := range s.entries {
-		if key.conn == c && len(e.sessions) > 0 && e.on != info {
+		if key.conn == c && e.heldLocked() && e.on != info {
 			stale = append(stale, key)
 		}
 	}
@@ -481,7 +503,7 @@ func (s *subscriptions) renewKey(ctx context.Context, key subKey) error {
 	defer s.release(key, e)
 	info := key.conn.client.Server()
 	s.mu.Lock()
-	stale := info != nil && len(e.sessions) > 0 && e.on != info
+	stale := info != nil && e.heldLocked() && e.on != info
 	s.mu.Unlock()
 	if !stale {
 		return nil
@@ -496,13 +518,14 @@ func (s *subscriptions) renewKey(ctx context.Context, key subKey) error {
 	return nil
 }
 
-// deliverUpdated fans notifications/resources/updated out to the subscribed sessions, with
-// the URI in the gateway's namespaced form.
+// deliverUpdated fans notifications/resources/updated out to the subscribed sessions and
+// the listen streams that asked for it, with the URI in the gateway's namespaced form.
 func (s *subscriptions) deliverUpdated(c *conn, n *protocol.Notification) {
 	uri, ok, err := protocol.StringMember(n.Params, "uri")
 	if err != nil || !ok {
 		return
 	}
+	s.tellListensUpdated(c, uri)
 	// Subscriptions are keyed by connection: an update from a session's own connection
 	// reaches only that session, the only one that can subscribe there.
 	s.mu.Lock()

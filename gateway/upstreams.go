@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
@@ -48,6 +49,10 @@ type upstreamEntry struct {
 	// inputBridge is config.Upstream.InputBridge: whether a 2026-07-28 call this upstream
 	// asks for input waits for it (parking.go).
 	inputBridge string
+	// requestTimeout is the upstream's request_timeout, which bounds the wait for the
+	// acknowledgement of an upstream listen the gateway makes for its clients (as it bounds
+	// each call); zero means no bound but the client's.
+	requestTimeout time.Duration
 }
 
 func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {

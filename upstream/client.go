@@ -962,6 +962,9 @@ type pendingCall struct {
 	ch chan *protocol.Response
 	// caller is what the caller attached with WithCaller, for the messages about this call.
 	caller caller
+	// acknowledged, for a subscriptions/listen made by Listen, is called with the upstream's
+	// acknowledgement of it, then set to nil.
+	acknowledged func(notifications json.RawMessage)
 }
 
 // errRefusedUnsent marks a request that the upstream refused because it forgot the session:
@@ -972,6 +975,12 @@ var errRefusedUnsent = fmt.Errorf("refused before it ran: %w", ErrSessionExpired
 // the call lasts until ctx ends (a subscriptions/listen). To a 2026-07-28 upstream the
 // request carries the _meta of withModernMeta, with the client capabilities of ctx.
 func (cn *connection) call(ctx context.Context, method string, params json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
+	return cn.callAcknowledged(ctx, method, params, timeout, nil)
+}
+
+// callAcknowledged is call, for a subscriptions/listen whose acknowledgement goes to
+// acknowledged (nil for any other call).
+func (cn *connection) callAcknowledged(ctx context.Context, method string, params json.RawMessage, timeout time.Duration, acknowledged func(json.RawMessage)) (json.RawMessage, error) {
 	name := cn.client.spec.Name
 	if cn.modernVersion != "" {
 		var err error
@@ -980,7 +989,7 @@ func (cn *connection) call(ctx context.Context, method string, params json.RawMe
 		}
 	}
 	id := cn.nextID.Add(1)
-	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: callerOf(ctx)}
+	p := pendingCall{ch: make(chan *protocol.Response, 1), caller: callerOf(ctx), acknowledged: acknowledged}
 	cn.mu.Lock()
 	if cn.err != nil {
 		cn.mu.Unlock()
@@ -1271,7 +1280,9 @@ func (cn *connection) handleNotification(n *protocol.Notification, from arrival)
 		k = Resources
 	case notificationSubscriptionsAcknowledged:
 		// The opening of the gateway's own subscriptions/listen: nothing for its clients.
-		cn.client.logger.Debug("the upstream acknowledged the gateway's subscriptions/listen")
+		if !cn.acknowledge(n.Params) {
+			cn.client.logger.Debug("the upstream acknowledged the gateway's subscriptions/listen")
+		}
 		return
 	default:
 		if cb := cn.client.opts.OnNotification; cb != nil {

@@ -460,6 +460,61 @@ func listenKinds(caps protocol.ServerCapabilities) ([]Kind, json.RawMessage) {
 	return kinds, params
 }
 
+// Listen holds a subscriptions/listen request with params open on a 2026-07-28 upstream
+// until ctx ends or the upstream ends it, and returns why it ended (ctx's error when ctx
+// ended it). acknowledged is called once, with the notifications the upstream honours, when
+// it acknowledges this listen (its notifications/subscriptions/acknowledged naming the
+// request); it runs on the connection's read loop and must not block. Listen fails at once
+// with ErrUnavailable when the upstream is not connected, and with ErrNotModern when it
+// speaks 2025-11-25.
+func (c *Client) Listen(ctx context.Context, params json.RawMessage, acknowledged func(notifications json.RawMessage)) error {
+	cn := c.live.Load()
+	if cn == nil {
+		return fmt.Errorf("%s %s: %w", c.spec.Name, protocol.MethodListen, ErrUnavailable)
+	}
+	if cn.modernVersion == "" {
+		return fmt.Errorf("%s %s: %w", c.spec.Name, protocol.MethodListen, ErrNotModern)
+	}
+	_, err := cn.callAcknowledged(ctx, protocol.MethodListen, params, 0, acknowledged)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// ErrNotModern is returned (wrapped) by Listen for an upstream that speaks 2025-11-25, which
+// has no subscriptions/listen.
+var ErrNotModern = errors.New("the upstream speaks 2025-11-25, which has no subscriptions/listen")
+
+// acknowledge hands an upstream's acknowledgement of a listen to the Listen that made it,
+// found by its subscriptionId; it reports whether one took it.
+func (cn *connection) acknowledge(params json.RawMessage) bool {
+	var ack struct {
+		Notifications json.RawMessage            `json:"notifications"`
+		Meta          map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(params, &ack) != nil {
+		return false
+	}
+	var id int64
+	if json.Unmarshal(ack.Meta[protocol.MetaSubscriptionID], &id) != nil {
+		return false
+	}
+	cn.mu.Lock()
+	p, ok := cn.pending[id]
+	hook := p.acknowledged
+	if ok && hook != nil {
+		p.acknowledged = nil
+		cn.pending[id] = p
+	}
+	cn.mu.Unlock()
+	if hook == nil {
+		return false
+	}
+	hook(ack.Notifications)
+	return true
+}
+
 // listenForChanges holds a subscriptions/listen request open on a 2026-07-28 upstream, so
 // that its list changes arrive as they would from a 2025 one (handleNotification refetches
 // the list). When the listen ends (the upstream ended it, or its stream dropped), it is

@@ -613,3 +613,61 @@ func TestJudgeDiscover(t *testing.T) {
 		t.Errorf("no answer: %+v; want unanswered", ans)
 	}
 }
+
+// TestListenAcknowledged: Listen holds a subscriptions/listen on a 2026-07-28 upstream, over
+// HTTP and over stdio; its acknowledgement, told apart from the catalog's own listen by its
+// subscriptionId, reaches the caller with what the upstream honours, and the listen lasts
+// until its context ends. A 2025-11-25 upstream has none.
+func TestListenAcknowledged(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec func(t *testing.T) Spec
+	}{
+		{"http", func(t *testing.T) Spec {
+			return Spec{Name: "modern", URL: newModernHTTPUpstream(t, testupstream.ModernOptions{}).srv.URL, Protocol: ProtocolModern}
+		}},
+		{"stdio", func(t *testing.T) Spec {
+			spec := goSpec(t, "modern")
+			spec.Protocol = ProtocolModern
+			return spec
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startModernClient(t, tc.spec(t), nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			acked := make(chan json.RawMessage, 2)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- c.Listen(ctx, json.RawMessage(`{"notifications":{"resourceSubscriptions":["file:///watched.txt"]}}`),
+					func(n json.RawMessage) { acked <- n })
+			}()
+			select {
+			case n := <-acked:
+				if !strings.Contains(string(n), `"resourceSubscriptions":["file:///watched.txt"]`) {
+					t.Errorf("acknowledged %s; want the resource subscription", n)
+				}
+			case err := <-errc:
+				t.Fatalf("Listen ended before its acknowledgement: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no acknowledgement")
+			}
+			if got := callText(t, context.Background(), c, "sub_counts"); got != "subscribe=1 unsubscribe=0" {
+				t.Errorf("the upstream saw %s while the listen is open; want one subscription", got)
+			}
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Errorf("Listen = %v; want context.Canceled once its context ended", err)
+			}
+			if len(acked) != 0 {
+				t.Error("acknowledged more than once")
+			}
+		})
+	}
+	t.Run("2025-11-25", func(t *testing.T) {
+		c := startModernClient(t, goSpec(t, "semantics"), nil)
+		if err := c.Listen(context.Background(), json.RawMessage(`{}`), func(json.RawMessage) {}); !errors.Is(err, ErrNotModern) {
+			t.Errorf("Listen on a 2025-11-25 upstream = %v; want ErrNotModern", err)
+		}
+	})
+}

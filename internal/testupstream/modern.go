@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -57,7 +58,11 @@ type ModernOptions struct {
 //     for a name by form elicitation, or for nothing (a requestState alone) when nothing is
 //     true; requestState "again";
 //   - "seen": answers {"seen": Seen(), "cancels": Cancels(), "blocking": Blocking()} as JSON
-//     text, for a test that runs the server as a process.
+//     text, for a test that runs the server as a process;
+//   - "touch": announces its resource file:///watched.txt updated, to the listens subscribed
+//     to it; "sub_counts" answers "subscribe=N unsubscribe=M", the resource subscriptions its
+//     listens made and ended; a listen's subscription to file:///gone.txt fails, as to a
+//     resource not found.
 type Modern struct {
 	Server *mcp.Server
 
@@ -68,6 +73,8 @@ type Modern struct {
 	added    atomic.Int64
 	cancels  atomic.Int64
 	blocking atomic.Int64
+	subs     atomic.Int64
+	unsubs   atomic.Int64
 }
 
 // SeenRequest is one message a Modern server received: its method and its params._meta.
@@ -128,12 +135,21 @@ const lookupSchema = `{"type":"object","properties":{"repo":{"type":"string","x-
 // NewModern returns a Modern server.
 func NewModern(opts ModernOptions) *Modern {
 	m := &Modern{}
-	serverOpts := &mcp.ServerOptions{Instructions: "instructions of modern"}
+	serverOpts := &mcp.ServerOptions{Instructions: "instructions of modern",
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			if req.Params.URI == "file:///gone.txt" {
+				return &jsonrpc.Error{Code: -32602, Message: "resource not found: file:///gone.txt", Data: json.RawMessage(`{"uri":"file:///gone.txt"}`)}
+			}
+			m.subs.Add(1)
+			return nil
+		},
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { m.unsubs.Add(1); return nil },
+	}
 	if opts.TTLMs > 0 {
 		serverOpts.SetCacheable = func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs = opts.TTLMs }
 	}
 	if opts.Static {
-		serverOpts.Capabilities = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}}
+		serverOpts.Capabilities = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}, Resources: &mcp.ResourceCapabilities{ListChanged: false}}
 	}
 	m.Server = mcp.NewServer(&mcp.Implementation{Name: "test-modern", Version: "2.0.0"}, serverOpts)
 	m.Server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -147,6 +163,21 @@ func NewModern(opts ModernOptions) *Modern {
 			var in struct{ Text string }
 			_ = json.Unmarshal(req.Params.Arguments, &in)
 			return text(in.Text), nil
+		})
+	m.Server.AddResource(&mcp.Resource{URI: "file:///watched.txt", Name: "watched", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "watched"}}}, nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "touch", Description: "announces file:///watched.txt updated", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if err := m.Server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "file:///watched.txt"}); err != nil {
+				return nil, err
+			}
+			return text("touched"), nil
+		})
+	m.Server.AddTool(&mcp.Tool{Name: "sub_counts", Description: "resource subscriptions seen", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(fmt.Sprintf("subscribe=%d unsubscribe=%d", m.subs.Load(), m.unsubs.Load())), nil
 		})
 	m.Server.AddTool(&mcp.Tool{Name: "lookup", Description: "looks a query up in a repository", InputSchema: json.RawMessage(lookupSchema)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -399,6 +399,8 @@ func addReverseTools(server *mcp.Server) {
 //   - tool "log" {text}: logs "<text>" at debug, info and warning during the call;
 //     "log_later" logs once after its call returned (no call to attribute it to);
 //   - resource file:///watched.txt, subscribable; tool "touch" announces it updated;
+//     "touch_parts" announces file:///watched.txt/secret, then file:///watched.txt/part
+//     updated, to the sessions subscribed to each;
 //     tool "sub_counts" answers "subscribe=N unsubscribe=M" as the server saw them;
 //   - resource file:///held.txt, whose subscribe does not answer until tool "release" is
 //     called; tool "held" answers "held=N", the subscribes waiting there;
@@ -503,6 +505,15 @@ func newSemantics() *mcp.Server {
 				return nil, nil, err
 			}
 			return text("touched"), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "touch_parts", Description: "announces two resources below file:///watched.txt updated"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			for _, uri := range []string{"file:///watched.txt/secret", "file:///watched.txt/part"} {
+				if err := server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}); err != nil {
+					return nil, nil, err
+				}
+			}
+			return text("touched parts"), nil, nil
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "sub_counts", Description: "subscriptions seen"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
