@@ -182,6 +182,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.store, g.events = g.backends.Sessions, g.backends.Events
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.streamable.callsCtx, g.streamable.endCalls = context.WithCancel(g.ctx)
 	if g.states, err = newRequestStates(g.backends.Keys, g.opts.Now); err != nil {
 		g.abandon()
 		return nil, err
@@ -527,15 +528,22 @@ func (g *Gateway) Close() error {
 		g.closing = true
 		g.mu.Unlock()
 		g.hub.Close()
+		g.streamable.endCalls()
 		// Every session has ended (these now, the others before): no request begins any more.
 		// The requests end while their upstreams are still connected, so that each upstream
-		// hears of the cancel of its calls; one stuck writing to an upstream that stopped
-		// reading is freed when the upstreams close, below, after a short wait.
+		// hears of the cancel of its calls (a 2026-07-28 call waiting for input answers the
+		// upstream's request with an error first); one stuck writing to an upstream that
+		// stopped reading is freed when the upstreams close, below, after a short wait.
 		requestsDone := g.hub.RequestsDone()
-		select {
-		case <-requestsDone:
-		case <-time.After(closeRequestsWait):
+		callsDone := g.streamable.calls.close()
+		wait := time.NewTimer(closeRequestsWait)
+		for _, done := range []<-chan struct{}{requestsDone, callsDone} {
+			select {
+			case <-done:
+			case <-wait.C:
+			}
 		}
+		wait.Stop()
 		g.cancel()
 		for _, u := range g.upstreams {
 			if u.pool != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/modern"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/seal"
 )
 
@@ -80,6 +81,48 @@ type inputAsk struct {
 	params   json.RawMessage
 	// reply gets the client's answer, once; closed without one when there will be none.
 	reply chan json.RawMessage
+}
+
+// callGroup counts the 2026-07-28 calls whose pipelines run, for Close to wait for them: once
+// it is closed, no call begins. Safe for concurrent use.
+type callGroup struct {
+	mu      sync.Mutex
+	running int           // guarded by mu
+	closed  bool          // guarded by mu
+	idle    chan struct{} // closed once closed and no call runs; guarded by mu
+}
+
+// begin counts a call in; false once the group is closed.
+func (cg *callGroup) begin() bool {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.closed {
+		return false
+	}
+	cg.running++
+	return true
+}
+
+// end counts a call out.
+func (cg *callGroup) end() {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.running--; cg.closed && cg.running == 0 {
+		close(cg.idle)
+	}
+}
+
+// close stops calls from beginning and returns a channel closed once none runs.
+func (cg *callGroup) close() <-chan struct{} {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if !cg.closed {
+		cg.closed, cg.idle = true, make(chan struct{})
+		if cg.running == 0 {
+			close(cg.idle)
+		}
+	}
+	return cg.idle
 }
 
 // parkedCalls are the calls waiting for their clients' retries on this replica. Safe for
@@ -194,17 +237,23 @@ func asInputRequest(method string, params json.RawMessage) json.RawMessage {
 const inputBridgePark = "park"
 
 // attend follows call c on the response w of HTTP request r, the call or a retry of it whose
-// JSON-RPC id is id, until the call ends, or asks for input, which parks it and answers
-// input_required. The client closing the response cancels the call, unless it was parked
-// first.
+// JSON-RPC id is id, until the call ends or asks for input (follow).
 func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *statelessCall, id protocol.ID) {
 	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
-	closed := context.AfterFunc(r.Context(), func() { c.cancel(context.Canceled) })
+	out.final(g.follow(r.Context(), c, id, out.event))
+}
+
+// follow hands emit the messages about call c until the call ends, and returns its response
+// with id: its answer, or, when the upstream asks for input, the input_required result of the
+// round that parks it. The end of ctx (the client left) cancels the call, unless it was parked
+// first.
+func (g *streamableServer) follow(ctx context.Context, c *statelessCall, id protocol.ID, emit func([]byte)) *protocol.Response {
+	closed := context.AfterFunc(ctx, func() { c.cancel(context.Canceled) })
 	defer closed()
 	for {
 		select {
 		case data := <-c.direct.events:
-			out.event(data)
+			emit(data)
 		case a := <-c.direct.asks:
 			if !closed() {
 				// The client left: the call is being cancelled; its end comes on answered.
@@ -220,21 +269,19 @@ func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *sta
 					more = false
 				}
 			}
-			out.final(g.park(c, asks, id))
-			return
+			return g.park(c, asks, id)
 		case resp := <-c.answered:
 			for pending := true; pending; {
 				select {
 				case data := <-c.direct.events:
-					out.event(data)
+					emit(data)
 				default:
 					pending = false
 				}
 			}
 			answer := *resp
 			answer.ID = id
-			out.final(&answer)
-			return
+			return &answer
 		}
 	}
 }
@@ -349,39 +396,113 @@ func (g *streamableServer) parkedStateOf(w http.ResponseWriter, preq *pipeline.R
 
 // resumeParked continues the parked call a retry's requestState names: the retry's answers go
 // to the upstream's waiting requests, and the retry's response follows the call from there. A
-// retry the call does not accept gets an error, and the call waits on.
+// call waiting on another replica is continued there, through the bus. A retry the call does
+// not accept gets an error, and the call waits on.
 func (g *streamableServer) resumeParked(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, st *parkedState) {
-	fail := func(msg string) {
-		writeModernResponse(w, &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInvalidParams, "Invalid params: %s", msg)})
-	}
 	if st.Replica != g.hub.Tag() {
-		g.logger.Info("a retry reached a replica other than the one its call waits on", "request_id", preq.LogID)
-		fail("this call waits for its input on another replica of the gateway, which this one cannot reach: start the call again (it may have run in part)")
+		writeModernResponse(w, g.resumeElsewhere(r.Context(), preq, st))
 		return
+	}
+	c, resp := g.continueParked(preq.ID, preq.Params, preq.LogID, st)
+	if c == nil {
+		writeModernResponse(w, resp)
+		return
+	}
+	g.attend(w, r, c, preq.ID)
+}
+
+// parkedRetry is a retry of a parked call passed to the replica it waits on.
+type parkedRetry struct {
+	State  parkedState     `json:"s"`
+	ID     json.RawMessage `json:"id"`
+	Params json.RawMessage `json:"p"`
+	LogID  string          `json:"l"`
+}
+
+// resumeElsewhere passes a retry to the replica its call waits on, and returns the response it
+// got there (without the messages about the call meanwhile: they stay there). This replica
+// checked the state's seal, principal, endpoint and expiry; that one checks the round.
+func (g *streamableServer) resumeElsewhere(ctx context.Context, preq *pipeline.Request, st *parkedState) *protocol.Response {
+	gone := func(why string) *protocol.Response {
+		g.logger.Info("a retry's call could not be continued on its replica", "request_id", preq.LogID, "replica", st.Replica, "why", why)
+		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInvalidParams,
+			"Invalid params: this call waited for its input on another replica of the gateway, which %s: start the call again (it may have run in part)", why)}
+	}
+	if g.replicas == nil {
+		return gone("this one cannot reach")
+	}
+	retry, err := json.Marshal(parkedRetry{State: *st, ID: preq.ID.Raw(), Params: preq.Params, LogID: preq.LogID})
+	if err != nil {
+		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInternalError, "encode the retry: %v", err)}
+	}
+	res, forwarded, err := g.replicas.ForwardResume(ctx, st.Replica, retry, parkTTL)
+	switch {
+	case err != nil:
+		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInternalError, "the retry ended before its call did: %v", err)}
+	case !forwarded:
+		return gone("has stopped")
+	case res.Unavailable != "":
+		return gone("did not answer: " + res.Unavailable)
+	}
+	msg, err := protocol.Decode(res.Result)
+	resp, ok := msg.(*protocol.Response)
+	if err != nil || !ok {
+		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInternalError, "the replica the call waited on sent an unreadable answer")}
+	}
+	return resp
+}
+
+// ServeResume implements replica.Host: it serves a retry another replica passed here, of a
+// call waiting here, and returns the encoded response.
+func (h replicaHost) ServeResume(ctx context.Context, data json.RawMessage) replica.Result {
+	var retry parkedRetry
+	if err := json.Unmarshal(data, &retry); err != nil {
+		return replica.Result{Unavailable: "unreadable retry"}
+	}
+	id, err := protocol.ParseID(retry.ID)
+	if err != nil {
+		return replica.Result{Unavailable: "unreadable retry id"}
+	}
+	g := h.g.streamable
+	c, resp := g.continueParked(id, retry.Params, retry.LogID, &retry.State)
+	if c != nil {
+		resp = g.follow(ctx, c, id, func([]byte) {})
+	}
+	encoded, err := protocol.Encode(resp)
+	if err != nil {
+		return replica.Result{Unavailable: "encode the response: " + err.Error()}
+	}
+	return replica.Result{Result: encoded}
+}
+
+// continueParked gives the parked call st names the answers of a retry (id, params), and
+// returns the call, for the retry to follow; or, without a call, the retry's response: an
+// error when the call is not waiting for this retry, or a new input_required asking again
+// for answers the retry lacks.
+func (g *streamableServer) continueParked(id protocol.ID, params json.RawMessage, logID string, st *parkedState) (*statelessCall, *protocol.Response) {
+	fail := func(msg string) (*statelessCall, *protocol.Response) {
+		return nil, &protocol.Response{ID: id, Error: protocol.Errorf(protocol.CodeInvalidParams, "Invalid params: %s", msg)}
 	}
 	c := g.parked.take(st.Call)
 	if c == nil {
-		fail("the call is no longer waiting for input (answered already, expired, or the gateway restarted): start it again (it may have run in part)")
-		return
+		return fail("the call is no longer waiting for input (answered already, expired, or the gateway restarted): start it again (it may have run in part)")
 	}
 	c.mu.Lock()
 	if !c.expiry.Stop() {
 		// It expires this instant: expire found it taken, so it is ended here.
 		c.mu.Unlock()
 		c.cancel(errParkExpired)
-		fail("the call is no longer waiting for input (it expired): start it again (it may have run in part)")
-		return
+		return fail("the call is no longer waiting for input (it expired): start it again (it may have run in part)")
 	}
-	if st.Round != c.round || st.Nonce != c.nonce || st.Arguments != argumentsDigest(preq.Params) {
+	if st.Round != c.round || st.Nonce != c.nonce || st.Arguments != argumentsDigest(params) {
 		// Not this round's retry: the call waits on, until its own deadline.
 		c.expiry = g.parked.startTimer(time.Until(c.deadline), func() { g.expire(c) })
 		c.mu.Unlock()
 		g.parked.put(c)
-		fail("requestState is not the latest of this call, or the arguments differ from the call's: send the retry with the last requestState and the call's arguments")
-		return
+		return fail("requestState is not the latest of this call, or the arguments differ from the call's: send the retry with the last requestState and the call's arguments")
 	}
 	close(c.drained)
-	responses, _, _ := protocol.Member(preq.Params, "inputResponses")
+	responses, _, _ := protocol.Member(params, "inputResponses")
 	var answers map[string]json.RawMessage
 	_ = json.Unmarshal(responses, &answers)
 	keys := slices.Sorted(maps.Keys(c.asks))
@@ -394,9 +515,8 @@ func (g *streamableServer) resumeParked(w http.ResponseWriter, r *http.Request, 
 		}
 		c.asks = nil
 		c.mu.Unlock()
-		g.logger.Debug("a retry lacked answers; asking again", "request_id", preq.LogID)
-		writeModernResponse(w, g.park(c, waiting, preq.ID))
-		return
+		g.logger.Debug("a retry lacked answers; asking again", "request_id", logID)
+		return nil, g.park(c, waiting, id)
 	}
 	c.rq.Inputs.Add(audit.InputRound{Round: c.round, Asked: askedMethods(c.asks), Outcome: "answered"})
 	for _, key := range keys {
@@ -404,7 +524,7 @@ func (g *streamableServer) resumeParked(w http.ResponseWriter, r *http.Request, 
 	}
 	c.asks = nil
 	c.mu.Unlock()
-	g.attend(w, r, c, preq.ID)
+	return c, nil
 }
 
 // parkedState is what a parked call's requestState holds, beside the caller's principal,

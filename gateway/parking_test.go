@@ -272,23 +272,44 @@ upstreams:
 	return tg, timers
 }
 
-// TestParkedCallRetryOnAnotherReplica: a parked call waits on the replica that took it; a
-// retry that reaches another replica is refused with an error that says so and that the call
-// may have run in part, and the call still waits for the retry that reaches its own replica.
-// (Continuing it from any replica is not built yet: this test shows the limit.)
+// TestParkedCallRetryOnAnotherReplica: a parked call waits on the replica that took it; its
+// client's retries may reach the other replica, which passes them to that one through the bus:
+// the call goes on round after round to its result, a replayed state is refused there too, and
+// once the replica holding a call has stopped, a retry for it is refused with an error that
+// says the call may have run in part.
 func TestParkedCallRetryOnAnotherReplica(t *testing.T) {
 	reverse := httptest.NewServer(goSDKHandler(t, "reverse", false))
 	t.Cleanup(reverse.Close)
 	a, b := twoReplicasWith(t, "modern_protocol: true\n", "  - name: r\n    url: "+reverse.URL+"\n")
 	onA, onB := rawClient{t: t, url: a.url}, rawClient{t: t, url: b.url}
+
 	key, state := parkedAsk(t, onA, nil)
-	answer := `{"` + key + `":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}}`
-	r := retryAsk(onB, nil, answer, state, `{"text":"x"}`)
-	if r.msg.Error == nil || !strings.Contains(r.msg.Error.Message, "another replica") || !strings.Contains(r.msg.Error.Message, "may have run in part") {
-		t.Fatalf("retry on B: %d %s; want an error saying the call waits on another replica", r.status, r.body)
+	sampled := `{"` + key + `":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}}`
+	r := retryAsk(onB, nil, sampled, state, `{"text":"x"}`)
+	var round2 struct {
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  string                     `json:"requestState"`
 	}
-	r = retryAsk(onA, nil, answer, state, `{"text":"x"}`)
-	if r.status != http.StatusOK || !strings.Contains(string(r.body), "elicitation/create") {
-		t.Fatalf("retry on A: %d %s; want the next round's elicitation", r.status, r.body)
+	if r.status != http.StatusOK || r.msg.Error != nil || json.Unmarshal(r.msg.Result, &round2) != nil || len(round2.InputRequests) != 1 {
+		t.Fatalf("retry on B: %d %s; want the next round's elicitation, from A", r.status, r.body)
+	}
+	if r := retryAsk(onB, nil, sampled, state, `{"text":"x"}`); r.msg.Error == nil || !strings.Contains(r.msg.Error.Message, "not the latest") {
+		t.Fatalf("the first state again, on B: %d %s; want it refused as not the latest", r.status, r.body)
+	}
+	var key2 string
+	for k := range round2.InputRequests {
+		key2 = k
+	}
+	r = retryAsk(onB, nil, `{"`+key2+`":{"action":"accept","content":{"answer":"E"}}}`, round2.RequestState, `{"text":"x"}`)
+	if r.status != http.StatusOK || r.msg.Error != nil || !strings.Contains(string(r.msg.Result), "sampled=S;elicited=E") {
+		t.Fatalf("second retry on B: %d %s; want the tool's result", r.status, r.body)
+	}
+
+	// A call parked on A, whose replica then stops.
+	key, state = parkedAsk(t, onA, nil)
+	a.close()
+	r = retryAsk(onB, nil, `{"`+key+`":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}}`, state, `{"text":"x"}`)
+	if r.msg.Error == nil || !strings.Contains(r.msg.Error.Message, "another replica") || !strings.Contains(r.msg.Error.Message, "may have run in part") {
+		t.Fatalf("retry on B once A stopped: %d %s; want an error saying the call may have run in part", r.status, r.body)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/hub"
@@ -48,6 +49,7 @@ type replicaCalls interface {
 	HolderOf(connections map[string]string, upstream string) string
 	Forward(ctx context.Context, holder, sessionID, streamID string, c replica.Call, timeout time.Duration) (replica.Result, bool, error)
 	NotifyHolder(ctx context.Context, holder, sessionID string, c replica.Call)
+	ForwardResume(ctx context.Context, holder string, retry json.RawMessage, timeout time.Duration) (replica.Result, bool, error)
 	RecordConnection(ctx context.Context, sessionID, upstream string, open bool)
 }
 

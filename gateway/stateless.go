@@ -217,7 +217,7 @@ func (g *streamableServer) toolHeaderParams(client pipeline.ClientContext) func(
 func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, declared *modern.ClientCapabilities) {
 	// The call outlives this HTTP request when it parks: its context is the gateway's.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	stop := context.AfterFunc(g.ctx, func() { cancel(hub.ErrShuttingDown) })
+	stop := context.AfterFunc(g.callsCtx, func() { cancel(hub.ErrShuttingDown) })
 	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel}
 	if mayAskForInput(preq.Method) {
 		direct.asks, direct.declared = make(chan *inputAsk), declared
@@ -226,11 +226,16 @@ func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Req
 	rq := &request{Request: preq, declared: declared}
 	rq.owner = &callOwner{caps: preq.Client.Capabilities, version: preq.Client.ProtocolVersion, ctx: ctx, clientID: preq.ID, logLevel: preq.Client.LogLevel, direct: direct}
 	c := &statelessCall{rq: rq, direct: direct, answered: make(chan *protocol.Response, 1), cancel: cancel}
-	started := g.goWorker(func() {
+	started := g.calls.begin()
+	if started && !g.goWorker(func() {
+		defer g.calls.end()
 		defer stop()
 		defer cancel(nil)
 		c.answered <- g.serveStatelessSafely(ctx, rq)
-	})
+	}) {
+		g.calls.end()
+		started = false
+	}
 	if !started {
 		stop()
 		cancel(nil)

@@ -75,6 +75,11 @@ type streamableServer struct {
 	listens *listenStreams
 	// parked are the 2026-07-28 calls waiting here for their clients' input (parking.go).
 	parked *parkedCalls
+	// callsCtx ends the 2026-07-28 calls at Close (endCalls), before the upstreams close;
+	// calls counts them until their pipelines return.
+	callsCtx context.Context
+	endCalls context.CancelFunc
+	calls    callGroup
 	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
 	requestSeq atomic.Uint64
 }

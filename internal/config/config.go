@@ -229,9 +229,9 @@ type Config struct {
 	// earlier (HTTP 400, error -32022 listing those versions), so that
 	// dual-era clients start a session with initialize. A 2025-11-25
 	// upstream's sampling, elicitation or roots request parks a 2026-07-28
-	// call on the replica that took it (see input_bridge), whose retry must
-	// reach that replica. Set it to false on every replica while any
-	// replica runs a build without it.
+	// call on the replica that took it (see input_bridge), where a retry
+	// reaching any replica continues it. Set it to false on every replica
+	// while any replica runs a build without it.
 	// Defaults to false.
 	ModernProtocol bool
 

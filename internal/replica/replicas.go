@@ -103,6 +103,10 @@ type Host interface {
 	// returns how it ended. It runs on a goroutine of its own (Options.Go), with ctx ended
 	// when the sender cancels the call or stops.
 	Serve(ctx context.Context, sessionID, streamID, name string, c Call) Result
+	// ServeResume serves a 2026-07-28 client's retry of a call waiting here for input, which
+	// another replica took (ForwardResume), and returns what the call came to. It runs on a
+	// goroutine of its own, with ctx ended when the sender gives up.
+	ServeResume(ctx context.Context, retry json.RawMessage) Result
 	// Refresh refetches the lists of the named upstream, which announced a change.
 	Refresh(upstream string)
 	// ReloadPins reads the pins anew after an operator's decision on another replica.
@@ -432,6 +436,8 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 		}
 	case busCall:
 		r.opts.Go(func() { r.runForwarded(m) })
+	case busResume:
+		r.opts.Go(func() { r.runResume(m) })
 	case busCallResult:
 		r.forwarding.callResult(m)
 	case busCallCancel:
