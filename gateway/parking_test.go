@@ -313,3 +313,40 @@ func TestParkedCallRetryOnAnotherReplica(t *testing.T) {
 		t.Fatalf("retry on B once A stopped: %d %s; want an error saying the call may have run in part", r.status, r.body)
 	}
 }
+
+// TestParkedCallsAcrossReplicasSDKClient: a Go SDK client pinned to 2026-07-28 behind a
+// balancer without affinity: each call parks on the replica that took it, and its retries,
+// landing on either replica, carry it to its result.
+func TestParkedCallsAcrossReplicasSDKClient(t *testing.T) {
+	reverse := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	t.Cleanup(reverse.Close)
+	a, b := twoReplicasWith(t, "modern_protocol: true\n", "  - name: r\n    url: "+reverse.URL+"\n")
+	rr := newRoundRobin(t, a.url, b.url)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rr-modern", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "S/" + req.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
+		},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "E"}}, nil
+		},
+	})
+	ctx := ctxT(t)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url, HTTPClient: &http.Client{Transport: rr}}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	for i := range 4 {
+		text := fmt.Sprintf("q%d", i)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": text}})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got, want := textOf(t, res), "sampled=S/"+text+";elicited=E"; got != want {
+			t.Fatalf("call %d = %q, want %q", i, got, want)
+		}
+	}
+	if rr.sent[0].Load() == 0 || rr.sent[1].Load() == 0 {
+		t.Errorf("requests per replica %d and %d: the balancer did not spread them", rr.sent[0].Load(), rr.sent[1].Load())
+	}
+}
