@@ -13,10 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/testredis"
+	"github.com/manifold-mcp/manifold/internal/testupstream"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -364,4 +367,65 @@ func stackInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.StackInuse
+}
+
+// BenchmarkParkedCallHeap parks 200 calls of 2026-07-28 clients, each waiting for its
+// client's answer to an upstream's sampling request, through the handler, and reports what
+// each parked call holds: heap and goroutine stacks. The upstream (the "reverse" test server
+// over Streamable HTTP) runs in this process, and its share, a handler waiting on its request,
+// is in the figures; heap-bytes/parked and stack-bytes/parked are upper bounds of the
+// gateway's.
+func BenchmarkParkedCallHeap(b *testing.B) {
+	const calls = 200
+	server, err := testupstream.New("reverse")
+	if err != nil {
+		b.Fatal(err)
+	}
+	reverse := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	b.Cleanup(reverse.Close)
+	cfg, err := config.Parse("bench.yaml", []byte("modern_protocol: true\nmax_calls_per_principal: 100000\nupstreams:\n  - name: r\n    url: "+reverse.URL+"\n"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Start()
+		stop := sync.OnceFunc(func() { g.Close() })
+		b.Cleanup(stop)
+		h := g.Handler()
+		// A list waits for the upstream's first start: its tools are then known.
+		list := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+		for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"} {
+			list.Header.Set(k, v)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), list)
+		park := func(i int) {
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}}},"name":"r__ask","arguments":{"text":"q"}}}`, i)
+			req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/mcp", strings.NewReader(body))
+			for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+				"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "r__ask"} {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if !strings.Contains(rec.Body.String(), `"input_required"`) {
+				b.Fatalf("call %d: %d %s; want input_required", i, rec.Code, rec.Body)
+			}
+		}
+		park(0) // the upstream's connection and the catalog are built once
+		heapBefore, stackBefore := heapInUse(), stackInUse()
+		for i := 1; i <= calls; i++ {
+			park(i)
+		}
+		heapAfter, stackAfter := heapInUse(), stackInUse()
+		if n := g.streamable.parked.count(); n != calls+1 {
+			b.Fatalf("%d calls parked, want %d", n, calls+1)
+		}
+		b.ReportMetric(float64(heapAfter-heapBefore)/calls, "heap-bytes/parked")
+		b.ReportMetric(float64(stackAfter-stackBefore)/calls, "stack-bytes/parked")
+		stop()
+	}
 }

@@ -85,8 +85,8 @@ func TestRedisOutage(t *testing.T) {
 			headers = nil
 		}
 		r := c.do(http.MethodPost, tc.body, headers)
-		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "session store is unavailable") {
-			t.Errorf("%s while Redis is cut: %d %s, want 503 saying the store is unavailable", tc.name, r.status, r.body)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "session store is unavailable") || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s while Redis is cut: %d (Retry-After %q) %s, want 503 with Retry-After saying the store is unavailable", tc.name, r.status, r.header.Get("Retry-After"), r.body)
 		}
 	}
 	if code, state := readyz(); code != http.StatusServiceUnavailable || state != "session_store_unreachable redis unreachable" {

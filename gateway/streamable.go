@@ -917,6 +917,10 @@ func writeHTTPError(w http.ResponseWriter, status int, id *protocol.ID, e *proto
 		data = []byte(`{"jsonrpc":"2.0","error":{"code":-32603,"message":"internal error"}}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		// Every 503 says when to try again: the store or the gateway is busy for a moment.
+		w.Header().Set("Retry-After", "1")
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(data)
 }

@@ -570,10 +570,21 @@ func (c *mcpClient) answer(ctx context.Context, url string, id json.RawMessage, 
 	return nil
 }
 
+// refusedForNow reports whether err is a 503 with Retry-After: the request did not run.
+func refusedForNow(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusServiceUnavailable && se.retryAfter != ""
+}
+
 // call posts request id to url and reads its answer to the end: the response, and the other
 // messages that came before it.
 func (c *mcpClient) call(ctx context.Context, url string, id int64, body string) (rpcMsg, []rpcMsg, error) {
 	st, err := c.open(ctx, url, body, "")
+	for try := 1; try < 3 && refusedForNow(err); try++ {
+		// Refused before it ran (a store round trip timed out on a loaded machine), with
+		// Retry-After: a client sends it again.
+		st, err = c.open(ctx, url, body, "")
+	}
 	if err != nil {
 		return rpcMsg{}, nil, err
 	}
