@@ -519,6 +519,7 @@ func (g *streamableServer) continueParked(id protocol.ID, params json.RawMessage
 		return nil, g.park(c, waiting, id)
 	}
 	c.rq.Inputs.Add(audit.InputRound{Round: c.round, Asked: askedMethods(c.asks), Outcome: "answered"})
+	c.direct.followedBy(params)
 	for _, key := range keys {
 		c.asks[key].reply <- answers[key]
 	}

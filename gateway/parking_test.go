@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -348,5 +349,69 @@ func TestParkedCallsAcrossReplicasSDKClient(t *testing.T) {
 	}
 	if rr.sent[0].Load() == 0 || rr.sent[1].Load() == 0 {
 		t.Errorf("requests per replica %d and %d: the balancer did not spread them", rr.sent[0].Load(), rr.sent[1].Load())
+	}
+}
+
+// TestParkedCallProgressFollowsTheRetry: progress reported after a round of input reaches the
+// retry that follows the call, under the retry's own progressToken; a retry that gave none
+// gets none.
+func TestParkedCallProgressFollowsTheRetry(t *testing.T) {
+	tg, _ := parkingGateway(t, "", nil)
+	// call returns the whole response, JSON or an SSE stream read to its end, as text.
+	call := func(id int, progress, extra string) string {
+		meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}}` + progress + `}`
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{%s,"name":"r__sample_then_progress","arguments":{"text":"x"}%s}}`, id, meta, extra)
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, tg.url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range modernHeaders("tools/call", "r__sample_then_progress") {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		all, _ := io.ReadAll(resp.Body)
+		return string(all)
+	}
+	for _, tt := range []struct {
+		name, retryProgress, want string
+	}{
+		{"the retry's own token", `,"progressToken":"retry-token"`, `"progressToken":"retry-token"`},
+		{"no token on the retry", ``, ``},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			first := call(1, `,"progressToken":"first-token"`, "")
+			var res struct {
+				Result struct {
+					InputRequests map[string]json.RawMessage `json:"inputRequests"`
+					RequestState  string                     `json:"requestState"`
+				} `json:"result"`
+			}
+			if json.Unmarshal([]byte(first), &res) != nil || len(res.Result.InputRequests) != 1 {
+				t.Fatalf("first call: %s", first)
+			}
+			var key string
+			for k := range res.Result.InputRequests {
+				key = k
+			}
+			state, _ := json.Marshal(res.Result.RequestState)
+			body := call(2, tt.retryProgress, `,"inputResponses":{"`+key+`":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}},"requestState":`+string(state))
+			if !strings.Contains(body, "sampled=S") {
+				t.Fatalf("retry: %s", body)
+			}
+			switch {
+			case strings.Contains(body, "first-token"):
+				t.Errorf("progress after the round went under the first request's token: %s", body)
+			case tt.want != "" && !strings.Contains(body, tt.want):
+				t.Errorf("retry's response %s; want progress under %s", body, tt.want)
+			case tt.want == "" && strings.Contains(body, "notifications/progress"):
+				t.Errorf("retry without a token got progress: %s", body)
+			}
+		})
 	}
 }

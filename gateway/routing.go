@@ -446,7 +446,15 @@ func (rt *messageRouter) onProgress(r *conn, n *protocol.Notification) {
 		return
 	}
 	p := v.(progressRoute)
-	params, err := protocol.SetMember(n.Params, "progressToken", p.clientToken)
+	clientToken := p.clientToken
+	if d := p.owner.direct; d != nil {
+		// A 2026-07-28 call's progress goes under the token of the request following it now:
+		// after a round of input, the client's retry, which may have another or none.
+		if clientToken = d.progressToken(); clientToken == nil {
+			return
+		}
+	}
+	params, err := protocol.SetMember(n.Params, "progressToken", clientToken)
 	if err != nil {
 		return
 	}

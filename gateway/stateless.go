@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/audit"
@@ -45,6 +46,30 @@ type directStream struct {
 	asks chan *inputAsk
 	// declared are the capabilities the request declared; nil when it may not park.
 	declared *modern.ClientCapabilities
+	// progress is the progressToken of the request following the call now (the call, or a
+	// retry of it after a round of input); nil when it gave none.
+	progress atomic.Pointer[json.RawMessage]
+}
+
+// followedBy notes that the request whose params are params follows the call now: its
+// progress goes under that request's progressToken.
+func (d *directStream) followedBy(params json.RawMessage) {
+	meta, _, _ := protocol.Member(params, "_meta")
+	token, ok, _ := protocol.Member(meta, protocol.MetaProgressToken)
+	if !ok || len(token) == 0 || string(token) == "null" {
+		d.progress.Store(nil)
+		return
+	}
+	kept := append(json.RawMessage(nil), token...)
+	d.progress.Store(&kept)
+}
+
+// progressToken is the progressToken progress about the call goes under; nil: none.
+func (d *directStream) progressToken() json.RawMessage {
+	if t := d.progress.Load(); t != nil {
+		return *t
+	}
+	return nil
 }
 
 // put queues an encoded message for the response; it never blocks. A client that lets
@@ -219,6 +244,7 @@ func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Req
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	stop := context.AfterFunc(g.callsCtx, func() { cancel(hub.ErrShuttingDown) })
 	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel}
+	direct.followedBy(preq.Params)
 	if mayAskForInput(preq.Method) {
 		direct.asks, direct.declared = make(chan *inputAsk), declared
 		preq.Inputs = new(audit.InputLog)

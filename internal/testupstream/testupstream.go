@@ -229,6 +229,8 @@ func New(flavor string) (*mcp.Server, error) {
 //   - "ask" {text}: samples (the prompt is the text), then elicits a form, and answers
 //     "sampled=<model's text>;elicited=<content.answer>";
 //   - "slow_ask": waits 300 ms, then samples, so that calls of two clients overlap;
+//   - "sample_then_progress" {text}: samples, then reports progress once with the caller's
+//     token, and answers "sampled=<model's text>";
 //   - "progress": sends three progress notifications with the caller's token, then answers
 //     the token it saw;
 //   - "block": runs until cancelled, then counts the cancel; "cancels" answers that count,
@@ -281,6 +283,19 @@ func addReverseTools(server *mcp.Server) {
 			sampled, err := sample(ctx, req.Session, in.Text)
 			if err != nil {
 				return nil, nil, err
+			}
+			return text("sampled=" + sampled), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "sample_then_progress", Description: "samples, then reports progress once"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			sampled, err := sample(ctx, req.Session, in.Text)
+			if err != nil {
+				return nil, nil, err
+			}
+			if token := req.Params.GetProgressToken(); token != nil {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 1, Total: 1}); err != nil {
+					return nil, nil, err
+				}
 			}
 			return text("sampled=" + sampled), nil, nil
 		})
