@@ -211,16 +211,7 @@ func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *sta
 				close(a.reply)
 				continue
 			}
-			asks := []*inputAsk{a}
-			for more := true; more; {
-				select {
-				case a := <-c.direct.asks:
-					asks = append(asks, a)
-				default:
-					more = false
-				}
-			}
-			out.final(g.park(c, asks, id))
+			out.final(g.park(c, gatherAsks(c, a, out), id))
 			return
 		case resp := <-c.answered:
 			for pending := true; pending; {
@@ -235,6 +226,40 @@ func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *sta
 			answer.ID = id
 			out.final(&answer)
 			return
+		}
+	}
+}
+
+// inputGatherQuiet and inputGatherMax bound how long a call's first request for input waits
+// for others of the same step: until none came for inputGatherQuiet, and inputGatherMax at
+// most. Variables for tests.
+var (
+	inputGatherQuiet = 50 * time.Millisecond
+	inputGatherMax   = 500 * time.Millisecond
+)
+
+// gatherAsks returns first with the upstream's requests for input that follow it closely: an
+// upstream of 2025-11-25 may send the requests of one step side by side (the Go SDK sends all
+// the input requests of a handler's input_required at once, each waiting for its answer), and
+// the client should get them in one input_required, not one per round (mcp-2026-notes §3.1,
+// "collect"). Messages about the call meanwhile go to out.
+func gatherAsks(c *statelessCall, first *inputAsk, out *modernWriter) []*inputAsk {
+	asks := []*inputAsk{first}
+	quiet := time.NewTimer(inputGatherQuiet)
+	defer quiet.Stop()
+	limit := time.NewTimer(inputGatherMax)
+	defer limit.Stop()
+	for {
+		select {
+		case a := <-c.direct.asks:
+			asks = append(asks, a)
+			quiet.Reset(inputGatherQuiet)
+		case data := <-c.direct.events:
+			out.event(data)
+		case <-quiet.C:
+			return asks
+		case <-limit.C:
+			return asks
 		}
 	}
 }
