@@ -260,16 +260,7 @@ func (g *streamableServer) follow(ctx context.Context, c *statelessCall, id prot
 				close(a.reply)
 				continue
 			}
-			asks := []*inputAsk{a}
-			for more := true; more; {
-				select {
-				case a := <-c.direct.asks:
-					asks = append(asks, a)
-				default:
-					more = false
-				}
-			}
-			return g.park(c, asks, id)
+			return g.park(c, gatherAsks(c, a, emit), id)
 		case resp := <-c.answered:
 			for pending := true; pending; {
 				select {
@@ -282,6 +273,40 @@ func (g *streamableServer) follow(ctx context.Context, c *statelessCall, id prot
 			answer := *resp
 			answer.ID = id
 			return &answer
+		}
+	}
+}
+
+// inputGatherQuiet and inputGatherMax bound how long a call's first request for input waits
+// for others of the same step: until none came for inputGatherQuiet, and inputGatherMax at
+// most. Variables for tests.
+var (
+	inputGatherQuiet = 50 * time.Millisecond
+	inputGatherMax   = 500 * time.Millisecond
+)
+
+// gatherAsks returns first with the upstream's requests for input that follow it closely: an
+// upstream of 2025-11-25 may send the requests of one step side by side (the Go SDK sends all
+// the input requests of a handler's input_required at once, each waiting for its answer), and
+// the client should get them in one input_required, not one per round (mcp-2026-notes §3.1,
+// "collect"). Messages about the call meanwhile go to emit.
+func gatherAsks(c *statelessCall, first *inputAsk, emit func([]byte)) []*inputAsk {
+	asks := []*inputAsk{first}
+	quiet := time.NewTimer(inputGatherQuiet)
+	defer quiet.Stop()
+	limit := time.NewTimer(inputGatherMax)
+	defer limit.Stop()
+	for {
+		select {
+		case a := <-c.direct.asks:
+			asks = append(asks, a)
+			quiet.Reset(inputGatherQuiet)
+		case data := <-c.direct.events:
+			emit(data)
+		case <-quiet.C:
+			return asks
+		case <-limit.C:
+			return asks
 		}
 	}
 }

@@ -243,7 +243,12 @@ func New(flavor string) (*mcp.Server, error) {
 //   - "flood" {count}: reports progress count times, then runs until cancelled;
 //   - "roots_changes": how many notifications/roots/list_changed the server received;
 //   - "url_elicit" {text}: elicits in URL mode with elicitationId "el-<text>", returns, and
-//     then announces that elicitation complete, outside its call.
+//     then announces that elicitation complete, outside its call;
+//   - "ask_thrice": elicits three times, one after the other ("first", "second", "third",
+//     each a form with a string "answer"), and answers "<first>,<second>,<third>";
+//   - "ask_together": samples, elicits and lists roots side by side, as the Go SDK's bridge
+//     for a 2025-11-25 client sends a handler's input requests, and answers
+//     "sampled=<text>;elicited=<answer>;roots=<number of roots>".
 func addReverseTools(server *mcp.Server) {
 	var cancels atomic.Int64 // of "block" and "hold" calls
 	var blocking atomic.Int64
@@ -387,6 +392,54 @@ func addReverseTools(server *mcp.Server) {
 				_ = session.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: id})
 			}()
 			return text(res.Action), nil, nil
+		})
+	elicitAnswer := func(ctx context.Context, ss *mcp.ServerSession, message string) (string, error) {
+		res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+			Message: message,
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{
+				"answer": map[string]any{"type": "string"}}},
+		})
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprint(res.Content["answer"]), nil
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "ask_thrice", Description: "elicits three times in one call"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			var answers []string
+			for _, step := range []string{"first", "second", "third"} {
+				answer, err := elicitAnswer(ctx, req.Session, step)
+				if err != nil {
+					return nil, nil, fmt.Errorf("%s elicitation: %w", step, err)
+				}
+				answers = append(answers, answer)
+			}
+			return text(strings.Join(answers, ",")), nil, nil
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "ask_together", Description: "samples, elicits and lists roots side by side"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			// As the SDK's bridge does, the first failure ends the other requests.
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var (
+				wg                             sync.WaitGroup
+				sampled, elicited              string
+				roots                          *mcp.ListRootsResult
+				sampleErr, elicitErr, rootsErr error
+			)
+			failed := func(err error) {
+				if err != nil {
+					cancel()
+				}
+			}
+			wg.Go(func() { sampled, sampleErr = sample(ctx, req.Session, "together"); failed(sampleErr) })
+			wg.Go(func() { elicited, elicitErr = elicitAnswer(ctx, req.Session, "together"); failed(elicitErr) })
+			wg.Go(func() { roots, rootsErr = req.Session.ListRoots(ctx, nil); failed(rootsErr) })
+			wg.Wait()
+			if err := errors.Join(sampleErr, elicitErr, rootsErr); err != nil {
+				return nil, nil, err
+			}
+			return text(fmt.Sprintf("sampled=%s;elicited=%s;roots=%d", sampled, elicited, len(roots.Roots))), nil, nil
 		})
 	mcp.AddTool(server, &mcp.Tool{Name: "roots_changes", Description: "how many roots list_changed notifications arrived"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
