@@ -230,18 +230,18 @@ func TestParkedCallRetries(t *testing.T) {
 // parking existed; and a request the call did not declare fails it so with park too.
 func TestParkingRefusedByConfig(t *testing.T) {
 	for _, tt := range []struct {
-		name, extra, capabilities string
+		name, extra, capabilities, why string
 	}{
-		{"input_bridge refuse", "    input_bridge: refuse\n", `{"sampling":{},"elicitation":{}}`},
-		{"not declared", "", `{"elicitation":{}}`},
+		{"input_bridge refuse", "    input_bridge: refuse\n", `{"sampling":{},"elicitation":{}}`, "input_bridge is refuse"},
+		{"not declared", "", `{"elicitation":{}}`, "did not declare"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tg, _ := parkingGateway(t, tt.extra, nil)
 			c := rawClient{t: t, url: tg.url}
 			meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":` + tt.capabilities + `}`
 			r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+meta+`,"name":"r__ask","arguments":{"text":"x"}}}`, modernHeaders("tools/call", "r__ask"))
-			if r.msg.Error == nil || r.msg.Error.Code != -32021 || !strings.Contains(r.msg.Error.Message, "sampling/createMessage") {
-				t.Fatalf("call: %d %s; want -32021 naming sampling/createMessage", r.status, r.body)
+			if r.msg.Error == nil || r.msg.Error.Code != -32021 || !strings.Contains(r.msg.Error.Message, "sampling/createMessage") || !strings.Contains(r.msg.Error.Message, tt.why) {
+				t.Fatalf("call: %d %s; want -32021 naming sampling/createMessage and saying %q", r.status, r.body, tt.why)
 			}
 			if n := tg.gw.ParkedCalls(); n != 0 {
 				t.Errorf("%d calls parked; want none", n)

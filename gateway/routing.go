@@ -291,7 +291,7 @@ func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.R
 		if parks(r.upstream, owner.direct, req.Method, req.Params) {
 			return owner.direct.ask(ctx, owner.ctx, r.upstream.ns.Name, req.Method, asInputRequest(req.Method, req.Params))
 		}
-		owner.direct.fail(missingCapability(r.upstream.ns.Name, req.Method, req.Params))
+		owner.direct.fail(missingCapability(r.upstream.ns.Name, req.Method, req.Params, r.upstream.inputBridge != inputBridgePark))
 		return nil, protocol.Errorf(protocol.CodeInternalError,
 			"the gateway cannot relay %s to this call's client (it speaks 2026-07-28, which has no requests to clients): the call was ended", req.Method)
 	}

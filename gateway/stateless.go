@@ -89,16 +89,22 @@ func (d *directStream) put(data []byte) error {
 // own: the gateway cannot turn such a request into an input-required result (that bridge is
 // "Era bridging"), so the call fails with -32021 naming what was asked (mcp-2026-notes §1.2),
 // whether or not the client declared it.
-func missingCapability(upstreamName, method string, params json.RawMessage) *modern.Failure {
+func missingCapability(upstreamName, method string, params json.RawMessage, refused bool) *modern.Failure {
 	required, _ := json.Marshal(map[string]any{"experimental": map[string]any{method: struct{}{}}})
 	if need, ok := modern.Required(method, params); ok {
 		required = need.Object()
 	}
 	data, _ := json.Marshal(map[string]json.RawMessage{"requiredCapabilities": required})
+	if refused {
+		msg := fmt.Sprintf("Missing required client capability: upstream %s asked for %s during this call, and the gateway is set not to relay it to a 2026-07-28 client "+
+			"(the upstream's input_bridge is refuse); the call was ended", upstreamName, method)
+		err := &protocol.Error{Code: protocol.CodeMissingRequiredClientCapability, Message: msg, Data: data}
+		return &modern.Failure{Status: modern.HTTPStatus(err.Code), Err: err}
+	}
 	err := &protocol.Error{
 		Code: protocol.CodeMissingRequiredClientCapability,
-		Message: fmt.Sprintf("Missing required client capability: upstream %s asked for %s during this call, which the gateway cannot relay to a 2026-07-28 client yet; "+
-			"the call was ended (a 2025-11-25 session can be asked)", upstreamName, method),
+		Message: fmt.Sprintf("Missing required client capability: upstream %s asked for %s during this call, which this request did not declare in its _meta; "+
+			"the call was ended: declare it to be asked", upstreamName, method),
 		Data: data,
 	}
 	return &modern.Failure{Status: modern.HTTPStatus(err.Code), Err: err}

@@ -24,7 +24,7 @@ func TestMissingCapability(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := missingCapability("up", tt.method, json.RawMessage(tt.params))
+			f := missingCapability("up", tt.method, json.RawMessage(tt.params), false)
 			if f.Status != http.StatusBadRequest || f.Err.Code != protocol.CodeMissingRequiredClientCapability {
 				t.Errorf("HTTP %d code %d, want 400 -32021", f.Status, f.Err.Code)
 			}
