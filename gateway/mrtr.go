@@ -191,6 +191,9 @@ func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "error", "requestState is not a string")
 		return requestStateInvalid
 	}
+	if approvalState, err := g.takeApprovalAnswer(rq, res, sealed); approvalState || err != nil {
+		return err
+	}
 	inner, err := g.states.open(rq.Request, &res.target, sealed)
 	if err != nil {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", err.Error())
