@@ -406,3 +406,50 @@ func TestModernOperatorApprovalAcrossReplicas(t *testing.T) {
 		t.Errorf("the held call's answer %s, runs %d; want its result, once", result, runs.Load())
 	}
 }
+
+// TestApprovalByInputRequiredRemembered: with approval.remember, what a 2026-07-28 client's
+// user approved is remembered for its principal, tool and arguments, as a session's is; an
+// anonymous caller, who has no session to bind it to, is asked every time.
+func TestApprovalByInputRequiredRemembered(t *testing.T) {
+	url, runs := countingUpstream(t)
+	rules := `policy:
+  approval: {timeout: 1m, remember: 10m}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`
+	for _, tt := range []struct {
+		name, auth, key string
+		wantAsked       int64
+	}{
+		{"principal", "auth:\n  api_keys:\n    - {name: alice, hash: " + auth.HashAPIKey(approvalAliceKey) + "}\n", approvalAliceKey, 1},
+		{"anonymous", "", "", 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\n"+tt.auth+rules+"upstreams:\n  - name: a\n    url: "+url+"\n", nil)
+			defer tg.close()
+			var asked atomic.Int64
+			var last atomic.Value
+			transport := http.RoundTripper(http.DefaultTransport)
+			if tt.key != "" {
+				transport = bearer{tt.key, http.DefaultTransport}
+			}
+			client := mcp.NewClient(&mcp.Implementation{Name: "modern", Version: "1"}, approver("accept", true, &asked, &last))
+			cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: tg.url, HTTPClient: &http.Client{Transport: transport}},
+				&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			before := runs.Load()
+			for range 2 {
+				res, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "same"}})
+				if err != nil || res.IsError {
+					t.Fatalf("call: %v %v", err, res)
+				}
+			}
+			if asked.Load() != tt.wantAsked || runs.Load()-before != 2 {
+				t.Errorf("asked %d times for two like calls, ran %d; want asked %d, ran 2", asked.Load(), runs.Load()-before, tt.wantAsked)
+			}
+		})
+	}
+}
