@@ -69,6 +69,10 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 	key := a.Key(req.Client, t)
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
 	direct := owner != nil && owner.direct != nil
+	if cont, _ := ctx.Value(approvalContinuedKey{}).(*approvalContinued); cont != nil && direct {
+		// A later round of a call approved in an earlier one.
+		return a.continues(ctx, req, cont)
+	}
 	if ans := approvalAnswerOf(ctx); ans != nil && direct && !a.byOperator {
 		// The retry of a call its user was asked to approve: its answer decides, once.
 		return a.answeredByInput(ctx, req, t, rule, key, ans)

@@ -229,3 +229,50 @@ func approvalQuestion(t *pipeline.Target, rule string) json.RawMessage {
 	})
 	return params
 }
+
+// approvedRound is what a relayed requestState (sealedState) keeps of the approval of the
+// call whose round got it: the retry that continues the call with the same arguments is not
+// asked to approve it again, once (a nonce), so that a replayed state runs nothing more
+// without a person's approval.
+type approvedRound struct {
+	// Arguments is argumentsDigest of the approved call's params.
+	Arguments string `json:"a"`
+	// Nonce is the single-use token of the continuation.
+	Nonce string `json:"o"`
+}
+
+// approvedRoundOf returns what a relayed state keeps of req's approval: nil when no approval
+// let req run (none was needed, or it is not a call a person approved).
+func approvedRoundOf(req *pipeline.Request) *approvedRound {
+	for _, d := range req.Decisions {
+		if d.Check == "approval" && d.Effect == "allow" {
+			return &approvedRound{Arguments: argumentsDigest(req.Params), Nonce: randomToken(16)}
+		}
+	}
+	return nil
+}
+
+// approvalContinued is a retry's claim that it continues, with the same arguments, a call
+// approved in an earlier round: its relayed state's nonce, and when that state stops opening.
+type approvalContinued struct {
+	nonce   string
+	expires time.Time
+}
+
+// approvalContinuedKey carries a retry's approvalContinued to the approval check.
+type approvalContinuedKey struct{}
+
+// continues lets the retry that continues an approved call go on without asking again,
+// spending its state's nonce: a state replayed (spent already) fails with -32602.
+func (a *approvals) continues(ctx context.Context, req *pipeline.Request, cont *approvalContinued) error {
+	fresh, err := a.nonces.Spend(ctx, cont.nonce, cont.expires)
+	switch {
+	case err != nil:
+		return fmt.Errorf("spend the nonce of an approved call's requestState (the retry may be sent again): %w", err)
+	case !fresh:
+		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "continued:replayed"})
+		return requestStateInvalid
+	}
+	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "continued"})
+	return nil
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
 // countingUpstream is a 2025-11-25 server over Streamable HTTP whose tool echo answers
@@ -102,8 +103,16 @@ func answered(action string, approve bool, state string) string {
 	return `,"inputResponses":` + responses + `,"requestState":` + string(quoted)
 }
 
-// askedApproval checks that r is the approval's input_required result and returns its state.
+// askedApproval checks that r is the approval's input_required result for a__echo and
+// returns its state.
 func askedApproval(t *testing.T, r rawReply) string {
+	t.Helper()
+	return askedApprovalOf(t, r, "server: a", "tool: a__echo (echo there)", `"text":`, "echo-needs-approval")
+}
+
+// askedApprovalOf checks that r is the approval's input_required result, whose question
+// says wants, and returns its state.
+func askedApprovalOf(t *testing.T, r rawReply, wants ...string) string {
 	t.Helper()
 	var res struct {
 		ResultType    string `json:"resultType"`
@@ -123,7 +132,7 @@ func askedApproval(t *testing.T, r rawReply) string {
 	if len(res.InputRequests) != 1 || !ok || ask.Method != "elicitation/create" || res.RequestState == "" {
 		t.Fatalf("call: %s; want one elicitation/create and a requestState", r.body)
 	}
-	for _, want := range []string{"Approve this call?", "server: a", "tool: a__echo (echo there)", `"text":`, "echo-needs-approval"} {
+	for _, want := range append([]string{"Approve this call?"}, wants...) {
 		if !strings.Contains(ask.Params.Message, want) {
 			t.Errorf("the question lacks %q:\n%s", want, ask.Params.Message)
 		}
@@ -452,4 +461,77 @@ func TestApprovalByInputRequiredRemembered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestApprovedCallContinuesItsUpstreamsRounds: a call approved by its 2026-07-28 client's
+// user whose 2026-07-28 upstream then asks the client for input is not asked to be approved
+// again on the retries that continue it: the relayed state says it was approved, for the
+// same caller, call and arguments.
+func TestApprovedCallContinuesItsUpstreamsRounds(t *testing.T) {
+	m := testupstream.NewModern(testupstream.ModernOptions{})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.Server },
+		&mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(srv.Close)
+	tg := startGateway(t, `listen: 127.0.0.1:0
+modern_protocol: true
+policy:
+  approval: {timeout: 1m}
+  rules:
+    - {name: ask-needs-approval, effect: approve, match: {upstreams: [mod], tools: [ask]}}
+upstreams:
+  - name: mod
+    url: `+srv.URL+"\n    protocol: 2026-07-28\n", nil)
+	t.Cleanup(tg.close)
+	var approvals, names atomic.Int64
+	client := mcp.NewClient(&mcp.Implementation{Name: "modern", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if strings.Contains(req.Params.Message, "Approve this call?") {
+				approvals.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+			}
+			names.Add(1)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
+		},
+	})
+	cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: tg.url}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "mod__ask"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if textOf(t, res) != "hello Ada" || approvals.Load() != 1 || names.Load() != 1 {
+		t.Errorf("approved call asking for input = %q, approval asked %d times, name %d times; want hello Ada, once each", textOf(t, res), approvals.Load(), names.Load())
+	}
+
+	// The same rounds by hand: the state that continues the approved call is spent by its
+	// retry, and refused when replayed.
+	c := rawClient{t: t, url: tg.url}
+	h := modernHeaders("tools/call", "mod__ask")
+	call := func(id int, more string) rawReply {
+		meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}`
+		return c.do(http.MethodPost, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{%s,"name":"mod__ask"%s}}`, id, meta, more), h)
+	}
+	state := askedApprovalOf(t, call(1, ""), "tool: mod__ask (ask there)")
+	r := call(2, answered("accept", true, state))
+	var relayed struct {
+		ResultType    string                     `json:"resultType"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  string                     `json:"requestState"`
+	}
+	if r.msg.Error != nil || json.Unmarshal(r.msg.Result, &relayed) != nil || relayed.ResultType != "input_required" || len(relayed.InputRequests) != 1 {
+		t.Fatalf("approved retry: %d %s; want the upstream's input_required", r.status, r.body)
+	}
+	var key string
+	for k := range relayed.InputRequests {
+		key = k
+	}
+	quoted, _ := json.Marshal(relayed.RequestState)
+	name := `,"inputResponses":{"` + key + `":{"action":"accept","content":{"name":"Ada"}}},"requestState":` + string(quoted)
+	if got := ranText(t, call(3, name)); got != "hello Ada" {
+		t.Errorf("continued call = %q", got)
+	}
+	refusedState(t, call(4, name))
 }

@@ -42,6 +42,9 @@ type request struct {
 	// approval is the answer a retry brought to the approval its user was asked
 	// (approval_mrtr.go); nil for any other request.
 	approval *approvalAnswer
+	// continued is set for the retry that continues, with its upstream, a call approved in
+	// an earlier round (approval_mrtr.go); nil otherwise.
+	continued *approvalContinued
 	// sent is set once the request is handed to its upstream's connection, or to the replica
 	// holding it (call): from then on it may have run. Until then (resolving, the checks, an
 	// approval wait) it has not.
@@ -85,6 +88,9 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 		checkCtx := context.WithValue(ctx, ownerKey{}, rq.owner)
 		if rq.approval != nil {
 			checkCtx = context.WithValue(checkCtx, approvalAnswerKey{}, rq.approval)
+		}
+		if rq.continued != nil {
+			checkCtx = context.WithValue(checkCtx, approvalContinuedKey{}, rq.continued)
 		}
 		err = g.checks.Check(checkCtx, rq.Request, t)
 		var asked *approvalAsked
