@@ -26,7 +26,8 @@ import (
 // client), the input requests pass as they are, and the upstream's requestState is replaced
 // by one the gateway sealed: which upstream, method and name it is for, whose it is, until
 // when, and the upstream's own state inside. The client's retry is a new request that takes
-// the whole pipeline again (policy, approval, audit); its requestState must open, and match
+// the whole pipeline again (policy, approval, audit; a call approved in the round that got
+// the state is not asked again, once: approval_mrtr.go); its requestState must open, and match
 // the retry's caller, method, name and upstream, or the retry fails with -32602 and goes
 // nowhere. The upstream then gets its own requestState back, or none, and the
 // inputResponses as the client sent them.
