@@ -37,6 +37,13 @@ type approvals struct {
 	ask        func(ctx context.Context, owner *callOwner, method string, params json.RawMessage, who string, record func(context.Context, protocol.ID) (func(), error)) (json.RawMessage, error)
 	held       *heldCalls
 	replicated bool
+	// states seal the requestState of an approval asked of a 2026-07-28 client, and nonces
+	// spend it once (approval_mrtr.go).
+	states *requestStates
+	nonces *approval.Nonces
+	// keepAlive is how often a 2026-07-28 request waiting for an operator's decision gets a
+	// keep-alive comment on its response. If zero, keepAliveInterval; tests shorten it.
+	keepAlive time.Duration
 }
 
 // approvalCheck is the chain's last link: a call that a rule or a plugin said needs a
@@ -55,41 +62,34 @@ func (g *Gateway) approvalCheck(ctx context.Context, req *pipeline.Request, t *p
 
 // approve holds a call an approve rule matched until a person decides it: the calling
 // client's user, asked with a form elicitation that shows the server, the tool, the
-// arguments and the tool's annotations. It returns nil to let the call go on, or the refusal.
+// arguments and the tool's annotations (a 2026-07-28 client's user with an input_required
+// result, approval_mrtr.go), or an operator. It returns nil to let the call go on, or the
+// refusal.
 func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule string) error {
 	key := a.Key(req.Client, t)
+	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
+	direct := owner != nil && owner.direct != nil
+	if cont, _ := ctx.Value(approvalContinuedKey{}).(*approvalContinued); cont != nil && direct {
+		// A later round of a call approved in an earlier one.
+		return a.continues(ctx, req, cont)
+	}
+	if ans := approvalAnswerOf(ctx); ans != nil && direct && !a.byOperator {
+		// The retry of a call its user was asked to approve: its answer decides, once.
+		return a.answeredByInput(ctx, req, t, rule, key, ans)
+	}
 	if a.Holds(ctx, key) {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
 		return nil
 	}
-	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
-	// A 2026-07-28 client is never sent a request: it could be asked only with an
-	// input-required result, which the gateway does not send yet; an operator decides.
-	if a.byOperator || owner == nil || owner.direct != nil || !owner.clientCaps().elicitForm {
+	if a.byOperator || owner == nil || !owner.clientCaps().elicitForm {
 		return a.byOperatorOf(ctx, req, t, rule, key)
 	}
-	args := "(none)"
-	if len(t.Arguments) > 0 {
-		args = string(approval.CanonicalJSON(t.Arguments))
+	if direct {
+		return a.askByInputRequired(req, t, rule)
 	}
-	annotations := "(none declared)"
-	if len(t.Annotations) > 0 {
-		annotations = string(approval.CanonicalJSON(t.Annotations))
-	}
-	message := fmt.Sprintf("Approve this call?\n\nserver: %s\ntool: %s (%s there)\narguments: %s\nannotations: %s\n\nThe gateway's policy (rule %q) asks a person to approve it.", t.Upstream, t.Exposed, t.Original, args, annotations, rule)
-	params, _ := json.Marshal(map[string]any{
-		"message": message,
-		"requestedSchema": map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"approve": map[string]any{"type": "boolean", "title": "Run this call", "description": "Check to let the call run."},
-			},
-			"required": []string{"approve"},
-		},
-	})
 	askCtx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	result, err := a.ask(askCtx, owner, protocol.MethodElicit, params, "the gateway", nil)
+	result, err := a.ask(askCtx, owner, protocol.MethodElicit, approvalQuestion(t, rule), "the gateway", nil)
 	if err != nil {
 		if askCtx.Err() != nil && ctx.Err() == nil {
 			req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "timeout"})
@@ -98,20 +98,7 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 		}
 		return fmt.Errorf("asking the client for approval: %w", err)
 	}
-	var answer struct {
-		Action  string `json:"action"`
-		Content struct {
-			Approve bool `json:"approve"`
-		} `json:"content"`
-	}
-	_ = json.Unmarshal(result, &answer)
-	if answer.Action == "accept" && answer.Content.Approve {
-		a.Grant(ctx, key)
-		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "elicitation"})
-		return nil
-	}
-	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "elicitation:" + orDefault(answer.Action, "none")})
-	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream, Message: declinedMessage(t.Exposed, answer.Action)}
+	return a.decide(ctx, req, t, key, result)
 }
 
 // declinedMessage says what the user did with the approval question for tool, given the

@@ -63,3 +63,11 @@ func (g *Gateway) SetParkTimer(start func(d time.Duration, expire func()) interf
 
 // ParkedCalls is how many 2026-07-28 calls wait for their clients' input here.
 func (g *Gateway) ParkedCalls() int { return g.streamable.parked.count() }
+
+// SetApprovalKeepAlive sets how often a 2026-07-28 request waiting for an operator's decision
+// gets a keep-alive. Call it before any call waits.
+func (g *Gateway) SetApprovalKeepAlive(d time.Duration) {
+	if g.gate != nil {
+		g.gate.approvals.keepAlive = d
+	}
+}

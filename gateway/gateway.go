@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/catalog"
@@ -236,6 +237,11 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	if g.gate != nil {
 		g.gate.approvals.ask, g.gate.approvals.held, g.gate.approvals.replicated = g.router.askOn, g.held, g.replicas != nil
+		g.gate.approvals.states, g.gate.approvals.nonces = g.states, &approval.Nonces{Now: g.opts.Now}
+		if spender, ok := g.backends.Approvals.(approval.NonceSpender); ok {
+			// The replicas spend an approval's nonce in the store they share.
+			g.gate.approvals.nonces.Shared = spender
+		}
 	}
 	g.snapshot.Store(g.builder.Build())
 	return g, nil

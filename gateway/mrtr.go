@@ -26,7 +26,8 @@ import (
 // client), the input requests pass as they are, and the upstream's requestState is replaced
 // by one the gateway sealed: which upstream, method and name it is for, whose it is, until
 // when, and the upstream's own state inside. The client's retry is a new request that takes
-// the whole pipeline again (policy, approval, audit); its requestState must open, and match
+// the whole pipeline again (policy, approval, audit; a call approved in the round that got
+// the state is not asked again, once: approval_mrtr.go); its requestState must open, and match
 // the retry's caller, method, name and upstream, or the retry fails with -32602 and goes
 // nowhere. The upstream then gets its own requestState back, or none, and the
 // inputResponses as the client sent them.
@@ -86,6 +87,10 @@ type sealedState struct {
 	Expires int64 `json:"e"`
 	// Inner is the upstream's own requestState; nil when it sent none.
 	Inner *string `json:"s,omitempty"`
+	// Approved is set when the call was approved (a person's approval the policy asked
+	// for) in the round that got this state: the retry that continues it with the same
+	// arguments, once, is not asked again (approval_mrtr.go).
+	Approved *approvedRound `json:"ap,omitempty"`
 }
 
 // stateBinding is the associated data of a requestState: the method and the tool or prompt
@@ -107,13 +112,14 @@ func principalMark(p session.Principal) string {
 // with input_required and the state inner (nil: none).
 func (s *requestStates) seal(req *pipeline.Request, t *pipeline.Target, inner *string) string {
 	payload, _ := json.Marshal(sealedState{Upstream: t.Upstream, Profile: req.Client.Profile,
-		Principal: principalMark(req.Client.Principal), Expires: s.now().Add(requestStateTTL).UnixMilli(), Inner: inner})
+		Principal: principalMark(req.Client.Principal), Expires: s.now().Add(requestStateTTL).UnixMilli(), Inner: inner,
+		Approved: approvedRoundOf(req)})
 	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, t.Exposed)))
 }
 
-// open returns the upstream's own requestState (nil: none) from the sealed state a client
-// sent with its retry of a call to t, or why it is not the retry's.
-func (s *requestStates) open(req *pipeline.Request, t *pipeline.Target, sealed string) (*string, error) {
+// open returns the sealed state a client sent with its retry of a call to t, which holds the
+// upstream's own requestState (Inner, nil: none), or why it is not the retry's.
+func (s *requestStates) open(req *pipeline.Request, t *pipeline.Target, sealed string) (*sealedState, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(sealed)
 	if err != nil {
 		return nil, fmt.Errorf("decode requestState: %w", seal.ErrMalformed)
@@ -136,7 +142,7 @@ func (s *requestStates) open(req *pipeline.Request, t *pipeline.Target, sealed s
 	case st.Profile != req.Client.Profile:
 		return nil, errStateOtherEndpoint
 	}
-	return st.Inner, nil
+	return &st, nil
 }
 
 // relaysInput reports whether an input_required result of an upstream to method may be
@@ -191,7 +197,10 @@ func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "error", "requestState is not a string")
 		return requestStateInvalid
 	}
-	inner, err := g.states.open(rq.Request, &res.target, sealed)
+	if approvalState, err := g.takeApprovalAnswer(rq, res, sealed); approvalState || err != nil {
+		return err
+	}
+	st, err := g.states.open(rq.Request, &res.target, sealed)
 	if err != nil {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", err.Error())
 		return requestStateInvalid
@@ -200,10 +209,13 @@ func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
 		return protocol.Errorf(protocol.CodeInvalidParams,
 			"Invalid params: upstream %s now speaks %s, which has no multi-round-trip requests: start the call again without requestState", res.target.Upstream, info.ProtocolVersion)
 	}
-	if inner == nil {
+	if st.Approved != nil && st.Approved.Arguments == argumentsDigest(rq.Params) {
+		rq.continued = &approvalContinued{nonce: st.Approved.Nonce, expires: time.UnixMilli(st.Expires)}
+	}
+	if st.Inner == nil {
 		res.params, err = protocol.DeleteMember(res.params, "requestState")
 	} else {
-		res.params, err = protocol.SetMember(res.params, "requestState", protocol.AppendString(nil, *inner))
+		res.params, err = protocol.SetMember(res.params, "requestState", protocol.AppendString(nil, *st.Inner))
 	}
 	if err != nil {
 		return invalidParams(err)

@@ -78,15 +78,10 @@ func (h *heldCalls) notify(c approval.HeldCall) {
 // byOperatorOf holds a call for an operator's decision on the admin API.
 func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *pipeline.Target, rule, key string) error {
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
-	if a.held == nil && owner != nil && owner.direct != nil {
-		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
-		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
-			Message: fmt.Sprintf("%s needs a person's approval (rule %q): the gateway cannot ask the user of a 2026-07-28 client yet, and it has no admin API for an operator to decide; connect with a 2025-11-25 session to be asked, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
-	}
 	if a.held == nil {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: rule})
 		return &pipeline.Refusal{Reason: reasonApprovalNeeded, Upstream: t.Upstream,
-			Message: fmt.Sprintf("%s needs a person's approval (rule %q): this client cannot ask its user (it declared no form elicitation), and the gateway has no admin API for an operator to decide; use a client that can, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
+			Message: fmt.Sprintf("%s needs a person's approval (rule %q): this client cannot ask its user (it declared no form elicitation, on its session or, for a 2026-07-28 client, in this request's _meta), and the gateway has no admin API for an operator to decide; use a client that can, or ask the gateway's operator to set admin.listen", t.Exposed, rule)}
 	}
 	now := a.now()
 	c := approval.HeldCall{ID: approval.NewID(), Replica: a.held.Replica, Session: sessionFingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
@@ -101,6 +96,10 @@ func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *
 	taken, takenOver := ctx.Value(takenOverKey{}).(approval.HeldCall)
 	if takenOver {
 		c = taken
+	}
+	if owner != nil && owner.direct != nil {
+		// A 2026-07-28 client waits on its request's response: proxies must not end it idle.
+		defer owner.direct.keepAliveWhile(a.keepAliveEvery())()
 	}
 	got, err := a.held.Await(ctx, c, takenOver)
 	switch {
@@ -126,4 +125,12 @@ func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *
 	req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator", By: got.Approver})
 	return &pipeline.Refusal{Reason: reasonApprovalDeclined, Upstream: t.Upstream,
 		Message: fmt.Sprintf("an operator (%s) denied %s: it did not run", got.Approver, t.Exposed)}
+}
+
+// keepAliveEvery is how often a 2026-07-28 request waiting for an operator gets a keep-alive.
+func (a *approvals) keepAliveEvery() time.Duration {
+	if a.keepAlive > 0 {
+		return a.keepAlive
+	}
+	return keepAliveInterval
 }

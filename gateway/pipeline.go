@@ -39,6 +39,12 @@ type request struct {
 	// connections name the replicas holding the session's own upstream connections
 	// (session.Record.Connections).
 	connections map[string]string
+	// approval is the answer a retry brought to the approval its user was asked
+	// (approval_mrtr.go); nil for any other request.
+	approval *approvalAnswer
+	// continued is set for the retry that continues, with its upstream, a call approved in
+	// an earlier round (approval_mrtr.go); nil otherwise.
+	continued *approvalContinued
 	// sent is set once the request is handed to its upstream's connection, or to the replica
 	// holding it (call): from then on it may have run. Until then (resolving, the checks, an
 	// approval wait) it has not.
@@ -75,11 +81,23 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 	if res != nil {
 		t = &res.target // a refusal of the resolver may name what was addressed
 	}
-	if err == nil {
-		// A check that asks the client (approval) does so on the request's own stream.
-		err = g.checks.Check(context.WithValue(ctx, ownerKey{}, rq.owner), rq.Request, t)
-	}
 	var result json.RawMessage
+	if err == nil {
+		// A check that asks the client (approval) does so on the request's own stream; a
+		// 2026-07-28 client is asked with an input_required result instead of the call's.
+		checkCtx := context.WithValue(ctx, ownerKey{}, rq.owner)
+		if rq.approval != nil {
+			checkCtx = context.WithValue(checkCtx, approvalAnswerKey{}, rq.approval)
+		}
+		if rq.continued != nil {
+			checkCtx = context.WithValue(checkCtx, approvalContinuedKey{}, rq.continued)
+		}
+		err = g.checks.Check(checkCtx, rq.Request, t)
+		var asked *approvalAsked
+		if errors.As(err, &asked) {
+			return g.finish(ctx, rq.Request, t, asked.result, nil)
+		}
+	}
 	if err == nil {
 		result, err = g.execute(ctx, rq, res)
 	}

@@ -84,6 +84,34 @@ func (d *directStream) put(data []byte) error {
 	}
 }
 
+// keepAliveWhile puts a keep-alive on the response every interval (an empty message, which
+// the response's writer sends as an SSE comment) until the returned func is called, which
+// waits for it to stop. A keep-alive that finds the buffer full is dropped: the response has
+// messages to send anyway.
+func (d *directStream) keepAliveWhile(interval time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				select {
+				case d.events <- nil:
+				default:
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
 // missingCapability is the failure of a 2026-07-28 call during which an upstream of
 // 2025-11-25 asked the client for input (sampling, elicitation, roots) with a request of its
 // own: the gateway cannot turn such a request into an input-required result (that bridge is
@@ -431,7 +459,8 @@ type modernWriter struct {
 	broken bool
 }
 
-// event writes a message about the request on its SSE stream, beginning the stream first.
+// event writes a message about the request on its SSE stream, beginning the stream first;
+// an empty one is a keep-alive comment.
 func (m *modernWriter) event(data []byte) {
 	if m.broken {
 		return
@@ -440,7 +469,11 @@ func (m *modernWriter) event(data []byte) {
 		startSSE(m.w)
 		m.streaming = true
 	}
-	if err := writeWithDeadline(m.w, m.rc, sseEvent("", data)); err != nil {
+	frame := sseEvent("", data)
+	if len(data) == 0 {
+		frame = []byte(": keep-alive\n\n") // directStream.keepAliveWhile's
+	}
+	if err := writeWithDeadline(m.w, m.rc, frame); err != nil {
 		m.broken = true
 	}
 }

@@ -446,15 +446,30 @@ func TestModernApproval(t *testing.T) {
 		var asked atomic.Int64
 		var last atomic.Value
 		alice := connectAs(t, tg.url, "mfk_alice", approver("accept", true, &asked, &last))
+		if v := alice.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+			t.Fatalf("the client speaks %s", v)
+		}
 		res, err := alice.CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "hello"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_unavailable" || !strings.Contains(resultText(res), "2026-07-28") {
-			t.Errorf("call needing approval: %v %v %q, want a refusal naming the 2026-07-28 client", res.IsError, res.Meta, resultText(res))
+		if res.IsError || resultText(res) != "beta:hello" {
+			t.Errorf("call approved by its user: %v %q", res.IsError, resultText(res))
 		}
-		if asked.Load() != 0 {
-			t.Errorf("the client was asked %d times, want never", asked.Load())
+		if asked.Load() != 1 {
+			t.Errorf("the client was asked %d times, want once (with input_required)", asked.Load())
+		}
+	})
+	t.Run("no operator, no elicitation", func(t *testing.T) {
+		tg := startGateway(t, "modern_protocol: true\n"+policyYAML(rules), nil)
+		defer tg.close()
+		alice := connectAs(t, tg.url, "mfk_alice", nil)
+		res, err := alice.CallTool(ctxT(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "hello"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || res.Meta["dev.manifold/reason"] != "approval_unavailable" || !strings.Contains(resultText(res), "elicitation") {
+			t.Errorf("call needing approval: %v %v %q, want a refusal saying the client declared no elicitation", res.IsError, res.Meta, resultText(res))
 		}
 	})
 	t.Run("operator", func(t *testing.T) {

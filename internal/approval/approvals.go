@@ -16,6 +16,8 @@ import (
 type RedisApprovals struct {
 	client redis.UniversalClient
 	prefix string
+	// nonces prefixes the keys of spent nonces (Spend).
+	nonces string
 }
 
 // NewRedisApprovals returns the approvals kept in client under keyPrefix ("" for
@@ -24,7 +26,7 @@ func NewRedisApprovals(client redis.UniversalClient, keyPrefix string) *RedisApp
 	if keyPrefix == "" {
 		keyPrefix = "manifold"
 	}
-	return &RedisApprovals{client: client, prefix: keyPrefix + ":approved:"}
+	return &RedisApprovals{client: client, prefix: keyPrefix + ":approved:", nonces: keyPrefix + ":nonce:"}
 }
 
 // Grant remembers an approval of key for ttl.
