@@ -142,14 +142,7 @@ func FuzzEachMember(f *testing.F) {
 		}); err != nil {
 			t.Fatalf("EachMember(%q): %v", obj, err)
 		}
-		norm := func(m map[string]json.RawMessage) map[string]string {
-			out := map[string]string{}
-			for k, v := range m {
-				out[k] = string(compact(v))
-			}
-			return out
-		}
-		if diff := cmp.Diff(norm(want), norm(got)); diff != "" {
+		if diff := cmp.Diff(compactValues(want), compactValues(got)); diff != "" {
 			t.Fatalf("EachMember(%q) (-encoding/json +got):\n%s", obj, diff)
 		}
 		deleted, err := DeleteMembers([]byte(obj), key)
@@ -163,7 +156,7 @@ func FuzzEachMember(f *testing.F) {
 		delete(want, key)
 		if countKey(obj, key) <= 1 {
 			// With duplicates of another name encoding/json keeps the last; so does after.
-			if diff := cmp.Diff(norm(want), norm(after)); diff != "" {
+			if diff := cmp.Diff(compactValues(want), compactValues(after)); diff != "" {
 				t.Fatalf("DeleteMembers(%q, %q) (-want +got):\n%s", obj, key, diff)
 			}
 		}
@@ -206,14 +199,7 @@ func FuzzMember(f *testing.F) {
 			t.Fatalf("SetMember(%q) gave invalid JSON %q: %v", obj, set, err)
 		}
 		m[key] = json.RawMessage(`"new"`)
-		norm := func(m map[string]json.RawMessage) map[string]string {
-			out := map[string]string{}
-			for k, v := range m {
-				out[k] = string(compact(v))
-			}
-			return out
-		}
-		if diff := cmp.Diff(norm(m), norm(after)); diff != "" {
+		if diff := cmp.Diff(compactValues(m), compactValues(after)); diff != "" {
 			t.Fatalf("SetMember(%q) changed other members (-want +got):\n%s", obj, diff)
 		}
 	})
@@ -228,6 +214,15 @@ func compact(b []byte) []byte {
 }
 
 // countKey counts how often key occurs as a top-level member (decoded names).
+// compactValues returns m's values compacted, for comparisons that ignore whitespace.
+func compactValues(m map[string]json.RawMessage) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(compact(v))
+	}
+	return out
+}
+
 func countKey(obj, key string) int {
 	n := 0
 	_ = eachMember([]byte(obj), func(k []byte, escaped bool, _, _ int) bool {
