@@ -429,3 +429,75 @@ func BenchmarkParkedCallHeap(b *testing.B) {
 		stop()
 	}
 }
+
+// eraCall is one tools/call of up13__tool_042 in a protocol era, as cmd/mcpload sends it: a
+// 2025-11-25 call in an initialized session, a 2026-07-28 one with no session, its version,
+// capabilities and client info in _meta and its method and tool in headers.
+type eraCall struct {
+	era  string
+	body string
+	// header returns the headers of one worker's calls, opening its session through h when
+	// the era has sessions.
+	header func(tb testing.TB, h http.Handler) http.Header
+}
+
+var eraCalls = []eraCall{
+	{
+		era:  "2025-11-25",
+		body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up13__tool_042","arguments":{"text":"hello"}}}`,
+		header: func(tb testing.TB, h http.Handler) http.Header {
+			return http.Header{"Mcp-Session-Id": {initSession(tb, h)}}
+		},
+	},
+	{
+		era:  "2026-07-28",
+		body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcpload","version":"1"}},"name":"up13__tool_042","arguments":{"text":"hello"}}}`,
+		header: func(testing.TB, http.Handler) http.Header {
+			return http.Header{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"up13__tool_042"}}
+		},
+	},
+}
+
+// postEra sends c's call with header through h and fails tb unless it is answered.
+func postEra(tb testing.TB, h http.Handler, c eraCall, header http.Header) {
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8080/mcp", strings.NewReader(c.body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), `"error"`) {
+		tb.Fatalf("%s tools/call: %d %s", c.era, rec.Code, rec.Body)
+	}
+}
+
+// BenchmarkCallEras is one tools/call through the whole HTTP handler in each protocol era,
+// on the same gateway (sessions in memory) against an upstream that answers at once: what a
+// 2026-07-28 request's own checks cost beside a 2025-11-25 session's lookup. "serial" is one
+// call after another; "n32" keeps 32 calls in flight, a session per worker for 2025-11-25,
+// as bench/run's N=32. Compare the eras' ns/op and allocs/op within one run.
+func BenchmarkCallEras(b *testing.B) {
+	g := benchGatewayOn(b, 20, 100, "modern_protocol: true\n")
+	h := g.Handler()
+	for _, c := range eraCalls {
+		b.Run("era="+c.era+"/serial", func(b *testing.B) {
+			header := c.header(b, h)
+			b.ReportAllocs()
+			for b.Loop() {
+				postEra(b, h, c, header)
+			}
+		})
+		b.Run("era="+c.era+"/n32", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				header := c.header(b, h)
+				for pb.Next() {
+					postEra(b, h, c, header)
+				}
+			})
+		})
+	}
+}

@@ -174,6 +174,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	// at most one per message a second reaches the log, with a count of the rest.
 	g.streamable = &streamableServer{Gateway: g, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal), listens: newListenStreams(cfg.MaxListensPerPrincipal),
 		parked: newParkedCalls(cfg.MaxCalls)}
+	g.streamable.serverInfoJSON, _ = json.Marshal(g.streamable.serverInfo()) // an Implementation always encodes
 	g.requests = &requestPipeline{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}

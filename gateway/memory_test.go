@@ -115,3 +115,40 @@ func TestBatchInFlightHoldsAFewBodies(t *testing.T) {
 		return liveHeap()-before <= maxBody/4
 	})
 }
+
+// TestModernCallsLeaveLittleInTheWindow: over a shared stdio upstream every 2026-07-28 call is
+// a party of its own, which the upstream connection remembers for its attribution window
+// after the call ends. What it remembers must be small: 32 workers make 2,000 calls, all well
+// within the window (2 s, the default, and longer than the test takes to measure them), and
+// the heap they leave is under 1 KB per call. Remembering each call's response stream held
+// more than 2 KB per call (its 64-message buffer and its contexts).
+func TestModernCallsLeaveLittleInTheWindow(t *testing.T) {
+	const calls, workers, mostPerCall = 2000, 32, 1024
+	tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\nupstreams:"+upstreamYAML("alpha", "alpha", "    attribution_window: 1h\n"), nil)
+	defer tg.close()
+	c := rawClient{t: t, url: tg.url}
+	body := modernBody(1, "tools/call", `{"name":"alpha__echo","arguments":{"text":"x"}}`)
+	call := func() {
+		if r := c.do(http.MethodPost, body, modernHeaders("tools/call", "alpha__echo")); r.status != http.StatusOK || r.msg.Error != nil {
+			t.Errorf("call: %d %s", r.status, r.body)
+		}
+	}
+	for range 50 {
+		call() // what the first calls build once (pools, connections)
+	}
+	before := liveHeap()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < calls; i += workers {
+				call()
+			}
+		})
+	}
+	wg.Wait()
+	perCall := float64(liveHeap()-before) / calls
+	t.Logf("heap left per call within the attribution window: %.0f bytes", perCall)
+	if perCall > mostPerCall {
+		t.Errorf("the heap left per 2026-07-28 call is %.0f bytes, want at most %d: what the upstream remembers of a call must be small", perCall, mostPerCall)
+	}
+}

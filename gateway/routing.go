@@ -109,7 +109,7 @@ type callOwner struct {
 // take each other's messages.
 func (o *callOwner) party() any {
 	if o.direct != nil {
-		return o.direct
+		return o.direct.party
 	}
 	return o.sessionID
 }

@@ -46,6 +46,8 @@ type directStream struct {
 	asks chan *inputAsk
 	// declared are the capabilities the request declared; nil when it may not park.
 	declared *modern.ClientCapabilities
+	// party is whom the request's upstream calls are made for (callOwner.party).
+	party *directParty
 	// progress is the progressToken of the request following the call now (the call, or a
 	// retry of it after a round of input); nil when it gave none.
 	progress atomic.Pointer[json.RawMessage]
@@ -71,6 +73,13 @@ func (d *directStream) progressToken() json.RawMessage {
 	}
 	return nil
 }
+
+// directParty stands for one 2026-07-28 request as the party of its upstream calls
+// (upstream.WithCaller). It is not the directStream itself: a stdio upstream remembers each
+// party for its attribution window after the call ends, and under load that is one party per
+// request, which must not keep the stream's buffer and context alive with it. It is not
+// zero-sized, so that every request's has an address of its own.
+type directParty struct{ _ byte }
 
 // put queues an encoded message for the response; it never blocks. A client that lets
 // directStreamBuffer messages wait has stopped reading: its request ends.
@@ -224,22 +233,16 @@ func (g *streamableServer) refuseTooManyCalls(w http.ResponseWriter, r *http.Req
 var requestMetaKeys = []string{protocol.MetaProtocolVersion, protocol.MetaClientCapabilities, protocol.MetaClientInfo, protocol.MetaLogLevel}
 
 // withoutRequestMeta returns params without the requestMetaKeys of its _meta; the rest
-// (progressToken, trace context, anything else) is kept.
+// (progressToken, trace context, anything else) keeps its bytes and order. _meta is walked
+// once and nothing is decoded: this runs on every 2026-07-28 request.
 func withoutRequestMeta(params json.RawMessage) (json.RawMessage, error) {
 	meta, ok, err := protocol.Member(params, "_meta")
 	if err != nil || !ok {
 		return params, err
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(meta, &members); err != nil {
-		return nil, fmt.Errorf("read _meta: %w", err)
-	}
-	for _, key := range requestMetaKeys {
-		delete(members, key)
-	}
-	kept, err := json.Marshal(members)
+	kept, err := protocol.DeleteMembers(meta, requestMetaKeys...)
 	if err != nil {
-		return nil, fmt.Errorf("write _meta: %w", err)
+		return nil, fmt.Errorf("read _meta: %w", err)
 	}
 	return protocol.SetMember(params, "_meta", kept)
 }
@@ -277,7 +280,7 @@ func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Req
 	// The call outlives this HTTP request when it parks: its context is the gateway's.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	stop := context.AfterFunc(g.callsCtx, func() { cancel(hub.ErrShuttingDown) })
-	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel}
+	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel, party: new(directParty)}
 	direct.followedBy(preq.Params)
 	if mayAskForInput(preq.Method) {
 		direct.asks, direct.declared = make(chan *inputAsk), declared
@@ -326,8 +329,19 @@ func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request
 		}
 	}()
 	result, wireErr := g.requests.serve(ctx, rq)
+	if cause := context.Cause(ctx); cause != nil {
+		if resp := endedEarly(req, cause); resp != nil {
+			return resp
+		}
+	}
+	return modernAnswer(&protocol.Request{ID: req.ID, Method: req.Method}, result, wireErr, g.serverInfoMeta())
+}
+
+// endedEarly is the response of a 2026-07-28 request whose context ended with cause before
+// its answer, when the cause has one of its own; nil when it has not.
+func endedEarly(req *pipeline.Request, cause error) *protocol.Response {
 	var refusal *modern.Failure
-	switch cause := context.Cause(ctx); {
+	switch {
 	case errors.As(cause, &refusal):
 		// An upstream asked the client for input: the call ended for it (missingCapability).
 		return &protocol.Response{ID: req.ID, Error: refusal.Err}
@@ -335,7 +349,7 @@ func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request
 		return &protocol.Response{ID: req.ID, Error: protocol.Errorf(protocol.CodeShuttingDown,
 			"the gateway shut down before this request finished; it may have run in part upstream: check before sending it again")}
 	}
-	return modernAnswer(&protocol.Request{ID: req.ID, Method: req.Method}, result, wireErr, g.serverInfoMeta())
+	return nil
 }
 
 // modernAnswer is the response a 2026-07-28 client gets for a request's result or error: every
@@ -398,10 +412,10 @@ func withServerInfo(result, serverInfo json.RawMessage) json.RawMessage {
 	return out
 }
 
-// serverInfoMeta is serverInfo encoded, for the _meta of 2026-07-28 results.
+// serverInfoMeta is serverInfo encoded, for the _meta of 2026-07-28 results: encoded once,
+// as it does not change while the gateway runs. The caller must not modify it.
 func (g *streamableServer) serverInfoMeta() json.RawMessage {
-	raw, _ := json.Marshal(g.serverInfo())
-	return raw
+	return g.serverInfoJSON
 }
 
 // serverInfo is how the gateway names itself to clients.

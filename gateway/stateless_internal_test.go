@@ -94,3 +94,22 @@ func TestWithoutRequestMeta(t *testing.T) {
 		t.Errorf("params (-want +got):\n%s", diff)
 	}
 }
+
+// TestDirectPartyIsItsOwn: each 2026-07-28 request is a party of its own to its upstream
+// calls, and that party is not its directStream, which a stdio upstream would otherwise keep,
+// buffer and context with it, for the attribution window after the call ends.
+func TestDirectPartyIsItsOwn(t *testing.T) {
+	owner := func() *callOwner {
+		return &callOwner{direct: &directStream{events: make(chan []byte, directStreamBuffer), party: new(directParty)}}
+	}
+	a, b := owner(), owner()
+	if a.party() == b.party() {
+		t.Error("two requests share a party")
+	}
+	if a.party() == any(a.direct) {
+		t.Error("a request's party is its directStream")
+	}
+	if session := (&callOwner{sessionID: "s"}).party(); session != "s" {
+		t.Errorf("a session's request has party %v, want its session id", session)
+	}
+}

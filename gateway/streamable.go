@@ -82,6 +82,9 @@ type streamableServer struct {
 	calls    callGroup
 	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
 	requestSeq atomic.Uint64
+	// serverInfoJSON is serverInfo encoded, once: it does not change while the gateway runs.
+	// Read only (serverInfoMeta).
+	serverInfoJSON json.RawMessage
 }
 
 // serveMCP is the Streamable HTTP endpoint: 2025-11-25 sessions, and 2026-07-28 requests

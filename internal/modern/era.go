@@ -81,6 +81,6 @@ func metaVersion(params json.RawMessage) (string, bool) {
 		return "", false
 	}
 	var v string
-	_ = json.Unmarshal(raw, &v) // a version of another type is still a modern signal
+	_ = unmarshalString(raw, &v) // a version of another type is still a modern signal
 	return v, true
 }

@@ -94,24 +94,30 @@ func DecodeHeaderValue(v string) (string, error) {
 // trimOWS trims the optional whitespace (spaces and tabs) of RFC 9110 around a field value.
 func trimOWS(v string) string { return strings.Trim(v, " \t") }
 
-// mcpHeaders is the Mcp-* headers of one request, keyed by lowercased name.
-type mcpHeaders map[string][]string
+// mcpHeaders is the Mcp-* headers of one request, each name as http.Header keys it; names
+// are compared case-insensitively. A slice, not a map: a request carries a few, and they are
+// read on every modern request.
+type mcpHeaders []mcpHeader
+
+type mcpHeader struct {
+	name   string
+	values []string
+}
 
 // collectMCPHeaders returns h's Mcp-* headers, whatever the case of their names, or a
 // -32020 failure when they pass MaxMCPHeaders or MaxMCPHeaderBytes.
 func collectMCPHeaders(h http.Header) (mcpHeaders, error) {
-	out := mcpHeaders{}
+	var out mcpHeaders
 	count, size := 0, 0
 	for name, values := range h {
 		if len(name) < 4 || !strings.EqualFold(name[:4], "mcp-") {
 			continue
 		}
-		lower := strings.ToLower(name)
 		for _, v := range values {
 			count++
 			size += len(name) + len(v)
 		}
-		out[lower] = append(out[lower], values...)
+		out = append(out, mcpHeader{name: name, values: values})
 	}
 	if count > MaxMCPHeaders || size > MaxMCPHeaderBytes {
 		return nil, headerMismatch("Header mismatch: the request carries %d Mcp-* headers of %d bytes, more than the %d headers of %d bytes accepted",
@@ -123,14 +129,23 @@ func collectMCPHeaders(h http.Header) (mcpHeaders, error) {
 // raw returns the value of the header name (any case) as sent, whether it is present, and
 // a -32020 failure when it is given more than once.
 func (m mcpHeaders) raw(name string) (string, bool, error) {
-	values := m[strings.ToLower(name)]
-	switch len(values) {
+	n, first := 0, ""
+	for _, h := range m {
+		if !strings.EqualFold(h.name, name) {
+			continue
+		}
+		if n == 0 && len(h.values) > 0 {
+			first = h.values[0]
+		}
+		n += len(h.values)
+	}
+	switch n {
 	case 0:
 		return "", false, nil
 	case 1:
-		return values[0], true, nil
+		return first, true, nil
 	}
-	return "", true, headerMismatch("Header mismatch: %s is given %d times", name, len(values))
+	return "", true, headerMismatch("Header mismatch: %s is given %d times", name, n)
 }
 
 // value returns the decoded value of the header name (any case), whether it is present,

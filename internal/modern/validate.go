@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
@@ -112,17 +113,17 @@ func Validate(h http.Header, method string, params json.RawMessage, toolParams f
 		return nil, failure
 	}
 	req := &Request{Meta: meta}
-	if err := json.Unmarshal(members[protocol.MetaProtocolVersion], &req.Version); err != nil || req.Version == "" {
+	if err := unmarshalString(members.version, &req.Version); err != nil || req.Version == "" {
 		return nil, invalidParams("Invalid params: _meta[%q] must be a protocol version string", protocol.MetaProtocolVersion)
 	}
-	caps, ok := members[protocol.MetaClientCapabilities]
-	if !ok {
+	caps := members.capabilities
+	if caps == nil {
 		return nil, invalidParams("Invalid params: _meta[%q] is required", protocol.MetaClientCapabilities)
 	}
 	if req.Capabilities, failure = readCapabilities(caps); failure != nil {
 		return nil, failure
 	}
-	if info, ok := members[protocol.MetaClientInfo]; ok && !isNull(info) {
+	if info := members.clientInfo; info != nil && !isNull(info) {
 		if !isObject(info) || json.Unmarshal(info, &req.ClientInfo) != nil {
 			return nil, invalidParams("Invalid params: _meta[%q] must be an object", protocol.MetaClientInfo)
 		}
@@ -168,9 +169,21 @@ func unsupportedVersion(requested string) *Failure {
 	})
 }
 
-// readMeta returns params._meta and its members, or a -32602 refusal when either is
-// missing or not an object.
-func readMeta(params json.RawMessage) (json.RawMessage, map[string]json.RawMessage, *Failure) {
+// metaMembers are the members of a request's _meta that [Validate] reads, as sent; nil when
+// absent. A member given more than once is read as its last value, as encoding/json would.
+type metaMembers struct {
+	version, capabilities, clientInfo, logLevel, progressToken json.RawMessage
+	// trace are the members named by traceKeys, in that order.
+	trace [len(traceKeys)]json.RawMessage
+}
+
+// traceKeys are the W3C trace context members of _meta.
+var traceKeys = [...]string{protocol.MetaTraceparent, protocol.MetaTracestate, protocol.MetaBaggage}
+
+// readMeta returns params._meta and the members Validate reads of it, or a -32602 refusal
+// when either is missing or not an object. _meta is walked once, and only what Validate
+// reads is decoded: this runs on every modern request.
+func readMeta(params json.RawMessage) (json.RawMessage, *metaMembers, *Failure) {
 	const missing = "Invalid params: a 2026-07-28 request carries params._meta with its protocol version and client capabilities"
 	if len(params) == 0 || isNull(params) {
 		return nil, nil, invalidParams(missing)
@@ -182,11 +195,44 @@ func readMeta(params json.RawMessage) (json.RawMessage, map[string]json.RawMessa
 	if err != nil || !ok || isNull(meta) {
 		return nil, nil, invalidParams(missing)
 	}
-	var members map[string]json.RawMessage
-	if !isObject(meta) || json.Unmarshal(meta, &members) != nil {
+	members := new(metaMembers)
+	if !isObject(meta) || protocol.EachMember(meta, members.read) != nil {
 		return nil, nil, invalidParams("Invalid params: params._meta must be an object")
 	}
 	return meta, members, nil
+}
+
+// read keeps value when name is a member Validate reads; for protocol.EachMember.
+func (m *metaMembers) read(name, value []byte) bool {
+	switch string(name) {
+	case protocol.MetaProtocolVersion:
+		m.version = value
+	case protocol.MetaClientCapabilities:
+		m.capabilities = value
+	case protocol.MetaClientInfo:
+		m.clientInfo = value
+	case protocol.MetaLogLevel:
+		m.logLevel = value
+	case protocol.MetaProgressToken:
+		m.progressToken = value
+	default:
+		for i, key := range traceKeys {
+			if string(name) == key {
+				m.trace[i] = value
+			}
+		}
+	}
+	return true
+}
+
+// unmarshalString is json.Unmarshal of raw, a valid JSON value, into s, without reflection
+// for a plain string (no escapes, valid UTF-8).
+func unmarshalString(raw []byte, s *string) error {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		*s = string(raw[1 : len(raw)-1])
+		return nil
+	}
+	return json.Unmarshal(raw, s)
 }
 
 // readCapabilities reads the clientCapabilities object raw; the members the gateway reads
@@ -226,22 +272,22 @@ func readCapabilities(raw json.RawMessage) (ClientCapabilities, *Failure) {
 
 // readOptional reads the optional members of _meta: the log level, the progress token and
 // the trace context.
-func (r *Request) readOptional(members map[string]json.RawMessage) *Failure {
-	if raw, ok := members[protocol.MetaLogLevel]; ok && !isNull(raw) {
-		if json.Unmarshal(raw, &r.LogLevel) != nil || !slices.Contains(protocol.LogLevels, r.LogLevel) {
+func (r *Request) readOptional(members *metaMembers) *Failure {
+	if raw := members.logLevel; raw != nil && !isNull(raw) {
+		if unmarshalString(raw, &r.LogLevel) != nil || !slices.Contains(protocol.LogLevels, r.LogLevel) {
 			r.LogLevel = ""
 			return invalidParams("Invalid params: _meta[%q] must be one of %v", protocol.MetaLogLevel, protocol.LogLevels)
 		}
 	}
-	if raw, ok := members[protocol.MetaProgressToken]; ok && !isNull(raw) {
+	if raw := members.progressToken; raw != nil && !isNull(raw) {
 		if raw[0] != '"' && raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 			return invalidParams("Invalid params: _meta.progressToken must be a string or a number")
 		}
 		r.ProgressToken = raw
 	}
-	for _, key := range []string{protocol.MetaTraceparent, protocol.MetaTracestate, protocol.MetaBaggage} {
-		raw, ok := members[key]
-		if !ok || isNull(raw) {
+	for i, key := range traceKeys {
+		raw := members.trace[i]
+		if raw == nil || isNull(raw) {
 			continue
 		}
 		if raw[0] != '"' {
@@ -255,16 +301,21 @@ func (r *Request) readOptional(members map[string]json.RawMessage) *Failure {
 	return nil
 }
 
-// objectMembers returns the members of raw when it is a JSON object.
+// objectMembers returns the members of raw when it is a JSON object (nil for an empty one),
+// the last of a name given twice kept, as encoding/json would.
 func objectMembers(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 	if !isObject(raw) {
 		return nil, false
 	}
 	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return nil, false
-	}
-	return m, true
+	err := protocol.EachMember(raw, func(name, value []byte) bool {
+		if m == nil {
+			m = make(map[string]json.RawMessage)
+		}
+		m[string(name)] = value
+		return true
+	})
+	return m, err == nil
 }
 
 // declared reports whether the capability object m declares key (present and not null).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -93,6 +94,60 @@ func DeleteMember(obj []byte, key string) ([]byte, error) {
 	return append(out, obj[to:]...), nil
 }
 
+// DeleteMembers returns a copy of obj without its top-level members named by keys, every
+// one of them where a key is given more than once; every other member keeps its bytes and
+// order (the whitespace between them may not be kept). It walks obj once. obj is returned as
+// it is when it has none of them.
+func DeleteMembers(obj []byte, keys ...string) ([]byte, error) {
+	var out []byte
+	prevEnd := -1 // the end of the member before, while none is deleted
+	err := eachMemberAt(obj, func(keyStart int, k []byte, escaped bool, _, end int) bool {
+		drop := slices.ContainsFunc(keys, func(key string) bool { return keyEquals(k, escaped, key) })
+		switch {
+		case out == nil && !drop:
+			prevEnd = end
+		case out == nil:
+			// The first deleted: every member before it is kept as it is.
+			out = append(make([]byte, 0, len(obj)), '{')
+			if prevEnd >= 0 {
+				open := bytes.IndexByte(obj, '{')
+				out = append(out, bytes.TrimLeft(obj[open+1:prevEnd], " \t\r\n")...)
+			}
+		case !drop:
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			out = append(out, obj[keyStart:end]...)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return obj, nil
+	}
+	return append(out, '}'), nil
+}
+
+// EachMember calls f with the name and raw value of every top-level member of the JSON
+// object obj, in order, until f returns false. A name with escapes is given unescaped; f must
+// not keep name beyond its call. obj must be valid JSON. Only a name with escapes costs an
+// allocation.
+func EachMember(obj []byte, f func(name, value []byte) bool) error {
+	return eachMember(obj, func(k []byte, escaped bool, start, end int) bool {
+		if escaped {
+			var s string
+			quoted := make([]byte, 0, len(k)+2)
+			quoted = append(append(append(quoted, '"'), k...), '"')
+			if json.Unmarshal(quoted, &s) == nil {
+				k = []byte(s)
+			}
+		}
+		return f(k, obj[start:end])
+	})
+}
+
 // StringMember returns the top-level member key of obj as a Go string; ok is false when it is
 // absent or not a string.
 func StringMember(obj []byte, key string) (s string, ok bool, err error) {
@@ -123,6 +178,13 @@ func keyEquals(k []byte, escaped bool, key string) bool {
 // quotes, still escaped when escaped is set) and the span of its value, until f returns
 // false. obj must be valid JSON.
 func eachMember(obj []byte, f func(key []byte, escaped bool, start, end int) bool) error {
+	return eachMemberAt(obj, func(_ int, key []byte, escaped bool, start, end int) bool {
+		return f(key, escaped, start, end)
+	})
+}
+
+// eachMemberAt is eachMember that also gives f the offset of the member's opening quote.
+func eachMemberAt(obj []byte, f func(keyStart int, key []byte, escaped bool, start, end int) bool) error {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return errNotObject
@@ -135,6 +197,7 @@ func eachMember(obj []byte, f func(key []byte, escaped bool, start, end int) boo
 		if obj[i] != '"' {
 			return fmt.Errorf("%w: expected a member name at offset %d", errNotObject, i)
 		}
+		keyStart := i
 		ke, escaped, err := skipString(obj, i)
 		if err != nil {
 			return err
@@ -149,7 +212,7 @@ func eachMember(obj []byte, f func(key []byte, escaped bool, start, end int) boo
 		if err != nil {
 			return err
 		}
-		if !f(key, escaped, start, end) {
+		if !f(keyStart, key, escaped, start, end) {
 			return nil
 		}
 		i = skipSpace(obj, end)

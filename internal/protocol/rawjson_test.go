@@ -93,6 +93,79 @@ func TestDeleteMember(t *testing.T) {
 	}
 }
 
+func TestDeleteMembers(t *testing.T) {
+	keys := []string{"a", "c"}
+	tests := []struct {
+		name, obj, want string
+	}{
+		{"none of them", `{ "b":1 , "d":2 }`, `{ "b":1 , "d":2 }`},
+		{"all of them", `{"a":1,"c":{"x":[1]}}`, `{}`},
+		{"first", `{ "a":1, "b":2}`, `{"b":2}`},
+		{"kept before and after", `{"b":"}", "c":3 ,"d":[4] , "a":5,"e":6}`, `{"b":"}","d":[4],"e":6}`},
+		{"last", `{"b":1,"d":2,"c":3}`, `{"b":1,"d":2}`},
+		{"twice", `{"a":1,"b":2,"a":3}`, `{"b":2}`},
+		{"escaped key", `{"b":1,"\u0061":2}`, `{"b":1}`},
+		{"empty", `{ }`, `{ }`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DeleteMembers([]byte(tc.obj), keys...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("DeleteMembers = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if _, err := DeleteMembers([]byte(`[1]`), "a"); err == nil {
+		t.Error("DeleteMembers of an array: no error")
+	}
+}
+
+// FuzzEachMember checks EachMember and DeleteMembers against encoding/json on any valid
+// object: the members EachMember gives, the last of a name winning, are those json.Unmarshal
+// reads, and DeleteMembers leaves exactly the others.
+func FuzzEachMember(f *testing.F) {
+	for _, seed := range []string{`{"name":"x"}`, `{"a":[1,"}"],"name":{"b":"\"name\""}}`, `{}`, `{"name":null,"z":true,"name":2}`, `{"na\u006de":1, "b" : 2 }`} {
+		f.Add(seed, "name")
+	}
+	f.Fuzz(func(t *testing.T, obj, key string) {
+		var want map[string]json.RawMessage
+		if json.Unmarshal([]byte(obj), &want) != nil || want == nil || !utf8.ValidString(obj) || !utf8.ValidString(key) {
+			return
+		}
+		got := map[string]json.RawMessage{}
+		if err := EachMember([]byte(obj), func(name, value []byte) bool {
+			got[string(name)] = value
+			return true
+		}); err != nil {
+			t.Fatalf("EachMember(%q): %v", obj, err)
+		}
+		if diff := cmp.Diff(compactValues(want), compactValues(got)); diff != "" {
+			t.Fatalf("EachMember(%q) (-encoding/json +got):\n%s", obj, diff)
+		}
+		deleted, err := DeleteMembers([]byte(obj), key)
+		if err != nil {
+			t.Fatalf("DeleteMembers(%q): %v", obj, err)
+		}
+		var after map[string]json.RawMessage
+		if err := json.Unmarshal(deleted, &after); err != nil {
+			t.Fatalf("DeleteMembers(%q, %q) gave invalid JSON %q: %v", obj, key, deleted, err)
+		}
+		delete(want, key)
+		if countKey(obj, key) <= 1 {
+			// With duplicates of another name encoding/json keeps the last; so does after.
+			if diff := cmp.Diff(compactValues(want), compactValues(after)); diff != "" {
+				t.Fatalf("DeleteMembers(%q, %q) (-want +got):\n%s", obj, key, diff)
+			}
+		}
+		if _, ok := after[key]; ok {
+			t.Fatalf("DeleteMembers(%q, %q) = %q keeps the member", obj, key, deleted)
+		}
+	})
+}
+
 // FuzzMember checks Member and SetMember against encoding/json on any valid object.
 func FuzzMember(f *testing.F) {
 	for _, seed := range []string{`{"name":"x"}`, `{"a":[1,"}"],"name":{"b":"\"name\""}}`, `{}`, `{"name":null,"z":true}`} {
@@ -126,14 +199,7 @@ func FuzzMember(f *testing.F) {
 			t.Fatalf("SetMember(%q) gave invalid JSON %q: %v", obj, set, err)
 		}
 		m[key] = json.RawMessage(`"new"`)
-		norm := func(m map[string]json.RawMessage) map[string]string {
-			out := map[string]string{}
-			for k, v := range m {
-				out[k] = string(compact(v))
-			}
-			return out
-		}
-		if diff := cmp.Diff(norm(m), norm(after)); diff != "" {
+		if diff := cmp.Diff(compactValues(m), compactValues(after)); diff != "" {
 			t.Fatalf("SetMember(%q) changed other members (-want +got):\n%s", obj, diff)
 		}
 	})
@@ -148,6 +214,15 @@ func compact(b []byte) []byte {
 }
 
 // countKey counts how often key occurs as a top-level member (decoded names).
+// compactValues returns m's values compacted, for comparisons that ignore whitespace.
+func compactValues(m map[string]json.RawMessage) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(compact(v))
+	}
+	return out
+}
+
 func countKey(obj, key string) int {
 	n := 0
 	_ = eachMember([]byte(obj), func(k []byte, escaped bool, _, _ int) bool {
