@@ -421,7 +421,7 @@ func BenchmarkParkedCallHeap(b *testing.B) {
 			park(i)
 		}
 		heapAfter, stackAfter := heapInUse(), stackInUse()
-		if n := g.streamable.parked.count(); n != calls+1 {
+		if n := g.streamable.stateless.parked.count(); n != calls+1 {
 			b.Fatalf("%d calls parked, want %d", n, calls+1)
 		}
 		b.ReportMetric(float64(heapAfter-heapBefore)/calls, "heap-bytes/parked")

@@ -50,19 +50,19 @@ func (g *Gateway) WrapPinStore(wrap func(pin.Store) pin.Store) {
 
 // SetListenKeepAlive sets how often an idle subscriptions/listen stream gets a keep-alive
 // comment. Call it before Start.
-func (g *Gateway) SetListenKeepAlive(d time.Duration) { g.streamable.listens.keepAlive = d }
+func (g *Gateway) SetListenKeepAlive(d time.Duration) { g.streamable.stateless.listens.keepAlive = d }
 
 // ListenStreams is how many subscriptions/listen streams are open here.
-func (g *Gateway) ListenStreams() int { return g.streamable.listens.count() }
+func (g *Gateway) ListenStreams() int { return g.streamable.stateless.listens.count() }
 
 // SetParkTimer replaces how parked calls time their expiry (time.AfterFunc). Call it before
 // any call parks.
 func (g *Gateway) SetParkTimer(start func(d time.Duration, expire func()) interface{ Stop() bool }) {
-	g.streamable.parked.startTimer = func(d time.Duration, f func()) expiryTimer { return start(d, f) }
+	g.streamable.stateless.parked.startTimer = func(d time.Duration, f func()) expiryTimer { return start(d, f) }
 }
 
 // ParkedCalls is how many 2026-07-28 calls wait for their clients' input here.
-func (g *Gateway) ParkedCalls() int { return g.streamable.parked.count() }
+func (g *Gateway) ParkedCalls() int { return g.streamable.stateless.parked.count() }
 
 // SetApprovalKeepAlive sets how often a 2026-07-28 request waiting for an operator's decision
 // gets a keep-alive. Call it before any call waits.

@@ -172,8 +172,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	// Clients and upstreams can cause warnings at any rate (refused calls, dropped streams):
 	// at most one per message a second reaches the log, with a count of the rest.
-	g.streamable = &streamableServer{Gateway: g, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal), listens: newListenStreams(cfg.MaxListensPerPrincipal),
-		parked: newParkedCalls(cfg.MaxCalls)}
+	g.streamable = &streamableServer{Gateway: g}
+	g.streamable.stateless = &statelessFace{streamableServer: g.streamable, callers: newCallersInFlight(cfg.MaxCallsPerPrincipal),
+		listens: newListenStreams(cfg.MaxListensPerPrincipal), parked: newParkedCalls(cfg.MaxCalls)}
 	g.streamable.serverInfoJSON, _ = json.Marshal(g.streamable.serverInfo()) // an Implementation always encodes
 	g.requests = &requestPipeline{Gateway: g}
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
@@ -184,7 +185,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.store, g.events = g.backends.Sessions, g.backends.Events
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.streamable.callsCtx, g.streamable.endCalls = context.WithCancel(g.ctx)
+	g.streamable.stateless.callsCtx, g.streamable.stateless.endCalls = context.WithCancel(g.ctx)
 	if g.states, err = newRequestStates(g.backends.Keys, g.opts.Now); err != nil {
 		g.abandon()
 		return nil, err
@@ -535,14 +536,14 @@ func (g *Gateway) Close() error {
 		g.closing = true
 		g.mu.Unlock()
 		g.hub.Close()
-		g.streamable.endCalls()
+		g.streamable.stateless.endCalls()
 		// Every session has ended (these now, the others before): no request begins any more.
 		// The requests end while their upstreams are still connected, so that each upstream
 		// hears of the cancel of its calls (a 2026-07-28 call waiting for input answers the
 		// upstream's request with an error first); one stuck writing to an upstream that
 		// stopped reading is freed when the upstreams close, below, after a short wait.
 		requestsDone := g.hub.RequestsDone()
-		callsDone := g.streamable.calls.close()
+		callsDone := g.streamable.stateless.calls.close()
 		wait := time.NewTimer(closeRequestsWait)
 		for _, done := range []<-chan struct{}{requestsDone, callsDone} {
 			select {

@@ -155,7 +155,7 @@ func (s *listenStream) take() (methods, updates []string, overflow bool) {
 // whose catalog changed ("" for /mcp). With a policy, a stream hears only of changes to what
 // its principal sees. It runs under the rebuild's lock.
 func tellListens(g *Gateway, prev, next *catalog.Snapshot, changed map[string][]string) {
-	ls := g.streamable.listens
+	ls := g.streamable.stateless.listens
 	ls.mu.Lock()
 	streams := make([]*listenStream, 0, len(ls.open))
 	for s := range ls.open {
@@ -242,7 +242,7 @@ const resourceSubscriptionsMember = "resourceSubscriptions"
 // HTTP 429, Retry-After and a -32007 JSON-RPC error. 429 says what happened (too many
 // requests from this caller) and the Go SDK's clients take a 4xx with a JSON-RPC body as a
 // failure of that request alone.
-func (g *streamableServer) serveListen(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
+func (g *statelessFace) serveListen(w http.ResponseWriter, r *http.Request, preq *pipeline.Request) {
 	subscription := json.RawMessage(preq.ID.String())
 	if raw, err := json.Marshal(preq.ID); err == nil {
 		subscription = raw

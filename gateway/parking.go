@@ -238,7 +238,7 @@ const inputBridgePark = "park"
 
 // attend follows call c on the response w of HTTP request r, the call or a retry of it whose
 // JSON-RPC id is id, until the call ends or asks for input (follow).
-func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *statelessCall, id protocol.ID) {
+func (g *statelessFace) attend(w http.ResponseWriter, r *http.Request, c *statelessCall, id protocol.ID) {
 	out := &modernWriter{w: w, rc: http.NewResponseController(w)}
 	out.final(g.follow(r.Context(), c, id, out.event))
 }
@@ -247,7 +247,7 @@ func (g *streamableServer) attend(w http.ResponseWriter, r *http.Request, c *sta
 // with id: its answer, or, when the upstream asks for input, the input_required result of the
 // round that parks it. The end of ctx (the client left) cancels the call, unless it was parked
 // first.
-func (g *streamableServer) follow(ctx context.Context, c *statelessCall, id protocol.ID, emit func([]byte)) *protocol.Response {
+func (g *statelessFace) follow(ctx context.Context, c *statelessCall, id protocol.ID, emit func([]byte)) *protocol.Response {
 	closed := context.AfterFunc(ctx, func() { c.cancel(context.Canceled) })
 	defer closed()
 	for {
@@ -314,7 +314,7 @@ func gatherAsks(c *statelessCall, first *inputAsk, emit func([]byte)) []*inputAs
 // park records c as waiting for its client's answers to asks (a new round), and returns the
 // input_required response the client gets. Should the table be full, the asks are answered
 // with an error instead, which the upstream reads, and the call goes on unparked.
-func (g *streamableServer) park(c *statelessCall, asks []*inputAsk, id protocol.ID) *protocol.Response {
+func (g *statelessFace) park(c *statelessCall, asks []*inputAsk, id protocol.ID) *protocol.Response {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.round++
@@ -363,7 +363,7 @@ func (c *statelessCall) dropMessages(drained chan struct{}) {
 
 // inputRequired is the result a parked call's client gets: the waiting asks as input
 // requests, and the sealed state of this round. Called with c.mu held.
-func (g *streamableServer) inputRequired(c *statelessCall) json.RawMessage {
+func (g *statelessFace) inputRequired(c *statelessCall) json.RawMessage {
 	requests := map[string]inputRequest{}
 	for key, a := range c.asks {
 		requests[key] = inputRequest{Method: a.method, Params: a.params}
@@ -375,7 +375,7 @@ func (g *streamableServer) inputRequired(c *statelessCall) json.RawMessage {
 }
 
 // expire cancels c if it is still parked: no retry came in time.
-func (g *streamableServer) expire(c *statelessCall) {
+func (g *statelessFace) expire(c *statelessCall) {
 	c.mu.Lock()
 	id := c.id
 	c.mu.Unlock()
@@ -401,7 +401,7 @@ func askedMethods(asks map[string]*inputAsk) []string {
 // parkedStateOf returns the parked call a retry's requestState names: nil for a request
 // without one, or whose state is not a parked call's (the pipeline then opens it). A state
 // that does not open, or is not the caller's, is answered here with -32602 (ok false).
-func (g *streamableServer) parkedStateOf(w http.ResponseWriter, preq *pipeline.Request) (st *parkedState, ok bool) {
+func (g *statelessFace) parkedStateOf(w http.ResponseWriter, preq *pipeline.Request) (st *parkedState, ok bool) {
 	if !mayAskForInput(preq.Method) {
 		return nil, true
 	}
@@ -423,7 +423,7 @@ func (g *streamableServer) parkedStateOf(w http.ResponseWriter, preq *pipeline.R
 // to the upstream's waiting requests, and the retry's response follows the call from there. A
 // call waiting on another replica is continued there, through the bus. A retry the call does
 // not accept gets an error, and the call waits on.
-func (g *streamableServer) resumeParked(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, st *parkedState) {
+func (g *statelessFace) resumeParked(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, st *parkedState) {
 	if st.Replica != g.hub.Tag() {
 		writeModernResponse(w, g.resumeElsewhere(r.Context(), preq, st))
 		return
@@ -447,7 +447,7 @@ type parkedRetry struct {
 // resumeElsewhere passes a retry to the replica its call waits on, and returns the response it
 // got there (without the messages about the call meanwhile: they stay there). This replica
 // checked the state's seal, principal, endpoint and expiry; that one checks the round.
-func (g *streamableServer) resumeElsewhere(ctx context.Context, preq *pipeline.Request, st *parkedState) *protocol.Response {
+func (g *statelessFace) resumeElsewhere(ctx context.Context, preq *pipeline.Request, st *parkedState) *protocol.Response {
 	gone := func(why string) *protocol.Response {
 		g.logger.Info("a retry's call could not be continued on its replica", "request_id", preq.LogID, "replica", st.Replica, "why", why)
 		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInvalidParams,
@@ -488,7 +488,7 @@ func (h replicaHost) ServeResume(ctx context.Context, data json.RawMessage) repl
 	if err != nil {
 		return replica.Result{Unavailable: "unreadable retry id"}
 	}
-	g := h.g.streamable
+	g := h.g.streamable.stateless
 	c, resp := g.continueParked(id, retry.Params, retry.LogID, &retry.State)
 	if c != nil {
 		resp = g.follow(ctx, c, id, func([]byte) {})
@@ -504,7 +504,7 @@ func (h replicaHost) ServeResume(ctx context.Context, data json.RawMessage) repl
 // returns the call, for the retry to follow; or, without a call, the retry's response: an
 // error when the call is not waiting for this retry, or a new input_required asking again
 // for answers the retry lacks.
-func (g *streamableServer) continueParked(id protocol.ID, params json.RawMessage, logID string, st *parkedState) (*statelessCall, *protocol.Response) {
+func (g *statelessFace) continueParked(id protocol.ID, params json.RawMessage, logID string, st *parkedState) (*statelessCall, *protocol.Response) {
 	fail := func(msg string) (*statelessCall, *protocol.Response) {
 		return nil, &protocol.Response{ID: id, Error: protocol.Errorf(protocol.CodeInvalidParams, "Invalid params: %s", msg)}
 	}

@@ -24,6 +24,25 @@ import (
 // shares the pipeline, catalog, policy, audit and upstream connections with the 2025-11-25
 // sessions, and nothing of their session code. config.Config.ModernProtocol turns it on.
 
+// statelessFace serves the requests of the 2026-07-28 era: each on its own, with no session.
+// It shares the streamable server's gateway (its pipeline, catalog, auth and limits) and its
+// endpoint, and nothing of its sessions: what it keeps is per request, per caller, or per
+// call waiting for its client's input.
+type statelessFace struct {
+	*streamableServer
+	// callers counts each caller's 2026-07-28 requests in flight, for max_calls_per_principal.
+	callers *callersInFlight
+	// listens are the subscriptions/listen streams open here (listen.go).
+	listens *listenStreams
+	// parked are the 2026-07-28 calls waiting here for their clients' input (parking.go).
+	parked *parkedCalls
+	// callsCtx ends the 2026-07-28 calls at Close (endCalls), before the upstreams close;
+	// calls counts them until their pipelines return.
+	callsCtx context.Context
+	endCalls context.CancelFunc
+	calls    callGroup
+}
+
 // directStreamBuffer is how many messages about one 2026-07-28 request may wait for its
 // response's writer; past it the client is not reading, and the request ends.
 const directStreamBuffer = 64
@@ -153,7 +172,7 @@ func missingCapability(upstreamName, method string, params json.RawMessage, refu
 // principal is the one the authentication middleware found, and it is then dispatched: the
 // gateway answers server/discover and subscriptions/listen itself, everything else passes the
 // request pipeline.
-func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
+func (g *statelessFace) serveStateless(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
 	client := pipeline.ClientContext{Principal: principalOf(r.Context()), Profile: r.PathValue("profile")}
 	declared, err := modern.Validate(r.Header, req.Method, req.Params, g.toolHeaderParams(client))
 	if err != nil {
@@ -217,7 +236,7 @@ func (g *streamableServer) serveStateless(w http.ResponseWriter, r *http.Request
 
 // refuseTooManyCalls answers a 2026-07-28 request that a cap on requests in flight turned
 // away; held says whose requests fill the cap (scope, in the log: "gateway" or "caller").
-func (g *streamableServer) refuseTooManyCalls(w http.ResponseWriter, r *http.Request, req *protocol.Request, preq *pipeline.Request, scope string, limit int, held string) {
+func (g *statelessFace) refuseTooManyCalls(w http.ResponseWriter, r *http.Request, req *protocol.Request, preq *pipeline.Request, scope string, limit int, held string) {
 	g.logger.Warn("request refused: too many requests in flight", "scope", scope, "limit", limit, "method", req.Method)
 	msg := held + ": wait for some to finish, then retry"
 	if req.Method == protocol.MethodCallTool {
@@ -250,7 +269,7 @@ func withoutRequestMeta(params json.RawMessage) (json.RawMessage, error) {
 // toolHeaderParams returns what modern.Validate asks of a called tool: its x-mcp-header
 // annotations, from the catalog the client sees (nil for a tool it does not see, or one whose
 // annotations are invalid).
-func (g *streamableServer) toolHeaderParams(client pipeline.ClientContext) func(string) []modern.Param {
+func (g *statelessFace) toolHeaderParams(client pipeline.ClientContext) func(string) []modern.Param {
 	return func(name string) []modern.Param {
 		e := g.viewOf(client).Tool(name)
 		if e == nil {
@@ -276,7 +295,7 @@ func (g *streamableServer) toolHeaderParams(client pipeline.ClientContext) func(
 //
 // declared are the capabilities the request declared: what its upstreams may ask of the
 // client through input-required results (mrtr.go).
-func (g *streamableServer) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, declared *modern.ClientCapabilities) {
+func (g *statelessFace) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, declared *modern.ClientCapabilities) {
 	// The call outlives this HTTP request when it parks: its context is the gateway's.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	stop := context.AfterFunc(g.callsCtx, func() { cancel(hub.ErrShuttingDown) })
@@ -320,7 +339,7 @@ func mayAskForInput(method string) bool {
 
 // serveStatelessSafely takes a 2026-07-28 request through the pipeline and returns its
 // response; a panic becomes an internal error for the client and a log record.
-func (g *streamableServer) serveStatelessSafely(ctx context.Context, rq *request) (resp *protocol.Response) {
+func (g *statelessFace) serveStatelessSafely(ctx context.Context, rq *request) (resp *protocol.Response) {
 	req := rq.Request
 	defer func() {
 		if p := recover(); p != nil {
@@ -430,7 +449,7 @@ func (g *streamableServer) serverInfo() protocol.Implementation {
 // clients yet), resources.subscribe when an upstream the endpoint serves offers
 // subscriptions, and the instructions initialize gives. Its cache hints are those of the
 // lists (modernAnswer): what an endpoint serves changes as upstreams come and go.
-func (g *streamableServer) discoverResult(profile string) json.RawMessage {
+func (g *statelessFace) discoverResult(profile string) json.RawMessage {
 	snap := g.catalogOf(profile)
 	subscribe := false
 	for _, u := range g.upstreams {
@@ -532,7 +551,7 @@ func (g *streamableServer) servedStatelessly(w http.ResponseWriter, r *http.Requ
 			g.writeShuttingDown(w, m.ID)
 			return true
 		}
-		g.serveStateless(w, r, m, requestID)
+		g.stateless.serveStateless(w, r, m, requestID)
 		return true
 	case *protocol.Notification:
 		if modern.Classify(versionHeader, hasSession, m.Method, m.Params) != modern.Modern {

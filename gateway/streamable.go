@@ -69,17 +69,8 @@ type streamableServer struct {
 	*Gateway
 	// callsInFlight counts the client requests being served, for max_calls.
 	callsInFlight atomic.Int64
-	// callers counts each caller's 2026-07-28 requests in flight, for max_calls_per_principal.
-	callers *callersInFlight
-	// listens are the subscriptions/listen streams open here (listen.go).
-	listens *listenStreams
-	// parked are the 2026-07-28 calls waiting here for their clients' input (parking.go).
-	parked *parkedCalls
-	// callsCtx ends the 2026-07-28 calls at Close (endCalls), before the upstreams close;
-	// calls counts them until their pipelines return.
-	callsCtx context.Context
-	endCalls context.CancelFunc
-	calls    callGroup
+	// stateless serves the 2026-07-28 requests, which carry no session (stateless.go).
+	stateless *statelessFace
 	// requestSeq numbers the HTTP requests, for their ids in logs (nextRequestID).
 	requestSeq atomic.Uint64
 	// serverInfoJSON is serverInfo encoded, once: it does not change while the gateway runs.
