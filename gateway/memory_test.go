@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // Regression tests for memory a burst of large requests left behind: after three concurrent
@@ -68,10 +71,17 @@ func TestBurstDoesNotRatchetTheHeap(t *testing.T) {
 	before := liveHeap()
 	for i := range 3 {
 		burst()
-		after := liveHeap()
+		// The client has read every answer; the handlers that wrote them may still be
+		// returning on a loaded machine. What is kept for good shows as a heap that does not
+		// come back down.
+		var after int64
+		testwait.Within(10*time.Second, func() bool {
+			after = liveHeap()
+			return after-before <= maxBody/4
+		})
 		t.Logf("live heap after burst %d: %d bytes (%+d)", i+1, after, after-before)
 		if after-before > maxBody/4 {
-			t.Fatalf("after burst %d of 3 batches of %d bytes, the live heap is %d bytes above its size before (%d); want at most %d (max_body_bytes/4)",
+			t.Fatalf("after burst %d of 3 batches of %d bytes, the live heap stays %d bytes above its size before (%d); want at most %d (max_body_bytes/4)",
 				i+1, len(batch), after-before, before, maxBody/4)
 		}
 	}
