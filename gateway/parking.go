@@ -71,6 +71,10 @@ type statelessCall struct {
 	deadline time.Time
 	// drained ends the goroutine that drops the call's messages while no response follows it.
 	drained chan struct{}
+	// refuseLater are the upstream's requests for what the call's request did not declare,
+	// made beside those the client was asked: they are refused once the client answered
+	// those, so that the client is asked what it declared first.
+	refuseLater []*inputAsk
 }
 
 // inputAsk is a request of an upstream for the client's input, waiting for its answer.
@@ -79,6 +83,10 @@ type inputAsk struct {
 	upstream string
 	method   string
 	params   json.RawMessage
+	// undeclared marks a request for what the call's request did not declare: the upstream
+	// is refused it (as by a client without the capability), once the requests it made beside
+	// it have reached the client.
+	undeclared bool
 	// reply gets the client's answer, once; closed without one when there will be none.
 	reply chan json.RawMessage
 }
@@ -179,8 +187,8 @@ var errParkExpired = errors.New("no retry continued the call in time")
 // ask hands an upstream's request for the client's input to the response following the call,
 // and waits for the answer a retry brings, for ctx (the upstream's request), or for the end of
 // the call. It is how a parked call's upstream waits.
-func (d *directStream) ask(ctx, callCtx context.Context, upstreamName, method string, params json.RawMessage) (json.RawMessage, error) {
-	a := &inputAsk{upstream: upstreamName, method: method, params: params, reply: make(chan json.RawMessage, 1)}
+func (d *directStream) ask(ctx, callCtx context.Context, upstreamName, method string, params json.RawMessage, undeclared bool) (json.RawMessage, error) {
+	a := &inputAsk{upstream: upstreamName, method: method, params: params, undeclared: undeclared, reply: make(chan json.RawMessage, 1)}
 	select {
 	case d.asks <- a:
 	case <-ctx.Done():
@@ -190,7 +198,10 @@ func (d *directStream) ask(ctx, callCtx context.Context, upstreamName, method st
 	}
 	select {
 	case answer, ok := <-a.reply:
-		if !ok {
+		switch {
+		case !ok && undeclared:
+			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the client did not declare the capability %s needs for this request", method)
+		case !ok:
 			return nil, protocol.Errorf(protocol.CodeInternalError, "the client's call ended before it answered")
 		}
 		return answer, nil
@@ -205,11 +216,17 @@ func (d *directStream) ask(ctx, callCtx context.Context, upstreamName, method st
 // for it with method: the upstream's input_bridge is park, and the request declared what the
 // input request needs.
 func parks(u *upstreamEntry, d *directStream, method string, params json.RawMessage) bool {
-	if u.inputBridge != inputBridgePark || d.asks == nil || d.declared == nil {
+	if !mayPark(u, d) {
 		return false
 	}
 	need, ok := modern.Required(method, params)
 	return ok && d.declared.Covers(need)
+}
+
+// mayPark reports whether a 2026-07-28 call may wait for its client's input at all: the
+// upstream's input_bridge is park, and the request is one of the three that may.
+func mayPark(u *upstreamEntry, d *directStream) bool {
+	return u.inputBridge == inputBridgePark && d.asks != nil && d.declared != nil
 }
 
 // asInputRequest turns the params of an upstream's request into those of an input request of
@@ -260,7 +277,15 @@ func (g *statelessFace) follow(ctx context.Context, c *statelessCall, id protoco
 				close(a.reply)
 				continue
 			}
-			return g.park(c, gatherAsks(c, a, emit), id)
+			declared, undeclared := splitAsks(gatherAsks(c, a, emit))
+			if len(declared) == 0 {
+				refuse(undeclared) // nothing to ask the client: the call goes on
+				continue
+			}
+			c.mu.Lock()
+			c.refuseLater = append(c.refuseLater, undeclared...)
+			c.mu.Unlock()
+			return g.park(c, declared, id)
 		case resp := <-c.answered:
 			for pending := true; pending; {
 				select {
@@ -274,6 +299,25 @@ func (g *statelessFace) follow(ctx context.Context, c *statelessCall, id protoco
 			answer.ID = id
 			return &answer
 		}
+	}
+}
+
+// splitAsks separates the requests for what the call's request declared from the others.
+func splitAsks(asks []*inputAsk) (declared, undeclared []*inputAsk) {
+	for _, a := range asks {
+		if a.undeclared {
+			undeclared = append(undeclared, a)
+		} else {
+			declared = append(declared, a)
+		}
+	}
+	return declared, undeclared
+}
+
+// refuse answers the upstream's undeclared requests asks with a refusal.
+func refuse(asks []*inputAsk) {
+	for _, a := range asks {
+		close(a.reply)
 	}
 }
 
@@ -548,6 +592,8 @@ func (g *statelessFace) continueParked(id protocol.ID, params json.RawMessage, l
 	for _, key := range keys {
 		c.asks[key].reply <- answers[key]
 	}
+	refuse(c.refuseLater)
+	c.refuseLater = nil
 	c.asks = nil
 	c.mu.Unlock()
 	return c, nil

@@ -227,13 +227,12 @@ func TestParkedCallRetries(t *testing.T) {
 
 // TestParkingRefusedByConfig: with input_bridge: refuse, a 2025-11-25 upstream's request in
 // the middle of a 2026-07-28 call fails the call with -32021 naming what was asked, as before
-// parking existed; and a request the call did not declare fails it so with park too.
+// parking existed.
 func TestParkingRefusedByConfig(t *testing.T) {
 	for _, tt := range []struct {
 		name, extra, capabilities, why string
 	}{
 		{"input_bridge refuse", "    input_bridge: refuse\n", `{"sampling":{},"elicitation":{}}`, "input_bridge is refuse"},
-		{"not declared", "", `{"elicitation":{}}`, "did not declare"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tg, _ := parkingGateway(t, tt.extra, nil)
@@ -413,5 +412,24 @@ func TestParkedCallProgressFollowsTheRetry(t *testing.T) {
 				t.Errorf("retry without a token got progress: %s", body)
 			}
 		})
+	}
+}
+
+// TestParkedCallAsksOnlyWhatWasDeclared: the upstream's request for what the 2026-07-28
+// request did not declare is refused to the upstream, as a client without the capability
+// would; the call goes on, and the client is asked only what it declared (conformance
+// input-required-result-capability-check), or gets the upstream's own answer to the refusal.
+func TestParkedCallAsksOnlyWhatWasDeclared(t *testing.T) {
+	tg, timers := parkingGateway(t, "", nil)
+	t.Cleanup(timers.expireAll)
+	c := rawClient{t: t, url: tg.url}
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}`
+	// r__ask samples first: refused, the tool fails with the refusal, and nothing parks.
+	r := c.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+meta+`,"name":"r__ask","arguments":{"text":"x"}}}`, modernHeaders("tools/call", "r__ask"))
+	if r.status != http.StatusOK || strings.Contains(string(r.body), "input_required") || !strings.Contains(string(r.body), "did not declare") {
+		t.Fatalf("call: %d %s; want the tool's failure saying the client did not declare sampling, and no input request", r.status, r.body)
+	}
+	if n := tg.gw.ParkedCalls(); n != 0 {
+		t.Errorf("%d calls parked; want none", n)
 	}
 }

@@ -288,8 +288,12 @@ func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.R
 	if owner.direct != nil {
 		// A 2026-07-28 client is never sent a request (mcp-2026-notes §1.7): the call waits
 		// for the client's input (parking.go), or fails.
-		if parks(r.upstream, owner.direct, req.Method, req.Params) {
-			return owner.direct.ask(ctx, owner.ctx, r.upstream.ns.Name, req.Method, asInputRequest(req.Method, req.Params))
+		if mayPark(r.upstream, owner.direct) {
+			// What this request did not declare, the upstream is refused as by a client that
+			// lacks the capability, after what it asked beside it reached the client; the call
+			// goes on.
+			undeclared := !parks(r.upstream, owner.direct, req.Method, req.Params)
+			return owner.direct.ask(ctx, owner.ctx, r.upstream.ns.Name, req.Method, asInputRequest(req.Method, req.Params), undeclared)
 		}
 		owner.direct.fail(missingCapability(r.upstream.ns.Name, req.Method, req.Params, r.upstream.inputBridge != inputBridgePark))
 		return nil, protocol.Errorf(protocol.CodeInternalError,
