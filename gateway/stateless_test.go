@@ -70,8 +70,9 @@ func rpcCode(err error) int64 {
 
 // TestModernSDKClient: the Go SDK's client in its default mode (2026-07-28) against the
 // gateway with the switch on discovers, lists, calls, is refused by policy, uses a profile
-// endpoint, receives progress and the log messages its level asks for, and gets -32021 when an
-// upstream asks it for input mid-call — all with no session ever created.
+// endpoint, receives progress and the log messages its level asks for, and, having declared no
+// sampling, is not asked for it when an upstream samples mid-call — all with no session ever
+// created.
 func TestModernSDKClient(t *testing.T) {
 	tg, store, auditOut := modernGateway(t, true)
 	ctx := ctxT(t)
