@@ -173,35 +173,63 @@ func (r *Replicas) Forward(ctx context.Context, holder, sessionID, streamID stri
 	if err != nil {
 		return Result{}, true, err
 	}
+	res, forwarded, err = r.exchange(ctx, holder, &session.BusMessage{Kind: busCall, Session: session.Digest(sessionID), Stream: streamID, Data: data},
+		timeout, "the replica holding the session's connection did not answer in time")
+	return res, forwarded && !res.Draining, err
+}
+
+// exchange sends msg, named anew, to replica holder, and waits for the Result it answers with
+// (busCallResult), at most timeout and a margin; a wait that ends here tells holder to stop
+// (busCallCancel). sent is false when holder did not take msg (not reachable, or not
+// listening); late says what a Result that did not come in time stands for.
+func (r *Replicas) exchange(ctx context.Context, holder string, msg *session.BusMessage, timeout time.Duration, late string) (res Result, sent bool, err error) {
 	f := &r.forwarding
 	f.mu.Lock()
 	f.seq++
-	name := r.bus.Replica() + "-c" + strconv.FormatUint(f.seq, 10)
+	msg.Text = r.bus.Replica() + "-c" + strconv.FormatUint(f.seq, 10)
 	done := make(chan Result, 1)
-	f.waiting[name] = waitingCall{replica: holder, done: done}
+	f.waiting[msg.Text] = waitingCall{replica: holder, done: done}
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
-		delete(f.waiting, name)
+		delete(f.waiting, msg.Text)
 		f.mu.Unlock()
 	}()
-	listens, err := r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCall, Session: session.Digest(sessionID), Stream: streamID, Text: name, Data: data})
-	if err != nil || !listens {
-		// Not reachable: the call runs here, on a connection of this replica's own.
+	if listens, err := r.bus.Send(ctx, holder, msg); err != nil || !listens {
 		return Result{}, false, nil
 	}
 	wait := time.NewTimer(timeout + waitMargin)
 	defer wait.Stop()
 	select {
 	case res := <-done:
-		return res, !res.Draining, nil
+		return res, true, nil
 	case <-wait.C:
-		_, _ = r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCallCancel, Text: name})
-		return Result{Unavailable: "the replica holding the session's connection did not answer in time", Reason: ReasonTimeout}, true, nil
+		_, _ = r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCallCancel, Text: msg.Text})
+		return Result{Unavailable: late, Reason: ReasonTimeout}, true, nil
 	case <-ctx.Done():
-		_, _ = r.bus.Send(context.WithoutCancel(ctx), holder, &session.BusMessage{Kind: busCallCancel, Text: name})
+		_, _ = r.bus.Send(context.WithoutCancel(ctx), holder, &session.BusMessage{Kind: busCallCancel, Text: msg.Text})
 		return Result{}, true, ctx.Err()
 	}
+}
+
+// serveFor runs serve for the exchange m another replica began, cancellable by its busCallCancel,
+// and sends back the Result it returns.
+func (r *Replicas) serveFor(m *session.BusMessage, serve func(ctx context.Context) Result) {
+	ctx, cancel := context.WithCancel(r.opts.Context)
+	defer cancel()
+	f := &r.forwarding
+	f.mu.Lock()
+	f.running[m.Text] = runningCall{from: m.From, cancel: cancel}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.running, m.Text)
+		f.mu.Unlock()
+	}()
+	res := serve(ctx)
+	data, _ := json.Marshal(res)
+	// Through the outbox, after the messages the exchange queued there before it.
+	r.post(outgoing{replica: m.From, msg: &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}})
 }
 
 // runForwarded runs a call another replica forwarded, through the host, and sends back how it
