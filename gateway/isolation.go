@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,9 @@ type pooledConn struct {
 	inUse    atomic.Int32
 	// levelOnce sets the session's log level on the connection once it is ready.
 	levelOnce sync.Once
+	// forCall is set for a connection opened for one 2026-07-28 call (getForCall): it closes
+	// when that call releases it.
+	forCall bool
 }
 
 // existing returns the connection the session's calls use, if it has one.
@@ -132,8 +136,58 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 		// The other replicas send the session's calls to this upstream here from now on.
 		p.g.replicas.RecordConnection(ctx, sessionID, p.upstream.ns.Name, true)
 	}
+	if err := p.awaitReady(ctx, pc); err != nil {
+		return nil, err
+	}
+	pc.levelOnce.Do(func() {
+		// A new connection starts at the session's log level.
+		if rec, err := p.g.store.Get(ctx, sessionID); err == nil && rec.LogLevel != "" {
+			p.g.logs.setUpstreamLevel(ctx, pc.conn, rec.LogLevel)
+		}
+	})
+	return pc, nil
+}
 
-	// A connection starting while the upstream's first start runs may take its longer bound.
+// callKeyPrefix begins the pool key of a connection opened for one 2026-07-28 call.
+const callKeyPrefix = "call:"
+
+// getForCall returns the connection a 2026-07-28 request uses, which has no session to
+// hold one: under isolation: principal, its principal's connection on this replica; else
+// (isolation: session, or an anonymous caller) a connection of its own, opened for the call
+// and closed when the call ends, so that what the upstream asks in the middle of the call
+// goes to this call alone. A call waiting for its client's input (parking.go) keeps its
+// connection until its client's retry ends it, or its wait expires. The caller must call
+// release when its call is done.
+func (p *connPool) getForCall(ctx context.Context, who session.Principal) (*pooledConn, error) {
+	if p.credentials.exchanger != nil && who.Issuer == session.APIKeyIssuer {
+		return nil, &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: p.upstream.ns.Name,
+			Message: fmt.Sprintf("upstream %s is called with each user's own token (token exchange), and an API key has none: call it as a user signed in with the identity provider", p.upstream.ns.Name)}
+	}
+	key := callKeyPrefix + randomToken(12)
+	if p.perPrincipal && !who.Anonymous() {
+		key = p.keyFor("", who)
+	}
+	p.mu.Lock()
+	pc, ok := p.conns[key]
+	if !ok {
+		if len(p.conns) >= p.max {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("upstream %s: %w (max_connections %d)", p.upstream.ns.Name, errConnectionLimit, p.max)
+		}
+		pc = p.openLocked(key, "", who)
+	}
+	pc.inUse.Add(1)
+	pc.lastUsed.Store(time.Now().UnixNano())
+	p.mu.Unlock()
+	if err := p.awaitReady(ctx, pc); err != nil {
+		return nil, err
+	}
+	return pc, nil
+}
+
+// awaitReady waits until pc is ready, within the upstream's initialize bound (the longer one
+// of its first start while that runs); past it, it releases pc.
+func (p *connPool) awaitReady(ctx context.Context, pc *pooledConn) error {
 	limit := p.spec.InitializeTimeout
 	if !p.opts.FirstStart.Over() {
 		limit = max(limit, p.spec.FirstInitializeTimeout)
@@ -142,31 +196,38 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 	defer cancel()
 	select {
 	case <-pc.ready:
-		pc.levelOnce.Do(func() {
-			// A new connection starts at the session's log level.
-			if rec, err := p.g.store.Get(ctx, sessionID); err == nil && rec.LogLevel != "" {
-				p.g.logs.setUpstreamLevel(ctx, pc.conn, rec.LogLevel)
-			}
-		})
-		return pc, nil
+		return nil
 	case <-wait.Done():
 		p.release(pc)
-		return nil, fmt.Errorf("upstream %s: session connection did not become ready: %w", p.upstream.ns.Name, upstream.ErrUnavailable)
+		return fmt.Errorf("upstream %s: the connection of this session or call did not become ready: %w", p.upstream.ns.Name, upstream.ErrUnavailable)
 	}
 }
 
+// release ends a call's use of pc; a connection opened for one call closes with it.
 func (p *connPool) release(pc *pooledConn) {
 	pc.lastUsed.Store(time.Now().UnixNano())
-	pc.inUse.Add(-1)
+	if pc.inUse.Add(-1) > 0 || !pc.forCall {
+		return
+	}
+	key := pc.conn.pooled
+	p.mu.Lock()
+	mine := p.conns[key] == pc
+	if mine {
+		delete(p.conns, key)
+	}
+	p.mu.Unlock()
+	if mine { // else closeAll has it
+		p.closeConn(pc, key)
+	}
 }
 
 // openLocked starts the connection of pool key key, for the session or its principal who;
 // it runs on a goroutine the gateway owns.
 func (p *connPool) openLocked(key, sessionID string, who session.Principal) *pooledConn {
-	pc := &pooledConn{ready: make(chan struct{})}
+	pc := &pooledConn{ready: make(chan struct{}), forCall: strings.HasPrefix(key, callKeyPrefix)}
 	var readyOnce sync.Once
 	opts := p.opts
-	if p.credentials.perPrincipal != nil && key != sessionID {
+	if p.credentials.perPrincipal != nil && key != sessionID && !pc.forCall {
 		opts.HTTPClient = p.credentials.perPrincipal(who)
 	}
 	opts.OnChange = func(c *upstream.Client) {
@@ -177,9 +238,10 @@ func (p *connPool) openLocked(key, sessionID string, who session.Principal) *poo
 	}
 	client := upstream.New(p.spec, &opts)
 	pc.conn = &conn{upstream: p.upstream, client: client, pooled: key}
-	if key == sessionID {
+	switch {
+	case key == sessionID:
 		pc.conn.session = sessionID
-	} else {
+	case !pc.forCall:
 		pc.principal = who
 	}
 	p.conns[key] = pc
@@ -187,9 +249,12 @@ func (p *connPool) openLocked(key, sessionID string, who session.Principal) *poo
 	// Refused once the gateway closes: the connection then never becomes ready, the call
 	// waiting for it ends with its session, and closeAll closes it.
 	p.g.goWorker(func() { client.Run(p.g.ctx) })
-	if key == sessionID {
+	switch {
+	case pc.forCall:
+		p.g.logger.Info("opened an upstream connection for one 2026-07-28 call", "upstream", p.upstream.ns.Name, "connection", fingerprint(key))
+	case key == sessionID:
 		p.g.logger.Info("opened a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(sessionID))
-	} else {
+	default:
 		p.g.logger.Info("opened a principal's own upstream connection", "upstream", p.upstream.ns.Name, "principal", who.String())
 	}
 	return pc
@@ -214,7 +279,13 @@ func (p *connPool) closeSession(sessionID string) {
 		}
 	}
 	pc, ok := p.conns[key]
-	delete(p.conns, key)
+	if ok && key != sessionID && pc.inUse.Load() > 0 {
+		// A principal's connection that 2026-07-28 calls, which no session holds, still use:
+		// closed once idle (sweep).
+		ok = false
+	} else {
+		delete(p.conns, key)
+	}
 	p.mu.Unlock()
 	if ok || mapped {
 		p.unrecord([]string{sessionID})
@@ -246,6 +317,9 @@ func (p *connPool) unrecord(sessionIDs []string) {
 // under isolation: session, the principal's sessions here under isolation: principal. The
 // caller holds p.mu.
 func (p *connPool) usersLocked(key string) []string {
+	if strings.HasPrefix(key, callKeyPrefix) {
+		return nil // a 2026-07-28 call's: no session's
+	}
 	if !p.perPrincipal {
 		return []string{key}
 	}
@@ -267,9 +341,12 @@ func (p *connPool) closeConn(pc *pooledConn, key string) {
 			// The principal's tokens are kept no longer than its connection.
 			ex.Forget(pc.principal)
 		}
-		if pc.conn.session != "" {
+		switch {
+		case pc.forCall:
+			p.g.logger.Info("closed the upstream connection of a 2026-07-28 call", "upstream", p.upstream.ns.Name, "connection", fingerprint(key))
+		case pc.conn.session != "":
 			p.g.logger.Info("closed a session's own upstream connection", "upstream", p.upstream.ns.Name, "session", fingerprint(key))
-		} else {
+		default:
 			p.g.logger.Info("closed a principal's own upstream connection", "upstream", p.upstream.ns.Name, "connection", fingerprint(key))
 		}
 	}

@@ -652,11 +652,18 @@ func (g *requestPipeline) call(ctx context.Context, rq *request, u *upstreamEntr
 func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstreamEntry, method string, params json.RawMessage) (json.RawMessage, error) {
 	c := u.shared
 	if u.pool != nil {
-		if rq.Client.SessionID == "" {
+		var pc *pooledConn
+		var err error
+		switch {
+		case rq.Client.SessionID != "":
+			pc, err = u.pool.get(ctx, rq.Client.SessionID, rq.Client.Principal)
+		case rq.owner != nil && rq.owner.direct != nil:
+			// A 2026-07-28 request: its principal's connection, or one for this call alone.
+			pc, err = u.pool.getForCall(ctx, rq.Client.Principal)
+		default:
 			return nil, &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: u.ns.Name,
 				Message: fmt.Sprintf("upstream %s has a connection per session (isolation), and this request has no session", u.ns.Name)}
 		}
-		pc, err := u.pool.get(ctx, rq.Client.SessionID, rq.Client.Principal)
 		if err != nil {
 			return nil, err
 		}

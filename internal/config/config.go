@@ -683,9 +683,10 @@ type Upstream struct {
 	// IsolationPrincipal (one per authenticated user; an anonymous session
 	// gets one of its own) or IsolationSession (one per client session,
 	// opened on its first call and closed with the session or after
-	// IsolationIdleTimeout). Upstreams that keep per-client state, or send
-	// sampling, elicitation or roots requests while several sessions call them
-	// over stdio, need principal or session.
+	// IsolationIdleTimeout; a 2026-07-28 call, which has no session, gets
+	// one of its own for the call). Upstreams that keep per-client state, or
+	// send sampling, elicitation or roots requests while several sessions call
+	// them over stdio, need principal or session.
 	Isolation string
 
 	// IsolationIdleTimeout closes a per-session or per-principal connection
