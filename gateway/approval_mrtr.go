@@ -126,7 +126,7 @@ func (s *requestStates) openApproval(req *pipeline.Request, t *pipeline.Target, 
 // the upstream gets neither the state nor the answers, which are the gateway's. It reports
 // whether the state was an approval's; a state that is one but does not open for this retry
 // fails it with requestStateInvalid.
-func (g *requestPipeline) takeApprovalAnswer(rq *request, res *resolved, sealed string) (bool, error) {
+func (g *requestPipeline) takeApprovalAnswer(ctx context.Context, rq *request, res *resolved, sealed string) (bool, error) {
 	answer, err := g.states.openApproval(rq.Request, &res.target, sealed)
 	if err != nil {
 		if errors.Is(err, seal.ErrMalformed) || errors.Is(err, seal.ErrTampered) {
@@ -144,6 +144,8 @@ func (g *requestPipeline) takeApprovalAnswer(rq *request, res *resolved, sealed 
 		}
 	}
 	rq.approval = answer
+	// The call's first round, which asked, was counted by the rate limits.
+	rq.Continues = g.countedBefore(ctx, rq, answer.state.Nonce, answer.expires)
 	return true, nil
 }
 

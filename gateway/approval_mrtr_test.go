@@ -18,7 +18,6 @@ import (
 
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
-	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
 // countingUpstream is a 2025-11-25 server over Streamable HTTP whose tool echo answers
@@ -468,52 +467,25 @@ func TestApprovalByInputRequiredRemembered(t *testing.T) {
 // again on the retries that continue it: the relayed state says it was approved, for the
 // same caller, call and arguments.
 func TestApprovedCallContinuesItsUpstreamsRounds(t *testing.T) {
-	m := testupstream.NewModern(testupstream.ModernOptions{})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.Server },
-		&mcp.StreamableHTTPOptions{Stateless: true}))
-	t.Cleanup(srv.Close)
-	tg := startGateway(t, `listen: 127.0.0.1:0
-modern_protocol: true
+	_, tg := modernUpstreamBehind(t, `modern_protocol: true
 policy:
   approval: {timeout: 1m}
   rules:
     - {name: ask-needs-approval, effect: approve, match: {upstreams: [mod], tools: [ask]}}
-upstreams:
-  - name: mod
-    url: `+srv.URL+"\n    protocol: 2026-07-28\n", nil)
-	t.Cleanup(tg.close)
+`, nil)
 	var approvals, names atomic.Int64
-	client := mcp.NewClient(&mcp.Implementation{Name: "modern", Version: "1"}, &mcp.ClientOptions{
-		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			if strings.Contains(req.Params.Message, "Approve this call?") {
-				approvals.Add(1)
-				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
-			}
-			names.Add(1)
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
-		},
-	})
-	cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: tg.url}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := approvingClient(t, tg, &approvals, &names)
 	res, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "mod__ask"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if textOf(t, res) != "hello Ada" || approvals.Load() != 1 || names.Load() != 1 {
-		t.Errorf("approved call asking for input = %q, approval asked %d times, name %d times; want hello Ada, once each", textOf(t, res), approvals.Load(), names.Load())
+	if textOf(t, res) != "hello N1" || approvals.Load() != 1 || names.Load() != 1 {
+		t.Errorf("approved call asking for input = %q, approval asked %d times, name %d times; want hello N1, once each", textOf(t, res), approvals.Load(), names.Load())
 	}
 
 	// The same rounds by hand: the state that continues the approved call is spent by its
 	// retry, and refused when replayed.
-	c := rawClient{t: t, url: tg.url}
-	h := modernHeaders("tools/call", "mod__ask")
-	call := func(id int, more string) rawReply {
-		meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}`
-		return c.do(http.MethodPost, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{%s,"name":"mod__ask"%s}}`, id, meta, more), h)
-	}
+	call := toolCaller(t, tg, "mod__ask")
 	state := askedApprovalOf(t, call(1, ""), "tool: mod__ask (ask there)")
 	r := call(2, answered("accept", true, state))
 	var relayed struct {
@@ -534,4 +506,37 @@ upstreams:
 		t.Errorf("continued call = %q", got)
 	}
 	refusedState(t, call(4, name))
+}
+
+// approvingClient connects a Go SDK client pinned to 2026-07-28 whose user approves every
+// call the gateway asks about (counted in approvals) and answers every other elicitation
+// with the name N1, N2, … (counted in names).
+func approvingClient(t *testing.T, tg *testGateway, approvals, names *atomic.Int64) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "modern", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if strings.Contains(req.Params.Message, "Approve this call?") {
+				approvals.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": fmt.Sprintf("N%d", names.Add(1))}}, nil
+		},
+	})
+	cs, err := client.Connect(ctxT(t), &mcp.StreamableClientTransport{Endpoint: tg.url}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// toolCaller returns a function that posts a raw 2026-07-28 tools/call of tool, declaring
+// elicitation, with id and more params (",..." or "").
+func toolCaller(t *testing.T, tg *testGateway, tool string) func(id int, more string) rawReply {
+	c := rawClient{t: t, url: tg.url}
+	h := modernHeaders("tools/call", tool)
+	return func(id int, more string) rawReply {
+		meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}`
+		return c.do(http.MethodPost, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{%s,"name":%q%s}}`, id, meta, tool, more), h)
+	}
 }

@@ -22,14 +22,21 @@ import (
 // modernUpstreamGateway starts a 2026-07-28 upstream (testupstream.Modern, served statelessly
 // over HTTP) behind a gateway whose face serves 2025-11-25 sessions; its tools are mod__*.
 func modernUpstreamGateway(t *testing.T, opts *gateway.Options) (*testupstream.Modern, string) {
+	m, tg := modernUpstreamBehind(t, "", opts)
+	return m, tg.url
+}
+
+// modernUpstreamBehind starts a 2026-07-28 upstream "mod" (testupstream.Modern, served
+// statelessly over HTTP) behind a gateway with the top-level settings given.
+func modernUpstreamBehind(t *testing.T, settings string, opts *gateway.Options) (*testupstream.Modern, *testGateway) {
 	t.Helper()
 	m := testupstream.NewModern(testupstream.ModernOptions{})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.Server },
 		&mcp.StreamableHTTPOptions{Stateless: true}))
 	t.Cleanup(srv.Close)
-	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:\n  - name: mod\n    url: "+srv.URL+"\n    protocol: 2026-07-28\n", opts)
+	tg := startGateway(t, "listen: 127.0.0.1:0\n"+settings+"upstreams:\n  - name: mod\n    url: "+srv.URL+"\n    protocol: 2026-07-28\n", opts)
 	t.Cleanup(tg.close)
-	return m, tg.url
+	return m, tg
 }
 
 // TestInputBridgeForSessions: a 2025-11-25 session calls a 2026-07-28 upstream that answers

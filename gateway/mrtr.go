@@ -91,6 +91,9 @@ type sealedState struct {
 	// for) in the round that got this state: the retry that continues it with the same
 	// arguments, once, is not asked again (approval_mrtr.go).
 	Approved *approvedRound `json:"ap,omitempty"`
+	// Round is the state's single-use round token: the first retry that brings it continues
+	// a call the rate limits counted already (countedBefore); a replay is counted anew.
+	Round string `json:"r,omitempty"`
 }
 
 // stateBinding is the associated data of a requestState: the method and the tool or prompt
@@ -113,7 +116,7 @@ func principalMark(p session.Principal) string {
 func (s *requestStates) seal(req *pipeline.Request, t *pipeline.Target, inner *string) string {
 	payload, _ := json.Marshal(sealedState{Upstream: t.Upstream, Profile: req.Client.Profile,
 		Principal: principalMark(req.Client.Principal), Expires: s.now().Add(requestStateTTL).UnixMilli(), Inner: inner,
-		Approved: approvedRoundOf(req)})
+		Approved: approvedRoundOf(req), Round: randomToken(12)})
 	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, t.Exposed)))
 }
 
@@ -180,7 +183,7 @@ func withRelayedCapabilities(ctx context.Context, rq *request, modern bool) cont
 // expired, fails the retry with requestStateInvalid; one from a client of a session, or for an
 // upstream that speaks 2025-11-25, with -32602 too. Params without requestState pass as they
 // are; inputResponses always do.
-func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
+func (g *requestPipeline) unwrapRequestState(ctx context.Context, rq *request, res *resolved) error {
 	raw, has, err := protocol.Member(res.params, "requestState")
 	if err != nil {
 		return invalidParams(err)
@@ -197,7 +200,7 @@ func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "error", "requestState is not a string")
 		return requestStateInvalid
 	}
-	if approvalState, err := g.takeApprovalAnswer(rq, res, sealed); approvalState || err != nil {
+	if approvalState, err := g.takeApprovalAnswer(ctx, rq, res, sealed); approvalState || err != nil {
 		return err
 	}
 	st, err := g.states.open(rq.Request, &res.target, sealed)
@@ -212,6 +215,7 @@ func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
 	if st.Approved != nil && st.Approved.Arguments == argumentsDigest(rq.Params) {
 		rq.continued = &approvalContinued{nonce: st.Approved.Nonce, expires: time.UnixMilli(st.Expires)}
 	}
+	rq.Continues = g.countedBefore(ctx, rq, st.Round, time.UnixMilli(st.Expires))
 	if st.Inner == nil {
 		res.params, err = protocol.DeleteMember(res.params, "requestState")
 	} else {
@@ -221,6 +225,22 @@ func (g *requestPipeline) unwrapRequestState(rq *request, res *resolved) error {
 		return invalidParams(err)
 	}
 	return nil
+}
+
+// countedBefore reports whether a retry continues a call whose first round the rate limits
+// counted, by spending its state's round token (token, valid until until) in the store the
+// replicas share: once, so that a replayed state is counted as a new call. Without rate
+// limits nothing is spent; a store that fails counts the retry.
+func (g *requestPipeline) countedBefore(ctx context.Context, rq *request, token string, until time.Time) bool {
+	if g.gate == nil || g.gate.limiter == nil || token == "" {
+		return false
+	}
+	fresh, err := g.gate.approvals.nonces.Spend(ctx, "round:"+token, until)
+	if err != nil {
+		g.logger.Warn("a retry's round could not be checked against the rate limits' count; it is counted as a new call", "request_id", rq.LogID, "error", err.Error())
+		return false
+	}
+	return fresh
 }
 
 // relayInputRequired turns an upstream's input_required result to a call of rq into the one

@@ -183,7 +183,7 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 			// does not pay for it.
 			res.target.Arguments, _, _ = protocol.Member(params, "arguments")
 		}
-		if err := g.unwrapRequestState(rq, res); err != nil {
+		if err := g.unwrapRequestState(ctx, rq, res); err != nil {
 			return res, err
 		}
 		if kind == pipeline.Tool {
@@ -215,7 +215,7 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 		target.Upstream, target.Original = ns.Name, original
 		res := &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward, target: target}
 		if rq.Method == protocol.MethodReadResource {
-			if err := g.unwrapRequestState(rq, res); err != nil {
+			if err := g.unwrapRequestState(ctx, rq, res); err != nil {
 				return res, err
 			}
 		}

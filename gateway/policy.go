@@ -125,6 +125,9 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 				Message: fmt.Sprintf("%s (rule %q); ask the gateway's operator if you need it", msg, d.Rule)}
 		}
 	}
+	if req.Continues {
+		return nil // counted in the call's first round (mrtr.go, countedBefore)
+	}
 	return gt.limit(ctx, req, t, d.DryRun)
 }
 

@@ -61,6 +61,10 @@ type Request struct {
 	// rule's name, or "plugin NAME"; "" when none did. The approval check, the chain's last
 	// link, asks.
 	Approval string
+	// Continues is set for a 2026-07-28 retry that continues a call the rate limits counted
+	// in an earlier round: its requestState, sealed by the gateway, carried a round token
+	// not spent before. The rate limits do not count it again; the rules still decide it.
+	Continues bool
 }
 
 // Kind is what a request addresses.
