@@ -469,7 +469,8 @@ func (g *statelessFace) parkedStateOf(w http.ResponseWriter, preq *pipeline.Requ
 // not accept gets an error, and the call waits on.
 func (g *statelessFace) resumeParked(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, st *parkedState) {
 	if st.Replica != g.hub.Tag() {
-		writeModernResponse(w, g.resumeElsewhere(r.Context(), preq, st))
+		out := &modernWriter{w: w, rc: http.NewResponseController(w)}
+		out.final(g.resumeElsewhere(r.Context(), preq, st, out.event))
 		return
 	}
 	c, resp := g.continueParked(preq.ID, preq.Params, preq.LogID, st)
@@ -488,10 +489,11 @@ type parkedRetry struct {
 	LogID  string          `json:"l"`
 }
 
-// resumeElsewhere passes a retry to the replica its call waits on, and returns the response it
-// got there (without the messages about the call meanwhile: they stay there). This replica
-// checked the state's seal, principal, endpoint and expiry; that one checks the round.
-func (g *statelessFace) resumeElsewhere(ctx context.Context, preq *pipeline.Request, st *parkedState) *protocol.Response {
+// resumeElsewhere passes a retry to the replica its call waits on, hands emit the messages
+// about the call meanwhile (progress, log messages), and returns the response it got there.
+// This replica checked the state's seal, principal, endpoint and expiry; that one checks the
+// round.
+func (g *statelessFace) resumeElsewhere(ctx context.Context, preq *pipeline.Request, st *parkedState, emit func([]byte)) *protocol.Response {
 	gone := func(why string) *protocol.Response {
 		g.logger.Info("a retry's call could not be continued on its replica", "request_id", preq.LogID, "replica", st.Replica, "why", why)
 		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInvalidParams,
@@ -504,7 +506,7 @@ func (g *statelessFace) resumeElsewhere(ctx context.Context, preq *pipeline.Requ
 	if err != nil {
 		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInternalError, "encode the retry: %v", err)}
 	}
-	res, forwarded, err := g.replicas.ForwardResume(ctx, st.Replica, retry, parkTTL)
+	res, forwarded, err := g.replicas.ForwardResume(ctx, st.Replica, retry, parkTTL, emit)
 	switch {
 	case err != nil:
 		return &protocol.Response{ID: preq.ID, Error: protocol.Errorf(protocol.CodeInternalError, "the retry ended before its call did: %v", err)}
@@ -523,7 +525,7 @@ func (g *statelessFace) resumeElsewhere(ctx context.Context, preq *pipeline.Requ
 
 // ServeResume implements replica.Host: it serves a retry another replica passed here, of a
 // call waiting here, and returns the encoded response.
-func (h replicaHost) ServeResume(ctx context.Context, data json.RawMessage) replica.Result {
+func (h replicaHost) ServeResume(ctx context.Context, data json.RawMessage, emit func([]byte)) replica.Result {
 	var retry parkedRetry
 	if err := json.Unmarshal(data, &retry); err != nil {
 		return replica.Result{Unavailable: "unreadable retry"}
@@ -535,7 +537,7 @@ func (h replicaHost) ServeResume(ctx context.Context, data json.RawMessage) repl
 	g := h.g.streamable.stateless
 	c, resp := g.continueParked(id, retry.Params, retry.LogID, &retry.State)
 	if c != nil {
-		resp = g.follow(ctx, c, id, func([]byte) {})
+		resp = g.follow(ctx, c, id, emit)
 	}
 	encoded, err := protocol.Encode(resp)
 	if err != nil {

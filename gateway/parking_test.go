@@ -352,15 +352,17 @@ func TestParkedCallsAcrossReplicasSDKClient(t *testing.T) {
 }
 
 // TestParkedCallProgressFollowsTheRetry: progress reported after a round of input reaches the
-// retry that follows the call, under the retry's own progressToken; a retry that gave none
-// gets none.
+// retry that follows the call, under the retry's own progressToken, whichever replica the
+// retry reached (from the other one, through the bus); a retry that gave none gets none.
 func TestParkedCallProgressFollowsTheRetry(t *testing.T) {
-	tg, _ := parkingGateway(t, "", nil)
+	reverse := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	t.Cleanup(reverse.Close)
+	a, b := twoReplicasWith(t, "modern_protocol: true\n", "  - name: r\n    url: "+reverse.URL+"\n")
 	// call returns the whole response, JSON or an SSE stream read to its end, as text.
-	call := func(id int, progress, extra string) string {
+	call := func(url string, id int, progress, extra string) string {
 		meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}}` + progress + `}`
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{%s,"name":"r__sample_then_progress","arguments":{"text":"x"}%s}}`, id, meta, extra)
-		req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, tg.url, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, url, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,13 +380,15 @@ func TestParkedCallProgressFollowsTheRetry(t *testing.T) {
 		return string(all)
 	}
 	for _, tt := range []struct {
-		name, retryProgress, want string
+		name, retryOn, retryProgress, want string
 	}{
-		{"the retry's own token", `,"progressToken":"retry-token"`, `"progressToken":"retry-token"`},
-		{"no token on the retry", ``, ``},
+		{"the retry's own token", a.url, `,"progressToken":"retry-token"`, `"progressToken":"retry-token"`},
+		{"no token on the retry", a.url, ``, ``},
+		{"the retry's own token, on another replica", b.url, `,"progressToken":"retry-token"`, `"progressToken":"retry-token"`},
+		{"no token on the retry, on another replica", b.url, ``, ``},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			first := call(1, `,"progressToken":"first-token"`, "")
+			first := call(a.url, 1, `,"progressToken":"first-token"`, "")
 			var res struct {
 				Result struct {
 					InputRequests map[string]json.RawMessage `json:"inputRequests"`
@@ -399,7 +403,7 @@ func TestParkedCallProgressFollowsTheRetry(t *testing.T) {
 				key = k
 			}
 			state, _ := json.Marshal(res.Result.RequestState)
-			body := call(2, tt.retryProgress, `,"inputResponses":{"`+key+`":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}},"requestState":`+string(state))
+			body := call(tt.retryOn, 2, tt.retryProgress, `,"inputResponses":{"`+key+`":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}},"requestState":`+string(state))
 			if !strings.Contains(body, "sampled=S") {
 				t.Fatalf("retry: %s", body)
 			}

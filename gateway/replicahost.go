@@ -49,7 +49,7 @@ type replicaCalls interface {
 	HolderOf(connections map[string]string, upstream string) string
 	Forward(ctx context.Context, holder, sessionID, streamID string, c replica.Call, timeout time.Duration) (replica.Result, bool, error)
 	NotifyHolder(ctx context.Context, holder, sessionID string, c replica.Call)
-	ForwardResume(ctx context.Context, holder string, retry json.RawMessage, timeout time.Duration) (replica.Result, bool, error)
+	ForwardResume(ctx context.Context, holder string, retry json.RawMessage, timeout time.Duration, emit func([]byte)) (replica.Result, bool, error)
 	RecordConnection(ctx context.Context, sessionID, upstream string, open bool)
 }
 

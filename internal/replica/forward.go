@@ -96,6 +96,9 @@ type runningCall struct {
 type waitingCall struct {
 	replica string
 	done    chan Result
+	// events carries what the call sent about itself meanwhile (busResumeEvent), for an
+	// exchange that follows them; nil for one that does not.
+	events chan []byte
 }
 
 // stoppedResult ends a forwarded call whose replica stopped before answering: the call may
@@ -183,12 +186,26 @@ func (r *Replicas) Forward(ctx context.Context, holder, sessionID, streamID stri
 // (busCallCancel). sent is false when holder did not take msg (not reachable, or not
 // listening); late says what a Result that did not come in time stands for.
 func (r *Replicas) exchange(ctx context.Context, holder string, msg *session.BusMessage, timeout time.Duration, late string) (res Result, sent bool, err error) {
+	return r.exchangeFollowing(ctx, holder, msg, timeout, late, nil)
+}
+
+// exchangeEvents bounds the messages of an exchange's call waiting for its follower: past
+// it, the newest are dropped (they are progress and log messages, which may be lost).
+const exchangeEvents = 64
+
+// exchangeFollowing is exchange, handing emit, if not nil, the messages the call sends about
+// itself meanwhile (busResumeEvent), in order, on the caller's goroutine.
+func (r *Replicas) exchangeFollowing(ctx context.Context, holder string, msg *session.BusMessage, timeout time.Duration, late string, emit func([]byte)) (res Result, sent bool, err error) {
 	f := &r.forwarding
 	f.mu.Lock()
 	f.seq++
 	msg.Text = r.bus.Replica() + "-c" + strconv.FormatUint(f.seq, 10)
 	done := make(chan Result, 1)
-	f.waiting[msg.Text] = waitingCall{replica: holder, done: done}
+	var events chan []byte
+	if emit != nil {
+		events = make(chan []byte, exchangeEvents)
+	}
+	f.waiting[msg.Text] = waitingCall{replica: holder, done: done, events: events}
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -200,15 +217,29 @@ func (r *Replicas) exchange(ctx context.Context, holder string, msg *session.Bus
 	}
 	wait := time.NewTimer(timeout + waitMargin)
 	defer wait.Stop()
-	select {
-	case res := <-done:
-		return res, true, nil
-	case <-wait.C:
-		_, _ = r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCallCancel, Text: msg.Text})
-		return Result{Unavailable: late, Reason: ReasonTimeout}, true, nil
-	case <-ctx.Done():
-		_, _ = r.bus.Send(context.WithoutCancel(ctx), holder, &session.BusMessage{Kind: busCallCancel, Text: msg.Text})
-		return Result{}, true, ctx.Err()
+	for {
+		select {
+		case data := <-events:
+			emit(data)
+			continue
+		case res := <-done:
+			// The events came before the result on the bus: the ones still queued go first.
+			for {
+				select {
+				case data := <-events:
+					emit(data)
+					continue
+				default:
+				}
+				return res, true, nil
+			}
+		case <-wait.C:
+			_, _ = r.bus.Send(ctx, holder, &session.BusMessage{Kind: busCallCancel, Text: msg.Text})
+			return Result{Unavailable: late, Reason: ReasonTimeout}, true, nil
+		case <-ctx.Done():
+			_, _ = r.bus.Send(context.WithoutCancel(ctx), holder, &session.BusMessage{Kind: busCallCancel, Text: msg.Text})
+			return Result{}, true, ctx.Err()
+		}
 	}
 }
 
@@ -274,6 +305,21 @@ func (f *forwarding) callResult(m *session.BusMessage) {
 	f.mu.Unlock()
 	if ok {
 		w.done <- res
+	}
+}
+
+// callEvent hands a message a call sent about itself to the exchange following it; dropped
+// when that exchange ended, does not follow, or has exchangeEvents waiting already.
+func (f *forwarding) callEvent(m *session.BusMessage) {
+	f.mu.Lock()
+	w, ok := f.waiting[m.Text]
+	f.mu.Unlock()
+	if !ok || w.events == nil {
+		return
+	}
+	select {
+	case w.events <- m.Data:
+	default:
 	}
 }
 

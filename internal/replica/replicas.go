@@ -106,7 +106,8 @@ type Host interface {
 	// ServeResume serves a 2026-07-28 client's retry of a call waiting here for input, which
 	// another replica took (ForwardResume), and returns what the call came to. It runs on a
 	// goroutine of its own, with ctx ended when the sender gives up.
-	ServeResume(ctx context.Context, retry json.RawMessage) Result
+	// emit passes a message about the call (progress, a log message) to the retry's client.
+	ServeResume(ctx context.Context, retry json.RawMessage, emit func([]byte)) Result
 	// Refresh refetches the lists of the named upstream, which announced a change.
 	Refresh(upstream string)
 	// ReloadPins reads the pins anew after an operator's decision on another replica.
@@ -440,6 +441,8 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 		r.opts.Go(func() { r.runResume(m) })
 	case busCallResult:
 		r.forwarding.callResult(m)
+	case busResumeEvent:
+		r.forwarding.callEvent(m)
 	case busCallCancel:
 		r.forwarding.cancel(m.Text)
 	case busAnswer:
