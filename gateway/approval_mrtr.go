@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
-	"github.com/manifold-mcp/manifold/internal/seal"
 )
 
 // Approval by multi-round-trip request (mcp-2026-notes §1.7). A 2026-07-28 client takes no
@@ -38,13 +36,6 @@ type approvalState struct {
 	Nonce string `json:"o"`
 	// Arguments is argumentsDigest of the call's params: the retry must carry the same.
 	Arguments string `json:"a"`
-}
-
-// approvalStateEnvelope is an approval's sealed payload. Its member "q" tells it from a
-// relayed state (which has none) and a parked call's ("k").
-type approvalStateEnvelope struct {
-	sealedState
-	Approval *approvalState `json:"q,omitempty"`
 }
 
 // approvalAnswer is a retry's answer to the approval it was asked: its opened state, when
@@ -74,79 +65,34 @@ func (*approvalAsked) Error() string { return "the call waits for its client's a
 // sealApproval returns the requestState of an approval asked of the client of req for a call
 // to t, valid for ttl.
 func (s *requestStates) sealApproval(req *pipeline.Request, t *pipeline.Target, st approvalState, ttl time.Duration) string {
-	payload, _ := json.Marshal(approvalStateEnvelope{
-		sealedState: sealedState{Upstream: t.Upstream, Profile: req.Client.Profile, Principal: principalMark(req.Client.Principal),
-			Expires: s.now().Add(ttl).UnixMilli()},
-		Approval: &st,
-	})
-	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, t.Exposed)))
+	return s.sealState(req, t.Exposed, sealedState{Upstream: t.Upstream, Approval: &st}, ttl)
 }
 
 // errStateOtherArguments refuses an approval's state sent with arguments other than the
 // call's it was asked for.
 var errStateOtherArguments = errors.New("requestState was issued for other arguments")
 
-// openApproval returns the answer a retry of a call to t carries for its approval, when
-// sealed is an approval's state; nil when it is another kind (relayed, for the pipeline), or
-// why it is refused.
-func (s *requestStates) openApproval(req *pipeline.Request, t *pipeline.Target, sealed string) (*approvalAnswer, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil {
-		return nil, fmt.Errorf("decode requestState: %w", seal.ErrMalformed)
+// takeApprovalAnswer reads the approval's answer a retry of rq carries, whose requestState
+// (st, opened) is an approval's: the answer goes to the approval check (approvalAnswerKey), and
+// the upstream gets neither the state nor the answers, which are the gateway's. A state sent
+// with other arguments than the call's it was asked for fails the retry with
+// requestStateInvalid.
+func (g *requestPipeline) takeApprovalAnswer(ctx context.Context, rq *request, res *resolved, st *sealedState) error {
+	if st.Approval.Arguments != argumentsDigest(rq.Params) {
+		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", errStateOtherArguments.Error())
+		return requestStateInvalid
 	}
-	payload, err := s.sealer.Open(raw, stateBinding(req.Method, t.Exposed))
-	if err != nil {
-		return nil, fmt.Errorf("open requestState: %w", err)
-	}
-	var env approvalStateEnvelope
-	if err := json.Unmarshal(payload, &env); err != nil {
-		return nil, fmt.Errorf("read requestState: %w", err)
-	}
-	if env.Approval == nil {
-		return nil, nil
-	}
-	switch {
-	case s.now().UnixMilli() >= env.Expires:
-		return nil, errStateExpired
-	case env.Principal != principalMark(req.Client.Principal):
-		return nil, errStateOtherCaller
-	case env.Upstream != t.Upstream:
-		return nil, errStateOtherUpstream
-	case env.Profile != req.Client.Profile:
-		return nil, errStateOtherEndpoint
-	case env.Approval.Arguments != argumentsDigest(req.Params):
-		return nil, errStateOtherArguments
-	}
-	responses, _, _ := protocol.Member(req.Params, "inputResponses")
-	return &approvalAnswer{state: *env.Approval, expires: time.UnixMilli(env.Expires), responses: responses}, nil
-}
-
-// takeApprovalAnswer reads the approval's answer a retry of rq carries when its requestState
-// (sealed) is an approval's: the answer goes to the approval check (approvalAnswerKey), and
-// the upstream gets neither the state nor the answers, which are the gateway's. It reports
-// whether the state was an approval's; a state that is one but does not open for this retry
-// fails it with requestStateInvalid.
-func (g *requestPipeline) takeApprovalAnswer(ctx context.Context, rq *request, res *resolved, sealed string) (bool, error) {
-	answer, err := g.states.openApproval(rq.Request, &res.target, sealed)
-	if err != nil {
-		if errors.Is(err, seal.ErrMalformed) || errors.Is(err, seal.ErrTampered) {
-			return false, nil // the relayed states' opening says so, once
-		}
-		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", err.Error())
-		return true, requestStateInvalid
-	}
-	if answer == nil {
-		return false, nil
-	}
+	var err error
 	for _, key := range []string{"requestState", "inputResponses"} {
 		if res.params, err = protocol.DeleteMember(res.params, key); err != nil {
-			return true, invalidParams(err)
+			return invalidParams(err)
 		}
 	}
-	rq.approval = answer
+	responses, _, _ := protocol.Member(rq.Params, "inputResponses")
+	rq.approval = &approvalAnswer{state: *st.Approval, expires: time.UnixMilli(st.Expires), responses: responses}
 	// The call's first round, which asked, was counted by the rate limits.
-	rq.Continues = g.countedBefore(ctx, rq, answer.state.Nonce, answer.expires)
-	return true, nil
+	rq.Continues = g.countedBefore(ctx, rq, st.Approval.Nonce, rq.approval.expires)
+	return nil
 }
 
 // askByInputRequired asks the user of a 2026-07-28 client to approve a call to t (rule asked

@@ -50,6 +50,9 @@ var (
 	errStateOtherCaller   = errors.New("requestState belongs to another principal")
 	errStateOtherUpstream = errors.New("requestState was issued for another upstream")
 	errStateOtherEndpoint = errors.New("requestState was issued on another endpoint")
+	// errStateParked: a parked call's state reached the pipeline, which does not continue
+	// parked calls (the face does, before the pipeline: parking.go).
+	errStateParked = errors.New("requestState is a parked call's, which the call's replica did not take")
 )
 
 // requestStates seals and opens the requestState of the input-required results relayed to
@@ -74,10 +77,14 @@ func newRequestStates(keys *seal.Keys, now func() time.Time) (*requestStates, er
 	return &requestStates{sealer: keys.Sealer(seal.PurposeRequestState), now: now}, nil
 }
 
-// sealedState is what a gateway's requestState holds. The method and the exposed name are
-// not in it: they are the associated data it is sealed with (stateBinding).
+// sealedState is what every requestState the gateway seals holds: whose call it is, on
+// which endpoint, until when, and which kind of round it continues: one relayed from a
+// 2026-07-28 upstream (Inner, Approved, Round), an approval asked of the client (Approval,
+// approval_mrtr.go), or a call parked for its client's input (Parked, parking.go). The
+// method and the exposed name are not in it: they are the associated data it is sealed with
+// (stateBinding).
 type sealedState struct {
-	// Upstream is the upstream that answered input_required.
+	// Upstream is the upstream that answered input_required, or whose call it is.
 	Upstream string `json:"u"`
 	// Profile is the endpoint the call came on ("" for /mcp).
 	Profile string `json:"p,omitempty"`
@@ -94,6 +101,10 @@ type sealedState struct {
 	// Round is the state's single-use round token: the first retry that brings it continues
 	// a call the rate limits counted already (countedBefore); a replay is counted anew.
 	Round string `json:"r,omitempty"`
+	// Approval is set on the state of an approval asked of the client.
+	Approval *approvalState `json:"q,omitempty"`
+	// Parked is set on the state of a round of a parked call.
+	Parked *parkedState `json:"k,omitempty"`
 }
 
 // stateBinding is the associated data of a requestState: the method and the tool or prompt
@@ -111,23 +122,23 @@ func principalMark(p session.Principal) string {
 	return p.Key()
 }
 
-// seal returns the requestState the client gets for a call to t that its upstream answered
-// with input_required and the state inner (nil: none).
-func (s *requestStates) seal(req *pipeline.Request, t *pipeline.Target, inner *string) string {
-	payload, _ := json.Marshal(sealedState{Upstream: t.Upstream, Profile: req.Client.Profile,
-		Principal: principalMark(req.Client.Principal), Expires: s.now().Add(requestStateTTL).UnixMilli(), Inner: inner,
-		Approved: approvedRoundOf(req), Round: randomToken(12)})
-	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, t.Exposed)))
+// sealState returns the requestState that holds st, bound to req's caller, endpoint and
+// method and to the name (or URI) called, for ttl from now.
+func (s *requestStates) sealState(req *pipeline.Request, name string, st sealedState, ttl time.Duration) string {
+	st.Profile, st.Principal, st.Expires = req.Client.Profile, principalMark(req.Client.Principal), s.now().Add(ttl).UnixMilli()
+	payload, _ := json.Marshal(st)
+	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, name)))
 }
 
-// open returns the sealed state a client sent with its retry of a call to t, which holds the
-// upstream's own requestState (Inner, nil: none), or why it is not the retry's.
-func (s *requestStates) open(req *pipeline.Request, t *pipeline.Target, sealed string) (*sealedState, error) {
+// openState returns what the requestState a retry of req (calling name) sent holds, once it
+// opened and is the retry's: not expired, of its caller and endpoint. What each kind binds
+// besides is for its reader to check.
+func (s *requestStates) openState(req *pipeline.Request, name, sealed string) (*sealedState, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(sealed)
 	if err != nil {
 		return nil, fmt.Errorf("decode requestState: %w", seal.ErrMalformed)
 	}
-	payload, err := s.sealer.Open(raw, stateBinding(req.Method, t.Exposed))
+	payload, err := s.sealer.Open(raw, stateBinding(req.Method, name))
 	if err != nil {
 		return nil, fmt.Errorf("open requestState: %w", err)
 	}
@@ -140,12 +151,16 @@ func (s *requestStates) open(req *pipeline.Request, t *pipeline.Target, sealed s
 		return nil, errStateExpired
 	case st.Principal != principalMark(req.Client.Principal):
 		return nil, errStateOtherCaller
-	case st.Upstream != t.Upstream:
-		return nil, errStateOtherUpstream
 	case st.Profile != req.Client.Profile:
 		return nil, errStateOtherEndpoint
 	}
 	return &st, nil
+}
+
+// seal returns the requestState the client gets for a call to t that its upstream answered
+// with input_required and the state inner (nil: none).
+func (s *requestStates) seal(req *pipeline.Request, t *pipeline.Target, inner *string) string {
+	return s.sealState(req, t.Exposed, sealedState{Upstream: t.Upstream, Inner: inner, Approved: approvedRoundOf(req), Round: randomToken(12)}, requestStateTTL)
 }
 
 // relaysInput reports whether an input_required result of an upstream to method may be
@@ -200,13 +215,19 @@ func (g *requestPipeline) unwrapRequestState(ctx context.Context, rq *request, r
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "error", "requestState is not a string")
 		return requestStateInvalid
 	}
-	if approvalState, err := g.takeApprovalAnswer(ctx, rq, res, sealed); approvalState || err != nil {
-		return err
+	st, err := g.states.openState(rq.Request, res.target.Exposed, sealed)
+	if err == nil && st.Upstream != res.target.Upstream {
+		err = errStateOtherUpstream
 	}
-	st, err := g.states.open(rq.Request, &res.target, sealed)
+	if err == nil && st.Parked != nil {
+		err = errStateParked
+	}
 	if err != nil {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", err.Error())
 		return requestStateInvalid
+	}
+	if st.Approval != nil {
+		return g.takeApprovalAnswer(ctx, rq, res, st)
 	}
 	if info := res.upstream.Server(); info != nil && !isModernVersion(info.ProtocolVersion) {
 		return protocol.Errorf(protocol.CodeInvalidParams,

@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -21,7 +19,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
-	"github.com/manifold-mcp/manifold/internal/seal"
 )
 
 // Parked calls: a 2026-07-28 client calling an upstream of 2025-11-25 that asks the client for
@@ -617,50 +614,20 @@ type parkedState struct {
 	Arguments string `json:"a"`
 }
 
-// parkedStateEnvelope is a parked call's sealed payload.
-type parkedStateEnvelope struct {
-	sealedState
-	Parked *parkedState `json:"k,omitempty"`
-}
-
 // sealParked returns the requestState of a parked call's round, sealed like a relayed one
 // and bound to the call's method and name.
 func (s *requestStates) sealParked(req *pipeline.Request, st parkedState) string {
-	payload, _ := json.Marshal(parkedStateEnvelope{
-		sealedState: sealedState{Upstream: st.Upstream, Profile: req.Client.Profile, Principal: principalMark(req.Client.Principal),
-			Expires: s.now().Add(parkTTL).UnixMilli()},
-		Parked: &st,
-	})
-	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(payload, stateBinding(req.Method, calledName(req.Params))))
+	return s.sealState(req, calledName(req.Params), sealedState{Upstream: st.Upstream, Parked: &st}, parkTTL)
 }
 
 // openParked returns the parked call a retry's requestState names, nil when the state is not a
 // parked call's (a relayed one, for the pipeline), or why it is refused.
 func (s *requestStates) openParked(req *pipeline.Request, sealed string) (*parkedState, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(sealed)
+	st, err := s.openState(req, calledName(req.Params), sealed)
 	if err != nil {
-		return nil, fmt.Errorf("decode requestState: %w", seal.ErrMalformed)
+		return nil, err
 	}
-	payload, err := s.sealer.Open(raw, stateBinding(req.Method, calledName(req.Params)))
-	if err != nil {
-		return nil, fmt.Errorf("open requestState: %w", err)
-	}
-	var env parkedStateEnvelope
-	if err := json.Unmarshal(payload, &env); err != nil {
-		return nil, fmt.Errorf("read requestState: %w", err)
-	}
-	if env.Parked == nil {
-		return nil, nil
-	}
-	switch {
-	case s.now().UnixMilli() >= env.Expires:
-		return nil, errStateExpired
-	case env.Principal != principalMark(req.Client.Principal):
-		return nil, errStateOtherCaller
-	case env.Profile != req.Client.Profile:
-		return nil, errStateOtherEndpoint
-	}
-	return env.Parked, nil
+	return st.Parked, nil
 }
 
 // calledName is the tool or prompt name, or the resource URI, params call: what a
