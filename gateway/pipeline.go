@@ -16,6 +16,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 	"github.com/manifold-mcp/manifold/policy"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -76,10 +77,13 @@ type resolved struct {
 // serve takes a request through the pipeline and returns the result or the JSON-RPC error
 // its client gets.
 func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
+	ctx, span := g.startRequestSpan(ctx, rq)
+	defer span.End()
 	res, err := g.resolve(ctx, rq)
 	var t *pipeline.Target
 	if res != nil {
 		t = &res.target // a refusal of the resolver may name what was addressed
+		targetSpan(span, rq.Method, res)
 	}
 	var result json.RawMessage
 	if err == nil {
@@ -119,7 +123,11 @@ func (g *requestPipeline) finish(ctx context.Context, req *pipeline.Request, t *
 		// Only a failure is logged: a success does not pay for naming the session.
 		logger = logger.With("session", fingerprint(req.Client.SessionID))
 	}
+	if g.tracer != nil {
+		logger = logger.With("trace_id", tracing.TraceID(ctx))
+	}
 	result, wireErr, outcome := pipeline.Map(req, t, result, err, logger)
+	failSpan(ctx, outcome)
 	g.writeAudit(ctx, req, t, outcome)
 	return result, wireErr
 }
@@ -683,7 +691,9 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 		ctx = upstream.WithCaller(ctx, rq.owner, rq.owner.party())
 	}
 	info := c.client.Server()
+	ctx, span, params := g.startUpstreamSpan(ctx, u, method, params)
 	result, err := c.client.Call(withRelayedCapabilities(ctx, rq, info != nil && isModernVersion(info.ProtocolVersion)), method, params)
+	endUpstreamSpan(span, err)
 	var rpcErr *protocol.Error
 	if errors.As(err, &rpcErr) {
 		return nil, &upstreamRPCError{Err: rpcErr}

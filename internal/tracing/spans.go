@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -43,6 +44,10 @@ const (
 // Span is one of the gateway's spans. The zero Span does nothing: that is what a nil Tracer
 // hands out. A Span is used by the goroutine that started it.
 type Span struct{ s trace.Span }
+
+// SpanOf returns the span ctx carries, to set attributes on; one that records nothing when
+// ctx carries none.
+func SpanOf(ctx context.Context) Span { return Span{trace.SpanFromContext(ctx)} }
 
 // End ends the span; the zero Span: nothing.
 func (s Span) End() {
@@ -181,12 +186,13 @@ func (s Span) Decision(check, effect, rule string, dryRun bool) {
 	if s.s == nil || !s.s.IsRecording() {
 		return
 	}
-	s.s.SetAttributes(attribute.String("manifold."+check+".effect", effect))
+	prefix := "manifold." + attrName(check)
+	s.s.SetAttributes(attribute.String(prefix+".effect", effect))
 	if rule != "" {
-		s.s.SetAttributes(attribute.String("manifold."+check+".rule", rule))
+		s.s.SetAttributes(attribute.String(prefix+".rule", rule))
 	}
 	if dryRun {
-		s.s.SetAttributes(attribute.Bool("manifold."+check+".dry_run", true))
+		s.s.SetAttributes(attribute.Bool(prefix+".dry_run", true))
 	}
 }
 
@@ -292,4 +298,18 @@ func idText(raw string) string {
 		return s
 	}
 	return raw
+}
+
+// attrName keeps a name within the characters of attribute names: a-z, 0-9 and _ (others
+// become _).
+func attrName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '_'
+	}, s)
 }
