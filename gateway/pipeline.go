@@ -574,12 +574,12 @@ func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolve
 	if errors.Is(err, upstream.ErrHeaderMismatch) {
 		// Not the client's -32020: its own headers reached the gateway fine. The upstream
 		// refused the gateway's, recomputed from its freshly fetched tool list as well.
-		g.logger.Warn("a 2026-07-28 upstream refused a call's Mcp-* headers twice, the second time after its tool list was fetched again", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
+		g.logger.WarnContext(ctx, "a 2026-07-28 upstream refused a call's Mcp-* headers twice, the second time after its tool list was fetched again", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
 		return nil, protocol.Errorf(protocol.CodeInternalError, "upstream %s refused the gateway's Mcp-Param headers for %s even after its tool list was fetched again: the upstream's headers disagree with its own tool schema; report it to the upstream's operator", res.upstream.ns.Name, res.target.Exposed)
 	}
 	if errors.Is(err, upstream.ErrResponseTooLarge) {
 		// The gateway's own limit: the client may know it, to ask for less.
-		g.logger.Warn("an upstream's answer was over max_response_bytes and was dropped", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
+		g.logger.WarnContext(ctx, "an upstream's answer was over max_response_bytes and was dropped", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the answer of upstream %s exceeds the gateway's max_response_bytes: ask for less", res.upstream.ns.Name)
 	}
 	return nil, unavailable(rq, res.upstream.ns.Name, res.target.Exposed, err)
