@@ -122,9 +122,9 @@ func (g *requestPipeline) finish(ctx context.Context, req *pipeline.Request, t *
 	if err != nil {
 		// Only a failure is logged: a success does not pay for naming the session.
 		logger = logger.With("session", fingerprint(req.Client.SessionID))
-	}
-	if g.tracer != nil {
-		logger = logger.With("trace_id", tracing.TraceID(ctx))
+		if g.tracer != nil {
+			logger = logger.With("trace_id", tracing.TraceID(ctx))
+		}
 	}
 	result, wireErr, outcome := pipeline.Map(req, t, result, err, logger)
 	failSpan(ctx, outcome)
