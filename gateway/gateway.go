@@ -262,7 +262,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 func backendsOf(cfg *config.Config, opts *Options, logger *slog.Logger) (set *backend.Set, close func() error, err error) {
 	set, close = opts.Backends, func() error { return nil }
 	if set == nil {
-		if set, err = backend.Open(cfg, opts.Now, logger); err != nil {
+		if set, err = backend.OpenTraced(cfg, opts.Now, logger, opts.Tracer.RedisHook()); err != nil {
 			return nil, nil, err
 		}
 		close = set.Close

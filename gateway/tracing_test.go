@@ -24,6 +24,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/audit"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/tracing"
 )
 
@@ -374,5 +375,65 @@ upstreams:
 	recv.mu.Unlock()
 	if service != "gw-test" {
 		t.Errorf("service.name = %q, want gw-test", service)
+	}
+}
+
+// TestTracesOfRedisCommands: with the sessions in Redis and a rate limit shared there, the
+// limit's Redis commands are CLIENT spans under the policy's span of the call that asked, and
+// nothing the gateway sends Redis outside a request starts a trace of its own.
+func TestTracesOfRedisCommands(t *testing.T) {
+	addr := testredis.Addr(t)
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	up := httptest.NewServer(goSDKHandler(t, "alpha", false))
+	defer up.Close()
+	tg := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+session_store: {type: redis, url: "redis://%s/0", key_prefix: %s}
+`+keysYAML+`policy:
+  rate_limits:
+    - {key: principal, rate: 100/s, burst: 100, shared: true}
+upstreams:
+  - name: remote
+    url: %s
+`, addr, testredis.Prefix(t, addr), up.URL), &gateway.Options{Tracer: tracer})
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	ctx := ctxT(t)
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__echo", Arguments: map[string]any{"text": "x"},
+		Meta: mcp.Meta{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01"}})
+	if err != nil || res.IsError {
+		t.Fatalf("remote__echo: %v %v", res, err)
+	}
+	if err := tracer.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := recv.received()
+	traceID, _ := hex.DecodeString(trace)
+	policy := spanNamed(t, spans, traceID, "manifold.policy")
+	var redisSpans int
+	for _, s := range spans {
+		a := attrs(s)
+		if a["db.system.name"] != "redis" {
+			continue
+		}
+		redisSpans++
+		if !bytes.Equal(s.TraceId, traceID) {
+			t.Errorf("Redis span %s is in trace %x, outside the call's %s", s.Name, s.TraceId, trace)
+			continue
+		}
+		if !bytes.Equal(s.ParentSpanId, policy.SpanId) || s.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+			t.Errorf("Redis span %s: parent %x kind %v, want the policy span %x and CLIENT", s.Name, s.ParentSpanId, s.Kind, policy.SpanId)
+		}
+		if a["db.operation.name"] != s.Name {
+			t.Errorf("Redis span %s has db.operation.name %q", s.Name, a["db.operation.name"])
+		}
+	}
+	if redisSpans == 0 {
+		t.Error("no Redis span for the shared rate limit's commands")
 	}
 }

@@ -327,22 +327,23 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	// Runs after gw.Close (defers run last first): the last records are written.
 	defer closeTrail()
-	backends, err := openBackends(cfg, logger)
-	if err != nil {
-		return err
-	}
-	// Runs after gw.Close: the gateway's last writes reach the store.
-	defer backends.Close()
 	tracer, err := openTracer(cfg)
 	if err != nil {
 		return err
 	}
-	// Runs after gw.Close: the spans of the last requests are exported, within a bound.
+	// Runs after gw.Close and the backends' close: the spans of the last requests are
+	// exported, within a bound.
 	defer func() {
 		if err := tracer.Shutdown(context.Background()); err != nil {
 			logger.Warn("exporting the last spans failed", "error", err.Error())
 		}
 	}()
+	backends, err := openBackends(cfg, logger, tracer)
+	if err != nil {
+		return err
+	}
+	// Runs after gw.Close: the gateway's last writes reach the store.
+	defer backends.Close()
 	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer})
 	if err != nil {
 		return err
@@ -422,9 +423,9 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 
 // openBackends opens the state backends cfg's session_store names. Their warnings (a record
 // that cannot be read, the bus's trouble) reach logger at most once a second per message.
-func openBackends(cfg *config.Config, logger *slog.Logger) (*backend.Set, error) {
+func openBackends(cfg *config.Config, logger *slog.Logger, tracer *tracing.Tracer) (*backend.Set, error) {
 	limited := slog.New(loglimit.NewHandler(logger.Handler(), time.Second, time.Now))
-	return backend.Open(cfg, time.Now, limited)
+	return backend.OpenTraced(cfg, time.Now, limited, tracer.RedisHook())
 }
 
 // serveAdmin starts the admin listener (config key `admin`), if there is one; closing the

@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -312,4 +313,43 @@ func attrName(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// RedisHook returns the function that traces a command sent to Redis (op is its name, or
+// "pipeline") as a CLIENT span, a child of the request's span in ctx: a command sent outside
+// any recorded span (the gateway's own background work) is not traced. Nil when t is nil.
+func (t *Tracer) RedisHook() func(ctx context.Context, op string) (context.Context, func(error)) {
+	if t == nil {
+		return nil
+	}
+	return t.redisCommand
+}
+
+// redisCommand is RedisHook's function.
+func (t *Tracer) redisCommand(ctx context.Context, op string) (context.Context, func(error)) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, func(error) {}
+	}
+	name := strings.ToUpper(op)
+	ctx, s := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", name)))
+	return ctx, func(err error) {
+		if err != nil {
+			s.SetAttributes(attribute.String(attrErrorType, redisErrorType(err)))
+			s.SetStatus(codes.Error, "")
+		}
+		s.End()
+	}
+}
+
+// redisErrorType is a short word for a failed Redis command: its context's end, or _OTHER
+// (an error's text may name addresses).
+func redisErrorType(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	return "_OTHER"
 }
