@@ -437,3 +437,50 @@ upstreams:
 		t.Error("no Redis span for the shared rate limit's commands")
 	}
 }
+
+// TestTraceContextBesideModernMeta: a 2026-07-28 upstream, whose requests carry the
+// gateway's _meta of that era (protocol version, client capabilities), gets the call's trace
+// context in the same _meta.
+func TestTraceContextBesideModernMeta(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	m, url := modernUpstreamGateway(t, &gateway.Options{Tracer: tracer})
+	cs := connect(t, url, nil)
+	ctx := ctxT(t)
+	const trace = "0af7651916cd43dd8448eb211c80319c"
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "mod__echo", Arguments: map[string]any{"text": "x"},
+		Meta: mcp.Meta{"traceparent": "00-" + trace + "-b7ad6b7169203331-01"}})
+	if err != nil || res.IsError {
+		t.Fatalf("mod__echo: %v %v", res, err)
+	}
+	if err := tracer.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	traceID, _ := hex.DecodeString(trace)
+	call := spanNamed(t, recv.received(), traceID, "tools/call echo")
+	want := "00-" + trace + "-" + hex.EncodeToString(call.SpanId) + "-01"
+	var metas []map[string]any
+	for _, s := range m.Seen() {
+		if s.Method != "tools/call" {
+			continue
+		}
+		var meta map[string]any
+		if err := json.Unmarshal(s.Meta, &meta); err != nil {
+			t.Fatalf("_meta %s: %v", s.Meta, err)
+		}
+		metas = append(metas, meta)
+	}
+	if len(metas) != 1 {
+		t.Fatalf("the upstream saw %d tools/call, want 1", len(metas))
+	}
+	if metas[0]["traceparent"] != want {
+		t.Errorf("_meta.traceparent = %v, want %s", metas[0]["traceparent"], want)
+	}
+	if len(metas[0]) < 2 {
+		t.Errorf("_meta = %v, want the 2026-07-28 members beside the trace context", metas[0])
+	}
+}
