@@ -127,7 +127,7 @@ func (g *requestPipeline) finish(ctx context.Context, req *pipeline.Request, t *
 		}
 	}
 	result, wireErr, outcome := pipeline.Map(req, t, result, err, logger)
-	failSpan(ctx, outcome)
+	failSpan(ctx, req.Method, result, outcome)
 	g.writeAudit(ctx, req, t, outcome)
 	return result, wireErr
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/tracing"
@@ -56,12 +57,27 @@ func targetSpan(span tracing.Span, method string, res *resolved) {
 }
 
 // failSpan marks a request's span failed with its outcome: error.type is the refusal's reason
-// or the error's code.
-func failSpan(ctx context.Context, outcome pipeline.Outcome) {
-	if outcome.Result == "" || outcome.Result == "ok" {
+// or the error's code, or tool_error for a tool result with isError that the upstream
+// answered, as the semantic conventions name it.
+func failSpan(ctx context.Context, method string, result json.RawMessage, outcome pipeline.Outcome) {
+	span := tracing.SpanOf(ctx)
+	if !span.Recording() {
 		return
 	}
-	tracing.SpanOf(ctx).Fail(orDefault(outcome.Reason, outcome.Result), outcome.Code)
+	switch outcome.Result {
+	case "", audit.OutcomeOK:
+		if method == protocol.MethodCallTool && isToolError(result) {
+			span.Fail("tool_error", 0)
+		}
+		return
+	}
+	span.Fail(orDefault(outcome.Reason, outcome.Result), outcome.Code)
+}
+
+// isToolError reports whether a tools/call result has isError true.
+func isToolError(result json.RawMessage) bool {
+	v, ok, err := protocol.Member(result, "isError")
+	return err == nil && ok && string(v) == "true"
 }
 
 // startUpstreamSpan starts the CLIENT span of a call to upstream u, and returns params with

@@ -225,11 +225,12 @@ upstreams:
 	defer tg.close()
 
 	const (
-		headerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
-		headerSpan  = "00f067aa0ba902b7"
-		metaTrace   = "0af7651916cd43dd8448eb211c80319c"
-		metaSpan    = "b7ad6b7169203331"
-		deniedTrace = "5b8efff798038103d269b633813fc60c"
+		headerTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
+		headerSpan   = "00f067aa0ba902b7"
+		metaTrace    = "0af7651916cd43dd8448eb211c80319c"
+		metaSpan     = "b7ad6b7169203331"
+		deniedTrace  = "5b8efff798038103d269b633813fc60c"
+		toolErrTrace = "6e0c63257de34c926f9efcd03899a4f1"
 	)
 	header := http.Header{"Traceparent": {"00-" + headerTrace + "-" + headerSpan + "-01"}, "Tracestate": {"client=1"}}
 	client := mcp.NewClient(&mcp.Implementation{Name: "traced", Version: "1"}, nil)
@@ -261,11 +262,21 @@ upstreams:
 	if err != nil || !res.IsError {
 		t.Fatalf("denied call: %v %v, want a tool error", res, err)
 	}
+	// 4: a call the tool itself fails (arguments its schema refuses).
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__echo", Arguments: map[string]any{"text": 5},
+		Meta: mcp.Meta{"traceparent": "00-" + toolErrTrace + "-" + metaSpan + "-01"}})
+	if err != nil || !res.IsError {
+		t.Fatalf("call with arguments the tool refuses: %v %v, want a tool error", res, err)
+	}
 	if err := tracer.ForceFlush(ctx); err != nil {
 		t.Fatalf("ForceFlush: %v", err)
 	}
 	spans := recv.received()
 	traceOf := func(h string) []byte { b, _ := hex.DecodeString(h); return b }
+	toolErr := spanNamed(t, spans, traceOf(toolErrTrace), "tools/call remote__echo")
+	if et := attrs(toolErr)["error.type"]; et != "tool_error" {
+		t.Errorf("the span of a call the tool failed has error.type %q, want tool_error", et)
+	}
 
 	// The first call: its span is the child of the client's, in the client's trace.
 	server := spanNamed(t, spans, traceOf(headerTrace), "tools/call remote__echo")
@@ -367,7 +378,7 @@ upstreams:
 			traces = append(traces, rec.TraceID)
 		}
 	}
-	if diff := cmp.Diff([]string{headerTrace, metaTrace, deniedTrace}, traces); diff != "" {
+	if diff := cmp.Diff([]string{headerTrace, metaTrace, deniedTrace, toolErrTrace}, traces); diff != "" {
 		t.Errorf("trace ids of the audit records of tools/call (-want +got):\n%s", diff)
 	}
 	recv.mu.Lock()
