@@ -495,3 +495,46 @@ func TestTraceContextBesideModernMeta(t *testing.T) {
 		t.Errorf("_meta = %v, want the 2026-07-28 members beside the trace context", metas[0])
 	}
 }
+
+// TestTracesOfAStatelessRequest: a 2026-07-28 request, served without a session, has its span
+// as the child of its HTTP traceparent, without mcp.session.id, and its upstream gets the
+// call's trace context.
+func TestTracesOfAStatelessRequest(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	up, seen := tracedUpstream(t, "alpha")
+	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\nupstreams:\n  - name: remote\n    url: "+up.URL+"\n", &gateway.Options{Tracer: tracer})
+	defer tg.close()
+	const (
+		trace  = "4bf92f3577b34da6a3ce929d0e0e4736"
+		parent = "00f067aa0ba902b7"
+	)
+	headers := modernHeaders("tools/call", "remote__echo")
+	headers["traceparent"] = "00-" + trace + "-" + parent + "-01"
+	reply := rawClient{t: t, url: tg.url}.do(http.MethodPost, modernBody(1, "tools/call", `{"name":"remote__echo","arguments":{"text":"x"}}`), headers)
+	if reply.status != http.StatusOK || reply.msg.Error != nil {
+		t.Fatalf("tools/call: %d %s", reply.status, reply.body)
+	}
+	got := <-seen
+	if err := tracer.ForceFlush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	traceID, _ := hex.DecodeString(trace)
+	spans := recv.received()
+	server := spanNamed(t, spans, traceID, "tools/call remote__echo")
+	if p := hex.EncodeToString(server.ParentSpanId); p != parent {
+		t.Errorf("request span's parent = %s, want %s", p, parent)
+	}
+	a := attrs(server)
+	if a["mcp.protocol.version"] != "2026-07-28" || a["mcp.session.id"] != "" {
+		t.Errorf("request span: mcp.protocol.version %q, mcp.session.id %q; want 2026-07-28 and none", a["mcp.protocol.version"], a["mcp.session.id"])
+	}
+	call := spanNamed(t, spans, traceID, "tools/call echo")
+	if want := "00-" + trace + "-" + hex.EncodeToString(call.SpanId) + "-01"; got.traceparent != want || got.meta["traceparent"] != want {
+		t.Errorf("the upstream got traceparent %q and _meta %v, want %s in both", got.traceparent, got.meta, want)
+	}
+}
