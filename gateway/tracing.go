@@ -198,7 +198,11 @@ func (c tracedCheck) end(span tracing.Span, req *pipeline.Request, n int, err er
 	if err != nil {
 		var refusal *pipeline.Refusal
 		var wire *protocol.Error
+		var asked *approvalAsked
 		switch {
+		case errors.As(err, &asked):
+			// Not a failure: a 2026-07-28 client is asked to approve with an
+			// input_required result, and its retry continues the call.
 		case errors.As(err, &refusal):
 			span.Fail(refusal.Reason, 0)
 		case errors.As(err, &wire):
