@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -536,5 +537,58 @@ func TestTracesOfAStatelessRequest(t *testing.T) {
 	call := spanNamed(t, spans, traceID, "tools/call echo")
 	if want := "00-" + trace + "-" + hex.EncodeToString(call.SpanId) + "-01"; got.traceparent != want || got.meta["traceparent"] != want {
 		t.Errorf("the upstream got traceparent %q and _meta %v, want %s in both", got.traceparent, got.meta, want)
+	}
+}
+
+// TestTracesOfAnApprovedCall: a call held for approval has, under its request span, the
+// spans of authentication, of the policy that asked for approval, of the wait for the user's
+// answer, and of the upstream call that followed it, in that order.
+func TestTracesOfAnApprovedCall(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	tg := startGateway(t, policyYAML(`  approval: {timeout: 20s}
+  rules:
+    - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
+`), &gateway.Options{Tracer: tracer})
+	defer tg.close()
+	var asked atomic.Int64
+	var last atomic.Value
+	alice := connectAs(t, tg.url, "mfk_alice", approver("accept", true, &asked, &last))
+	ctx := ctxT(t)
+	const trace = "0af7651916cd43dd8448eb211c80319c"
+	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"},
+		Meta: mcp.Meta{"traceparent": "00-" + trace + "-b7ad6b7169203331-01"}})
+	if err != nil || res.IsError {
+		t.Fatalf("approved call: %v %v", res, err)
+	}
+	if err := tracer.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := recv.received()
+	traceID, _ := hex.DecodeString(trace)
+	server := spanNamed(t, spans, traceID, "tools/call a__echo")
+	var steps []string
+	for _, name := range []string{"manifold.auth", "manifold.policy", "manifold.approval", "tools/call echo"} {
+		s := spanNamed(t, spans, traceID, name)
+		if !bytes.Equal(s.ParentSpanId, server.SpanId) {
+			t.Errorf("%s's parent = %x, want the request span %x", name, s.ParentSpanId, server.SpanId)
+		}
+		steps = append(steps, fmt.Sprintf("%s %d", name, s.StartTimeUnixNano))
+	}
+	policy := attrs(spanNamed(t, spans, traceID, "manifold.policy"))
+	if policy["manifold.policy.effect"] != "approve" || policy["manifold.policy.rule"] != "echo-needs-approval" {
+		t.Errorf("policy span attributes = %v, want effect approve by rule echo-needs-approval", policy)
+	}
+	approval := spanNamed(t, spans, traceID, "manifold.approval")
+	if a := attrs(approval); a["manifold.approval.effect"] != "allow" {
+		t.Errorf("approval span attributes = %v, want effect allow", a)
+	}
+	call := spanNamed(t, spans, traceID, "tools/call echo")
+	if call.StartTimeUnixNano < approval.EndTimeUnixNano {
+		t.Errorf("the upstream call started before the approval's wait ended: %v", steps)
 	}
 }
