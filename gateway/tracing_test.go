@@ -592,3 +592,54 @@ func TestTracesOfAnApprovedCall(t *testing.T) {
 		t.Errorf("the upstream call started before the approval's wait ended: %v", steps)
 	}
 }
+
+// TestTraceContextToAStdioUpstream: an upstream run as a child process over stdio gets the
+// call's trace context in params._meta.
+func TestTraceContextToAStdioUpstream(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("child", "modern", ""), &gateway.Options{Tracer: tracer})
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	ctx := ctxT(t)
+	const trace = "0af7651916cd43dd8448eb211c80319c"
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "child__echo", Arguments: map[string]any{"text": "x"},
+		Meta: mcp.Meta{"traceparent": "00-" + trace + "-b7ad6b7169203331-01"}}); err != nil || res.IsError {
+		t.Fatalf("child__echo: %v %v", res, err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "child__seen", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("child__seen: %v %v", res, err)
+	}
+	var seen struct {
+		Seen []struct {
+			Method string         `json:"method"`
+			Meta   map[string]any `json:"meta"`
+		} `json:"seen"`
+	}
+	if err := json.Unmarshal([]byte(textOf(t, res)), &seen); err != nil {
+		t.Fatal(err)
+	}
+	if err := tracer.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	traceID, _ := hex.DecodeString(trace)
+	call := spanNamed(t, recv.received(), traceID, "tools/call echo")
+	if a := attrs(call); a["network.transport"] != "pipe" || a["manifold.upstream.transport"] != "stdio" {
+		t.Errorf("upstream call span attributes = %v, want network.transport pipe and transport stdio", a)
+	}
+	want := "00-" + trace + "-" + hex.EncodeToString(call.SpanId) + "-01"
+	for _, s := range seen.Seen {
+		if s.Method == "tools/call" {
+			if s.Meta["traceparent"] != want {
+				t.Errorf("the stdio upstream's first tools/call had _meta %v, want traceparent %s", s.Meta, want)
+			}
+			return
+		}
+	}
+	t.Errorf("the stdio upstream saw no tools/call: %+v", seen.Seen)
+}
