@@ -86,6 +86,20 @@ func newOTLPReceiver(t testing.TB) *otlpReceiver {
 	return r
 }
 
+// tracedReceiver is an OTLP receiver and a tracer that exports to it when flushed (its batches
+// wait an hour otherwise), shut down when the test ends; service names the spans' service, ""
+// for the default.
+func tracedReceiver(t *testing.T, service string) (*otlpReceiver, *tracing.Tracer) {
+	t.Helper()
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, ServiceName: service, SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	return recv, tracer
+}
+
 // received returns the spans received so far.
 func (r *otlpReceiver) received() []*tracepb.Span {
 	r.mu.Lock()
@@ -204,13 +218,8 @@ func (b *syncBuffer) String() string {
 // headers and in _meta, beside the client's own _meta keys. The audit records carry the
 // trace ids.
 func TestTracesOfAToolCall(t *testing.T) {
-	recv := newOTLPReceiver(t)
+	recv, tracer := tracedReceiver(t, "gw-test")
 	up, seen := tracedUpstream(t, "alpha")
-	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, ServiceName: "gw-test", SampleRatio: 1, BatchTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
 	var records syncBuffer
 	trail := audit.New(&records, nil)
 	t.Cleanup(func() { _ = trail.Close() })
@@ -395,12 +404,7 @@ upstreams:
 // nothing the gateway sends Redis outside a request starts a trace of its own.
 func TestTracesOfRedisCommands(t *testing.T) {
 	addr := testredis.Addr(t)
-	recv := newOTLPReceiver(t)
-	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	recv, tracer := tracedReceiver(t, "")
 	up := httptest.NewServer(goSDKHandler(t, "alpha", false))
 	defer up.Close()
 	tg := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
@@ -454,12 +458,7 @@ upstreams:
 // gateway's _meta of that era (protocol version, client capabilities), gets the call's trace
 // context in the same _meta.
 func TestTraceContextBesideModernMeta(t *testing.T) {
-	recv := newOTLPReceiver(t)
-	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	recv, tracer := tracedReceiver(t, "")
 	m, url := modernUpstreamGateway(t, &gateway.Options{Tracer: tracer})
 	cs := connect(t, url, nil)
 	ctx := ctxT(t)
@@ -501,13 +500,8 @@ func TestTraceContextBesideModernMeta(t *testing.T) {
 // as the child of its HTTP traceparent, without mcp.session.id, and its upstream gets the
 // call's trace context.
 func TestTracesOfAStatelessRequest(t *testing.T) {
-	recv := newOTLPReceiver(t)
+	recv, tracer := tracedReceiver(t, "")
 	up, seen := tracedUpstream(t, "alpha")
-	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
 	tg := startGateway(t, "listen: 127.0.0.1:0\nmodern_protocol: true\nupstreams:\n  - name: remote\n    url: "+up.URL+"\n", &gateway.Options{Tracer: tracer})
 	defer tg.close()
 	const (
@@ -544,12 +538,7 @@ func TestTracesOfAStatelessRequest(t *testing.T) {
 // spans of authentication, of the policy that asked for approval, of the wait for the user's
 // answer, and of the upstream call that followed it, in that order.
 func TestTracesOfAnApprovedCall(t *testing.T) {
-	recv := newOTLPReceiver(t)
-	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	recv, tracer := tracedReceiver(t, "")
 	tg := startGateway(t, policyYAML(`  approval: {timeout: 20s}
   rules:
     - {name: echo-needs-approval, effect: approve, match: {upstreams: [a], tools: [echo]}}
@@ -596,12 +585,7 @@ func TestTracesOfAnApprovedCall(t *testing.T) {
 // TestTraceContextToAStdioUpstream: an upstream run as a child process over stdio gets the
 // call's trace context in params._meta.
 func TestTraceContextToAStdioUpstream(t *testing.T) {
-	recv := newOTLPReceiver(t)
-	tracer, err := tracing.New(&tracing.Options{Endpoint: recv.srv.URL, SampleRatio: 1, BatchTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	recv, tracer := tracedReceiver(t, "")
 	tg := startGateway(t, "listen: 127.0.0.1:0\nupstreams:"+upstreamYAML("child", "modern", ""), &gateway.Options{Tracer: tracer})
 	defer tg.close()
 	cs := connect(t, tg.url, nil)
