@@ -9,6 +9,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 )
 
 // writeAudit hands the audit trail one record for a completed request (never waiting: the
@@ -49,6 +50,9 @@ func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request,
 			rec.Arguments = audit.RedactArguments(t.Arguments, redaction(&g.cfg.Audit))
 		}
 	}
+	if g.tracer != nil {
+		rec.TraceID = tracing.TraceID(ctx)
+	}
 	rec.Decisions = req.Decisions
 	rec.Inputs = req.Inputs.Rounds()
 	if ctx.Err() != nil {
@@ -57,7 +61,7 @@ func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request,
 	}
 	if debug {
 		g.logger.Debug("request", "request_id", rec.RequestID, "method", rec.Method, "session", rec.Session,
-			"upstream", rec.Upstream, "target", rec.Target, "duration", rec.Latency.String(), "outcome", rec.Outcome, "code", rec.Code, "reason", rec.Reason)
+			"upstream", rec.Upstream, "target", rec.Target, "duration", rec.Latency.String(), "outcome", rec.Outcome, "code", rec.Code, "reason", rec.Reason, "trace_id", rec.TraceID)
 	}
 	if g.opts.Audit != nil {
 		g.opts.Audit.Record(rec)

@@ -109,11 +109,19 @@ const authSessions = "auth: {max_sessions_per_address: 100000}\n"
 // benchGatewayOn is benchGateway with more top-level settings (a session store).
 func benchGatewayOn(b testing.TB, upstreams, tools int, settings string) *Gateway {
 	b.Helper()
+	return benchGatewayOpts(b, upstreams, tools, settings, &Options{})
+}
+
+// benchGatewayOpts is benchGatewayOn with options (a tracer); their Logger is set to discard.
+func benchGatewayOpts(b testing.TB, upstreams, tools int, settings string, opts *Options) *Gateway {
+	b.Helper()
 	cfg, err := config.Parse("bench.yaml", []byte("max_sessions: 100000\n"+authSessions+settings+"upstreams: []\n"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+	o := *opts
+	o.Logger = slog.New(slog.DiscardHandler)
+	g, err := New(cfg, &o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,20 +14,23 @@ import (
 // g.opts.Checks: call it once they are set.
 func (g *Gateway) buildChain() pipeline.Chain {
 	var chain pipeline.Chain
+	var names []string // each link's span name, when tracing is on (tracing.go)
 	if g.auth != nil {
-		chain = append(chain, auth.RequirePrincipal())
+		chain, names = append(chain, auth.RequirePrincipal()), append(names, "auth")
 	}
 	if g.gate != nil {
-		chain = append(chain, pipeline.CheckFunc(g.policyCheck))
+		chain, names = append(chain, pipeline.CheckFunc(g.policyCheck)), append(names, "policy")
 	}
 	if g.plugins != nil {
-		chain = append(chain, pipeline.Link{Before: g.pluginCheck, After: g.pluginInspect})
+		chain, names = append(chain, pipeline.Link{Before: g.pluginCheck, After: g.pluginInspect}), append(names, "plugins")
 	}
-	chain = append(chain, g.opts.Checks...)
+	for _, c := range g.opts.Checks {
+		chain, names = append(chain, c), append(names, "check")
+	}
 	if g.gate != nil {
-		chain = append(chain, pipeline.CheckFunc(g.approvalCheck))
+		chain, names = append(chain, pipeline.CheckFunc(g.approvalCheck)), append(names, "approval")
 	}
-	return chain
+	return tracedChain(g.opts.Tracer, chain, names)
 }
 
 // inspectedTarget returns what the result of a request is of, for the chain's after steps,

@@ -50,6 +50,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/replicabus"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -84,6 +85,9 @@ type Options struct {
 	// AuthHTTPClient fetches the OIDC issuers' discovery documents and keys, and upstream
 	// tokens. If nil, a client with a timeout of its own.
 	AuthHTTPClient *http.Client
+	// Tracer makes the spans of client requests and passes their trace context to upstreams
+	// (tracing.go). The caller shuts it down after Close. If nil, tracing is off.
+	Tracer *tracing.Tracer
 	// Executable is the program an upstream with command "@self" (config.SelfCommand) runs:
 	// the gateway's own, which serves its demo server. If empty, the running program
 	// (os.Executable).
@@ -117,6 +121,8 @@ type Gateway struct {
 
 	// checks is the policy chain.
 	checks pipeline.Chain
+	// tracer is Options.Tracer; nil when tracing is off.
+	tracer *tracing.Tracer
 	// auth authenticates clients; nil when authentication is off.
 	auth *authn
 	// gate is the policy: rules and rate limits; nil when there is none.
@@ -177,6 +183,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		listens: newListenStreams(cfg.MaxListensPerPrincipal), parked: newParkedCalls(cfg.MaxCalls)}
 	g.streamable.serverInfoJSON, _ = json.Marshal(g.streamable.serverInfo()) // an Implementation always encodes
 	g.requests = &requestPipeline{Gateway: g}
+	g.tracer = g.opts.Tracer
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}
 	var err error
@@ -255,7 +262,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 func backendsOf(cfg *config.Config, opts *Options, logger *slog.Logger) (set *backend.Set, close func() error, err error) {
 	set, close = opts.Backends, func() error { return nil }
 	if set == nil {
-		if set, err = backend.Open(cfg, opts.Now, logger); err != nil {
+		if set, err = backend.OpenTraced(cfg, opts.Now, logger, opts.Tracer.RedisHook()); err != nil {
 			return nil, nil, err
 		}
 		close = set.Close
@@ -375,6 +382,7 @@ func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
 			FirstInitializeTimeout: u.FirstInitializeTimeout,
 		}, &base)
 		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
+		ue.transport = u.Transport
 		ue.inputBridge = u.InputBridge
 		ue.requestTimeout = u.RequestTimeout
 		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
@@ -400,6 +408,7 @@ func upstreamOptions(g *Gateway) upstream.Options {
 	// across all upstreams, would let one upstream's warning hide another's.
 	base.Logger = g.opts.Logger
 	base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
+	base.CallHeaders = traceHeaders(g.opts.Tracer)
 	base.OnChange = func(c *upstream.Client) {
 		g.rebuild()
 		g.firstStartSettled()

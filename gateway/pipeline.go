@@ -16,6 +16,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 	"github.com/manifold-mcp/manifold/policy"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -76,10 +77,13 @@ type resolved struct {
 // serve takes a request through the pipeline and returns the result or the JSON-RPC error
 // its client gets.
 func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
+	ctx, span := g.startRequestSpan(ctx, rq)
+	defer span.End()
 	res, err := g.resolve(ctx, rq)
 	var t *pipeline.Target
 	if res != nil {
 		t = &res.target // a refusal of the resolver may name what was addressed
+		targetSpan(span, rq.Method, res)
 	}
 	var result json.RawMessage
 	if err == nil {
@@ -118,8 +122,12 @@ func (g *requestPipeline) finish(ctx context.Context, req *pipeline.Request, t *
 	if err != nil {
 		// Only a failure is logged: a success does not pay for naming the session.
 		logger = logger.With("session", fingerprint(req.Client.SessionID))
+		if g.tracer != nil {
+			logger = logger.With("trace_id", tracing.TraceID(ctx))
+		}
 	}
 	result, wireErr, outcome := pipeline.Map(req, t, result, err, logger)
+	failSpan(ctx, req.Method, result, outcome)
 	g.writeAudit(ctx, req, t, outcome)
 	return result, wireErr
 }
@@ -566,12 +574,12 @@ func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolve
 	if errors.Is(err, upstream.ErrHeaderMismatch) {
 		// Not the client's -32020: its own headers reached the gateway fine. The upstream
 		// refused the gateway's, recomputed from its freshly fetched tool list as well.
-		g.logger.Warn("a 2026-07-28 upstream refused a call's Mcp-* headers twice, the second time after its tool list was fetched again", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
+		g.logger.WarnContext(ctx, "a 2026-07-28 upstream refused a call's Mcp-* headers twice, the second time after its tool list was fetched again", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
 		return nil, protocol.Errorf(protocol.CodeInternalError, "upstream %s refused the gateway's Mcp-Param headers for %s even after its tool list was fetched again: the upstream's headers disagree with its own tool schema; report it to the upstream's operator", res.upstream.ns.Name, res.target.Exposed)
 	}
 	if errors.Is(err, upstream.ErrResponseTooLarge) {
 		// The gateway's own limit: the client may know it, to ask for less.
-		g.logger.Warn("an upstream's answer was over max_response_bytes and was dropped", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
+		g.logger.WarnContext(ctx, "an upstream's answer was over max_response_bytes and was dropped", "request_id", rq.LogID, "upstream", res.upstream.ns.Name, "error", err.Error())
 		return nil, protocol.Errorf(protocol.CodeInternalError, "the answer of upstream %s exceeds the gateway's max_response_bytes: ask for less", res.upstream.ns.Name)
 	}
 	return nil, unavailable(rq, res.upstream.ns.Name, res.target.Exposed, err)
@@ -690,7 +698,9 @@ func (g *requestPipeline) callHere(ctx context.Context, rq *request, u *upstream
 		ctx = upstream.WithCaller(ctx, rq.owner, rq.owner.party())
 	}
 	info := c.client.Server()
+	ctx, span, params := g.startUpstreamSpan(ctx, u, method, params)
 	result, err := c.client.Call(withRelayedCapabilities(ctx, rq, info != nil && isModernVersion(info.ProtocolVersion)), method, params)
+	endUpstreamSpan(span, err)
 	var rpcErr *protocol.Error
 	if errors.As(err, &rpcErr) {
 		return nil, &upstreamRPCError{Err: rpcErr}

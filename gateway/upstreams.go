@@ -53,6 +53,8 @@ type upstreamEntry struct {
 	// acknowledgement of an upstream listen the gateway makes for its clients (as it bounds
 	// each call); zero means no bound but the client's.
 	requestTimeout time.Duration
+	// transport is the upstream's configured transport, for its calls' spans.
+	transport string
 }
 
 func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {

@@ -193,6 +193,10 @@ type Options struct {
 	// up to 256 idle connections to the upstream, has no overall timeout (streams are
 	// long-lived) and follows redirects within the upstream's host only (SameHostRedirects).
 	HTTPClient *http.Client
+	// CallHeaders, when set, adds headers to the HTTP request that carries a message to an
+	// HTTP upstream, from the context of the call or notice that sends it (the gateway's
+	// trace context). It must not block, nor set the headers the transport sets itself.
+	CallHeaders func(ctx context.Context, h http.Header)
 	// RestartDelay is the first wait before reconnecting a failed upstream; it doubles up to
 	// MaxRestartDelay, with jitter. If zero, 1 second and 30 seconds.
 	RestartDelay, MaxRestartDelay time.Duration
@@ -815,7 +819,7 @@ func (c *Client) dialAndInitialize(ctx context.Context, transport string, limit 
 }
 
 func (c *Client) dial(ctx context.Context, transport string) (conn, error) {
-	httpOpts := httpOptions{URL: c.spec.URL, Headers: c.spec.Headers, MaxMessageBytes: c.spec.MaxMessageBytes, Client: c.opts.HTTPClient}
+	httpOpts := httpOptions{URL: c.spec.URL, Headers: c.spec.Headers, MaxMessageBytes: c.spec.MaxMessageBytes, Client: c.opts.HTTPClient, CallHeaders: c.opts.CallHeaders}
 	switch transport {
 	case TransportStdio:
 		return startStdio(c.spec.Name, stdioOptions{

@@ -139,6 +139,9 @@ func (c *legacySSEConn) Write(ctx context.Context, m protocol.Message) error {
 	if err != nil {
 		return &requestError{Err: err}
 	}
+	if c.opts.CallHeaders != nil {
+		c.opts.CallHeaders(ctx, req.Header)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range c.opts.Headers {
 		req.Header.Set(k, v)

@@ -45,6 +45,8 @@ type httpOptions struct {
 	// MaxMessageBytes caps a JSON body or one SSE event.
 	MaxMessageBytes int
 	Client          *http.Client
+	// CallHeaders is Options.CallHeaders.
+	CallHeaders func(ctx context.Context, h http.Header)
 }
 
 // inboundMsg is a message read from the upstream and where it arrived.
@@ -335,6 +337,9 @@ func (c *streamableConn) post(ctx context.Context, m protocol.Message) (protocol
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.opts.CallHeaders != nil {
+		c.opts.CallHeaders(ctx, req.Header)
+	}
 	c.headers(req.Header)
 	for k, v := range standard {
 		req.Header[k] = v

@@ -30,6 +30,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/demo"
 	"github.com/manifold-mcp/manifold/internal/heapfloor"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -288,8 +289,25 @@ func serve(args []string, stderr io.Writer) int {
 	return 0
 }
 
+// newLogger is the gateway's logger as cfg sets it: log_level, log_format (text or JSON,
+// with the same fields), and with tracing on, the trace_id and span_id of the request a line
+// is logged for.
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	opts := &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if cfg.LogFormat == config.LogFormatJSON {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	if cfg.Tracing.Endpoint != "" {
+		h = tracing.LogHandler(h)
+	}
+	return slog.New(h)
+}
+
+// openTracer builds the tracer cfg's tracing names; nil when tracing is off.
+func openTracer(cfg *config.Config) (*tracing.Tracer, error) {
+	t := cfg.Tracing
+	return tracing.New(&tracing.Options{Endpoint: t.Endpoint, Headers: t.Headers, SampleRatio: t.SampleRatio, ServiceName: t.ServiceName, ServiceVersion: version})
 }
 
 // serveUntilDone runs the gateway until the first signal, then drains while it still listens:
@@ -309,13 +327,24 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	// Runs after gw.Close (defers run last first): the last records are written.
 	defer closeTrail()
-	backends, err := openBackends(cfg, logger)
+	tracer, err := openTracer(cfg)
+	if err != nil {
+		return err
+	}
+	// Runs after gw.Close and the backends' close: the spans of the last requests are
+	// exported, within a bound.
+	defer func() {
+		if err := tracer.Shutdown(context.Background()); err != nil {
+			logger.Warn("exporting the last spans failed", "error", err.Error())
+		}
+	}()
+	backends, err := openBackends(cfg, logger, tracer)
 	if err != nil {
 		return err
 	}
 	// Runs after gw.Close: the gateway's last writes reach the store.
 	defer backends.Close()
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends})
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -394,9 +423,9 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 
 // openBackends opens the state backends cfg's session_store names. Their warnings (a record
 // that cannot be read, the bus's trouble) reach logger at most once a second per message.
-func openBackends(cfg *config.Config, logger *slog.Logger) (*backend.Set, error) {
+func openBackends(cfg *config.Config, logger *slog.Logger, tracer *tracing.Tracer) (*backend.Set, error) {
 	limited := slog.New(loglimit.NewHandler(logger.Handler(), time.Second, time.Now))
-	return backend.Open(cfg, time.Now, limited)
+	return backend.OpenTraced(cfg, time.Now, limited, tracer.RedisHook())
 }
 
 // serveAdmin starts the admin listener (config key `admin`), if there is one; closing the

@@ -122,6 +122,10 @@ type Record struct {
 	// round's requests and what became of them. nil, and left out, when there were none.
 	Inputs []InputRound
 
+	// TraceID is the OpenTelemetry trace id of the request's span, 32 hex digits (JSON
+	// "traceId"), when the gateway traces; empty, and left out, otherwise.
+	TraceID string
+
 	// Arguments are the request's arguments with the configured fields redacted (JSON
 	// "arguments"), when the trail is configured to keep them; nil otherwise.
 	Arguments json.RawMessage
@@ -208,6 +212,9 @@ func (r *Record) slogRecord() slog.Record {
 	}
 	if r.Reason != "" {
 		rec.AddAttrs(slog.String("reason", r.Reason))
+	}
+	if r.TraceID != "" {
+		rec.AddAttrs(slog.String("traceId", r.TraceID))
 	}
 	if len(r.Decisions) > 0 {
 		rec.AddAttrs(slog.Any("decisions", r.Decisions))

@@ -23,6 +23,12 @@ import (
 // stream resumes wherever it is asked for. now is the clock of the sessions' records; logger
 // receives the stores' warnings. The caller closes the Set after the gateway that uses it.
 func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, error) {
+	return OpenTraced(cfg, now, logger, nil)
+}
+
+// OpenTraced is Open with trace called around each command sent to Redis, when the Set is
+// on Redis (session.RedisOptions.Trace); nil traces nothing.
+func OpenTraced(cfg *config.Config, now func() time.Time, logger *slog.Logger, trace session.RedisTrace) (*Set, error) {
 	s := cfg.SessionStore
 	keys, err := keysOf(cfg, s.Type == config.StoreRedis)
 	if err != nil {
@@ -54,6 +60,7 @@ func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, 
 		MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
 		Now:                 now,
 		Logger:              logger,
+		Trace:               trace,
 	}
 	if s.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -30,6 +30,8 @@ func TestBuild(t *testing.T) {
 		Listen:                 "127.0.0.1:8700",
 		Separator:              "__",
 		LogLevel:               "info",
+		LogFormat:              "text",
+		Tracing:                config.Tracing{SampleRatio: 1, ServiceName: "manifold"},
 		AllowedOrigins:         loopbackOrigins,
 		MaxBodyBytes:           4194304,
 		BodyReadTimeout:        30 * time.Second,

@@ -194,6 +194,15 @@ type Config struct {
 	// Defaults to "info".
 	LogLevel string
 
+	// LogFormat is how the gateway writes its log lines (key `log_format`): text
+	// (key=value pairs) or json (one JSON object a line), with the same fields.
+	// Defaults to "text".
+	LogFormat string
+
+	// Tracing configures OpenTelemetry traces (key `tracing`); without an
+	// endpoint, tracing is off.
+	Tracing Tracing
+
 	// AllowedOrigins lists the browser origins whose requests the HTTP face
 	// accepts (key `allowed_origins`). Each entry is scheme://host,
 	// scheme://host:port or scheme://host:*, with scheme http or https; ":*"
@@ -1085,6 +1094,7 @@ func applyDefaults(c *Config, ix *index) {
 	if !ix.has("audit.buffer") {
 		c.Audit.Buffer = defaultAuditBuffer
 	}
+	applyTracingDefaults(c, ix)
 	applyStoreDefaults(&c.SessionStore, ix)
 	applyAuthDefaults(c, ix)
 	applyPolicyDefaults(&c.Policy, ix)

@@ -83,6 +83,8 @@ func withDefaults(ups ...config.Upstream) *config.Config {
 		Listen:                 "127.0.0.1:8080",
 		Separator:              "__",
 		LogLevel:               "info",
+		LogFormat:              "text",
+		Tracing:                config.Tracing{SampleRatio: 1, ServiceName: "manifold"},
 		AllowedOrigins:         loopbackOrigins,
 		MaxBodyBytes:           4194304,
 		BodyReadTimeout:        30 * time.Second,
@@ -181,12 +183,20 @@ audit:
 max_connections_per_address: 12
 trusted_proxies: [10.0.0.0/8, 192.0.2.7, "2001:db8::/32"]
 session_evict_idle: 2m
+log_format: json
+tracing:
+  endpoint: http://127.0.0.1:4318
+  sample_ratio: 0.25
+  service_name: gw
+  headers: {Authorization: Bearer x}
 `,
 			want: &config.Config{
 				File:                   "gw.yaml",
 				Listen:                 ":9000",
 				Separator:              ".",
 				LogLevel:               "debug",
+				LogFormat:              "json",
+				Tracing:                config.Tracing{Endpoint: "http://127.0.0.1:4318", SampleRatio: 0.25, ServiceName: "gw", Headers: map[string]string{"Authorization": "Bearer x"}},
 				AllowedOrigins:         []string{"https://app.example.com", "http://localhost:3000"},
 				MaxBodyBytes:           1024,
 				BodyReadTimeout:        5 * time.Second,
@@ -443,7 +453,7 @@ func TestParseProblems(t *testing.T) {
 		return config.Problem{File: "gw.yaml", Line: line, Field: field, Message: msg}
 	}
 	const (
-		topKeys      = "unknown field (known: listen, separator, log_level, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, modern_protocol, stream_after, stream_retention, stream_budget_bytes, event_log_budget_bytes, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls_per_principal, max_listens_per_principal, max_calls, page_size, roots, audit, session_store, keys, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
+		topKeys      = "unknown field (known: listen, separator, log_level, log_format, allowed_origins, max_body_bytes, body_read_timeout, http_idle_timeout, max_connections_per_address, trusted_proxies, drain_timeout, first_list_wait, modern_protocol, stream_after, stream_retention, stream_budget_bytes, event_log_budget_bytes, max_sessions, session_idle_timeout, session_evict_idle, max_batch_entries, max_calls_per_session, max_calls_per_principal, max_listens_per_principal, max_calls, page_size, roots, audit, tracing, session_store, keys, upstreams, overrides, profiles, public_url, auth, policy, admin, state_dir, pins, plugins)"
 		upstreamKeys = "unknown field (known: name, command, args, env, inherit_env, dir, url, headers, credentials, trust_annotations, pinning, transport, protocol, input_bridge, prefix, request_timeout, initialize_timeout, max_response_bytes, isolation, isolation_idle_timeout, max_connections, attribution_window, enabled, include_instructions, broadcast_logs, tools, prompts, resources, resource_templates)"
 		empty        = "empty config: add at least `upstreams: []` (the gateway can start with no upstreams)"
 		noCommand    = "required: set command, the program to start for a stdio upstream, or url, the endpoint of an HTTP upstream"
@@ -454,6 +464,16 @@ func TestParseProblems(t *testing.T) {
 		env  map[string]string
 		want []config.Problem
 	}{
+		{"tracing values", "upstreams: []\nlog_format: yaml\ntracing:\n  endpoint: ftp://x\n  sample_ratio: 1.5\n  service_name: \"\"\n  headers: {\"a b\": c}\n", nil, []config.Problem{
+			p(2, "log_format", `"yaml" is not a log format: use text or json`),
+			p(4, "tracing.endpoint", `scheme "ftp" is not supported: want an absolute http or https URL, like https://mcp.example.com/mcp`),
+			p(5, "tracing.sample_ratio", "must be from 0 to 1: the share of the traces the gateway starts that it records (default 1)"),
+			p(6, "tracing.service_name", "must not be empty: it names the gateway in its traces (default manifold)"),
+			p(7, "tracing.headers.a b", "\"a b\" is not a valid header name: use letters, digits and !#$%&'*+-.^_`|~"),
+		}},
+		{"tracing ratio not a number", "upstreams: []\ntracing:\n  endpoint: http://127.0.0.1:4318\n  sample_ratio: half\n", nil, []config.Problem{
+			p(4, "tracing.sample_ratio", `want a number like 0.25, got "half"`),
+		}},
 		// The file as a whole.
 		{"empty file", "", nil, []config.Problem{p(0, "", empty)}},
 		{"only comments", "# nothing yet\n", nil, []config.Problem{p(0, "", empty)}},
@@ -955,6 +975,8 @@ func TestLoadExample(t *testing.T) {
 		Listen:                 "127.0.0.1:8700",
 		Separator:              "__",
 		LogLevel:               "info",
+		LogFormat:              "text",
+		Tracing:                config.Tracing{SampleRatio: 1, ServiceName: "manifold"},
 		AllowedOrigins:         []string{"http://localhost:*", "https://app.example.com"},
 		MaxBodyBytes:           4194304,
 		BodyReadTimeout:        30 * time.Second,

@@ -208,6 +208,7 @@ func (v *validator) settings(c *Config, w where) {
 		v.check(w, "page_size", fmt.Sprintf("must be from 1 to %d (default 100)", maxPageSize))
 	}
 	v.audit(&c.Audit, w)
+	v.tracing(c, w)
 	v.sessionStore(&c.SessionStore, w)
 	v.keys(c, w)
 	v.authSettings(c, w)

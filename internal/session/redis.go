@@ -97,6 +97,11 @@ type RedisOptions struct {
 	// Logger receives a line for each stored record the store cannot read. If nil, nothing
 	// is logged.
 	Logger *slog.Logger
+	// Trace, when set, is called around each command and pipeline sent on a client that
+	// NewRedisStore or NewRedisClient builds (not on Client), with the command's name, and
+	// returns the context to send it under and the function to call with its outcome: the
+	// gateway's traces (redistrace.go). It must not block.
+	Trace RedisTrace
 }
 
 // Defaults of RedisOptions.
@@ -248,6 +253,7 @@ func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: redis: %w", err)
 	}
+	traced(client, o.Trace)
 	conn := &redisConn{opts: o, client: client, ownsClient: o.Client == nil, logger: logger,
 		opTimeout: o.DialTimeout + o.ReadTimeout + o.WriteTimeout, known: map[string]knownSession{}}
 	return &RedisStore{
@@ -271,6 +277,7 @@ func NewRedisClient(opts *RedisOptions) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: redis: %w", err)
 	}
+	traced(client, o.Trace)
 	return client, nil
 }
 
