@@ -60,6 +60,7 @@ var allowed = map[string][]string{
 	"internal/loopback":          {},
 	"internal/testwait":          {},
 	"internal/docpage":           {},
+	"internal/metrics":           {"internal/protocol"},
 	"internal/testissuer":        {},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.

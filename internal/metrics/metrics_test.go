@@ -1,0 +1,167 @@
+package metrics_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/manifold-mcp/manifold/internal/metrics"
+)
+
+func TestSetCounts(t *testing.T) {
+	s := metrics.New(&metrics.Options{Upstreams: []string{"files", "search"}, Plugins: []string{"guard"}, ConfigVersion: "0123456789abcdef"})
+	s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
+	s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
+	s.ObserveRequest("tools/call", "2026-07-28", "rate_limited", time.Millisecond)
+	s.ObserveRequest("made/up", "1999-01-01", "no_such_reason", time.Millisecond)
+	s.ObserveToolCall("files", 2*time.Second)
+	s.ObserveToolCall("nobody", time.Second)
+	s.UpstreamRestarted("files", true)
+	s.UpstreamRestarted("search", false)
+	s.ReverseRequest("sampling/createMessage", "answered")
+	s.ReverseRequest("roots/list", "refused_ambiguous")
+	s.Decision("policy", "deny", false)
+	s.Decision("rate_limit", "deny", true)
+	s.Approval("approved")
+	s.PluginFailed("guard")
+	s.ObservePlugins("decide", time.Millisecond)
+	s.ObserveRedis(time.Millisecond, true)
+	s.ObserveRedis(time.Millisecond, false)
+	s.Watch(func() metrics.State {
+		return metrics.State{Upstreams: map[string]string{"files": "ready", "search": "down"}, Sessions: 3, Streams: 2,
+			ApprovalsPending: 1, StreamBytes: 100, StreamBudget: 1000}
+	})
+
+	want := `
+# HELP manifold_approvals_pending Calls held here for an operator's approval.
+# TYPE manifold_approvals_pending gauge
+manifold_approvals_pending 1
+# HELP manifold_config_info The version of the configuration this replica runs (config.Version): 1 for it.
+# TYPE manifold_config_info gauge
+manifold_config_info{version="0123456789abcdef"} 1
+# HELP manifold_redis_errors_total Commands and pipelines to the Redis session store that failed (not counting a key not found).
+# TYPE manifold_redis_errors_total counter
+manifold_redis_errors_total 1
+# HELP manifold_sessions_open Client sessions live on this replica.
+# TYPE manifold_sessions_open gauge
+manifold_sessions_open 3
+# HELP manifold_stream_budget_bytes The budget of manifold_stream_retained_bytes (stream_budget_bytes); 0: none.
+# TYPE manifold_stream_budget_bytes gauge
+manifold_stream_budget_bytes 1000
+# HELP manifold_stream_retained_bytes Bytes of events the streams on this replica hold, open or kept for resumption.
+# TYPE manifold_stream_retained_bytes gauge
+manifold_stream_retained_bytes 100
+# HELP manifold_streams_open SSE streams of sessions on this replica that a client connection is reading now.
+# TYPE manifold_streams_open gauge
+manifold_streams_open 2
+`
+	names := []string{"manifold_approvals_pending", "manifold_config_info", "manifold_redis_errors_total", "manifold_sessions_open",
+		"manifold_stream_budget_bytes", "manifold_stream_retained_bytes", "manifold_streams_open"}
+	if err := testutil.GatherAndCompare(s.Registry(), strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		series string
+		want   float64
+	}{
+		{"ok calls", `manifold_requests_total{method="tools/call",era="2025-11-25",outcome="ok"}`, 2},
+		{"refusal reason", `manifold_requests_total{method="tools/call",era="2026-07-28",outcome="rate_limited"}`, 1},
+		{"unknown values", `manifold_requests_total{method="other",era="other",outcome="other"}`, 1},
+		{"restart", `manifold_upstream_restarts_total{upstream="files"}`, 1},
+		{"reconnect", `manifold_upstream_reconnects_total{upstream="search"}`, 1},
+		{"no reconnect", `manifold_upstream_reconnects_total{upstream="files"}`, 0},
+		{"reverse", `manifold_reverse_requests_total{kind="sampling",outcome="answered"}`, 1},
+		{"reverse refused", `manifold_reverse_requests_total{kind="roots",outcome="refused_ambiguous"}`, 1},
+		{"decision", `manifold_policy_decisions_total{check="policy",effect="deny",dry_run="false"}`, 1},
+		{"dry run", `manifold_policy_decisions_total{check="rate_limit",effect="deny",dry_run="true"}`, 1},
+		{"approval", `manifold_approvals_total{outcome="approved"}`, 1},
+		{"plugin failure", `manifold_plugin_failures_total{plugin="guard"}`, 1},
+		{"tool calls", `manifold_tool_call_duration_seconds_count{upstream="files"}`, 1},
+		{"tool call sum", `manifold_tool_call_duration_seconds_sum{upstream="files"}`, 2},
+		{"unknown upstream", `manifold_tool_call_duration_seconds_count{upstream="other"}`, 1},
+		{"state", `manifold_upstream_state{upstream="search",state="down"}`, 1},
+		{"not the state", `manifold_upstream_state{upstream="search",state="ready"}`, 0},
+		{"redis", `manifold_redis_command_duration_seconds_count`, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := scrapeValue(t, s, tt.series); got != tt.want {
+				t.Errorf("%s = %v, want %v", tt.series, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNilSetRecordsNothing(t *testing.T) {
+	var s *metrics.Set
+	s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
+	s.ObserveToolCall("files", time.Second)
+	s.UpstreamRestarted("files", true)
+	s.ReverseRequest("roots/list", "answered")
+	s.Decision("policy", "allow", false)
+	s.Approval("approved")
+	s.ObservePlugins("decide", time.Millisecond)
+	s.PluginFailed("guard")
+	s.ObserveRedis(time.Millisecond, false)
+	s.Watch(func() metrics.State { return metrics.State{} })
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("a nil Set's handler answered %d, want 404", rec.Code)
+	}
+}
+
+func TestHandlerServesRuntimeAndManifold(t *testing.T) {
+	s := metrics.New(nil)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "manifold_requests_total", "manifold_config_info"} {
+		if !strings.Contains(string(body), "\n"+name) && !strings.HasPrefix(string(body), name) {
+			t.Errorf("the exposition has no %s", name)
+		}
+	}
+}
+
+// scrapeValue reads one series' value from the Set's exposition text.
+func scrapeValue(t *testing.T, s *metrics.Set, series string) float64 {
+	t.Helper()
+	families, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := metrics.Find(families, series)
+	if !ok {
+		t.Fatalf("no series %s", series)
+	}
+	return v
+}
+
+func BenchmarkObserveRequest(b *testing.B) {
+	s := metrics.New(&metrics.Options{Upstreams: []string{"files"}})
+	b.ReportAllocs()
+	for b.Loop() {
+		s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
+		s.ObserveToolCall("files", time.Millisecond)
+	}
+}
+
+func BenchmarkObserveRequestOff(b *testing.B) {
+	var s *metrics.Set
+	b.ReportAllocs()
+	for b.Loop() {
+		s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
+		s.ObserveToolCall("files", time.Millisecond)
+	}
+}
