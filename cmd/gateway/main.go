@@ -309,13 +309,14 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	// Runs after gw.Close (defers run last first): the last records are written.
 	defer closeTrail()
-	backends, err := openBackends(cfg, logger)
+	metrics := gateway.NewMetrics(cfg, logger) // nil when off
+	backends, err := openBackends(cfg, logger, gateway.RedisObserver(metrics))
 	if err != nil {
 		return err
 	}
 	// Runs after gw.Close: the gateway's last writes reach the store.
 	defer backends.Close()
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends})
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -356,6 +357,13 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		// find its call ended anyway.
 		defer adminSrv.Close()
 	}
+	metricsSrv, err := serveMetrics(gw, cfg, logger)
+	if err != nil {
+		return err
+	}
+	if metricsSrv != nil {
+		defer metricsSrv.Close()
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -394,9 +402,35 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 
 // openBackends opens the state backends cfg's session_store names. Their warnings (a record
 // that cannot be read, the bus's trouble) reach logger at most once a second per message.
-func openBackends(cfg *config.Config, logger *slog.Logger) (*backend.Set, error) {
+func openBackends(cfg *config.Config, logger *slog.Logger, observeRedis func(time.Duration, bool)) (*backend.Set, error) {
 	limited := slog.New(loglimit.NewHandler(logger.Handler(), time.Second, time.Now))
-	return backend.Open(cfg, time.Now, limited)
+	return backend.OpenObserved(cfg, time.Now, limited, observeRedis)
+}
+
+// serveMetrics starts the metrics listener (metrics.listen), if there is one; closing the
+// server it returns stops it. Metrics on the admin listener are served by serveAdmin.
+func serveMetrics(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (*http.Server, error) {
+	h := gw.MetricsHandler()
+	if h == nil || cfg.Metrics.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (metrics.listen in %s): %w", cfg.Metrics.Listen, cfg.File, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("the metrics listener stopped", "error", err.Error())
+		}
+	}()
+	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
+		logger.Warn("the metrics listener asks for no credential and is reachable beyond loopback: expose it only to the scraper's network", "listen", cfg.Metrics.Listen)
+	}
+	logger.Info("metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	return srv, nil
 }
 
 // serveAdmin starts the admin listener (config key `admin`), if there is one; closing the

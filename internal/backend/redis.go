@@ -23,6 +23,12 @@ import (
 // stream resumes wherever it is asked for. now is the clock of the sessions' records; logger
 // receives the stores' warnings. The caller closes the Set after the gateway that uses it.
 func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, error) {
+	return OpenObserved(cfg, now, logger, nil)
+}
+
+// OpenObserved is Open, with observe told of each round trip to Redis (how long it took,
+// whether it failed), when the set is on Redis; nil observes nothing.
+func OpenObserved(cfg *config.Config, now func() time.Time, logger *slog.Logger, observe func(d time.Duration, failed bool)) (*Set, error) {
 	s := cfg.SessionStore
 	keys, err := keysOf(cfg, s.Type == config.StoreRedis)
 	if err != nil {
@@ -54,6 +60,7 @@ func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, 
 		MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
 		Now:                 now,
 		Logger:              logger,
+		Observe:             observe,
 	}
 	if s.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
