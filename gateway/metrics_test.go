@@ -194,3 +194,48 @@ func TestMetricsOffServesNone(t *testing.T) {
 		t.Errorf("GET /metrics with metrics off: %d, want none served", code)
 	}
 }
+
+// TestMetricsCountReverseRequests: what an upstream asks of clients mid-call is counted by
+// kind and outcome: answered when the client declared the capability, refused when it did
+// not; metrics.listen's handler serves them without a credential.
+func TestMetricsCountReverseRequests(t *testing.T) {
+	upstreamSrv := httptest.NewServer(goSDKHandler(t, "reverse", false))
+	defer upstreamSrv.Close()
+	tg := startGateway(t, fmt.Sprintf("listen: 127.0.0.1:0\nmetrics: {listen: 127.0.0.1:0}\nupstreams:\n  - name: r\n    url: %s\n", upstreamSrv.URL), nil)
+	defer tg.close()
+	h := tg.gw.MetricsHandler()
+	if h == nil {
+		t.Fatal("no metrics handler with metrics.listen set")
+	}
+	metricsSrv := httptest.NewServer(h)
+	defer metricsSrv.Close()
+
+	ctx := ctxT(t)
+	full, _, _ := markedClient(t, tg.url, "A", true)
+	if res, err := full.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}}); err != nil || res.IsError {
+		t.Fatalf("call of a client that declares both: %v %v", err, res)
+	}
+	noElicitation, _, _ := markedClient(t, tg.url, "B", false)
+	if res, err := noElicitation.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "y"}}); err != nil || !res.IsError {
+		t.Fatalf("call of a client without elicitation: %v %v, want the tool's failure", err, res)
+	}
+	code, series := scrape(t, metricsSrv.URL, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics on its own listener: %d", code)
+	}
+	for _, tt := range []struct {
+		series string
+		want   float64
+	}{
+		{`manifold_reverse_requests_total{kind="sampling",outcome="answered"}`, 2},
+		{`manifold_reverse_requests_total{kind="elicitation",outcome="answered"}`, 1},
+		{`manifold_reverse_requests_total{kind="elicitation",outcome="refused_capability"}`, 1},
+		{`manifold_reverse_requests_total{kind="sampling",outcome="refused_ambiguous"}`, 0},
+		{`manifold_tool_call_duration_seconds_count{upstream="r"}`, 2},
+		{`manifold_sessions_open`, 2},
+	} {
+		if got, ok := series[metrics.Canonical(tt.series)]; !ok || got != tt.want {
+			t.Errorf("%s = %v (present: %v), want %v", tt.series, got, ok, tt.want)
+		}
+	}
+}

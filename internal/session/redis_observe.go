@@ -10,7 +10,8 @@ import (
 )
 
 // observeHook times each round trip of a client to Redis, a command or a pipeline, for
-// RedisOptions.Observe. A key not found (redis.Nil) is an answer, not a failure.
+// RedisOptions.Observe. A key not found (redis.Nil) is an answer, not a failure. The HELLO
+// that sets up each new connection is part of dialing, not counted.
 type observeHook func(d time.Duration, failed bool)
 
 var _ redis.Hook = observeHook(nil)
@@ -21,6 +22,9 @@ func (h observeHook) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h observeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "hello" {
+			return next(ctx, cmd)
+		}
 		began := time.Now()
 		err := next(ctx, cmd)
 		h(time.Since(began), err != nil && !errors.Is(err, redis.Nil))
