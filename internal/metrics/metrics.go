@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
@@ -301,8 +302,20 @@ func (s *Set) Handler() http.Handler {
 	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.logger}, ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Registry is the Set's registry, for tests that gather it.
-func (s *Set) Registry() *prometheus.Registry { return s.registry }
+// Values gathers the Set's series as a scrape shows them, keyed as Series keys them.
+func (s *Set) Values() (map[string]float64, error) {
+	families, err := s.registry.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gather metrics: %w", err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			return nil, fmt.Errorf("encode metrics: %w", err)
+		}
+	}
+	return Series(strings.NewReader(b.String()))
+}
 
 // ObserveRequest counts a client request that ended, by method, era (the protocol version
 // it was served at) and outcome (ok, error, cancelled or a refusal's reason), and observes

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -42,23 +41,6 @@ func Series(text io.Reader) (map[string]float64, error) {
 		}
 	}
 	return out, nil
-}
-
-// Find returns the value of the series (written as in PromQL, name{label="value",...}) in
-// gathered families, histograms as their _count and _sum; false when there is none.
-func Find(families []*dto.MetricFamily, series string) (float64, bool) {
-	var b strings.Builder
-	for _, f := range families {
-		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
-			return 0, false
-		}
-	}
-	all, err := Series(strings.NewReader(b.String()))
-	if err != nil {
-		return 0, false
-	}
-	v, ok := all[Canonical(series)]
-	return v, ok
 }
 
 // Canonical writes a series name{label="value",...} with its labels sorted by name, as
