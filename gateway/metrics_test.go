@@ -239,3 +239,44 @@ func TestMetricsCountReverseRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsCountPluginFailures: the plugins' time is observed for every call they are
+// asked about, and a plugin that gives no answer is counted by name, whether it fails closed
+// (the call is refused: plugin_unavailable) or open.
+func TestMetricsCountPluginFailures(t *testing.T) {
+	_, test := plugins(t)
+	yaml := "listen: 127.0.0.1:0\nmetrics: {listen: 127.0.0.1:0}\nplugins:\n" +
+		pluginYAML("sleeper", test, "    config: {hang: true}\n    timeout: 200ms\n    tools: [add]\n") +
+		pluginYAML("lenient", test, "    config: {hang: true}\n    timeout: 50ms\n    failure: fail_open\n    tools: [whoami]\n") +
+		"upstreams:" + upstreamYAML("a", "beta", "")
+	tg := startGateway(t, yaml, nil)
+	defer tg.close()
+	metricsSrv := httptest.NewServer(tg.gw.MetricsHandler())
+	defer metricsSrv.Close()
+	cs := connect(t, tg.url, nil)
+	if res := callTool(t, cs, "a__add", map[string]any{"a": 1, "b": 2}); !res.IsError || res.Meta["dev.manifold/reason"] != "plugin_unavailable" {
+		t.Fatalf("a call to a hanging plugin: %v %q", res.Meta, resultText(res))
+	}
+	if res := callTool(t, cs, "a__whoami", nil); res.IsError {
+		t.Fatalf("a call past a plugin that fails open: %q", resultText(res))
+	}
+	if res := callTool(t, cs, "a__echo", map[string]any{"text": "x"}); res.IsError {
+		t.Fatalf("a call no plugin sees: %q", resultText(res))
+	}
+	_, series := scrape(t, metricsSrv.URL, "")
+	for _, tt := range []struct {
+		series string
+		want   float64
+	}{
+		{`manifold_plugin_failures_total{plugin="sleeper"}`, 1},
+		{`manifold_plugin_failures_total{plugin="lenient"}`, 1},
+		{`manifold_plugin_call_duration_seconds_count{stage="decide"}`, 3},
+		{`manifold_requests_total{era="2025-11-25",method="tools/call",outcome="plugin_unavailable"}`, 1},
+		{`manifold_requests_total{era="2025-11-25",method="tools/call",outcome="ok"}`, 2},
+		{`manifold_tool_call_duration_seconds_count{upstream="a"}`, 2},
+	} {
+		if got, ok := series[metrics.Canonical(tt.series)]; !ok || got != tt.want {
+			t.Errorf("%s = %v (present: %v), want %v", tt.series, got, ok, tt.want)
+		}
+	}
+}
