@@ -110,27 +110,37 @@ func (g *Gateway) observeRequest(ctx context.Context, req *pipeline.Request, out
 	for _, d := range req.Decisions {
 		m.Decision(d.Check, d.Effect, d.DryRun)
 		if d.Check == "approval" && !d.DryRun {
-			if o := approvalOutcome(d); o != "" {
+			if o := approvalOutcome(d, outcome.Reason); o != "" {
 				m.Approval(o)
 			}
 		}
 	}
 }
 
-// approvalOutcome is the outcome of an approval decision for manifold_approvals_total; ""
-// for a decision that is not one (the client was asked, the answer comes in a later round).
-func approvalOutcome(d audit.Decision) string {
+// approvalOutcome is the outcome, for manifold_approvals_total, of an approval decision on
+// a request refused for reason ("" when it was not refused); "" for a decision that is not
+// an outcome: the client was asked (the answer comes in a later round), a later round
+// continues a call approved before, or a round replayed a spent state.
+func approvalOutcome(d audit.Decision, reason string) string {
 	switch {
+	case d.Rule == "continued" || strings.HasSuffix(d.Rule, ":replayed"):
+		return ""
 	case d.Effect == "allow" && d.Rule == "remembered":
 		return "remembered"
 	case d.Effect == "allow":
 		return "approved"
-	case d.Effect == "deny" && strings.HasSuffix(d.Rule, "timeout"):
-		return "timed_out"
-	case d.Effect == "deny":
-		return "declined"
+	case d.Effect != "deny":
+		return ""
 	}
-	return ""
+	switch reason {
+	case reasonApprovalDeclined:
+		return "declined"
+	case reasonApprovalTimeout:
+		return "timed_out"
+	case reasonApprovalNeeded:
+		return "unavailable"
+	}
+	return metrics.Other
 }
 
 // upstreamChanged counts a shared upstream connection that is ready again, after it was

@@ -156,8 +156,11 @@ type Set struct {
 	state atomic.Pointer[func() State]
 }
 
-// ApprovalOutcomes are the values of the outcome label of manifold_approvals_total.
-var ApprovalOutcomes = []string{"approved", "declined", "timed_out", "remembered", Other}
+// ApprovalOutcomes are the values of the outcome label of manifold_approvals_total:
+// approved (by an operator or the client's user), declined, timed_out, remembered (an
+// earlier approval still stood), unavailable (nobody could be asked, or the call could not
+// be held).
+var ApprovalOutcomes = []string{"approved", "declined", "timed_out", "remembered", "unavailable", Other}
 
 // New returns a Set with its registry: the Go runtime and process collectors, and every
 // manifold_* family, each child resolved.
