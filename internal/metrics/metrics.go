@@ -151,6 +151,7 @@ type Set struct {
 	pluginFailures  []prometheus.Counter  // [plugin]
 	redisDuration   prometheus.Observer
 	redisErrors     prometheus.Counter
+	configInfo      *prometheus.GaugeVec
 
 	// state is the func Watch gave, read at each scrape; nil until then.
 	state atomic.Pointer[func() State]
@@ -241,6 +242,7 @@ func New(opts *Options) *Set {
 	configInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "manifold_config_info",
 		Help: "The version of the configuration this replica runs (config.Version): 1 for it."}, []string{"version"})
 	configInfo.WithLabelValues(o.ConfigVersion).Set(1)
+	s.configInfo = configInfo
 
 	r.MustRegister(requests, requestDuration, toolCalls, restarts, reconnects, reverse, decisions, approvals,
 		pluginDuration, pluginFailures, redisDuration, redisErrors, configInfo, &stateCollector{s: s, upstreams: o.Upstreams})
@@ -331,6 +333,17 @@ func (s *Set) ObserveRequest(method, era, outcome string, d time.Duration) {
 	i := (m*len(Eras)+of(s.eras, era))*len(Outcomes) + of(s.outcomes, outcome)
 	s.requests[i].Inc()
 	s.requestDuration[m].Observe(d.Seconds())
+}
+
+// SetConfigVersion replaces the version manifold_config_info names, for a gateway that
+// runs another configuration now. The upstreams and plugins of the labels stay those the
+// Set was built with: others count as "other".
+func (s *Set) SetConfigVersion(version string) {
+	if s == nil {
+		return
+	}
+	s.configInfo.Reset()
+	s.configInfo.WithLabelValues(version).Set(1)
 }
 
 // ObserveToolCall observes how long upstream took to answer a forwarded tools/call.

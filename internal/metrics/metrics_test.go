@@ -74,6 +74,22 @@ func TestSetCounts(t *testing.T) {
 	}
 }
 
+// TestSetConfigVersion: a new version replaces the old one: one series, the current.
+func TestSetConfigVersion(t *testing.T) {
+	s := metrics.New(&metrics.Options{ConfigVersion: "old"})
+	s.SetConfigVersion("new")
+	all, err := s.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[`manifold_config_info{version="new"}`] != 1 {
+		t.Errorf("the new version's series: %v", all[`manifold_config_info{version="new"}`])
+	}
+	if _, ok := all[`manifold_config_info{version="old"}`]; ok {
+		t.Error("the old version's series is still served")
+	}
+}
+
 func TestNilSetRecordsNothing(t *testing.T) {
 	var s *metrics.Set
 	s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
@@ -85,6 +101,7 @@ func TestNilSetRecordsNothing(t *testing.T) {
 	s.ObservePlugins("decide", time.Millisecond)
 	s.PluginFailed("guard")
 	s.ObserveRedis(time.Millisecond, false)
+	s.SetConfigVersion("v")
 	s.Watch(func() metrics.State { return metrics.State{} })
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
