@@ -24,11 +24,15 @@ func (g *Gateway) AdminHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return admin.NewHandler(g.adminBackend(), authz, admin.Options{
+	opts := admin.Options{
 		OriginAllowed: func(origin string) bool { return config.OriginAllowed(g.cfg.Admin.AllowedOrigins, origin) },
 		LoopbackOnly:  isLoopbackListen(g.cfg.Admin.Listen),
 		Logger:        g.logger,
-	}), nil
+	}
+	if g.cfg.Metrics.OnAdmin() {
+		opts.Metrics = g.MetricsHandler() // nil when the gateway was given no metrics to record
+	}
+	return admin.NewHandler(g.adminBackend(), authz, opts), nil
 }
 
 // adminAuthorizer admits an admin API key, or a token of auth.oidc's issuers with one of the

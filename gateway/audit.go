@@ -16,6 +16,7 @@ import (
 // trail drops what it cannot queue, and says so), and at log level debug logs one line for it.
 // Nothing when the trail is off and the level above debug.
 func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, outcome pipeline.Outcome) {
+	g.observeRequest(ctx, req, outcome)
 	debug := g.logger.Enabled(ctx, slog.LevelDebug)
 	if g.opts.Audit == nil && !debug {
 		return

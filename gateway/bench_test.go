@@ -509,3 +509,10 @@ func BenchmarkCallEras(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCallToolMetrics is BenchmarkCallToolThroughHandler with metrics off and on
+// (metrics.listen set): what recording a call's metrics adds, in time and allocations.
+func BenchmarkCallToolMetrics(b *testing.B) {
+	b.Run("off", func(b *testing.B) { benchCallTool(b, benchGatewayOn(b, 20, 100, "")) })
+	b.Run("on", func(b *testing.B) { benchCallTool(b, benchGatewayOn(b, 20, 100, "metrics: {listen: 127.0.0.1:0}\n")) })
+}

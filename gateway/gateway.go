@@ -44,6 +44,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
+	"github.com/manifold-mcp/manifold/internal/metrics"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
@@ -88,6 +89,10 @@ type Options struct {
 	// Tracer makes the spans of client requests and passes their trace context to upstreams
 	// (tracing.go). The caller shuts it down after Close. If nil, tracing is off.
 	Tracer *tracing.Tracer
+	// Metrics records what the gateway does, for Prometheus. If nil, the gateway makes its
+	// own (NewMetrics) when the config turns metrics on; else they are off, and recording
+	// costs nothing.
+	Metrics *metrics.Set
 	// Executable is the program an upstream with command "@self" (config.SelfCommand) runs:
 	// the gateway's own, which serves its demo server. If empty, the running program
 	// (os.Executable).
@@ -133,6 +138,8 @@ type Gateway struct {
 	pinning *pinning
 	// held keeps the calls waiting for an operator's approval; nil without the admin API.
 	held *heldCalls
+	// metrics records what the gateway does (metrics.go); its set is nil when they are off.
+	metrics gatewayMetrics
 
 	// events is the event log of the streams, shared by replicas (nil without one).
 	events hub.EventLog
@@ -184,6 +191,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	g.streamable.serverInfoJSON, _ = json.Marshal(g.streamable.serverInfo()) // an Implementation always encodes
 	g.requests = &requestPipeline{Gateway: g}
 	g.tracer = g.opts.Tracer
+	g.metrics.set = g.opts.Metrics
 	g.logger = slog.New(loglimit.NewHandler(g.opts.Logger.Handler(), time.Second, g.opts.Now))
 	g.storeHealth = storeFailures{loglimit.NewOutage(g.logger, "the session store", storeOutageInterval, g.opts.Now)}
 	var err error
@@ -215,7 +223,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	g.checks = g.buildChain()
 	g.hub = hub.New(g.ctx, liveOptions(g))
-	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas}
+	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas, metrics: g.metrics.set}
 	profiles, err := addUpstreams(g)
 	if err != nil {
 		g.abandon()
@@ -253,6 +261,9 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		}
 	}
 	g.snapshot.Store(g.builder.Build())
+	if g.metrics.set != nil {
+		g.watchMetrics()
+	}
 	return g, nil
 }
 
@@ -262,7 +273,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 func backendsOf(cfg *config.Config, opts *Options, logger *slog.Logger) (set *backend.Set, close func() error, err error) {
 	set, close = opts.Backends, func() error { return nil }
 	if set == nil {
-		if set, err = backend.OpenTraced(cfg, opts.Now, logger, opts.Tracer.RedisHook()); err != nil {
+		if set, err = backend.OpenInstrumented(cfg, opts.Now, logger, backend.Instruments{Trace: opts.Tracer.RedisHook(), Observe: RedisObserver(opts.Metrics)}); err != nil {
 			return nil, nil, err
 		}
 		close = set.Close
@@ -294,6 +305,9 @@ func withDefaults(cfg *config.Config, opts *Options) Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(cfg, o.Logger)
 	}
 	if o.ExpiryInterval <= 0 {
 		o.ExpiryInterval = min(cfg.SessionIdleTimeout/4, time.Minute)
@@ -410,6 +424,7 @@ func upstreamOptions(g *Gateway) upstream.Options {
 	base.ClientInfo = protocol.Implementation{Name: "manifold", Version: g.opts.Version}
 	base.CallHeaders = traceHeaders(g.opts.Tracer)
 	base.OnChange = func(c *upstream.Client) {
+		g.upstreamChanged(c)
 		g.rebuild()
 		g.firstStartSettled()
 		if c.State() == upstream.StateReady {

@@ -432,7 +432,9 @@ func (g *requestPipeline) execute(ctx context.Context, rq *request, res *resolve
 			}
 			res.params = params
 		}
+		began := time.Now()
 		result, err := g.forward(ctx, rq, res, rq.Method, res.params)
+		g.metrics.set.ObserveToolCall(res.target.Upstream, time.Since(began))
 		switch {
 		case err != nil:
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/config"
@@ -84,7 +85,9 @@ func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pip
 	if t == nil || t.Kind != pipeline.Tool && t.Kind != pipeline.Prompt && t.Kind != pipeline.Resource && t.Kind != pipeline.Completion {
 		return nil
 	}
+	began := time.Now()
 	out, err := g.plugins.Decide(ctx, pluginCall(req, t))
+	g.metrics.set.ObservePlugins("decide", time.Since(began))
 	g.notePluginResults(req, "plugin", out.Results)
 	if err != nil {
 		return err // the request ended
@@ -122,7 +125,9 @@ func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pip
 // task's result counts as its tool call's: pluginSees). Each is told the real method. A
 // plugin that fails closed withholds the result.
 func (g *Gateway) pluginInspect(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage) (json.RawMessage, error) {
+	began := time.Now()
 	out, results, err := g.plugins.Inspect(ctx, pluginCall(req, t), result)
+	g.metrics.set.ObservePlugins("inspect", time.Since(began))
 	g.notePluginResults(req, "inspect", results)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -144,6 +149,7 @@ func (g *Gateway) notePluginResults(req *pipeline.Request, check string, results
 	for _, r := range results {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: check, Effect: r.Effect.String(), Rule: r.Plugin})
 		if r.Err != nil {
+			g.metrics.set.PluginFailed(r.Plugin)
 			g.logger.Warn("a policy plugin failed", "plugin", r.Plugin, "request_id", req.LogID, "error", r.Err.Error())
 		}
 	}

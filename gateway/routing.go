@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/hub"
+	"github.com/manifold-mcp/manifold/internal/metrics"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -39,6 +40,8 @@ type messageRouter struct {
 	progressSeq atomic.Uint64
 	// replicas carries messages for streams other replicas hold; nil for one replica.
 	replicas crossReplica
+	// metrics counts the requests upstreams send toward clients; nil when metrics are off.
+	metrics *metrics.Set
 }
 
 // sessionLive reports whether a session is live here.
@@ -271,24 +274,33 @@ func (why noOwner) refusal(r *conn, method string, origin upstream.Origin) *prot
 // session with calls in flight there; a session's own connection always goes to its session.
 // Never a guess: without an owner the upstream gets an error, except roots/list outside any
 // call, which gets the config's roots.
-func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.Request, origin upstream.Origin) (json.RawMessage, error) {
+func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.Request, origin upstream.Origin) (_ json.RawMessage, err error) {
+	// outcome is how the request ended, for the metrics, where decided here; asked: it
+	// went to the client (or its capabilities refused it first, if not).
+	var outcome string
+	var asked bool
+	defer func() { rt.metrics.ReverseRequest(req.Method, reverseOutcome(ctx, outcome, asked, err)) }()
 	owner, why := rt.ownerOf(r, origin)
 	if owner == nil {
 		if req.Method == protocol.MethodListRoots && why != ambiguous {
 			// roots/list that belongs to no session: the gateway's own roots (the config's),
 			// never an arbitrary client's.
+			outcome = "gateway_roots"
 			return rt.rootsResult, nil
 		}
 		r.noOwnerOnce.Do(func() {
 			rt.logger.Warn("an upstream sent a request the gateway cannot route to one client; set isolation: session for it",
 				"upstream", r.upstream.ns.Name, "method", req.Method, "sessions", origin.Parties)
 		})
+		outcome = why.outcome()
 		return nil, why.refusal(r, req.Method, origin)
 	}
 	if owner.direct != nil {
 		// A 2026-07-28 client is never sent a request (mcp-2026-notes §1.7): the call waits
 		// for the client's input (parking.go), or fails.
+		outcome = "refused_modern"
 		if mayPark(r.upstream, owner.direct) {
+			outcome = "relayed_input"
 			// What this request did not declare, the upstream is refused as by a client that
 			// lacks the capability, after what it asked beside it reached the client; the call
 			// goes on.
@@ -325,6 +337,7 @@ func (rt *messageRouter) onRequest(ctx context.Context, r *conn, req *protocol.R
 	default:
 		return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the gateway does not forward %s to clients", req.Method)
 	}
+	asked = true
 	return rt.ask(ctx, owner, r, req.ID, req.Method, params)
 }
 

@@ -2,8 +2,8 @@
 // rounds, the load tool against the fast echo upstream's own HTTP face (direct) and against
 // the gateway in front of the same upstream over stdio (with authentication off, and on:
 // gateway-auth, a JWT of a local issuer verified on every request; gateway-policy, a rule set
-// and rate limits deciding every call; and gateway-plugin, one policy plugin asked about
-// every call) and over Streamable HTTP, at each concurrency asked for; then it checks a high
+// and rate limits deciding every call; gateway-plugin, one policy plugin asked about every
+// call; and gateway-metrics, Prometheus metrics recorded for every call) and over Streamable HTTP, at each concurrency asked for; then it checks a high
 // concurrency for errors only. Every gateway serves both MCP revisions: gateway-stdio-2026
 // and gateway-redis-2026 call gateway-stdio and gateway-redis in 2026-07-28, statelessly,
 // beside the other targets' 2025-11-25 sessions, and are compared with them. It prints the medians and
@@ -304,6 +304,11 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	if err != nil {
 		return err
 	}
+	// gateway-stdio with metrics recorded (served on a listener of their own, not scraped).
+	gwMetrics, err := f.gateway(bin, "metrics", "metrics: {listen: 127.0.0.1:0}\n", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
+	if err != nil {
+		return err
+	}
 	targets := []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
@@ -312,6 +317,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		gwAuth,
 		gwPolicy,
 		gwPlugin,
+		{name: "gateway-metrics", url: gwMetrics, floor: stdioFloor, versus: "gateway-stdio"},
 		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
 	}
 	if other != "" {

@@ -48,7 +48,7 @@ func catalog(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := newLogger(cfg, stderr)
-	backends, err := openBackends(cfg, logger, nil)
+	backends, err := openBackends(cfg, logger, nil, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

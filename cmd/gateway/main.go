@@ -338,13 +338,14 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 			logger.Warn("exporting the last spans failed", "error", err.Error())
 		}
 	}()
-	backends, err := openBackends(cfg, logger, tracer)
+	metrics := gateway.NewMetrics(cfg, logger) // nil when off
+	backends, err := openBackends(cfg, logger, tracer, gateway.RedisObserver(metrics))
 	if err != nil {
 		return err
 	}
 	// Runs after gw.Close: the gateway's last writes reach the store.
 	defer backends.Close()
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer})
+	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -385,6 +386,13 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		// find its call ended anyway.
 		defer adminSrv.Close()
 	}
+	metricsSrv, err := serveMetrics(gw, cfg, logger)
+	if err != nil {
+		return err
+	}
+	if metricsSrv != nil {
+		defer metricsSrv.Close()
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -423,9 +431,35 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 
 // openBackends opens the state backends cfg's session_store names. Their warnings (a record
 // that cannot be read, the bus's trouble) reach logger at most once a second per message.
-func openBackends(cfg *config.Config, logger *slog.Logger, tracer *tracing.Tracer) (*backend.Set, error) {
+func openBackends(cfg *config.Config, logger *slog.Logger, tracer *tracing.Tracer, observeRedis func(time.Duration, bool)) (*backend.Set, error) {
 	limited := slog.New(loglimit.NewHandler(logger.Handler(), time.Second, time.Now))
-	return backend.OpenTraced(cfg, time.Now, limited, tracer.RedisHook())
+	return backend.OpenInstrumented(cfg, time.Now, limited, backend.Instruments{Trace: tracer.RedisHook(), Observe: observeRedis})
+}
+
+// serveMetrics starts the metrics listener (metrics.listen), if there is one; closing the
+// server it returns stops it. Metrics on the admin listener are served by serveAdmin.
+func serveMetrics(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (*http.Server, error) {
+	h := gw.MetricsHandler()
+	if h == nil || cfg.Metrics.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (metrics.listen in %s): %w", cfg.Metrics.Listen, cfg.File, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("the metrics listener stopped", "error", err.Error())
+		}
+	}()
+	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
+		logger.Warn("the metrics listener asks for no credential and is reachable beyond loopback: expose it only to the scraper's network", "listen", cfg.Metrics.Listen)
+	}
+	logger.Info("metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	return srv, nil
 }
 
 // serveAdmin starts the admin listener (config key `admin`), if there is one; closing the

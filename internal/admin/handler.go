@@ -22,6 +22,9 @@ type Options struct {
 	LoopbackOnly bool
 	// Logger receives the handler's warnings. If nil, they are discarded.
 	Logger *slog.Logger
+	// Metrics, if not nil, is served at GET /metrics to an admin, as the API is: a
+	// Prometheus scraper sends an admin API key as its bearer token. Nil: no /metrics.
+	Metrics http.Handler
 }
 
 // maxBody bounds a request body: decisions are a few dozen bytes.
@@ -36,6 +39,13 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 	h := &handler{b: b, a: a, opts: opts}
 	mux := http.NewServeMux()
 	servePage(mux)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, status := h.authorize(w, r); status == http.StatusOK {
+				opts.Metrics.ServeHTTP(w, r)
+			}
+		}))
+	}
 	mux.Handle("GET /api/whoami", h.api(func(_ *http.Request, admin string) (any, error) {
 		return map[string]string{"admin": admin}, nil
 	}))

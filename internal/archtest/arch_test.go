@@ -24,7 +24,7 @@ var allowed = map[string][]string{
 	"internal/tracing":           {"internal/protocol"},
 	"upstream":                   {"internal/protocol", "internal/loglimit", "internal/modern"},
 	"internal/catalog":           {"internal/protocol", "upstream", "internal/glob"},
-	"gateway":                    {"internal/protocol", "internal/session", "internal/config", "upstream", "internal/catalog", "internal/glob", "internal/hub", "internal/pipeline", "internal/audit", "auth", "internal/auth/credential", "policy", "internal/policy/limit", "internal/loglimit", "internal/admin", "internal/approval", "internal/pin", "internal/loopback", "internal/policy/plugin", "internal/replica", "internal/admin/backend", "internal/backend", "internal/replicabus", "internal/modern", "internal/seal", "internal/tracing"},
+	"gateway":                    {"internal/protocol", "internal/session", "internal/config", "upstream", "internal/catalog", "internal/glob", "internal/hub", "internal/pipeline", "internal/audit", "auth", "internal/auth/credential", "policy", "internal/policy/limit", "internal/loglimit", "internal/admin", "internal/approval", "internal/pin", "internal/loopback", "internal/policy/plugin", "internal/replica", "internal/admin/backend", "internal/backend", "internal/replicabus", "internal/modern", "internal/seal", "internal/tracing", "internal/metrics"},
 	"internal/admin":             {"internal/loopback"},
 	"internal/admin/backend":     {"internal/admin", "internal/approval", "internal/audit", "internal/catalog", "internal/pin", "internal/session", "upstream"},
 	"internal/approval":          {"internal/pipeline"},
@@ -61,6 +61,7 @@ var allowed = map[string][]string{
 	"internal/loopback":          {},
 	"internal/testwait":          {},
 	"internal/docpage":           {},
+	"internal/metrics":           {"internal/protocol"},
 	"internal/testissuer":        {},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.

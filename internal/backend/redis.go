@@ -23,12 +23,19 @@ import (
 // stream resumes wherever it is asked for. now is the clock of the sessions' records; logger
 // receives the stores' warnings. The caller closes the Set after the gateway that uses it.
 func Open(cfg *config.Config, now func() time.Time, logger *slog.Logger) (*Set, error) {
-	return OpenTraced(cfg, now, logger, nil)
+	return OpenInstrumented(cfg, now, logger, Instruments{})
 }
 
-// OpenTraced is Open with trace called around each command sent to Redis, when the Set is
-// on Redis (session.RedisOptions.Trace); nil traces nothing.
-func OpenTraced(cfg *config.Config, now func() time.Time, logger *slog.Logger, trace session.RedisTrace) (*Set, error) {
+// Instruments watch a Set's round trips to Redis, when it is on Redis: Trace is called
+// around each command (session.RedisOptions.Trace), Observe is told how long each took and
+// whether it failed (session.RedisOptions.Observe). A nil field watches nothing.
+type Instruments struct {
+	Trace   session.RedisTrace
+	Observe func(d time.Duration, failed bool)
+}
+
+// OpenInstrumented is Open, with the Set's round trips to Redis watched by in.
+func OpenInstrumented(cfg *config.Config, now func() time.Time, logger *slog.Logger, in Instruments) (*Set, error) {
 	s := cfg.SessionStore
 	keys, err := keysOf(cfg, s.Type == config.StoreRedis)
 	if err != nil {
@@ -60,7 +67,8 @@ func OpenTraced(cfg *config.Config, now func() time.Time, logger *slog.Logger, t
 		MaxPerAnonymousAddr: cfg.Auth.MaxSessionsPerAddress,
 		Now:                 now,
 		Logger:              logger,
-		Trace:               trace,
+		Trace:               in.Trace,
+		Observe:             in.Observe,
 	}
 	if s.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

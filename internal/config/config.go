@@ -412,6 +412,9 @@ type Config struct {
 	// Admin configures the admin API and page (key `admin`); absent, there is none.
 	Admin Admin
 
+	// Metrics configures the Prometheus metrics (key `metrics`); absent, there are none.
+	Metrics Metrics
+
 	// Plugins are the policy plugins, in the order they are asked (key `plugins`).
 	Plugins []Plugin
 

@@ -276,6 +276,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		{key: "auth", decode: authSettings(&c.Auth)},
 		{key: "policy", decode: policySettings(&c.Policy)},
 		{key: "admin", decode: adminSettings(&c.Admin)},
+		{key: "metrics", decode: metricsSettings(&c.Metrics)},
 		{key: "state_dir", decode: str(&c.StateDir)},
 		{key: "pins", decode: pinsSettings(&c.Pins)},
 		{key: "plugins", decode: listOf(&c.Plugins, "a list of plugins (lines starting with `- name:`)", plugin)},

@@ -214,6 +214,7 @@ func (v *validator) settings(c *Config, w where) {
 	v.authSettings(c, w)
 	v.policy(c, w)
 	v.admin(c, w)
+	v.metrics(c, w)
 	v.pins(c, w)
 	v.plugins(c, w)
 }

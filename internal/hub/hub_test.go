@@ -555,3 +555,25 @@ func TestDrainRefusesNewRequestsAndEndRequestsEndsTheRest(t *testing.T) {
 		t.Fatal("RequestsDone did not close once the last request ended")
 	}
 }
+
+// TestStreamsOpen: a session counts the streams a connection writes now, not those kept
+// for resumption without one.
+func TestStreamsOpen(t *testing.T) {
+	h := newTestHub(t, nil)
+	s := openSession(t, h, "a")
+	if n := s.StreamsOpen(); n != 0 {
+		t.Errorf("StreamsOpen of a new session = %d, want 0", n)
+	}
+	_, c, err := s.OpenStandalone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MarkResumable()
+	if n := s.StreamsOpen(); n != 1 {
+		t.Errorf("StreamsOpen with a standalone connection = %d, want 1", n)
+	}
+	c.Detach()
+	if n := s.StreamsOpen(); n != 0 {
+		t.Errorf("StreamsOpen after the connection left = %d, want 0", n)
+	}
+}

@@ -288,6 +288,23 @@ func (s *Session) Listening() bool {
 	return false
 }
 
+// StreamsOpen returns how many of the session's streams here a connection writes now.
+func (s *Session) StreamsOpen() int {
+	s.mu.Lock()
+	streams := make([]*Stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		streams = append(streams, st)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, st := range streams {
+		if st.attached() {
+			n++
+		}
+	}
+	return n
+}
+
 // HoldsStreams reports whether the session has streams here, open or kept for resumption.
 func (s *Session) HoldsStreams() bool {
 	s.mu.Lock()

@@ -52,6 +52,11 @@ type RedisOptions struct {
 	// then be left empty); the store does not close it.
 	Client redis.UniversalClient
 
+	// Observe, if not nil, is told of each round trip to Redis of a client made for these
+	// options (not of Client): how long it took, and whether it failed. It must be quick
+	// and safe for concurrent use.
+	Observe func(d time.Duration, failed bool)
+
 	// KeyPrefix begins every key the store writes, so that stores (and other users of the
 	// server) can share it. It must not contain '{' or '}'. If empty, "manifold".
 	KeyPrefix string
@@ -253,6 +258,9 @@ func NewRedisStore(opts *RedisOptions) (*RedisStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: redis: %w", err)
 	}
+	if o.Client == nil {
+		client = observed(client, &o)
+	}
 	traced(client, o.Trace)
 	conn := &redisConn{opts: o, client: client, ownsClient: o.Client == nil, logger: logger,
 		opTimeout: o.DialTimeout + o.ReadTimeout + o.WriteTimeout, known: map[string]knownSession{}}
@@ -277,6 +285,7 @@ func NewRedisClient(opts *RedisOptions) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: redis: %w", err)
 	}
+	client = observed(client, &o)
 	traced(client, o.Trace)
 	return client, nil
 }
