@@ -78,7 +78,6 @@ func (a *adminAuthorizer) Admin(r *http.Request) (admin.Operator, error) {
 
 // adminBackend is what the admin API shows of the gateway and acts on.
 func (g *Gateway) adminBackend() *backend.Backend {
-	enabled := g.cfg.EnabledUpstreams()
 	src := backend.Sources{
 		Catalog: g.snapshot.Load,
 		Rebuild: g.rebuild,
@@ -86,9 +85,14 @@ func (g *Gateway) adminBackend() *backend.Backend {
 		Now:     g.opts.Now,
 		Logger:  g.logger,
 	}
-	for i, u := range g.upstreams {
-		src.Upstreams = append(src.Upstreams, backend.Upstream{Name: u.ns.Name, Transport: enabled[i].Transport, Isolation: enabled[i].Isolation, Conn: u})
+	src.Upstreams = func() []backend.Upstream {
+		var out []backend.Upstream
+		for _, u := range g.upstreamList() {
+			out = append(out, backend.Upstream{Name: u.ns.Name, Transport: u.transport, Isolation: u.isolation, Conn: u})
+		}
+		return out
 	}
+	src.Config = g.configStatus
 	src.Sessions = g.store
 	if g.held != nil {
 		src.Held = g.held.Holder

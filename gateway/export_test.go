@@ -32,7 +32,7 @@ func (g *Gateway) SetFirstListHook(beforeFirstListWait func()) {
 // UpstreamStatus is the named upstream's own status, which the catalog's statuses follow
 // once rebuilt.
 func (g *Gateway) UpstreamStatus(name string) upstream.Status {
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.ns.Name == name {
 			return u.Status()
 		}

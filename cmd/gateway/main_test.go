@@ -162,7 +162,7 @@ func serveConfig(t *testing.T, cfg *config.Config) *servedGateway {
 	g := &servedGateway{t: t, url: "http://" + cfg.Listen + "/mcp", signals: make(chan os.Signal, 2), done: make(chan struct{}), logs: &syncBuffer{}}
 	go func() {
 		defer close(g.done)
-		g.err = serveUntilDone(g.signals, cfg, slog.New(slog.NewTextHandler(g.logs, nil)))
+		g.err = serveUntilDone(g.signals, cfg, slog.New(slog.NewTextHandler(g.logs, nil)), nil)
 	}()
 	t.Cleanup(func() {
 		select {

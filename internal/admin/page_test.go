@@ -436,3 +436,9 @@ func TestPageFiles(t *testing.T) {
 		}
 	}
 }
+
+func (b *pageBackend) Config(context.Context) (admin.ConfigStatus, error) {
+	return admin.ConfigStatus{Replicas: []admin.ReplicaConfig{{This: true, Version: "0123456789abcdef"}}, Agree: true}, nil
+}
+
+func (b *pageBackend) Reload(ctx context.Context) (admin.ConfigStatus, error) { return b.Config(ctx) }

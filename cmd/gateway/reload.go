@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/config"
+)
+
+// configWatchInterval is how often serve looks for a change of the configuration's files.
+const configWatchInterval = 2 * time.Second
+
+// reloadTimeout bounds one reload.
+const reloadTimeout = time.Minute
+
+// reloader reloads the configuration of a running gateway: at each signal, and when one of
+// its files changes (looked at every watch; zero: never).
+type reloader struct {
+	signals <-chan os.Signal
+	read    func() (*config.Config, error)
+	watch   time.Duration
+	// tick, when set, replaces the watch's ticker (tests drive the watch with it).
+	tick <-chan time.Time
+}
+
+// listenOverride applies serve's -listen to cfg ("" leaves it as configured).
+func listenOverride(cfg *config.Config, listen string) error {
+	if listen == "" {
+		return nil
+	}
+	defaultResource := cfg.BaseURL() + "/mcp"
+	cfg.Listen = listen
+	resourceSet := cfg.Auth.Resource != defaultResource
+	if !resourceSet {
+		cfg.Auth.Resource = cfg.BaseURL() + "/mcp"
+	}
+	if msg := config.CheckExposure(cfg, resourceSet); msg != "" {
+		return fmt.Errorf("-listen %q: %s", listen, msg)
+	}
+	return nil
+}
+
+// rereader returns what reads the configuration again as serve read it at start (the same
+// flags), checked as `gateway validate` checks it: the programs it names must be there.
+func rereader(files *configArgs, listen string) func() (*config.Config, error) {
+	return func() (*config.Config, error) {
+		cfg, _, err := files.build()
+		if err != nil {
+			return nil, err
+		}
+		if err := listenOverride(cfg, listen); err != nil {
+			return nil, err
+		}
+		errs, _ := checkCommands(cfg, exec.LookPath)
+		errs = append(errs, checkPlugins(cfg)...)
+		if len(errs) > 0 {
+			return nil, errors.New(strings.Join(errs, "\n"))
+		}
+		return cfg, nil
+	}
+}
+
+// run reloads gw at each signal and file change until the func it returns is called, which
+// waits for the reload under way.
+func (r *reloader) run(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.loop(ctx, gw, cfg, logger)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// loop is the reloader's goroutine.
+func (r *reloader) loop(ctx context.Context, gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) {
+	tick := r.tick
+	if tick == nil && r.watch > 0 {
+		t := time.NewTicker(r.watch)
+		defer t.Stop()
+		tick = t.C
+	}
+	seen := fingerprints(watchedFiles(cfg))
+	reload := func(why string) {
+		logger.Info("reloading the configuration", "trigger", why)
+		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		defer cancel()
+		next, err := r.read()
+		if err != nil {
+			logger.Warn("configuration reload refused: the running configuration stays", "error", err.Error(), "version", gw.ConfigStatus().Version)
+			return
+		}
+		if gw.Reload(rctx, next) == nil { // logged either way
+			cfg = next
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-r.signals:
+			reload(sig.String())
+			seen = fingerprints(watchedFiles(cfg))
+		case <-tick:
+			now := fingerprints(watchedFiles(cfg))
+			changed := changedFiles(seen, now)
+			if len(changed) == 0 {
+				continue
+			}
+			seen = now
+			for _, f := range changed {
+				if f == cfg.Auth.APIKeysFile || f == cfg.Admin.APIKeysFile {
+					logger.Warn("a file of API keys changed: the keys are read at start; restart the gateway to apply it", "file", f)
+				}
+			}
+			reload("file changed: " + strings.Join(changed, ", "))
+			seen = fingerprints(watchedFiles(cfg))
+		}
+	}
+}
+
+// watchedFiles are the files cfg was built from or reads: the config file, the server lists
+// it imports, and the files of keys it reads.
+func watchedFiles(cfg *config.Config) []string {
+	files := []string{cfg.File}
+	for _, u := range cfg.Upstreams {
+		if u.File != "" && u.File != cfg.File {
+			files = append(files, u.File)
+		}
+	}
+	for _, f := range []string{cfg.Auth.APIKeysFile, cfg.Admin.APIKeysFile} {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// fingerprint is what a look at a file sees: its size, time and content's hash, or that it
+// could not be read.
+type fingerprint struct {
+	size    int64
+	modTime time.Time
+	sum     [sha256.Size]byte
+	missing bool
+}
+
+func fingerprints(files []string) map[string]fingerprint {
+	out := make(map[string]fingerprint, len(files))
+	for _, f := range files {
+		out[f] = fingerprintOf(f)
+	}
+	return out
+}
+
+func fingerprintOf(path string) fingerprint {
+	fh, err := os.Open(path)
+	if err != nil {
+		return fingerprint{missing: true}
+	}
+	defer fh.Close()
+	info, err := fh.Stat()
+	if err != nil {
+		return fingerprint{missing: true}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return fingerprint{missing: true}
+	}
+	fp := fingerprint{size: info.Size(), modTime: info.ModTime()}
+	h.Sum(fp.sum[:0])
+	return fp
+}
+
+// changedFiles names the files whose fingerprint differs between before and now.
+func changedFiles(before, now map[string]fingerprint) []string {
+	var out []string
+	for f, fp := range now {
+		if b, ok := before[f]; !ok || b != fp {
+			out = append(out, f)
+		}
+	}
+	return out
+}
