@@ -1,0 +1,162 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/config"
+)
+
+// reloadPolicy is a policy that denies the tool whoami of upstream alpha when deny is set,
+// and allows everything otherwise.
+func reloadPolicy(deny bool) string {
+	rule := "    - name: nothing\n      effect: deny\n      match:\n        upstreams: [nobody]\n"
+	if deny {
+		rule = "    - name: no-whoami\n      effect: deny\n      reason: whoami is off\n      match:\n        upstreams: [alpha]\n        tools: [whoami]\n"
+	}
+	return "policy:\n  default: allow\n  rules:\n" + rule
+}
+
+func parseConfig(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// toolsOf lists the tools the session sees now.
+func toolsOf(t *testing.T, ctx context.Context, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toolNames(res.Tools)
+}
+
+// TestReloadWithASessionOpen: one go-sdk session stays open through reloads that add an
+// upstream (its tools appear, with a list_changed), change a policy rule (the next call is
+// decided by the new rule), remove an upstream with a call in flight there (its tools vanish
+// at once, the call finishes), and change a key that needs a restart (refused, the running
+// configuration kept).
+func TestReloadWithASessionOpen(t *testing.T) {
+	head := "listen: 127.0.0.1:0\ndrain_timeout: 30s\n"
+	alpha, rev, beta := upstreamYAML("alpha", "alpha", ""), upstreamYAML("rev", "reverse", ""), upstreamYAML("beta", "beta", "")
+	first := parseConfig(t, head+reloadPolicy(false)+"upstreams:"+alpha+rev)
+	tg := startConfigured(t, first, nil, true)
+	defer tg.close()
+	gw := tg.gw
+	if got := gw.ConfigStatus().Version; got != first.Version() {
+		t.Fatalf("version %q, want the config's %q", got, first.Version())
+	}
+
+	changed := make(chan struct{}, 16)
+	sampling := make(chan struct{})
+	release := make(chan struct{})
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			close(sampling)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "late"}}, nil
+		},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
+		},
+	})
+	ctx := ctxT(t)
+	if got := textOf(t, callTool(t, cs, "alpha__whoami", nil)); got != "alpha" {
+		t.Fatalf("alpha__whoami answered %q before any reload", got)
+	}
+
+	// An upstream added: its tools appear, and the session hears of them.
+	added := parseConfig(t, head+reloadPolicy(false)+"upstreams:"+alpha+rev+beta)
+	if err := gw.Reload(ctx, added); err != nil {
+		t.Fatalf("reload adding beta: %v", err)
+	}
+	// The list_changed comes once beta is ready and merged; the tools are listed then.
+	select {
+	case <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no tools/list_changed reached the session for the upstream added")
+	}
+	if tools := toolsOf(t, ctx, cs); !slices.Contains(tools, "beta__echo") {
+		t.Fatalf("beta's tools are not listed after its list_changed: %v", tools)
+	}
+	if got := textOf(t, callTool(t, cs, "beta__echo", map[string]any{"text": "x"})); got != "beta:x" {
+		t.Errorf("beta__echo answered %q", got)
+	}
+
+	// A rule changed: the next call is decided by it.
+	denied := parseConfig(t, head+reloadPolicy(true)+"upstreams:"+alpha+rev+beta)
+	if err := gw.Reload(ctx, denied); err != nil {
+		t.Fatalf("reload of the policy: %v", err)
+	}
+	res := callTool(t, cs, "alpha__whoami", nil)
+	if !res.IsError || !strings.Contains(textOf(t, res), "whoami is off") {
+		t.Errorf("alpha__whoami after the rule denies it: isError=%v %q", res.IsError, textOf(t, res))
+	}
+
+	// An upstream removed with a call in flight: its tools vanish at once, the call
+	// finishes.
+	done := make(chan *mcp.CallToolResult, 1)
+	callErr := make(chan error, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "rev__ask", Arguments: map[string]any{"text": "hi"}})
+		callErr <- err
+		done <- res
+	}()
+	select {
+	case <-sampling:
+	case <-time.After(30 * time.Second):
+		t.Fatal("rev__ask never asked the client")
+	}
+	removed := parseConfig(t, head+reloadPolicy(true)+"upstreams:"+alpha+beta)
+	if err := gw.Reload(ctx, removed); err != nil {
+		t.Fatalf("reload removing rev: %v", err)
+	}
+	if tools := toolsOf(t, ctx, cs); slices.ContainsFunc(tools, func(n string) bool { return strings.HasPrefix(n, "rev__") }) {
+		t.Errorf("rev's tools are still listed after it was removed: %v", tools)
+	}
+	close(release)
+	if err := <-callErr; err != nil {
+		t.Fatalf("the call in flight on the removed upstream failed: %v", err)
+	}
+	if res := <-done; res.IsError || !strings.Contains(textOf(t, res), "sampled=late") {
+		t.Errorf("the call in flight on the removed upstream answered isError=%v %q", res.IsError, textOf(t, res))
+	}
+	if _, ok := gw.UpstreamStatuses()["rev"]; ok {
+		t.Error("rev still has a status after it was removed")
+	}
+	if got := gw.ConfigStatus().Version; got != removed.Version() {
+		t.Errorf("version %q after the reloads, want %q", got, removed.Version())
+	}
+
+	// A key that needs a restart: refused, the running configuration kept.
+	restart := parseConfig(t, "listen: 127.0.0.1:1\ndrain_timeout: 30s\n"+reloadPolicy(true)+"upstreams:"+alpha)
+	err := gw.Reload(ctx, restart)
+	var refused *gateway.ReloadError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "restart it to change listen") {
+		t.Fatalf("reload changing listen: %v, want a ReloadError naming listen", err)
+	}
+	st := gw.ConfigStatus()
+	if st.Version != removed.Version() || st.LastError == "" {
+		t.Errorf("after a refused reload: %+v, want version %q and the refusal", st, removed.Version())
+	}
+	if tools := toolsOf(t, ctx, cs); !slices.Contains(tools, "beta__echo") {
+		t.Errorf("a refused reload changed the catalog: %v", tools)
+	}
+}
