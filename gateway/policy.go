@@ -82,14 +82,20 @@ func newGate(cfg *config.Config, shared *limit.Shared, now func() time.Time, log
 		now = time.Now
 	}
 	g := &gate{base: map[string]viewBase{}, views: map[string]*catalog.Snapshot{},
-		approvals: &approvals{timeout: p.Approval.Timeout, byOperator: p.Approval.By == config.ApprovalByOperator, now: now,
+		approvals: &approvals{now: now,
 			Remembered: &approval.Remembered{TTL: p.Approval.Remember, AnyArguments: p.Approval.RememberAnyArguments, Now: now, Logger: logger}}}
+	g.approvals.settings.Store(approvalSettingsOf(p.Approval))
 	r, err := compileGateRules(cfg, nil, shared, now, logger)
 	if err != nil {
 		return nil, err
 	}
 	g.rules.Store(r)
 	return g, nil
+}
+
+// approvalSettingsOf are the approval settings of a.
+func approvalSettingsOf(a config.Approval) *approvalSettings {
+	return &approvalSettings{timeout: a.Timeout, byOperator: a.By == config.ApprovalByOperator}
 }
 
 // compileGateRules compiles cfg's rules and rate limits. The rate limiter of prev is kept,

@@ -124,6 +124,7 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 		return nil, &ReloadError{Reasons: []string{err.Error()}}
 	}
 	if rules != nil {
+		g.gate.approvals.settings.Store(approvalSettingsOf(next.Policy.Approval))
 		g.swapRules(rules)
 	}
 	g.applyUpstreams(plan)
@@ -144,8 +145,9 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 		if g.gate == nil {
 			reasons = append(reasons, "policy: the gateway started without a policy or plugins: restart it to add one")
 		}
-		if !config.SameSettings(cur.Policy.Approval, next.Policy.Approval) {
-			reasons = append(reasons, "policy.approval cannot change while the gateway runs: restart it to change policy.approval")
+		a, b := cur.Policy.Approval, next.Policy.Approval
+		if a.Remember != b.Remember || a.RememberAnyArguments != b.RememberAnyArguments || a.AllowSelfApproval != b.AllowSelfApproval {
+			reasons = append(reasons, "policy.approval.remember, remember_any_arguments and allow_self_approval cannot change while the gateway runs: restart it to change them")
 		}
 	}
 	if slices.Contains(changed, "upstreams") && !maps2Equal(pinModes(cur), pinModes(next)) {
