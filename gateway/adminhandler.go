@@ -92,7 +92,7 @@ func (g *Gateway) adminBackend() *backend.Backend {
 		}
 		return out
 	}
-	src.Config = g.configStatus
+	src.Config, src.Reload = g.configStatus, g.reloadEverywhere
 	src.Sessions = g.store
 	if g.held != nil {
 		src.Held = g.held.Holder

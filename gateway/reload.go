@@ -75,8 +75,10 @@ func (g *Gateway) ConfigStatus() ConfigStatus { return *g.reloads.status.Load() 
 // it), in place of the running one, without dropping sessions: see the top of reload.go. A
 // configuration that changes a key that cannot change while the gateway runs, or that cannot
 // be built, is refused with a *ReloadError and changes nothing. Reloads are serialized; each
-// one, applied or refused, is logged. Safe for concurrent use.
+// one, applied or refused, is logged, and told to the other replicas (the admin API shows
+// what each runs). Safe for concurrent use.
 func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
+	defer g.announceConfig() // the other replicas learn what this one runs now
 	g.reloads.mu.Lock()
 	defer g.reloads.mu.Unlock()
 	prev := g.reloads.status.Load()
@@ -414,6 +416,7 @@ func (g *Gateway) reloadEverywhere(ctx context.Context) (admin.ConfigStatus, err
 func (g *Gateway) reloadFromFiles(ctx context.Context) error {
 	next, err := g.opts.ReadConfig()
 	if err != nil {
+		defer g.announceConfig() // why this replica refused
 		g.reloads.mu.Lock()
 		defer g.reloads.mu.Unlock()
 		prev := g.reloads.status.Load()
@@ -421,9 +424,7 @@ func (g *Gateway) reloadFromFiles(ctx context.Context) error {
 		g.logger.Warn("configuration reload refused: the running configuration stays", "error", err.Error(), "version", prev.Version)
 		return &ReloadError{Reasons: []string{err.Error()}}
 	}
-	err = g.Reload(ctx, next)
-	g.announceConfig()
-	return err
+	return g.Reload(ctx, next)
 }
 
 // replicaConfigs is the configuration this gateway runs, and each other replica's as it last
