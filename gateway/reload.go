@@ -89,7 +89,10 @@ func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
 		st.LastError = err.Error()
 		g.logger.Warn("configuration reload refused: the running configuration stays", "error", err.Error(), "version", prev.Version)
 	case len(changed) == 0:
-		g.logger.Info("configuration reloaded: nothing changed", "version", prev.Version)
+		// Only where settings are written moved (comments, order of lines): the version,
+		// which counts them, follows the files.
+		st.Version = next.Version()
+		g.logger.Info("configuration reloaded: no setting changed", "version", st.Version)
 	default:
 		st.Version, st.Since = next.Version(), st.LastReload
 		g.logger.Info("configuration reloaded", "changed", strings.Join(changed, ","), "version", st.Version, "previous_version", prev.Version)
