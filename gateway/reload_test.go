@@ -12,6 +12,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // reloadPolicy is a policy that denies the tool whoami of upstream alpha when deny is set,
@@ -144,6 +145,18 @@ func TestReloadWithASessionOpen(t *testing.T) {
 	if got := gw.ConfigStatus().Version; got != removed.Version() {
 		t.Errorf("version %q after the reloads, want %q", got, removed.Version())
 	}
+
+	// An upstream changed: a new connection replaces the old one, under the same names.
+	betaChanged := upstreamYAML("beta", "beta", "    request_timeout: 45s\n")
+	replaced := parseConfig(t, head+reloadPolicy(true)+"upstreams:"+alpha+betaChanged)
+	if err := gw.Reload(ctx, replaced); err != nil {
+		t.Fatalf("reload changing beta: %v", err)
+	}
+	testwait.Until(t, 30*time.Second, "the changed beta to answer", func() bool {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "beta__echo", Arguments: map[string]any{"text": "y"}})
+		return err == nil && !res.IsError && textOf(t, res) == "beta:y"
+	})
+	removed = replaced
 
 	// A key that needs a restart: refused, the running configuration kept.
 	restart := parseConfig(t, "listen: 127.0.0.1:1\ndrain_timeout: 30s\n"+reloadPolicy(true)+"upstreams:"+alpha)
