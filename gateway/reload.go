@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/admin"
 	"github.com/manifold-mcp/manifold/internal/catalog"
 	"github.com/manifold-mcp/manifold/internal/config"
@@ -25,7 +27,8 @@ import (
 // refused, with the reason, and the running configuration stays (ReloadError).
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true}
+// Of auth, only the API keys (unreloadable tells).
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -60,10 +63,16 @@ type reloadState struct {
 	// running is the configuration in force: the one New was given, then each reload's.
 	running atomic.Pointer[config.Config]
 	status  atomic.Pointer[ConfigStatus]
+	// apiKeys are the clients' API keys in force (auth.api_keys and the file's), when
+	// authentication is on. Guarded by mu.
+	apiKeys []auth.APIKey
 }
 
 // initReloads records cfg as the configuration running since now.
 func (g *Gateway) initReloads(cfg *config.Config) {
+	if g.auth != nil {
+		g.reloads.apiKeys, _ = APIKeys(cfg) // read by newAuthn a moment ago
+	}
 	g.reloads.running.Store(cfg)
 	g.reloads.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
 }
@@ -109,12 +118,24 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	}
 	cur := g.reloads.running.Load()
 	changed := cur.ChangedKeys(next)
+	if reasons := g.unreloadable(cur, next, changed); len(reasons) > 0 {
+		return nil, &ReloadError{Reasons: reasons}
+	}
+	// The API keys are read again whatever changed: the file of keys may have.
+	var keys []auth.APIKey
+	keysChanged := false
+	if g.auth != nil {
+		var err error
+		if keys, err = APIKeys(next); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
+		}
+		if keysChanged = !reflect.DeepEqual(keys, g.reloads.apiKeys); keysChanged && !slices.Contains(changed, "auth") {
+			changed = append(changed, "auth")
+		}
+	}
 	if len(changed) == 0 {
 		g.reloads.running.Store(next)
 		return nil, nil
-	}
-	if reasons := g.unreloadable(cur, next, changed); len(reasons) > 0 {
-		return nil, &ReloadError{Reasons: reasons}
 	}
 	// Build everything first: a configuration that cannot be built changes nothing.
 	var rules *gateRules
@@ -127,6 +148,14 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	plan, err := g.planUpstreams(cur, next)
 	if err != nil {
 		return nil, &ReloadError{Reasons: []string{err.Error()}}
+	}
+	// The first change applied, and applied whole or not at all: the keys are checked as
+	// they are set.
+	if keysChanged {
+		if err := g.auth.verifier.SetAPIKeys(keys); err != nil {
+			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("auth.api_keys: %v", err)}}
+		}
+		g.reloads.apiKeys = keys
 	}
 	if rules != nil {
 		g.gate.approvals.settings.Store(approvalSettingsOf(next.Policy.Approval))
@@ -144,6 +173,16 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 	for _, k := range changed {
 		if !reloadableKeys[k] {
 			reasons = append(reasons, fmt.Sprintf("%s cannot change while the gateway runs: restart it to change %s", k, k))
+		}
+	}
+	if slices.Contains(changed, "auth") {
+		a, b := cur.Auth, next.Auth
+		a.APIKeys, a.APIKeysFile, b.APIKeys, b.APIKeysFile = nil, "", nil, ""
+		switch {
+		case g.auth == nil || !next.Auth.Enabled():
+			reasons = append(reasons, "auth: authentication cannot be turned on or off while the gateway runs: restart it to change that")
+		case !config.SameSettings(a, b):
+			reasons = append(reasons, "auth: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of auth")
 		}
 	}
 	if slices.Contains(changed, "policy") {

@@ -3,6 +3,10 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/testwait"
@@ -171,5 +176,46 @@ func TestReloadWithASessionOpen(t *testing.T) {
 	}
 	if tools := toolsOf(t, ctx, cs); !slices.Contains(tools, "beta__echo") {
 		t.Errorf("a refused reload changed the catalog: %v", tools)
+	}
+}
+
+// TestReloadSwapsAPIKeys: a reload reads auth.api_keys_file again, also when the config did
+// not change: a key taken out of it is refused from then on, one put in is accepted. A change
+// to the rest of auth is refused, the keys in force kept.
+func TestReloadSwapsAPIKeys(t *testing.T) {
+	const oldKey, newKey = "mfk_reload-old-key", "mfk_reload-new-key"
+	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
+	writeKeys := func(name, key string) {
+		t.Helper()
+		if err := os.WriteFile(keysFile, []byte(fmt.Sprintf("- {name: %s, hash: %q}\n", name, auth.HashAPIKey(key))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeKeys("old", oldKey)
+	text := fmt.Sprintf("listen: 127.0.0.1:0\nauth:\n  api_keys_file: %s\n", keysFile)
+	cfg := parseConfig(t, text+"upstreams:"+upstreamYAML("alpha", "alpha", ""))
+	tg := startConfigured(t, cfg, nil, true)
+	defer tg.close()
+	status := func(key string) int {
+		return rawClient{t: t, url: tg.url}.do(http.MethodPost, initBody, map[string]string{"Authorization": "Bearer " + key}).status
+	}
+	if got := status(oldKey); got != http.StatusOK {
+		t.Fatalf("the old key before the reload: %d", got)
+	}
+	writeKeys("new", newKey)
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, text+"upstreams:"+upstreamYAML("alpha", "alpha", ""))); err != nil {
+		t.Fatalf("reload of the keys: %v", err)
+	}
+	if got, want := [2]int{status(oldKey), status(newKey)}, [2]int{http.StatusUnauthorized, http.StatusOK}; got != want {
+		t.Errorf("after the reload the old key answers %d, the new one %d; want %v", got[0], got[1], want)
+	}
+
+	scoped := parseConfig(t, text+"  scopes: [mcp]\nupstreams:"+upstreamYAML("alpha", "alpha", ""))
+	err := tg.gw.Reload(ctxT(t), scoped)
+	if !strings.Contains(fmt.Sprint(err), "only api_keys and api_keys_file can change") {
+		t.Errorf("reload changing auth.scopes: %v, want it refused", err)
+	}
+	if got := status(newKey); got != http.StatusOK {
+		t.Errorf("the new key after a refused reload: %d", got)
 	}
 }

@@ -123,8 +123,8 @@ func (r *reloader) loop(ctx context.Context, gw *gateway.Gateway, cfg *config.Co
 			}
 			seen = now
 			for _, f := range changed {
-				if f == cfg.Auth.APIKeysFile || f == cfg.Admin.APIKeysFile {
-					logger.Warn("a file of API keys changed: the keys are read at start; restart the gateway to apply it", "file", f)
+				if f == cfg.Admin.APIKeysFile {
+					logger.Warn("the file of admin API keys changed: they are read at start; restart the gateway to apply it", "file", f)
 				}
 			}
 			reload("file changed: " + strings.Join(changed, ", "))
