@@ -126,8 +126,8 @@ type Authenticator struct {
 	issuerURLs []string           // in configuration order
 	// apiKeys are the accepted API keys, replaced whole by SetAPIKeys.
 	apiKeys atomic.Pointer[[]apiKey]
-	now        func() time.Time
-	group      *fetchGroup
+	now     func() time.Time
+	group   *fetchGroup
 	// verified remembers the tokens verified lately (see verifiedTokens).
 	verified verifiedTokens
 }
