@@ -88,6 +88,9 @@ type Options struct {
 	// them, for a reload asked through the admin API or by another replica (reload.go). If
 	// nil, such reloads are refused; Reload still applies a configuration given.
 	ReadConfig func() (*config.Config, error)
+	// LogLevel is the level of Logger's handler, which a reload sets to log_level. If nil, a
+	// reload that changes log_level is refused.
+	LogLevel *slog.LevelVar
 	// Executable is the program an upstream with command "@self" (config.SelfCommand) runs:
 	// the gateway's own, which serves its demo server. If empty, the running program
 	// (os.Executable).

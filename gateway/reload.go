@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strconv"
@@ -28,7 +29,7 @@ import (
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
 // Of auth, only the API keys (unreloadable tells).
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true}
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "log_level": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -157,6 +158,12 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 		}
 		g.reloads.apiKeys = keys
 	}
+	if slices.Contains(changed, "log_level") {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(next.LogLevel)); err == nil { // validated
+			g.opts.LogLevel.Set(l)
+		}
+	}
 	if rules != nil {
 		g.gate.approvals.settings.Store(approvalSettingsOf(next.Policy.Approval))
 		g.swapRules(rules)
@@ -174,6 +181,9 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 		if !reloadableKeys[k] {
 			reasons = append(reasons, fmt.Sprintf("%s cannot change while the gateway runs: restart it to change %s", k, k))
 		}
+	}
+	if slices.Contains(changed, "log_level") && g.opts.LogLevel == nil {
+		reasons = append(reasons, "log_level cannot change while this gateway runs (it was given a logger of a fixed level): restart it to change log_level")
 	}
 	if slices.Contains(changed, "auth") {
 		a, b := cur.Auth, next.Auth

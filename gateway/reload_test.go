@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -217,5 +218,27 @@ func TestReloadSwapsAPIKeys(t *testing.T) {
 	}
 	if got := status(newKey); got != http.StatusOK {
 		t.Errorf("the new key after a refused reload: %d", got)
+	}
+}
+
+// TestReloadSetsLogLevel: log_level changes the level given in Options.LogLevel; a gateway
+// given none refuses the change.
+func TestReloadSetsLogLevel(t *testing.T) {
+	text := "listen: 127.0.0.1:0\nupstreams: []\n"
+	level := new(slog.LevelVar)
+	tg := startConfigured(t, parseConfig(t, text), &gateway.Options{LogLevel: level}, false)
+	defer tg.close()
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, "log_level: debug\n"+text)); err != nil {
+		t.Fatalf("reload of log_level: %v", err)
+	}
+	if level.Level() != slog.LevelDebug {
+		t.Errorf("level %v after the reload, want debug", level.Level())
+	}
+
+	fixed := startConfigured(t, parseConfig(t, text), nil, false)
+	defer fixed.close()
+	err := fixed.gw.Reload(ctxT(t), parseConfig(t, "log_level: debug\n"+text))
+	if !strings.Contains(fmt.Sprint(err), "restart it to change log_level") {
+		t.Errorf("reload of log_level without Options.LogLevel: %v, want it refused", err)
 	}
 }

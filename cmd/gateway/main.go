@@ -270,14 +270,14 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
 		return 1
 	}
-	logger := newLogger(cfg, stderr)
+	logger, level := reloadableLogger(cfg, stderr)
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	reloads := &reloader{signals: hups, read: rereader(files, *listen), watch: configWatchInterval}
+	reloads := &reloader{signals: hups, read: rereader(files, *listen), watch: configWatchInterval, level: level}
 	if err := serveUntilDone(signals, cfg, logger, reloads); err != nil {
 		logger.Error("gateway stopped", "error", err.Error())
 		return 1
@@ -316,7 +316,7 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	defer backends.Close()
 	opts := &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends}
 	if reloads != nil {
-		opts.ReadConfig = reloads.read
+		opts.ReadConfig, opts.LogLevel = reloads.read, reloads.level
 	}
 	gw, err := gateway.New(cfg, opts)
 	if err != nil {

@@ -31,6 +31,35 @@ type reloader struct {
 	watch   time.Duration
 	// tick, when set, replaces the watch's ticker (tests drive the watch with it).
 	tick <-chan time.Time
+	// level is the logger's level, which a reload sets to log_level; nil: it stays.
+	level *slog.LevelVar
+}
+
+// reloadableLogger is newLogger at a level a reload can change (log_level).
+func reloadableLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.LogLevel))
+	all := *cfg
+	all.LogLevel = slog.LevelDebug.String()
+	return slog.New(&levelHandler{Handler: newLogger(&all, w).Handler(), level: level}), level
+}
+
+// levelHandler passes what is at level or above to Handler.
+type levelHandler struct {
+	slog.Handler
+	level *slog.LevelVar
+}
+
+func (h *levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level.Level() && h.Handler.Enabled(ctx, l)
+}
+
+func (h *levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &levelHandler{Handler: h.Handler.WithAttrs(attrs), level: h.level}
+}
+
+func (h *levelHandler) WithGroup(name string) slog.Handler {
+	return &levelHandler{Handler: h.Handler.WithGroup(name), level: h.level}
 }
 
 // listenOverride applies serve's -listen to cfg ("" leaves it as configured).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
@@ -88,4 +90,17 @@ upstreams:
 	}
 	g.signals <- syscall.SIGTERM
 	g.stopped()
+}
+
+// TestReloadableLoggerFollowsItsLevel: the logger serve makes writes debug lines only once
+// its level (set by a reload of log_level) says so.
+func TestReloadableLoggerFollowsItsLevel(t *testing.T) {
+	var out syncBuffer
+	logger, level := reloadableLogger(&config.Config{LogLevel: "info"}, &out)
+	logger.Debug("hidden")
+	level.Set(slog.LevelDebug)
+	logger.With("k", "v").Debug("shown")
+	if got := out.String(); strings.Contains(got, "hidden") || !strings.Contains(got, "shown") {
+		t.Errorf("log:\n%s\nwant the debug line written after the level changed only", got)
+	}
 }
