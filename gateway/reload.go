@@ -19,6 +19,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
+	"github.com/manifold-mcp/manifold/policy"
 )
 
 // A reload replaces the running configuration by another without a restart: the upstreams
@@ -262,6 +263,32 @@ func (g *Gateway) swapRules(rules *gateRules) {
 	}
 	for method, sessions := range byMethod {
 		g.router.notifySessions(&protocol.Notification{Method: method}, sessions...)
+	}
+	tellListensRulesChanged(g, snap, old.rules, rules.rules)
+}
+
+// tellListensRulesChanged tells the listen streams here (2026-07-28 clients) what the rules
+// going from old to next changed of what each one's principal sees of snap.
+func tellListensRulesChanged(g *Gateway, snap *catalog.Snapshot, old, next *policy.Rules) {
+	ls := g.streamable.stateless.listens
+	ls.mu.Lock()
+	streams := make([]*listenStream, 0, len(ls.open))
+	for s := range ls.open {
+		streams = append(streams, s)
+	}
+	ls.mu.Unlock()
+	memo := map[string][]string{}
+	for _, s := range streams {
+		key := s.profile + "\x00" + old.ViewKey(s.principal) + "\x00" + next.ViewKey(s.principal)
+		methods, done := memo[key]
+		if !done {
+			view := profileOf(snap, s.profile)
+			methods = listsChanged(filterView(old, view, s.principal), filterView(next, view, s.principal))
+			memo[key] = methods
+		}
+		if len(methods) > 0 {
+			s.queue(methods)
+		}
 	}
 }
 

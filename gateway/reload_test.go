@@ -242,3 +242,34 @@ func TestReloadSetsLogLevel(t *testing.T) {
 		t.Errorf("reload of log_level without Options.LogLevel: %v, want it refused", err)
 	}
 }
+
+// TestReloadedRuleReachesListenStreams: a rule a reload adds that hides a tool from one
+// caller is a change of that caller's list only: bob's listen stream (2026-07-28) hears
+// list_changed, alice's hears nothing.
+func TestReloadedRuleReachesListenStreams(t *testing.T) {
+	const aliceKey, bobKey = "mfk_reload-alice", "mfk_reload-bob"
+	text := listenLimits + upstreamYAML("alpha", "alpha", "")
+	first := parseConfig(t, text+aliceAndBobYAML(aliceKey, bobKey, `{name: none, effect: hide, match: {upstreams: [nobody]}}`))
+	tg := startConfigured(t, first, nil, true)
+	t.Cleanup(tg.close)
+	params := `{"notifications":{"toolsListChanged":true}}`
+	alice := openListenAs(t, t, tg.url, `1`, params, aliceKey)
+	bob := openListenAs(t, t, tg.url, `2`, params, bobKey)
+	for _, lc := range []*listenClient{alice, bob} {
+		if m := lc.next(t, "acknowledgement"); m.Method != "notifications/subscriptions/acknowledged" {
+			t.Fatalf("first message %+v, want the acknowledgement", m)
+		}
+	}
+	hidden := parseConfig(t, text+aliceAndBobYAML(aliceKey, bobKey, `{name: no-whoami-for-bob, effect: hide, match: {principal: {api_keys: [bob]}, tools: [whoami]}}`))
+	if err := tg.gw.Reload(ctxT(t), hidden); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if m := bob.next(t, "tools/list_changed"); m.Method != "notifications/tools/list_changed" {
+		t.Errorf("bob's listen got %+v, want notifications/tools/list_changed", m)
+	}
+	// What the reload queued is written before the completion result that Close sends.
+	tg.gw.Close()
+	if m := alice.next(t, "completion result"); m.Result == nil {
+		t.Errorf("alice's listen got %+v before its end; want nothing (her view did not change)", m)
+	}
+}
