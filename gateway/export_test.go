@@ -71,3 +71,15 @@ func (g *Gateway) SetApprovalKeepAlive(d time.Duration) {
 		g.gate.approvals.keepAlive = d
 	}
 }
+
+// ListeningSessions counts the sessions here whose client listens on their standalone
+// stream, so that a test can know a notification will reach it.
+func (g *Gateway) ListeningSessions() int {
+	n := 0
+	for _, s := range g.hub.Sessions() {
+		if s.Listening() {
+			n++
+		}
+	}
+	return n
+}

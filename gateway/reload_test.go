@@ -88,6 +88,7 @@ func TestReloadWithASessionOpen(t *testing.T) {
 	if got := textOf(t, callTool(t, cs, "alpha__whoami", nil)); got != "alpha" {
 		t.Fatalf("alpha__whoami answered %q before any reload", got)
 	}
+	testwait.Until(t, 10*time.Second, "the client to listen on its stream", func() bool { return gw.ListeningSessions() == 1 })
 
 	// An upstream added: its tools appear, and the session hears of them.
 	added := parseConfig(t, head+reloadPolicy(false)+"upstreams:"+alpha+rev+beta)
@@ -271,5 +272,35 @@ func TestReloadedRuleReachesListenStreams(t *testing.T) {
 	tg.gw.Close()
 	if m := alice.next(t, "completion result"); m.Result == nil {
 		t.Errorf("alice's listen got %+v before its end; want nothing (her view did not change)", m)
+	}
+}
+
+// TestReloadedRuleReachesSessions: a rule a reload adds that hides a tool is a change of the
+// session's list: it hears list_changed, and the tool is gone from its list.
+func TestReloadedRuleReachesSessions(t *testing.T) {
+	head := "listen: 127.0.0.1:0\n"
+	alpha := upstreamYAML("alpha", "alpha", "")
+	tg := startConfigured(t, parseConfig(t, head+reloadPolicy(false)+"upstreams:"+alpha), nil, true)
+	defer tg.close()
+	changed := make(chan struct{}, 16)
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	ctx := ctxT(t)
+	if tools := toolsOf(t, ctx, cs); !slices.Contains(tools, "alpha__whoami") {
+		t.Fatalf("tools before the reload: %v", tools)
+	}
+	testwait.Until(t, 10*time.Second, "the client to listen on its stream", func() bool { return tg.gw.ListeningSessions() == 1 })
+	hide := "policy:\n  default: allow\n  rules:\n    - {name: hide-whoami, effect: hide, match: {tools: [whoami]}}\n"
+	if err := tg.gw.Reload(ctx, parseConfig(t, head+hide+"upstreams:"+alpha)); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tools/list_changed reached the session for the rule that hides a tool")
+	}
+	if tools := toolsOf(t, ctx, cs); slices.Contains(tools, "alpha__whoami") || !slices.Contains(tools, "alpha__echo") {
+		t.Errorf("tools after the rule hides whoami: %v", tools)
 	}
 }
