@@ -586,7 +586,9 @@ func (g *Gateway) Close() error {
 		}
 		wait.Stop()
 		g.cancel()
-		for _, u := range g.upstreamList() {
+		// Every upstream ever made, those a reload retired included (Close may be called more
+		// than once on each).
+		for _, u := range g.ups.Load().all {
 			if u.pool != nil {
 				u.pool.closeAll()
 			}
