@@ -24,6 +24,7 @@ func (g *Gateway) AdminHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.reloadsAdminKeys(authz.verifier)
 	return admin.NewHandler(g.adminBackend(), authz, admin.Options{
 		OriginAllowed: func(origin string) bool { return config.OriginAllowed(g.cfg.Admin.AllowedOrigins, origin) },
 		LoopbackOnly:  isLoopbackListen(g.cfg.Admin.Listen),

@@ -29,8 +29,8 @@ import (
 // refused, with the reason, and the running configuration stays (ReloadError).
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
-// Of auth, only the API keys (unreloadable tells).
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "log_level": true}
+// Of auth and admin, only the API keys (unreloadable tells).
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -65,15 +65,58 @@ type reloadState struct {
 	// running is the configuration in force: the one New was given, then each reload's.
 	running atomic.Pointer[config.Config]
 	status  atomic.Pointer[ConfigStatus]
-	// apiKeys are the clients' API keys in force (auth.api_keys and the file's), when
-	// authentication is on. Guarded by mu.
-	apiKeys []auth.APIKey
+	// clients and admins are the API keys in force of clients (auth) and of admins (admin,
+	// once the admin API is made). Guarded by mu.
+	clients, admins keySet
+}
+
+// keySet is a set of API keys that a reload reads again (their file may have changed even
+// when the configuration did not) and swaps.
+type keySet struct {
+	// section is the config key ("auth", "admin"); verifier checks the keys, nil when the
+	// section is off.
+	section  string
+	verifier *auth.Authenticator
+	keys     []auth.APIKey
+}
+
+// reread returns the keys of the section in cfg, and whether they differ from those in force;
+// nil, false for a section that is off.
+func (k *keySet) reread(cfg *config.Config) ([]auth.APIKey, bool, error) {
+	if k.verifier == nil {
+		return nil, false, nil
+	}
+	keys, err := apiKeysOf(cfg.Auth.APIKeys, cfg.Auth.APIKeysFile, k.section)
+	if k.section == "admin" {
+		keys, err = apiKeysOf(cfg.Admin.APIKeys, cfg.Admin.APIKeysFile, k.section)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return keys, !reflect.DeepEqual(keys, k.keys), nil
+}
+
+// set puts keys in force.
+func (k *keySet) set(keys []auth.APIKey) error {
+	if err := k.verifier.SetAPIKeys(keys); err != nil {
+		return fmt.Errorf("%s.api_keys: %w", k.section, err)
+	}
+	k.keys = keys
+	return nil
+}
+
+// keysChanged is what a reload does to one keySet.
+type keysChanged struct {
+	set  *keySet
+	keys []auth.APIKey
 }
 
 // initReloads records cfg as the configuration running since now.
 func (g *Gateway) initReloads(cfg *config.Config) {
+	g.reloads.clients.section, g.reloads.admins.section = "auth", "admin"
 	if g.auth != nil {
-		g.reloads.apiKeys, _ = APIKeys(cfg) // read by newAuthn a moment ago
+		g.reloads.clients.verifier = g.auth.verifier
+		g.reloads.clients.keys, _ = APIKeys(cfg) // read by newAuthn a moment ago
 	}
 	g.reloads.running.Store(cfg)
 	g.reloads.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
@@ -123,16 +166,18 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	if reasons := g.unreloadable(cur, next, changed); len(reasons) > 0 {
 		return nil, &ReloadError{Reasons: reasons}
 	}
-	// The API keys are read again whatever changed: the file of keys may have.
-	var keys []auth.APIKey
-	keysChanged := false
-	if g.auth != nil {
-		var err error
-		if keys, err = APIKeys(next); err != nil {
+	// The API keys are read again whatever changed: a file of keys may have.
+	var keys []keysChanged
+	for _, set := range []*keySet{&g.reloads.clients, &g.reloads.admins} {
+		read, differ, err := set.reread(next)
+		if err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
-		if keysChanged = !reflect.DeepEqual(keys, g.reloads.apiKeys); keysChanged && !slices.Contains(changed, "auth") {
-			changed = append(changed, "auth")
+		if differ {
+			keys = append(keys, keysChanged{set, read})
+			if !slices.Contains(changed, set.section) {
+				changed = append(changed, set.section)
+			}
 		}
 	}
 	if len(changed) == 0 {
@@ -151,13 +196,12 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	if err != nil {
 		return nil, &ReloadError{Reasons: []string{err.Error()}}
 	}
-	// The first change applied, and applied whole or not at all: the keys are checked as
-	// they are set.
-	if keysChanged {
-		if err := g.auth.verifier.SetAPIKeys(keys); err != nil {
-			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("auth.api_keys: %v", err)}}
+	// The first changes applied; the keys are checked as they are set (they passed the
+	// config's checks already), the clients' before the admins'.
+	for _, k := range keys {
+		if err := k.set.set(k.keys); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
-		g.reloads.apiKeys = keys
 	}
 	if slices.Contains(changed, "log_level") {
 		var l slog.Level
@@ -194,6 +238,16 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 			reasons = append(reasons, "auth: authentication cannot be turned on or off while the gateway runs: restart it to change that")
 		case !config.SameSettings(a, b):
 			reasons = append(reasons, "auth: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of auth")
+		}
+	}
+	if slices.Contains(changed, "admin") {
+		a, b := cur.Admin, next.Admin
+		a.APIKeys, a.APIKeysFile, b.APIKeys, b.APIKeysFile = nil, "", nil, ""
+		switch {
+		case g.reloads.admins.verifier == nil:
+			reasons = append(reasons, "admin: the admin API is not running: restart the gateway to change admin")
+		case !config.SameSettings(a, b):
+			reasons = append(reasons, "admin: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of admin")
 		}
 	}
 	if slices.Contains(changed, "policy") {
@@ -549,3 +603,17 @@ func (h replicaHost) RunningConfig() replica.Config {
 
 // reloadTimeout bounds a reload another replica asked for.
 const reloadTimeout = time.Minute
+
+// reloadsAdminKeys makes the admins' API keys, which verifier checks, follow reloads.
+func (g *Gateway) reloadsAdminKeys(verifier *auth.Authenticator) {
+	g.reloads.mu.Lock()
+	defer g.reloads.mu.Unlock()
+	cfg := g.reloads.running.Load()
+	keys, err := apiKeysOf(cfg.Admin.APIKeys, cfg.Admin.APIKeysFile, "admin")
+	if err != nil || verifier.SetAPIKeys(keys) != nil {
+		// Not read as the running configuration says: the next reload reads them again.
+		g.reloads.admins.verifier, g.reloads.admins.keys = verifier, nil
+		return
+	}
+	g.reloads.admins.verifier, g.reloads.admins.keys = verifier, keys
+}

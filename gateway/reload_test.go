@@ -181,35 +181,47 @@ func TestReloadWithASessionOpen(t *testing.T) {
 	}
 }
 
-// TestReloadSwapsAPIKeys: a reload reads auth.api_keys_file again, also when the config did
-// not change: a key taken out of it is refused from then on, one put in is accepted. A change
-// to the rest of auth is refused, the keys in force kept.
+// TestReloadSwapsAPIKeys: a reload reads auth.api_keys_file and admin.api_keys_file again,
+// also when the config did not change: a key taken out of them is refused from then on, one
+// put in is accepted. A change to the rest of auth is refused, the keys in force kept.
 func TestReloadSwapsAPIKeys(t *testing.T) {
 	const oldKey, newKey = "mfk_reload-old-key", "mfk_reload-new-key"
-	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
-	writeKeys := func(name, key string) {
+	const oldAdmin, newAdmin = "mfk_reload-old-admin", "mfk_reload-new-admin"
+	dir := t.TempDir()
+	keysFile, adminFile := filepath.Join(dir, "keys.yaml"), filepath.Join(dir, "admins.yaml")
+	writeKeys := func(file, name, key string) {
 		t.Helper()
-		if err := os.WriteFile(keysFile, []byte(fmt.Sprintf("- {name: %s, hash: %q}\n", name, auth.HashAPIKey(key))), 0o600); err != nil {
+		if err := os.WriteFile(file, []byte(fmt.Sprintf("- {name: %s, hash: %q}\n", name, auth.HashAPIKey(key))), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	writeKeys("old", oldKey)
-	text := fmt.Sprintf("listen: 127.0.0.1:0\nauth:\n  api_keys_file: %s\n", keysFile)
+	writeKeys(keysFile, "old", oldKey)
+	writeKeys(adminFile, "old-ops", oldAdmin)
+	text := fmt.Sprintf("listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n  api_keys_file: %s\nauth:\n  api_keys_file: %s\n", adminFile, keysFile)
 	cfg := parseConfig(t, text+"upstreams:"+upstreamYAML("alpha", "alpha", ""))
 	tg := startConfigured(t, cfg, nil, true)
 	defer tg.close()
+	admin := startAdmin(t, tg)
 	status := func(key string) int {
 		return rawClient{t: t, url: tg.url}.do(http.MethodPost, initBody, map[string]string{"Authorization": "Bearer " + key}).status
 	}
-	if got := status(oldKey); got != http.StatusOK {
-		t.Fatalf("the old key before the reload: %d", got)
+	adminStatus := func(key string) int {
+		admin.key = key
+		return admin.do(http.MethodGet, "/api/whoami", nil, nil)
 	}
-	writeKeys("new", newKey)
+	if got := [2]int{status(oldKey), adminStatus(oldAdmin)}; got != [2]int{http.StatusOK, http.StatusOK} {
+		t.Fatalf("the old client and admin keys before the reload: %v", got)
+	}
+	writeKeys(keysFile, "new", newKey)
+	writeKeys(adminFile, "new-ops", newAdmin)
 	if err := tg.gw.Reload(ctxT(t), parseConfig(t, text+"upstreams:"+upstreamYAML("alpha", "alpha", ""))); err != nil {
 		t.Fatalf("reload of the keys: %v", err)
 	}
 	if got, want := [2]int{status(oldKey), status(newKey)}, [2]int{http.StatusUnauthorized, http.StatusOK}; got != want {
 		t.Errorf("after the reload the old key answers %d, the new one %d; want %v", got[0], got[1], want)
+	}
+	if got, want := [2]int{adminStatus(oldAdmin), adminStatus(newAdmin)}, [2]int{http.StatusUnauthorized, http.StatusOK}; got != want {
+		t.Errorf("after the reload the old admin key answers %d, the new one %d; want %v", got[0], got[1], want)
 	}
 
 	scoped := parseConfig(t, text+"  scopes: [mcp]\nupstreams:"+upstreamYAML("alpha", "alpha", ""))

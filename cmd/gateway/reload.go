@@ -151,11 +151,6 @@ func (r *reloader) loop(ctx context.Context, gw *gateway.Gateway, cfg *config.Co
 				continue
 			}
 			seen = now
-			for _, f := range changed {
-				if f == cfg.Admin.APIKeysFile {
-					logger.Warn("the file of admin API keys changed: they are read at start; restart the gateway to apply it", "file", f)
-				}
-			}
 			reload("file changed: " + strings.Join(changed, ", "))
 			seen = fingerprints(watchedFiles(cfg))
 		}
