@@ -24,9 +24,11 @@ import (
 
 // A reload replaces the running configuration by another without a restart: the upstreams
 // added are started, those removed are drained (their calls in flight finish, within
-// drain_timeout) and stopped, those changed are replaced the same way, and the policy's rules
-// and rate limits are swapped at once. The keys it cannot apply while the gateway runs are
-// refused, with the reason, and the running configuration stays (ReloadError).
+// drain_timeout) and stopped, those changed are replaced the same way; the policy's rules,
+// rate limits and approval settings, the clients' and admins' API keys and the log level are
+// swapped at once. A change to a key it cannot apply while the gateway runs is refused, with
+// the reason, and the running configuration stays (ReloadError). docs/operations.md lists
+// both.
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
 // Of auth and admin, only the API keys (unreloadable tells).
@@ -60,7 +62,7 @@ type ConfigStatus struct {
 
 // reloadState is the running configuration and what became of the reloads.
 type reloadState struct {
-	// mu serializes reloads.
+	// mu serializes reloads, and guards clients and admins.
 	mu sync.Mutex
 	// running is the configuration in force: the one New was given, then each reload's.
 	running atomic.Pointer[config.Config]
@@ -86,10 +88,11 @@ func (k *keySet) reread(cfg *config.Config) ([]auth.APIKey, bool, error) {
 	if k.verifier == nil {
 		return nil, false, nil
 	}
-	keys, err := apiKeysOf(cfg.Auth.APIKeys, cfg.Auth.APIKeysFile, k.section)
+	configured, file := cfg.Auth.APIKeys, cfg.Auth.APIKeysFile
 	if k.section == "admin" {
-		keys, err = apiKeysOf(cfg.Admin.APIKeys, cfg.Admin.APIKeysFile, k.section)
+		configured, file = cfg.Admin.APIKeys, cfg.Admin.APIKeysFile
 	}
+	keys, err := apiKeysOf(configured, file, k.section)
 	if err != nil {
 		return nil, false, err
 	}
@@ -186,7 +189,8 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	}
 	// Build everything first: a configuration that cannot be built changes nothing.
 	var rules *gateRules
-	if g.gate != nil {
+	if g.gate != nil && (slices.Contains(changed, "policy") || slices.Contains(changed, "upstreams")) {
+		// The rules read the upstreams' trust_annotations too.
 		var err error
 		if rules, err = compileGateRules(next, g.gate.current(), g.backends.Limits, g.opts.Now, g.logger); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
