@@ -125,6 +125,10 @@ func (g *Gateway) initReloads(cfg *config.Config) {
 	g.reloads.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
 }
 
+// RunningConfig returns the configuration the gateway runs now: the one New was given, or the
+// last reload's. The caller must not modify it.
+func (g *Gateway) RunningConfig() *config.Config { return g.reloads.running.Load() }
+
 // ConfigStatus returns the configuration the gateway runs and how its last reload went.
 func (g *Gateway) ConfigStatus() ConfigStatus { return *g.reloads.status.Load() }
 
@@ -545,12 +549,17 @@ func (g *Gateway) reloadEverywhere(ctx context.Context) (admin.ConfigStatus, err
 	if g.replicas != nil {
 		g.replicas.ReloadAll()
 	}
-	err := g.reloadFromFiles(ctx)
+	err := g.ReloadFiles(ctx)
 	return g.replicaConfigs(), err
 }
 
-// reloadFromFiles reads the configuration files again (Options.ReadConfig) and reloads them.
-func (g *Gateway) reloadFromFiles(ctx context.Context) error {
+// ReloadFiles reads the configuration files again (Options.ReadConfig) and reloads them; a
+// configuration that cannot be read is refused as Reload refuses one, logged, recorded in
+// ConfigStatus and told to the other replicas. ErrCannotReread without Options.ReadConfig.
+func (g *Gateway) ReloadFiles(ctx context.Context) error {
+	if g.opts.ReadConfig == nil {
+		return ErrCannotReread
+	}
 	next, err := g.opts.ReadConfig()
 	if err != nil {
 		defer g.announceConfig() // why this replica refused
@@ -596,7 +605,7 @@ func (h replicaHost) ReloadConfig() {
 	}
 	ctx, cancel := context.WithTimeout(h.g.ctx, reloadTimeout)
 	defer cancel()
-	_ = h.g.reloadFromFiles(ctx) // logged, and announced with its outcome
+	_ = h.g.ReloadFiles(ctx) // logged, and announced with its outcome
 }
 
 // RunningConfig implements replica.Host.

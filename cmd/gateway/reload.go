@@ -24,7 +24,8 @@ const configWatchInterval = 2 * time.Second
 const reloadTimeout = time.Minute
 
 // reloader reloads the configuration of a running gateway: at each signal, and when one of
-// its files changes (looked at every watch; zero: never).
+// its files changes (looked at every watch; zero: never). read is what the gateway reads its
+// files with (gateway.Options.ReadConfig).
 type reloader struct {
 	signals <-chan os.Signal
 	read    func() (*config.Config, error)
@@ -128,14 +129,8 @@ func (r *reloader) loop(ctx context.Context, gw *gateway.Gateway, cfg *config.Co
 		logger.Info("reloading the configuration", "trigger", why)
 		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 		defer cancel()
-		next, err := r.read()
-		if err != nil {
-			logger.Warn("configuration reload refused: the running configuration stays", "error", err.Error(), "version", gw.ConfigStatus().Version)
-			return
-		}
-		if gw.Reload(rctx, next) == nil { // logged either way
-			cfg = next
-		}
+		_ = gw.ReloadFiles(rctx) // logged, applied or refused
+		cfg = gw.RunningConfig()
 	}
 	for {
 		select {
