@@ -31,8 +31,8 @@ import (
 // both.
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
-// Of auth and admin, only the API keys (unreloadable tells).
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true}
+// Of auth and admin, only the API keys; of profiles, what they include (unreloadable tells).
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -204,6 +204,12 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	if err != nil {
 		return nil, &ReloadError{Reasons: []string{err.Error()}}
 	}
+	var profiles []*catalog.Profile
+	if slices.Contains(changed, "profiles") {
+		if profiles, err = profilesOf(next.Profiles); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
+		}
+	}
 	// The first changes applied; the keys are checked as they are set (they passed the
 	// config's checks already), the clients' before the admins'.
 	for _, k := range keys {
@@ -221,7 +227,12 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 		g.gate.approvals.settings.Store(approvalSettingsOf(next.Policy.Approval))
 		g.swapRules(rules)
 	}
-	g.applyUpstreams(plan)
+	if profiles != nil {
+		g.builder.SetProfiles(profiles)
+	}
+	if !g.applyUpstreams(plan) && profiles != nil {
+		g.rebuild() // the profiles' clients hear list_changed of what their profile gained or lost
+	}
 	g.reloads.running.Store(next)
 	return changed, nil
 }
@@ -258,6 +269,10 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 			reasons = append(reasons, "admin: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of admin")
 		}
 	}
+	if slices.Contains(changed, "profiles") && !slices.Equal(profileNames(cur), profileNames(next)) {
+		// Each profile is an endpoint, with its own resource for tokens.
+		reasons = append(reasons, "profiles: a profile cannot be added, removed or renamed while the gateway runs (what one includes can change): restart it to change which profiles there are")
+	}
 	if slices.Contains(changed, "policy") {
 		if g.gate == nil {
 			reasons = append(reasons, "policy: the gateway started without a policy or plugins: restart it to add one")
@@ -271,6 +286,15 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 		reasons = append(reasons, "upstreams[].pinning cannot change while the gateway runs (nor can a pinned upstream be added or removed): restart it to change them")
 	}
 	return reasons
+}
+
+// profileNames are the names of cfg's profiles, in order.
+func profileNames(cfg *config.Config) []string {
+	names := make([]string, len(cfg.Profiles))
+	for i, p := range cfg.Profiles {
+		names[i] = p.Name
+	}
+	return names
 }
 
 // pinModes are the pinning modes of cfg's pinned upstreams, by name.
@@ -432,11 +456,12 @@ func (g *Gateway) planUpstreams(cur, next *config.Config) (*upstreamPlan, error)
 
 // applyUpstreams puts plan's set in place: the catalog is merged anew (clients hear
 // list_changed of what they can see), the upstreams added start, and those retired are
-// drained and stopped in the background.
-func (g *Gateway) applyUpstreams(plan *upstreamPlan) {
+// drained and stopped in the background. It reports whether it merged the catalog (it did
+// not when no upstream was added or retired).
+func (g *Gateway) applyUpstreams(plan *upstreamPlan) (rebuilt bool) {
 	if len(plan.added) == 0 && len(plan.retired) == 0 {
 		g.ups.Store(plan.set)
-		return
+		return false
 	}
 	for _, ue := range plan.added {
 		g.conns.Store(ue.shared.client, ue.shared)
@@ -454,14 +479,15 @@ func (g *Gateway) applyUpstreams(plan *upstreamPlan) {
 		}
 	}
 	g.rebuild()
-	for _, ue := range plan.retired {
-		if !g.goWorker(func() { g.retire(ue) }) {
-			return // the gateway is closing, and closes them
-		}
-	}
 	for _, ue := range plan.added {
 		g.logger.Info("upstream added by a reload", "upstream", ue.ns.Name)
 	}
+	for _, ue := range plan.retired {
+		if !g.goWorker(func() { g.retire(ue) }) {
+			break // the gateway is closing, and closes them
+		}
+	}
+	return true
 }
 
 // runUpstream runs the shared client of ue until the gateway closes or ue is retired; once.

@@ -316,3 +316,38 @@ func TestReloadedRuleReachesSessions(t *testing.T) {
 		t.Errorf("tools after the rule hides whoami: %v", tools)
 	}
 }
+
+// TestReloadChangesWhatAProfileIncludes: what a profile includes changes with a reload, and
+// its clients hear list_changed; a profile added is refused.
+func TestReloadChangesWhatAProfileIncludes(t *testing.T) {
+	head := "listen: 127.0.0.1:0\nupstreams:" + upstreamYAML("alpha", "alpha", "")
+	profile := func(tools string) string {
+		return "profiles:\n  - name: p\n    include:\n      - {upstream: alpha, tools: [" + tools + "]}\n"
+	}
+	tg := startConfigured(t, parseConfig(t, head+profile(`"alpha__echo"`)), nil, true)
+	defer tg.close()
+	changed := make(chan struct{}, 16)
+	cs := connect(t, tg.url+"/p", &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	ctx := ctxT(t)
+	if tools := toolsOf(t, ctx, cs); !slices.Equal(tools, []string{"alpha__echo"}) {
+		t.Fatalf("the profile's tools before the reload: %v", tools)
+	}
+	testwait.Until(t, 10*time.Second, "the client to listen on its stream", func() bool { return tg.gw.ListeningSessions() == 1 })
+	if err := tg.gw.Reload(ctx, parseConfig(t, head+profile(`"alpha__echo", "alpha__whoami"`))); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tools/list_changed reached the profile's client")
+	}
+	if tools := toolsOf(t, ctx, cs); !slices.Contains(tools, "alpha__whoami") {
+		t.Errorf("the profile's tools after the reload: %v", tools)
+	}
+	added := head + profile(`"*"`) + "  - name: q\n    include:\n      - {upstream: alpha}\n"
+	if err := tg.gw.Reload(ctx, parseConfig(t, added)); !strings.Contains(fmt.Sprint(err), "a profile cannot be added") {
+		t.Errorf("reload adding a profile: %v, want it refused", err)
+	}
+}

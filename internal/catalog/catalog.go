@@ -144,8 +144,8 @@ func (b *Builder) SetSources(sources []Source) {
 	b.sources = sources
 }
 
-// SetProfiles sets the profiles each Build derives a snapshot for (Snapshot.Profile). Call it
-// before the first Build.
+// SetProfiles sets the profiles each Build derives a snapshot for (Snapshot.Profile), from the
+// next Build on.
 func (b *Builder) SetProfiles(profiles []*Profile) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
