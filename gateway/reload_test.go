@@ -351,3 +351,36 @@ func TestReloadChangesWhatAProfileIncludes(t *testing.T) {
 		t.Errorf("reload adding a profile: %v, want it refused", err)
 	}
 }
+
+// TestReloadSwapsRateLimits: a reload that raises a rate limit lets the next call through;
+// one that keeps the limits keeps what they counted.
+func TestReloadSwapsRateLimits(t *testing.T) {
+	head := "listen: 127.0.0.1:0\nupstreams:" + upstreamYAML("alpha", "alpha", "")
+	limit := func(burst int) string {
+		return fmt.Sprintf("policy:\n  default: allow\n  rate_limits:\n    - {key: principal, rate: 1/h, burst: %d}\n", burst)
+	}
+	tg := startConfigured(t, parseConfig(t, head+limit(1)), nil, true)
+	defer tg.close()
+	cs := connect(t, tg.url, nil)
+	limited := func() bool {
+		res := callTool(t, cs, "alpha__whoami", nil)
+		return res.IsError && strings.Contains(textOf(t, res), "rate limited")
+	}
+	if limited() || !limited() {
+		t.Fatal("burst 1: the first call should pass and the second be rate limited")
+	}
+	// The same limits, with a rule added: what they counted stays.
+	ruled := head + limit(1) + "  rules:\n    - {name: none, effect: deny, match: {upstreams: [nobody]}}\n"
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, ruled)); err != nil {
+		t.Fatalf("reload adding a rule: %v", err)
+	}
+	if !limited() {
+		t.Error("a reload that kept the limits forgot what they counted")
+	}
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, head+limit(5))); err != nil {
+		t.Fatalf("reload raising the limit: %v", err)
+	}
+	if limited() {
+		t.Error("the call after the limit was raised is still rate limited")
+	}
+}
