@@ -277,7 +277,7 @@ func serve(args []string, stderr io.Writer) int {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
-	reloads := &reloader{signals: hups, read: rereader(files, *listen), watch: configWatchInterval, level: level}
+	reloads := &reloader{signals: hups, read: rereader(files, *listen), watch: configWatchInterval, level: level, files: files.files()}
 	if err := serveUntilDone(signals, cfg, logger, reloads); err != nil {
 		logger.Error("gateway stopped", "error", err.Error())
 		return 1

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,9 @@ type reloader struct {
 	tick <-chan time.Time
 	// level is the logger's level, which a reload sets to log_level; nil: it stays.
 	level *slog.LevelVar
+	// files are those the flags name (-config, -mcp-servers), watched with those the
+	// configuration names.
+	files []string
 }
 
 // reloadableLogger is newLogger at a level a reload can change (log_level).
@@ -124,7 +128,7 @@ func (r *reloader) loop(ctx context.Context, gw *gateway.Gateway, cfg *config.Co
 		defer t.Stop()
 		tick = t.C
 	}
-	seen := fingerprints(watchedFiles(cfg))
+	seen := fingerprints(watchedFiles(r.files, cfg))
 	reload := func(why string) {
 		logger.Info("reloading the configuration", "trigger", why)
 		rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
@@ -138,29 +142,24 @@ func (r *reloader) loop(ctx context.Context, gw *gateway.Gateway, cfg *config.Co
 			return
 		case sig := <-r.signals:
 			reload(sig.String())
-			seen = fingerprints(watchedFiles(cfg))
+			seen = fingerprints(watchedFiles(r.files, cfg))
 		case <-tick:
-			now := fingerprints(watchedFiles(cfg))
+			now := fingerprints(watchedFiles(r.files, cfg))
 			changed := changedFiles(seen, now)
 			if len(changed) == 0 {
 				continue
 			}
 			seen = now
 			reload("file changed: " + strings.Join(changed, ", "))
-			seen = fingerprints(watchedFiles(cfg))
+			seen = fingerprints(watchedFiles(r.files, cfg))
 		}
 	}
 }
 
-// watchedFiles are the files cfg was built from or reads: the config file, the server lists
-// it imports, and the files of keys it reads.
-func watchedFiles(cfg *config.Config) []string {
-	files := []string{cfg.File}
-	for _, u := range cfg.Upstreams {
-		if u.File != "" && u.File != cfg.File {
-			files = append(files, u.File)
-		}
-	}
+// watchedFiles are the files cfg was built from or reads: those the flags name (the config
+// file, the server lists it imports), and the files of keys it reads.
+func watchedFiles(flagged []string, cfg *config.Config) []string {
+	files := slices.Clone(flagged)
 	for _, f := range []string{cfg.Auth.APIKeysFile, cfg.Admin.APIKeysFile} {
 		if f != "" {
 			files = append(files, f)

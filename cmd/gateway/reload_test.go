@@ -50,7 +50,7 @@ upstreams:
 		t.Fatal(err)
 	}
 	hups, tick := make(chan os.Signal, 1), make(chan time.Time)
-	g := serveReloading(t, cfg, &reloader{signals: hups, read: rereader(files, ""), tick: tick})
+	g := serveReloading(t, cfg, &reloader{signals: hups, read: rereader(files, ""), tick: tick, files: files.files()})
 	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"r__whoami","arguments":{}}}`
 	var sid string
 	waitFor(t, "the gateway to answer r__whoami", func() bool {
