@@ -384,3 +384,27 @@ func TestReloadSwapsRateLimits(t *testing.T) {
 		t.Error("the call after the limit was raised is still rate limited")
 	}
 }
+
+// TestReloadSwapsApprovalTimeout: approval.timeout changes with a reload: a call asked for
+// approval afterwards waits for the new timeout, and says so when it runs out.
+func TestReloadSwapsApprovalTimeout(t *testing.T) {
+	head := "listen: 127.0.0.1:0\nupstreams:" + upstreamYAML("alpha", "alpha", "")
+	policy := func(timeout string) string {
+		return "policy:\n  default: allow\n  approval: {timeout: " + timeout + "}\n  rules:\n    - {name: ask, effect: approve, match: {tools: [whoami]}}\n"
+	}
+	tg := startConfigured(t, parseConfig(t, head+policy("1h")), nil, true)
+	defer tg.close()
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			<-ctx.Done() // nobody answers
+			return nil, ctx.Err()
+		},
+	})
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, head+policy("200ms"))); err != nil {
+		t.Fatalf("reload of approval.timeout: %v", err)
+	}
+	res := callTool(t, cs, "alpha__whoami", nil)
+	if !res.IsError || !strings.Contains(textOf(t, res), "was not approved within 200ms") {
+		t.Errorf("the call after approval.timeout became 200ms: isError=%v %q", res.IsError, textOf(t, res))
+	}
+}
