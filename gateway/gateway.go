@@ -11,7 +11,8 @@
 //     subscriptions, tasks;
 //   - the connections to the upstreams, shared or a session's own (upstreams.go,
 //     isolation.go), and what they send (upstreammessages.go);
-//   - the merged catalog and its rebuilds (catalogs.go).
+//   - the merged catalog and its rebuilds (catalogs.go);
+//   - reloads of the configuration while it serves (reload.go).
 //
 // What changes apart from the face lives beside it: the state backends in internal/backend,
 // given in Options.Backends; the layer between replicas sharing them in internal/replica (the gateway gives it a Host: replicahost.go, forwarded.go), held
