@@ -43,6 +43,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -123,9 +124,10 @@ type Authenticated struct {
 type Authenticator struct {
 	issuers    map[string]*issuer // by URL (the iss of their tokens)
 	issuerURLs []string           // in configuration order
-	apiKeys    []apiKey
-	now        func() time.Time
-	group      *fetchGroup
+	// apiKeys are the accepted API keys, replaced whole by SetAPIKeys.
+	apiKeys atomic.Pointer[[]apiKey]
+	now     func() time.Time
+	group   *fetchGroup
 	// verified remembers the tokens verified lately (see verifiedTokens).
 	verified verifiedTokens
 }
@@ -170,10 +172,10 @@ func New(cfg Config) (*Authenticator, error) {
 
 	a := &Authenticator{
 		issuers: make(map[string]*issuer, len(cfg.Issuers)),
-		apiKeys: apiKeys,
 		now:     now,
 		group:   newFetchGroup(),
 	}
+	a.apiKeys.Store(&apiKeys)
 	for i, ic := range cfg.Issuers {
 		where := fmt.Sprintf("Issuers[%d]", i)
 		if ic.URL != "" {
@@ -347,6 +349,18 @@ func (a *Authenticator) Issuers() []string { return slices.Clone(a.issuerURLs) }
 // fetch are refused afterwards; cached keys still verify. Close may be called more than once.
 func (a *Authenticator) Close() { a.group.close() }
 
+// SetAPIKeys replaces the accepted API keys by keys, at once: a request is checked against
+// the old keys or the new ones. Keys that are not valid are refused, with every problem, and
+// the old ones stay. Safe for concurrent use.
+func (a *Authenticator) SetAPIKeys(keys []APIKey) error {
+	built, err := buildAPIKeys(keys, func(i int) string { return fmt.Sprintf("APIKeys[%d]", i) })
+	if err != nil {
+		return err
+	}
+	a.apiKeys.Store(&built)
+	return nil
+}
+
 // Authenticate returns who made r, from its Authorization header. It fails with
 // ErrNoCredentials when r has none, and otherwise with an *Error: invalid_request (400) for a
 // header that is not one "Bearer <token>", or for a token in the query string (RFC 6750 §2.3
@@ -358,7 +372,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Aut
 		return nil, err
 	}
 	if strings.HasPrefix(tok, APIKeyPrefix) {
-		k := lookupAPIKey(a.apiKeys, tok)
+		k := lookupAPIKey(*a.apiKeys.Load(), tok)
 		if k == nil {
 			return nil, invalidToken(descUnknownAPIKey, nil)
 		}

@@ -24,6 +24,7 @@ func (g *Gateway) AdminHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.reloadsAdminKeys(authz.verifier)
 	opts := admin.Options{
 		OriginAllowed: func(origin string) bool { return config.OriginAllowed(g.cfg.Admin.AllowedOrigins, origin) },
 		LoopbackOnly:  isLoopbackListen(g.cfg.Admin.Listen),
@@ -82,7 +83,6 @@ func (a *adminAuthorizer) Admin(r *http.Request) (admin.Operator, error) {
 
 // adminBackend is what the admin API shows of the gateway and acts on.
 func (g *Gateway) adminBackend() *backend.Backend {
-	enabled := g.cfg.EnabledUpstreams()
 	src := backend.Sources{
 		Catalog: g.snapshot.Load,
 		Rebuild: g.rebuild,
@@ -90,9 +90,14 @@ func (g *Gateway) adminBackend() *backend.Backend {
 		Now:     g.opts.Now,
 		Logger:  g.logger,
 	}
-	for i, u := range g.upstreams {
-		src.Upstreams = append(src.Upstreams, backend.Upstream{Name: u.ns.Name, Transport: enabled[i].Transport, Isolation: enabled[i].Isolation, Conn: u})
+	src.Upstreams = func() []backend.Upstream {
+		var out []backend.Upstream
+		for _, u := range g.upstreamList() {
+			out = append(out, backend.Upstream{Name: u.ns.Name, Transport: u.transport, Isolation: u.isolation, Conn: u})
+		}
+		return out
 	}
+	src.Config, src.Reload = g.configStatus, g.reloadEverywhere
 	src.Sessions = g.store
 	if g.held != nil {
 		src.Held = g.held.Holder

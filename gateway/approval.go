@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/approval"
@@ -27,9 +28,9 @@ type ownerKey struct{}
 // operator) an operator; what people approved is remembered (approval.remember).
 type approvals struct {
 	*approval.Remembered
-	timeout    time.Duration
-	byOperator bool
-	now        func() time.Time
+	// settings are approval.timeout and approval.by, replaced whole by a reload.
+	settings atomic.Pointer[approvalSettings]
+	now      func() time.Time
 
 	// Set once the gateway has them: ask asks a client (messageRouter.askOn); held keeps the
 	// calls held for an operator (nil without the admin API); replicated is set when
@@ -45,6 +46,15 @@ type approvals struct {
 	// keep-alive comment on its response. If zero, keepAliveInterval; tests shorten it.
 	keepAlive time.Duration
 }
+
+// approvalSettings are the settings of approvals a reload may change. Immutable.
+type approvalSettings struct {
+	timeout    time.Duration
+	byOperator bool
+}
+
+// current returns the approval settings in force.
+func (a *approvals) current() *approvalSettings { return a.settings.Load() }
 
 // approvalCheck is the chain's last link: a call that a rule or a plugin said needs a
 // person's approval is held until one decides.
@@ -73,7 +83,7 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 		// A later round of a call approved in an earlier one.
 		return a.continues(ctx, req, cont)
 	}
-	if ans := approvalAnswerOf(ctx); ans != nil && direct && !a.byOperator {
+	if ans := approvalAnswerOf(ctx); ans != nil && direct && !a.current().byOperator {
 		// The retry of a call its user was asked to approve: its answer decides, once.
 		return a.answeredByInput(ctx, req, t, rule, key, ans)
 	}
@@ -81,20 +91,20 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
 		return nil
 	}
-	if a.byOperator || owner == nil || !owner.clientCaps().elicitForm {
+	if a.current().byOperator || owner == nil || !owner.clientCaps().elicitForm {
 		return a.byOperatorOf(ctx, req, t, rule, key)
 	}
 	if direct {
 		return a.askByInputRequired(req, t, rule)
 	}
-	askCtx, cancel := context.WithTimeout(ctx, a.timeout)
+	askCtx, cancel := context.WithTimeout(ctx, a.current().timeout)
 	defer cancel()
 	result, err := a.ask(askCtx, owner, protocol.MethodElicit, approvalQuestion(t, rule), "the gateway", nil)
 	if err != nil {
 		if askCtx.Err() != nil && ctx.Err() == nil {
 			req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "timeout"})
 			return &pipeline.Refusal{Reason: reasonApprovalTimeout, Upstream: t.Upstream,
-				Message: fmt.Sprintf("%s was not approved within %s: call it again to be asked again", t.Exposed, a.timeout)}
+				Message: fmt.Sprintf("%s was not approved within %s: call it again to be asked again", t.Exposed, a.current().timeout)}
 		}
 		return fmt.Errorf("asking the client for approval: %w", err)
 	}

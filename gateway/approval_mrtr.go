@@ -99,7 +99,7 @@ func (g *requestPipeline) takeApprovalAnswer(ctx context.Context, rq *request, r
 // for it): the call does not run; its client gets an input_required result with the question
 // as its one input request, and a state that lets the answer's retry run it once.
 func (a *approvals) askByInputRequired(req *pipeline.Request, t *pipeline.Target, rule string) error {
-	state := a.states.sealApproval(req, t, approvalState{Nonce: randomToken(16), Arguments: argumentsDigest(req.Params)}, a.timeout)
+	state := a.states.sealApproval(req, t, approvalState{Nonce: randomToken(16), Arguments: argumentsDigest(req.Params)}, a.current().timeout)
 	result, _ := json.Marshal(map[string]any{
 		"resultType":    protocol.ResultTypeInputRequired,
 		"inputRequests": map[string]inputRequest{approvalInputKey: {Method: protocol.MethodElicit, Params: approvalQuestion(t, rule)}},

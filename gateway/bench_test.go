@@ -57,14 +57,14 @@ func useFakeUpstreams(g *Gateway, clients ...upstreamClient) {
 	for i, c := range clients {
 		specs[i] = catalog.Namespace{Name: c.Name(), Prefix: c.Name()}
 	}
-	g.upstreams = nil
+	var list []*upstreamEntry
 	sources := make([]catalog.Source, len(clients))
 	for i, ns := range catalog.Namespaces(specs, g.logger) {
 		u := newUpstreamEntry(ns, clients[i], false)
-		g.upstreams = append(g.upstreams, u)
+		list = append(list, u)
 		sources[i] = u
 	}
-	g.logs.upstreams, g.tasks.upstreams = g.upstreams, g.upstreams
+	g.ups.Store(&upstreamSet{all: list, live: list})
 	g.builder = catalog.NewBuilder(sources, g.cfg.Separator, g.logger)
 	profiles, err := profilesOf(g.cfg.Profiles)
 	if err != nil {

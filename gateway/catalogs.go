@@ -16,10 +16,10 @@ import (
 // rebuilds: one at a time, each waking the calls waiting for an upstream's items to be
 // merged, and telling the sessions whose lists changed (changed).
 type catalogState struct {
-	// upstreams are the enabled upstreams in config order: upstreams[ns.Index] serves the
-	// catalog's namespace ns.
-	upstreams []*upstreamEntry
-	builder   *catalog.Builder
+	// ups are the upstreams: those of the running config, and every one made, by
+	// namespace (reload.go). Replaced whole by a reload.
+	ups     atomic.Pointer[upstreamSet]
+	builder *catalog.Builder
 	// snapshot is the merged catalog clients see; replaced whole on every change.
 	snapshot atomic.Pointer[catalog.Snapshot]
 	// rebuildMu serializes catalog rebuilds and the list_changed broadcasts they cause.
@@ -59,7 +59,13 @@ func (g *catalogState) catalogOf(profile string) *catalog.Snapshot {
 }
 
 // upstreamOf returns the upstream of a catalog namespace.
-func (g *catalogState) upstreamOf(ns *catalog.Namespace) *upstreamEntry { return g.upstreams[ns.Index] }
+func (g *catalogState) upstreamOf(ns *catalog.Namespace) *upstreamEntry {
+	return g.ups.Load().all[ns.Index]
+}
+
+// upstreamList returns the enabled upstreams of the running config, in its order. The
+// caller must not modify it.
+func (g *catalogState) upstreamList() []*upstreamEntry { return g.ups.Load().live }
 
 // rebuiltSignal returns a channel closed once the next catalog rebuild's snapshot is in place.
 func (g *catalogState) rebuiltSignal() <-chan struct{} {
@@ -81,7 +87,7 @@ func (g *catalogState) awaitFirstStart(ctx context.Context) {
 		return
 	default:
 	}
-	if len(g.upstreams) == 0 || g.firstListWait <= 0 {
+	if len(g.upstreamList()) == 0 || g.firstListWait <= 0 {
 		return
 	}
 	if g.beforeFirstListWait != nil {
@@ -104,7 +110,7 @@ func (g *catalogState) firstStartSettled() bool {
 		return true
 	default:
 	}
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.shared.client.State() == upstream.StateStarting {
 			return false
 		}
@@ -115,7 +121,7 @@ func (g *catalogState) firstStartSettled() bool {
 
 // noteAllReady logs, once, when every upstream has become ready since Start.
 func (g *catalogState) noteAllReady() {
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.shared.client.State() != upstream.StateReady {
 			return
 		}
@@ -125,7 +131,7 @@ func (g *catalogState) noteAllReady() {
 		if at, ok := g.startedAt.Load().(time.Time); ok {
 			took = time.Since(at).Round(time.Millisecond).String()
 		}
-		g.log.Info("all upstreams ready", "upstreams", len(g.upstreams), "took", took)
+		g.log.Info("all upstreams ready", "upstreams", len(g.upstreamList()), "took", took)
 	}
 }
 

@@ -32,7 +32,7 @@ func (g *Gateway) SetFirstListHook(beforeFirstListWait func()) {
 // UpstreamStatus is the named upstream's own status, which the catalog's statuses follow
 // once rebuilt.
 func (g *Gateway) UpstreamStatus(name string) upstream.Status {
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.ns.Name == name {
 			return u.Status()
 		}
@@ -70,4 +70,16 @@ func (g *Gateway) SetApprovalKeepAlive(d time.Duration) {
 	if g.gate != nil {
 		g.gate.approvals.keepAlive = d
 	}
+}
+
+// ListeningSessions counts the sessions here whose client listens on their standalone
+// stream, so that a test can know a notification will reach it.
+func (g *Gateway) ListeningSessions() int {
+	n := 0
+	for _, s := range g.hub.Sessions() {
+		if s.Listening() {
+			n++
+		}
+	}
+	return n
 }

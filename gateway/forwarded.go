@@ -82,7 +82,7 @@ func forward(ctx context.Context, r replicaCalls, rq *request, u *upstreamEntry,
 func (h replicaHost) Serve(ctx context.Context, sessionID, streamID, name string, fc replica.Call) replica.Result {
 	g := h.g
 	var u *upstreamEntry
-	for _, e := range g.upstreams {
+	for _, e := range g.upstreamList() {
 		if e.ns.Name == fc.Upstream && e.pool != nil {
 			u = e
 		}

@@ -11,7 +11,8 @@
 //     subscriptions, tasks;
 //   - the connections to the upstreams, shared or a session's own (upstreams.go,
 //     isolation.go), and what they send (upstreammessages.go);
-//   - the merged catalog and its rebuilds (catalogs.go).
+//   - the merged catalog and its rebuilds (catalogs.go);
+//   - reloads of the configuration while it serves (reload.go).
 //
 // What changes apart from the face lives beside it: the state backends in internal/backend,
 // given in Options.Backends; the layer between replicas sharing them in internal/replica (the gateway gives it a Host: replicahost.go, forwarded.go), held
@@ -93,6 +94,13 @@ type Options struct {
 	// own (NewMetrics) when the config turns metrics on; else they are off, and recording
 	// costs nothing.
 	Metrics *metrics.Set
+	// ReadConfig reads the configuration files again, checked as `gateway validate` checks
+	// them, for a reload asked through the admin API or by another replica (reload.go). If
+	// nil, such reloads are refused; Reload still applies a configuration given.
+	ReadConfig func() (*config.Config, error)
+	// LogLevel is the level of Logger's handler, which a reload sets to log_level. If nil, a
+	// reload that changes log_level is refused.
+	LogLevel *slog.LevelVar
 	// Executable is the program an upstream with command "@self" (config.SelfCommand) runs:
 	// the gateway's own, which serves its demo server. If empty, the running program
 	// (os.Executable).
@@ -158,6 +166,9 @@ type Gateway struct {
 
 	// upstreamMessages routes what upstreams send to the sessions it belongs to.
 	upstreamMessages
+
+	// reloads is the running configuration and its reloads (reload.go).
+	reloads reloadState
 
 	// draining is closed by Drain: standalone streams end and new ones are refused.
 	draining  chan struct{}
@@ -229,13 +240,13 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.abandon()
 		return nil, err
 	}
-	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreams, serves: func(profile string, ns *catalog.Namespace) bool {
+	g.logs = &sessionLogs{router: g.router, upstreams: g.upstreamList, serves: func(profile string, ns *catalog.Namespace) bool {
 		return g.catalogOf(profile).Serves(ns)
 	}}
 	g.subs = &subscriptions{router: g.router, goWorker: g.goWorker, entries: map[subKey]*subEntry{}, modern: map[subKey]*upstreamListen{}}
-	g.tasks = &taskTable{router: g.router, upstreams: g.upstreams, forward: g.requests.forward}
-	sources := make([]catalog.Source, len(g.upstreams))
-	for i, ue := range g.upstreams {
+	g.tasks = &taskTable{router: g.router, upstreams: g.upstreamList, forward: g.requests.forward}
+	sources := make([]catalog.Source, len(g.upstreamList()))
+	for i, ue := range g.upstreamList() {
 		sources[i] = ue
 	}
 	g.builder = catalog.NewBuilder(sources, cfg.Separator, g.logger)
@@ -246,7 +257,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	}
 	if g.pinning != nil {
 		g.builder.SetWithhold(g.pinning.withheld)
-		g.observe = func() { g.pinning.observe(g.ctx, g.upstreams) }
+		g.observe = func() { g.pinning.observe(g.ctx, g.upstreamList()) }
 	}
 	g.log, g.changed = g.logger, func(prev, next *catalog.Snapshot) { tellListsChanged(g, prev, next) }
 	if cfg.Admin.Enabled() {
@@ -264,6 +275,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	if g.metrics.set != nil {
 		g.watchMetrics()
 	}
+	g.initReloads(cfg)
 	return g, nil
 }
 
@@ -354,61 +366,84 @@ func addUpstreams(g *Gateway) ([]*catalog.Profile, error) {
 	enabled := g.cfg.EnabledUpstreams()
 	specs := make([]catalog.Namespace, len(enabled))
 	for i, u := range enabled {
-		shaping, err := shapingOf(&u)
+		spec, err := namespaceSpecOf(&u)
 		if err != nil {
 			return nil, err
 		}
-		specs[i] = catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}
+		specs[i] = spec
 	}
 	profiles, err := profilesOf(g.cfg.Profiles)
 	if err != nil {
 		return nil, err
 	}
 	namespaces := catalog.Namespaces(specs, g.logger)
+	list := make([]*upstreamEntry, 0, len(enabled))
 	for i, u := range enabled {
-		command, err := commandOf(&u, g.opts.Executable)
+		ue, err := makeUpstream(g, &u, namespaces[i])
 		if err != nil {
 			return nil, err
 		}
-		base := upstreamOptions(g)
-		creds := g.upstreamCredentials(&u, base.HTTPClient)
-		if creds.shared != nil {
-			base.HTTPClient = creds.shared
-		}
-		client := upstream.New(upstream.Spec{
-			Name:              u.Name,
-			Transport:         u.Transport,
-			Protocol:          u.Protocol,
-			Command:           command,
-			Args:              u.Args,
-			Env:               u.Env,
-			InheritEnv:        u.InheritEnv,
-			InheritAllEnv:     u.InheritAllEnv,
-			Dir:               u.Dir,
-			URL:               u.URL,
-			Headers:           u.Headers,
-			RequestTimeout:    u.RequestTimeout,
-			InitializeTimeout: u.InitializeTimeout,
-			MaxMessageBytes:   int(u.MaxResponseBytes),
-			AttributionWindow: u.AttributionWindow,
-
-			// A command that may fetch its server first has longer the first time.
-			FirstInitializeTimeout: u.FirstInitializeTimeout,
-		}, &base)
-		ue := newUpstreamEntry(namespaces[i], client, u.BroadcastLogs)
-		ue.transport = u.Transport
-		ue.inputBridge = u.InputBridge
-		ue.requestTimeout = u.RequestTimeout
-		if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
-			spec := client.Spec()
-			ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,
-				perPrincipal: u.Isolation == config.IsolationPrincipal, credentials: creds,
-				conns: map[string]*pooledConn{}, keys: map[string]string{}}
-		}
-		g.conns.Store(upstreamClient(client), ue.shared)
-		g.upstreams = append(g.upstreams, ue)
+		g.conns.Store(ue.shared.client, ue.shared)
+		list = append(list, ue)
 	}
+	g.ups.Store(&upstreamSet{all: list, live: list})
 	return profiles, nil
+}
+
+// namespaceSpecOf is what the catalog is told of upstream u; Index and Scheme are set by
+// catalog.Namespaces.
+func namespaceSpecOf(u *config.Upstream) (catalog.Namespace, error) {
+	shaping, err := shapingOf(u)
+	if err != nil {
+		return catalog.Namespace{}, err
+	}
+	return catalog.Namespace{Name: u.Name, Prefix: u.Prefix, IncludeInstructions: u.IncludeInstructions, Shaping: shaping}, nil
+}
+
+// makeUpstream makes the entry of upstream u in namespace ns: its client, not yet run, and
+// when isolated its pool of connections. The caller records its shared connection in
+// g.conns.
+func makeUpstream(g *Gateway, u *config.Upstream, ns *catalog.Namespace) (*upstreamEntry, error) {
+	command, err := commandOf(u, g.opts.Executable)
+	if err != nil {
+		return nil, err
+	}
+	base := upstreamOptions(g)
+	creds := g.upstreamCredentials(u, base.HTTPClient)
+	if creds.shared != nil {
+		base.HTTPClient = creds.shared
+	}
+	client := upstream.New(upstream.Spec{
+		Name:              u.Name,
+		Transport:         u.Transport,
+		Protocol:          u.Protocol,
+		Command:           command,
+		Args:              u.Args,
+		Env:               u.Env,
+		InheritEnv:        u.InheritEnv,
+		InheritAllEnv:     u.InheritAllEnv,
+		Dir:               u.Dir,
+		URL:               u.URL,
+		Headers:           u.Headers,
+		RequestTimeout:    u.RequestTimeout,
+		InitializeTimeout: u.InitializeTimeout,
+		MaxMessageBytes:   int(u.MaxResponseBytes),
+		AttributionWindow: u.AttributionWindow,
+
+		// A command that may fetch its server first has longer the first time.
+		FirstInitializeTimeout: u.FirstInitializeTimeout,
+	}, &base)
+	ue := newUpstreamEntry(ns, client, u.BroadcastLogs)
+	ue.inputBridge = u.InputBridge
+	ue.requestTimeout = u.RequestTimeout
+	ue.transport, ue.isolation = u.Transport, u.Isolation
+	if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
+		spec := client.Spec()
+		ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,
+			perPrincipal: u.Isolation == config.IsolationPrincipal, credentials: creds,
+			conns: map[string]*pooledConn{}, keys: map[string]string{}}
+	}
+	return ue, nil
 }
 
 // upstreamOptions are the base options of an upstream's client: the gateway's callbacks for
@@ -491,12 +526,8 @@ var _ liveHub = (*hub.Local)(nil)
 func (g *Gateway) Start() {
 	g.startOnce.Do(func() {
 		g.startedAt.Store(time.Now())
-		for _, u := range g.upstreams {
-			g.workers.Add(1)
-			go func() {
-				defer g.workers.Done()
-				u.shared.client.Run(g.ctx)
-			}()
+		for _, u := range g.upstreamList() {
+			g.runUpstream(u)
 		}
 		g.workers.Add(1)
 		go g.expireSessions()
@@ -506,6 +537,8 @@ func (g *Gateway) Start() {
 				defer g.workers.Done()
 				g.replicas.Run(g.ctx)
 			}()
+			// The others learn what this replica runs, and say what they run.
+			g.replicas.AnnounceConfig(replicaHost{g}.RunningConfig(), true)
 		}
 		if w := g.backends.Ended; w != nil {
 			g.workers.Add(1)
@@ -577,7 +610,9 @@ func (g *Gateway) Close() error {
 		}
 		wait.Stop()
 		g.cancel()
-		for _, u := range g.upstreams {
+		// Every upstream ever made, those a reload retired included (Close may be called more
+		// than once on each).
+		for _, u := range g.ups.Load().all {
 			if u.pool != nil {
 				u.pool.closeAll()
 			}
@@ -640,13 +675,13 @@ func (g *Gateway) expireSessions() {
 			g.logger.Info("session expired after being idle", "session", fingerprint(id), "idle_timeout", g.cfg.SessionIdleTimeout.String())
 			g.endLocal(id)
 		}
-		for _, u := range g.upstreams {
+		for _, u := range g.upstreamList() {
 			if u.pool != nil {
 				u.pool.sweep(g.opts.Now())
 			}
 		}
-		if g.gate != nil && g.gate.limiter != nil {
-			g.gate.limiter.Sweep()
+		if g.gate != nil && g.gate.current().limiter != nil {
+			g.gate.current().limiter.Sweep()
 		}
 		g.sweepPins()
 		g.hub.Sweep(g.opts.Now().Add(-time.Minute))
@@ -670,7 +705,7 @@ func (g *Gateway) endLocal(id string) {
 	if g.replicas != nil {
 		g.replicas.Ended(id)
 	}
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.pool != nil {
 			u.pool.closeSession(id)
 		}
@@ -697,7 +732,7 @@ func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
 // IsolatedConnections reports how many per-session connections the named upstream has open
 // (0 for a shared upstream).
 func (g *Gateway) IsolatedConnections(upstreamName string) int {
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.ns.Name == upstreamName && u.pool != nil {
 			return u.pool.open()
 		}

@@ -410,7 +410,7 @@ func (p *connPool) open() int {
 // notifyOwnConnections passes a client's notification to the session's own upstream
 // connections (isolation session). Only this client's POST waits for the writes.
 func (g *Gateway) notifyOwnConnections(ctx context.Context, sessionID string, n *protocol.Notification) {
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if u.pool == nil {
 			continue
 		}

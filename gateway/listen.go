@@ -168,10 +168,11 @@ func tellListens(g *Gateway, prev, next *catalog.Snapshot, changed map[string][]
 	for _, s := range streams {
 		methods := changed[s.profile]
 		if gt := g.gate; gt != nil {
-			key := s.profile + "\x00" + gt.rules.ViewKey(s.principal)
+			rules := gt.current().rules
+			key := s.profile + "\x00" + rules.ViewKey(s.principal)
 			own, done := memo[key]
 			if !done {
-				own = listsChanged(filterView(gt.rules, profileOf(prev, s.profile), s.principal), filterView(gt.rules, profileOf(next, s.profile), s.principal))
+				own = listsChanged(filterView(rules, profileOf(prev, s.profile), s.principal), filterView(rules, profileOf(next, s.profile), s.principal))
 				memo[key] = own
 			}
 			methods = own

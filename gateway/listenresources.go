@@ -50,7 +50,7 @@ func (g *Gateway) readableURI(client pipeline.ClientContext, uri string) (u *ups
 		return nil, "", false
 	}
 	if gt := g.gate; gt != nil {
-		d := gt.rules.Decide(policy.Input{Principal: client.Principal, Upstream: ns.Name, Kind: pipeline.Resource, Name: original})
+		d := gt.current().rules.Decide(policy.Input{Principal: client.Principal, Upstream: ns.Name, Kind: pipeline.Resource, Name: original})
 		if !d.DryRun && d.Effect != config.EffectAllow {
 			return nil, "", false
 		}

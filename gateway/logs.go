@@ -22,7 +22,7 @@ import (
 // messages its own level admits, of its own calls.
 type sessionLogs struct {
 	router    *messageRouter
-	upstreams []*upstreamEntry
+	upstreams func() []*upstreamEntry
 	// serves reports whether the endpoint of a session's group (a profile, "" for /mcp)
 	// shows anything of an upstream, whose broadcast logs then reach its sessions.
 	serves func(group string, ns *catalog.Namespace) bool
@@ -49,7 +49,7 @@ func (l *sessionLogs) syncLevels(ctx context.Context) {
 	}
 	// All upstreams at once: a slow one delays this sync by its own time only, not by the sum.
 	var wg sync.WaitGroup
-	for _, u := range l.upstreams {
+	for _, u := range l.upstreams() {
 		wg.Go(func() { l.setUpstreamLevel(ctx, u.shared, want) })
 	}
 	wg.Wait()
@@ -69,7 +69,7 @@ func (l *sessionLogs) setLevel(ctx context.Context, sessionID, level string) {
 // syncSessionLogLevel sets a session's own upstream connections (isolation session) to the
 // session's level.
 func (l *sessionLogs) syncSession(ctx context.Context, sessionID string, level string) {
-	for _, u := range l.upstreams {
+	for _, u := range l.upstreams() {
 		if u.pool == nil {
 			continue
 		}

@@ -151,7 +151,7 @@ func (g *Gateway) upstreamChanged(c *upstream.Client) {
 		return
 	}
 	shared := false
-	for _, u := range g.upstreams {
+	for _, u := range g.ups.Load().all {
 		shared = shared || u.shared.client == c
 	}
 	if !shared {

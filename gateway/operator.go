@@ -86,7 +86,7 @@ func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *
 	now := a.now()
 	c := approval.HeldCall{ID: approval.NewID(), Replica: a.held.Replica, Session: sessionFingerprint(req.Client.SessionID), Principal: req.Client.Principal.String(), CallerID: req.Client.Principal.Key(),
 		Upstream: t.Upstream, Tool: t.Exposed, Original: t.Original, Arguments: t.Arguments, Annotations: t.Annotations, Rule: rule,
-		Held: now, Deadline: now.Add(a.timeout)}
+		Held: now, Deadline: now.Add(a.current().timeout)}
 	if a.replicated && owner != nil && owner.streamID != "" {
 		// What another replica needs to finish the call if this one stops.
 		c.SessionID, c.StreamID, c.Method, c.Params = req.Client.SessionID, owner.streamID, req.Method, req.Params
@@ -106,7 +106,7 @@ func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *
 	case errors.Is(err, approval.ErrNotDecided):
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator:timeout"})
 		return &pipeline.Refusal{Reason: reasonApprovalTimeout, Upstream: t.Upstream,
-			Message: fmt.Sprintf("%s was held for an operator's approval and no decision came within %s: it did not run; call it again to be held again", t.Exposed, a.timeout)}
+			Message: fmt.Sprintf("%s was held for an operator's approval and no decision came within %s: it did not run; call it again to be held again", t.Exposed, a.current().timeout)}
 	case err != nil && ctx.Err() != nil:
 		return err
 	case errors.Is(err, approval.ErrTakenOver):

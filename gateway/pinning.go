@@ -231,7 +231,7 @@ func (g *Gateway) sweepPins() {
 	// forget a pin a rebuild under way is reading.
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
-	g.pinning.sweep(g.ctx, g.upstreams)
+	g.pinning.sweep(g.ctx, g.upstreamList())
 }
 
 // noteWider warns, once per scheme, of a pin that counts more than this gateway hashes: it

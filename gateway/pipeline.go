@@ -276,7 +276,7 @@ func (g *requestPipeline) formerEntry(rq *request, snap *catalog.Snapshot, kind 
 		if k == upstream.Tools {
 			in.Annotations = annotationsOf(e.Annotations())
 		}
-		if !g.gate.rules.Visible(in) {
+		if !g.gate.current().rules.Visible(in) {
 			return nil
 		}
 	}
@@ -551,6 +551,7 @@ func withRawMember(params json.RawMessage, key string, raw json.RawMessage) (jso
 // failures for pipeline.Map: the upstream's JSON-RPC errors as such, an upstream that is down,
 // too slow or out of connections as a refusal.
 func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error) {
+	defer res.upstream.calls.enter()() // a reload that removes the upstream lets it finish
 	result, err := g.call(ctx, rq, res.upstream, method, params)
 	if err == nil && asksForInput(result) && bridgesInput(rq, method) {
 		result, err = g.bridgeInput(ctx, rq, res.upstream.ns.Name, method, params, result, func(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {

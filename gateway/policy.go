@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/approval"
@@ -24,21 +25,41 @@ import (
 // that decide what each principal sees and may call, and the rate limits. Nil parts are
 // off.
 type gate struct {
-	rules     *policy.Rules
-	limiter   *limit.Limiter
+	// rules holds the rules, rate limits and dry run in force: one value, replaced whole by a
+	// reload (reload.go), which a request loads once.
+	rules     atomic.Pointer[gateRules]
 	approvals *approvals
-	// dryRun is the policy's dry run: decisions are recorded, not enforced.
-	dryRun bool
 
 	// views caches the catalog as each distinct rule outcome sees it (policy.ViewKey), per
-	// profile, for the snapshot it was cut from; a new snapshot empties it.
+	// profile, for the snapshot and rules it was cut from; a new snapshot or new rules empty
+	// it.
 	mu    sync.Mutex
-	base  map[string]*catalog.Snapshot // profile → the snapshot the views of it were cut from
+	base  map[string]viewBase          // profile → what the views of it were cut from
 	views map[string]*catalog.Snapshot // profile + "\x00" + view key → the view
 	// seen remembers the view of each session here, so that a catalog change reaches a
 	// session as list_changed only when its own view changed.
 	seen sync.Map // session id → sessionView
 }
+
+// gateRules are the parts of the policy a reload replaces at once. Immutable.
+type gateRules struct {
+	rules   *policy.Rules
+	limiter *limit.Limiter
+	// dryRun is the policy's dry run: decisions are recorded, not enforced.
+	dryRun bool
+	// limits and failClosed are what limiter was made of.
+	limits     []config.RateLimit
+	failClosed bool
+}
+
+// viewBase is what the cached views of a profile were cut from.
+type viewBase struct {
+	snap  *catalog.Snapshot
+	rules *gateRules
+}
+
+// current returns the rules in force.
+func (gt *gate) current() *gateRules { return gt.rules.Load() }
 
 // sessionView is the view a session was last served, and a principal it was served for.
 type sessionView struct {
@@ -60,27 +81,55 @@ func newGate(cfg *config.Config, shared *limit.Shared, now func() time.Time, log
 	if now == nil {
 		now = time.Now
 	}
-	g := &gate{base: map[string]*catalog.Snapshot{}, views: map[string]*catalog.Snapshot{}, dryRun: p.DryRun,
-		approvals: &approvals{timeout: p.Approval.Timeout, byOperator: p.Approval.By == config.ApprovalByOperator, now: now,
+	g := &gate{base: map[string]viewBase{}, views: map[string]*catalog.Snapshot{},
+		approvals: &approvals{now: now,
 			Remembered: &approval.Remembered{TTL: p.Approval.Remember, AnyArguments: p.Approval.RememberAnyArguments, Now: now, Logger: logger}}}
+	g.approvals.settings.Store(approvalSettingsOf(p.Approval))
+	r, err := compileGateRules(cfg, nil, shared, now, logger)
+	if err != nil {
+		return nil, err
+	}
+	g.rules.Store(r)
+	return g, nil
+}
+
+// approvalSettingsOf are the approval settings of a.
+func approvalSettingsOf(a config.Approval) *approvalSettings {
+	return &approvalSettings{timeout: a.Timeout, byOperator: a.By == config.ApprovalByOperator}
+}
+
+// compileGateRules compiles cfg's rules and rate limits. The rate limiter of prev is kept,
+// with what it counted, when the rate limits are the same; prev may be nil.
+func compileGateRules(cfg *config.Config, prev *gateRules, shared *limit.Shared, now func() time.Time, logger *slog.Logger) (*gateRules, error) {
+	p := &cfg.Policy
+	trusted := map[string]bool{}
+	for _, u := range cfg.Upstreams {
+		trusted[u.Name] = u.TrustAnnotations
+	}
+	r := &gateRules{dryRun: p.DryRun}
 	var err error
-	if g.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {
+	if r.rules, err = policy.Compile(p, func(up string) bool { return trusted[up] }); err != nil {
 		return nil, fmt.Errorf("policy (%s:%d): %w", p.File, p.Line, err)
 	}
 	if len(p.RateLimits) > 0 {
+		if prev != nil && prev.limiter != nil && config.SameSettings(prev.limits, p.RateLimits) && prev.failClosed == (p.SharedLimitFailure == config.FailClosed) {
+			r.limiter, r.limits, r.failClosed = prev.limiter, prev.limits, prev.failClosed
+			return r, nil
+		}
 		opts := limit.Options{Limits: p.RateLimits, Shared: shared, FailClosed: p.SharedLimitFailure == config.FailClosed, Now: now, Logger: logger}
-		if g.limiter, err = limit.New(opts); err != nil {
+		if r.limiter, err = limit.New(opts); err != nil {
 			return nil, fmt.Errorf("policy rate limits (%s:%d): %w", p.File, p.Line, err)
 		}
+		r.limits, r.failClosed = p.RateLimits, opts.FailClosed
 	}
-	return g, nil
+	return r, nil
 }
 
 // check is the policy's link of the chain: the rules' decision on the request's target, then
 // the rate limits. A hidden item is refused as a missing one; a denied one with the rule's
 // reason; dry run records the decision and lets the request go on.
 func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
-	gt := g.gate
+	gt := g.gate.current() // once: the request sees these rules or a reload's, never a mix
 	if t.Kind == pipeline.Gateway {
 		if req.Method == protocol.MethodInitialize {
 			return nil // a session's start is bounded by the session caps, not the rate limits
@@ -136,7 +185,7 @@ func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pip
 const effectRewrite = "rewrite"
 
 // limit applies the rate limits to the request; dryRun records a refusal without enforcing it.
-func (gt *gate) limit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, dryRun bool) error {
+func (gt *gateRules) limit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, dryRun bool) error {
 	if gt.limiter == nil {
 		return nil
 	}
@@ -204,7 +253,7 @@ func (g *Gateway) viewOf(client pipeline.ClientContext) *catalog.Snapshot {
 	if gt == nil {
 		return snap
 	}
-	key := gt.rules.ViewKey(client.Principal)
+	key := gt.current().rules.ViewKey(client.Principal)
 	if client.SessionID != "" {
 		// Only for a session live here: one that ended meanwhile must leave nothing behind.
 		if prev, ok := gt.seen.Load(client.SessionID); (!ok || prev.(sessionView).key != key) && g.hub.Lookup(client.SessionID) != nil {
@@ -217,23 +266,24 @@ func (g *Gateway) viewOf(client pipeline.ClientContext) *catalog.Snapshot {
 // view returns snap as the principals of view key see it, cached until snap is replaced.
 func (gt *gate) view(snap *catalog.Snapshot, profile, key string, who session.Principal) *catalog.Snapshot {
 	cacheKey := profile + "\x00" + key
+	base := viewBase{snap: snap, rules: gt.current()}
 	gt.mu.Lock()
-	if gt.base[profile] != snap {
+	if gt.base[profile] != base {
 		for k := range gt.views {
 			if len(k) > len(profile) && k[:len(profile)+1] == profile+"\x00" {
 				delete(gt.views, k)
 			}
 		}
-		gt.base[profile] = snap
+		gt.base[profile] = base
 	}
 	v := gt.views[cacheKey]
 	gt.mu.Unlock()
 	if v != nil {
 		return v
 	}
-	v = filterView(gt.rules, snap, who)
+	v = filterView(base.rules.rules, snap, who)
 	gt.mu.Lock()
-	if gt.base[profile] == snap {
+	if gt.base[profile] == base {
 		gt.views[cacheKey] = v
 	}
 	gt.mu.Unlock()
@@ -285,7 +335,8 @@ func (gt *gate) changedFor(sessionID string, prev, next *catalog.Snapshot, memo 
 	if c, done := memo[memoKey]; done {
 		return c, true
 	}
-	c := listsChanged(filterView(gt.rules, prev, v.principal), filterView(gt.rules, next, v.principal))
+	rules := gt.current().rules
+	c := listsChanged(filterView(rules, prev, v.principal), filterView(rules, next, v.principal))
 	memo[memoKey] = c
 	return c, true
 }
@@ -308,6 +359,6 @@ func (g *requestPipeline) auditHidden(rq *request, kind pipeline.Kind, name stri
 	if kind == pipeline.Tool {
 		t.Annotations = e.Annotations()
 	}
-	d := g.gate.rules.Decide(policyInput(rq.Client.Principal, t))
+	d := g.gate.current().rules.Decide(policyInput(rq.Client.Principal, t))
 	rq.Decisions = append(rq.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
 }

@@ -38,8 +38,8 @@ upstreams: []
 		return catalog.NewBuilder([]catalog.Source{newUpstreamEntry(ns[0], f, false)}, "__", slog.New(slog.DiscardHandler)).Build()
 	}
 	prev, hiddenAdded, visibleAdded := snapshotOf("echo"), snapshotOf("echo", "secret_a"), snapshotOf("echo", "secret_a", "public_b")
-	gt.seen.Store("alice", sessionView{key: gt.rules.ViewKey(session.Principal{Issuer: "i", Subject: "alice", Groups: []string{"eng"}}), principal: session.Principal{Issuer: "i", Subject: "alice", Groups: []string{"eng"}}})
-	gt.seen.Store("bob", sessionView{key: gt.rules.ViewKey(session.Principal{Issuer: "i", Subject: "bob", Groups: []string{"contractors"}}), principal: session.Principal{Issuer: "i", Subject: "bob", Groups: []string{"contractors"}}})
+	gt.seen.Store("alice", sessionView{key: gt.current().rules.ViewKey(session.Principal{Issuer: "i", Subject: "alice", Groups: []string{"eng"}}), principal: session.Principal{Issuer: "i", Subject: "alice", Groups: []string{"eng"}}})
+	gt.seen.Store("bob", sessionView{key: gt.current().rules.ViewKey(session.Principal{Issuer: "i", Subject: "bob", Groups: []string{"contractors"}}), principal: session.Principal{Issuer: "i", Subject: "bob", Groups: []string{"contractors"}}})
 	for _, tc := range []struct {
 		name       string
 		from, to   *catalog.Snapshot

@@ -24,6 +24,11 @@ type crossReplica interface {
 	Ended(sessionID string)
 	// TakeOverStandalone takes over a stopped replica's standalone streams read here.
 	TakeOverStandalone(replica string)
+	// ReloadAll, AnnounceConfig and Configs carry reloads and what each replica runs
+	// (reload.go).
+	ReloadAll()
+	AnnounceConfig(cfg replica.Config, ask bool)
+	Configs() []replica.Config
 }
 
 // replicaMessages carries what is live of a session to the replicas where it is needed: the
@@ -88,7 +93,7 @@ func (h replicaHost) Answer(id string, resp *protocol.Response) {
 }
 
 func (h replicaHost) Refresh(upstreamName string) {
-	for _, u := range h.g.upstreams {
+	for _, u := range h.g.upstreamList() {
 		if u.ns.Name == upstreamName {
 			u.shared.client.Refresh()
 		}

@@ -452,7 +452,7 @@ func (g *streamableServer) serverInfo() protocol.Implementation {
 func (g *statelessFace) discoverResult(profile string) json.RawMessage {
 	snap := g.catalogOf(profile)
 	subscribe := false
-	for _, u := range g.upstreams {
+	for _, u := range g.upstreamList() {
 		if info := u.Server(); info != nil && info.Capabilities.Resources != nil && info.Capabilities.Resources.Subscribe && snap.Serves(u.ns) {
 			subscribe = true
 			break

@@ -518,7 +518,7 @@ func (g *streamableServer) handleNotification(r *http.Request, rec *session.Reco
 		// shared connection's roots are the config's, which did not change.
 		g.notifyOwnConnections(r.Context(), rec.ID, n)
 		if g.replicas != nil {
-			notifyHolders(r.Context(), g.replicas, g.upstreams, rec, n)
+			notifyHolders(r.Context(), g.replicas, g.upstreamList(), rec, n)
 		}
 	case protocol.NotificationCancelled:
 		var p struct {

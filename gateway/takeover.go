@@ -80,7 +80,7 @@ func (h *heldCalls) heldFor(ctx context.Context, streamID string) (approval.Held
 // the time of the last that may still be held is past.
 func (h *heldCalls) takeOverFrom(replica string) {
 	var calls []approval.HeldCall
-	until := h.g.opts.Now().Add(h.g.cfg.Policy.Approval.Timeout + approval.Grace)
+	until := h.g.opts.Now().Add(h.g.reloads.running.Load().Policy.Approval.Timeout + approval.Grace)
 	err := h.retry(h.g.ctx, until, func() error {
 		ctx, cancel := context.WithTimeout(h.g.ctx, pinStoreTimeout)
 		defer cancel()

@@ -105,7 +105,7 @@ func (c taskCaps) callsAsTasks() bool {
 // id, so that a session sees and reaches its own tasks only.
 type taskTable struct {
 	router    *messageRouter
-	upstreams []*upstreamEntry
+	upstreams func() []*upstreamEntry
 	// forward sends a request to an upstream on a client's behalf (the pipeline's forward).
 	forward func(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error)
 }
@@ -215,7 +215,7 @@ func (tt *taskTable) find(ctx context.Context, rq *request, params json.RawMessa
 	if err != nil || sessionID == "" || rec.SessionID != sessionID {
 		return session.TaskRecord{}, nil, protocol.Errorf(protocol.CodeInvalidParams, "unknown task: %s", id)
 	}
-	for _, u := range tt.upstreams {
+	for _, u := range tt.upstreams() {
 		if u.connKey(sessionID) == rec.Upstream {
 			return rec, u, nil
 		}
@@ -277,7 +277,7 @@ func (tt *taskTable) list(ctx context.Context, rq *request) (json.RawMessage, er
 		byUpstream[t.Upstream][t.UpstreamID] = t
 	}
 	tasks := []json.RawMessage{}
-	for _, u := range tt.upstreams {
+	for _, u := range tt.upstreams() {
 		own := byUpstream[u.connKey(sessionID)]
 		if len(own) == 0 || upstreamTaskCaps(u).List == nil {
 			continue

@@ -152,7 +152,7 @@ func TestTaskTableIsBounded(t *testing.T) {
 	g := emptyGateway(t, &Options{Now: clock.Now})
 	up := newTaskUpstream("tk")
 	useFakeUpstreams(g, up)
-	shared := g.upstreams[0].shared
+	shared := g.upstreamList()[0].shared
 	h := g.Handler()
 
 	open := func() string {

@@ -34,8 +34,9 @@ var _ upstreamClient = (*upstream.Client)(nil)
 
 // upstreamEntry is one configured upstream: where it sits in the merged catalog, its shared
 // connection, and for an isolated upstream the connections of the sessions that use it.
-// Lifecycle: made by New, in config order, and never replaced; Gateway.upstreams[ns.Index]
-// is the entry of namespace ns.
+// Lifecycle: made by New, in config order, or by a reload that adds or changes an upstream;
+// a reload that removes or changes one drains and closes its entry (reload.go). The
+// gateway's upstreamOf(ns) is the entry of namespace ns.
 type upstreamEntry struct {
 	ns *catalog.Namespace
 	// shared is the connection every session's calls share, unless pool is set; it always
@@ -53,8 +54,14 @@ type upstreamEntry struct {
 	// acknowledgement of an upstream listen the gateway makes for its clients (as it bounds
 	// each call); zero means no bound but the client's.
 	requestTimeout time.Duration
-	// transport is the upstream's configured transport, for its calls' spans.
-	transport string
+	// transport and isolation are the upstream's as configured, for the admin API and its
+	// calls' spans.
+	transport, isolation string
+
+	// calls counts the calls in flight to the upstream, which a reload that removes or
+	// replaces it lets finish (reload.go); runOnce runs its shared client once.
+	calls   inFlight
+	runOnce sync.Once
 }
 
 func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {

@@ -43,7 +43,7 @@ func TestOwnConnectionLogsNeverBroadcast(t *testing.T) {
 	g := emptyGateway(t, nil)
 	up := &fakeUpstream{name: "lg", server: &protocol.InitializeResult{ProtocolVersion: protocol.LatestVersion}}
 	useFakeUpstreams(g, up)
-	u := g.upstreams[0]
+	u := g.upstreamList()[0]
 	u.broadcastLogs = true
 
 	rec, err := g.store.Create(context.Background(), session.Record{ProtocolVersion: protocol.LatestVersion})

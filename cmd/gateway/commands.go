@@ -21,7 +21,7 @@ type command struct {
 
 var commands = []command{
 	{"serve", "-config FILE [-mcp-servers FILE]... [-listen HOST:PORT]",
-		"run the gateway (SIGINT/SIGTERM drains, a second stops)",
+		"run the gateway (SIGINT/SIGTERM drains, a second stops; SIGHUP or a change of its files reloads the config)",
 		func(args []string, _, stderr io.Writer) int { return serve(args, stderr) }, []string{"cpuprofile"}},
 	{"validate", "-config FILE [-mcp-servers FILE]...",
 		"check the config; print every problem", validate, nil},

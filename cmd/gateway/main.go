@@ -237,7 +237,7 @@ func checkCommands(cfg *config.Config, lookPath func(string) (string, error)) (e
 
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	load := configFlags(fs)
+	files := declareConfigFlags(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for benchmarks)")
 	listen := fs.String("listen", "", "address to listen on, `host:port` (overrides listen in the config)")
 	if code, ok := parse(fs, args, stderr); !ok {
@@ -262,27 +262,24 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg, code := load(stderr)
-	if cfg == nil {
+	cfg, code, err := files.build()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return code
 	}
-	if *listen != "" {
-		defaultResource := cfg.BaseURL() + "/mcp"
-		cfg.Listen = *listen
-		resourceSet := cfg.Auth.Resource != defaultResource
-		if !resourceSet {
-			cfg.Auth.Resource = cfg.BaseURL() + "/mcp"
-		}
-		if msg := config.CheckExposure(cfg, resourceSet); msg != "" {
-			fmt.Fprintf(stderr, "gateway serve: -listen %q: %s\n", *listen, msg)
-			return 1
-		}
+	if err := listenOverride(cfg, *listen); err != nil {
+		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
+		return 1
 	}
-	logger := newLogger(cfg, stderr)
+	logger, level := reloadableLogger(cfg, stderr)
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
-	if err := serveUntilDone(signals, cfg, logger); err != nil {
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
+	reloads := &reloader{signals: hups, read: rereader(files, *listen), watch: configWatchInterval, level: level, files: files.files()}
+	if err := serveUntilDone(signals, cfg, logger, reloads); err != nil {
 		logger.Error("gateway stopped", "error", err.Error())
 		return 1
 	}
@@ -315,7 +312,9 @@ func openTracer(cfg *config.Config) (*tracing.Tracer, error) {
 // drain_timeout to finish. When they have, when that time is over or at a second signal,
 // the requests still running are answered with an error, the listener closes and the
 // upstreams are stopped (their processes reaped).
-func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.Logger) error {
+//
+// With reloads, SIGHUP and a change of the configuration's files reload it (reload.go).
+func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.Logger, reloads *reloader) error {
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		// The gateway's live heap is small: without a floor the collector would run dozens of
 		// times a second under load. An operator who sets GOGC or GOMEMLIMIT decides instead.
@@ -345,11 +344,19 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	// Runs after gw.Close: the gateway's last writes reach the store.
 	defer backends.Close()
-	gw, err := gateway.New(cfg, &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer, Metrics: metrics})
+	opts := &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer, Metrics: metrics}
+	if reloads != nil {
+		opts.ReadConfig, opts.LogLevel = reloads.read, reloads.level
+	}
+	gw, err := gateway.New(cfg, opts)
 	if err != nil {
 		return err
 	}
 	defer gw.Close()
+	if reloads != nil {
+		// Runs before gw.Close: no reload begins once the gateway closes.
+		defer reloads.run(gw, cfg, logger)()
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s (listen in %s): %w", cfg.Listen, cfg.File, err)

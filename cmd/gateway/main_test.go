@@ -159,10 +159,16 @@ upstreams:
 // if the test did not.
 func serveConfig(t *testing.T, cfg *config.Config) *servedGateway {
 	t.Helper()
+	return serveReloading(t, cfg, nil)
+}
+
+// serveReloading is serveConfig with reloads.
+func serveReloading(t *testing.T, cfg *config.Config, reloads *reloader) *servedGateway {
+	t.Helper()
 	g := &servedGateway{t: t, url: "http://" + cfg.Listen + "/mcp", signals: make(chan os.Signal, 2), done: make(chan struct{}), logs: &syncBuffer{}}
 	go func() {
 		defer close(g.done)
-		g.err = serveUntilDone(g.signals, cfg, slog.New(slog.NewTextHandler(g.logs, nil)))
+		g.err = serveUntilDone(g.signals, cfg, slog.New(slog.NewTextHandler(g.logs, nil)), reloads)
 	}()
 	t.Cleanup(func() {
 		select {

@@ -67,6 +67,29 @@ type Upstream struct {
 	Withheld int `json:"withheld"`
 }
 
+// ReplicaConfig is the configuration one gateway replica runs, as it last said.
+type ReplicaConfig struct {
+	// Replica names the replica; "" for a gateway without replicas.
+	Replica string `json:"replica,omitempty"`
+	// This marks the replica that answered.
+	This bool `json:"this,omitempty"`
+	// Version is config.Config.Version of what it runs.
+	Version string `json:"version"`
+	// Since is when it began to run that configuration.
+	Since time.Time `json:"since"`
+	// LastReload is when a reload was last asked of it (zero: never); LastError why that
+	// reload was refused ("" when it applied), the old configuration still running.
+	LastReload time.Time `json:"lastReload,omitzero"`
+	LastError  string    `json:"lastError,omitempty"`
+}
+
+// ConfigStatus is the configuration every replica known runs.
+type ConfigStatus struct {
+	Replicas []ReplicaConfig `json:"replicas"`
+	// Agree is true when they all run the same version.
+	Agree bool `json:"agree"`
+}
+
 // Tool is one tool of the merged catalog, or one withheld from it.
 type Tool struct {
 	// Name is the name clients see; empty for a withheld tool.
@@ -162,6 +185,11 @@ type Backend interface {
 	Resolve(ctx context.Context, upstream, tool, hash, decision, admin string) (Pin, error)
 	// Audit records an admin request: who, what (action and target) and how it ended.
 	Audit(admin, action, target, outcome string, status int)
+	// Config returns the configuration each replica runs.
+	Config(ctx context.Context) (ConfigStatus, error)
+	// Reload has every replica read its configuration files again and apply them; it
+	// returns how it went here, the others reporting theirs as they apply (Config).
+	Reload(ctx context.Context) (ConfigStatus, error)
 }
 
 // Authorizer tells who an admin request comes from, or why it is refused (ErrUnauthorized,

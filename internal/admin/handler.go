@@ -87,6 +87,26 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		p, err := b.Resolve(r.Context(), up, tool, body.Hash, body.Decision, admin.Name)
 		return target, map[string]any{"pin": p}, err
 	}))
+	mux.Handle("GET /api/config", h.api(func(r *http.Request, _ string) (any, error) {
+		return b.Config(r.Context())
+	}))
+	mux.Handle("POST /api/reload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		admin, status := h.authorize(w, r)
+		if status != http.StatusOK {
+			h.b.Audit(admin.Name, "reload", r.URL.Path, "refused", status)
+			return
+		}
+		st, err := b.Reload(r.Context())
+		if err != nil {
+			// A refused configuration is the operator's to fix: the reasons, and the old
+			// configuration still running.
+			h.b.Audit(admin.Name, "reload", r.URL.Path, "refused", http.StatusConflict)
+			writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "config": st})
+			return
+		}
+		h.b.Audit(admin.Name, "reload", r.URL.Path, "ok", http.StatusOK)
+		writeJSON(w, http.StatusOK, st)
+	}))
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, `no such admin API endpoint: see "The admin API and page" in docs/policy.md`)
 	}))

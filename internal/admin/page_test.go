@@ -272,6 +272,7 @@ func TestPageInBrowser(t *testing.T) {
 		`article[data-approval="appr-1"] pre.json`:      `"note": "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=1</script>"`,
 		`article[data-pin="files/write file/v2"] tbody`: "<script>window.__pwned=1</script>",
 		`tr[data-upstream="evil"]`:                      "502 Bad Gateway " + xss,
+		`tr[data-replica="r2"]`:                         "reload refused: listen " + xss,
 	} {
 		if got := text(sel); !strings.Contains(got, want) {
 			t.Errorf("%s shows %q, want it to contain %q", sel, got, want)
@@ -436,3 +437,12 @@ func TestPageFiles(t *testing.T) {
 		}
 	}
 }
+
+func (b *pageBackend) Config(context.Context) (admin.ConfigStatus, error) {
+	return admin.ConfigStatus{Replicas: []admin.ReplicaConfig{
+		{Replica: "r1", This: true, Version: "0123456789abcdef"},
+		{Replica: "r2", Version: "fedcba9876543210", LastError: "reload refused: listen " + xss},
+	}}, nil
+}
+
+func (b *pageBackend) Reload(ctx context.Context) (admin.ConfigStatus, error) { return b.Config(ctx) }

@@ -135,8 +135,17 @@ func NewBuilder(sources []Source, sep string, logger *slog.Logger) *Builder {
 	return &Builder{sources: sources, sep: sep, logger: logger, warned: map[string]bool{}, former: map[string]*Entry{}}
 }
 
-// SetProfiles sets the profiles each Build derives a snapshot for (Snapshot.Profile). Call it
-// before the first Build.
+// SetSources replaces the sources, one per namespace in config order, from the next Build
+// on (a reload added, removed or replaced upstreams). What the builder remembers of the
+// namespaces no source has any more is forgotten by that build.
+func (b *Builder) SetSources(sources []Source) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sources = sources
+}
+
+// SetProfiles sets the profiles each Build derives a snapshot for (Snapshot.Profile), from the
+// next Build on.
 func (b *Builder) SetProfiles(profiles []*Profile) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

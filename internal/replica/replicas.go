@@ -114,6 +114,12 @@ type Host interface {
 	ReloadPins()
 	// Decided wakes the held call id, which an operator decided on another replica.
 	Decided(id string)
+	// ReloadConfig reads this replica's configuration files again and applies them, as
+	// another replica asked, then announces what it runs (AnnounceConfig). It runs on a
+	// goroutine of its own.
+	ReloadConfig()
+	// RunningConfig is what this replica runs, for another that asks.
+	RunningConfig() Config
 	// LevelSetElsewhere notes that the session set its log level on another replica, for
 	// the sessions this one serves.
 	LevelSetElsewhere(digest, sessionID, level string)
@@ -176,6 +182,8 @@ type Replicas struct {
 
 	// forwarding holds the calls run on the replica holding a session's own connection.
 	forwarding forwarding
+	// configs holds what the other replicas run (config.go).
+	configs configs
 }
 
 // outgoing is a queued message: to a replica, to a session's followers (digest), or to every
@@ -475,6 +483,8 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 		h.ReloadPins()
 	case busDecided:
 		h.Decided(m.Text)
+	case busReload, busConfig:
+		r.receiveConfig(m)
 	case busLogLevel:
 		if m.From != r.bus.Replica() {
 			h.LevelSetElsewhere(m.Session, m.SessionID, m.Text)
@@ -496,6 +506,7 @@ func (r *Replicas) Receive(m *session.BusMessage) {
 func (r *Replicas) Gone(replica string, claimed bool) {
 	r.logger.Info("a replica's lease ended (it stopped, or lost Redis for a lease): what it produced ends here, what it owned moves", "replica", replica, "taking_over", claimed)
 	r.gone.mark(replica)
+	r.configs.drop(replica)
 	r.host.Orphan(replica, claimed)
 	r.opts.Go(func() { r.TakeOverStandalone(replica) })
 	r.forwarding.fail(replica)

@@ -86,8 +86,13 @@ type Withheld struct {
 // Sources are what a Backend reads and acts on. Nil fields are features the gateway does not
 // have (no held calls without the admin API, no pins when no upstream is pinned).
 type Sources struct {
-	// Upstreams are the enabled upstreams, in config order.
-	Upstreams []Upstream
+	// Upstreams returns the enabled upstreams of the running config, in its order.
+	Upstreams func() []Upstream
+	// Config returns the configuration each replica runs; nil: the version is unknown.
+	Config func(ctx context.Context) (admin.ConfigStatus, error)
+	// Reload reads the configuration files again and applies them on every replica; nil:
+	// the gateway cannot reload.
+	Reload func(ctx context.Context) (admin.ConfigStatus, error)
 	// Catalog returns the merged catalog clients see.
 	Catalog func() *catalog.Snapshot
 	// Sessions lists the sessions; nil: the store cannot.
@@ -133,8 +138,12 @@ func (b *Backend) Upstreams(context.Context) []admin.Upstream {
 	for _, t := range b.withheldTools() {
 		withheld[t.Upstream]++
 	}
-	out := make([]admin.Upstream, 0, len(b.src.Upstreams))
-	for _, u := range b.src.Upstreams {
+	var ups []Upstream
+	if b.src.Upstreams != nil {
+		ups = b.src.Upstreams()
+	}
+	out := make([]admin.Upstream, 0, len(ups))
+	for _, u := range ups {
 		st := u.Conn.Status()
 		cat := u.Conn.Catalog()
 		out = append(out, admin.Upstream{Name: u.Name, Transport: u.Transport, Isolation: u.Isolation,
@@ -346,4 +355,24 @@ func fingerprintOfDigest(digest string) string {
 		return digest
 	}
 	return digest[:12]
+}
+
+// errNoReload answers a reload asked of a gateway that was not given how to read its files.
+var errNoReload = errors.New("this gateway cannot reload: it was not started from configuration files")
+
+// Config implements admin.Backend.
+func (b *Backend) Config(ctx context.Context) (admin.ConfigStatus, error) {
+	if b.src.Config == nil {
+		return admin.ConfigStatus{Replicas: []admin.ReplicaConfig{}, Agree: true}, nil
+	}
+	return b.src.Config(ctx)
+}
+
+// Reload implements admin.Backend.
+func (b *Backend) Reload(ctx context.Context) (admin.ConfigStatus, error) {
+	if b.src.Reload == nil {
+		st, _ := b.Config(ctx)
+		return st, errNoReload
+	}
+	return b.src.Reload(ctx)
 }

@@ -150,6 +150,7 @@
   const sections = [
     { id: "approvals", path: "api/approvals", render: (d) => renderApprovals(arr(d.approvals)) },
     { id: "changes", path: "api/pins", render: (d) => renderChanges(arr(d.pins)) },
+    { id: "config", path: "api/config", render: (d) => renderConfig(arr(d.replicas), d.agree === true) },
     { id: "upstreams", path: "api/upstreams", render: (d) => renderUpstreams(arr(d.upstreams)) },
     { id: "catalog", path: "api/catalog", render: (d) => renderCatalog(arr(d.tools)) },
     { id: "sessions", path: "api/sessions", render: (d) => renderSessions(arr(d.sessions), Date.now()) },
@@ -342,6 +343,26 @@
 
   const stateClass = { ready: "ok", starting: "info", backoff: "bad", stopped: "off" };
 
+  // renderConfig shows the configuration each replica runs: an operator sees at a glance
+  // whether they all run the same version, and why one refused a reload.
+  function renderConfig(list, agree) {
+    $("config-count").textContent = list.length > 1 ? (agree ? "all on one version" : "versions differ") : "";
+    if (!changed("config", list)) return;
+    $("config-body").replaceChildren(table(
+      ["Replica", "Version", "Since", "Last reload", "Refused because"],
+      list.map((c) => el("tr", { "data-replica": str(c.replica) },
+        el("td", { class: "nowrap" }, el("strong", { text: str(c.replica) || "this gateway" }), c.this && c.replica ? text(" (this one)") : null),
+        el("td", {}, el("code", { text: str(c.version) })),
+        el("td", { class: "nowrap", text: stamp(Date.parse(str(c.since))) }),
+        el("td", { class: "nowrap", text: c.lastReload ? stamp(Date.parse(str(c.lastReload))) : "—" }),
+        el("td", { class: "error-text", text: str(c.lastError) })))));
+  }
+
+  function reload(button) {
+    act([button], "Reload the configuration of every replica", () => api("POST", "api/reload"),
+      "Reloaded the configuration; every replica applies its own files and shows its version here.");
+  }
+
   function renderUpstreams(list) {
     setCount("upstreams-count", list.length);
     if (!changed("upstreams", list)) return;
@@ -525,6 +546,7 @@
   });
   $("sign-out").addEventListener("click", () => signOut(""));
   $("refresh").addEventListener("click", () => refresh());
+  $("reload").addEventListener("click", (e) => reload(e.currentTarget));
   $("catalog-filter").addEventListener("input", drawCatalog);
   setInterval(tick, 1000);
 
