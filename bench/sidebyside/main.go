@@ -3,7 +3,9 @@
 // the gateway in front of the same upstream over stdio (with authentication off, and on:
 // gateway-auth, a JWT of a local issuer verified on every request; gateway-policy, a rule set
 // and rate limits deciding every call; gateway-plugin, one policy plugin asked about every
-// call; and gateway-metrics, Prometheus metrics recorded for every call) and over Streamable HTTP, at each concurrency asked for; then it checks a high
+// call; gateway-metrics, Prometheus metrics recorded for every call; and gateway-observed,
+// metrics and an OpenTelemetry trace of every call, exported to a local receiver) and over
+// Streamable HTTP, at each concurrency asked for; then it checks a high
 // concurrency for errors only. Every gateway serves both MCP revisions: gateway-stdio-2026
 // and gateway-redis-2026 call gateway-stdio and gateway-redis in 2026-07-28, statelessly,
 // beside the other targets' 2025-11-25 sessions, and are compared with them. It prints the medians and
@@ -309,6 +311,12 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	if err != nil {
 		return err
 	}
+	// gateway-stdio with metrics recorded and every request traced to a local receiver.
+	gwObserved, closeReceiver, err := f.observedGateway(bin, echo, stdioFloor)
+	if err != nil {
+		return err
+	}
+	defer closeReceiver()
 	targets := []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
@@ -318,6 +326,7 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		gwPolicy,
 		gwPlugin,
 		{name: "gateway-metrics", url: gwMetrics, floor: stdioFloor, versus: "gateway-stdio"},
+		gwObserved,
 		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
 	}
 	if other != "" {
