@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/auth/credential"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -153,7 +155,14 @@ func (g *streamableServer) authenticate(next http.Handler) http.Handler {
 	a := g.auth
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		metadata := a.metadataURL(r.URL.Path)
+		var verified *tracing.Verification
+		if g.tracer != nil {
+			verified = &tracing.Verification{Start: time.Now()}
+		}
 		who, err := a.verifier.Authenticate(r.Context(), r)
+		if verified != nil {
+			verified.End = time.Now()
+		}
 		if err != nil {
 			status, challenge := auth.Challenge(err, metadata, a.scopes)
 			w.Header().Set("WWW-Authenticate", challenge)
@@ -178,9 +187,17 @@ func (g *streamableServer) authenticate(next http.Handler) http.Handler {
 				e.Remember(who.Principal, who.Token, who.Expiry)
 			}
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, who.Principal)))
+		ctx := context.WithValue(r.Context(), principalKey{}, who.Principal)
+		if verified != nil {
+			ctx = context.WithValue(ctx, verifiedKey{}, verified) // for the request's span
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// verifiedKey carries, with tracing on, when the request's credential was checked
+// (*tracing.Verification), for the request's span.
+type verifiedKey struct{}
 
 // identityOf is p less its claims: what a session record keeps of its principal.
 func identityOf(p session.Principal) session.Principal {

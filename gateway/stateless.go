@@ -297,7 +297,7 @@ func (g *statelessFace) toolHeaderParams(client pipeline.ClientContext) func(str
 // client through input-required results (mrtr.go).
 func (g *statelessFace) serveStatelessCall(w http.ResponseWriter, r *http.Request, preq *pipeline.Request, declared *modern.ClientCapabilities) {
 	// The call outlives this HTTP request when it parks: its context is the gateway's.
-	ctx, cancel := context.WithCancelCause(g.tracer.FromHTTP(context.WithoutCancel(r.Context()), r.Header))
+	ctx, cancel := context.WithCancelCause(tracedFrom(context.WithoutCancel(r.Context()), g.tracer, r))
 	stop := context.AfterFunc(g.callsCtx, func() { cancel(hub.ErrShuttingDown) })
 	direct := &directStream{events: make(chan []byte, directStreamBuffer), fail: cancel, party: new(directParty)}
 	direct.followedBy(preq.Params)

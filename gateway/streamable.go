@@ -209,7 +209,7 @@ func (g *streamableServer) servePOST(w http.ResponseWriter, r *http.Request, req
 		if !ok {
 			return
 		}
-		job, err := g.admitRequest(st, rec, ls, m, requestID, r.Header)
+		job, err := g.admitRequest(st, rec, ls, m, requestID, r)
 		if errors.Is(err, hub.ErrClosing) {
 			// The drain began while this request came in: 503, as for one that came after.
 			sw.cursor.Detach()
@@ -341,7 +341,7 @@ func (g *streamableServer) serveBatch(w http.ResponseWriter, r *http.Request, bo
 		_ = respond(st, resp)
 	}
 	for _, req := range requests {
-		g.startRequest(st, rec, ls, req, requestID, r.Header)
+		g.startRequest(st, rec, ls, req, requestID, r)
 	}
 	sw.answer(r.Context(), nil)
 }
@@ -536,8 +536,8 @@ func (g *streamableServer) handleNotification(r *http.Request, rec *session.Reco
 // startRequest begins serving a client request on a goroutine of its own, owned by the
 // session: the request lives as long as it does within its session, not as long as the HTTP
 // request that brought it (design decision 10). A batch's requests start so, side by side.
-func (g *streamableServer) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string, h http.Header) {
-	job, err := g.admitRequest(out, rec, ls, req, requestID, h)
+func (g *streamableServer) startRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string, r *http.Request) {
+	job, err := g.admitRequest(out, rec, ls, req, requestID, r)
 	if errors.Is(err, hub.ErrClosing) {
 		_ = respond(out, &protocol.Response{ID: req.ID, Error: g.shuttingDownError()})
 	}
@@ -554,7 +554,7 @@ func (g *streamableServer) startRequest(out *hub.Stream, rec *session.Record, ls
 // hub.ErrClosing, for the caller to answer (a single request gets 503, to go elsewhere). h
 // are the headers of the HTTP request that brought it, whose trace context its span follows
 // when its params carry none.
-func (g *streamableServer) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string, h http.Header) (*admittedRequest, error) {
+func (g *streamableServer) admitRequest(out *hub.Stream, rec *session.Record, ls *hub.Session, req *protocol.Request, requestID string, r *http.Request) (*admittedRequest, error) {
 	refuse := func(e *protocol.Error) {
 		// Through the mapper, for the audit record; the error passes as it is.
 		_, wireErr := g.requests.finish(context.Background(), g.requestValue(rec, req, requestID), nil, nil, e)
@@ -582,7 +582,7 @@ func (g *streamableServer) admitRequest(out *hub.Stream, rec *session.Record, ls
 		g.tooManyCalls(out, rec, req, requestID, "the gateway", g.cfg.MaxCalls)
 		return nil, nil
 	}
-	ctx = g.tracer.FromHTTP(ctx, h)
+	ctx = tracedFrom(ctx, g.tracer, r)
 	return &admittedRequest{g: g, ctx: ctx, cancel: cancel, done: done, out: out, rec: rec, ls: ls, req: req, requestID: requestID}, nil
 }
 

@@ -32,7 +32,26 @@ func (g *requestPipeline) startRequestSpan(ctx context.Context, rq *request) (co
 		RequestID:       rq.ID.String(),
 		LogID:           rq.LogID,
 		Params:          rq.Params,
+		Verified:        verifiedOf(ctx),
 	})
+}
+
+// tracedFrom returns ctx, in which a request that r brought is served, carrying what its span
+// takes from r: the trace context of its headers, and when its credential was checked.
+func tracedFrom(ctx context.Context, t *tracing.Tracer, r *http.Request) context.Context {
+	if t == nil {
+		return ctx
+	}
+	if v := verifiedOf(r.Context()); v != nil && ctx.Value(verifiedKey{}) == nil {
+		ctx = context.WithValue(ctx, verifiedKey{}, v)
+	}
+	return t.FromHTTP(ctx, r.Header)
+}
+
+// verifiedOf returns when the request's credential was checked, if the face checked one.
+func verifiedOf(ctx context.Context) *tracing.Verification {
+	v, _ := ctx.Value(verifiedKey{}).(*tracing.Verification)
+	return v
 }
 
 // targetSpan names on the request's span what the request addresses, as the client named it.

@@ -535,7 +535,7 @@ func TestTracesOfAStatelessRequest(t *testing.T) {
 }
 
 // TestTracesOfAnApprovedCall: a call held for approval has, under its request span, the
-// spans of authentication, of the policy that asked for approval, of the wait for the user's
+// spans of the credential's check (before the request was read), of the principal's, of the policy that asked for approval, of the wait for the user's
 // answer, and of the upstream call that followed it, in that order.
 func TestTracesOfAnApprovedCall(t *testing.T) {
 	recv, tracer := tracedReceiver(t, "")
@@ -561,7 +561,7 @@ func TestTracesOfAnApprovedCall(t *testing.T) {
 	traceID, _ := hex.DecodeString(trace)
 	server := spanNamed(t, spans, traceID, "tools/call a__echo")
 	var steps []string
-	for _, name := range []string{"manifold.auth", "manifold.policy", "manifold.approval", "tools/call echo"} {
+	for _, name := range []string{"manifold.auth.verify", "manifold.auth", "manifold.policy", "manifold.approval", "tools/call echo"} {
 		s := spanNamed(t, spans, traceID, name)
 		if !bytes.Equal(s.ParentSpanId, server.SpanId) {
 			t.Errorf("%s's parent = %x, want the request span %x", name, s.ParentSpanId, server.SpanId)
@@ -575,6 +575,10 @@ func TestTracesOfAnApprovedCall(t *testing.T) {
 	approval := spanNamed(t, spans, traceID, "manifold.approval")
 	if a := attrs(approval); a["manifold.approval.effect"] != "allow" {
 		t.Errorf("approval span attributes = %v, want effect allow", a)
+	}
+	// The API key was checked before the request was read: the request's span begins then.
+	if verify := spanNamed(t, spans, traceID, "manifold.auth.verify"); verify.StartTimeUnixNano != server.StartTimeUnixNano || verify.EndTimeUnixNano < verify.StartTimeUnixNano {
+		t.Errorf("manifold.auth.verify ran %d..%d, want it to begin with the request's span (%d)", verify.StartTimeUnixNano, verify.EndTimeUnixNano, server.StartTimeUnixNano)
 	}
 	call := spanNamed(t, spans, traceID, "tools/call echo")
 	if call.StartTimeUnixNano < approval.EndTimeUnixNano {

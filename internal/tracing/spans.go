@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -88,7 +89,14 @@ type Request struct {
 	// Params are the request's params: W3C trace context in params._meta is the span's
 	// parent, before that of the HTTP headers (FromHTTP).
 	Params json.RawMessage
+	// Verified, when set, is when the client's credential was checked, before the request
+	// was read (Verification): the span then begins when that check did, and has it as a
+	// child, manifold.auth.verify.
+	Verified *Verification
 }
+
+// Verification is when a client's credential was checked: from Start to End.
+type Verification struct{ Start, End time.Time }
 
 // FromHTTP returns ctx carrying the remote parent that the W3C traceparent and tracestate
 // headers of h name, for a request whose params carry none; ctx itself when they are absent
@@ -123,7 +131,15 @@ func (t *Tracer) StartRequest(ctx context.Context, r Request) (context.Context, 
 	if r.Method == protocol.MethodCallTool {
 		attrs = append(attrs, attribute.String(attrOperation, "execute_tool"))
 	}
-	ctx, s := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
+	if r.Verified != nil {
+		opts = append(opts, trace.WithTimestamp(r.Verified.Start))
+	}
+	ctx, s := t.tracer.Start(ctx, r.Method, opts...)
+	if r.Verified != nil && s.IsRecording() {
+		_, v := t.tracer.Start(ctx, "manifold.auth.verify", trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(r.Verified.Start))
+		v.End(trace.WithTimestamp(r.Verified.End))
+	}
 	return ctx, Span{s}
 }
 
