@@ -10,6 +10,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
+	"github.com/manifold-mcp/manifold/internal/tracing"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
 )
@@ -59,7 +60,7 @@ func forward(ctx context.Context, r replicaCalls, rq *request, u *upstreamEntry,
 	if rq.owner != nil {
 		streamID, fc.ClientID = rq.owner.streamID, rq.owner.clientID.Raw()
 	}
-	fc.Upstream = u.ns.Name
+	fc.Upstream, fc.Trace = u.ns.Name, tracing.Carry(ctx)
 	if ex := u.pool.credentials.exchanger; ex != nil {
 		fc.Subject, fc.SubjectExpiry, _ = ex.Subject(rq.Client.Principal)
 	}
@@ -103,7 +104,8 @@ func (h replicaHost) Serve(ctx context.Context, sessionID, streamID, name string
 	}
 	defer ls.RequestDone()
 	defer done()
-	ctx, stop := context.WithCancel(ctx)
+	// The upstream call's span continues the sender's trace.
+	ctx, stop := context.WithCancel(tracing.Carried(ctx, fc.Trace))
 	defer stop()
 	stopWith := context.AfterFunc(callCtx, stop)
 	defer stopWith()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testwait"
 )
@@ -97,6 +98,12 @@ func twoReplicas(t *testing.T, upstreams string) (a, b *testGateway) {
 // twoReplicasWith is twoReplicas with more top-level settings (extra, YAML lines).
 func twoReplicasWith(t *testing.T, extra, upstreams string) (a, b *testGateway) {
 	t.Helper()
+	return twoReplicasWithOptions(t, extra, upstreams, nil)
+}
+
+// twoReplicasWithOptions is twoReplicasWith, both replicas started with opts.
+func twoReplicasWithOptions(t *testing.T, extra, upstreams string, opts *gateway.Options) (a, b *testGateway) {
+	t.Helper()
 	addr := testredis.Addr(t)
 	yaml := fmt.Sprintf(extra+`listen: 127.0.0.1:0
 session_store:
@@ -106,7 +113,7 @@ session_store:
   replica_lease: 1s
 `+keysYAML+`upstreams:
 %s`, addr, testredis.Prefix(t, addr), upstreams)
-	a, b = startGateway(t, yaml, nil), startGateway(t, yaml, nil)
+	a, b = startGateway(t, yaml, opts), startGateway(t, yaml, opts)
 	t.Cleanup(a.close)
 	t.Cleanup(b.close)
 	return a, b

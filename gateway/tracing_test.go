@@ -631,3 +631,32 @@ func TestTraceContextToAStdioUpstream(t *testing.T) {
 	}
 	t.Errorf("the stdio upstream saw no tools/call: %+v", seen.Seen)
 }
+
+// TestTraceOfAForwardedCall: a session's call to an upstream whose connection of the session
+// is held by the other replica runs there; the upstream call's span, made there, continues
+// the trace of the request's span on the replica the client called.
+func TestTraceOfAForwardedCall(t *testing.T) {
+	recv, tracer := tracedReceiver(t, "")
+	a, b := twoReplicasWithOptions(t, "", upstreamYAML("r", "reverse", "    isolation: session\n"), &gateway.Options{Tracer: tracer})
+	onA, onB := rawClient{t: t, url: a.url}, rawClient{t: t, url: b.url}
+	sid := onA.initializeAs("2025-11-25", `{}`)
+	// The session's connection opens on A, with its first call.
+	if r := onA.do(http.MethodPost, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r__cancels"}}`, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("first call on A: %d %s", r.status, r.body)
+	}
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	body := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"r__cancels","_meta":{"traceparent":"00-` + trace + `-00f067aa0ba902b7-01"}}}`
+	if r := onB.do(http.MethodPost, body, map[string]string{"Mcp-Session-Id": sid}); r.status != http.StatusOK || r.msg.Error != nil {
+		t.Fatalf("the call on B, run on A: %d %s", r.status, r.body)
+	}
+	if err := tracer.ForceFlush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	spans := recv.received()
+	traceID, _ := hex.DecodeString(trace)
+	server := spanNamed(t, spans, traceID, "tools/call r__cancels")
+	call := spanNamed(t, spans, traceID, "tools/call cancels")
+	if !bytes.Equal(call.ParentSpanId, server.SpanId) {
+		t.Errorf("the upstream call's span on the holder has parent %x, want the request's span %x on the replica called", call.ParentSpanId, server.SpanId)
+	}
+}

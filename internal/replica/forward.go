@@ -41,6 +41,9 @@ type Call struct {
 	// the gateway's own; the token never reaches an upstream.
 	Subject       string    `json:"st,omitempty"`
 	SubjectExpiry time.Time `json:"se,omitzero"`
+	// Trace is the W3C trace context of the sender's request (traceparent, tracestate),
+	// when it is traced: the holder's call to the upstream continues that trace.
+	Trace map[string]string `json:"t,omitempty"`
 }
 
 // Result is how a forwarded call ended: a result, the upstream's JSON-RPC error, or the

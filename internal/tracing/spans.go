@@ -369,3 +369,24 @@ func redisErrorType(err error) string {
 	}
 	return "_OTHER"
 }
+
+// Carry returns the W3C trace context of ctx's span (traceparent, and tracestate when set),
+// for a message to another replica that continues the trace there (Carried); nil when ctx has
+// no span, as with tracing off.
+func Carry(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier
+}
+
+// Carried returns ctx with the remote parent that carrier (from Carry) names; ctx itself when
+// it names none.
+func Carried(ctx context.Context, carrier map[string]string) context.Context {
+	if len(carrier) == 0 {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(carrier))
+}
