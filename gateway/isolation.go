@@ -47,6 +47,8 @@ type connPool struct {
 	// keys maps each session using a connection of the pool to that connection's key (under
 	// isolation: session, the session id itself). Guarded by mu.
 	keys map[string]string
+	// closed is set by closeAll: the pool opens no connection after. Guarded by mu.
+	closed bool
 }
 
 // keyFor is the pool key of sessionID's connection when principal who calls. A principal's
@@ -108,6 +110,10 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 	}
 	key := p.keyFor(sessionID, who)
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, p.closedError()
+	}
 	pc, ok := p.conns[key]
 	if !ok && !p.g.router.sessionLive(sessionID) {
 		// The session ended (a request raced its end): no child is started for it.
@@ -168,6 +174,10 @@ func (p *connPool) getForCall(ctx context.Context, who session.Principal) (*pool
 		key = p.keyFor("", who)
 	}
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, p.closedError()
+	}
 	pc, ok := p.conns[key]
 	if !ok {
 		if len(p.conns) >= p.max {
@@ -183,6 +193,12 @@ func (p *connPool) getForCall(ctx context.Context, who session.Principal) (*pool
 		return nil, err
 	}
 	return pc, nil
+}
+
+// closedError is what a call gets from a pool closed at shutdown, or by a reload that
+// removed or replaced its upstream.
+func (p *connPool) closedError() error {
+	return fmt.Errorf("upstream %s: its connections are closed (the gateway stops, or a reload removed it): %w", p.upstream.ns.Name, upstream.ErrUnavailable)
 }
 
 // awaitReady waits until pc is ready, within the upstream's initialize bound (the longer one
@@ -387,6 +403,7 @@ func (p *connPool) sweep(now time.Time) {
 func (p *connPool) closeAll() {
 	p.mu.Lock()
 	conns := p.conns
+	p.closed = true
 	var users []string
 	for id := range conns {
 		users = append(users, p.usersLocked(id)...)

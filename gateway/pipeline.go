@@ -552,6 +552,12 @@ func withRawMember(params json.RawMessage, key string, raw json.RawMessage) (jso
 // too slow or out of connections as a refusal.
 func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolved, method string, params json.RawMessage) (json.RawMessage, error) {
 	defer res.upstream.calls.enter()() // a reload that removes the upstream lets it finish
+	if res.upstream.retired.Load() {
+		// Resolved before a reload removed or replaced the upstream, and not begun since:
+		// what it addressed may mean something else now.
+		return nil, &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: res.upstream.ns.Name,
+			Message: fmt.Sprintf("upstream %s was removed or reconfigured by a configuration reload while this request waited: send it again", res.upstream.ns.Name)}
+	}
 	result, err := g.call(ctx, rq, res.upstream, method, params)
 	if err == nil && asksForInput(result) && bridgesInput(rq, method) {
 		result, err = g.bridgeInput(ctx, rq, res.upstream.ns.Name, method, params, result, func(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {

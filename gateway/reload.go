@@ -501,6 +501,7 @@ func (g *Gateway) runUpstream(ue *upstreamEntry) {
 // retire drains an upstream a reload removed or replaced: its calls in flight may finish,
 // for drain_timeout at most, then its connections close.
 func (g *Gateway) retire(ue *upstreamEntry) {
+	ue.retired.Store(true) // calls not begun yet are refused (forward)
 	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.DrainTimeout)
 	defer cancel()
 	drained := ue.calls.wait(ctx)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -406,5 +407,51 @@ func TestReloadSwapsApprovalTimeout(t *testing.T) {
 	res := callTool(t, cs, "alpha__whoami", nil)
 	if !res.IsError || !strings.Contains(textOf(t, res), "was not approved within 200ms") {
 		t.Errorf("the call after approval.timeout became 200ms: isError=%v %q", res.IsError, textOf(t, res))
+	}
+}
+
+// TestCallHeldAcrossAReloadThatReplacesItsUpstream: a call held for its user's approval when
+// a reload replaces its isolated upstream is refused once approved, saying to send it again:
+// it does not run on the upstream the reload retired, nor open a connection there.
+func TestCallHeldAcrossAReloadThatReplacesItsUpstream(t *testing.T) {
+	config := func(marker string) string {
+		return "listen: 127.0.0.1:0\npolicy:\n  default: allow\n  approval: {timeout: 1m}\n  rules:\n    - {name: ask, effect: approve, match: {tools: [whoami]}}\nupstreams:" +
+			upstreamYAML("alpha", "alpha", "    isolation: session\n    request_timeout: "+marker+"\n")
+	}
+	tg := startConfigured(t, parseConfig(t, config("30s")), nil, true)
+	defer tg.close()
+	asked, reloaded := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	cs := connect(t, tg.url, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			first.Do(func() { close(asked) })
+			select {
+			case <-reloaded:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+		},
+	})
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() { done <- callTool(t, cs, "alpha__whoami", nil) }()
+	<-asked
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, config("31s"))); err != nil {
+		t.Fatalf("reload that replaces alpha: %v", err)
+	}
+	close(reloaded)
+	res := <-done
+	if !res.IsError || !strings.Contains(textOf(t, res), "reload") || !strings.Contains(textOf(t, res), "send it again") {
+		t.Errorf("the call approved after its upstream was replaced: isError=%v %q; want it refused, to be sent again", res.IsError, textOf(t, res))
+	}
+	if n := tg.gw.IsolatedConnections("alpha"); n != 0 {
+		t.Errorf("%d connections of the new alpha after the refused call; want 0", n)
+	}
+	// Sent again once the upstream the reload made lists it, it runs there.
+	testwait.Until(t, 20*time.Second, "the new alpha to list whoami", func() bool {
+		return slices.Contains(toolsOf(t, ctxT(t), cs), "alpha__whoami")
+	})
+	if res := callTool(t, cs, "alpha__whoami", nil); res.IsError {
+		t.Errorf("the call sent again after the reload: %q", textOf(t, res))
 	}
 }

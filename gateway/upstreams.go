@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/catalog"
@@ -62,6 +63,9 @@ type upstreamEntry struct {
 	// replaces it lets finish (reload.go); runOnce runs its shared client once.
 	calls   inFlight
 	runOnce sync.Once
+	// retired is set once a reload removed or replaced the upstream: a request resolved
+	// before, which reaches forward only now (held for approval, say), is refused.
+	retired atomic.Bool
 }
 
 func newUpstreamEntry(ns *catalog.Namespace, client upstreamClient, broadcastLogs bool) *upstreamEntry {
