@@ -98,9 +98,11 @@ type sealedState struct {
 	// for) in the round that got this state: the retry that continues it with the same
 	// arguments, once, is not asked again (approval_mrtr.go).
 	Approved *approvedRound `json:"ap,omitempty"`
-	// Round is the state's single-use round token: the first retry that brings it continues
-	// a call the rate limits counted already (countedBefore); a replay is counted anew.
-	Round string `json:"r,omitempty"`
+	// Round is the state's single-use round token: the first retry that brings it, with the
+	// same arguments (Arguments, argumentsDigest), continues a call the rate limits counted
+	// already (countedBefore); a replay, or a retry with other arguments, is counted anew.
+	Round     string `json:"r,omitempty"`
+	Arguments string `json:"a,omitempty"`
 	// Approval is set on the state of an approval asked of the client.
 	Approval *approvalState `json:"q,omitempty"`
 	// Parked is set on the state of a round of a parked call.
@@ -160,7 +162,8 @@ func (s *requestStates) openState(req *pipeline.Request, name, sealed string) (*
 // seal returns the requestState the client gets for a call to t that its upstream answered
 // with input_required and the state inner (nil: none).
 func (s *requestStates) seal(req *pipeline.Request, t *pipeline.Target, inner *string) string {
-	return s.sealState(req, t.Exposed, sealedState{Upstream: t.Upstream, Inner: inner, Approved: approvedRoundOf(req), Round: randomToken(12)}, requestStateTTL)
+	return s.sealState(req, t.Exposed, sealedState{Upstream: t.Upstream, Inner: inner, Approved: approvedRoundOf(req),
+		Round: randomToken(12), Arguments: argumentsDigest(req.Params)}, requestStateTTL)
 }
 
 // relaysInput reports whether an input_required result of an upstream to method may be
@@ -236,7 +239,9 @@ func (g *requestPipeline) unwrapRequestState(ctx context.Context, rq *request, r
 	if st.Approved != nil && st.Approved.Arguments == argumentsDigest(rq.Params) {
 		rq.continued = &approvalContinued{nonce: st.Approved.Nonce, expires: time.UnixMilli(st.Expires)}
 	}
-	rq.Continues = g.countedBefore(ctx, rq, st.Round, time.UnixMilli(st.Expires))
+	if st.Arguments == argumentsDigest(rq.Params) {
+		rq.Continues = g.countedBefore(ctx, rq, st.Round, time.UnixMilli(st.Expires))
+	}
 	if st.Inner == nil {
 		res.params, err = protocol.DeleteMember(res.params, "requestState")
 	} else {

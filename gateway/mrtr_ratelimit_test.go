@@ -11,14 +11,15 @@ import (
 // TestRateLimitsCountALogicalCallOnce: a 2026-07-28 call that takes several rounds (its
 // user's approval, then two answers its upstream asks for) is one call to the rate limits:
 // with a burst of one, every round after the first goes through, where each used to be
-// counted and the second refused. A round's state replayed is counted as a new call; and
-// the next call is refused, since the first one took the only token.
+// counted and the second refused. A round's state replayed, or brought with other arguments,
+// is counted as a new call; and the next call is refused, since the first one took the only
+// token.
 func TestRateLimitsCountALogicalCallOnce(t *testing.T) {
 	_, tg := modernUpstreamBehind(t, `modern_protocol: true
 policy:
   approval: {timeout: 1m}
   rate_limits:
-    - {key: principal_tool, rate: 1/h, burst: 1, upstreams: [mod], tools: [ask_twice, ask]}
+    - {key: principal_tool, rate: 1/h, burst: 1, upstreams: [mod], tools: [ask_twice, ask, ask_for]}
   rules:
     - {name: twice-needs-approval, effect: approve, match: {upstreams: [mod], tools: [ask_twice]}}
 `, nil)
@@ -45,6 +46,14 @@ policy:
 	answer := `,"inputResponses":{"` + key + `":{"action":"accept","content":{"name":"Ada"}}},"requestState":` + string(quoted)
 	if got := ranText(t, call(2, answer)); got != "hello Ada" {
 		t.Errorf("the retry = %q, want hello Ada", got)
+	}
+	// A fresh state brought by a retry with other arguments continues nothing: counted, and
+	// refused, since the call that got the state took its tool's only token.
+	forCall := toolCaller(t, tg, "mod__ask_for")
+	first := readInputRequired(t, forCall(5, `,"arguments":{"what":"none"}`))
+	state, _ := json.Marshal(*first.RequestState)
+	if r := forCall(6, `,"arguments":{"what":"roots"},"inputResponses":{},"requestState":`+string(state)); !rateLimited(r) {
+		t.Errorf("a retry with other arguments: %d %s; want it counted as a new call, rate_limited", r.status, r.body)
 	}
 	for id, what := range map[int]string{3: answer, 4: ""} {
 		if r := call(id, what); !rateLimited(r) {

@@ -440,24 +440,22 @@ func askedMethods(asks map[string]*inputAsk) []string {
 }
 
 // parkedStateOf returns the parked call a retry's requestState names: nil for a request
-// without one, or whose state is not a parked call's (the pipeline then opens it). A state
-// that does not open, or is not the caller's, is answered here with -32602 (ok false).
-func (g *statelessFace) parkedStateOf(w http.ResponseWriter, preq *pipeline.Request) (st *parkedState, ok bool) {
+// without one, or whose state is not a parked call's that opens for this caller. The pipeline
+// takes those, and refuses a state that does not open there, with the request's audit record.
+func (g *statelessFace) parkedStateOf(preq *pipeline.Request) *parkedState {
 	if !mayAskForInput(preq.Method) {
-		return nil, true
+		return nil
 	}
 	raw, has, err := protocol.Member(preq.Params, "requestState")
 	var sealed string
 	if err != nil || !has || json.Unmarshal(raw, &sealed) != nil {
-		return nil, true // the pipeline says what is wrong with it
+		return nil // the pipeline says what is wrong with it
 	}
-	st, err = g.states.openParked(preq, sealed)
+	st, err := g.states.openParked(preq, sealed)
 	if err != nil {
-		g.logger.Info("a retry's requestState was refused", "request_id", preq.LogID, "method", preq.Method, "error", err.Error())
-		writeModernResponse(w, &protocol.Response{ID: preq.ID, Error: requestStateInvalid})
-		return nil, false
+		return nil
 	}
-	return st, true
+	return st
 }
 
 // resumeParked continues the parked call a retry's requestState names: the retry's answers go

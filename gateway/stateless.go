@@ -212,9 +212,7 @@ func (g *statelessFace) serveStateless(w http.ResponseWriter, r *http.Request, r
 			"Invalid params: this gateway does not run tools as tasks for 2026-07-28 clients: call the tool without \"task\""))
 		return
 	}
-	if st, ok := g.parkedStateOf(w, preq); !ok {
-		return
-	} else if st != nil {
+	if st := g.parkedStateOf(preq); st != nil {
 		g.resumeParked(w, r, preq, st)
 		return
 	}
