@@ -79,11 +79,12 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 	key := a.Key(req.Client, t)
 	owner, _ := ctx.Value(ownerKey{}).(*callOwner)
 	direct := owner != nil && owner.direct != nil
+	settings := a.current() // once: a reload's settings reach the next call, never half of this one
 	if cont, _ := ctx.Value(approvalContinuedKey{}).(*approvalContinued); cont != nil && direct {
 		// A later round of a call approved in an earlier one.
 		return a.continues(ctx, req, cont)
 	}
-	if ans := approvalAnswerOf(ctx); ans != nil && direct && !a.current().byOperator {
+	if ans := approvalAnswerOf(ctx); ans != nil && direct && !settings.byOperator {
 		// The retry of a call its user was asked to approve: its answer decides, once.
 		return a.answeredByInput(ctx, req, t, rule, key, ans)
 	}
@@ -91,20 +92,20 @@ func (a *approvals) approve(ctx context.Context, req *pipeline.Request, t *pipel
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "allow", Rule: "remembered"})
 		return nil
 	}
-	if a.current().byOperator || owner == nil || !owner.clientCaps().elicitForm {
+	if settings.byOperator || owner == nil || !owner.clientCaps().elicitForm {
 		return a.byOperatorOf(ctx, req, t, rule, key)
 	}
 	if direct {
 		return a.askByInputRequired(req, t, rule)
 	}
-	askCtx, cancel := context.WithTimeout(ctx, a.current().timeout)
+	askCtx, cancel := context.WithTimeout(ctx, settings.timeout)
 	defer cancel()
 	result, err := a.ask(askCtx, owner, protocol.MethodElicit, approvalQuestion(t, rule), "the gateway", nil)
 	if err != nil {
 		if askCtx.Err() != nil && ctx.Err() == nil {
 			req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "timeout"})
 			return &pipeline.Refusal{Reason: reasonApprovalTimeout, Upstream: t.Upstream,
-				Message: fmt.Sprintf("%s was not approved within %s: call it again to be asked again", t.Exposed, a.current().timeout)}
+				Message: fmt.Sprintf("%s was not approved within %s: call it again to be asked again", t.Exposed, settings.timeout)}
 		}
 		return fmt.Errorf("asking the client for approval: %w", err)
 	}

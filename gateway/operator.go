@@ -106,7 +106,7 @@ func (a *approvals) byOperatorOf(ctx context.Context, req *pipeline.Request, t *
 	case errors.Is(err, approval.ErrNotDecided):
 		req.Decisions = append(req.Decisions, audit.Decision{Check: "approval", Effect: "deny", Rule: "operator:timeout"})
 		return &pipeline.Refusal{Reason: reasonApprovalTimeout, Upstream: t.Upstream,
-			Message: fmt.Sprintf("%s was held for an operator's approval and no decision came within %s: it did not run; call it again to be held again", t.Exposed, a.current().timeout)}
+			Message: fmt.Sprintf("%s was held for an operator's approval and no decision came within %s: it did not run; call it again to be held again", t.Exposed, c.Deadline.Sub(c.Held))}
 	case err != nil && ctx.Err() != nil:
 		return err
 	case errors.Is(err, approval.ErrTakenOver):

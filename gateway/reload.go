@@ -224,14 +224,21 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 			g.opts.LogLevel.Set(l)
 		}
 	}
+	// The upstreams before the rules: those removed or replaced leave the catalog, and their
+	// calls not begun yet are refused, before any rule that came with their removal is in
+	// force; those added start after the rules, so that their items are listed only under
+	// the new ones. Either way a request is never decided by new rules on what they no
+	// longer cover, nor by old rules on what only the new ones cover.
+	if profiles != nil {
+		g.builder.SetProfiles(profiles)
+	}
+	rebuilt := g.applyUpstreams(plan)
 	if rules != nil {
 		g.gate.approvals.settings.Store(approvalSettingsOf(next.Policy.Approval))
 		g.swapRules(rules)
 	}
-	if profiles != nil {
-		g.builder.SetProfiles(profiles)
-	}
-	if !g.applyUpstreams(plan) && profiles != nil {
+	g.startAdded(plan)
+	if !rebuilt && profiles != nil {
 		g.rebuild() // the profiles' clients hear list_changed of what their profile gained or lost
 	}
 	g.reloads.running.Store(next)
@@ -474,21 +481,28 @@ func (g *Gateway) applyUpstreams(plan *upstreamPlan) (rebuilt bool) {
 		sources[i] = ue
 	}
 	g.builder.SetSources(sources)
-	if g.startedAt.Load() != nil {
-		for _, ue := range plan.added {
-			g.runUpstream(ue)
-		}
+	for _, ue := range plan.retired {
+		ue.retired.Store(true) // before the catalog drops it: calls not begun are refused
 	}
 	g.rebuild()
-	for _, ue := range plan.added {
-		g.logger.Info("upstream added by a reload", "upstream", ue.ns.Name)
-	}
 	for _, ue := range plan.retired {
 		if !g.goWorker(func() { g.retire(ue) }) {
 			break // the gateway is closing, and closes them
 		}
 	}
 	return true
+}
+
+// startAdded starts the upstreams a reload added or replaced, once the gateway has started
+// (Start starts them otherwise); their items reach the catalog once they list them.
+func (g *Gateway) startAdded(plan *upstreamPlan) {
+	if g.startedAt.Load() == nil {
+		return
+	}
+	for _, ue := range plan.added {
+		g.runUpstream(ue)
+		g.logger.Info("upstream added by a reload", "upstream", ue.ns.Name)
+	}
 }
 
 // runUpstream runs the shared client of ue until the gateway closes or ue is retired; once.
