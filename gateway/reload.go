@@ -159,7 +159,15 @@ func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
 		g.logger.Info("configuration reloaded", "changed", strings.Join(changed, ","), "version", st.Version, "previous_version", prev.Version)
 	}
 	g.reloads.status.Store(st)
-	g.metrics.set.SetConfigVersion(st.Version) // manifold_config_info follows; nil-safe
+	if g.metrics.set != nil {
+		// manifold_config_info follows, and an upstream added counts under its own name.
+		g.metrics.set.SetConfigVersion(st.Version)
+		var names []string
+		for _, u := range g.upstreamList() {
+			names = append(names, u.ns.Name)
+		}
+		g.metrics.set.SetUpstreams(names)
+	}
 	return err
 }
 

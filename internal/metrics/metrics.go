@@ -22,9 +22,11 @@ package metrics
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -141,17 +143,22 @@ type Set struct {
 
 	requests        []prometheus.Counter  // [method][era][outcome]
 	requestDuration []prometheus.Observer // [method]
-	toolCalls       []prometheus.Observer // [upstream]
-	restarts        []prometheus.Counter  // [upstream]
-	reconnects      []prometheus.Counter  // [upstream]
-	reverse         []prometheus.Counter  // [kind][outcome]
-	decisions       []prometheus.Counter  // [check][effect][dry run]
-	approvals       []prometheus.Counter  // [outcome]
-	pluginDuration  []prometheus.Observer // [stage]
-	pluginFailures  []prometheus.Counter  // [plugin]
-	redisDuration   prometheus.Observer
-	redisErrors     prometheus.Counter
-	configInfo      *prometheus.GaugeVec
+	// perUpstream are the children of the families labelled by upstream, for the upstreams
+	// configured: replaced, grown, when a reload adds some (SetUpstreams).
+	perUpstream atomic.Pointer[upstreamSeries]
+	// upstreamMu serializes SetUpstreams; the vectors are what it resolves children of.
+	upstreamMu               sync.Mutex
+	toolCallVec              *prometheus.HistogramVec
+	restartVec, reconnectVec *prometheus.CounterVec
+	reverse                  []prometheus.Counter  // [kind][outcome]
+	decisions                []prometheus.Counter  // [check][effect][dry run]
+	approvals                []prometheus.Counter  // [outcome]
+	pluginDuration           []prometheus.Observer // [stage]
+	pluginFailures           []prometheus.Counter  // [plugin]
+	redisDuration            prometheus.Observer
+	redisErrors              prometheus.Counter
+	configInfo               *prometheus.GaugeVec
+	configVersion            string // the version configInfo names; guarded by upstreamMu
 
 	// state is the func Watch gave, read at each scrape; nil until then.
 	state atomic.Pointer[func() State]
@@ -173,13 +180,12 @@ func New(opts *Options) *Set {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	upstreams := append(slices.Clone(o.Upstreams), Other)
 	plugins := append(slices.Clone(o.Plugins), Other)
 	s := &Set{
 		registry: prometheus.NewRegistry(),
 		logger:   o.Logger,
 		methods:  index(Methods), eras: index(Eras), outcomes: index(Outcomes),
-		upstreams: index(upstreams), plugins: index(plugins),
+		plugins: index(plugins),
 	}
 	r := s.registry
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -201,13 +207,14 @@ func New(opts *Options) *Set {
 	toolCalls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "manifold_tool_call_duration_seconds",
 		Help: "Time an upstream took to answer a tools/call the gateway forwarded, by upstream.", Buckets: latencyBuckets},
 		[]string{"upstream"})
-	s.toolCalls = observers(toolCalls, upstreams)
+	s.toolCallVec = toolCalls
 	restarts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "manifold_upstream_restarts_total",
 		Help: "Times a stdio upstream's process was started again and became ready, after its first start."}, []string{"upstream"})
-	s.restarts = counters(restarts, upstreams)
+	s.restartVec = restarts
 	reconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "manifold_upstream_reconnects_total",
 		Help: "Times a network upstream's connection became ready again, after its first."}, []string{"upstream"})
-	s.reconnects = counters(reconnects, upstreams)
+	s.reconnectVec = reconnects
+	s.SetUpstreams(o.Upstreams)
 	reverse := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "manifold_reverse_requests_total",
 		Help: "Requests upstreams sent toward clients (sampling, elicitation, roots), by kind and outcome."}, []string{"kind", "outcome"})
 	for _, k := range ReverseKinds {
@@ -242,10 +249,10 @@ func New(opts *Options) *Set {
 	configInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "manifold_config_info",
 		Help: "The version of the configuration this replica runs (config.Version): 1 for it."}, []string{"version"})
 	configInfo.WithLabelValues(o.ConfigVersion).Set(1)
-	s.configInfo = configInfo
+	s.configInfo, s.configVersion = configInfo, o.ConfigVersion
 
 	r.MustRegister(requests, requestDuration, toolCalls, restarts, reconnects, reverse, decisions, approvals,
-		pluginDuration, pluginFailures, redisDuration, redisErrors, configInfo, &stateCollector{s: s, upstreams: o.Upstreams})
+		pluginDuration, pluginFailures, redisDuration, redisErrors, configInfo, &stateCollector{s: s})
 	return s
 }
 
@@ -342,8 +349,51 @@ func (s *Set) SetConfigVersion(version string) {
 	if s == nil {
 		return
 	}
-	s.configInfo.Reset()
+	// The new series first, then the old one goes: a scrape in between never sees none.
 	s.configInfo.WithLabelValues(version).Set(1)
+	s.upstreamMu.Lock()
+	defer s.upstreamMu.Unlock()
+	if s.configVersion != version {
+		s.configInfo.DeleteLabelValues(s.configVersion)
+		s.configVersion = version
+	}
+}
+
+// upstreamSeries are the children of the per-upstream families for a set of upstream names
+// (and Other), by index. Immutable.
+type upstreamSeries struct {
+	index      map[string]int
+	toolCalls  []prometheus.Observer
+	restarts   []prometheus.Counter
+	reconnects []prometheus.Counter
+}
+
+// SetUpstreams makes the names, beside those given before, the values of the upstream label
+// that the per-upstream families count apart (others count as Other): a reload that adds
+// upstreams calls it with the new list. A name no longer configured keeps its series, as a
+// counter keeps what it counted.
+func (s *Set) SetUpstreams(names []string) {
+	if s == nil {
+		return
+	}
+	s.upstreamMu.Lock()
+	defer s.upstreamMu.Unlock()
+	var all []string
+	if cur := s.perUpstream.Load(); cur != nil {
+		all = make([]string, len(cur.index))
+		for name, i := range cur.index {
+			all[i] = name
+		}
+		all = all[:len(all)-1] // Other goes last again
+	}
+	for _, name := range names {
+		if !slices.Contains(all, name) && name != Other {
+			all = append(all, name)
+		}
+	}
+	all = append(all, Other)
+	s.perUpstream.Store(&upstreamSeries{index: index(all), toolCalls: observers(s.toolCallVec, all),
+		restarts: counters(s.restartVec, all), reconnects: counters(s.reconnectVec, all)})
 }
 
 // ObserveToolCall observes how long upstream took to answer a forwarded tools/call.
@@ -351,7 +401,8 @@ func (s *Set) ObserveToolCall(upstream string, d time.Duration) {
 	if s == nil {
 		return
 	}
-	s.toolCalls[of(s.upstreams, upstream)].Observe(d.Seconds())
+	u := s.perUpstream.Load()
+	u.toolCalls[of(u.index, upstream)].Observe(d.Seconds())
 }
 
 // UpstreamRestarted counts an upstream that became ready again after it was ready before:
@@ -360,11 +411,12 @@ func (s *Set) UpstreamRestarted(upstream string, stdio bool) {
 	if s == nil {
 		return
 	}
+	u := s.perUpstream.Load()
 	if stdio {
-		s.restarts[of(s.upstreams, upstream)].Inc()
+		u.restarts[of(u.index, upstream)].Inc()
 		return
 	}
-	s.reconnects[of(s.upstreams, upstream)].Inc()
+	u.reconnects[of(u.index, upstream)].Inc()
 }
 
 // ReverseKind is the kind label of a request an upstream sends toward a client, by method.
@@ -457,10 +509,7 @@ func indexOr(values []string, value string) int {
 }
 
 // stateCollector reads the gateway's State at each scrape.
-type stateCollector struct {
-	s         *Set
-	upstreams []string
-}
+type stateCollector struct{ s *Set }
 
 var (
 	upstreamStateDesc = prometheus.NewDesc("manifold_upstream_state",
@@ -470,7 +519,7 @@ var (
 	streamsDesc = prometheus.NewDesc("manifold_streams_open",
 		"SSE streams of sessions on this replica that a client connection is reading now.", nil, nil)
 	approvalsPendingDesc = prometheus.NewDesc("manifold_approvals_pending",
-		"Calls held here for an operator's approval.", nil, nil)
+		"Calls held for an operator's approval: with a Redis session store, those of every replica (take the max across replicas, not the sum).", nil, nil)
 	streamBytesDesc = prometheus.NewDesc("manifold_stream_retained_bytes",
 		"Bytes of events the streams on this replica hold, open or kept for resumption.", nil, nil)
 	streamBudgetDesc = prometheus.NewDesc("manifold_stream_budget_bytes",
@@ -489,7 +538,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := (*f)()
-	for _, u := range c.upstreams {
+	// The upstreams configured now: a reload adds and removes them.
+	for _, u := range slices.Sorted(maps.Keys(st.Upstreams)) {
 		now := st.Upstreams[u]
 		for _, state := range UpstreamStates {
 			v := 0.0

@@ -90,6 +90,36 @@ func TestSetConfigVersion(t *testing.T) {
 	}
 }
 
+// TestSetUpstreamsAfterAReload: an upstream a reload adds counts under its own name, where it
+// counted as "other" before; the state gauge shows the upstreams the gateway reports now,
+// and no more the ones it stopped reporting.
+func TestSetUpstreamsAfterAReload(t *testing.T) {
+	s := metrics.New(&metrics.Options{Upstreams: []string{"a"}})
+	now := map[string]string{"a": "ready"}
+	s.Watch(func() metrics.State { return metrics.State{Upstreams: now} })
+	s.UpstreamRestarted("b", true)
+	s.SetUpstreams([]string{"b"})
+	s.UpstreamRestarted("b", true)
+	now = map[string]string{"b": "starting"}
+	all, err := s.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for series, want := range map[string]float64{
+		`manifold_upstream_restarts_total{upstream="other"}`:     1,
+		`manifold_upstream_restarts_total{upstream="b"}`:         1,
+		`manifold_upstream_restarts_total{upstream="a"}`:         0,
+		`manifold_upstream_state{state="starting",upstream="b"}`: 1,
+	} {
+		if got, ok := all[series]; !ok || got != want {
+			t.Errorf("%s = %v (served %v), want %v", series, got, ok, want)
+		}
+	}
+	if _, ok := all[`manifold_upstream_state{state="ready",upstream="a"}`]; ok {
+		t.Error("the state of upstream a, no longer reported, is still served")
+	}
+}
+
 func TestNilSetRecordsNothing(t *testing.T) {
 	var s *metrics.Set
 	s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
