@@ -20,7 +20,14 @@ type Nonces struct {
 
 	mu    sync.Mutex
 	spent map[string]time.Time // nonce → until when it is remembered. Guarded by mu.
+	// swept is when spent was last rid of what expired: at most once a sweepEvery, so that
+	// a spend does not walk every nonce. Guarded by mu.
+	swept time.Time
 }
+
+// sweepEvery is how often spending a nonce also forgets those that expired; one kept longer
+// stays spent longer, which refuses nothing that would have passed.
+const sweepEvery = 10 * time.Second
 
 // NonceSpender spends nonces for all replicas (RedisApprovals): an optional ability of the
 // shared approvals, found by type assertion.
@@ -48,9 +55,12 @@ func (n *Nonces) Spend(ctx context.Context, nonce string, until time.Time) (bool
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for k, u := range n.spent {
-		if !now.Before(u) {
-			delete(n.spent, k)
+	if now.Sub(n.swept) >= sweepEvery {
+		n.swept = now
+		for k, u := range n.spent {
+			if !now.Before(u) {
+				delete(n.spent, k)
+			}
 		}
 	}
 	if _, ok := n.spent[nonce]; ok {
