@@ -361,6 +361,13 @@ func (a *Authenticator) SetAPIKeys(keys []APIKey) error {
 	return nil
 }
 
+// CheckAPIKeys reports what SetAPIKeys would refuse of keys, and sets nothing: to check
+// several sets before putting any in force.
+func CheckAPIKeys(keys []APIKey) error {
+	_, err := buildAPIKeys(keys, func(i int) string { return fmt.Sprintf("APIKeys[%d]", i) })
+	return err
+}
+
 // Authenticate returns who made r, from its Authorization header. It fails with
 // ErrNoCredentials when r has none, and otherwise with an *Error: invalid_request (400) for a
 // header that is not one "Bearer <token>", or for a token in the query string (RFC 6750 §2.3

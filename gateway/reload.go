@@ -219,8 +219,13 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
 	}
-	// The first changes applied; the keys are checked as they are set (they passed the
-	// config's checks already), the clients' before the admins'.
+	// The first changes applied: the keys (they passed the config's checks already), every
+	// set checked before any is in force, so that a refusal leaves all of them as they were.
+	for _, k := range keys {
+		if err := auth.CheckAPIKeys(k.keys); err != nil {
+			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("%s.api_keys: %v", k.set.section, err)}}
+		}
+	}
 	for _, k := range keys {
 		if err := k.set.set(k.keys); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
