@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,12 +429,24 @@ func (g *Gateway) planUpstreams(cur, next *config.Config) (*upstreamPlan, error)
 		settings[u.Name] = u
 	}
 	wanted := next.EnabledUpstreams()
+	// Each upstream's URI scheme as a gateway started on next numbers it: a replica reloaded
+	// and one restarted on the same files serve the same resource URIs.
+	specs := make([]catalog.Namespace, len(wanted))
+	for i := range wanted {
+		spec, err := namespaceSpecOf(&wanted[i])
+		if err != nil {
+			return nil, err
+		}
+		specs[i] = spec
+	}
+	schemes := map[string]string{}
+	for _, ns := range catalog.Namespaces(specs, nil) {
+		schemes[ns.Name] = ns.Scheme
+	}
 	kept := map[string]bool{}
-	taken := map[string]bool{} // URI schemes of the entries kept
 	for _, u := range wanted {
-		if prev, ok := settings[u.Name]; ok && config.SameSettings(prev, u) {
-			kept[u.Name] = true
-			taken[entries[u.Name].ns.Scheme] = true
+		if prev, ok := settings[u.Name]; ok && config.SameSettings(prev, u) && entries[u.Name].ns.Scheme == schemes[u.Name] {
+			kept[u.Name] = true // a scheme that would be numbered otherwise now replaces it
 		}
 	}
 	plan := &upstreamPlan{set: &upstreamSet{all: slices.Clone(old.all)}}
@@ -449,16 +460,7 @@ func (g *Gateway) planUpstreams(cur, next *config.Config) (*upstreamPlan, error)
 			return nil, err
 		}
 		ns := spec
-		ns.Index = len(plan.set.all)
-		// A replaced upstream keeps its scheme; another that reduces to a scheme taken is
-		// numbered, as catalog.Namespaces numbers them.
-		ns.Scheme = catalog.URIScheme(u.Prefix)
-		if base := ns.Scheme; base != "" {
-			for n := 2; taken[ns.Scheme]; n++ {
-				ns.Scheme = base + strconv.Itoa(n)
-			}
-			taken[ns.Scheme] = true
-		}
+		ns.Index, ns.Scheme = len(plan.set.all), schemes[u.Name]
 		ue, err := makeUpstream(g, &u, &ns)
 		if err != nil {
 			return nil, err
