@@ -33,12 +33,16 @@ type heldCalls struct {
 	followed followedHeld
 }
 
+// selfApprovalWarning is logged when the gateway starts, or a reload begins, to let operators
+// approve their own held calls.
+const selfApprovalWarning = "operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone"
+
 func newHeldCalls(g *Gateway) *heldCalls {
 	h := &heldCalls{g: g, webhook: g.cfg.Admin.Webhook, client: &http.Client{Timeout: webhookTimeout}, redact: redaction(&g.cfg.Audit),
 		Holder: &approval.Holder{AllowSelf: g.cfg.Policy.Approval.AllowSelfApproval, Now: g.opts.Now, Logger: g.logger}}
 	h.OnHold = h.notify
 	if h.AllowSelf {
-		g.logger.Warn("operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone")
+		g.logger.Warn(selfApprovalWarning)
 	}
 	h.Store = g.backends.Holds
 	if g.replicas != nil {

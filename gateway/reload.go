@@ -246,7 +246,15 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	}
 	rebuilt := g.applyUpstreams(plan)
 	if rules != nil {
-		g.gate.approvals.settings.Store(approvalSettingsOf(next.Policy.Approval))
+		ap := next.Policy.Approval
+		g.gate.approvals.settings.Store(approvalSettingsOf(ap))
+		g.gate.approvals.Retune(ap.Remember, ap.RememberAnyArguments)
+		if g.held != nil {
+			g.held.SetAllowSelf(ap.AllowSelfApproval)
+			if ap.AllowSelfApproval && !cur.Policy.Approval.AllowSelfApproval {
+				g.logger.Warn(selfApprovalWarning)
+			}
+		}
 		g.swapRules(rules)
 	}
 	g.startAdded(plan)
@@ -296,10 +304,6 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 	if slices.Contains(changed, "policy") {
 		if g.gate == nil {
 			reasons = append(reasons, "policy: the gateway started without a policy or plugins: restart it to add one")
-		}
-		a, b := cur.Policy.Approval, next.Policy.Approval
-		if a.Remember != b.Remember || a.RememberAnyArguments != b.RememberAnyArguments || a.AllowSelfApproval != b.AllowSelfApproval {
-			reasons = append(reasons, "policy.approval.remember, remember_any_arguments and allow_self_approval cannot change while the gateway runs: restart it to change them")
 		}
 	}
 	if slices.Contains(changed, "upstreams") && !maps2Equal(pinModes(cur), pinModes(next)) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/testissuer"
 	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
@@ -453,5 +455,64 @@ func TestCallHeldAcrossAReloadThatReplacesItsUpstream(t *testing.T) {
 	})
 	if res := callTool(t, cs, "alpha__whoami", nil); res.IsError {
 		t.Errorf("the call sent again after the reload: %q", textOf(t, res))
+	}
+}
+
+// TestReloadSwapsApprovalMemory: approval.remember set by a reload remembers the next
+// approval (the same call then runs without asking), and taken back by another, asks again.
+func TestReloadSwapsApprovalMemory(t *testing.T) {
+	head := "listen: 127.0.0.1:0\nupstreams:" + upstreamYAML("alpha", "alpha", "")
+	policy := func(remember string) string {
+		return "policy:\n  default: allow\n  approval: {timeout: 20s" + remember + "}\n  rules:\n    - {name: ask, effect: approve, match: {tools: [whoami]}}\n"
+	}
+	tg := startConfigured(t, parseConfig(t, head+policy("")), nil, true)
+	defer tg.close()
+	var asked atomic.Int64
+	var last atomic.Value
+	cs := connect(t, tg.url, approver("accept", true, &asked, &last))
+	call := func(want int64, what string) {
+		t.Helper()
+		if res := callTool(t, cs, "alpha__whoami", nil); res.IsError {
+			t.Fatalf("%s: %q", what, textOf(t, res))
+		}
+		if got := asked.Load(); got != want {
+			t.Errorf("%s: asked %d times in all, want %d", what, got, want)
+		}
+	}
+	call(1, "without remember")
+	call(2, "without remember, again")
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, head+policy(", remember: 1h"))); err != nil {
+		t.Fatalf("reload of approval.remember: %v", err)
+	}
+	call(3, "remember on, first call")
+	call(3, "remember on, the same call")
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, head+policy(""))); err != nil {
+		t.Fatalf("reload taking approval.remember back: %v", err)
+	}
+	call(4, "remember off again")
+}
+
+// TestReloadSwapsSelfApproval: approval.allow_self_approval set by a reload lets an operator
+// approve a call of their own, where they could not before it.
+func TestReloadSwapsSelfApproval(t *testing.T) {
+	iss := testissuer.New(t)
+	tg := startGateway(t, selfApprovalYAML(iss, "", ""), nil)
+	defer tg.close()
+	adm := startAdmin(t, tg)
+	alice := &adminClient{t: t, url: adm.url, key: "mfk_alice-admin"}
+	client := connectAs(t, tg.url, "mfk_alice", nil)
+	done := callAsync(ctxT(t), client, "a__echo", map[string]any{"text": "mine"})
+	held := adm.waitHeld(1)[0]
+	if code := alice.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusForbidden {
+		t.Errorf("approving one's own call before the reload: %d, want 403", code)
+	}
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, selfApprovalYAML(iss, ", allow_self_approval: true", ""))); err != nil {
+		t.Fatalf("reload of allow_self_approval: %v", err)
+	}
+	if code := alice.do("POST", "/api/approvals/"+held.ID, map[string]string{"decision": "approve"}, nil); code != http.StatusOK {
+		t.Errorf("approving one's own call after the reload: %d, want 200", code)
+	}
+	if res := <-done; res.IsError {
+		t.Errorf("the self-approved call: %q", resultText(res))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +19,8 @@ type Holder struct {
 	Store HeldCalls
 	// Replica is this replica's name; "" without replicas.
 	Replica string
-	// AllowSelf lets an operator approve a call of their own (approval.allow_self_approval).
+	// AllowSelf lets an operator approve a call of their own (approval.allow_self_approval);
+	// SetAllowSelf replaces it while the Holder is in use.
 	AllowSelf bool
 	// Now returns the current time (the gateway's clock). If nil, time.Now.
 	Now func() time.Time
@@ -35,6 +37,8 @@ type Holder struct {
 	// waiting holds a channel per call held here, closed when the call is decided. Guarded
 	// by mu.
 	waiting map[string]chan struct{}
+	// allowSelf, once SetAllowSelf ran, replaces AllowSelf: 1 no, 2 yes.
+	allowSelf atomic.Int32
 }
 
 // ErrNotDecided: the held call's time ran out with no decision.
@@ -131,7 +135,7 @@ func (h *Holder) Wake(id string) {
 // separation of duties), unless AllowSelf; denying one is always allowed, it only stops the
 // call. The store's ErrNotFound, ErrDecided and ErrExpired come back as they are.
 func (h *Holder) Decide(ctx context.Context, id, decision, principal, name string) (HeldCall, error) {
-	if decision == Approve && !h.AllowSelf && principal != "" {
+	if decision == Approve && !h.allowsSelf() && principal != "" {
 		// Who made a call never changes: reading it before the decision races nothing.
 		c, err := h.Store.Get(ctx, id)
 		if err == nil && c.CallerID == principal {
@@ -161,4 +165,25 @@ func (h *Holder) Decide(ctx context.Context, id, decision, principal, name strin
 // Pending returns the calls waiting for a decision, on every replica.
 func (h *Holder) Pending(ctx context.Context) ([]HeldCall, error) {
 	return h.Store.Pending(ctx, clock(h.Now))
+}
+
+// SetAllowSelf replaces AllowSelf while the Holder is in use (a configuration reload): the
+// decisions from then on follow it.
+func (h *Holder) SetAllowSelf(allow bool) {
+	v := int32(1)
+	if allow {
+		v = 2
+	}
+	h.allowSelf.Store(v)
+}
+
+// allowsSelf reports whether an operator may approve a call of their own now.
+func (h *Holder) allowsSelf() bool {
+	switch h.allowSelf.Load() {
+	case 1:
+		return false
+	case 2:
+		return true
+	}
+	return h.AllowSelf
 }

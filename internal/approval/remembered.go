@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/pipeline"
@@ -33,6 +34,31 @@ type Remembered struct {
 
 	mu      sync.Mutex
 	granted map[string]time.Time // Key → until. Guarded by mu.
+
+	// retuned, once Retune ran, replaces TTL and AnyArguments.
+	retuned atomic.Pointer[rememberSettings]
+}
+
+// rememberSettings are what Retune sets.
+type rememberSettings struct {
+	ttl          time.Duration
+	anyArguments bool
+}
+
+// Retune replaces TTL and AnyArguments while the Remembered is in use (a configuration
+// reload): calls from then on are remembered, and looked up, by the new settings. Approvals
+// remembered before hold until their own end; under other AnyArguments their keys differ,
+// and the person is asked again.
+func (a *Remembered) Retune(ttl time.Duration, anyArguments bool) {
+	a.retuned.Store(&rememberSettings{ttl: ttl, anyArguments: anyArguments})
+}
+
+// settings returns the settings in force.
+func (a *Remembered) settings() rememberSettings {
+	if r := a.retuned.Load(); r != nil {
+		return *r
+	}
+	return rememberSettings{ttl: a.TTL, anyArguments: a.AnyArguments}
 }
 
 // SharedApprovals remembers approvals for all replicas (RedisApprovals).
@@ -65,7 +91,7 @@ func (a *Remembered) Key(who pipeline.ClientContext, t *pipeline.Target) string 
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	if !a.AnyArguments {
+	if !a.settings().anyArguments {
 		h.Write(CanonicalJSON(t.Arguments))
 	}
 	return hex.EncodeToString(h.Sum(nil))
@@ -89,7 +115,7 @@ func CanonicalJSON(raw json.RawMessage) []byte {
 
 // Holds reports whether an approval of key still holds.
 func (a *Remembered) Holds(ctx context.Context, key string) bool {
-	if a.TTL <= 0 || key == "" {
+	if a.settings().ttl <= 0 || key == "" {
 		return false
 	}
 	if a.Shared != nil {
@@ -113,13 +139,14 @@ func (a *Remembered) Holds(ctx context.Context, key string) bool {
 
 // Grant remembers an approval of key.
 func (a *Remembered) Grant(ctx context.Context, key string) {
-	if a.TTL <= 0 || key == "" {
+	ttl := a.settings().ttl
+	if ttl <= 0 || key == "" {
 		return
 	}
 	if a.Shared != nil {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTimeout)
 		defer cancel()
-		if err := a.Shared.Grant(ctx, key, a.TTL); err != nil {
+		if err := a.Shared.Grant(ctx, key, ttl); err != nil {
 			orDiscard(a.Logger).Warn("remembering an approval failed: the next such call asks again", "error", err.Error())
 		}
 		return
@@ -135,7 +162,7 @@ func (a *Remembered) Grant(ctx context.Context, key string) {
 	if a.granted == nil {
 		a.granted = map[string]time.Time{}
 	}
-	a.granted[key] = now.Add(a.TTL)
+	a.granted[key] = now.Add(ttl)
 }
 
 // clock is now, or time.Now when now is nil.
