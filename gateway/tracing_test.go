@@ -192,24 +192,6 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.base.RoundTrip(r)
 }
 
-// syncBuffer is a buffer safe for the audit trail's writer and the test's reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestTracesOfAToolCall sends tools/call through a real gateway to a real HTTP upstream,
 // with the client's trace context in its HTTP headers and, for a second call, in
 // params._meta: the spans reach an OTLP receiver with the request's span as the child of the
@@ -220,7 +202,7 @@ func (b *syncBuffer) String() string {
 func TestTracesOfAToolCall(t *testing.T) {
 	recv, tracer := tracedReceiver(t, "gw-test")
 	up, seen := tracedUpstream(t, "alpha")
-	var records syncBuffer
+	var records lockedBuffer
 	trail := audit.New(&records, nil)
 	t.Cleanup(func() { _ = trail.Close() })
 	tg := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0

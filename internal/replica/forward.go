@@ -249,6 +249,12 @@ func (r *Replicas) exchangeFollowing(ctx context.Context, holder string, msg *se
 // serveFor runs serve for the exchange m another replica began, cancellable by its busCallCancel,
 // and sends back the Result it returns.
 func (r *Replicas) serveFor(m *session.BusMessage, serve func(ctx context.Context) Result) {
+	r.replyTo(m, r.runFor(m, serve))
+}
+
+// runFor runs serve for the exchange m another replica began, cancellable by its
+// busCallCancel, and returns its Result.
+func (r *Replicas) runFor(m *session.BusMessage, serve func(ctx context.Context) Result) Result {
 	ctx, cancel := context.WithCancel(r.opts.Context)
 	defer cancel()
 	f := &r.forwarding
@@ -260,40 +266,30 @@ func (r *Replicas) serveFor(m *session.BusMessage, serve func(ctx context.Contex
 		delete(f.running, m.Text)
 		f.mu.Unlock()
 	}()
-	res := serve(ctx)
+	return serve(ctx)
+}
+
+// replyTo sends res to the replica that began exchange m: through the outbox, after the
+// messages the exchange queued there before it.
+func (r *Replicas) replyTo(m *session.BusMessage, res Result) {
 	data, _ := json.Marshal(res)
-	// Through the outbox, after the messages the exchange queued there before it.
 	r.post(outgoing{replica: m.From, msg: &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}})
 }
 
 // runForwarded runs a call another replica forwarded, through the host, and sends back how it
-// ended.
+// ended; a notification gets no answer: nobody waits for it.
 func (r *Replicas) runForwarded(m *session.BusMessage) {
 	var c Call
-	reply := func(res Result) {
-		if c.Notify {
-			return // nobody waits for a notification
-		}
-		data, _ := json.Marshal(res)
-		// Through the outbox, after the call's messages queued there before it.
-		r.post(outgoing{replica: m.From, msg: &session.BusMessage{Kind: busCallResult, Text: m.Text, Data: data}})
-	}
 	if m.SessionID == "" || json.Unmarshal(m.Data, &c) != nil {
-		reply(Result{Unavailable: "the replica holding the session's connection does not know the session"})
+		if !c.Notify {
+			r.replyTo(m, Result{Unavailable: "the replica holding the session's connection does not know the session"})
+		}
 		return
 	}
-	ctx, cancel := context.WithCancel(r.opts.Context)
-	defer cancel()
-	f := &r.forwarding
-	f.mu.Lock()
-	f.running[m.Text] = runningCall{from: m.From, cancel: cancel}
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.running, m.Text)
-		f.mu.Unlock()
-	}()
-	reply(r.host.Serve(ctx, m.SessionID, m.Stream, m.Text, c))
+	res := r.runFor(m, func(ctx context.Context) Result { return r.host.Serve(ctx, m.SessionID, m.Stream, m.Text, c) })
+	if !c.Notify {
+		r.replyTo(m, res)
+	}
 }
 
 // callResult hands how a forwarded call ended to the request waiting for it.
