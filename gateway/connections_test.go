@@ -16,6 +16,7 @@ import (
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // Regression tests for connections that a hostile or broken client held open: a body that
@@ -142,17 +143,24 @@ func initializeFrom(t *testing.T, client *http.Client, url, xff string) (int, st
 // the status, 0 if the connection was closed without one.
 func probe(t *testing.T, client *http.Client, mcpURL, xff string) int {
 	t.Helper()
+	status, _ := probeErr(t, client, mcpURL, xff)
+	return status
+}
+
+// probeErr is probe with the error of a request that got no answer.
+func probeErr(t *testing.T, client *http.Client, mcpURL, xff string) (int, error) {
+	t.Helper()
 	req := boundedRequest(t, http.MethodGet, strings.TrimSuffix(mcpURL, "/mcp")+"/healthz", nil)
 	if xff != "" {
 		req.Header.Set("X-Forwarded-For", xff)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 // refusedAtOnce reports whether the gateway closed conn without an answer: a request written
@@ -272,12 +280,24 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 	// requests in progress through it are, each holding one of them.
 	addr := tg.srv.Listener.Addr().String()
 	proxyIP := net.ParseIP("127.0.0.1")
+	var stalled []net.Conn
 	for range 3 {
-		stalledPOST(t, addr, proxyIP, "X-Forwarded-For: 198.51.100.7\r\n")
+		stalled = append(stalled, stalledPOST(t, addr, proxyIP, "X-Forwarded-For: 198.51.100.7\r\n"))
 	}
-	waitUntil(t, "a 4th request of a client with 3 in progress through the proxy to get 429", func() bool {
-		return probe(t, proxy, tg.url, "198.51.100.7") == http.StatusTooManyRequests
-	})
+	var last string
+	if !testwait.Within(waitBound, func() bool {
+		status, err := probeErr(t, proxy, tg.url, "198.51.100.7")
+		last = fmt.Sprintf("%d %v", status, err)
+		return status == http.StatusTooManyRequests
+	}) {
+		// Say why: a stalled request the gateway answered no longer holds its place.
+		for i, c := range stalled {
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			t.Logf("stalled request %d: read %q, %v", i+1, line, err)
+		}
+		t.Fatalf("a 4th request of a client with 3 in progress through the proxy did not get 429 within %s; the last answer: %s", waitBound, last)
+	}
 	if status := probe(t, proxy, tg.url, "198.51.100.8"); status != http.StatusOK {
 		t.Errorf("another client through the proxy, which holds 4 connections: %d, want 200", status)
 	}
