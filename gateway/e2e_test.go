@@ -21,6 +21,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -113,20 +114,17 @@ func (tg *testGateway) close() {
 
 func waitReady(t testing.TB, gw *gateway.Gateway, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	if !testwait.Within(30*time.Second, func() bool {
 		ready := 0
 		for _, s := range gw.UpstreamStatuses() {
 			if s.State == upstream.StateReady {
 				ready++
 			}
 		}
-		if ready == n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return ready == n
+	}) {
+		t.Fatalf("upstreams not ready: %v", gw.UpstreamStatuses())
 	}
-	t.Fatalf("upstreams not ready: %v", gw.UpstreamStatuses())
 }
 
 var (

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -13,6 +14,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/backend"
+	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -213,7 +217,9 @@ func TestSessionLimit(t *testing.T) {
 }
 
 func TestIdleSessionExpires(t *testing.T) {
-	c := bareGateway(t, "session_idle_timeout: 200ms\n", &gateway.Options{ExpiryInterval: 20 * time.Millisecond})
+	clock := testclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	store := session.NewMemoryStore(&session.MemoryOptions{Now: clock.Now})
+	c := bareGateway(t, "session_idle_timeout: 200ms\n", &gateway.Options{ExpiryInterval: 10 * time.Millisecond, Now: clock.Now, Backends: backend.NewMemory(store)})
 	idle := c.initialize()
 	streaming := c.initialize()
 
@@ -229,17 +235,16 @@ func TestIdleSessionExpires(t *testing.T) {
 	}
 	defer resp.Body.Close()
 
+	// Past the idle timeout, the next round of expiry ends the idle session. The store is
+	// watched rather than the session pinged: a ping would use it.
+	clock.Advance(300 * time.Millisecond)
+	waitUntil(t, "the idle session to expire", func() bool {
+		_, err := store.Get(context.Background(), idle)
+		return errors.Is(err, session.ErrNotFound)
+	})
 	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r := c.do(http.MethodPost, ping, map[string]string{"Mcp-Session-Id": idle})
-		if r.status == http.StatusNotFound {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the idle session never expired")
-		}
-		time.Sleep(300 * time.Millisecond) // longer than the idle timeout: each ping is the only use
+	if r := c.do(http.MethodPost, ping, map[string]string{"Mcp-Session-Id": idle}); r.status != http.StatusNotFound {
+		t.Errorf("a ping of the expired session: %d %s, want 404", r.status, r.body)
 	}
 	if r := c.do(http.MethodPost, ping, map[string]string{"Mcp-Session-Id": streaming}); r.status != http.StatusOK {
 		t.Errorf("the session with an open stream expired: %d %s", r.status, r.body)
@@ -296,23 +301,19 @@ func TestUnavailableUpstream(t *testing.T) {
 	}
 	// While it is down its tools are gone from the list, yet calling one says unavailable,
 	// not unknown; the other upstream serves on.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitUntil(t, "the crashed upstream's tools to leave the list", func() bool {
 		list, err := cs.ListTools(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(toolNames(list.Tools), "fragile__ok") {
-			if !slices.Contains(toolNames(list.Tools), "alpha__echo") {
-				t.Errorf("alpha's tools left with fragile's: %v", toolNames(list.Tools))
-			}
-			break
+		if slices.Contains(toolNames(list.Tools), "fragile__ok") {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the crashed upstream's tools stayed listed")
+		if !slices.Contains(toolNames(list.Tools), "alpha__echo") {
+			t.Errorf("alpha's tools left with fragile's: %v", toolNames(list.Tools))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
 	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "fragile__ok"})
 	if err != nil {
 		t.Fatalf("ok while down: %v", err)

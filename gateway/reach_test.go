@@ -20,6 +20,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 	"github.com/manifold-mcp/manifold/upstream"
 )
 
@@ -95,9 +96,7 @@ func TestLateUpstreamAppears(t *testing.T) {
 		t.Fatalf("before the upstream is up: %v %v, want an empty list", list, err)
 	}
 	// The first attempt fails as soon as the connection is refused.
-	for deadline := time.Now().Add(5 * time.Second); tg.gw.UpstreamStatuses()["late"].State == upstream.StateStarting && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Within(waitBound, func() bool { return tg.gw.UpstreamStatuses()["late"].State != upstream.StateStarting })
 	if st := tg.gw.UpstreamStatuses()["late"].State; st != upstream.StateDown {
 		t.Errorf("state %q before the upstream is up, want down", st)
 	}
@@ -170,11 +169,10 @@ upstreams:
 	}
 	// Until it is back, its calls fail as unavailable; the other upstream is untouched.
 	sawDown := false
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	if !testwait.Within(15*time.Second, func() bool {
 		res := call("wrapped__echo")
 		if !res.IsError && textOf(t, res) == "beta:x" && sawDown {
-			break
+			return true
 		}
 		if res.IsError {
 			sawDown = true
@@ -185,10 +183,9 @@ upstreams:
 		if got := textOf(t, call("alpha__echo")); got != "alpha:x" {
 			t.Errorf("alpha__echo while wrapped is down = %q", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed upstream did not come back (saw it down: %v)", sawDown)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("the killed upstream did not come back (saw it down: %v)", sawDown)
 	}
 }
 
@@ -235,8 +232,7 @@ func TestHealthEndpoints(t *testing.T) {
 		} `json:"upstreams"`
 	}
 	var readyBody []byte
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	if !testwait.Within(15*time.Second, func() bool {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			t.Fatal(err)
@@ -249,14 +245,10 @@ func TestHealthEndpoints(t *testing.T) {
 		if err := json.Unmarshal(body, &ready); err != nil {
 			t.Fatal(err)
 		}
-		if ready.Upstreams["alpha"].State == "ready" && ready.Upstreams["gone"].State == "down" && ready.Upstreams["quitter"].State == "down" {
-			readyBody = body
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never showed alpha ready and gone down: %s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
+		readyBody = body
+		return ready.Upstreams["alpha"].State == "ready" && ready.Upstreams["gone"].State == "down" && ready.Upstreams["quitter"].State == "down"
+	}) {
+		t.Fatalf("/readyz never showed alpha ready and gone down: %s", readyBody)
 	}
 	// A probe learns why in a word; the error, with the upstream's address, stays in the log
 	// and in `gateway catalog`.

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/manifold-mcp/manifold/gateway"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // markedClient connects a client whose sampling and elicitation handlers answer with its own
@@ -185,16 +186,11 @@ func TestProgressTokensStayWithTheirOwner(t *testing.T) {
 			}
 			wg.Wait()
 			// The client may run its notification handler after the call has returned.
-			waitFor := time.Now().Add(5 * time.Second)
-			for time.Now().Before(waitFor) {
+			testwait.Within(waitBound, func() bool {
 				mu.Lock()
-				done := len(got["A"]) >= 3 && len(got["B"]) >= 3
-				mu.Unlock()
-				if done {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				defer mu.Unlock()
+				return len(got["A"]) >= 3 && len(got["B"]) >= 3
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range []string{"A", "B"} {
@@ -227,29 +223,30 @@ func TestCancelStopsOnlyItsOwnCall(t *testing.T) {
 		_, err := a.CallTool(callCtx, &mcp.CallToolParams{Name: "r__block"})
 		blocked <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // let the call reach the upstream
-	cancel()                           // the go-sdk client sends notifications/cancelled
+	ctx := ctxT(t)
+	waitUntil(t, "the call to reach the upstream", func() bool {
+		res, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "r__blocking"})
+		return err == nil && textOf(t, res) == "1"
+	})
+	cancel() // the go-sdk client sends notifications/cancelled
 	if err := <-blocked; err == nil {
 		t.Error("the cancelled call returned no error")
 	}
-	ctx := ctxT(t)
 	res, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}})
 	if err != nil || textOf(t, res) != "sampled=B/x;elicited=B" {
 		t.Errorf("the other session's call: %v %v", res, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	seen := ""
+	waitUntil(t, "the upstream to see the cancel", func() bool {
 		res, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "r__cancels"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if textOf(t, res) == "1" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the upstream saw %s cancels, want 1", textOf(t, res))
-		}
-		time.Sleep(20 * time.Millisecond)
+		seen = textOf(t, res)
+		return seen == "1"
+	})
+	if seen != "1" {
+		t.Fatalf("the upstream saw %s cancels, want 1", seen)
 	}
 }
 
@@ -328,13 +325,7 @@ func TestSessionIsolation(t *testing.T) {
 
 	// Ending a session ends its child; then C gets one.
 	a.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for tg.gw.IsolatedConnections("r") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections after a session ended, want 1", tg.gw.IsolatedConnections("r"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, "one connection left after a session ended", func() bool { return tg.gw.IsolatedConnections("r") == 1 })
 	res, err = c.CallTool(ctx, &mcp.CallToolParams{Name: "r__ask", Arguments: map[string]any{"text": "x"}})
 	if err != nil || textOf(t, res) != "sampled=C/x;elicited=C" {
 		t.Errorf("C after A left: %v %v", res, err)
@@ -356,13 +347,7 @@ func TestIsolatedConnectionClosesWhenIdle(t *testing.T) {
 		}
 	}
 	call()
-	deadline := time.Now().Add(10 * time.Second)
-	for tg.gw.IsolatedConnections("r") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle session connection was not closed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, "the idle session's connection to close", func() bool { return tg.gw.IsolatedConnections("r") == 0 })
 	call()
 }
 

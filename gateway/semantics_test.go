@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // logRecorder collects the log messages a client receives.
@@ -67,10 +69,7 @@ func TestLogLevelsPerSession(t *testing.T) {
 			wg.Wait()
 			want := map[string][]string{"A": {"A@debug", "A@info", "A@warning"}, "B": {"B@warning"}}
 			// The client may run its notification handler after the call has returned.
-			waitFor := time.Now().Add(5 * time.Second)
-			for (len(logs["A"].got()) < 3 || len(logs["B"].got()) < 1) && time.Now().Before(waitFor) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testwait.Within(waitBound, func() bool { return len(logs["A"].got()) >= 3 && len(logs["B"].got()) >= 1 })
 			for m := range levels {
 				if got := logs[m].got(); strings.Join(got, ",") != strings.Join(want[m], ",") {
 					t.Errorf("session %s received %v, want %v", m, got, want[m])
@@ -80,13 +79,11 @@ func TestLogLevelsPerSession(t *testing.T) {
 			if _, err := sessions["A"].CallTool(ctx, &mcp.CallToolParams{Name: "sem__log_later", Arguments: map[string]any{"text": "L"}}); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(time.Second)
-			for time.Now().Before(deadline) {
-				if broadcast && len(logs["A"].got()) == 4 && len(logs["B"].got()) == 2 {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			// Broadcast, both sessions get it; otherwise neither does, which a second
+			// without it stands for.
+			testwait.Within(time.Second, func() bool {
+				return broadcast && len(logs["A"].got()) == 4 && len(logs["B"].got()) == 2
+			})
 			for m := range levels {
 				later := strings.Contains(strings.Join(logs[m].got(), ","), "L@later")
 				if later != broadcast {
@@ -161,12 +158,8 @@ func TestSubscriptionsFanOut(t *testing.T) {
 		t.Errorf("after one of two left: %s", got)
 	}
 	sessions["B"].Close() // the last subscriber's session ends
-	deadline = time.Now().Add(5 * time.Second)
-	for counts() != "subscribe=1 unsubscribe=1" {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the last subscriber's session ended: %s", counts())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Within(waitBound, func() bool { return counts() == "subscribe=1 unsubscribe=1" }) {
+		t.Fatalf("after the last subscriber's session ended: %s", counts())
 	}
 }
 

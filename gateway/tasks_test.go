@@ -11,6 +11,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // TestTasksBoundToTheirSession: an mcp-go upstream runs a tool as a task; the creating
@@ -50,8 +51,7 @@ func TestTasksBoundToTheirSession(t *testing.T) {
 	}
 	id := created.Task.TaskID
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testwait.Within(waitBound, func() bool {
 		r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"`+id+`"}}`, a)
 		if r.msg.Error != nil {
 			t.Fatalf("tasks/get: %s", r.body)
@@ -61,13 +61,9 @@ func TestTasksBoundToTheirSession(t *testing.T) {
 		if st.TaskID != id {
 			t.Errorf("tasks/get answered task id %q, want the gateway's %q", st.TaskID, id)
 		}
-		if st.Status == "completed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the task never completed: %s", r.body)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return st.Status == "completed"
+	}) {
+		t.Fatalf("the task never completed: %s", r.body)
 	}
 	r = c.do(http.MethodPost, `{"jsonrpc":"2.0","id":5,"method":"tasks/result","params":{"taskId":"`+id+`"}}`, a)
 	if !strings.Contains(string(r.msg.Result), "done:x") || strings.Contains(string(r.body), `"taskId":"`) && !strings.Contains(string(r.body), id) {

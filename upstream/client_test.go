@@ -27,6 +27,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // runMarker tags every process this test binary starts, so that TestMain can prove none is
@@ -67,14 +68,12 @@ func TestMain(m *testing.M) {
 // waitNoLeftovers waits up to limit for the processes carrying marker to be gone, and returns
 // those still there. A SIGKILLed process dies asynchronously, hence the wait.
 func waitNoLeftovers(marker string, limit time.Duration) []int {
-	deadline := time.Now().Add(limit)
-	for {
-		left := testupstream.Leftovers(marker)
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var left []int
+	testwait.Within(limit, func() bool {
+		left = testupstream.Leftovers(marker)
+		return len(left) == 0
+	})
+	return left
 }
 
 // waitTimeout bounds every wait for something an upstream does.
@@ -83,13 +82,7 @@ const waitTimeout = 10 * time.Second
 // waitUntil polls cond until it holds, failing the test after waitTimeout.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, waitTimeout, what, cond)
 }
 
 // goSpec runs this test binary as the go-sdk test upstream of flavor.
@@ -527,15 +520,17 @@ func TestClientCallTimeout(t *testing.T) {
 				ctx, cancel := context.WithCancel(t.Context())
 				go func() {
 					defer cancel()
-					for ctx.Err() == nil {
+					if !testwait.Within(waitTimeout, func() bool {
 						for _, m := range readLog(logPath) {
 							p, _ := m["params"].(map[string]any)
 							args, _ := p["arguments"].(map[string]any)
 							if args["tag"] == t.Name() {
-								return
+								return true
 							}
 						}
-						time.Sleep(5 * time.Millisecond)
+						return ctx.Err() != nil
+					}) {
+						t.Errorf("the call never reached the upstream within %s", waitTimeout)
 					}
 				}()
 				return ctx
