@@ -276,48 +276,75 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		return err
 	}
 	defer f.close()
+	targets, done, err := f.startTargets(bin, other, otherURL, redisAddr, rec)
+	defer done()
+	if err != nil {
+		return err
+	}
+	if keep != nil {
+		if targets, err = selectTargets(targets, keep); err != nil {
+			return err
+		}
+	}
+	if err := f.waitUp(targets); err != nil {
+		return err
+	}
+	return m.measure(targets, ns, errorsN, errorsCalls, rec)
+}
+
+// startTargets starts the echo server and the gateways in front of it, and returns the
+// targets to measure. done, to call once measuring is over (also after an error), stops
+// what the fleet does not: the issuer, the trace receiver, the replicas' accounting.
+func (f *fleet) startTargets(bin, other, otherURL, redisAddr string, rec *record) (targets []target, done func(), err error) {
+	var closers []func()
+	done = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
 	echo := filepath.Join(bin, "echo-server")
 	echoAddr, err := freeAddr()
 	if err != nil {
-		return err
+		return nil, done, err
 	}
 	if err := f.start("echo.log", echo, "-http", echoAddr); err != nil {
-		return err
+		return nil, done, err
 	}
-	gwStdio, err := f.gateway(bin, "stdio", "", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
+	stdioUpstream := fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo)
+	gwStdio, err := f.gateway(bin, "stdio", "", stdioUpstream)
 	if err != nil {
-		return err
+		return nil, done, err
 	}
 	gwHTTP, err := f.gateway(bin, "http", "", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    url: http://%s/mcp\n", echoAddr))
 	if err != nil {
-		return err
+		return nil, done, err
 	}
 	stdioFloor, httpFloor := []string{"direct", "direct-stdio"}, []string{"direct", "direct"}
 	gwAuth, closeIssuer, err := f.authGateway(bin, echo, stdioFloor)
 	if err != nil {
-		return err
+		return nil, done, err
 	}
-	defer closeIssuer()
+	closers = append(closers, closeIssuer)
 	gwPolicy, err := f.policyGateway(bin, echo, stdioFloor)
 	if err != nil {
-		return err
+		return nil, done, err
 	}
 	gwPlugin, err := f.pluginGateway(bin, echo, stdioFloor)
 	if err != nil {
-		return err
+		return nil, done, err
 	}
 	// gateway-stdio with metrics recorded (served on a listener of their own, not scraped).
-	gwMetrics, err := f.gateway(bin, "metrics", "metrics: {listen: 127.0.0.1:0}\n", fmt.Sprintf("  - name: echo\n    prefix: \"\"\n    command: %q\n", echo))
+	gwMetrics, err := f.gateway(bin, "metrics", "metrics: {listen: 127.0.0.1:0}\n", stdioUpstream)
 	if err != nil {
-		return err
+		return nil, done, err
 	}
 	// gateway-stdio with metrics recorded and every request traced to a local receiver.
 	gwObserved, closeReceiver, err := f.observedGateway(bin, echo, stdioFloor)
 	if err != nil {
-		return err
+		return nil, done, err
 	}
-	defer closeReceiver()
-	targets := []target{
+	closers = append(closers, closeReceiver)
+	targets = []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
 		{name: "gateway-stdio", url: gwStdio, floor: stdioFloor},
@@ -332,39 +359,37 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 	if other != "" {
 		fields := strings.Fields(other)
 		if err := f.start("other.log", fields[0], fields[1:]...); err != nil {
-			return err
+			return nil, done, err
 		}
 		targets = append(targets, target{name: "other-proxy", url: otherURL, floor: stdioFloor})
 	}
-	if redisAddr != "" {
-		gwRedis, rtt, err := f.redisGateway(bin, echo, redisAddr)
-		switch {
-		case err != nil:
-			fmt.Printf("no Redis store compared: %v\n\n", err)
-			rec.redis = fmt.Sprintf("not compared: %v", err)
-		default:
-			ping := fmt.Sprintf("PING round trip p50 %d µs (1000 PINGs on one connection)", rtt.Microseconds())
-			fmt.Printf("Redis at %s: %s\n\n", redisAddr, ping)
-			rec.redis = redisAddr + ", " + ping
-			targets = append(targets,
-				target{name: "gateway-redis", url: gwRedis, floor: stdioFloor},
-				target{name: "gateway-redis-2026", url: gwRedis, floor: stdioFloor, versus: "gateway-redis", protocol: protocolModern})
-			more, closeReplicas, err := f.replicaTargets(bin, echo, redisAddr, gwRedis, stdioFloor)
-			if err != nil {
-				return err
-			}
-			defer func() { rec.replicaRequests = closeReplicas() }()
-			targets = append(targets, more...)
-		}
+	if redisAddr == "" {
+		return targets, done, nil
 	}
-	if keep != nil {
-		if targets, err = selectTargets(targets, keep); err != nil {
-			return err
-		}
+	gwRedis, rtt, err := f.redisGateway(bin, echo, redisAddr)
+	if err != nil {
+		fmt.Printf("no Redis store compared: %v\n\n", err)
+		rec.redis = fmt.Sprintf("not compared: %v", err)
+		return targets, done, nil
 	}
-	if err := f.waitUp(targets); err != nil {
-		return err
+	ping := fmt.Sprintf("PING round trip p50 %d µs (1000 PINGs on one connection)", rtt.Microseconds())
+	fmt.Printf("Redis at %s: %s\n\n", redisAddr, ping)
+	rec.redis = redisAddr + ", " + ping
+	targets = append(targets,
+		target{name: "gateway-redis", url: gwRedis, floor: stdioFloor},
+		target{name: "gateway-redis-2026", url: gwRedis, floor: stdioFloor, versus: "gateway-redis", protocol: protocolModern})
+	more, closeReplicas, err := f.replicaTargets(bin, echo, redisAddr, gwRedis, stdioFloor)
+	if err != nil {
+		return nil, done, err
 	}
+	closers = append(closers, func() { rec.replicaRequests = closeReplicas() })
+	return append(targets, more...), done, nil
+}
+
+// measure compares targets at each number of sessions in ns, then, when errorsN > 0, runs
+// errorsN sessions of errorsCalls calls against each to count errors; what it finds goes to
+// rec. It returns errCallsFailed when some calls failed.
+func (m measurer) measure(targets []target, ns []int, errorsN, errorsCalls int, rec *record) error {
 	failed := false
 	for _, n := range ns {
 		if m.ctx.Err() != nil {
@@ -377,16 +402,17 @@ func run(bin string, m measurer, ns []int, errorsN, errorsCalls int, other, othe
 		rec.calls = append(rec.calls, c)
 		failed = failed || bad
 	}
-	if errorsN > 0 {
-		for _, t := range targets {
-			res, err := load(m.ctx, m.mcpload, t, errorsN, "-calls", strconv.Itoa(errorsCalls))
-			if err != nil {
-				return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
-			}
-			fmt.Printf("errors at n=%d, %d calls per session: %-*s %d errors of %d calls %v\n", errorsN, errorsCalls, nameWidth(targets), t.name, sum(res.Errors), res.Calls+sum(res.Errors), res.Errors)
-			rec.errorChecks = append(rec.errorChecks, errorCheck{target: t.name, n: errorsN, callsPerSession: errorsCalls, res: res})
-			failed = failed || sum(res.Errors) > 0
+	for _, t := range targets {
+		if errorsN <= 0 {
+			break
 		}
+		res, err := load(m.ctx, m.mcpload, t, errorsN, "-calls", strconv.Itoa(errorsCalls))
+		if err != nil {
+			return fmt.Errorf("%s n=%d: %w", t.name, errorsN, err)
+		}
+		fmt.Printf("errors at n=%d, %d calls per session: %-*s %d errors of %d calls %v\n", errorsN, errorsCalls, nameWidth(targets), t.name, sum(res.Errors), res.Calls+sum(res.Errors), res.Errors)
+		rec.errorChecks = append(rec.errorChecks, errorCheck{target: t.name, n: errorsN, callsPerSession: errorsCalls, res: res})
+		failed = failed || sum(res.Errors) > 0
 	}
 	if failed {
 		return errCallsFailed
