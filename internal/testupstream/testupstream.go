@@ -251,21 +251,44 @@ func New(flavor string) (*mcp.Server, error) {
 //     "sampled=<text>;elicited=<answer>;roots=<number of roots>".
 func addReverseTools(server *mcp.Server) {
 	var cancels atomic.Int64 // of "block" and "hold" calls
-	var blocking atomic.Int64
-	sample := func(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
-		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
-			MaxTokens: 10,
-			Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
-		})
-		if err != nil {
-			return "", err
-		}
-		tc, _ := res.Content.(*mcp.TextContent)
-		if tc == nil {
-			return "", fmt.Errorf("sampling answered %T", res.Content)
-		}
-		return tc.Text, nil
+	addSamplingTools(server)
+	addProgressTools(server, &cancels)
+	addRootsTools(server)
+	addElicitationTools(server)
+	addCancelTools(server, &cancels)
+}
+
+// sample asks the client to sample prompt, and returns the model's text.
+func sample(ctx context.Context, ss *mcp.ServerSession, prompt string) (string, error) {
+	res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{
+		MaxTokens: 10,
+		Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
+	})
+	if err != nil {
+		return "", err
 	}
+	tc, _ := res.Content.(*mcp.TextContent)
+	if tc == nil {
+		return "", fmt.Errorf("sampling answered %T", res.Content)
+	}
+	return tc.Text, nil
+}
+
+// elicitAnswer elicits a form with a string "answer", and returns it.
+func elicitAnswer(ctx context.Context, ss *mcp.ServerSession, message string) (string, error) {
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Message: message,
+		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{
+			"answer": map[string]any{"type": "string"}}},
+	})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprint(res.Content["answer"]), nil
+}
+
+// addSamplingTools adds "ask", "slow_ask" and "sample_then_progress".
+func addSamplingTools(server *mcp.Server) {
 	mcp.AddTool(server, &mcp.Tool{Name: "ask", Description: "samples and elicits mid-call"},
 		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
 			sampled, err := sample(ctx, req.Session, in.Text)
@@ -304,6 +327,11 @@ func addReverseTools(server *mcp.Server) {
 			}
 			return text("sampled=" + sampled), nil, nil
 		})
+}
+
+// addProgressTools adds "progress", "progress_fast", "hold" (whose cancels count in cancels)
+// and "flood".
+func addProgressTools(server *mcp.Server, cancels *atomic.Int64) {
 	mcp.AddTool(server, &mcp.Tool{Name: "progress", Description: "reports progress three times"},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			token := req.Params.GetProgressToken()
@@ -325,6 +353,34 @@ func addReverseTools(server *mcp.Server) {
 			}
 			return text("done"), nil, nil
 		})
+	mcp.AddTool(server, &mcp.Tool{Name: "hold", Description: "reports progress once, then runs until cancelled"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if token := req.Params.GetProgressToken(); token != nil {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 1}); err != nil {
+					return nil, nil, err
+				}
+			}
+			<-ctx.Done()
+			cancels.Add(1)
+			return nil, nil, ctx.Err()
+		})
+	mcp.AddTool(server, &mcp.Tool{Name: "flood", Description: "reports progress count times, then runs until cancelled"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+			Count int `json:"count"`
+		}) (*mcp.CallToolResult, any, error) {
+			token := req.Params.GetProgressToken()
+			for i := range in.Count {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i + 1)}); err != nil {
+					return nil, nil, err
+				}
+			}
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		})
+}
+
+// addRootsTools adds "roots_later", "last_roots" and "roots_changes".
+func addRootsTools(server *mcp.Server) {
 	// "roots_later" asks for roots after its call returned; "last_roots" answers what came.
 	var lastRoots atomic.Value
 	lastRoots.Store("none yet")
@@ -354,30 +410,14 @@ func addReverseTools(server *mcp.Server) {
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return text(lastRoots.Load().(string)), nil, nil
 		})
-	mcp.AddTool(server, &mcp.Tool{Name: "hold", Description: "reports progress once, then runs until cancelled"},
-		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-			if token := req.Params.GetProgressToken(); token != nil {
-				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 1}); err != nil {
-					return nil, nil, err
-				}
-			}
-			<-ctx.Done()
-			cancels.Add(1)
-			return nil, nil, ctx.Err()
+	mcp.AddTool(server, &mcp.Tool{Name: "roots_changes", Description: "how many roots list_changed notifications arrived"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(fmt.Sprint(rootsChanges.Load())), nil, nil
 		})
-	mcp.AddTool(server, &mcp.Tool{Name: "flood", Description: "reports progress count times, then runs until cancelled"},
-		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
-			Count int `json:"count"`
-		}) (*mcp.CallToolResult, any, error) {
-			token := req.Params.GetProgressToken()
-			for i := range in.Count {
-				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i + 1)}); err != nil {
-					return nil, nil, err
-				}
-			}
-			<-ctx.Done()
-			return nil, nil, ctx.Err()
-		})
+}
+
+// addElicitationTools adds "url_elicit", "ask_thrice" and "ask_together".
+func addElicitationTools(server *mcp.Server) {
 	mcp.AddTool(server, &mcp.Tool{Name: "url_elicit", Description: "elicits in URL mode, completes after returning"},
 		func(ctx context.Context, req *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
 			id := "el-" + in.Text
@@ -393,17 +433,6 @@ func addReverseTools(server *mcp.Server) {
 			}()
 			return text(res.Action), nil, nil
 		})
-	elicitAnswer := func(ctx context.Context, ss *mcp.ServerSession, message string) (string, error) {
-		res, err := ss.Elicit(ctx, &mcp.ElicitParams{
-			Message: message,
-			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{
-				"answer": map[string]any{"type": "string"}}},
-		})
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprint(res.Content["answer"]), nil
-	}
 	mcp.AddTool(server, &mcp.Tool{Name: "ask_thrice", Description: "elicits three times in one call"},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			var answers []string
@@ -441,10 +470,11 @@ func addReverseTools(server *mcp.Server) {
 			}
 			return text(fmt.Sprintf("sampled=%s;elicited=%s;roots=%d", sampled, elicited, len(roots.Roots))), nil, nil
 		})
-	mcp.AddTool(server, &mcp.Tool{Name: "roots_changes", Description: "how many roots list_changed notifications arrived"},
-		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-			return text(fmt.Sprint(rootsChanges.Load())), nil, nil
-		})
+}
+
+// addCancelTools adds "block" (whose cancels count in cancels), "blocking" and "cancels".
+func addCancelTools(server *mcp.Server, cancels *atomic.Int64) {
+	var blocking atomic.Int64
 	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			blocking.Add(1)
