@@ -322,6 +322,19 @@ func (o *RedisOptions) withDefaults() RedisOptions {
 
 // newRedisClient validates o, with defaults applied, and builds its client.
 func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
+	url, err := checkRedisOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	if o.Client != nil {
+		return o.Client, nil
+	}
+	return buildRedisClient(o, url), nil
+}
+
+// checkRedisOptions returns every problem of o, with defaults applied, and the options its
+// URL gives (nil without one).
+func checkRedisOptions(o *RedisOptions) (*redis.Options, error) {
 	var problems []error
 	forms := 0
 	for _, set := range []bool{o.URL != "", o.SentinelMaster != "" || len(o.SentinelAddrs) > 0, len(o.ClusterAddrs) > 0} {
@@ -381,10 +394,11 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
+	return url, nil
+}
 
-	if o.Client != nil {
-		return o.Client, nil
-	}
+// buildRedisClient builds the client of o's form: url (from o.URL), Sentinel or Cluster.
+func buildRedisClient(o *RedisOptions, url *redis.Options) redis.UniversalClient {
 	// Fail fast: no command retries (a retry could run a script twice), one dial per
 	// attempt, and the context's deadline bounds every socket operation.
 	const noRetries = -1
@@ -405,7 +419,7 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 		url.MaxRetries, url.DialerRetries, url.ContextTimeoutEnabled = noRetries, 1, true
 		url.DisableIdentity = true
 		url.MaintNotificationsConfig = disabled
-		return redis.NewClient(url), nil
+		return redis.NewClient(url)
 	case o.SentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:            o.SentinelMaster,
@@ -424,7 +438,7 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 			DialerRetries:         1,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
-		}), nil
+		})
 	default:
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                    o.ClusterAddrs,
@@ -440,7 +454,7 @@ func newRedisClient(o *RedisOptions) (redis.UniversalClient, error) {
 			ContextTimeoutEnabled:    true,
 			DisableIdentity:          true,
 			MaintNotificationsConfig: disabled,
-		}), nil
+		})
 	}
 }
 
