@@ -147,6 +147,15 @@ func (i *Issuer) Handler() http.Handler {
 			writeJSON(w, http.StatusForbidden, oauthError{"invalid_request", "the demo issuer answers only on loopback (localhost, 127.0.0.1, [::1])"})
 			return
 		}
+		// A browser-based client (the MCP Inspector) fetches the metadata, registers and
+		// redeems its code from its own origin.
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		if r.Method == http.MethodOptions {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, MCP-Protocol-Version")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
 }

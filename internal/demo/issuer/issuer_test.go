@@ -151,3 +151,29 @@ func TestHostMustBeLoopback(t *testing.T) {
 		t.Errorf("Host rebound.example.com: %d, want 403", resp.StatusCode)
 	}
 }
+
+// TestBrowserClientsMayCall: a client running in a browser, on another origin, may fetch the
+// metadata and post to the token endpoint (CORS, with its preflight).
+func TestBrowserClientsMayCall(t *testing.T) {
+	now := time.Now()
+	_, srv := start(t, &now)
+	req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/token", nil)
+	req.Header.Set("Origin", "http://localhost:6274")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+		t.Errorf("preflight of /token: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, err = http.Get(srv.URL + "/.well-known/oauth-authorization-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("metadata: %d %v", resp.StatusCode, resp.Header)
+	}
+}
