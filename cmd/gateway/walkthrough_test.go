@@ -522,6 +522,10 @@ func TestWalkthroughRules(t *testing.T) {
 		{"excerpt not in the file", "<!-- walkthrough: excerpt of file.txt -->\n```text\nfirst line\nsecond\n```\n", "not in file.txt as they stand"},
 		{"excerpt of a part of a line", "<!-- walkthrough: excerpt of file.txt -->\n```text\nline\n```\n", "not in file.txt"},
 		{"a gateway that does not start", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway serve -config nowhere.yaml\n```\n", "before it was ready"},
+		{"an issuer that does not start", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway demo -issuer 0.0.0.0:8090\n```\n", "is not a loopback address"},
+		{"an issuer answers at the reader's address", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway demo -issuer 127.0.0.1:8090\n```\n" +
+			"<!-- walkthrough: run -->\n```sh\ncurl -s http://127.0.0.1:8090/.well-known/openid-configuration\n```\n" +
+			"<!-- walkthrough: output contains -->\n```text\n\"issuer\":\"http://127.0.0.1:8090\"\n```\n", ""},
 		{"a background block that is no serve command", "<!-- walkthrough: background -->\n```sh\nsleep 100\n```\n", "one `go run ./cmd/gateway serve` command"},
 		{"an unmarked command", "```sh\necho one\n```\n", "doc.md:3: this ```sh block has no walkthrough marker"},
 		{"a marker without a block", "<!-- walkthrough: run -->\ntext\n```sh\necho one\n```\n", "doc.md:3: the walkthrough marker is not followed by a fenced block"},
