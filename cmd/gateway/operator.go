@@ -234,7 +234,7 @@ const pinsSynopsis = "[list | accept UPSTREAM/TOOL | reject UPSTREAM/TOOL] [-has
 func pins(args []string, stdout, stderr io.Writer) int {
 	var hash string
 	c, words, code, ok := parseOperator("pins", pinsSynopsis, args, stdout, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&hash, "hash", "", "accept or reject the change of this hash only (as `gateway pins` showed it); default the change pending now")
+		fs.StringVar(&hash, "hash", "", "accept or reject the change of this hash only (as `gateway pins` shows it, or whole from -json); default the change pending now")
 	})
 	if !ok {
 		return code
@@ -251,30 +251,48 @@ func pins(args []string, stdout, stderr io.Writer) int {
 			return c.usageError("%s takes UPSTREAM/TOOL, like github/create_issue (the tool's name at its upstream)", verb)
 		}
 		notFound := fmt.Sprintf("no pin of %s/%s: `gateway pins` lists the pinned tools by upstream and the tool's name there", printable(upstream), printable(tool))
-		if hash == "" {
-			all, err := c.client.Pins(ctx)
-			if err != nil {
-				return c.fail(err, "")
-			}
-			p, ok := findPin(all, upstream, tool)
-			switch {
-			case !ok:
-				return c.fail(fmt.Errorf("%w", admin.ErrNotFound), notFound)
-			case p.Change == nil:
-				fmt.Fprintf(stderr, "gateway pins: %s/%s has no pending change: its upstream lists it as pinned\n", printable(upstream), printable(tool))
-				return 1
-			}
-			hash = p.Change.Hash
+		all, err := c.client.Pins(ctx)
+		if err != nil {
+			return c.fail(err, "")
 		}
-		p, err := c.client.Resolve(ctx, upstream, tool, hash, verb)
+		p, ok := findPin(all, upstream, tool)
+		switch {
+		case !ok:
+			return c.fail(fmt.Errorf("%w", admin.ErrNotFound), notFound)
+		case p.Change == nil:
+			fmt.Fprintf(stderr, "gateway pins: %s/%s has no pending change: its upstream lists it as pinned\n", printable(upstream), printable(tool))
+			return 1
+		}
+		hash = pendingHash(p.Change.Hash, hash)
+		resolved, err := c.client.Resolve(ctx, upstream, tool, hash, verb)
 		if err != nil {
 			return c.fail(err, notFound)
 		}
-		return c.decided("pin", p, fmt.Sprintf("%s: the change %s of %s/%s", verbPast(verb), hash, printable(upstream), printable(tool)))
+		return c.decided("pin", resolved, fmt.Sprintf("%s: the change %s of %s/%s", verbPast(verb), hash, printable(upstream), printable(tool)))
 	case verb == admin.Accept || verb == admin.Reject:
 		return c.usageError("%s takes one UPSTREAM/TOOL (`gateway pins` lists them)", verb)
 	}
 	return c.usageError("unexpected %q: want list, accept UPSTREAM/TOOL or reject UPSTREAM/TOOL", strings.Join(words, " "))
+}
+
+// pendingHash is the hash to decide on: the pending change's when given is "" or a prefix of
+// it at least as long as the table shows (shortHash), else given as it is, for the gateway to
+// refuse as a change that is no longer pending.
+func pendingHash(pending, given string) string {
+	given = strings.TrimSuffix(given, "…")
+	if given == "" || (len(given) >= len(shortHash(pending))-len("…") && strings.HasPrefix(pending, given)) {
+		return pending
+	}
+	return given
+}
+
+// shortHash is a hash as the table shows it: its algorithm and 12 hex digits.
+func shortHash(h string) string {
+	const keep = len("sha256:") + 12
+	if len(h) <= keep {
+		return h
+	}
+	return h[:keep] + "…"
 }
 
 func findPin(all []admin.Pin, upstream, tool string) (admin.Pin, bool) {
@@ -297,7 +315,7 @@ func printPins(w io.Writer, all []admin.Pin) {
 	for _, p := range all {
 		state, change := "pinned", "-"
 		if p.Change != nil {
-			state, change = "changed", p.Change.Hash
+			state, change = "changed", shortHash(p.Change.Hash)
 			if p.Change.Rejected {
 				state = "rejected"
 			}
@@ -308,7 +326,7 @@ func printPins(w io.Writer, all []admin.Pin) {
 		if !p.Missing.IsZero() {
 			state += ", missing since " + p.Missing.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", printable(p.Upstream), printable(p.Tool), state, p.Hash, change)
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", printable(p.Upstream), printable(p.Tool), state, shortHash(p.Hash), change)
 	}
 	tw.Flush()
 	for _, p := range all {
@@ -343,11 +361,19 @@ func compactJSON(raw json.RawMessage, limit int) string {
 	if len(raw) == 0 {
 		return "-"
 	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return strconv.Quote(string(raw))
 	}
-	s := b.String()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the text as it is: < and > are harmless on a terminal
+	if err := enc.Encode(v); err != nil {
+		return strconv.Quote(string(raw))
+	}
+	s := strings.TrimSuffix(b.String(), "\n")
 	if r := []rune(s); limit > 0 && len(r) > limit {
 		s = string(r[:limit-1]) + "…"
 	}

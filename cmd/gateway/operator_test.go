@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -278,7 +279,7 @@ upstreams:
 		_, out, _ = runGateway("pins", "-config", cfgPath)
 		return strings.Contains(out, "changed, withheld")
 	})
-	if !strings.Contains(out, "description") || !strings.Contains(out, "id_rsa") {
+	if !strings.Contains(out, "description") || !strings.Contains(out, "<script>") || !strings.Contains(out, "id_rsa") {
 		t.Errorf("gateway pins shows no diff of the description:\n%s", out)
 	}
 	if _, listed := description(); listed {
@@ -292,14 +293,20 @@ upstreams:
 		{"a tool not pinned", []string{"pins", "accept", "r/nope"}, "no pin of r/nope"},
 		{"no tool", []string{"pins", "accept", "r"}, "takes UPSTREAM/TOOL"},
 		{"another hash", []string{"pins", "accept", "r/fetch", "-hash", "sha256:0000"}, "list again"},
+		{"a prefix of another hash", []string{"pins", "accept", "r/fetch", "-hash", "sha256:0123456789ab…"}, "list again"},
 	} {
 		code, _, errOut := runGateway(append(tc.args, "-config", cfgPath)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%s: gateway %s: exit %d, stderr %q; want %q", tc.name, strings.Join(tc.args, " "), code, errOut, tc.want)
 		}
 	}
-	if code, out, errOut := runGateway("pins", "accept", "r/fetch", "-config", cfgPath); code != 0 || !strings.Contains(out, "accepted: the change sha256:") {
-		t.Fatalf("gateway pins accept r/fetch: exit %d, stdout %q, stderr %q", code, out, errOut)
+	// The change as the table shows it: its hash cut short.
+	shown := regexp.MustCompile(`r/fetch +changed, withheld +\S+ +(sha256:[0-9a-f]{12}…)`).FindStringSubmatch(out)
+	if shown == nil {
+		t.Fatalf("gateway pins shows no short hash of the change:\n%s", out)
+	}
+	if code, out, errOut := runGateway("pins", "accept", "r/fetch", "-hash", shown[1], "-config", cfgPath); code != 0 || !strings.Contains(out, "accepted: the change "+strings.TrimSuffix(shown[1], "…")) {
+		t.Fatalf("gateway pins accept r/fetch -hash %s: exit %d, stdout %q, stderr %q", shown[1], code, out, errOut)
 	}
 	waitFor(t, "the accepted tool to be listed with its new description", func() bool {
 		d, _ := description()
