@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +15,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
@@ -78,15 +82,11 @@ func postForm(t *testing.T, u string, form url.Values) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-var resourceMetadata = regexp.MustCompile(`resource_metadata="([^"]+)"`)
-
-// TestDemoIssuerOAuthFlow runs a client's OAuth flow against the gateway of docs/auth.md's
-// walkthrough (examples/auth/gateway.yaml and the demo issuer), as an MCP client does it:
-// from the 401's resource metadata to the issuer, client registration, the authorization
-// code with PKCE (the HTTP client follows the redirects to its loopback callback), the token
-// for the gateway's resource, and a call with it through the official SDK.
-func TestDemoIssuerOAuthFlow(t *testing.T) {
-	issuerURL := startDemoIssuer(t)
+// serveAuthExample serves docs/auth.md's walkthrough: the demo issuer, and the gateway of
+// examples/auth/gateway.yaml asking for its tokens, both on free ports.
+func serveAuthExample(t *testing.T) (g *servedGateway, issuerURL string) {
+	t.Helper()
+	issuerURL = startDemoIssuer(t)
 	env := map[string]string{"DEMO_ISSUER": issuerURL}
 	cfg, err := config.Load(filepath.Join("..", "..", "examples", "auth", "gateway.yaml"), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
@@ -98,8 +98,33 @@ func TestDemoIssuerOAuthFlow(t *testing.T) {
 	for i := range cfg.Upstreams {
 		cfg.Upstreams[i].Env = map[string]string{testupstream.EnvRun: testupstream.Marker}
 	}
-	g := serveLogged(t, cfg)
+	g = serveLogged(t, cfg)
 	waitReady(t, g)
+	return g, issuerURL
+}
+
+// startCallback serves a client's redirect URI on loopback until the test ends: the query of
+// each redirect to it arrives on the channel.
+func startCallback(t *testing.T) (redirectURI string, queries <-chan url.Values) {
+	t.Helper()
+	got := make(chan url.Values, 1)
+	callback := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Query()
+		io.WriteString(w, "you may close this window")
+	}))
+	t.Cleanup(callback.Close)
+	return callback.URL + "/callback", got
+}
+
+var resourceMetadata = regexp.MustCompile(`resource_metadata="([^"]+)"`)
+
+// TestDemoIssuerOAuthFlow runs a client's OAuth flow against the gateway of docs/auth.md's
+// walkthrough (examples/auth/gateway.yaml and the demo issuer), as an MCP client does it:
+// from the 401's resource metadata to the issuer, client registration, the authorization
+// code with PKCE (the HTTP client follows the redirects to its loopback callback), the token
+// for the gateway's resource, and a call with it through the official SDK.
+func TestDemoIssuerOAuthFlow(t *testing.T) {
+	g, issuerURL := serveAuthExample(t)
 
 	// 1. The 401 names the protected resource metadata, which names the issuer.
 	resp, err := http.Post(g.url, "application/json", strings.NewReader(`{}`))
@@ -130,13 +155,7 @@ func TestDemoIssuerOAuthFlow(t *testing.T) {
 	if as.Issuer != issuerURL {
 		t.Fatalf("authorization server metadata: %+v", as)
 	}
-	codes := make(chan url.Values, 1)
-	callback := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		codes <- r.URL.Query()
-		io.WriteString(w, "you may close this window")
-	}))
-	defer callback.Close()
-	redirectURI := callback.URL + "/callback"
+	redirectURI, codes := startCallback(t)
 	reg, _ := json.Marshal(map[string]any{"client_name": "oauth-flow-test", "redirect_uris": []string{redirectURI}})
 	resp, err = http.Post(as.RegistrationEndpoint, "application/json", strings.NewReader(string(reg)))
 	if err != nil {
@@ -209,6 +228,58 @@ func TestDemoIssuerOAuthFlow(t *testing.T) {
 		t.Fatalf("demo__echo with the token: %v %+v", err, res)
 	}
 	if want := "principal=demo-user@" + issuerURL; !strings.Contains(g.logs.String(), want) {
+		t.Errorf("the gateway's log does not name the session's principal %q", want)
+	}
+}
+
+// TestDemoIssuerWithTheSDKsOAuthClient: the official Go SDK's OAuth client (dynamic
+// registration, authorization code with PKCE, RFC 9207 iss check) connects through the
+// gateway with a token of the demo issuer, on its own from the gateway's 401.
+func TestDemoIssuerWithTheSDKsOAuthClient(t *testing.T) {
+	g, issuerURL := serveAuthExample(t)
+	redirectURI, results := startCallback(t)
+	// The user's browser: it opens the authorization URL and follows the redirects to the
+	// client's callback, where the code arrives.
+	browser := func(ctx context.Context, args *sdkauth.AuthorizationArgs) (*sdkauth.AuthorizationResult, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, args.URL, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		select {
+		case q := <-results:
+			return &sdkauth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
+		default:
+			return nil, fmt.Errorf("the authorization ended at %s (%d), not at the callback", resp.Request.URL, resp.StatusCode)
+		}
+	}
+	handler, err := sdkauth.NewAuthorizationCodeHandler(&sdkauth.AuthorizationCodeHandlerConfig{
+		DynamicClientRegistrationConfig: &sdkauth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+			RedirectURIs: []string{redirectURI}, ClientName: "sdk-oauth-test", TokenEndpointAuthMethod: "none",
+		}},
+		RedirectURL:              redirectURI,
+		AuthorizationCodeFetcher: browser,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "sdk-oauth-test", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: g.url, OAuthHandler: handler}, nil)
+	if err != nil {
+		t.Fatalf("connect with the SDK's OAuth client: %v", err)
+	}
+	defer cs.Close()
+	waitFor(t, "demo__echo to be listed", func() bool { _, ok := listedDescription(t, cs, "demo__echo"); return ok })
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "demo__echo", Arguments: map[string]any{"text": "hello from the sdk"}})
+	if err != nil || res.IsError || resultText(res) != "hello from the sdk" {
+		t.Fatalf("demo__echo: %v %+v", err, res)
+	}
+	if want := "client=sdk-oauth-test principal=demo-user@" + issuerURL; !strings.Contains(g.logs.String(), want) {
 		t.Errorf("the gateway's log does not name the session's principal %q", want)
 	}
 }

@@ -162,18 +162,20 @@ func (i *Issuer) Handler() http.Handler {
 
 func (i *Issuer) serveMetadata(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
-		"issuer":                                i.url,
-		"authorization_endpoint":                i.url + "/authorize",
-		"token_endpoint":                        i.url + "/token",
-		"jwks_uri":                              i.url + "/jwks",
-		"registration_endpoint":                 i.url + "/register",
-		"response_types_supported":              []string{"code"},
-		"grant_types_supported":                 []string{"authorization_code", "client_credentials"},
-		"code_challenge_methods_supported":      []string{"S256"},
-		"token_endpoint_auth_methods_supported": []string{"none", "client_secret_post", "client_secret_basic"},
-		"subject_types_supported":               []string{"public"},
-		"id_token_signing_alg_values_supported": []string{"RS256"},
-		"scopes_supported":                      []string{DefaultScope},
+		"issuer":                           i.url,
+		"authorization_endpoint":           i.url + "/authorize",
+		"token_endpoint":                   i.url + "/token",
+		"jwks_uri":                         i.url + "/jwks",
+		"registration_endpoint":            i.url + "/register",
+		"response_types_supported":         []string{"code"},
+		"grant_types_supported":            []string{"authorization_code", "client_credentials"},
+		"code_challenge_methods_supported": []string{"S256"},
+		// The redirect carries iss (RFC 9207), which clients check against the issuer.
+		"authorization_response_iss_parameter_supported": true,
+		"token_endpoint_auth_methods_supported":          []string{"none", "client_secret_post", "client_secret_basic"},
+		"subject_types_supported":                        []string{"public"},
+		"id_token_signing_alg_values_supported":          []string{"RS256"},
+		"scopes_supported":                               []string{DefaultScope},
 	})
 }
 
