@@ -28,6 +28,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/backend"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/demo"
+	"github.com/manifold-mcp/manifold/internal/demo/issuer"
 	"github.com/manifold-mcp/manifold/internal/heapfloor"
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/internal/tracing"
@@ -492,19 +493,67 @@ func serveAdmin(gw *gateway.Gateway, cfg *config.Config, logger *slog.Logger) (*
 
 // serveDemo serves the demo MCP server over stdin and stdout: the example config starts it as
 // its upstream with command "@self", this very program, so it starts at once.
+//
+// With -issuer it serves the demo OpenID Connect issuer instead (package issuer), on
+// loopback only, until SIGINT or SIGTERM.
 func serveDemo(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	name := fs.String("name", "demo", "server name reported in serverInfo")
+	issuerAddr := fs.String("issuer", "", "serve the demo OIDC issuer on this loopback `host:port` (like 127.0.0.1:8090) instead of the MCP server")
+	audience := fs.String("audience", "", "with -issuer: the aud of tokens whose request names no resource (default http://127.0.0.1:8080/mcp)")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *issuerAddr != "" {
+		if err := serveIssuer(ctx, *issuerAddr, *audience, stderr); err != nil {
+			fmt.Fprintln(stderr, "gateway demo:", err)
+			return 1
+		}
+		return 0
+	}
 	if err := demo.Serve(ctx, *name); err != nil {
 		fmt.Fprintln(stderr, "gateway demo:", err)
 		return 1
 	}
 	return 0
+}
+
+// serveIssuer serves the demo issuer on addr, which must be a loopback address, until ctx ends.
+func serveIssuer(ctx context.Context, addr, audience string, stderr io.Writer) error {
+	if err := issuer.CheckLoopback(addr); err != nil {
+		return fmt.Errorf("-issuer %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("-issuer: %w", err)
+	}
+	iss, err := issuer.New("http://"+ln.Addr().String(), &issuer.Options{Audience: audience})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: iss.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger.Info("demo OIDC issuer listening: every request gets a token for the demo user, on this machine only",
+		"issuer", iss.URL(), "subject", issuer.Subject)
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve the issuer: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve the issuer: %w", err)
+	}
+	return nil
 }
 
 // endpointURL is the MCP endpoint's URL a user on this machine can open: for a listener on all

@@ -24,11 +24,11 @@ import (
 	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
-// walkthroughSource is the file whose walkthrough TestWalkthrough runs, relative to the
+// walkthroughSources are the files whose walkthroughs TestWalkthrough runs, relative to the
 // module root.
-const walkthroughSource = "README.md"
+var walkthroughSources = []string{"README.md", "docs/auth.md"}
 
-// The walkthrough is the part of walkthroughSource between `<!-- walkthrough: begin -->` and
+// The walkthrough is the part of a walkthrough source between `<!-- walkthrough: begin -->` and
 // `<!-- walkthrough: end -->`. Its fenced blocks run in order, as a reader would type them, by
 // the marker comment before each (other comments, like the yaml examples' markers, and blank
 // lines may stand between the marker and the block):
@@ -37,7 +37,9 @@ const walkthroughSource = "README.md"
 //   - `run, fails`: the same, but it must exit 1 (a command that ran and said no; 2 is a usage
 //     error, 127 a command that is not there).
 //   - `background`: a ```sh block of one `serve` command, started and waited for until its
-//     /readyz answers; it runs until the next background block replaces it, or the end.
+//     /readyz answers; it runs until the next background block replaces it, or the end. Or
+//     one `demo -issuer 127.0.0.1:8090` command, waited for until its discovery document
+//     answers; it runs until the end.
 //   - `output contains`: a block whose every non-blank line must be in the output (stdout and
 //     stderr) of the command block before it; for a background one, its output so far.
 //   - `output lacks TEXT`, a marker with no block of its own: TEXT must not be in that output
@@ -48,7 +50,8 @@ const walkthroughSource = "README.md"
 // Every ```sh block of the walkthrough has a marker. Variables a block exports stay set for
 // the blocks after it. The commands run with a HOME and XDG directories of their own;
 // `go run ./cmd/gateway` and `gateway` are this test binary standing for the gateway, and
-// 127.0.0.1:8080 is a free port (given to `serve` with -listen and to `call` with -url).
+// 127.0.0.1:8080 is a free port (given to `serve` with -listen and to `call` with -url), and
+// so is 127.0.0.1:8090, the demo issuer's.
 
 // envGateway makes the test binary the gateway's program, run with the arguments it is given:
 // the walkthrough's `gateway` (see TestMain).
@@ -56,6 +59,9 @@ const envGateway = "MANIFOLD_TEST_GATEWAY"
 
 // defaultListen is the address the walkthrough's gateway listens on as the reader runs it.
 const defaultListen = "127.0.0.1:8080"
+
+// defaultIssuer is the address the walkthrough's demo issuer listens on as the reader runs it.
+const defaultIssuer = "127.0.0.1:8090"
 
 var walkMarker = regexp.MustCompile(`^<!--\s*walkthrough:\s*(.*?)\s*-->$`)
 
@@ -194,11 +200,15 @@ type walker struct {
 	source string // the Markdown file, for messages
 	root   string // the directory the commands run in, and excerpts' paths start from
 	addr   string // where the gateway listens instead of defaultListen
-	env    []string
-	state  string // a file of the variables exported so far, sourced by each block
+	// issuerAddr is where the demo issuer listens instead of defaultIssuer.
+	issuerAddr string
+	env        []string
+	state      string // a file of the variables exported so far, sourced by each block
 
 	// server is the background gateway; nil when none runs.
 	server *backgroundProcess
+	// issuers are the background demo issuers, stopped at the end.
+	issuers []*backgroundProcess
 	// output is the output of the last command block.
 	output func() string
 }
@@ -227,10 +237,11 @@ func newWalker(t *testing.T, source, root string) *walker {
 		t.Fatal(err)
 	}
 	return &walker{
-		source: source,
-		root:   root,
-		addr:   freePort(t),
-		state:  state,
+		source:     source,
+		root:       root,
+		addr:       freePort(t),
+		issuerAddr: freePort(t),
+		state:      state,
 		env: []string{
 			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 			"HOME=" + home,
@@ -257,8 +268,13 @@ var callCommand = regexp.MustCompile(`(^|[\s;&|(])gateway call\b`)
 // walker's address.
 func (w *walker) rewrite(script string) string {
 	s := strings.ReplaceAll(script, "go run ./cmd/gateway", "gateway")
-	s = strings.ReplaceAll(s, defaultListen, w.addr)
+	s = w.readdress(s)
 	return callCommand.ReplaceAllString(s, "${1}gateway call -url http://"+w.addr+"/mcp")
+}
+
+// readdress puts the walker's addresses for the reader's in s.
+func (w *walker) readdress(s string) string {
+	return strings.NewReplacer(defaultListen, w.addr, defaultIssuer, w.issuerAddr).Replace(s)
 }
 
 // walk runs the blocks in order and stops the background gateway at the end; the error
@@ -267,6 +283,11 @@ func (w *walker) walk(ctx context.Context, blocks []walkBlock) (err error) {
 	defer func() {
 		if stopErr := w.stopServer(); err == nil {
 			err = stopErr
+		}
+		for _, p := range w.issuers {
+			if stopErr := p.stop("demo issuer"); err == nil {
+				err = stopErr
+			}
 		}
 	}()
 	for _, b := range blocks {
@@ -287,7 +308,7 @@ func (w *walker) step(ctx context.Context, b walkBlock) error {
 	case "output contains", "output lacks":
 		out := w.output()
 		for _, want := range strings.Split(b.body, "\n") {
-			want = strings.ReplaceAll(strings.TrimRight(want, " "), defaultListen, w.addr)
+			want = w.readdress(strings.TrimRight(want, " "))
 			if strings.TrimSpace(want) == "" {
 				continue
 			}
@@ -348,35 +369,50 @@ type backgroundProcess struct {
 // startServer stops the background gateway, if one runs, starts b's and waits until it
 // answers /readyz.
 func (w *walker) startServer(b walkBlock) error {
+	command := strings.TrimSpace(w.rewrite(b.body))
+	if strings.HasPrefix(command, "gateway demo -issuer ") {
+		p, err := w.startBackground(command, "http://"+w.issuerAddr+"/.well-known/openid-configuration")
+		if p != nil {
+			w.issuers = append(w.issuers, p)
+		}
+		return err
+	}
 	if err := w.stopServer(); err != nil {
 		return err
 	}
-	command := strings.TrimSpace(w.rewrite(b.body))
 	if !strings.HasPrefix(command, "gateway serve ") {
-		return errors.New("a background block is one `go run ./cmd/gateway serve` command")
+		return errors.New("a background block is one `go run ./cmd/gateway serve` command, or one `go run ./cmd/gateway demo -issuer` command")
 	}
-	script := fmt.Sprintf(". %s\nexec %s -listen %s", shellQuote(w.state), command, w.addr)
+	p, err := w.startBackground(command+" -listen "+w.addr, "http://"+w.addr+"/readyz")
+	w.server = p
+	return err
+}
+
+// startBackground starts command and waits until ready answers 200; the process is nil when
+// it exited.
+func (w *walker) startBackground(command, ready string) (*backgroundProcess, error) {
+	script := fmt.Sprintf(". %s\nexec %s", shellQuote(w.state), command)
 	p := &backgroundProcess{cmd: exec.Command("bash", "-c", script), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Dir, p.cmd.Env = w.root, w.env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	go func() {
 		defer close(p.done)
 		p.err = p.cmd.Wait()
 	}()
-	w.server, w.output = p, p.out.String
+	w.output = p.out.String
 	exited := false
-	ready := testwait.Within(30*time.Second, func() bool {
+	answered := testwait.Within(30*time.Second, func() bool {
 		select {
 		case <-p.done:
 			exited = true
 			return true
 		default:
 		}
-		resp, err := http.Get("http://" + w.addr + "/readyz")
+		resp, err := http.Get(ready)
 		if err != nil {
 			return false
 		}
@@ -385,12 +421,11 @@ func (w *walker) startServer(b walkBlock) error {
 	})
 	switch {
 	case exited:
-		w.server = nil
-		return fmt.Errorf("it exited (%v) before it was ready; output:\n%s", p.err, indent(p.out.String()))
-	case !ready:
-		return fmt.Errorf("/readyz did not answer 200 within 30s; output:\n%s", indent(p.out.String()))
+		return nil, fmt.Errorf("it exited (%v) before it was ready; output:\n%s", p.err, indent(p.out.String()))
+	case !answered:
+		return p, fmt.Errorf("%s did not answer 200 within 30s; output:\n%s", ready, indent(p.out.String()))
 	}
-	return nil
+	return p, nil
 }
 
 // stopServer stops the background gateway, if one runs: SIGTERM to its process group, and
@@ -401,6 +436,12 @@ func (w *walker) stopServer() error {
 		return nil
 	}
 	w.server = nil
+	return p.stop("gateway")
+}
+
+// stop stops the process: SIGTERM to its process group, and SIGKILL if it has not stopped
+// within 20 seconds. An exit status other than 0 is an error.
+func (p *backgroundProcess) stop(what string) error {
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
@@ -408,10 +449,10 @@ func (w *walker) stopServer() error {
 	case <-time.After(20 * time.Second):
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-p.done
-		return fmt.Errorf("the background gateway did not stop within 20s of SIGTERM; output:\n%s", indent(p.out.String()))
+		return fmt.Errorf("the background %s did not stop within 20s of SIGTERM; output:\n%s", what, indent(p.out.String()))
 	}
 	if p.err != nil {
-		return fmt.Errorf("the background gateway stopped with %v; output:\n%s", p.err, indent(p.out.String()))
+		return fmt.Errorf("the background %s stopped with %v; output:\n%s", what, p.err, indent(p.out.String()))
 	}
 	return nil
 }
@@ -432,23 +473,27 @@ func TestWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(root, walkthroughSource))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, err := parseWalkthrough(walkthroughSource, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(blocks, func(b walkBlock) bool { return b.kind == "background" }) {
-		t.Fatalf("%s: the walkthrough starts no gateway: has it lost its markers?", walkthroughSource)
-	}
-	w := newWalker(t, walkthroughSource, root)
-	if err := w.walk(t.Context(), blocks); err != nil {
-		t.Fatal(err)
-	}
-	if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
-		t.Errorf("processes the walkthrough started are left: %v", left)
+	for _, source := range walkthroughSources {
+		t.Run(source, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(root, source))
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks, err := parseWalkthrough(source, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(blocks, func(b walkBlock) bool { return b.kind == "background" }) {
+				t.Fatalf("%s: the walkthrough starts no gateway: has it lost its markers?", source)
+			}
+			w := newWalker(t, source, root)
+			if err := w.walk(t.Context(), blocks); err != nil {
+				t.Fatal(err)
+			}
+			if left := testupstream.Leftovers(testupstream.Marker); len(left) > 0 {
+				t.Errorf("processes the walkthrough started are left: %v", left)
+			}
+		})
 	}
 }
 
@@ -477,6 +522,10 @@ func TestWalkthroughRules(t *testing.T) {
 		{"excerpt not in the file", "<!-- walkthrough: excerpt of file.txt -->\n```text\nfirst line\nsecond\n```\n", "not in file.txt as they stand"},
 		{"excerpt of a part of a line", "<!-- walkthrough: excerpt of file.txt -->\n```text\nline\n```\n", "not in file.txt"},
 		{"a gateway that does not start", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway serve -config nowhere.yaml\n```\n", "before it was ready"},
+		{"an issuer that does not start", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway demo -issuer 0.0.0.0:8090\n```\n", "is not a loopback address"},
+		{"an issuer answers at the reader's address", "<!-- walkthrough: background -->\n```sh\ngo run ./cmd/gateway demo -issuer 127.0.0.1:8090\n```\n" +
+			"<!-- walkthrough: run -->\n```sh\ncurl -s http://127.0.0.1:8090/.well-known/openid-configuration\n```\n" +
+			"<!-- walkthrough: output contains -->\n```text\n\"issuer\":\"http://127.0.0.1:8090\"\n```\n", ""},
 		{"a background block that is no serve command", "<!-- walkthrough: background -->\n```sh\nsleep 100\n```\n", "one `go run ./cmd/gateway serve` command"},
 		{"an unmarked command", "```sh\necho one\n```\n", "doc.md:3: this ```sh block has no walkthrough marker"},
 		{"a marker without a block", "<!-- walkthrough: run -->\ntext\n```sh\necho one\n```\n", "doc.md:3: the walkthrough marker is not followed by a fenced block"},

@@ -1,0 +1,179 @@
+package issuer
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+func TestCheckLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:8090": true, "[::1]:8090": true, "localhost:8090": true, "127.0.0.1:0": true,
+		"0.0.0.0:8090": false, ":8090": false, "[::]:8090": false, "192.0.2.1:8090": false, "example.com:8090": false, "127.0.0.1": false,
+	} {
+		if err := CheckLoopback(addr); (err == nil) != ok {
+			t.Errorf("CheckLoopback(%q) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+}
+
+// start serves a new issuer whose clock is *now.
+func start(t *testing.T, now *time.Time) (*Issuer, *httptest.Server) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	iss, err := New(srv.URL, &Options{Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = iss.Handler()
+	return iss, srv
+}
+
+// noRedirects is a client that returns each redirect instead of following it.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// TestTokenByClientCredentials: a token for the demo user, with the resource asked for as
+// its audience (or the default), verifiable with the published keys.
+func TestTokenByClientCredentials(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	iss, srv := start(t, &now)
+	var keys jose.JSONWebKeySet
+	resp, err := http.Get(srv.URL + "/jwks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&keys)
+	resp.Body.Close()
+	for _, tc := range []struct{ resource, wantAud string }{
+		{"https://gw.example.com/mcp", "https://gw.example.com/mcp"},
+		{"", "http://127.0.0.1:8080/mcp"},
+	} {
+		resp, err := http.PostForm(srv.URL+"/token", url.Values{"grant_type": {"client_credentials"}, "resource": {tc.resource}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			AccessToken string `json:"access_token"`
+		}
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		tok, err := jwt.ParseSigned(body.AccessToken, []jose.SignatureAlgorithm{jose.RS256})
+		if err != nil {
+			t.Fatalf("resource %q: %v", tc.resource, err)
+		}
+		var claims jwt.Claims
+		var extra struct {
+			Scope  string   `json:"scope"`
+			Groups []string `json:"groups"`
+		}
+		if err := tok.Claims(keys.Keys[0].Key, &claims, &extra); err != nil {
+			t.Fatalf("the token does not verify with the published key: %v", err)
+		}
+		if err := claims.Validate(jwt.Expected{Issuer: iss.URL(), Subject: Subject, AnyAudience: []string{tc.wantAud}, Time: now}); err != nil || extra.Scope != DefaultScope || len(extra.Groups) != 1 {
+			t.Errorf("resource %q: claims %+v %+v: %v", tc.resource, claims, extra, err)
+		}
+	}
+}
+
+// TestAuthorizeRefuses: the authorize endpoint redirects only to loopback, requires PKCE
+// S256, and its codes expire.
+func TestAuthorizeRefuses(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	_, srv := start(t, &now)
+	authorize := func(q url.Values) *http.Response {
+		resp, err := noRedirects.Get(srv.URL + "/authorize?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	good := url.Values{"response_type": {"code"}, "client_id": {"c"}, "redirect_uri": {"http://localhost:6274/oauth/callback"},
+		"code_challenge": {"E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"}, "code_challenge_method": {"S256"}, "state": {"s"}}
+	with := func(k, v string) url.Values {
+		q := url.Values{}
+		for key, vals := range good {
+			q[key] = vals
+		}
+		q.Set(k, v)
+		return q
+	}
+	if resp := authorize(with("redirect_uri", "https://attacker.example.com/cb")); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a redirect beyond loopback: %d, want 400 and no redirect", resp.StatusCode)
+	}
+	for name, q := range map[string]url.Values{"no PKCE": with("code_challenge", ""), "plain PKCE": with("code_challenge_method", "plain")} {
+		resp := authorize(q)
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		if resp.StatusCode != http.StatusFound || loc.Query().Get("error") != "invalid_request" || loc.Query().Get("code") != "" {
+			t.Errorf("%s: %d to %s, want a redirect with invalid_request and no code", name, resp.StatusCode, loc)
+		}
+	}
+	resp := authorize(good)
+	loc, _ := url.Parse(resp.Header.Get("Location"))
+	code := loc.Query().Get("code")
+	if resp.StatusCode != http.StatusFound || code == "" || !strings.HasPrefix(loc.String(), "http://localhost:6274/oauth/callback?") {
+		t.Fatalf("authorize: %d to %s", resp.StatusCode, loc)
+	}
+	now = now.Add(codeLifetime + time.Second)
+	// The verifier of the challenge above, from RFC 7636 appendix B.
+	tr, err := http.PostForm(srv.URL+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {code}, "client_id": {"c"},
+		"redirect_uri": {"http://localhost:6274/oauth/callback"}, "code_verifier": {"dBjftJeZ4CVP-mJ92K9TQYnBamlFdoyjs28t2H8mnTs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Body.Close()
+	if tr.StatusCode != http.StatusBadRequest {
+		t.Errorf("an expired code: %d, want 400", tr.StatusCode)
+	}
+}
+
+// TestHostMustBeLoopback: a request whose Host is not loopback (DNS rebinding) is refused.
+func TestHostMustBeLoopback(t *testing.T) {
+	now := time.Now()
+	_, srv := start(t, &now)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/.well-known/openid-configuration", nil)
+	req.Host = "rebound.example.com"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Host rebound.example.com: %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestBrowserClientsMayCall: a client running in a browser, on another origin, may fetch the
+// metadata and post to the token endpoint (CORS, with its preflight).
+func TestBrowserClientsMayCall(t *testing.T) {
+	now := time.Now()
+	_, srv := start(t, &now)
+	req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/token", nil)
+	req.Header.Set("Origin", "http://localhost:6274")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+		t.Errorf("preflight of /token: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, err = http.Get(srv.URL + "/.well-known/oauth-authorization-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("metadata: %d %v", resp.StatusCode, resp.Header)
+	}
+}
