@@ -60,8 +60,12 @@ const summaryColumn = 57
 func usageText() string {
 	var b strings.Builder
 	b.WriteString("usage:\n")
+	nameWidth := 0
 	for _, c := range commands {
-		line := strings.TrimRight(fmt.Sprintf("  gateway %-8s %s", c.name, c.args), " ")
+		nameWidth = max(nameWidth, len(c.name))
+	}
+	for _, c := range commands {
+		line := strings.TrimRight(fmt.Sprintf("  gateway %-*s %s", nameWidth, c.name, c.args), " ")
 		if len(line) >= summaryColumn {
 			b.WriteString(line + "\n")
 			line = ""
