@@ -79,8 +79,16 @@ type Options struct {
 	// approval (chain.go). A Check that also implements pipeline.Inspector sees each result
 	// on the way back too. Empty: everything is allowed.
 	Checks []pipeline.Check
-	// Audit receives one record per completed request. If nil, no audit trail.
+	// Audit receives one record per completed request; the caller closes it after Close. If
+	// nil, the trail OpenAudit opens, or none.
 	Audit *audit.Log
+	// OpenAudit opens the audit trail that cfg's audit settings name (trail nil when they
+	// turn it off), for New when Audit is nil, and for each reload that changes audit.sink,
+	// path or buffer (reload.go); closeTrail writes what the trail holds and closes its
+	// output. The gateway calls closeTrail once, when a reload has replaced the trail or at
+	// Close. If nil (or Audit is set), the trail stays the one given, and a reload that
+	// changes those keys is refused.
+	OpenAudit func(cfg *config.Config) (trail *audit.Log, closeTrail func(), err error)
 	// UpstreamOptions are the base options of every upstream client; the gateway sets the
 	// logger and callbacks. If nil, the upstream package's defaults.
 	UpstreamOptions *upstream.Options
@@ -142,6 +150,8 @@ type Gateway struct {
 	gate *gate
 	// plugins are the policy plugins; nil when there are none.
 	plugins *plugin.Host
+	// audit is the audit trail in force and its settings (audittrail.go).
+	audit *auditTrail
 	// pinning guards the pinned upstreams' tool definitions; nil when none is pinned.
 	pinning *pinning
 	// held keeps the calls waiting for an operator's approval; nil without the admin API.
@@ -217,6 +227,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		return nil, err
 	}
 	if g.auth, err = newAuthn(cfg, &g.opts); err != nil {
+		g.abandon()
+		return nil, err
+	}
+	if g.audit, err = newAuditTrail(cfg, &g.opts); err != nil {
 		g.abandon()
 		return nil, err
 	}
@@ -481,11 +495,14 @@ func upstreamOptions(g *Gateway) upstream.Options {
 	return base
 }
 
-// abandon undoes what New started before it failed: the plugins, the store.
+// abandon undoes what New started before it failed: the plugins, the audit trail, the store.
 func (g *Gateway) abandon() {
 	g.cancel()
 	if g.plugins != nil {
 		_ = g.plugins.Close()
+	}
+	if g.audit != nil {
+		g.audit.close()
 	}
 	_ = g.closeStore()
 }
@@ -628,6 +645,7 @@ func (g *Gateway) Close() error {
 			g.auth.verifier.Close() // key fetches in flight end
 		}
 		<-requestsDone
+		g.audit.close() // after the last request's record
 		if err := g.closeStore(); err != nil {
 			g.logger.Warn("closing the session store failed", "error", err.Error())
 		}

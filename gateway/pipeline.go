@@ -165,7 +165,7 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 				g.auditHidden(rq, kind, name)
 				// The record names what was asked for, as it was asked: nothing of what exists.
 				asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
-				if g.cfg.Audit.Arguments {
+				if g.audit.arguments() {
 					asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
 				}
 				return asked, unknownName(kind, what, name)
@@ -186,7 +186,7 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 		if kind == pipeline.Tool && (g.gate != nil || g.plugins != nil) {
 			res.target.Annotations = entry.Annotations()
 		}
-		if len(g.checks) > 0 || g.cfg.Audit.Arguments {
+		if len(g.checks) > 0 || g.audit.arguments() {
 			// Only checks and the audit trail read the arguments: without them, the request
 			// does not pay for it.
 			res.target.Arguments, _, _ = protocol.Member(params, "arguments")

@@ -25,13 +25,14 @@ import (
 // added are started, those removed are drained (their calls in flight finish, within
 // drain_timeout) and stopped, those changed are replaced the same way; the policy's rules,
 // rate limits and approval settings, the clients' and admins' API keys and the log level are
-// swapped at once. A change to a key it cannot apply while the gateway runs is refused, with
-// the reason, and the running configuration stays (ReloadError). docs/operations.md lists
-// both.
+// swapped at once; a new audit trail is opened, put in force, and the old one closed once it
+// has written its records. A change to a key it cannot apply while the gateway runs is
+// refused, with the reason, and the running configuration stays (ReloadError).
+// docs/operations.md lists both.
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
 // Of auth and admin, only the API keys; of profiles, what they include (unreloadable tells).
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true}
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true, "audit": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -172,7 +173,7 @@ func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
 
 // reload checks next against the running configuration, builds what it needs and applies it;
 // it returns the keys that changed.
-func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, error) {
+func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
@@ -203,7 +204,6 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	var rules *gateRules
 	if g.gate != nil && (slices.Contains(changed, "policy") || slices.Contains(changed, "upstreams")) {
 		// The rules read the upstreams' trust_annotations too.
-		var err error
 		if rules, err = compileGateRules(next, g.gate.current(), g.backends.Limits, g.opts.Now, g.logger); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
@@ -225,10 +225,25 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("%s.api_keys: %v", k.set.section, err)}}
 		}
 	}
+	// The audit trail last of what is built: the new one is open before the old one goes.
+	var trail *trailInForce
+	if slices.Contains(changed, "audit") {
+		if trail, err = g.audit.prepare(next); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
+		}
+		defer func() {
+			if err != nil {
+				g.audit.discard(trail)
+			}
+		}()
+	}
 	for _, k := range keys {
 		if err := k.set.set(k.keys); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
+	}
+	if trail != nil {
+		g.swapAuditTrail(cur, trail)
 	}
 	if slices.Contains(changed, "log_level") {
 		var l slog.Level
@@ -265,6 +280,26 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	return changed, nil
 }
 
+// swapAuditTrail puts trail in force for the records written from now on; the trail it
+// replaces writes what it took and closes, off the reload's path.
+func (g *Gateway) swapAuditTrail(cur *config.Config, trail *trailInForce) {
+	if a := trail.settings; a.Arguments && a.SkipRedactDefaults && !(cur.Audit.Arguments && cur.Audit.SkipRedactDefaults) {
+		g.logger.Warn(KeepsSecretsWarning)
+	}
+	closeOld := g.audit.swap(trail)
+	if closeOld == nil {
+		return
+	}
+	g.logger.Info("audit trail replaced by a reload: the previous one closes once it has written its records", "sink", trail.settings.Sink)
+	if !g.goWorker(closeOld) {
+		closeOld() // the gateway is closing: it waits for no worker any more
+	}
+}
+
+// KeepsSecretsWarning is logged when the audit trail starts to keep arguments named like
+// secrets (audit.redact_defaults: false with audit.arguments), at start or by a reload.
+const KeepsSecretsWarning = "the audit trail keeps arguments named like secrets (audit.redact_defaults: false): passwords, tokens and keys that clients pass reach its records"
+
 // unreloadable returns why next cannot replace cur while the gateway runs: a reason for each
 // changed key (or part of one) that only a restart applies.
 func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []string {
@@ -272,6 +307,11 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 	for _, k := range changed {
 		if !reloadableKeys[k] {
 			reasons = append(reasons, fmt.Sprintf("%s cannot change while the gateway runs: restart it to change %s", k, k))
+		}
+	}
+	if slices.Contains(changed, "audit") {
+		if why := g.audit.unreloadable(next); why != "" {
+			reasons = append(reasons, why)
 		}
 	}
 	if slices.Contains(changed, "log_level") && g.opts.LogLevel == nil {
