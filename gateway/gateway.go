@@ -47,7 +47,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/internal/metrics"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
-	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/replicabus"
@@ -140,16 +139,15 @@ type Gateway struct {
 	proxies proxies
 	addrs   *addrLimiter
 
-	// checks is the policy chain.
-	checks pipeline.Chain
 	// tracer is Options.Tracer; nil when tracing is off.
 	tracer *tracing.Tracer
 	// auth authenticates clients; nil when authentication is off.
 	auth *authn
 	// gate is the policy: rules and rate limits; nil when there is none.
 	gate *gate
-	// plugins are the policy plugins; nil when there are none.
-	plugins *plugin.Host
+	// plugins are the policy plugins in force, and the policy chain built on them
+	// (pluginset.go).
+	plugins *pluginSet
 	// audit is the audit trail in force and its settings (audittrail.go).
 	audit *auditTrail
 	// pinning guards the pinned upstreams' tool definitions; nil when none is pinned.
@@ -242,11 +240,13 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		// Replicas share what a person approved, as they share the calls held for one.
 		g.gate.approvals.Shared = g.backends.Approvals
 	}
-	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
+	host, err := startPlugins(g.ctx, cfg, g.logger)
+	if err != nil {
 		g.abandon()
 		return nil, err
 	}
-	g.checks = g.buildChain()
+	g.plugins = &pluginSet{cur: &pluginsInForce{host: host, plugins: cfg.Plugins, checks: g.buildChain(host)},
+		chain: g.buildChain, logger: g.logger, goWorker: g.goWorker, ctx: g.ctx, drainTimeout: cfg.DrainTimeout}
 	g.hub = hub.New(g.ctx, liveOptions(g))
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas, metrics: g.metrics.set}
 	profiles, err := addUpstreams(g)
@@ -498,9 +498,7 @@ func upstreamOptions(g *Gateway) upstream.Options {
 // abandon undoes what New started before it failed: the plugins, the audit trail, the store.
 func (g *Gateway) abandon() {
 	g.cancel()
-	if g.plugins != nil {
-		_ = g.plugins.Close()
-	}
+	g.plugins.close()
 	if g.audit != nil {
 		g.audit.close()
 	}
@@ -636,11 +634,7 @@ func (g *Gateway) Close() error {
 			u.shared.client.Close()
 		}
 		g.workers.Wait()
-		if g.plugins != nil {
-			if err := g.plugins.Close(); err != nil {
-				g.logger.Warn("stopping the policy plugins failed", "error", err.Error())
-			}
-		}
+		g.plugins.close()
 		if g.auth != nil {
 			g.auth.verifier.Close() // key fetches in flight end
 		}

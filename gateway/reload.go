@@ -26,13 +26,14 @@ import (
 // drain_timeout) and stopped, those changed are replaced the same way; the policy's rules,
 // rate limits and approval settings, the clients' and admins' API keys and the log level are
 // swapped at once; a new audit trail is opened, put in force, and the old one closed once it
-// has written its records. A change to a key it cannot apply while the gateway runs is
+// has written its records; new policy plugins are started, put in force, and the old ones
+// stopped once the requests that took them have ended. A change to a key it cannot apply while the gateway runs is
 // refused, with the reason, and the running configuration stays (ReloadError).
 // docs/operations.md lists both.
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
 // Of auth and admin, only the API keys; of profiles, what they include (unreloadable tells).
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true, "audit": true}
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true, "audit": true, "plugins": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -225,6 +226,19 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("%s.api_keys: %v", k.set.section, err)}}
 		}
 	}
+	// The plugins started before they are in force: one that cannot start refuses the
+	// reload, and those started stop.
+	var plugins *pluginsInForce
+	if slices.Contains(changed, "plugins") {
+		if plugins, err = g.plugins.prepare(ctx, next); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
+		}
+		defer func() {
+			if err != nil {
+				g.plugins.discard(plugins)
+			}
+		}()
+	}
 	// The audit trail last of what is built: the new one is open before the old one goes.
 	var trail *trailInForce
 	if slices.Contains(changed, "audit") {
@@ -272,6 +286,10 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 		}
 		g.swapRules(rules)
 	}
+	if plugins != nil {
+		// With the rules: a request begun from here on is decided by the new plugins.
+		g.plugins.replace(plugins)
+	}
 	g.startAdded(plan)
 	if !rebuilt && profiles != nil {
 		g.rebuild() // the profiles' clients hear list_changed of what their profile gained or lost
@@ -311,6 +329,11 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 	}
 	if slices.Contains(changed, "audit") {
 		if why := g.audit.unreloadable(next); why != "" {
+			reasons = append(reasons, why)
+		}
+	}
+	if slices.Contains(changed, "plugins") {
+		if why := g.plugins.unreloadable(next, g.gate != nil); why != "" {
 			reasons = append(reasons, why)
 		}
 	}
