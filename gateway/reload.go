@@ -32,7 +32,8 @@ import (
 // docs/operations.md lists both.
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
-// Of auth and admin, only the API keys; of profiles, what they include (unreloadable tells).
+// Of auth and admin, only the API keys; of profiles under OIDC, what they include
+// (unreloadable tells).
 var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true, "audit": true, "plugins": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
@@ -124,6 +125,14 @@ func (g *Gateway) initReloads(cfg *config.Config) {
 	}
 	g.reloads.running.Store(cfg)
 	g.reloads.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
+}
+
+// runningConfig is RunningConfig, and the configuration New was given until it records it.
+func (g *Gateway) runningConfig() *config.Config {
+	if cfg := g.reloads.running.Load(); cfg != nil {
+		return cfg
+	}
+	return g.cfg
 }
 
 // RunningConfig returns the configuration the gateway runs now: the one New was given, or the
@@ -294,6 +303,11 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 	if !rebuilt && profiles != nil {
 		g.rebuild() // the profiles' clients hear list_changed of what their profile gained or lost
 	}
+	if profiles != nil {
+		// The endpoint of a profile removed is gone from the catalog just merged: its
+		// sessions end, as a DELETE would end them.
+		endProfiles(g, removedProfiles(cur, next))
+	}
 	g.reloads.running.Store(next)
 	return changed, nil
 }
@@ -360,9 +374,10 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 			reasons = append(reasons, "admin: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of admin")
 		}
 	}
-	if slices.Contains(changed, "profiles") && !slices.Equal(profileNames(cur), profileNames(next)) {
-		// Each profile is an endpoint, with its own resource for tokens.
-		reasons = append(reasons, "profiles: a profile cannot be added, removed or renamed while the gateway runs (what one includes can change): restart it to change which profiles there are")
+	if slices.Contains(changed, "profiles") && !slices.Equal(profileNames(cur), profileNames(next)) && g.auth != nil && len(g.auth.verifier.Issuers()) > 0 {
+		// Each profile's endpoint is a resource the issuers' tokens are for, and every
+		// endpoint accepts them: the audiences and metadata documents are fixed at start.
+		reasons = append(reasons, "profiles: with OIDC issuers (auth.oidc), a profile cannot be added, removed or renamed while the gateway runs, since the tokens each endpoint accepts are fixed at start (what one includes can change): restart it to change which profiles there are")
 	}
 	if slices.Contains(changed, "policy") {
 		if g.gate == nil {
@@ -382,6 +397,40 @@ func profileNames(cfg *config.Config) []string {
 		names[i] = p.Name
 	}
 	return names
+}
+
+// removedProfiles are the names of cur's profiles that next has not.
+func removedProfiles(cur, next *config.Config) []string {
+	var gone []string
+	for _, name := range profileNames(cur) {
+		if !slices.Contains(profileNames(next), name) {
+			gone = append(gone, name)
+		}
+	}
+	return gone
+}
+
+// endProfiles ends the sessions here of the profiles named: their records are deleted and
+// what is live of them ends (their streams close), so that their clients' next request gets
+// 404, as for a session that ended (2025-11-25 transports, "Session Management"). Each replica
+// ends its own as it applies the reload.
+func endProfiles(g *Gateway, profiles []string) {
+	if len(profiles) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, reloadTimeout)
+	defer cancel()
+	for _, s := range g.hub.Sessions() {
+		if !slices.Contains(profiles, s.Group()) {
+			continue
+		}
+		if err := g.store.Delete(ctx, s.ID()); err != nil {
+			// Its endpoint answers 404 already; the record expires in time.
+			g.logger.Warn("deleting a session of a profile a reload removed failed", "session", fingerprint(s.ID()), "error", err.Error())
+		}
+		g.endLocal(s.ID())
+		g.logger.Info("session ended: a reload removed its profile", "session", fingerprint(s.ID()), "profile", s.Group())
+	}
 }
 
 // pinModes are the pinning modes of cfg's pinned upstreams, by name.
