@@ -52,13 +52,6 @@ func (s *pluginSet) take() (in *pluginsInForce, leave func()) {
 	return s.cur, s.cur.calls.enter()
 }
 
-// current is the set in force now, for what reads its settings.
-func (s *pluginSet) current() *pluginsInForce {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.cur
-}
-
 // swap puts in in force and returns the set it replaced.
 func (s *pluginSet) swap(in *pluginsInForce) (old *pluginsInForce) {
 	s.mu.Lock()
