@@ -412,11 +412,15 @@ func removedProfiles(cur, next *config.Config) []string {
 
 // endProfiles ends the sessions here of the profiles named: their records are deleted and
 // what is live of them ends (their streams close), so that their clients' next request gets
-// 404, as for a session that ended (2025-11-25 transports, "Session Management"). Each replica
-// ends its own as it applies the reload.
+// 404, as for a session that ended (2025-11-25 transports, "Session Management"); the listen
+// streams of 2026-07-28 clients there complete, as at a drain. Each replica ends its own as
+// it applies the reload.
 func endProfiles(g *Gateway, profiles []string) {
 	if len(profiles) == 0 {
 		return
+	}
+	for _, p := range profiles {
+		g.streamable.stateless.listens.endProfile(p) // 2026-07-28 listens complete
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, reloadTimeout)
 	defer cancel()

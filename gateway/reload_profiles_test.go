@@ -77,3 +77,40 @@ func TestReloadKeepsProfilesUnderOIDC(t *testing.T) {
 		t.Errorf("the endpoint of the refused profile answered %d, want 404", r.status)
 	}
 }
+
+// TestReloadRemovingAProfileCompletesItsListens: a 2026-07-28 listen stream on a profile a
+// reload removes completes, with its result, as at a drain (after the list_changed of what
+// the profile lost); one on /mcp stays open.
+func TestReloadRemovingAProfileCompletesItsListens(t *testing.T) {
+	head := listenLimits + upstreamYAML("alpha", "alpha", "")
+	tg := startConfigured(t, parseConfig(t, head+"profiles:\n  - name: gone\n    include:\n      - {upstream: alpha}\n"), nil, true)
+	t.Cleanup(tg.close)
+	params := `{"notifications":{"toolsListChanged":true}}`
+	gone := openListenAs(t, t, tg.url+"/gone", `1`, params, "")
+	kept := openListenAs(t, t, tg.url, `2`, params, "")
+	for _, lc := range []*listenClient{gone, kept} {
+		if m := lc.next(t, "acknowledgement"); m.Method != "notifications/subscriptions/acknowledged" {
+			t.Fatalf("first message %+v, want the acknowledgement", m)
+		}
+	}
+	if err := tg.gw.Reload(ctxT(t), parseConfig(t, head)); err != nil {
+		t.Fatalf("reload removing the profile: %v", err)
+	}
+	// What its profile lost (everything) may be told first; the completion ends the stream.
+	m := gone.next(t, "completion result")
+	for m.Method == "notifications/tools/list_changed" {
+		m = gone.next(t, "completion result")
+	}
+	if m.Result == nil {
+		t.Errorf("the removed profile's listen got %+v, want its completion result", m)
+	}
+	select {
+	case m, ok := <-kept.messages:
+		if ok {
+			t.Errorf("the /mcp listen got %+v after the reload, want nothing", m)
+		} else {
+			t.Error("the /mcp listen ended with the reload")
+		}
+	default:
+	}
+}
