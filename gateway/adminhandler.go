@@ -86,7 +86,7 @@ func (g *Gateway) adminBackend() *backend.Backend {
 	src := backend.Sources{
 		Catalog: g.snapshot.Load,
 		Rebuild: g.rebuild,
-		Audit:   g.opts.Audit,
+		Audit:   g.audit,
 		Now:     g.opts.Now,
 		Logger:  g.logger,
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 
@@ -18,7 +19,7 @@ import (
 func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request, t *pipeline.Target, outcome pipeline.Outcome) {
 	g.observeRequest(ctx, req, outcome)
 	debug := g.logger.Enabled(ctx, slog.LevelDebug)
-	if g.opts.Audit == nil && !debug {
+	if !g.audit.on() && !debug {
 		return
 	}
 	now := g.opts.Now()
@@ -47,9 +48,6 @@ func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request,
 		case rec.Target == "":
 			rec.Target = t.Exposed
 		}
-		if g.cfg.Audit.Arguments && t.Arguments != nil {
-			rec.Arguments = audit.RedactArguments(t.Arguments, redaction(&g.cfg.Audit))
-		}
 	}
 	if g.tracer != nil {
 		rec.TraceID = tracing.TraceID(ctx)
@@ -64,9 +62,11 @@ func (g *requestPipeline) writeAudit(ctx context.Context, req *pipeline.Request,
 		g.logger.Debug("request", "request_id", rec.RequestID, "method", rec.Method, "session", rec.Session,
 			"upstream", rec.Upstream, "target", rec.Target, "duration", rec.Latency.String(), "outcome", rec.Outcome, "code", rec.Code, "reason", rec.Reason, "trace_id", rec.TraceID)
 	}
-	if g.opts.Audit != nil {
-		g.opts.Audit.Record(rec)
+	var args json.RawMessage
+	if t != nil {
+		args = t.Arguments // kept, redacted, if the trail in force says so
 	}
+	g.audit.recordWith(rec, args)
 }
 
 // redaction is how the config's audit settings redact arguments: for the audit trail and the

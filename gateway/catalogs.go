@@ -165,8 +165,8 @@ func tellListsChanged(g *Gateway, prev, next *catalog.Snapshot) {
 	if c := listsChanged(prev, next); len(c) > 0 {
 		changed[""] = c
 	}
-	for _, p := range g.cfg.Profiles {
-		if c := listsChanged(prev.Profile(p.Name), next.Profile(p.Name)); len(c) > 0 {
+	for _, p := range g.runningConfig().Profiles {
+		if c := listsChanged(profileOf(prev, p.Name), profileOf(next, p.Name)); len(c) > 0 {
 			changed[p.Name] = c
 		}
 	}

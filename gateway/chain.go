@@ -3,6 +3,7 @@ package gateway
 import (
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
+	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
 
@@ -10,9 +11,9 @@ import (
 // 7, read top to bottom: who the caller is, what the policy says of the target and how often,
 // the plugins, the checks given in Options.Checks, then approval. Before steps run in this
 // order before the request is forwarded; after steps (the plugins' inspection of results)
-// run in reverse order on its result (pipeline.Chain). It reads g.auth, g.gate, g.plugins and
-// g.opts.Checks: call it once they are set.
-func (g *Gateway) buildChain() pipeline.Chain {
+// run in reverse order on its result (pipeline.Chain). plugins run the plugins (nil: none).
+// It reads g.auth, g.gate and g.opts.Checks: call it once they are set.
+func (g *Gateway) buildChain(plugins *plugin.Host) pipeline.Chain {
 	var chain pipeline.Chain
 	var names []string // each link's span name, when tracing is on (tracing.go)
 	if g.auth != nil {
@@ -21,8 +22,9 @@ func (g *Gateway) buildChain() pipeline.Chain {
 	if g.gate != nil {
 		chain, names = append(chain, pipeline.CheckFunc(g.policyCheck)), append(names, "policy")
 	}
-	if g.plugins != nil {
-		chain, names = append(chain, pipeline.Link{Before: g.pluginCheck, After: g.pluginInspect}), append(names, "plugins")
+	if plugins != nil {
+		link := pluginLink{g: g, host: plugins}
+		chain, names = append(chain, pipeline.Link{Before: link.check, After: link.inspect}), append(names, "plugins")
 	}
 	for _, c := range g.opts.Checks {
 		chain, names = append(chain, c), append(names, "check")

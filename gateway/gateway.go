@@ -47,7 +47,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/loglimit"
 	"github.com/manifold-mcp/manifold/internal/metrics"
 	"github.com/manifold-mcp/manifold/internal/pipeline"
-	"github.com/manifold-mcp/manifold/internal/policy/plugin"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/replica"
 	"github.com/manifold-mcp/manifold/internal/replicabus"
@@ -79,8 +78,16 @@ type Options struct {
 	// approval (chain.go). A Check that also implements pipeline.Inspector sees each result
 	// on the way back too. Empty: everything is allowed.
 	Checks []pipeline.Check
-	// Audit receives one record per completed request. If nil, no audit trail.
+	// Audit receives one record per completed request; the caller closes it after Close. If
+	// nil, the trail OpenAudit opens, or none.
 	Audit *audit.Log
+	// OpenAudit opens the audit trail that cfg's audit settings name (trail nil when they
+	// turn it off), for New when Audit is nil, and for each reload that changes audit.sink,
+	// path or buffer (reload.go); closeTrail writes what the trail holds and closes its
+	// output. The gateway calls closeTrail once, when a reload has replaced the trail or at
+	// Close. If nil (or Audit is set), the trail stays the one given, and a reload that
+	// changes those keys is refused.
+	OpenAudit func(cfg *config.Config) (trail *audit.Log, closeTrail func(), err error)
 	// UpstreamOptions are the base options of every upstream client; the gateway sets the
 	// logger and callbacks. If nil, the upstream package's defaults.
 	UpstreamOptions *upstream.Options
@@ -132,16 +139,17 @@ type Gateway struct {
 	proxies proxies
 	addrs   *addrLimiter
 
-	// checks is the policy chain.
-	checks pipeline.Chain
 	// tracer is Options.Tracer; nil when tracing is off.
 	tracer *tracing.Tracer
 	// auth authenticates clients; nil when authentication is off.
 	auth *authn
 	// gate is the policy: rules and rate limits; nil when there is none.
 	gate *gate
-	// plugins are the policy plugins; nil when there are none.
-	plugins *plugin.Host
+	// plugins are the policy plugins in force, and the policy chain built on them
+	// (pluginset.go).
+	plugins *pluginSet
+	// audit is the audit trail in force and its settings (audittrail.go).
+	audit *auditTrail
 	// pinning guards the pinned upstreams' tool definitions; nil when none is pinned.
 	pinning *pinning
 	// held keeps the calls waiting for an operator's approval; nil without the admin API.
@@ -220,6 +228,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		g.abandon()
 		return nil, err
 	}
+	if g.audit, err = newAuditTrail(cfg, &g.opts); err != nil {
+		g.abandon()
+		return nil, err
+	}
 	if g.gate, err = newGate(cfg, g.backends.Limits, g.opts.Now, g.logger); err != nil {
 		g.abandon()
 		return nil, err
@@ -228,11 +240,13 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		// Replicas share what a person approved, as they share the calls held for one.
 		g.gate.approvals.Shared = g.backends.Approvals
 	}
-	if g.plugins, err = startPlugins(g.ctx, cfg, g.logger); err != nil {
+	host, err := startPlugins(g.ctx, cfg, g.logger)
+	if err != nil {
 		g.abandon()
 		return nil, err
 	}
-	g.checks = g.buildChain()
+	g.plugins = &pluginSet{cur: &pluginsInForce{host: host, plugins: cfg.Plugins, checks: g.buildChain(host)},
+		chain: g.buildChain, logger: g.logger, goWorker: g.goWorker, ctx: g.ctx, drainTimeout: cfg.DrainTimeout}
 	g.hub = hub.New(g.ctx, liveOptions(g))
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas, metrics: g.metrics.set}
 	profiles, err := addUpstreams(g)
@@ -481,11 +495,12 @@ func upstreamOptions(g *Gateway) upstream.Options {
 	return base
 }
 
-// abandon undoes what New started before it failed: the plugins, the store.
+// abandon undoes what New started before it failed: the plugins, the audit trail, the store.
 func (g *Gateway) abandon() {
 	g.cancel()
-	if g.plugins != nil {
-		_ = g.plugins.Close()
+	g.plugins.close()
+	if g.audit != nil {
+		g.audit.close()
 	}
 	_ = g.closeStore()
 }
@@ -619,15 +634,12 @@ func (g *Gateway) Close() error {
 			u.shared.client.Close()
 		}
 		g.workers.Wait()
-		if g.plugins != nil {
-			if err := g.plugins.Close(); err != nil {
-				g.logger.Warn("stopping the policy plugins failed", "error", err.Error())
-			}
-		}
+		g.plugins.close()
 		if g.auth != nil {
 			g.auth.verifier.Close() // key fetches in flight end
 		}
 		<-requestsDone
+		g.audit.close() // after the last request's record
 		if err := g.closeStore(); err != nil {
 			g.logger.Warn("closing the session store failed", "error", err.Error())
 		}

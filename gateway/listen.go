@@ -78,6 +78,25 @@ type listenStream struct {
 	overflow bool
 	// wake has room for one signal: the handler looks at pending.
 	wake chan struct{}
+	// ended is closed (once, by end) when the stream's endpoint is gone: a reload removed
+	// its profile. The handler then completes the listen, as at a drain.
+	ended   chan struct{}
+	endOnce sync.Once
+}
+
+// end completes the listen, what is pending written first. It never blocks; more than once
+// is the same as once.
+func (s *listenStream) end() { s.endOnce.Do(func() { close(s.ended) }) }
+
+// endProfile ends the listen streams here of profile.
+func (ls *listenStreams) endProfile(profile string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for s := range ls.open {
+		if s.profile == profile {
+			s.end()
+		}
+	}
 }
 
 // add registers s; remove must follow.
@@ -297,7 +316,7 @@ func (g *statelessFace) serveListen(w http.ResponseWriter, r *http.Request, preq
 		return
 	}
 	defer g.listens.perCaller.release(caller)
-	stream := &listenStream{profile: preq.Client.Profile, principal: preq.Client.Principal, wants: wants, wake: make(chan struct{}, 1)}
+	stream := &listenStream{profile: preq.Client.Profile, principal: preq.Client.Principal, wants: wants, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	// Registered before the acknowledgement is written: a change from now on is not missed,
 	// and goes after it. So is each resource subscription once the upstream has it.
 	g.listens.add(stream)
@@ -341,6 +360,13 @@ func (g *statelessFace) serveListen(w http.ResponseWriter, r *http.Request, preq
 		}
 		return !overflow
 	}
+	// complete ends the listen with its completion result, the changes already heard of
+	// written before it.
+	complete := func() {
+		writePending()
+		result, wireErr := g.requests.finish(auditCtx, preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
+		out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
+	}
 	for !out.broken {
 		select {
 		case <-stream.wake:
@@ -355,9 +381,10 @@ func (g *statelessFace) serveListen(w http.ResponseWriter, r *http.Request, preq
 		case <-r.Context().Done(): // the client closed the stream
 			out.broken = true
 		case <-g.draining: // Drain, and Close, which drains first
-			writePending() // the changes already heard of go before the end
-			result, wireErr := g.requests.finish(auditCtx, preq, &pipeline.Target{Kind: pipeline.Gateway}, done, nil)
-			out.final(&protocol.Response{ID: preq.ID, Result: result, Error: wireErr})
+			complete()
+			return
+		case <-stream.ended: // a reload removed the stream's profile
+			complete()
 			return
 		}
 	}

@@ -26,8 +26,8 @@ type heldCalls struct {
 	g       *Gateway
 	webhook string
 	client  *http.Client
-	// redact is how the webhook's payload redacts arguments: as the audit trail does.
-	redact audit.Redaction
+	// redact is how the webhook's payload redacts arguments: as the audit trail in force does.
+	redact func() audit.Redaction
 
 	// followed keeps the streams of calls held on stopped replicas that clients read here.
 	followed followedHeld
@@ -38,7 +38,7 @@ type heldCalls struct {
 const selfApprovalWarning = "operators may approve their own held calls (policy.approval.allow_self_approval): one person can both make a risky call and let it run; leave it off unless every operator is trusted to act alone"
 
 func newHeldCalls(g *Gateway) *heldCalls {
-	h := &heldCalls{g: g, webhook: g.cfg.Admin.Webhook, client: &http.Client{Timeout: webhookTimeout}, redact: redaction(&g.cfg.Audit),
+	h := &heldCalls{g: g, webhook: g.cfg.Admin.Webhook, client: &http.Client{Timeout: webhookTimeout}, redact: g.audit.redaction,
 		Holder: &approval.Holder{AllowSelf: g.cfg.Policy.Approval.AllowSelfApproval, Now: g.opts.Now, Logger: g.logger}}
 	h.OnHold = h.notify
 	if h.AllowSelf {
@@ -57,7 +57,7 @@ func (h *heldCalls) notify(c approval.HeldCall) {
 	if h.webhook == "" {
 		return
 	}
-	c.Arguments = audit.RedactArguments(c.Arguments, h.redact)
+	c.Arguments = audit.RedactArguments(c.Arguments, h.redact())
 	body, _ := json.Marshal(map[string]any{"event": "approval.held", "approval": backend.ApprovalOf(c)})
 	h.g.goWorker(func() {
 		ctx, cancel := context.WithTimeout(h.g.ctx, webhookTimeout)

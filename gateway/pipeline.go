@@ -30,6 +30,9 @@ import (
 // where what upstreams send about it goes.
 type request struct {
 	*pipeline.Request
+	// plugins are the policy plugins the request took when it began, with the chain it
+	// passes: the same to its end, whatever a reload puts in force meanwhile.
+	plugins *pluginsInForce
 	// owner routes the upstreams' messages about the request to its client's stream; nil
 	// when the face gives the request no stream.
 	owner *callOwner
@@ -79,6 +82,9 @@ type resolved struct {
 func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessage, *protocol.Error) {
 	ctx, span := g.startRequestSpan(ctx, rq)
 	defer span.End()
+	var leave func()
+	rq.plugins, leave = g.plugins.take()
+	defer leave()
 	res, err := g.resolve(ctx, rq)
 	var t *pipeline.Target
 	if res != nil {
@@ -96,7 +102,7 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 		if rq.continued != nil {
 			checkCtx = context.WithValue(checkCtx, approvalContinuedKey{}, rq.continued)
 		}
-		err = g.checks.Check(checkCtx, rq.Request, t)
+		err = rq.plugins.checks.Check(checkCtx, rq.Request, t)
 		var asked *approvalAsked
 		if errors.As(err, &asked) {
 			return g.finish(ctx, rq.Request, t, asked.result, nil)
@@ -110,7 +116,7 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 		// An input_required result is not the item's: they see the result of the round
 		// that completes the call.
 		if of := inspectedTarget(rq.Method, res); of != nil && !asksForInput(result) {
-			result, err = g.checks.Inspect(ctx, rq.Request, of, result)
+			result, err = rq.plugins.checks.Inspect(ctx, rq.Request, of, result)
 		}
 	}
 	return g.finish(ctx, rq.Request, t, result, err)
@@ -165,7 +171,7 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 				g.auditHidden(rq, kind, name)
 				// The record names what was asked for, as it was asked: nothing of what exists.
 				asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
-				if g.cfg.Audit.Arguments {
+				if g.audit.arguments() {
 					asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
 				}
 				return asked, unknownName(kind, what, name)
@@ -183,10 +189,10 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 		}
 		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
 			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
-		if kind == pipeline.Tool && (g.gate != nil || g.plugins != nil) {
+		if kind == pipeline.Tool && (g.gate != nil || rq.plugins.host != nil) {
 			res.target.Annotations = entry.Annotations()
 		}
-		if len(g.checks) > 0 || g.cfg.Audit.Arguments {
+		if len(rq.plugins.checks) > 0 || g.audit.arguments() {
 			// Only checks and the audit trail read the arguments: without them, the request
 			// does not pay for it.
 			res.target.Arguments, _, _ = protocol.Member(params, "arguments")

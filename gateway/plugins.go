@@ -76,19 +76,26 @@ func pluginCall(req *pipeline.Request, t *pipeline.Target) plugin.Call {
 	}
 }
 
-// pluginCheck is the plugins' before step: it asks them about a call, after the policy's rules
+// pluginLink is the plugins' link of the policy chain: host's plugins, which a request asks
+// before it is forwarded and which inspect its result.
+type pluginLink struct {
+	g    *Gateway
+	host *plugin.Host
+}
+
+// check is the plugins' before step: it asks them about a call, after the policy's rules
 // and rate limits and before approval (design decision 7): the first deny refuses it, a
 // rewrite replaces its arguments, and a plugin may ask that a person approve it. As the rules
 // do, it decides a completion/complete on the prompt or resource template it completes (the
 // call's Target); only a tool call's arguments can be rewritten, and only a tool call held.
-func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
+func (l pluginLink) check(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
 	if t == nil || t.Kind != pipeline.Tool && t.Kind != pipeline.Prompt && t.Kind != pipeline.Resource && t.Kind != pipeline.Completion {
 		return nil
 	}
 	began := time.Now()
-	out, err := g.plugins.Decide(ctx, pluginCall(req, t))
-	g.metrics.set.ObservePlugins("decide", time.Since(began))
-	g.notePluginResults(req, "plugin", out.Results)
+	out, err := l.host.Decide(ctx, pluginCall(req, t))
+	l.g.metrics.set.ObservePlugins("decide", time.Since(began))
+	l.noteResults(req, "plugin", out.Results)
 	if err != nil {
 		return err // the request ended
 	}
@@ -120,15 +127,15 @@ func (g *Gateway) pluginCheck(ctx context.Context, req *pipeline.Request, t *pip
 	return nil
 }
 
-// pluginInspect is the plugins' after step: it passes the result of a request through the
+// inspect is the plugins' after step: it passes the result of a request through the
 // plugins that inspect results (redaction, say) and whose methods name the request's (a
 // task's result counts as its tool call's: pluginSees). Each is told the real method. A
 // plugin that fails closed withholds the result.
-func (g *Gateway) pluginInspect(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage) (json.RawMessage, error) {
+func (l pluginLink) inspect(ctx context.Context, req *pipeline.Request, t *pipeline.Target, result json.RawMessage) (json.RawMessage, error) {
 	began := time.Now()
-	out, results, err := g.plugins.Inspect(ctx, pluginCall(req, t), result)
-	g.metrics.set.ObservePlugins("inspect", time.Since(began))
-	g.notePluginResults(req, "inspect", results)
+	out, results, err := l.host.Inspect(ctx, pluginCall(req, t), result)
+	l.g.metrics.set.ObservePlugins("inspect", time.Since(began))
+	l.noteResults(req, "inspect", results)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
@@ -143,14 +150,14 @@ func (g *Gateway) pluginInspect(ctx context.Context, req *pipeline.Request, t *p
 	return out, nil
 }
 
-// notePluginResults records what each plugin decided in the request's audit record, and
+// noteResults records what each plugin decided in the request's audit record, and
 // logs a plugin's failure (its details are for operators, never for the client).
-func (g *Gateway) notePluginResults(req *pipeline.Request, check string, results []plugin.Result) {
+func (l pluginLink) noteResults(req *pipeline.Request, check string, results []plugin.Result) {
 	for _, r := range results {
 		req.Decisions = append(req.Decisions, audit.Decision{Check: check, Effect: r.Effect.String(), Rule: r.Plugin})
 		if r.Err != nil {
-			g.metrics.set.PluginFailed(r.Plugin)
-			g.logger.Warn("a policy plugin failed", "plugin", r.Plugin, "request_id", req.LogID, "error", r.Err.Error())
+			l.g.metrics.set.PluginFailed(r.Plugin)
+			l.g.logger.Warn("a policy plugin failed", "plugin", r.Plugin, "request_id", req.LogID, "error", r.Err.Error())
 		}
 	}
 }

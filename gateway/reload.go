@@ -25,13 +25,16 @@ import (
 // added are started, those removed are drained (their calls in flight finish, within
 // drain_timeout) and stopped, those changed are replaced the same way; the policy's rules,
 // rate limits and approval settings, the clients' and admins' API keys and the log level are
-// swapped at once. A change to a key it cannot apply while the gateway runs is refused, with
-// the reason, and the running configuration stays (ReloadError). docs/operations.md lists
-// both.
+// swapped at once; a new audit trail is opened, put in force, and the old one closed once it
+// has written its records; new policy plugins are started, put in force, and the old ones
+// stopped once the requests that took them have ended. A change to a key it cannot apply while the gateway runs is
+// refused, with the reason, and the running configuration stays (ReloadError).
+// docs/operations.md lists both.
 
 // reloadableKeys are the top-level keys a reload applies; a change to any other is refused.
-// Of auth and admin, only the API keys; of profiles, what they include (unreloadable tells).
-var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true}
+// Of auth and admin, only the API keys; of profiles under OIDC, what they include
+// (unreloadable tells).
+var reloadableKeys = map[string]bool{"upstreams": true, "policy": true, "auth": true, "admin": true, "log_level": true, "profiles": true, "audit": true, "plugins": true}
 
 // ReloadError is a reload refused: why, each reason a sentence an operator can act on. The
 // running configuration stays.
@@ -124,6 +127,14 @@ func (g *Gateway) initReloads(cfg *config.Config) {
 	g.reloads.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
 }
 
+// runningConfig is RunningConfig, and the configuration New was given until it records it.
+func (g *Gateway) runningConfig() *config.Config {
+	if cfg := g.reloads.running.Load(); cfg != nil {
+		return cfg
+	}
+	return g.cfg
+}
+
 // RunningConfig returns the configuration the gateway runs now: the one New was given, or the
 // last reload's. The caller must not modify it.
 func (g *Gateway) RunningConfig() *config.Config { return g.reloads.running.Load() }
@@ -172,7 +183,7 @@ func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
 
 // reload checks next against the running configuration, builds what it needs and applies it;
 // it returns the keys that changed.
-func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, error) {
+func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
@@ -203,7 +214,6 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 	var rules *gateRules
 	if g.gate != nil && (slices.Contains(changed, "policy") || slices.Contains(changed, "upstreams")) {
 		// The rules read the upstreams' trust_annotations too.
-		var err error
 		if rules, err = compileGateRules(next, g.gate.current(), g.backends.Limits, g.opts.Now, g.logger); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
@@ -225,10 +235,38 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("%s.api_keys: %v", k.set.section, err)}}
 		}
 	}
+	// The plugins started before they are in force: one that cannot start refuses the
+	// reload, and those started stop.
+	var plugins *pluginsInForce
+	if slices.Contains(changed, "plugins") {
+		if plugins, err = g.plugins.prepare(ctx, next); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
+		}
+		defer func() {
+			if err != nil {
+				g.plugins.discard(plugins)
+			}
+		}()
+	}
+	// The audit trail last of what is built: the new one is open before the old one goes.
+	var trail *trailInForce
+	if slices.Contains(changed, "audit") {
+		if trail, err = g.audit.prepare(next); err != nil {
+			return nil, &ReloadError{Reasons: []string{err.Error()}}
+		}
+		defer func() {
+			if err != nil {
+				g.audit.discard(trail)
+			}
+		}()
+	}
 	for _, k := range keys {
 		if err := k.set.set(k.keys); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
+	}
+	if trail != nil {
+		g.swapAuditTrail(cur, trail)
 	}
 	if slices.Contains(changed, "log_level") {
 		var l slog.Level
@@ -257,13 +295,42 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) ([]string, er
 		}
 		g.swapRules(rules)
 	}
+	if plugins != nil {
+		// With the rules: a request begun from here on is decided by the new plugins.
+		g.plugins.replace(plugins)
+	}
 	g.startAdded(plan)
 	if !rebuilt && profiles != nil {
 		g.rebuild() // the profiles' clients hear list_changed of what their profile gained or lost
 	}
+	if profiles != nil {
+		// The endpoint of a profile removed is gone from the catalog just merged: its
+		// sessions end, as a DELETE would end them.
+		endProfiles(g, removedProfiles(cur, next))
+	}
 	g.reloads.running.Store(next)
 	return changed, nil
 }
+
+// swapAuditTrail puts trail in force for the records written from now on; the trail it
+// replaces writes what it took and closes, off the reload's path.
+func (g *Gateway) swapAuditTrail(cur *config.Config, trail *trailInForce) {
+	if a := trail.settings; a.Arguments && a.SkipRedactDefaults && !(cur.Audit.Arguments && cur.Audit.SkipRedactDefaults) {
+		g.logger.Warn(KeepsSecretsWarning)
+	}
+	closeOld := g.audit.swap(trail)
+	if closeOld == nil {
+		return
+	}
+	g.logger.Info("audit trail replaced by a reload: the previous one closes once it has written its records", "sink", trail.settings.Sink)
+	if !g.goWorker(closeOld) {
+		closeOld() // the gateway is closing: it waits for no worker any more
+	}
+}
+
+// KeepsSecretsWarning is logged when the audit trail starts to keep arguments named like
+// secrets (audit.redact_defaults: false with audit.arguments), at start or by a reload.
+const KeepsSecretsWarning = "the audit trail keeps arguments named like secrets (audit.redact_defaults: false): passwords, tokens and keys that clients pass reach its records"
 
 // unreloadable returns why next cannot replace cur while the gateway runs: a reason for each
 // changed key (or part of one) that only a restart applies.
@@ -272,6 +339,16 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 	for _, k := range changed {
 		if !reloadableKeys[k] {
 			reasons = append(reasons, fmt.Sprintf("%s cannot change while the gateway runs: restart it to change %s", k, k))
+		}
+	}
+	if slices.Contains(changed, "audit") {
+		if why := g.audit.unreloadable(next); why != "" {
+			reasons = append(reasons, why)
+		}
+	}
+	if slices.Contains(changed, "plugins") {
+		if why := g.plugins.unreloadable(next, g.gate != nil); why != "" {
+			reasons = append(reasons, why)
 		}
 	}
 	if slices.Contains(changed, "log_level") && g.opts.LogLevel == nil {
@@ -297,9 +374,10 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 			reasons = append(reasons, "admin: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of admin")
 		}
 	}
-	if slices.Contains(changed, "profiles") && !slices.Equal(profileNames(cur), profileNames(next)) {
-		// Each profile is an endpoint, with its own resource for tokens.
-		reasons = append(reasons, "profiles: a profile cannot be added, removed or renamed while the gateway runs (what one includes can change): restart it to change which profiles there are")
+	if slices.Contains(changed, "profiles") && !slices.Equal(profileNames(cur), profileNames(next)) && g.auth != nil && len(g.auth.verifier.Issuers()) > 0 {
+		// Each profile's endpoint is a resource the issuers' tokens are for, and every
+		// endpoint accepts them: the audiences and metadata documents are fixed at start.
+		reasons = append(reasons, "profiles: with OIDC issuers (auth.oidc), a profile cannot be added, removed or renamed while the gateway runs, since the tokens each endpoint accepts are fixed at start (what one includes can change): restart it to change which profiles there are")
 	}
 	if slices.Contains(changed, "policy") {
 		if g.gate == nil {
@@ -319,6 +397,44 @@ func profileNames(cfg *config.Config) []string {
 		names[i] = p.Name
 	}
 	return names
+}
+
+// removedProfiles are the names of cur's profiles that next has not.
+func removedProfiles(cur, next *config.Config) []string {
+	var gone []string
+	for _, name := range profileNames(cur) {
+		if !slices.Contains(profileNames(next), name) {
+			gone = append(gone, name)
+		}
+	}
+	return gone
+}
+
+// endProfiles ends the sessions here of the profiles named: their records are deleted and
+// what is live of them ends (their streams close), so that their clients' next request gets
+// 404, as for a session that ended (2025-11-25 transports, "Session Management"); the listen
+// streams of 2026-07-28 clients there complete, as at a drain. Each replica ends its own as
+// it applies the reload.
+func endProfiles(g *Gateway, profiles []string) {
+	if len(profiles) == 0 {
+		return
+	}
+	for _, p := range profiles {
+		g.streamable.stateless.listens.endProfile(p) // 2026-07-28 listens complete
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, reloadTimeout)
+	defer cancel()
+	for _, s := range g.hub.Sessions() {
+		if !slices.Contains(profiles, s.Group()) {
+			continue
+		}
+		if err := g.store.Delete(ctx, s.ID()); err != nil {
+			// Its endpoint answers 404 already; the record expires in time.
+			g.logger.Warn("deleting a session of a profile a reload removed failed", "session", fingerprint(s.ID()), "error", err.Error())
+		}
+		g.endLocal(s.ID())
+		g.logger.Info("session ended: a reload removed its profile", "session", fingerprint(s.ID()), "profile", s.Group())
+	}
 }
 
 // pinModes are the pinning modes of cfg's pinned upstreams, by name.

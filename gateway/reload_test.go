@@ -53,6 +53,25 @@ func toolsOf(t *testing.T, ctx context.Context, cs *mcp.ClientSession) []string 
 	return toolNames(res.Tools)
 }
 
+// answersHeldUntil are the options of a client that answers the upstreams' sampling requests
+// once release is closed, telling asked of each when it comes, and accepts elicitations.
+func answersHeldUntil(asked chan<- struct{}, release <-chan struct{}) *mcp.ClientOptions {
+	return &mcp.ClientOptions{
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			asked <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "late"}}, nil
+		},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
+		},
+	}
+}
+
 // TestReloadWithASessionOpen: one go-sdk session stays open through reloads that add an
 // upstream (its tools appear, with a list_changed), change a policy rule (the next call is
 // decided by the new rule), remove an upstream with a call in flight there (its tools vanish
@@ -70,23 +89,11 @@ func TestReloadWithASessionOpen(t *testing.T) {
 	}
 
 	changed := make(chan struct{}, 16)
-	sampling := make(chan struct{})
+	sampling := make(chan struct{}, 1)
 	release := make(chan struct{})
-	cs := connect(t, tg.url, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
-		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			close(sampling)
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "late"}}, nil
-		},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
-		},
-	})
+	opts := answersHeldUntil(sampling, release)
+	opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }
+	cs := connect(t, tg.url, opts)
 	ctx := ctxT(t)
 	if got := textOf(t, callTool(t, cs, "alpha__whoami", nil)); got != "alpha" {
 		t.Fatalf("alpha__whoami answered %q before any reload", got)
@@ -321,7 +328,7 @@ func TestReloadedRuleReachesSessions(t *testing.T) {
 }
 
 // TestReloadChangesWhatAProfileIncludes: what a profile includes changes with a reload, and
-// its clients hear list_changed; a profile added is refused.
+// its clients hear list_changed.
 func TestReloadChangesWhatAProfileIncludes(t *testing.T) {
 	head := "listen: 127.0.0.1:0\nupstreams:" + upstreamYAML("alpha", "alpha", "")
 	profile := func(tools string) string {
@@ -348,10 +355,6 @@ func TestReloadChangesWhatAProfileIncludes(t *testing.T) {
 	}
 	if tools := toolsOf(t, ctx, cs); !slices.Contains(tools, "alpha__whoami") {
 		t.Errorf("the profile's tools after the reload: %v", tools)
-	}
-	added := head + profile(`"*"`) + "  - name: q\n    include:\n      - {upstream: alpha}\n"
-	if err := tg.gw.Reload(ctx, parseConfig(t, added)); !strings.Contains(fmt.Sprint(err), "a profile cannot be added") {
-		t.Errorf("reload adding a profile: %v, want it refused", err)
 	}
 }
 

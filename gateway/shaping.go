@@ -86,11 +86,12 @@ func profileOf(snap *catalog.Snapshot, profile string) *catalog.Snapshot {
 
 // profileList names the gateway's profile endpoints for messages.
 func (g *Gateway) profileList() string {
-	if len(g.cfg.Profiles) == 0 {
+	profiles := g.runningConfig().Profiles
+	if len(profiles) == 0 {
 		return "none configured"
 	}
 	var b strings.Builder
-	for i, p := range g.cfg.Profiles {
+	for i, p := range profiles {
 		if i > 0 {
 			b.WriteString(", ")
 		}

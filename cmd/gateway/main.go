@@ -321,12 +321,6 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		// times a second under load. An operator who sets GOGC or GOMEMLIMIT decides instead.
 		defer heapfloor.Keep(heapFloor).Stop()
 	}
-	trail, closeTrail, err := openAudit(cfg, logger)
-	if err != nil {
-		return err
-	}
-	// Runs after gw.Close (defers run last first): the last records are written.
-	defer closeTrail()
 	tracer, err := openTracer(cfg)
 	if err != nil {
 		return err
@@ -345,7 +339,10 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	// Runs after gw.Close: the gateway's last writes reach the store.
 	defer backends.Close()
-	opts := &gateway.Options{Logger: logger, Version: version, Audit: trail, Backends: backends, Tracer: tracer, Metrics: metrics}
+	// The gateway opens the audit trail, and the one each reload that changes it asks for; it
+	// closes them, the last at Close, once the last records are written.
+	openTrail := func(cfg *config.Config) (*audit.Log, func(), error) { return openAudit(cfg, logger) }
+	opts := &gateway.Options{Logger: logger, Version: version, OpenAudit: openTrail, Backends: backends, Tracer: tracer, Metrics: metrics}
 	if reloads != nil {
 		opts.ReadConfig, opts.LogLevel = reloads.read, reloads.level
 	}
@@ -377,7 +374,7 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		logger.Warn("authentication off beyond loopback (auth.allow_unauthenticated): anyone who can reach the gateway may use its upstreams; protect it with a network policy or a proxy in front", "listen", cfg.Listen)
 	}
 	if cfg.Audit.Arguments && cfg.Audit.SkipRedactDefaults {
-		logger.Warn("the audit trail keeps arguments named like secrets (audit.redact_defaults: false): passwords, tokens and keys that clients pass reach its records")
+		logger.Warn(gateway.KeepsSecretsWarning)
 	}
 	for _, u := range cfg.EnabledUpstreams() {
 		if u.InheritAllEnv {

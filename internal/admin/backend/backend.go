@@ -108,7 +108,7 @@ type Sources struct {
 	// for a single gateway.
 	PinsDecided func()
 	// Audit receives operators' actions; nil: no audit trail.
-	Audit *audit.Log
+	Audit Recorder
 	// Now returns the current time. If nil, time.Now.
 	Now func() time.Time
 	// Logger receives operators' decisions. If nil, discarded.
@@ -307,6 +307,11 @@ func (b *Backend) Resolve(ctx context.Context, upstreamName, tool, hash, decisio
 	}
 	b.src.Rebuild()
 	return pinOf(pn, p.Hides(pn)), nil
+}
+
+// Recorder takes audit records: an *audit.Log, or what holds the one in force.
+type Recorder interface {
+	Record(audit.Record)
 }
 
 // Audit records an admin's action in the audit trail, as a request of method "admin/<action>".
