@@ -245,7 +245,13 @@ type gatewayConfig struct {
 	SessionStore struct {
 		Type string `json:"type"`
 	} `json:"session_store"`
-	Keys  []map[string]any `json:"keys"`
+	Keys []map[string]any `json:"keys"`
+	Auth struct {
+		OIDC                 []any  `json:"oidc"`
+		APIKeys              []any  `json:"api_keys"`
+		APIKeysFile          string `json:"api_keys_file"`
+		AllowUnauthenticated bool   `json:"allow_unauthenticated"`
+	} `json:"auth"`
 	Admin struct {
 		Listen      string `json:"listen"`
 		APIKeysFile string `json:"api_keys_file"`
@@ -394,6 +400,12 @@ func checkObjects(t *testing.T, objs objects, w want) {
 	}
 	if w.replicas > 1 && (cfg.SessionStore.Type != "redis" || len(cfg.Keys) == 0) {
 		t.Errorf("%d replicas with session_store %q and %d keys: replicas need Redis and keys", w.replicas, cfg.SessionStore.Type, len(cfg.Keys))
+	}
+
+	// A config that authenticates does not also say it serves anyone: the setting would be
+	// ignored, and would mislead whoever reads it.
+	if a := cfg.Auth; a.AllowUnauthenticated && (len(a.OIDC) > 0 || len(a.APIKeys) > 0 || a.APIKeysFile != "") {
+		t.Error("the config has auth and allow_unauthenticated: true both")
 	}
 
 	validate(t, text, c, cfg)

@@ -41,6 +41,11 @@ values. Refuses combinations the gateway would refuse, or that would lose sessio
 {{- fail "keys.ids needs keys.secretName, the Secret that holds them" -}}
 {{- end -}}
 {{- $cfg := deepCopy .Values.config -}}
+{{- $auth := default (dict) $cfg.auth -}}
+{{- if and .Values.allowUnauthenticated (not (or $auth.oidc $auth.api_keys $auth.api_keys_file)) -}}
+{{- $_ := set $auth "allow_unauthenticated" true -}}
+{{- $_ := set $cfg "auth" $auth -}}
+{{- end -}}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.port)) -}}
 {{- $_ := set $cfg "drain_timeout" (printf "%ds" (int .Values.drainTimeoutSeconds)) -}}
 {{- if $redis -}}
