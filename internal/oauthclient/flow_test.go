@@ -349,3 +349,29 @@ func TestDiscoverRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenIDFallbackAndConfiguredScopes: an authorization server with OpenID Connect
+// discovery only is found; configured scopes replace the challenge's.
+func TestOpenIDFallbackAndConfiguredScopes(t *testing.T) {
+	w := newWorld(t, nil)
+	inner := w.as.Config.Handler
+	w.as.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/.well-known/oauth-authorization-server" {
+			http.NotFound(rw, r)
+			return
+		}
+		inner.ServeHTTP(rw, r)
+	})
+	f := NewFetcher(&FetcherOptions{AllowPrivate: true})
+	defer f.CloseIdleConnections()
+	fl := w.flow(t, f)
+	fl.Scopes = []string{"files:read", "mcp"}
+	p, err := fl.Start("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(p.URL)
+	if got := u.Query().Get("scope"); got != "files:read mcp" {
+		t.Errorf("scope = %q, want the configured scopes", got)
+	}
+}
