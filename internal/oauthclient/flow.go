@@ -73,6 +73,9 @@ func (fl *Flow) now() time.Time {
 // user's browser should open. The URL carries state, the S256 code_challenge, the resource
 // indicator (RFC 8707) and the scopes (Flow.Scopes, else Discovery.Scopes, else none).
 func (fl *Flow) Start(owner string) (*Pending, error) {
+	if fl.RedirectURI == "" {
+		return nil, errors.New("the flow has no redirect URI; configure the gateway's callback URL")
+	}
 	u, err := url.Parse(fl.Discovery.Server.AuthorizationEndpoint)
 	if err != nil {
 		return nil, fmt.Errorf("authorization endpoint %q: %w", fl.Discovery.Server.AuthorizationEndpoint, err)

@@ -97,6 +97,9 @@ func secretMethod(md *ServerMetadata, secret string) string {
 
 // registerDynamic registers a public client (RFC 7591 §3.1) for the authorization code flow.
 func (f *Fetcher) registerDynamic(ctx context.Context, md *ServerMetadata, cfg ClientConfig) (*Client, error) {
+	if cfg.RedirectURI == "" || cfg.ClientName == "" {
+		return nil, errors.New("dynamic registration needs the gateway's client name and redirect URI; configure both")
+	}
 	body, err := json.Marshal(clientMetadata(cfg.ClientName, []string{cfg.RedirectURI}))
 	if err != nil {
 		return nil, err

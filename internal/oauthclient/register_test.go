@@ -39,7 +39,8 @@ func TestRegisterChooses(t *testing.T) {
 		{"pre-registered with a secret", &cimd, ClientConfig{ClientID: "gw", ClientSecret: "s"}, HowPreregistered, "client_secret_basic", ""},
 		{"pre-registered, server takes post only", &postOnly, ClientConfig{ClientID: "gw", ClientSecret: "s"}, HowPreregistered, "client_secret_post", ""},
 		{"metadata document", &cimd, ClientConfig{MetadataDocumentURL: doc, RedirectURI: redirectURI}, HowMetadataDocument, "none", ""},
-		{"metadata document not taken: dynamic", dcr, ClientConfig{MetadataDocumentURL: doc, RedirectURI: redirectURI}, HowDynamic, "none", ""},
+		{"metadata document not taken: dynamic", dcr, ClientConfig{MetadataDocumentURL: doc, ClientName: "Manifold", RedirectURI: redirectURI}, HowDynamic, "none", ""},
+		{"dynamic without a redirect URI", dcr, ClientConfig{ClientName: "Manifold"}, "", "", "needs the gateway's client name and redirect URI"},
 		{"dynamic turned off", dcr, ClientConfig{NoDynamicRegistration: true}, "", "", "dynamic registration is turned off"},
 		{"nothing offered", &bare, ClientConfig{MetadataDocumentURL: doc}, "", "", "does not advertise client_id_metadata_document_supported and offers no registration_endpoint"},
 	}
@@ -47,8 +48,10 @@ func TestRegisterChooses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := f.Register(context.Background(), tt.md, tt.cfg)
 			if tt.wantErr != "" {
-				if !errors.Is(err, ErrNoRegistration) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("Register: %v, want %v naming %q", err, ErrNoRegistration, tt.wantErr)
+				// Only a configuration error is no ErrNoRegistration.
+				noReg := tt.cfg.RedirectURI != "" || tt.cfg.ClientName == ""
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || errors.Is(err, ErrNoRegistration) != noReg {
+					t.Errorf("Register: %v, want an error naming %q (ErrNoRegistration: %v)", err, tt.wantErr, noReg)
 				}
 				return
 			}
