@@ -230,7 +230,7 @@ func TestRefreshKeepsAnUnrotatedToken(t *testing.T) {
 	for range 2 {
 		renewed, err := fl.Refresh(context.Background(), tok)
 		if err != nil || renewed.RefreshToken != tok.RefreshToken {
-			t.Fatalf("Refresh: %v, %+v, want the refresh token %q kept", err, renewed, tok.RefreshToken)
+			t.Fatalf("Refresh: %v, refresh token %q, want %q kept", err, renewed.RefreshToken, tok.RefreshToken)
 		}
 		tok = renewed
 	}
