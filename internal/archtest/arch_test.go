@@ -65,6 +65,7 @@ var allowed = map[string][]string{
 	"internal/docpage":           {},
 	"internal/metrics":           {"internal/protocol"},
 	"internal/testissuer":        {},
+	"internal/oauthclient":       {},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.
 	"policy/pluginpb":        {},

@@ -3,7 +3,9 @@
 // discovery document (also as RFC 8414 authorization server metadata) and a JWKS, registers
 // any client (RFC 7591), and issues access tokens for one fixed demo user: by client
 // credentials, or by the authorization code flow with PKCE (S256), whose authorize endpoint
-// approves every request at once and redirects to a loopback redirect URI.
+// approves every request at once and redirects to a loopback redirect URI. A code's token
+// comes with a refresh token, rotated at each use (or kept, Options.KeepRefreshTokens), and
+// revocable at its RFC 7009 revocation endpoint.
 //
 // It is no identity provider: anyone who can reach it gets a token. It refuses to listen
 // beyond loopback (CheckLoopback) and answers only requests whose Host names loopback.
@@ -50,9 +52,11 @@ const DefaultScope = "mcp"
 const (
 	tokenLifetime = time.Hour
 	codeLifetime  = time.Minute
-	// maxCodes bounds the codes issued and not yet redeemed.
-	maxCodes = 1024
-	kid      = "demo-1"
+	// maxCodes bounds the codes issued and not yet redeemed; maxRefresh the live refresh
+	// tokens (past it, a token comes without one).
+	maxCodes   = 1024
+	maxRefresh = 4096
+	kid        = "demo-1"
 )
 
 // Options are an Issuer's settings; nil means the zero value.
@@ -62,6 +66,9 @@ type Options struct {
 	Audience string
 	// Now gives the time of tokens and codes; nil means time.Now.
 	Now func() time.Time
+	// KeepRefreshTokens makes the refresh grant answer without a new refresh token, as an
+	// authorization server that does not rotate them; false rotates at each use.
+	KeepRefreshTokens bool
 }
 
 // Issuer issues tokens for the demo user. It is safe for concurrent use.
@@ -72,9 +79,13 @@ type Issuer struct {
 	key      *rsa.PrivateKey
 	signer   jose.Signer
 
-	// mu guards codes: the authorization codes issued and not yet redeemed or expired.
-	mu    sync.Mutex
-	codes map[string]grant
+	keepRefresh bool
+
+	// mu guards codes, the authorization codes issued and not yet redeemed or expired, and
+	// refresh, the refresh tokens issued and not yet rotated or revoked.
+	mu      sync.Mutex
+	codes   map[string]grant
+	refresh map[string]grant
 }
 
 // grant is what an authorization code was issued for.
@@ -120,7 +131,8 @@ func New(issuerURL string, opts *Options) (*Issuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make the signer: %w", err)
 	}
-	i := &Issuer{url: issuerURL, audience: opts.Audience, now: opts.Now, key: key, signer: signer, codes: map[string]grant{}}
+	i := &Issuer{url: issuerURL, audience: opts.Audience, now: opts.Now, key: key, signer: signer, codes: map[string]grant{},
+		refresh: map[string]grant{}, keepRefresh: opts.KeepRefreshTokens}
 	if i.audience == "" {
 		i.audience = "http://127.0.0.1:8080/mcp"
 	}
@@ -142,6 +154,7 @@ func (i *Issuer) Handler() http.Handler {
 	mux.HandleFunc("POST /register", i.serveRegister)
 	mux.HandleFunc("GET /authorize", i.serveAuthorize)
 	mux.HandleFunc("POST /token", i.serveToken)
+	mux.HandleFunc("POST /revoke", i.serveRevoke)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !loopback.Host(r.Host) {
 			writeJSON(w, http.StatusForbidden, oauthError{"invalid_request", "the demo issuer answers only on loopback (localhost, 127.0.0.1, [::1])"})
@@ -167,8 +180,9 @@ func (i *Issuer) serveMetadata(w http.ResponseWriter, _ *http.Request) {
 		"token_endpoint":                   i.url + "/token",
 		"jwks_uri":                         i.url + "/jwks",
 		"registration_endpoint":            i.url + "/register",
+		"revocation_endpoint":              i.url + "/revoke",
 		"response_types_supported":         []string{"code"},
-		"grant_types_supported":            []string{"authorization_code", "client_credentials"},
+		"grant_types_supported":            []string{"authorization_code", "client_credentials", "refresh_token"},
 		"code_challenge_methods_supported": []string{"S256"},
 		// The redirect carries iss (RFC 9207), which clients check against the issuer.
 		"authorization_response_iss_parameter_supported": true,
@@ -203,7 +217,7 @@ func (i *Issuer) serveRegister(w http.ResponseWriter, r *http.Request) {
 		"client_id":                  "demo-" + randomString(8),
 		"client_name":                req.ClientName,
 		"redirect_uris":              req.RedirectURIs,
-		"grant_types":                []string{"authorization_code"},
+		"grant_types":                []string{"authorization_code", "refresh_token"},
 		"response_types":             []string{"code"},
 		"token_endpoint_auth_method": "none",
 	})
@@ -272,8 +286,8 @@ func (i *Issuer) pruneLocked() {
 	}
 }
 
-// serveToken issues a token by client credentials (any client) or for an authorization code
-// and its PKCE verifier.
+// serveToken issues a token by client credentials (any client), for an authorization code
+// and its PKCE verifier, or for a refresh token.
 func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
@@ -284,7 +298,7 @@ func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 	if id, _, ok := r.BasicAuth(); ok {
 		clientID = id
 	}
-	var resource, scope string
+	var resource, scope, refresh string
 	switch r.PostForm.Get("grant_type") {
 	case "client_credentials":
 		resource, scope = r.PostForm.Get("resource"), r.PostForm.Get("scope")
@@ -301,8 +315,21 @@ func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 		if res := r.PostForm.Get("resource"); res != "" {
 			resource = res
 		}
+		g.resource, g.scope = resource, scope
+		refresh = i.issueRefresh(g)
+	case "refresh_token":
+		old := r.PostForm.Get("refresh_token")
+		g, err := i.useRefresh(old, clientID)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, oauthError{"invalid_grant", err.Error()})
+			return
+		}
+		resource, scope = g.resource, g.scope
+		if !i.keepRefresh {
+			refresh = i.issueRefresh(g)
+		}
 	default:
-		writeJSON(w, http.StatusBadRequest, oauthError{"unsupported_grant_type", "grant_type must be client_credentials or authorization_code"})
+		writeJSON(w, http.StatusBadRequest, oauthError{"unsupported_grant_type", "grant_type must be client_credentials, authorization_code or refresh_token"})
 		return
 	}
 	if resource == "" {
@@ -316,7 +343,63 @@ func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, oauthError{"server_error", err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"access_token": token, "token_type": "Bearer", "expires_in": int(tokenLifetime.Seconds()), "scope": scope})
+	answer := map[string]any{"access_token": token, "token_type": "Bearer", "expires_in": int(tokenLifetime.Seconds()), "scope": scope}
+	if refresh != "" {
+		answer["refresh_token"] = refresh
+	}
+	writeJSON(w, http.StatusOK, answer)
+}
+
+// issueRefresh returns a new refresh token for g, or "" when too many are live.
+func (i *Issuer) issueRefresh(g grant) string {
+	token := randomString(24)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if len(i.refresh) >= maxRefresh {
+		return ""
+	}
+	i.refresh[token] = g
+	return token
+}
+
+// useRefresh returns the grant of a refresh token issued to clientID, and forgets the token
+// unless the issuer keeps them (Options.KeepRefreshTokens).
+func (i *Issuer) useRefresh(token, clientID string) (grant, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	g, ok := i.refresh[token]
+	switch {
+	case !ok:
+		return grant{}, errors.New("the refresh token is unknown, rotated or revoked: run the authorization again")
+	case clientID != g.clientID:
+		return grant{}, errors.New("the refresh token was issued to another client_id")
+	}
+	if !i.keepRefresh {
+		delete(i.refresh, token)
+	}
+	return g, nil
+}
+
+// serveRevoke revokes a refresh token (RFC 7009). Access tokens are self-contained JWTs that
+// live out their hour; revoking one, or a token the issuer does not know, succeeds all the
+// same (RFC 7009 §2.2).
+func (i *Issuer) serveRevoke(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		writeJSON(w, http.StatusBadRequest, oauthError{"invalid_request", "the body must be a form (application/x-www-form-urlencoded)"})
+		return
+	}
+	clientID := r.PostForm.Get("client_id")
+	if id, _, ok := r.BasicAuth(); ok {
+		clientID = id
+	}
+	token := r.PostForm.Get("token")
+	i.mu.Lock()
+	if g, ok := i.refresh[token]; ok && g.clientID == clientID {
+		delete(i.refresh, token)
+	}
+	i.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
 }
 
 // redeem takes the code's grant once, checked against the token request.

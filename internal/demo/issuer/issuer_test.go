@@ -177,3 +177,56 @@ func TestBrowserClientsMayCall(t *testing.T) {
 		t.Errorf("metadata: %d %v", resp.StatusCode, resp.Header)
 	}
 }
+
+// TestRefreshRotatesAndRevokes: a code's token comes with a refresh token that works once
+// (rotated), and whose successor stops working once revoked; with KeepRefreshTokens the same
+// refresh token keeps working.
+func TestRefreshRotatesAndRevokes(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		now := time.Now()
+		iss, srv := start(t, &now)
+		iss.keepRefresh = keep
+		post := func(endpoint string, form url.Values) (int, map[string]any) {
+			t.Helper()
+			resp, err := http.PostForm(srv.URL+endpoint, form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var body map[string]any
+			json.NewDecoder(resp.Body).Decode(&body)
+			return resp.StatusCode, body
+		}
+		redirect := "http://127.0.0.1:9/cb"
+		resp, err := noRedirects.Get(srv.URL + "/authorize?" + url.Values{"response_type": {"code"}, "client_id": {"c"}, "redirect_uri": {redirect},
+			"code_challenge": {"jm5gr0EqWmg3YitUcFQSGfIbZMy5EguOAoAfpNAUYRM"}, "code_challenge_method": {"S256"}}.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		status, body := post("/token", url.Values{"grant_type": {"authorization_code"}, "code": {loc.Query().Get("code")}, "client_id": {"c"},
+			"redirect_uri": {redirect}, "code_verifier": {"dBjftJeZ4CVP-mJ92K9TQYnBamlFdoyjs28t2H8mnTs"}})
+		first, _ := body["refresh_token"].(string)
+		if status != http.StatusOK || first == "" {
+			t.Fatalf("keep=%v: code redeemed: %d %v, want a refresh token", keep, status, body)
+		}
+		status, body = post("/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {first}, "client_id": {"c"}})
+		second, _ := body["refresh_token"].(string)
+		if status != http.StatusOK || body["access_token"] == nil || (second == "") != keep {
+			t.Fatalf("keep=%v: refresh: %d %v", keep, status, body)
+		}
+		if keep {
+			second = first
+		}
+		if status, _ := post("/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {first}, "client_id": {"c"}}); (status == http.StatusOK) != keep {
+			t.Errorf("keep=%v: the first refresh token again: %d", keep, status)
+		}
+		if status, _ := post("/revoke", url.Values{"token": {second}, "client_id": {"c"}}); status != http.StatusOK {
+			t.Errorf("keep=%v: revoke: %d, want 200", keep, status)
+		}
+		if status, _ := post("/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {second}, "client_id": {"c"}}); status != http.StatusBadRequest {
+			t.Errorf("keep=%v: a revoked refresh token: %d, want 400", keep, status)
+		}
+	}
+}

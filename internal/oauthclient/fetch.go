@@ -1,0 +1,291 @@
+package oauthclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrForbiddenTarget is wrapped by every refusal of a URL or address that the Fetcher will
+// not reach: the wrong scheme, or an address inside the network (loopback, private,
+// link-local, multicast, unspecified) that metadata from outside must not point it at.
+var ErrForbiddenTarget = errors.New("forbidden target")
+
+// Defaults of FetcherOptions.
+const (
+	DefaultTimeout      = 10 * time.Second
+	DefaultMaxBodyBytes = 1 << 20
+	maxRedirects        = 3
+)
+
+// FetcherOptions are a Fetcher's settings; the zero value is the safe default.
+type FetcherOptions struct {
+	// AllowPrivate permits loopback and private (RFC 1918, RFC 4193, shared address space)
+	// targets, and plain http to a loopback host: for tests and on-premises servers.
+	// Link-local (cloud metadata), multicast and unspecified addresses stay refused.
+	AllowPrivate bool
+	// Timeout bounds each request, body included; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// MaxBodyBytes bounds each response body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// Fetcher makes the discovery, registration and token requests of an OAuth client in a way
+// that is not a way in (SSRF, MCP 2025-11-25 "Security Best Practices"): it reaches only
+// https URLs, dials only public addresses (checked on the resolved address at dial time, so
+// DNS rebinding cannot slip past), uses no proxy, bounds each response's size and time,
+// follows a redirect of a GET to the same scheme and host only, and follows none of a POST.
+// It is safe for concurrent use.
+type Fetcher struct {
+	allowPrivate bool
+	maxBody      int64
+	get, post    *http.Client
+}
+
+// NewFetcher returns a Fetcher; nil opts means the zero value.
+func NewFetcher(opts *FetcherOptions) *Fetcher {
+	if opts == nil {
+		opts = &FetcherOptions{}
+	}
+	f := &Fetcher{allowPrivate: opts.AllowPrivate, maxBody: opts.MaxBodyBytes}
+	if f.maxBody <= 0 {
+		f.maxBody = DefaultMaxBodyBytes
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	dialer := &net.Dialer{Timeout: timeout, ControlContext: f.control}
+	transport := &http.Transport{
+		Proxy:                 nil, // a proxy would be dialled instead of the checked address
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConns:          16,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	f.get = &http.Client{Transport: transport, Timeout: timeout, CheckRedirect: f.checkRedirect}
+	f.post = &http.Client{Transport: transport, Timeout: timeout, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+		return fmt.Errorf("%w: a token, registration or revocation endpoint redirected to %s; such requests follow no redirect", ErrForbiddenTarget, req.URL.Redacted())
+	}}
+	return f
+}
+
+// CloseIdleConnections closes the Fetcher's idle connections. It may be called more than once.
+func (f *Fetcher) CloseIdleConnections() { f.get.CloseIdleConnections() }
+
+// CheckURL returns an error wrapping ErrForbiddenTarget unless raw is an absolute https URL
+// without user info or fragment, or, when private targets are allowed, an http URL whose host
+// is loopback. Addresses are checked later, when dialled.
+func (f *Fetcher) CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a URL: %v", ErrForbiddenTarget, raw, err)
+	}
+	switch {
+	case u.Host == "":
+		return fmt.Errorf("%w: %q is not an absolute URL", ErrForbiddenTarget, raw)
+	case u.User != nil:
+		return fmt.Errorf("%w: %q carries user info", ErrForbiddenTarget, u.Redacted())
+	case u.Fragment != "":
+		return fmt.Errorf("%w: %q carries a fragment", ErrForbiddenTarget, raw)
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && f.allowPrivate && loopbackHost(u.Hostname()):
+		return nil
+	case u.Scheme == "http":
+		return fmt.Errorf("%w: %q: authorization server and metadata URLs must be https (plain http is allowed only to loopback, with private targets allowed)", ErrForbiddenTarget, raw)
+	default:
+		return fmt.Errorf("%w: %q: scheme %q, want https", ErrForbiddenTarget, raw, u.Scheme)
+	}
+}
+
+// loopbackHost reports whether host (no port) is localhost or a loopback IP.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
+}
+
+// sharedSpace is the shared address space of carrier NAT (RFC 6598): private in all but name.
+var sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
+
+// reserved holds the special-purpose IPv4 ranges that the net/netip predicates leave out and
+// that are never a server's address: "this network", benchmarking, and reserved.
+var reserved = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// CheckAddr returns an error wrapping ErrForbiddenTarget if ip is no address the Fetcher may
+// dial.
+func (f *Fetcher) CheckAddr(ip netip.Addr) error {
+	ip = ip.Unmap()
+	why := ""
+	switch {
+	case !ip.IsValid() || ip.IsUnspecified():
+		why = "unspecified"
+	case ip.IsMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsLinkLocalMulticast():
+		why = "multicast"
+	case ip.IsLinkLocalUnicast():
+		why = "link-local"
+	case ip.IsLoopback() && !f.allowPrivate:
+		why = "loopback"
+	case (ip.IsPrivate() || sharedSpace.Contains(ip)) && !f.allowPrivate:
+		why = "private"
+	default:
+		for _, p := range reserved {
+			if p.Contains(ip) {
+				why = "reserved"
+			}
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	hint := ""
+	if why == "loopback" || why == "private" {
+		hint = "; allow private targets only for an on-premises authorization server"
+	}
+	return fmt.Errorf("%w: %s is a %s address%s", ErrForbiddenTarget, ip, why, hint)
+}
+
+// control checks the address about to be dialled, after name resolution.
+func (f *Fetcher) control(_ context.Context, _, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: dial %q: %v", ErrForbiddenTarget, address, err)
+	}
+	return f.CheckAddr(ap.Addr())
+}
+
+func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("%w: more than %d redirects from %s", ErrForbiddenTarget, maxRedirects, via[0].URL.Redacted())
+	}
+	first := via[0].URL
+	if req.URL.Scheme != first.Scheme || !strings.EqualFold(req.URL.Host, first.Host) {
+		return fmt.Errorf("%w: %s redirected to another host (%s)", ErrForbiddenTarget, first.Redacted(), req.URL.Redacted())
+	}
+	return f.CheckURL(req.URL.String())
+}
+
+// StatusError is a response whose status was not the one expected.
+type StatusError struct {
+	URL    string
+	Status int
+	// OAuth is the error response body (RFC 6749 §5.2), when the server sent one.
+	OAuth *OAuthError
+}
+
+func (e *StatusError) Error() string {
+	if e.OAuth != nil {
+		return fmt.Sprintf("%s answered %d: %v", e.URL, e.Status, e.OAuth)
+	}
+	return fmt.Sprintf("%s answered %d", e.URL, e.Status)
+}
+
+func (e *StatusError) Unwrap() error {
+	if e.OAuth == nil {
+		return nil
+	}
+	return e.OAuth
+}
+
+// OAuthError is an authorization server's error (RFC 6749 §5.2, RFC 7591 §3.2.2) or an
+// authorization response's error (RFC 6749 §4.1.2.1).
+type OAuthError struct {
+	Code        string `json:"error"`
+	Description string `json:"error_description,omitempty"`
+}
+
+func (e *OAuthError) Error() string {
+	if e.Description == "" {
+		return "oauth error " + e.Code
+	}
+	return "oauth error " + e.Code + ": " + e.Description
+}
+
+// getJSON GETs raw and decodes its 200 JSON body into v. A 404 is a StatusError, so that
+// callers may try the next well-known URL.
+func (f *Fetcher) getJSON(ctx context.Context, raw string, v any) error {
+	if err := f.CheckURL(raw); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrForbiddenTarget, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	return f.do(f.get, req, []int{http.StatusOK}, v)
+}
+
+// postForm POSTs form to raw (with basic auth when user is set), follows no redirect, and
+// decodes a JSON body of one of the accepted statuses into v (nil: the body is ignored).
+func (f *Fetcher) postForm(ctx context.Context, raw string, form url.Values, user, password string, v any) error {
+	return f.post1(ctx, raw, "application/x-www-form-urlencoded", strings.NewReader(form.Encode()), user, password, []int{http.StatusOK}, v)
+}
+
+func (f *Fetcher) post1(ctx context.Context, raw, contentType string, body io.Reader, user, password string, ok []int, v any) error {
+	if err := f.CheckURL(raw); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, raw, body)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrForbiddenTarget, err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Accept", "application/json")
+	if user != "" {
+		// RFC 6749 §2.3.1: the id and secret are form-encoded before basic auth.
+		req.SetBasicAuth(url.QueryEscape(user), url.QueryEscape(password))
+	}
+	return f.do(f.post, req, ok, v)
+}
+
+func (f *Fetcher) do(client *http.Client, req *http.Request, ok []int, v any) error {
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, f.maxBody+1))
+	if err != nil {
+		return fmt.Errorf("%s %s: read the body: %w", req.Method, req.URL.Redacted(), err)
+	}
+	if int64(len(body)) > f.maxBody {
+		return fmt.Errorf("%s %s: the body exceeds %d bytes", req.Method, req.URL.Redacted(), f.maxBody)
+	}
+	good := false
+	for _, s := range ok {
+		good = good || resp.StatusCode == s
+	}
+	if !good {
+		se := &StatusError{URL: req.URL.Redacted(), Status: resp.StatusCode}
+		var oe OAuthError
+		if json.Unmarshal(body, &oe) == nil && oe.Code != "" {
+			se.OAuth = &oe
+		}
+		return se
+	}
+	if v == nil {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s %s: the body is not the JSON expected: %w", req.Method, req.URL.Redacted(), err)
+	}
+	return nil
+}
