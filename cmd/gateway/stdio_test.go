@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/manifold-mcp/manifold/internal/protocol"
+	"github.com/manifold-mcp/manifold/internal/testupstream"
+)
+
+// stdioBound bounds each wait of the stdio tests for the gateway process: it fails a test
+// that would otherwise hang, it never asserts speed.
+const stdioBound = 30 * time.Second
+
+// stdioConfig writes the config of a `gateway stdio` in front of three stdio upstreams run by
+// this test binary, alpha and beta (echo, whoami) and rev (ask: samples, then elicits), whose
+// processes carry EnvRun=marker, and a policy that denies the local user "tester" beta's
+// whoami. extra are more top-level settings.
+func stdioConfig(t *testing.T, marker, extra string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := func(name, flavor string) string {
+		return fmt.Sprintf("  - name: %s\n    command: %q\n    env: {%s: %s, %s: %s}\n    inherit_env: [GOCOVERDIR, GORACE]\n",
+			name, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, marker)
+	}
+	return writeFile(t, "stdio.yaml", `log_level: debug
+drain_timeout: 5s
+`+extra+`
+policy:
+  rules:
+    - name: no-beta-whoami
+      effect: deny
+      reason: not for the tester
+      match:
+        principal: {subjects: [tester]}
+        upstreams: [beta]
+        tools: [whoami]
+upstreams:
+`+upstream("alpha", "alpha")+upstream("beta", "beta")+upstream("rev", "reverse"))
+}
+
+// stdioCommand is `gateway stdio` on the config, as a desktop host starts it: this test
+// binary standing for the gateway; its logs go to stderr.
+func stdioCommand(config string, stderr io.Writer, args ...string) *exec.Cmd {
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, append([]string{"stdio", "-config", config}, args...)...)
+	cmd.Env = append(os.Environ(), envGateway+"=1")
+	cmd.Stderr = stderr
+	return cmd
+}
+
+// TestStdioSDKClient runs the Go SDK's client against `gateway stdio` as a desktop host would,
+// in each protocol era: it lists the three upstreams' tools, calls one, answers a sampling and
+// an elicitation request of an upstream's through the gateway, is refused the tool a policy
+// rule denies its principal; and closing stdin ends the gateway and its upstream processes.
+func TestStdioSDKClient(t *testing.T) {
+	for _, era := range []struct {
+		name, config, version string
+	}{
+		{"2025-11-25", "", "2025-11-25"},
+		{"2026-07-28", "modern_protocol: true", "2026-07-28"},
+	} {
+		t.Run(era.name, func(t *testing.T) {
+			marker := testupstream.Marker + "-" + strings.ReplaceAll(t.Name(), "/", "-")
+			logs := &syncBuffer{}
+			transport := &mcp.CommandTransport{Command: stdioCommand(stdioConfig(t, marker, era.config), logs, "-principal", "tester")}
+			var sampled []string
+			client := mcp.NewClient(&mcp.Implementation{Name: "desktop-host", Version: "1"}, &mcp.ClientOptions{
+				CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+					prompt := ""
+					if len(req.Params.Messages) > 0 {
+						if tc, ok := req.Params.Messages[0].Content.(*mcp.TextContent); ok {
+							prompt = tc.Text
+						}
+					}
+					sampled = append(sampled, prompt)
+					return &mcp.CreateMessageResult{Model: "test", Role: "assistant", Content: &mcp.TextContent{Text: "model says " + prompt}}, nil
+				},
+				ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
+				},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), stdioBound)
+			defer cancel()
+			session, err := client.Connect(ctx, transport, nil)
+			if err != nil {
+				t.Fatalf("connect: %v\nlogs:\n%s", err, logs)
+			}
+			closed := false
+			defer func() {
+				if !closed {
+					session.Close()
+				}
+			}()
+			if got := session.InitializeResult().ProtocolVersion; got != era.version {
+				t.Errorf("protocol version %q, want %q", got, era.version)
+			}
+
+			res, err := session.ListTools(ctx, nil)
+			if err != nil {
+				t.Fatalf("tools/list: %v\nlogs:\n%s", err, logs)
+			}
+			var names []string
+			for _, tool := range res.Tools {
+				names = append(names, tool.Name)
+			}
+			for _, want := range []string{"alpha__echo", "beta__echo", "rev__ask"} {
+				if !slices.Contains(names, want) {
+					t.Errorf("tools/list lacks %s: %v", want, names)
+				}
+			}
+
+			if got := callText(ctx, t, session, "alpha__echo", map[string]any{"text": "hello"}, false); !strings.Contains(got, "hello") {
+				t.Errorf("alpha__echo answered %q, want the text echoed", got)
+			}
+			if got, want := callText(ctx, t, session, "rev__ask", map[string]any{"text": "q1"}, false), "sampled=model says q1;elicited=yes"; got != want {
+				t.Errorf("rev__ask answered %q, want %q (the client's sampling and elicitation answers)", got, want)
+			}
+			if !slices.Contains(sampled, "q1") {
+				t.Errorf("the client's sampling handler saw %q, want the upstream's prompt q1", sampled)
+			}
+			if got := callText(ctx, t, session, "beta__whoami", map[string]any{}, true); !strings.Contains(got, "not for the tester") {
+				t.Errorf("beta__whoami, denied to tester, answered %q; want the rule's reason", got)
+			}
+			if got := callText(ctx, t, session, "alpha__whoami", map[string]any{}, false); !strings.Contains(got, "alpha") {
+				t.Errorf("alpha__whoami, which no rule denies, answered %q", got)
+			}
+
+			// A desktop host stops its server by closing stdin: the gateway drains, stops its
+			// upstreams and exits 0 by itself (CommandTransport would signal it only later).
+			closed = true
+			if err := session.Close(); err != nil {
+				t.Errorf("closing the session (stdin), the gateway exited with %v\nlogs:\n%s", err, logs)
+			}
+			if !strings.Contains(logs.String(), "the client closed stdin: draining") {
+				t.Errorf("the gateway did not stop at the end of stdin; logs:\n%s", logs)
+			}
+			if left := testupstream.Leftovers(marker); len(left) > 0 {
+				t.Errorf("upstream processes %v outlived the gateway", left)
+			}
+		})
+	}
+}
+
+// callText calls a tool and returns the text of its result, which must be an error result when
+// isError.
+func callText(ctx context.Context, t *testing.T, session *mcp.ClientSession, tool string, args map[string]any, isError bool) string {
+	t.Helper()
+	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("tools/call %s: %v", tool, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	if res.IsError != isError {
+		t.Errorf("tools/call %s: isError %v, want %v (%s)", tool, res.IsError, isError, b.String())
+	}
+	return b.String()
+}
+
+// TestStdioStdoutCarriesProtocolOnly speaks to `gateway stdio` line by line, with its upstreams
+// writing to their stderr and the gateway logging at debug level: every line on its stdout is
+// one JSON-RPC message, a request with no session yet (2025-11-25 before initialize) is
+// answered there too, with its id, and so is a request sent just before the end of stdin.
+func TestStdioStdoutCarriesProtocolOnly(t *testing.T) {
+	marker := testupstream.Marker + "-" + t.Name()
+	logs := &syncBuffer{}
+	cmd := stdioCommand(stdioConfig(t, marker, ""), logs)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	defer func() {
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		// A test that failed midway: the end of stdin stops the gateway and its upstreams;
+		// killing it would leave them behind.
+		stdin.Close()
+		for range lines {
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = cmd.Wait()
+		}()
+		select {
+		case <-done:
+		case <-time.After(stdioBound):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	var seen []string
+	// next reads stdout until the answer to id, checking every line on the way.
+	next := func(id string) string {
+		t.Helper()
+		timeout := time.NewTimer(stdioBound)
+		defer timeout.Stop()
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("stdout ended before the answer to %s; logs:\n%s", id, logs)
+				}
+				seen = append(seen, line)
+				msg, err := protocol.Decode([]byte(line))
+				if err != nil {
+					t.Fatalf("stdout carries a line that is no JSON-RPC message (%v): %q", err, line)
+				}
+				if r, ok := msg.(*protocol.Response); ok && r.ID.String() == id {
+					return line
+				}
+			case <-timeout.C:
+				t.Fatalf("no answer to %s; stdout so far %q; logs:\n%s", id, seen, logs)
+			}
+		}
+	}
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":"early","method":"tools/list"}`)
+	if got := next(`"early"`); !strings.Contains(got, `"error"`) {
+		t.Errorf("tools/list before initialize answered %s, want an error", got)
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	next("1")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`) // waits for the upstreams' first lists
+	if got := next(`"list"`); !strings.Contains(got, "alpha__echo") {
+		t.Fatalf("tools/list answered %s", got)
+	}
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"line\nbreak"}}}`)
+	if got := next("2"); !strings.Contains(got, `line\nbreak`) {
+		t.Errorf("alpha__echo answered %s", got)
+	}
+	// A request the client sends just before it closes stdin is still answered: the gateway
+	// drains once it is, rather than refusing it as one that came during the drain.
+	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"beta__echo","arguments":{"text":"last"}}}`)
+	if err := stdin.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last := ""
+	for line := range lines { // what is left until the gateway closes stdout
+		seen = append(seen, line)
+		msg, err := protocol.Decode([]byte(line))
+		if err != nil {
+			t.Errorf("stdout carries a line that is no JSON-RPC message (%v): %q", err, line)
+		}
+		if r, ok := msg.(*protocol.Response); ok && r.ID.String() == "3" {
+			last = line
+		}
+	}
+	if !strings.Contains(last, `"result"`) || !strings.Contains(last, "last") {
+		t.Errorf("the call sent before the end of stdin was answered %q, want its result", last)
+	}
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the gateway exited with %v after the end of stdin; logs:\n%s", err, logs)
+		}
+		exited <- err
+	case <-time.After(stdioBound):
+		t.Fatalf("the gateway still runs after the end of stdin; logs:\n%s", logs)
+	}
+	if left := testupstream.Leftovers(marker); len(left) > 0 {
+		t.Errorf("upstream processes %v outlived the gateway", left)
+	}
+	if !strings.Contains(logs.String(), "test upstream alpha serving on stdio") {
+		t.Errorf("the upstreams' stderr did not reach the gateway's log:\n%s", logs)
+	}
+}
