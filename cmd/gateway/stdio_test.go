@@ -181,132 +181,196 @@ func callText(ctx context.Context, t *testing.T, session *mcp.ClientSession, too
 // answered there too, with its id, and so is a request sent just before the end of stdin.
 func TestStdioStdoutCarriesProtocolOnly(t *testing.T) {
 	marker := testupstream.Marker + "-" + t.Name()
-	logs := &syncBuffer{}
-	cmd := stdioCommand(stdioConfig(t, marker, ""), logs)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	defer func() {
-		select {
-		case <-exited:
-			return
-		default:
-		}
-		// A test that failed midway: the end of stdin stops the gateway and its upstreams;
-		// killing it would leave them behind.
-		stdin.Close()
-		for range lines {
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = cmd.Wait()
-		}()
-		select {
-		case <-done:
-		case <-time.After(stdioBound):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	var seen []string
-	// next reads stdout until the answer to id, checking every line on the way.
-	next := func(id string) string {
-		t.Helper()
-		timeout := time.NewTimer(stdioBound)
-		defer timeout.Stop()
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatalf("stdout ended before the answer to %s; logs:\n%s", id, logs)
-				}
-				seen = append(seen, line)
-				msg, err := protocol.Decode([]byte(line))
-				if err != nil {
-					t.Fatalf("stdout carries a line that is no JSON-RPC message (%v): %q", err, line)
-				}
-				if r, ok := msg.(*protocol.Response); ok && r.ID.String() == id {
-					return line
-				}
-			case <-timeout.C:
-				t.Fatalf("no answer to %s; stdout so far %q; logs:\n%s", id, seen, logs)
-			}
-		}
-	}
-	send := func(line string) {
-		t.Helper()
-		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(`{"jsonrpc":"2.0","id":"early","method":"tools/list"}`)
-	if got := next(`"early"`); !strings.Contains(got, `"error"`) {
+	p := startStdio(t, stdioConfig(t, marker, ""))
+	p.send(`{"jsonrpc":"2.0","id":"early","method":"tools/list"}`)
+	if got := p.next(`"early"`); !strings.Contains(got, `"error"`) {
 		t.Errorf("tools/list before initialize answered %s, want an error", got)
 	}
-	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	next("1")
-	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`) // waits for the upstreams' first lists
-	if got := next(`"list"`); !strings.Contains(got, "alpha__echo") {
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	p.next("1")
+	p.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	p.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`) // waits for the upstreams' first lists
+	if got := p.next(`"list"`); !strings.Contains(got, "alpha__echo") {
 		t.Fatalf("tools/list answered %s", got)
 	}
-	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"line\nbreak"}}}`)
-	if got := next("2"); !strings.Contains(got, `line\nbreak`) {
+	p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"line\nbreak"}}}`)
+	if got := p.next("2"); !strings.Contains(got, `line\nbreak`) {
 		t.Errorf("alpha__echo answered %s", got)
 	}
 	// A request the client sends just before it closes stdin is still answered: the gateway
 	// drains once it is, rather than refusing it as one that came during the drain.
-	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"beta__echo","arguments":{"text":"last"}}}`)
-	if err := stdin.Close(); err != nil {
-		t.Fatal(err)
-	}
-	last := ""
-	for line := range lines { // what is left until the gateway closes stdout
-		seen = append(seen, line)
-		msg, err := protocol.Decode([]byte(line))
-		if err != nil {
-			t.Errorf("stdout carries a line that is no JSON-RPC message (%v): %q", err, line)
-		}
-		if r, ok := msg.(*protocol.Response); ok && r.ID.String() == "3" {
-			last = line
-		}
-	}
-	if !strings.Contains(last, `"result"`) || !strings.Contains(last, "last") {
+	p.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"beta__echo","arguments":{"text":"last"}}}`)
+	rest := p.end()
+	if last := rest["3"]; !strings.Contains(last, `"result"`) || !strings.Contains(last, "last") {
 		t.Errorf("the call sent before the end of stdin was answered %q, want its result", last)
-	}
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the gateway exited with %v after the end of stdin; logs:\n%s", err, logs)
-		}
-		exited <- err
-	case <-time.After(stdioBound):
-		t.Fatalf("the gateway still runs after the end of stdin; logs:\n%s", logs)
 	}
 	if left := testupstream.Leftovers(marker); len(left) > 0 {
 		t.Errorf("upstream processes %v outlived the gateway", left)
 	}
-	if !strings.Contains(logs.String(), "test upstream alpha serving on stdio") {
-		t.Errorf("the upstreams' stderr did not reach the gateway's log:\n%s", logs)
+	if !strings.Contains(p.logs.String(), "test upstream alpha serving on stdio") {
+		t.Errorf("the upstreams' stderr did not reach the gateway's log:\n%s", p.logs)
 	}
+}
+
+// TestStdioCancel: notifications/cancelled over stdio ends the call upstream and nothing more
+// is answered for it, in each era: a 2025-11-25 session passes it on as over HTTP, and a
+// 2026-07-28 request, cancelled on HTTP by closing its response, has the face end its relay.
+func TestStdioCancel(t *testing.T) {
+	const modernMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	for _, era := range []struct {
+		name, config, initialize, meta string
+	}{
+		{"2025-11-25", "", `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, ""},
+		{"2026-07-28", "modern_protocol: true", `{"jsonrpc":"2.0","id":"init","method":"server/discover","params":{` + modernMeta + `}}`, "," + modernMeta},
+	} {
+		t.Run(era.name, func(t *testing.T) {
+			marker := testupstream.Marker + "-" + strings.ReplaceAll(t.Name(), "/", "-")
+			p := startStdio(t, stdioConfig(t, marker, era.config))
+			p.send(era.initialize)
+			p.next(`"init"`)
+			if era.meta == "" {
+				p.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			}
+			p.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{` + strings.TrimPrefix(era.meta, ",") + `}}`)
+			p.next(`"list"`)
+			calls := 0
+			count := func(tool string) string {
+				calls++
+				id := fmt.Sprintf(`"%s-%d"`, tool, calls)
+				p.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"rev__` + tool + `","arguments":{}` + era.meta + `}}`)
+				got := p.next(id)
+				_, text, _ := strings.Cut(got, `"text":"`)
+				n, _, _ := strings.Cut(text, `"`)
+				return n
+			}
+			p.send(`{"jsonrpc":"2.0","id":"blocked","method":"tools/call","params":{"name":"rev__block","arguments":{}` + era.meta + `}}`)
+			waitWithin(t, stdioBound, "the block call to run upstream", func() bool { return count("blocking") == "1" })
+			p.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"blocked","reason":"the user stopped it"}}`)
+			waitWithin(t, stdioBound, "the block call to be cancelled upstream", func() bool { return count("cancels") == "1" })
+			if got, ok := p.end()[`"blocked"`]; ok {
+				t.Errorf("the cancelled call was answered %s; want nothing more for it", got)
+			}
+			if answered := slices.ContainsFunc(p.seen, func(line string) bool { return strings.Contains(line, `"id":"blocked"`) }); answered {
+				t.Errorf("the cancelled call was answered; stdout %q", p.seen)
+			}
+		})
+	}
+}
+
+// stdioProcess is `gateway stdio` run by a test that speaks to it line by line.
+type stdioProcess struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	logs  *syncBuffer
+	// lines are stdout's lines, closed at its end; seen are those read so far, each checked
+	// to be one JSON-RPC message.
+	lines  chan string
+	seen   []string
+	exited bool
+}
+
+// startStdio starts `gateway stdio` on config; the test's end stops it by closing its stdin
+// (killing it would leave its upstreams behind), if the test did not.
+func startStdio(t *testing.T, config string) *stdioProcess {
+	t.Helper()
+	p := &stdioProcess{t: t, logs: &syncBuffer{}, lines: make(chan string)}
+	p.cmd = stdioCommand(config, p.logs)
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		if !p.exited {
+			p.end()
+		}
+	})
+	return p
+}
+
+// send writes one line to the gateway's stdin.
+func (p *stdioProcess) send(line string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// take notes a line of stdout, which must be one JSON-RPC message, and returns it decoded.
+func (p *stdioProcess) take(line string) protocol.Message {
+	p.t.Helper()
+	p.seen = append(p.seen, line)
+	msg, err := protocol.Decode([]byte(line))
+	if err != nil {
+		p.t.Errorf("stdout carries a line that is no JSON-RPC message (%v): %q", err, line)
+	}
+	return msg
+}
+
+// next reads stdout until the answer to id (as on the wire: "x" with its quotes), and
+// returns it.
+func (p *stdioProcess) next(id string) string {
+	p.t.Helper()
+	timeout := time.NewTimer(stdioBound)
+	defer timeout.Stop()
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("stdout ended before the answer to %s; logs:\n%s", id, p.logs)
+			}
+			if r, ok := p.take(line).(*protocol.Response); ok && r.ID.String() == id {
+				return line
+			}
+		case <-timeout.C:
+			p.t.Fatalf("no answer to %s; stdout so far %q; logs:\n%s", id, p.seen, p.logs)
+		}
+	}
+}
+
+// end closes stdin, reads what is left on stdout, and waits for the gateway to exit, which
+// must be with status 0; it returns the answers read on the way, by id.
+func (p *stdioProcess) end() map[string]string {
+	p.t.Helper()
+	p.exited = true
+	if err := p.stdin.Close(); err != nil {
+		p.t.Error(err)
+	}
+	answers := map[string]string{}
+	timeout := time.NewTimer(stdioBound)
+	defer timeout.Stop()
+	for open := true; open; {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				open = false
+				break
+			}
+			if r, ok := p.take(line).(*protocol.Response); ok {
+				answers[r.ID.String()] = line
+			}
+		case <-timeout.C:
+			_ = p.cmd.Process.Kill()
+			p.t.Fatalf("the gateway still writes after the end of stdin; logs:\n%s", p.logs)
+		}
+	}
+	if err := p.cmd.Wait(); err != nil {
+		p.t.Errorf("the gateway exited with %v after the end of stdin; logs:\n%s", err, p.logs)
+	}
+	return answers
 }
