@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -176,18 +177,32 @@ func callText(ctx context.Context, t *testing.T, session *mcp.ClientSession, too
 }
 
 // TestStdioStdoutCarriesProtocolOnly speaks to `gateway stdio` line by line, with its upstreams
-// writing to their stderr and the gateway logging at debug level: every line on its stdout is
-// one JSON-RPC message, a request with no session yet (2025-11-25 before initialize) is
+// writing to their stderr and the gateway logging at debug level: it opens no listener, every
+// line on its stdout is one JSON-RPC message, a request with no session yet (2025-11-25 before initialize) is
 // answered there too, with its id, and so is a request sent just before the end of stdin.
 func TestStdioStdoutCarriesProtocolOnly(t *testing.T) {
 	marker := testupstream.Marker + "-" + t.Name()
-	p := startStdio(t, stdioConfig(t, marker, ""))
+	mcpAddr, adminAddr := freePort(t), freePort(t)
+	p := startStdio(t, stdioConfig(t, marker, fmt.Sprintf(`listen: %s
+admin:
+  listen: %s
+  api_keys:
+    - {name: ops, hash: "sha256:a0842da159b42625b5c25302f3d4b0c4892401af05e353b7169dbce2e00f754a"}
+`, mcpAddr, adminAddr)))
 	p.send(`{"jsonrpc":"2.0","id":"early","method":"tools/list"}`)
 	if got := p.next(`"early"`); !strings.Contains(got, `"error"`) {
 		t.Errorf("tools/list before initialize answered %s, want an error", got)
 	}
 	p.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	p.next("1")
+	// It serves: whatever it listens on is open by now. It opens neither the config's MCP
+	// listener nor, without -admin, its admin listener.
+	for what, addr := range map[string]string{"listen": mcpAddr, "admin.listen": adminAddr} {
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			conn.Close()
+			t.Errorf("gateway stdio listens on %s (%s)", addr, what)
+		}
+	}
 	p.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	p.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`) // waits for the upstreams' first lists
 	if got := p.next(`"list"`); !strings.Contains(got, "alpha__echo") {
