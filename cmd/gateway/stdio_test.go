@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -388,4 +389,13 @@ func (p *stdioProcess) end() map[string]string {
 		p.t.Errorf("the gateway exited with %v after the end of stdin; logs:\n%s", err, p.logs)
 	}
 	return answers
+}
+
+// TestStdioRefusesAuditOnStdout: audit records on stdout would break the protocol there.
+func TestStdioRefusesAuditOnStdout(t *testing.T) {
+	var out bytes.Buffer
+	cfg := writeConfig(t, "audit: {sink: stdout}\nupstreams: []\n")
+	if code := run([]string{"stdio", "-config", cfg}, &out, &out); code != 1 || !strings.Contains(out.String(), "audit.sink stdout") {
+		t.Errorf("stdio with audit on stdout: exit %d, output %q; want 1 and a message naming audit.sink", code, out.String())
+	}
 }
