@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,44 +14,6 @@ import (
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 )
-
-// pipeListener is a net.Listener of in-memory connections, so that an HTTP server and its
-// clients run inside a synctest bubble, on its fake clock.
-type pipeListener struct {
-	conns     chan net.Conn
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
-
-func (l *pipeListener) dial(context.Context, string, string) (net.Conn, error) {
-	server, client := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
 
 // bubbleGateway serves a gateway without upstreams over in-memory connections, inside the
 // synctest bubble of t; it returns the gateway and an HTTP client whose connections reach it.
@@ -71,7 +30,7 @@ func bubbleGateway(t *testing.T) (*Gateway, *http.Client) {
 	ln := newPipeListener()
 	srv := g.Server()
 	go func() { _ = srv.Serve(ln) }()
-	transport := &http.Transport{DialContext: ln.dial}
+	transport := &http.Transport{DialContext: ln.DialContext}
 	t.Cleanup(func() {
 		transport.CloseIdleConnections()
 		g.Drain()

@@ -174,7 +174,11 @@ func missingCapability(upstreamName, method string, params json.RawMessage, refu
 // request pipeline.
 func (g *statelessFace) serveStateless(w http.ResponseWriter, r *http.Request, req *protocol.Request, requestID string) {
 	client := pipeline.ClientContext{Principal: principalOf(r.Context()), Profile: r.PathValue("profile")}
-	declared, err := modern.Validate(r.Header, req.Method, req.Params, g.toolHeaderParams(client))
+	headers := r.Header
+	if isLocalRequest(r.Context()) {
+		headers = nil // stdio has no header layer: the body says it all (mcp-2026-notes §1.14)
+	}
+	declared, err := modern.Validate(headers, req.Method, req.Params, g.toolHeaderParams(client))
 	if err != nil {
 		var refusal *modern.Failure
 		if !errors.As(err, &refusal) {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 )
 
@@ -23,6 +24,9 @@ var commands = []command{
 	{"serve", "-config FILE [-mcp-servers FILE]... [-listen HOST:PORT]",
 		"run the gateway (SIGINT/SIGTERM drains, a second stops; SIGHUP or a change of its files reloads the config)",
 		func(args []string, _, stderr io.Writer) int { return serve(args, stderr) }, []string{"cpuprofile"}},
+	{"stdio", "-config FILE [-mcp-servers FILE]... [-principal NAME] [-profile NAME] [-log FILE]",
+		"serve one client over stdin/stdout, as desktop hosts start MCP servers (the end of stdin drains and stops)",
+		func(args []string, stdout, stderr io.Writer) int { return serveStdio(args, os.Stdin, stdout, stderr) }, []string{"admin"}},
 	{"validate", "-config FILE [-mcp-servers FILE]...",
 		"check the config; print every problem", validate, nil},
 	{"catalog", "-config FILE [-mcp-servers FILE]... [-json] [-profile NAME]",

@@ -308,6 +308,59 @@ func openTracer(cfg *config.Config) (*tracing.Tracer, error) {
 	return tracing.New(&tracing.Options{Endpoint: t.Endpoint, Headers: t.Headers, SampleRatio: t.SampleRatio, ServiceName: t.ServiceName, ServiceVersion: version})
 }
 
+// openGateway builds the gateway cfg describes, with what it needs around it: the heap floor,
+// the audit trail, the tracer, the metrics and the state backends. closeAll closes the gateway,
+// then what is around it, the last records and spans written; it may be called more than once.
+func openGateway(cfg *config.Config, logger *slog.Logger, reloads *reloader) (gw *gateway.Gateway, closeAll func(), err error) {
+	var closers []func() // run last first
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+		closers = nil
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		// The gateway's live heap is small: without a floor the collector would run dozens of
+		// times a second under load. An operator who sets GOGC or GOMEMLIMIT decides instead.
+		closers = append(closers, heapfloor.Keep(heapFloor).Stop)
+	}
+	tracer, err := openTracer(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Runs after gw.Close and the backends' close: the spans of the last requests are
+	// exported, within a bound.
+	closers = append(closers, func() {
+		if err := tracer.Shutdown(context.Background()); err != nil {
+			logger.Warn("exporting the last spans failed", "error", err.Error())
+		}
+	})
+	metrics := gateway.NewMetrics(cfg, logger) // nil when off
+	backends, err := openBackends(cfg, logger, tracer, gateway.RedisObserver(metrics))
+	if err != nil {
+		return nil, nil, err
+	}
+	// Runs after gw.Close: the gateway's last writes reach the store.
+	closers = append(closers, func() { backends.Close() })
+	// The gateway opens the audit trail, and the one each reload that changes it asks for; it
+	// closes them, the last at Close, once the last records are written.
+	openTrail := func(cfg *config.Config) (*audit.Log, func(), error) { return openAudit(cfg, logger) }
+	opts := &gateway.Options{Logger: logger, Version: version, OpenAudit: openTrail, Backends: backends, Tracer: tracer, Metrics: metrics}
+	if reloads != nil {
+		opts.ReadConfig, opts.LogLevel = reloads.read, reloads.level
+	}
+	if gw, err = gateway.New(cfg, opts); err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, func() { gw.Close() })
+	return gw, closeAll, nil
+}
+
 // serveUntilDone runs the gateway until the first signal, then drains while it still listens:
 // /readyz answers 503, new sessions and requests are refused, requests in flight get the
 // drain_timeout to finish. When they have, when that time is over or at a second signal,
@@ -316,41 +369,11 @@ func openTracer(cfg *config.Config) (*tracing.Tracer, error) {
 //
 // With reloads, SIGHUP and a change of the configuration's files reload it (reload.go).
 func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.Logger, reloads *reloader) error {
-	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		// The gateway's live heap is small: without a floor the collector would run dozens of
-		// times a second under load. An operator who sets GOGC or GOMEMLIMIT decides instead.
-		defer heapfloor.Keep(heapFloor).Stop()
-	}
-	tracer, err := openTracer(cfg)
+	gw, closeAll, err := openGateway(cfg, logger, reloads)
 	if err != nil {
 		return err
 	}
-	// Runs after gw.Close and the backends' close: the spans of the last requests are
-	// exported, within a bound.
-	defer func() {
-		if err := tracer.Shutdown(context.Background()); err != nil {
-			logger.Warn("exporting the last spans failed", "error", err.Error())
-		}
-	}()
-	metrics := gateway.NewMetrics(cfg, logger) // nil when off
-	backends, err := openBackends(cfg, logger, tracer, gateway.RedisObserver(metrics))
-	if err != nil {
-		return err
-	}
-	// Runs after gw.Close: the gateway's last writes reach the store.
-	defer backends.Close()
-	// The gateway opens the audit trail, and the one each reload that changes it asks for; it
-	// closes them, the last at Close, once the last records are written.
-	openTrail := func(cfg *config.Config) (*audit.Log, func(), error) { return openAudit(cfg, logger) }
-	opts := &gateway.Options{Logger: logger, Version: version, OpenAudit: openTrail, Backends: backends, Tracer: tracer, Metrics: metrics}
-	if reloads != nil {
-		opts.ReadConfig, opts.LogLevel = reloads.read, reloads.level
-	}
-	gw, err := gateway.New(cfg, opts)
-	if err != nil {
-		return err
-	}
-	defer gw.Close()
+	defer closeAll()
 	if reloads != nil {
 		// Runs before gw.Close: no reload begins once the gateway closes.
 		defer reloads.run(gw, cfg, logger)()
@@ -409,16 +432,7 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 	}
 	began := time.Now()
 	gw.Drain()
-	drainOver := time.NewTimer(cfg.DrainTimeout)
-	defer drainOver.Stop()
-	select {
-	case <-gw.Idle():
-	case <-drainOver.C:
-		logger.Warn("the drain time is over: requests still running are answered with an error", "drain_timeout", cfg.DrainTimeout.String())
-	case sig := <-signals:
-		logger.Warn("second signal: the drain ends now; requests still running are answered with an error", "signal", sig.String())
-	}
-	gw.EndRequests()
+	awaitRequests(gw, gw.Idle(), cfg, logger, signals)
 	// The handlers write those answers; then the listener and the idle connections close.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
 	defer cancel()
@@ -432,6 +446,23 @@ func serveUntilDone(signals <-chan os.Signal, cfg *config.Config, logger *slog.L
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// awaitRequests waits until idle is closed (the requests in flight have ended), the
+// drain_timeout is over or a signal comes; then gw drains, and answers those still running
+// with an error.
+func awaitRequests(gw *gateway.Gateway, idle <-chan struct{}, cfg *config.Config, logger *slog.Logger, signals <-chan os.Signal) {
+	drainOver := time.NewTimer(cfg.DrainTimeout)
+	defer drainOver.Stop()
+	select {
+	case <-idle:
+	case <-drainOver.C:
+		logger.Warn("the drain time is over: requests still running are answered with an error", "drain_timeout", cfg.DrainTimeout.String())
+	case sig := <-signals:
+		logger.Warn("second signal: the drain ends now; requests still running are answered with an error", "signal", sig.String())
+	}
+	gw.Drain()
+	gw.EndRequests()
 }
 
 // openBackends opens the state backends cfg's session_store names. Their warnings (a record

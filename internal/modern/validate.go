@@ -95,7 +95,11 @@ type ClientCapabilities struct {
 //  8. the method is not one a modern request may call ([IsModernMethod]): 404 -32601;
 //  9. the log level is not one of protocol.LogLevels, or the progress token or a trace
 //     context member is of the wrong type: 400 -32602.
+//
+// A nil h is a request of a transport with no header layer (stdio, mcp-2026-notes §1.14):
+// the steps about headers (3, 5 and 7) are skipped, and everything is read from params.
 func Validate(h http.Header, method string, params json.RawMessage, toolParams func(tool string) []Param) (*Request, error) {
+	headerless := h == nil
 	headers, err := collectMCPHeaders(h)
 	if err != nil {
 		return nil, err
@@ -104,7 +108,7 @@ func Validate(h http.Header, method string, params json.RawMessage, toolParams f
 	if err != nil {
 		return nil, err
 	}
-	if headerVersion = trimOWS(headerVersion); headerVersion == "" {
+	if headerVersion = trimOWS(headerVersion); headerVersion == "" && !headerless {
 		return nil, headerMismatch("Header mismatch: the %s header is required", HeaderProtocolVersion)
 	}
 
@@ -129,7 +133,7 @@ func Validate(h http.Header, method string, params json.RawMessage, toolParams f
 		}
 	}
 
-	if headerVersion != req.Version {
+	if !headerless && headerVersion != req.Version {
 		return nil, headerMismatch("Header mismatch: %s is %s but _meta[%q] is %s",
 			HeaderProtocolVersion, quoteValue(headerVersion), protocol.MetaProtocolVersion, quoteValue(req.Version))
 	}
@@ -137,14 +141,16 @@ func Validate(h http.Header, method string, params json.RawMessage, toolParams f
 		return nil, unsupportedVersion(req.Version)
 	}
 
-	var called []Param
-	if method == protocol.MethodCallTool && toolParams != nil {
-		if name, ok, err := stringParam(params, "name"); err == nil && ok {
-			called = toolParams(name)
+	if !headerless {
+		var called []Param
+		if method == protocol.MethodCallTool && toolParams != nil {
+			if name, ok, err := stringParam(params, "name"); err == nil && ok {
+				called = toolParams(name)
+			}
 		}
-	}
-	if err := headers.check(method, params, called); err != nil {
-		return nil, err
+		if err := headers.check(method, params, called); err != nil {
+			return nil, err
+		}
 	}
 	if !IsModernMethod(method) {
 		return nil, refuse(protocol.Errorf(protocol.CodeMethodNotFound, "Method not found: %s", quoteValue(method)))

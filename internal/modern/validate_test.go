@@ -325,3 +325,36 @@ func TestFailureError(t *testing.T) {
 		t.Error("Failure matches a code it does not carry")
 	}
 }
+
+// TestValidateWithoutHeaders: a request of a transport with no header layer (stdio) is read
+// from its body alone, where the same body over HTTP without headers is refused; what the body
+// itself gets wrong is refused either way.
+func TestValidateWithoutHeaders(t *testing.T) {
+	call := meta(pv26+","+cc, `"name":"echo"`, `"arguments":{"text":"hi"}`)
+	withParam := func(string) []Param { return []Param{{Header: "Text", Path: []string{"text"}}} }
+	req, err := Validate(nil, protocol.MethodCallTool, call, withParam)
+	if err != nil {
+		t.Fatalf("Validate without headers: %v", err)
+	}
+	if req.Version != "2026-07-28" {
+		t.Errorf("version %q, want 2026-07-28", req.Version)
+	}
+	var failure *Failure
+	if _, err := Validate(http.Header{}, protocol.MethodCallTool, call, withParam); !errors.As(err, &failure) || failure.Err.Code != protocol.CodeHeaderMismatch {
+		t.Errorf("Validate over HTTP without headers = %v, want -32020", err)
+	}
+	for name, params := range map[string]json.RawMessage{
+		"no capabilities":    meta(pv26),
+		"a legacy version":   meta(`"io.modelcontextprotocol/protocolVersion":"2025-11-25",` + cc),
+		"a bad log level":    meta(pv26 + "," + cc + `,"io.modelcontextprotocol/logLevel":"loud"`),
+		"a session's method": meta(pv26 + "," + cc),
+	} {
+		method := protocol.MethodListTools
+		if name == "a session's method" {
+			method = protocol.MethodInitialize
+		}
+		if _, err := Validate(nil, method, params, nil); !errors.As(err, &failure) {
+			t.Errorf("%s: Validate without headers = %v, want a refusal", name, err)
+		}
+	}
+}

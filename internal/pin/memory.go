@@ -20,6 +20,11 @@ import (
 // The file is JSON, {"pins": [...]} with one Pin a line, written whole after each change:
 // to a temporary file in the same directory, synced, then renamed over the old one, so that
 // a crash leaves the old pins or the new, never a mix.
+//
+// Several processes may share the file (the gateways desktop hosts start on one config, one
+// per client): each operation holds an exclusive lock on the file's directory (flock) while
+// it reads the file again if another store wrote it since, makes its change and writes it; no
+// lock is held between operations. Where flock is not available, nothing is locked.
 type MemoryStore struct {
 	// file is where the pins are saved, "" for nowhere. Set at open, then never changed.
 	file string
@@ -31,6 +36,9 @@ type MemoryStore struct {
 	// unsaved is set when a save failed: the file lags behind pins, and the next Observe,
 	// Accept or Reject saves them whether or not it changes anything. Guarded by mu.
 	unsaved bool
+	// seen is the file's content as this store last read or wrote it: pins are read again
+	// when the file holds something else. Guarded by mu.
+	seen []byte
 }
 
 // pinKey is a pin's upstream and tool.
@@ -55,9 +63,52 @@ func NewMemoryStore(file string) (*MemoryStore, error) {
 		return nil, fmt.Errorf("pins: reading %s: %w", file, err)
 	}
 	if err := s.load(data); err != nil {
-		return nil, fmt.Errorf("pins: %s is corrupt: %w; move it away to start with no pins (each tool is then pinned anew at its next sight, as it is then)", file, err)
+		return nil, corrupt(file, err)
 	}
+	s.seen = data
 	return s, nil
+}
+
+// corrupt is the error of a pins file that cannot be read as one.
+func corrupt(file string, err error) error {
+	return fmt.Errorf("pins: %s is corrupt: %w; move it away to start with no pins (each tool is then pinned anew at its next sight, as it is then)", file, err)
+}
+
+// errNoLock is wrapped by lockFileLocked's error when the lock could not be taken (the
+// directory cannot be made): the operation works on the pins in memory, and its save fails
+// with that error, as when the file cannot be written.
+var errNoLock = errors.New("the pins' directory cannot be locked")
+
+// lockFileLocked locks the store's file, if it has one, for one operation, and reads the pins
+// again when another store wrote it since this one last did (unless this one's pins are ahead
+// of the file: a save failed, and the next writes them whole). The caller holds s.mu and calls
+// unlock when done, also after an error that wraps errNoLock.
+func (s *MemoryStore) lockFileLocked() (unlock func(), err error) {
+	if s.file == "" {
+		return func() {}, nil
+	}
+	unlock, err = lockDir(filepath.Dir(s.file))
+	if err != nil {
+		return func() {}, fmt.Errorf("%w: %w", errNoLock, err)
+	}
+	data, err := os.ReadFile(s.file)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		data = nil
+	case err != nil:
+		unlock()
+		return nil, fmt.Errorf("pins: reading %s: %w", s.file, err)
+	}
+	if s.unsaved || bytes.Equal(data, s.seen) {
+		return unlock, nil
+	}
+	fresh := &MemoryStore{pins: map[pinKey]Pin{}}
+	if err := fresh.load(data); err != nil {
+		unlock()
+		return nil, corrupt(s.file, err)
+	}
+	s.pins, s.seen = fresh.pins, data
+	return unlock, nil
 }
 
 // pinFile is the form of a MemoryStore's file.
@@ -113,6 +164,11 @@ func (s *MemoryStore) Observe(_ context.Context, upstream, tool string, def json
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, locked := s.lockFileLocked()
+	if locked != nil && !errors.Is(locked, errNoLock) {
+		return Pin{}, false, locked
+	}
+	defer unlock()
 	k := pinKey{upstream, tool}
 	next, changed, err := observe(s.getLocked(k), upstream, tool, def, sc, now)
 	if err != nil {
@@ -121,7 +177,7 @@ func (s *MemoryStore) Observe(_ context.Context, upstream, tool string, def json
 	if changed {
 		s.pins[k] = next.clone()
 	}
-	return next, changed, s.saveIfLocked(changed)
+	return next, changed, s.saveIfLocked(changed, locked)
 }
 
 // Sweep implements Store.Sweep. When the file cannot be written, it returns the pins
@@ -136,6 +192,11 @@ func (s *MemoryStore) Sweep(_ context.Context, upstream string, listed []string,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, locked := s.lockFileLocked()
+	if locked != nil && !errors.Is(locked, errNoLock) {
+		return nil, locked
+	}
+	defer unlock()
 	var removed []Pin
 	changed := false
 	for k, p := range s.pins {
@@ -154,13 +215,18 @@ func (s *MemoryStore) Sweep(_ context.Context, upstream string, listed []string,
 		}
 	}
 	slices.SortFunc(removed, comparePins)
-	return removed, s.saveIfLocked(changed)
+	return removed, s.saveIfLocked(changed, locked)
 }
 
-// List implements Store.List.
+// List implements Store.List: with a file, the pins it holds now.
 func (s *MemoryStore) List(context.Context) ([]Pin, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, locked := s.lockFileLocked()
+	if locked != nil && !errors.Is(locked, errNoLock) {
+		return nil, locked
+	}
+	defer unlock() // without the lock, the pins in memory
 	return s.listLocked(), nil
 }
 
@@ -172,13 +238,18 @@ func (s *MemoryStore) Accept(_ context.Context, upstream, tool, h, by string, no
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, locked := s.lockFileLocked()
+	if locked != nil && !errors.Is(locked, errNoLock) {
+		return Pin{}, locked
+	}
+	defer unlock()
 	k := pinKey{upstream, tool}
 	next, err := accept(s.getLocked(k), upstream, tool, h, by, now)
 	if err != nil {
 		return Pin{}, err
 	}
 	s.pins[k] = next.clone()
-	return next, s.saveIfLocked(true)
+	return next, s.saveIfLocked(true, locked)
 }
 
 // Reject implements Store.Reject. When the file cannot be written, it returns the pin as it
@@ -189,6 +260,11 @@ func (s *MemoryStore) Reject(_ context.Context, upstream, tool, h, by string, no
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, locked := s.lockFileLocked()
+	if locked != nil && !errors.Is(locked, errNoLock) {
+		return Pin{}, locked
+	}
+	defer unlock()
 	k := pinKey{upstream, tool}
 	next, changed, err := reject(s.getLocked(k), upstream, tool, h, by, now)
 	if err != nil {
@@ -197,7 +273,7 @@ func (s *MemoryStore) Reject(_ context.Context, upstream, tool, h, by string, no
 	if changed {
 		s.pins[k] = next.clone()
 	}
-	return next, s.saveIfLocked(changed)
+	return next, s.saveIfLocked(changed, locked)
 }
 
 // getLocked returns the pin of k, nil if none. The caller must not modify it.
@@ -220,10 +296,14 @@ func (s *MemoryStore) listLocked() []Pin {
 }
 
 // saveIfLocked saves the pins to the file, if the store has one, when changed or when an
-// earlier save failed.
-func (s *MemoryStore) saveIfLocked(changed bool) error {
+// earlier save failed. locked is lockFileLocked's error: the save fails with it.
+func (s *MemoryStore) saveIfLocked(changed bool, locked error) error {
 	if s.file == "" || !(changed || s.unsaved) {
 		return nil
+	}
+	if locked != nil {
+		s.unsaved = true
+		return fmt.Errorf("pins: saving %s: %w", s.file, locked)
 	}
 	var b bytes.Buffer
 	b.WriteString("{\"pins\": [")
@@ -244,7 +324,7 @@ func (s *MemoryStore) saveIfLocked(changed bool) error {
 		s.unsaved = true
 		return fmt.Errorf("pins: saving %s: %w", s.file, err)
 	}
-	s.unsaved = false
+	s.unsaved, s.seen = false, b.Bytes()
 	return nil
 }
 

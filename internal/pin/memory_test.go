@@ -3,9 +3,11 @@ package pin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -209,5 +211,60 @@ func TestMemoryReadOnlyDir(t *testing.T) {
 	v := newVersion(t, `{"name": "a"}`)
 	if _, _, err := s.Observe(context.Background(), "up", "a", json.RawMessage(v.def), current, t0); err == nil || !strings.Contains(err.Error(), file) {
 		t.Errorf("Observe = %v, want an error naming %s", err, file)
+	}
+}
+
+// TestMemorySharedFile: two stores on one file, as two gateway processes on one state_dir,
+// pinning side by side, lose none of each other's pins, and each sees what the other decided.
+func TestMemorySharedFile(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "state", "pins.json")
+	stores := []*MemoryStore{openFileStore(t, file), openFileStore(t, file)}
+	const perStore = 20
+	var wg sync.WaitGroup
+	errs := make([]error, len(stores))
+	for i, s := range stores {
+		wg.Go(func() {
+			for n := range perStore {
+				tool := fmt.Sprintf("t%d_%d", i, n)
+				v := newVersion(t, fmt.Sprintf(`{"name": %q}`, tool))
+				if _, _, err := s.Observe(ctx, "up", tool, v.def, current, t0); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("store %d: Observe: %v", i, err)
+		}
+	}
+	list, err := openFileStore(t, file).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(stores)*perStore {
+		t.Errorf("the file holds %d pins, want %d: a store wrote over the other's", len(list), len(stores)*perStore)
+	}
+
+	// A change one store records and the other accepts is accepted for both.
+	changed := newVersion(t, `{"name": "t0_0", "description": "changed"}`)
+	p, _, err := stores[0].Observe(ctx, "up", "t0_0", changed.def, current, tick(1))
+	if err != nil || !p.Pending() {
+		t.Fatalf("Observe of a changed definition = %+v, %v; want a pending change", p, err)
+	}
+	if _, err := stores[1].Accept(ctx, "up", "t0_0", changed.h, "alice", tick(2)); err != nil {
+		t.Fatalf("Accept in the other store: %v", err)
+	}
+	list, err = stores[0].List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list {
+		if p.Tool == "t0_0" && (p.Hash != changed.h || p.By != "alice") {
+			t.Errorf("the first store's pin = %+v, want the change accepted by alice", p)
+		}
 	}
 }

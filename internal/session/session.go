@@ -101,6 +101,11 @@ type Principal struct {
 // APIKeyIssuer is the Issuer of a Principal authenticated by an API key.
 const APIKeyIssuer = "manifold:api-key"
 
+// LocalIssuer is the Issuer of the local user a stdio face serves (`gateway stdio`): the
+// Subject is the name that face was given, the OS user's by default. No credential proves it:
+// whoever can start the gateway's program is that user.
+const LocalIssuer = "manifold:local"
+
 // Anonymous reports whether p is the zero Principal.
 func (p Principal) Anonymous() bool { return p.Issuer == "" && p.Subject == "" }
 
@@ -126,14 +131,16 @@ func (p Principal) HasScope(scope string) bool {
 	return false
 }
 
-// String names the principal in logs and audit records: "anonymous", "apikey:NAME", or
-// subject@issuer.
+// String names the principal in logs and audit records: "anonymous", "apikey:NAME",
+// "local:NAME", or subject@issuer.
 func (p Principal) String() string {
 	switch {
 	case p.Anonymous():
 		return "anonymous"
 	case p.Issuer == APIKeyIssuer:
 		return "apikey:" + p.Subject
+	case p.Issuer == LocalIssuer:
+		return "local:" + p.Subject
 	}
 	return p.Subject + "@" + p.Issuer
 }
