@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/backend":           {"internal/config", "internal/session", "internal/hub", "internal/protocol", "internal/approval", "internal/pin", "internal/policy/limit", "internal/replicabus", "internal/seal"},
 	"internal/replicabus":        {"internal/session"},
 	"internal/pin":               {},
+	"internal/grants":            {"internal/seal"},
 	"internal/pipeline":          {"internal/protocol", "internal/session", "internal/audit"},
 	"auth":                       {"internal/session", "internal/pipeline"},
 	"internal/auth/credential":   {"internal/session"},
