@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/seal"
+	"github.com/manifold-mcp/manifold/internal/statefile"
 )
 
 // NewFileVault returns a Vault in files under stateDir/grants (created, mode 0700, if need
@@ -30,6 +31,9 @@ func NewFileVault(stateDir string, keys *seal.Keys, opts *Options) (*Vault, erro
 	}
 	return newVault(&fileStore{dir: dir, c: newCodec(keys)}, opts), nil
 }
+
+// errCorrupt: a principal's file is not one this build reads.
+var errCorrupt = errors.New("not a grants file this build reads")
 
 // fileStore is a store in files, one per principal.
 type fileStore struct {
@@ -57,7 +61,7 @@ func (s *fileStore) read(h string) (*grantFile, error) {
 	}
 	var f grantFile
 	if err := json.Unmarshal(b, &f); err != nil || f.V != 1 {
-		return nil, fmt.Errorf("%w: %s is not a grants file this build reads: move it away (its user connects the upstreams again)", ErrUnreadable, s.path(h))
+		return nil, fmt.Errorf("%w: %s: move it away (its user then connects the upstreams again)", errCorrupt, s.path(h))
 	}
 	if f.Grants == nil {
 		f.Grants = map[string][]byte{}
@@ -93,7 +97,7 @@ func (s *fileStore) update(p Principal, change func(f *grantFile) (bool, error))
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.path(h), b)
+	return statefile.WriteAtomic(s.path(h), b)
 }
 
 func (s *fileStore) get(_ context.Context, p Principal, upstream string) (Grant, string, error) {
@@ -200,7 +204,7 @@ func (s *fileStore) listAll(_ context.Context, after string, limit int) ([]Grant
 	for _, h := range hashes {
 		f, err := s.read(h)
 		if err != nil {
-			if errors.Is(err, ErrUnreadable) {
+			if errors.Is(err, errCorrupt) {
 				out = append(out, GrantInfo{Unreadable: true})
 				continue
 			}
@@ -247,40 +251,3 @@ func (s *fileStore) locked(ctx context.Context, p Principal, upstream string) (b
 }
 
 func (s *fileStore) close() error { return nil }
-
-// writeFileAtomic replaces the file path with data, mode 0600: it writes a temporary file
-// beside it, syncs it and renames it over path, then syncs the directory, so that a crash
-// leaves the old file or the new.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
-}
