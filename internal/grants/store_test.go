@@ -257,8 +257,9 @@ func testMoved(t *testing.T, b backing) {
 	}
 	// Bob's own grant replaced by alice's sealed one: he must not get her token.
 	b.setRaw(t, bob, "github", b.raw(t, alice, "github"))
-	if g, err := v.Get(ctx, bob, "github"); !errors.Is(err, ErrUnreadable) {
-		t.Errorf("Get of alice's grant moved under bob: %v, %v; want ErrUnreadable", g, err)
+	// The seal's associated data refuses it (what the grant says inside is checked too).
+	if g, err := v.Get(ctx, bob, "github"); !errors.Is(err, ErrUnreadable) || !errors.Is(err, seal.ErrTampered) {
+		t.Errorf("Get of alice's grant moved under bob: %v, %v; want ErrUnreadable (ErrTampered)", g, err)
 	}
 	// Nor under another upstream of the same principal.
 	b.setRaw(t, bob, "jira", b.raw(t, alice, "github"))
@@ -453,13 +454,19 @@ func blocking(clock *testclock.Clock, err error) *refresher {
 
 // whileHeld runs v's refresh with the blocking refresher r, and, once r holds the lock,
 // other's with r2, which must wait for it; then releases r and returns both results.
-func whileHeld(v, other *Vault, waiting chan struct{}, r, r2 *refresher) (g, g2 Grant, err, err2 error) {
+func whileHeld(t *testing.T, v, other *Vault, waiting chan struct{}, r, r2 *refresher) (g, g2 Grant, err, err2 error) {
+	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	wg.Go(func() { g, err = v.Refresh(ctx, alice, "github", r.fn) })
 	<-r.entered
-	wg.Go(func() { g2, err2 = other.Refresh(ctx, alice, "github", r2.fn) })
-	<-waiting
+	otherDone := make(chan struct{})
+	wg.Go(func() { defer close(otherDone); g2, err2 = other.Refresh(ctx, alice, "github", r2.fn) })
+	select {
+	case <-waiting:
+	case <-otherDone:
+		t.Errorf("the other replica did not wait for the refresh in flight: %v, %v", g2.Token, err2)
+	}
 	close(r.release)
 	wg.Wait()
 	return g, g2, err, err2
@@ -468,7 +475,7 @@ func whileHeld(v, other *Vault, waiting chan struct{}, r, r2 *refresher) (g, g2 
 func testRefreshOnceAcrossReplicas(t *testing.T, b backing) {
 	a, other, waiting, clock := dueGrant(t, b)
 	ra, rb := blocking(clock, nil), &refresher{clock: clock}
-	ga, gb, ea, eb := whileHeld(a, other, waiting, ra, rb)
+	ga, gb, ea, eb := whileHeld(t, a, other, waiting, ra, rb)
 	if ea != nil || eb != nil {
 		t.Fatalf("Refresh: %v; on the other replica: %v", ea, eb)
 	}
@@ -484,7 +491,7 @@ func testRefreshFailedElsewhere(t *testing.T, b backing) {
 	a, other, waiting, clock := dueGrant(t, b)
 	unavailable := errors.New("the authorization server is unavailable")
 	ra, rb := blocking(clock, unavailable), &refresher{clock: clock}
-	_, _, ea, eb := whileHeld(a, other, waiting, ra, rb)
+	_, _, ea, eb := whileHeld(t, a, other, waiting, ra, rb)
 	if !errors.Is(ea, unavailable) {
 		t.Errorf("Refresh: %v, want the refreshFunc's error", ea)
 	}
