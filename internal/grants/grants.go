@@ -10,6 +10,9 @@
 //	if errors.Is(err, grants.ErrInvalidGrant) || errors.Is(err, grants.ErrNotFound) {
 //		... the user must connect the upstream again ...
 //	}
+//	// The upstream answered 401 to g's token before its expiry: refresh it, once for all
+//	// the callers it refused.
+//	g, err = v.RefreshRejected(ctx, p, "github", g.Token.AccessToken, refreshWithTheAS)
 //	infos, err := v.List(ctx, p) // what a user (or the admin API) sees: never a token
 //
 // What is stored where:
@@ -158,9 +161,9 @@ type Options struct {
 	Now func() time.Time
 	// RefreshBefore is how long before its expiry a token is refreshed. If zero, a minute.
 	RefreshBefore time.Duration
-	// RefreshTimeout bounds one refresh (the RefreshFunc and the writes around it). The
-	// cross-replica lock lives twice as long, and a replica that waits for another's
-	// refresh waits as long at most. If zero, 15s.
+	// RefreshTimeout bounds one refresh (the RefreshFunc and the writes around it), and
+	// how long a replica waits for another's. The cross-replica lock lives twice as long,
+	// so that it outlasts the refresh it guards. If zero, 15s.
 	RefreshTimeout time.Duration
 	// PollInterval is how often a replica waiting for another's refresh reads the grant
 	// again. If zero, 100ms.

@@ -2,6 +2,7 @@ package grants
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"time"
@@ -23,11 +24,12 @@ type flight struct {
 }
 
 // Refresh returns the principal's grant at upstream, refreshed by fn first when its token
-// expires within Options.RefreshBefore; otherwise as stored. One refresh of a grant runs at
-// a time: in this process, callers that ask while one runs wait for it and get its result
-// (their fn is not called); across replicas (and processes sharing a state directory), the
-// refresh holds a lock, and a replica that finds it held waits, at most twice
-// RefreshTimeout, for the new token to be stored, and does not refresh itself.
+// expires within Options.RefreshBefore (a token of unknown expiry never does); otherwise as
+// stored. One refresh of a grant runs at a time: in this process, callers that ask while
+// one runs wait for it and get its result (their fn is not called); across replicas (and
+// processes sharing a state directory), the refresh holds a lock, and a replica that finds
+// it held waits, at most RefreshTimeout, for the new token to be stored, and does not
+// refresh itself.
 //
 // Each caller waits as long as its ctx allows; the refresh itself goes on for the others.
 // It fails with ErrNotFound when there is no grant; with an error that wraps
@@ -35,6 +37,23 @@ type flight struct {
 // ErrNoRefreshToken, ErrRefreshElsewhere, or fn's error otherwise. A grant revoked or put
 // again while it is refreshed keeps what was stored meanwhile.
 func (v *Vault) Refresh(ctx context.Context, p Principal, upstream string, fn RefreshFunc) (Grant, error) {
+	return v.refreshShared(ctx, p, upstream, "", fn)
+}
+
+// RefreshRejected is Refresh for a caller whose upstream refused the access token rejected
+// (HTTP 401) before its expiry: the grant is refreshed if its access token is still that
+// one, or if it is due; a grant whose token another caller has replaced meanwhile is
+// returned as it is now, so that many callers refused at once refresh it once.
+func (v *Vault) RefreshRejected(ctx context.Context, p Principal, upstream, rejected string, fn RefreshFunc) (Grant, error) {
+	if rejected == "" {
+		return Grant{}, errors.New("grants: RefreshRejected: no rejected token given")
+	}
+	return v.refreshShared(ctx, p, upstream, rejected, fn)
+}
+
+// refreshShared is Refresh and RefreshRejected: rejected is the access token a caller saw
+// refused, "" for none.
+func (v *Vault) refreshShared(ctx context.Context, p Principal, upstream, rejected string, fn RefreshFunc) (Grant, error) {
 	if err := checkKey(p, upstream); err != nil {
 		return Grant{}, err
 	}
@@ -42,7 +61,7 @@ func (v *Vault) Refresh(ctx context.Context, p Principal, upstream string, fn Re
 	if err != nil {
 		return Grant{}, fmt.Errorf("grants: refresh %s for %s: %w", upstream, p, err)
 	}
-	if !v.due(g) {
+	if !v.due(g, rejected) {
 		return g, nil
 	}
 	k := p.hash() + "\x00" + upstream
@@ -56,7 +75,7 @@ func (v *Vault) Refresh(ctx context.Context, p Principal, upstream string, fn Re
 		f = &flight{done: make(chan struct{})}
 		v.flights[k] = f
 		v.wg.Add(1)
-		go v.fly(k, f, p, upstream, fn)
+		go v.fly(k, f, p, upstream, rejected, fn)
 	}
 	v.mu.Unlock()
 	select {
@@ -73,11 +92,11 @@ func (v *Vault) Refresh(ctx context.Context, p Principal, upstream string, fn Re
 }
 
 // fly runs the refresh of flight f, under the Vault's lifetime, and ends it.
-func (v *Vault) fly(k string, f *flight, p Principal, upstream string, fn RefreshFunc) {
+func (v *Vault) fly(k string, f *flight, p Principal, upstream, rejected string, fn RefreshFunc) {
 	defer v.wg.Done()
 	ctx, cancel := context.WithTimeout(v.life, v.opts.RefreshTimeout)
 	defer cancel()
-	f.g, f.err = v.refresh(ctx, p, upstream, fn)
+	f.g, f.err = v.refresh(ctx, p, upstream, rejected, fn)
 	if f.err != nil {
 		f.err = fmt.Errorf("grants: refresh %s for %s: %w", upstream, p, f.err)
 	}
@@ -87,16 +106,20 @@ func (v *Vault) fly(k string, f *flight, p Principal, upstream string, fn Refres
 	close(f.done)
 }
 
-// due reports whether g's token is to be refreshed: it expires within RefreshBefore.
-func (v *Vault) due(g Grant) bool {
+// due reports whether g's token is to be refreshed: it expires within RefreshBefore, or it
+// is rejected (if not "").
+func (v *Vault) due(g Grant, rejected string) bool {
+	if rejected != "" && subtle.ConstantTimeCompare([]byte(rejected), []byte(g.Token.AccessToken)) == 1 {
+		return true
+	}
 	return !g.Token.Expiry.IsZero() && !v.opts.Now().Before(g.Token.Expiry.Add(-v.opts.RefreshBefore))
 }
 
 // refresh refreshes the grant if it is due, holding the cross-replica lock, or waits for the
 // replica that holds it.
-func (v *Vault) refresh(ctx context.Context, p Principal, upstream string, fn RefreshFunc) (Grant, error) {
+func (v *Vault) refresh(ctx context.Context, p Principal, upstream, rejected string, fn RefreshFunc) (Grant, error) {
 	g, rev, err := v.st.get(ctx, p, upstream)
-	if err != nil || !v.due(g) {
+	if err != nil || !v.due(g, rejected) {
 		return g, err
 	}
 	if g.Token.RefreshToken == "" {
@@ -111,7 +134,7 @@ func (v *Vault) refresh(ctx context.Context, p Principal, upstream string, fn Re
 	}
 	defer release()
 	// Read again under the lock: a refresh elsewhere may have ended since.
-	if g, rev, err = v.st.get(ctx, p, upstream); err != nil || !v.due(g) {
+	if g, rev, err = v.st.get(ctx, p, upstream); err != nil || !v.due(g, rejected) {
 		return g, err
 	}
 	tok, err := fn(ctx, g)
@@ -153,13 +176,12 @@ func (v *Vault) refresh(ctx context.Context, p Principal, upstream string, fn Re
 
 // await waits for the refresh another replica holds the lock of: until the grant stored is
 // no longer the one of rev (it returns the new one), the grant is gone, or the lock is free
-// with the grant unchanged (that refresh failed), or ctx ends.
+// with the grant unchanged (that refresh failed), or ctx (bounded by RefreshTimeout, as the
+// holder's refresh is) ends.
 func (v *Vault) await(ctx context.Context, p Principal, upstream, rev string) (Grant, error) {
 	if v.waiting != nil {
 		v.waiting()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*v.opts.RefreshTimeout)
-	defer cancel()
 	tick := time.NewTicker(v.opts.PollInterval)
 	defer tick.Stop()
 	for {

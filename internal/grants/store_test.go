@@ -68,6 +68,7 @@ func runContract(t *testing.T, newBacking func(t *testing.T) backing) {
 	t.Run("RefreshOnceInProcess", func(t *testing.T) { testRefreshOnceInProcess(t, newBacking(t)) })
 	t.Run("RefreshOnceAcrossReplicas", func(t *testing.T) { testRefreshOnceAcrossReplicas(t, newBacking(t)) })
 	t.Run("RefreshFailedElsewhere", func(t *testing.T) { testRefreshFailedElsewhere(t, newBacking(t)) })
+	t.Run("RefreshRejected", func(t *testing.T) { testRefreshRejected(t, newBacking(t)) })
 	t.Run("InvalidGrantDeletes", func(t *testing.T) { testInvalidGrantDeletes(t, newBacking(t)) })
 	t.Run("RevokedDuringRefresh", func(t *testing.T) { testRevokedDuringRefresh(t, newBacking(t)) })
 	t.Run("ImpatientCallerDoesNotCancel", func(t *testing.T) { testImpatientCaller(t, newBacking(t)) })
@@ -562,5 +563,45 @@ func testImpatientCaller(t *testing.T, b backing) {
 	g, err := v.Refresh(context.Background(), alice, "github", r.fn)
 	if err != nil || g.Token.AccessToken != "at-refreshed-1" || r.calls.Load() != 1 {
 		t.Errorf("Refresh after: %v, %v, %d calls; want the refresh the first caller started, once", g.Token, err, r.calls.Load())
+	}
+}
+
+func testRefreshRejected(t *testing.T, b backing) {
+	ctx := context.Background()
+	clock, opts := clockOpts()
+	v, other := b.open(t, opts), b.open(t, opts)
+	g := grant(alice, "github", time.Hour) // not due
+	if err := v.Put(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	r := blocking(clock, nil)
+	// Callers on two replicas see the upstream refuse the token at once.
+	const n = 8
+	results := make([]Grant, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		vi := []*Vault{v, other}[i%2]
+		wg.Go(func() { results[i], errs[i] = vi.RefreshRejected(ctx, alice, "github", g.Token.AccessToken, r.fn) })
+	}
+	<-r.entered
+	close(r.release)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || results[i].Token.AccessToken != "at-refreshed-1" {
+			t.Errorf("caller %d: %v, %v", i, results[i].Token, errs[i])
+		}
+	}
+	// A caller that saw the old token refused late gets the new one, without a refresh.
+	if got, err := v.RefreshRejected(ctx, alice, "github", g.Token.AccessToken, r.fn); err != nil || got.Token.AccessToken != "at-refreshed-1" {
+		t.Errorf("RefreshRejected of a token already replaced: %v, %v", got.Token, err)
+	}
+	if c := r.calls.Load(); c != 1 {
+		t.Errorf("refreshFunc called %d times, want once", c)
+	}
+	// The new token refused too is refreshed again.
+	r.entered = nil
+	if got, err := v.RefreshRejected(ctx, alice, "github", "at-refreshed-1", r.fn); err != nil || got.Token.AccessToken != "at-refreshed-2" {
+		t.Errorf("RefreshRejected of the current token: %v, %v; want at-refreshed-2", got.Token, err)
 	}
 }
