@@ -358,6 +358,26 @@ func (r *refresher) fn(ctx context.Context, g Grant) (Token, error) {
 	return Token{AccessToken: fmt.Sprintf("at-refreshed-%d", n), Expiry: r.clock.Now().Add(time.Hour)}, nil
 }
 
+// concurrently makes n calls of refresh at once, with the blocking refresher r, releases r
+// once a call of it began, and checks that every call got its token.
+func concurrently(t *testing.T, r *refresher, n int, refresh func(i int) (Grant, error)) {
+	t.Helper()
+	results := make([]Grant, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = refresh(i) })
+	}
+	<-r.entered
+	close(r.release)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || results[i].Token.AccessToken != "at-refreshed-1" {
+			t.Errorf("caller %d: %v, %v", i, results[i].Token, errs[i])
+		}
+	}
+}
+
 func testRefreshDue(t *testing.T, b backing) {
 	ctx := context.Background()
 	clock, opts := clockOpts()
@@ -410,22 +430,9 @@ func testRefreshOnceInProcess(t *testing.T, b backing) {
 	if err := v.Put(ctx, grant(alice, "github", 0)); err != nil {
 		t.Fatal(err)
 	}
-	r := &refresher{clock: clock, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r := blocking(clock, nil)
 	const n = 16
-	results := make([]Grant, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { results[i], errs[i] = v.Refresh(ctx, alice, "github", r.fn) })
-	}
-	<-r.entered
-	close(r.release)
-	wg.Wait()
-	for i := range n {
-		if errs[i] != nil || results[i].Token.AccessToken != "at-refreshed-1" {
-			t.Errorf("caller %d: %v, %v", i, results[i].Token, errs[i])
-		}
-	}
+	concurrently(t, r, n, func(int) (Grant, error) { return v.Refresh(ctx, alice, "github", r.fn) })
 	if c := r.calls.Load(); c != 1 {
 		t.Errorf("refreshFunc called %d times by %d callers, want once", c, n)
 	}
@@ -576,22 +583,9 @@ func testRefreshRejected(t *testing.T, b backing) {
 	}
 	r := blocking(clock, nil)
 	// Callers on two replicas see the upstream refuse the token at once.
-	const n = 8
-	results := make([]Grant, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		vi := []*Vault{v, other}[i%2]
-		wg.Go(func() { results[i], errs[i] = vi.RefreshRejected(ctx, alice, "github", g.Token.AccessToken, r.fn) })
-	}
-	<-r.entered
-	close(r.release)
-	wg.Wait()
-	for i := range n {
-		if errs[i] != nil || results[i].Token.AccessToken != "at-refreshed-1" {
-			t.Errorf("caller %d: %v, %v", i, results[i].Token, errs[i])
-		}
-	}
+	concurrently(t, r, 8, func(i int) (Grant, error) {
+		return []*Vault{v, other}[i%2].RefreshRejected(ctx, alice, "github", g.Token.AccessToken, r.fn)
+	})
 	// A caller that saw the old token refused late gets the new one, without a refresh.
 	if got, err := v.RefreshRejected(ctx, alice, "github", g.Token.AccessToken, r.fn); err != nil || got.Token.AccessToken != "at-refreshed-1" {
 		t.Errorf("RefreshRejected of a token already replaced: %v, %v", got.Token, err)
