@@ -57,6 +57,9 @@ func (v *Vault) refreshShared(ctx context.Context, p Principal, upstream, reject
 	if err := checkKey(p, upstream); err != nil {
 		return Grant{}, err
 	}
+	if fn == nil {
+		return Grant{}, errors.New("grants: refresh: no RefreshFunc given")
+	}
 	g, _, err := v.st.get(ctx, p, upstream)
 	if err != nil {
 		return Grant{}, fmt.Errorf("grants: refresh %s for %s: %w", upstream, p, err)
@@ -139,8 +142,12 @@ func (v *Vault) refresh(ctx context.Context, p Principal, upstream, rejected str
 	}
 	tok, err := fn(ctx, g)
 	if errors.Is(err, ErrInvalidGrant) {
-		if _, derr := v.st.swap(ctx, p, upstream, rev, nil); derr != nil {
+		deleted, derr := v.st.swap(ctx, p, upstream, rev, nil)
+		switch {
+		case derr != nil:
 			return Grant{}, fmt.Errorf("%w; deleting the grant failed too: %w", err, derr)
+		case !deleted: // revoked, or connected again, meanwhile: what is stored now stays
+			return Grant{}, fmt.Errorf("the grant changed while it was refreshed: try again: %w", err)
 		}
 		return Grant{}, fmt.Errorf("the grant is deleted: connect %s again: %w", upstream, err)
 	}

@@ -233,7 +233,7 @@ func testTampered(t *testing.T, b backing) {
 	if diff := cmp.Diff([]GrantInfo{{Principal: alice, Upstream: "github", Unreadable: true}}, list); diff != "" {
 		t.Errorf("List mismatch (-want +got):\n%s", diff)
 	}
-	if _, err := v.Refresh(ctx, alice, "github", nil); !errors.Is(err, ErrUnreadable) {
+	if _, err := v.Refresh(ctx, alice, "github", (&refresher{}).fn); !errors.Is(err, ErrUnreadable) {
 		t.Errorf("Refresh of a changed grant: %v, want ErrUnreadable", err)
 	}
 	// What the error says to do works: revoke, and connect again.
