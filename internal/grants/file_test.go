@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -150,5 +151,62 @@ func TestFileCorrupt(t *testing.T) {
 	t.Logf("the error says: %v", err)
 	if all, _, err := v.ListAll(ctx, "", 0); err != nil || len(all) != 1 || !all[0].Unreadable {
 		t.Errorf("ListAll with a corrupt file = %v, %v; want it listed unreadable", all, err)
+	}
+}
+
+// TestFileConcurrentProcesses: gateway processes that share the state directory lose no
+// write: each of several processes (this test binary, run again as a helper) puts grants of
+// one principal at once.
+func TestFileConcurrentProcesses(t *testing.T) {
+	dir := t.TempDir()
+	const procs, each = 3, 10
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFileHelperProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "GRANTS_HELPER_DIR="+dir, fmt.Sprintf("GRANTS_HELPER_ID=%d", i), fmt.Sprintf("GRANTS_HELPER_EACH=%d", each))
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("process %d: %v", i, err)
+		}
+	}
+	v, err := NewFileVault(dir, testKeys(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	list, err := v.List(context.Background(), alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != procs*each {
+		t.Errorf("%d grants stored of %d put by %d processes", len(list), procs*each, procs)
+	}
+}
+
+// TestFileHelperProcess is a process of TestFileConcurrentProcesses; it does nothing when
+// run otherwise.
+func TestFileHelperProcess(t *testing.T) {
+	dir := os.Getenv("GRANTS_HELPER_DIR")
+	if dir == "" {
+		t.Skip("a helper process of TestFileConcurrentProcesses")
+	}
+	var id, each int
+	fmt.Sscan(os.Getenv("GRANTS_HELPER_ID"), &id)
+	fmt.Sscan(os.Getenv("GRANTS_HELPER_EACH"), &each)
+	v, err := NewFileVault(dir, testKeys(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for j := range each {
+		if err := v.Put(context.Background(), grant(alice, fmt.Sprintf("p%d-up%02d", id, j), time.Hour)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
