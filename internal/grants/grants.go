@@ -1,6 +1,7 @@
 // Package grants keeps the tokens users obtain when they connect their own accounts at an
 // upstream through the gateway (OAuth): one Grant per principal and upstream, in a Vault
-// that every replica reads, refreshed before it expires, once, whichever replica asks.
+// that every replica reads. A caller that finds a grant's token about to expire (or refused)
+// has it refreshed, once, whichever replicas ask at the same time.
 //
 //	keys, _ := seal.NewKeys(cfgKeys)
 //	v := grants.NewRedisVault(client, "manifold", keys, nil) // or NewFileVault(stateDir, keys, nil)
@@ -19,7 +20,8 @@
 //
 //   - With Redis (NewRedisVault), under the key prefix of the gateway's session store:
 //     <prefix>:grants:{<principal hash>} is a hash of the principal's grants, one field per
-//     upstream name, each value a grant sealed with the gateway's keys (seal.PurposeGrants);
+//     upstream name, each value a grant sealed with the gateway's keys (seal.PurposeGrants),
+//     and the field "" the principal itself, sealed (for ListAll, which knows only hashes);
 //     <prefix>:grants:{<principal hash>}:refresh:<upstream> is the lock of a refresh in
 //     flight (a random token, with a ttl of twice Options.RefreshTimeout);
 //     <prefix>:grants:index is a sorted set of the principal hashes that have grants, for
@@ -27,10 +29,11 @@
 //     principal's issuer and subject, so no key names a user, and the hash tag keeps all of a
 //     principal's keys in one cluster slot.
 //   - Without Redis (NewFileVault), in the state directory: <state_dir>/grants/<principal
-//     hash>.json holds the principal's grants, each sealed as above (base64 in JSON), mode
-//     0600, replaced whole (temporary file, sync, rename) under an exclusive flock of
+//     hash>.json holds the principal and its grants, each sealed as above (base64 in JSON),
+//     mode 0600, replaced whole (temporary file, sync, rename) under an exclusive flock of
 //     <principal hash>.lock beside it, so that processes sharing the directory lose no
-//     write; <principal hash>.<upstream hash>.refresh is flocked while a refresh runs.
+//     write; <principal hash>.<upstream hash>.refresh is flocked while a refresh runs. The
+//     lock files are empty, and stay.
 //
 // Each sealed grant is bound (associated data) to its principal's issuer and subject and its
 // upstream: a value copied under another principal's or upstream's key does not open, nor
