@@ -155,15 +155,15 @@ func TestFileCorrupt(t *testing.T) {
 }
 
 // TestFileConcurrentProcesses: gateway processes that share the state directory lose no
-// write: each of several processes (this test binary, run again as a helper) puts grants of
+// write: each of several processes (this test binary, run again as a child) puts grants of
 // one principal at once.
 func TestFileConcurrentProcesses(t *testing.T) {
 	dir := t.TempDir()
 	const procs, each = 3, 10
 	cmds := make([]*exec.Cmd, procs)
 	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFileHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "GRANTS_HELPER_DIR="+dir, fmt.Sprintf("GRANTS_HELPER_ID=%d", i), fmt.Sprintf("GRANTS_HELPER_EACH=%d", each))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFileChildProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "GRANTS_CHILD_DIR="+dir, fmt.Sprintf("GRANTS_CHILD_ID=%d", i), fmt.Sprintf("GRANTS_CHILD_EACH=%d", each))
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -189,16 +189,16 @@ func TestFileConcurrentProcesses(t *testing.T) {
 	}
 }
 
-// TestFileHelperProcess is a process of TestFileConcurrentProcesses; it does nothing when
+// TestFileChildProcess is a process of TestFileConcurrentProcesses; it does nothing when
 // run otherwise.
-func TestFileHelperProcess(t *testing.T) {
-	dir := os.Getenv("GRANTS_HELPER_DIR")
+func TestFileChildProcess(t *testing.T) {
+	dir := os.Getenv("GRANTS_CHILD_DIR")
 	if dir == "" {
-		t.Skip("a helper process of TestFileConcurrentProcesses")
+		t.Skip("a child process of TestFileConcurrentProcesses")
 	}
 	var id, each int
-	fmt.Sscan(os.Getenv("GRANTS_HELPER_ID"), &id)
-	fmt.Sscan(os.Getenv("GRANTS_HELPER_EACH"), &each)
+	fmt.Sscan(os.Getenv("GRANTS_CHILD_ID"), &id)
+	fmt.Sscan(os.Getenv("GRANTS_CHILD_EACH"), &each)
 	v, err := NewFileVault(dir, testKeys(t), nil)
 	if err != nil {
 		t.Fatal(err)
