@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/manifold-mcp/manifold/internal/statefile"
 )
 
 // MemoryStore is a Store in this process's memory, saved to a file if it was opened with
@@ -320,52 +321,10 @@ func (s *MemoryStore) saveIfLocked(changed bool, locked error) error {
 		b.Write(line)
 	}
 	b.WriteString("\n]}\n")
-	if err := writeFileAtomic(s.file, b.Bytes()); err != nil {
+	if err := statefile.WriteAtomic(s.file, b.Bytes()); err != nil {
 		s.unsaved = true
 		return fmt.Errorf("pins: saving %s: %w", s.file, err)
 	}
 	s.unsaved, s.seen = false, b.Bytes()
-	return nil
-}
-
-// writeFileAtomic replaces the file path with data (mode 0600), creating its directory
-// (mode 0700) if need be: it writes a temporary file beside it, syncs it and renames it
-// over path, then syncs the directory, so that a crash leaves the old file or the new.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	// The rename is durable once the directory is synced. Some file systems cannot sync a
-	// directory; the file itself is in place either way.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
 	return nil
 }

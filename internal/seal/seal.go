@@ -45,6 +45,9 @@ const (
 	// relays to 2026-07-28 clients: what it must get back unchanged, from the same caller, to
 	// continue a call with its upstream.
 	PurposeRequestState = "mrtr"
+	// PurposeGrants seals the tokens of the upstream grants users connect (package grants),
+	// bound to the principal and upstream they belong to.
+	PurposeGrants = "grants"
 )
 
 // MinSecretLen is the least length of a secret, in bytes: 256 bits, from a random source.
