@@ -73,7 +73,10 @@ func (s *fileStore) read(h string) (*grantFile, error) {
 // reports a change (removing it when no grant is left).
 func (s *fileStore) update(p Principal, change func(f *grantFile) (bool, error)) error {
 	h := p.hash()
-	unlock, err := lockFile(filepath.Join(s.dir, h+".lock"), true)
+	unlock, err := statefile.Lock(filepath.Join(s.dir, h+".lock"), true)
+	if errors.Is(err, statefile.ErrNoLocks) {
+		return fmt.Errorf("grants kept in files need file locks, which this system lacks: keep them in Redis (session_store): %w", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -231,8 +234,8 @@ func (s *fileStore) refreshLockPath(p Principal, upstream string) string {
 // tryLock flocks the refresh lock file without waiting; the lock has no ttl: it goes with
 // the process that holds it.
 func (s *fileStore) tryLock(_ context.Context, p Principal, upstream string, _ time.Duration) (func(), bool, error) {
-	unlock, err := lockFile(s.refreshLockPath(p, upstream), false)
-	if errors.Is(err, errLocked) {
+	unlock, err := statefile.Lock(s.refreshLockPath(p, upstream), false)
+	if errors.Is(err, statefile.ErrLocked) {
 		return nil, false, nil
 	}
 	if err != nil {

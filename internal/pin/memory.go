@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -89,6 +90,10 @@ func (s *MemoryStore) lockFileLocked() (unlock func(), err error) {
 		return func() {}, nil
 	}
 	unlock, err = lockDir(filepath.Dir(s.file))
+	if errors.Is(err, statefile.ErrNoLocks) {
+		// Gateways on such a system must not share a state_dir.
+		unlock, err = func() {}, nil
+	}
 	if err != nil {
 		return func() {}, fmt.Errorf("%w: %w", errNoLock, err)
 	}
@@ -327,4 +332,14 @@ func (s *MemoryStore) saveIfLocked(changed bool, locked error) error {
 	}
 	s.unsaved, s.seen = false, b.Bytes()
 	return nil
+}
+
+// lockDir takes the lock of the directory dir (made, mode 0700, if need be), waiting while
+// another process or store holds it: the directory, not the file, so that no file of its own
+// is left and the lock holds across the rename that replaces the file.
+func lockDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return statefile.Lock(dir, true)
 }

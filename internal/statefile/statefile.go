@@ -1,5 +1,6 @@
 // Package statefile writes the files the gateway keeps in its state directory so that a
-// crash never leaves half of one: WriteAtomic replaces a file whole or not at all.
+// crash never leaves half of one: WriteAtomic replaces a file whole or not at all; and Lock
+// keeps the processes that share the directory from writing over each other.
 package statefile
 
 import (
