@@ -24,7 +24,7 @@ func (g *Gateway) AdminHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.reloadsAdminKeys(authz.verifier)
+	g.reloads.followAdminKeys(authz.verifier)
 	opts := admin.Options{
 		OriginAllowed: func(origin string) bool { return config.OriginAllowed(g.cfg.Admin.AllowedOrigins, origin) },
 		LoopbackOnly:  isLoopbackListen(g.cfg.Admin.Listen),
@@ -97,7 +97,7 @@ func (g *Gateway) adminBackend() *backend.Backend {
 		}
 		return out
 	}
-	src.Config, src.Reload = g.configStatus, g.reloadEverywhere
+	src.Config, src.Reload = g.reloads.configStatus, g.reloads.reloadEverywhere
 	src.Sessions = g.store
 	if g.held != nil {
 		src.Held = g.held.Holder

@@ -289,7 +289,7 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 	if g.metrics.set != nil {
 		g.watchMetrics()
 	}
-	g.initReloads(cfg)
+	g.reloads.init(g, cfg)
 	return g, nil
 }
 

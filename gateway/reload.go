@@ -62,7 +62,8 @@ type ConfigStatus struct {
 	LastError  string
 }
 
-// reloadState is the running configuration and what became of the reloads.
+// reloadState is the running configuration and what became of the reloads; its methods plan
+// and apply each reload to the gateway g.
 type reloadState struct {
 	// mu serializes reloads, and guards clients and admins.
 	mu sync.Mutex
@@ -72,6 +73,8 @@ type reloadState struct {
 	// clients and admins are the API keys in force of clients (auth) and of admins (admin,
 	// once the admin API is made). Guarded by mu.
 	clients, admins keySet
+	// g is the gateway whose configuration this is.
+	g *Gateway
 }
 
 // keySet is a set of API keys that a reload reads again (their file may have changed even
@@ -116,15 +119,16 @@ type keysChanged struct {
 	keys []auth.APIKey
 }
 
-// initReloads records cfg as the configuration running since now.
-func (g *Gateway) initReloads(cfg *config.Config) {
-	g.reloads.clients.section, g.reloads.admins.section = "auth", "admin"
+// init records cfg as the configuration g runs since now.
+func (r *reloadState) init(g *Gateway, cfg *config.Config) {
+	r.g = g
+	r.clients.section, r.admins.section = "auth", "admin"
 	if g.auth != nil {
-		g.reloads.clients.verifier = g.auth.verifier
-		g.reloads.clients.keys, _ = APIKeys(cfg) // read by newAuthn a moment ago
+		r.clients.verifier = g.auth.verifier
+		r.clients.keys, _ = APIKeys(cfg) // read by newAuthn a moment ago
 	}
-	g.reloads.running.Store(cfg)
-	g.reloads.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
+	r.running.Store(cfg)
+	r.status.Store(&ConfigStatus{Version: cfg.Version(), Since: g.opts.Now()})
 }
 
 // runningConfig is RunningConfig, and the configuration New was given until it records it.
@@ -149,12 +153,12 @@ func (g *Gateway) ConfigStatus() ConfigStatus { return *g.reloads.status.Load() 
 // one, applied or refused, is logged, and told to the other replicas (the admin API shows
 // what each runs). Safe for concurrent use.
 func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
-	defer g.announceConfig() // the other replicas learn what this one runs now
+	defer g.reloads.announceConfig() // the other replicas learn what this one runs now
 	g.reloads.mu.Lock()
 	defer g.reloads.mu.Unlock()
 	prev := g.reloads.status.Load()
 	st := &ConfigStatus{Version: prev.Version, Since: prev.Since, LastReload: g.opts.Now()}
-	changed, err := g.reload(ctx, next)
+	changed, err := g.reloads.reload(ctx, next)
 	switch {
 	case err != nil:
 		st.LastError = err.Error()
@@ -183,18 +187,18 @@ func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
 
 // reload checks next against the running configuration, builds what it needs and applies it;
 // it returns the keys that changed.
-func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, err error) {
+func (r *reloadState) reload(ctx context.Context, next *config.Config) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
-	cur := g.reloads.running.Load()
+	cur := r.running.Load()
 	changed := cur.ChangedKeys(next)
-	if reasons := g.unreloadable(cur, next, changed); len(reasons) > 0 {
+	if reasons := r.unreloadable(cur, next, changed); len(reasons) > 0 {
 		return nil, &ReloadError{Reasons: reasons}
 	}
 	// The API keys are read again whatever changed: a file of keys may have.
 	var keys []keysChanged
-	for _, set := range []*keySet{&g.reloads.clients, &g.reloads.admins} {
+	for _, set := range []*keySet{&r.clients, &r.admins} {
 		read, differ, err := set.reread(next)
 		if err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
@@ -207,29 +211,57 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 		}
 	}
 	if len(changed) == 0 {
-		g.reloads.running.Store(next)
+		r.running.Store(next)
 		return nil, nil
 	}
-	// Build everything first: a configuration that cannot be built changes nothing.
-	var rules *gateRules
+	plan, err := r.prepare(ctx, next, changed, keys)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.apply(cur, next, plan); err != nil {
+		r.g.plugins.discard(plan.plugins)
+		r.g.audit.discard(plan.trail)
+		return nil, err
+	}
+	r.running.Store(next)
+	return changed, nil
+}
+
+// reloadPlan is what a reload built before it changes anything: each part nil or empty when
+// what it stands for did not change.
+type reloadPlan struct {
+	changed   []string
+	keys      []keysChanged
+	rules     *gateRules
+	upstreams *upstreamPlan
+	profiles  []*catalog.Profile
+	// plugins are started and trail is open, not yet in force: a reload that does not
+	// apply discards them.
+	plugins *pluginsInForce
+	trail   *trailInForce
+}
+
+// prepare builds what next needs of what changed: a configuration that cannot be built
+// changes nothing (the plugins it started stop, the trail it opened closes).
+func (r *reloadState) prepare(ctx context.Context, next *config.Config, changed []string, keys []keysChanged) (_ *reloadPlan, err error) {
+	g := r.g
+	p := &reloadPlan{changed: changed, keys: keys}
 	if g.gate != nil && (slices.Contains(changed, "policy") || slices.Contains(changed, "upstreams")) {
 		// The rules read the upstreams' trust_annotations too.
-		if rules, err = compileGateRules(next, g.gate.current(), g.backends.Limits, g.opts.Now, g.logger); err != nil {
+		if p.rules, err = compileGateRules(next, g.gate.current(), g.backends.Limits, g.opts.Now, g.logger); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
 	}
-	plan, err := g.planUpstreams(cur, next)
-	if err != nil {
+	if p.upstreams, err = r.planUpstreams(r.running.Load(), next); err != nil {
 		return nil, &ReloadError{Reasons: []string{err.Error()}}
 	}
-	var profiles []*catalog.Profile
 	if slices.Contains(changed, "profiles") {
-		if profiles, err = profilesOf(next.Profiles); err != nil {
+		if p.profiles, err = profilesOf(next.Profiles); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
 	}
-	// The first changes applied: the keys (they passed the config's checks already), every
-	// set checked before any is in force, so that a refusal leaves all of them as they were.
+	// Every set of keys checked before any is in force, so that a refusal leaves all of
+	// them as they were (they passed the config's checks already).
 	for _, k := range keys {
 		if err := auth.CheckAPIKeys(k.keys); err != nil {
 			return nil, &ReloadError{Reasons: []string{fmt.Sprintf("%s.api_keys: %v", k.set.section, err)}}
@@ -237,38 +269,34 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 	}
 	// The plugins started before they are in force: one that cannot start refuses the
 	// reload, and those started stop.
-	var plugins *pluginsInForce
 	if slices.Contains(changed, "plugins") {
-		if plugins, err = g.plugins.prepare(ctx, next); err != nil {
+		if p.plugins, err = g.plugins.prepare(ctx, next); err != nil {
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
-		defer func() {
-			if err != nil {
-				g.plugins.discard(plugins)
-			}
-		}()
 	}
 	// The audit trail last of what is built: the new one is open before the old one goes.
-	var trail *trailInForce
 	if slices.Contains(changed, "audit") {
-		if trail, err = g.audit.prepare(next); err != nil {
+		if p.trail, err = g.audit.prepare(next); err != nil {
+			g.plugins.discard(p.plugins)
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
-		defer func() {
-			if err != nil {
-				g.audit.discard(trail)
-			}
-		}()
 	}
-	for _, k := range keys {
+	return p, nil
+}
+
+// apply puts in force what prepare built for next, in place of cur. Only the keys can fail,
+// first, before anything else changed.
+func (r *reloadState) apply(cur, next *config.Config, p *reloadPlan) error {
+	g := r.g
+	for _, k := range p.keys {
 		if err := k.set.set(k.keys); err != nil {
-			return nil, &ReloadError{Reasons: []string{err.Error()}}
+			return &ReloadError{Reasons: []string{err.Error()}}
 		}
 	}
-	if trail != nil {
-		g.swapAuditTrail(cur, trail)
+	if p.trail != nil {
+		r.swapAuditTrail(cur, p.trail)
 	}
-	if slices.Contains(changed, "log_level") {
+	if slices.Contains(p.changed, "log_level") {
 		var l slog.Level
 		if err := l.UnmarshalText([]byte(next.LogLevel)); err == nil { // validated
 			g.opts.LogLevel.Set(l)
@@ -279,11 +307,11 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 	// force; those added start after the rules, so that their items are listed only under
 	// the new ones. Either way a request is never decided by new rules on what they no
 	// longer cover, nor by old rules on what only the new ones cover.
-	if profiles != nil {
-		g.builder.SetProfiles(profiles)
+	if p.profiles != nil {
+		g.builder.SetProfiles(p.profiles)
 	}
-	rebuilt := g.applyUpstreams(plan)
-	if rules != nil {
+	rebuilt := r.applyUpstreams(p.upstreams)
+	if p.rules != nil {
 		ap := next.Policy.Approval
 		g.gate.approvals.settings.Store(approvalSettingsOf(ap))
 		g.gate.approvals.Retune(ap.Remember, ap.RememberAnyArguments)
@@ -293,28 +321,28 @@ func (g *Gateway) reload(ctx context.Context, next *config.Config) (_ []string, 
 				g.logger.Warn(selfApprovalWarning)
 			}
 		}
-		g.swapRules(rules)
+		r.swapRules(p.rules)
 	}
-	if plugins != nil {
+	if p.plugins != nil {
 		// With the rules: a request begun from here on is decided by the new plugins.
-		g.plugins.replace(plugins)
+		g.plugins.replace(p.plugins)
 	}
-	g.startAdded(plan)
-	if !rebuilt && profiles != nil {
+	r.startAdded(p.upstreams)
+	if !rebuilt && p.profiles != nil {
 		g.rebuild() // the profiles' clients hear list_changed of what their profile gained or lost
 	}
-	if profiles != nil {
+	if p.profiles != nil {
 		// The endpoint of a profile removed is gone from the catalog just merged: its
 		// sessions end, as a DELETE would end them.
 		endProfiles(g, removedProfiles(cur, next))
 	}
-	g.reloads.running.Store(next)
-	return changed, nil
+	return nil
 }
 
 // swapAuditTrail puts trail in force for the records written from now on; the trail it
 // replaces writes what it took and closes, off the reload's path.
-func (g *Gateway) swapAuditTrail(cur *config.Config, trail *trailInForce) {
+func (r *reloadState) swapAuditTrail(cur *config.Config, trail *trailInForce) {
+	g := r.g
 	if a := trail.settings; a.Arguments && a.SkipRedactDefaults && !(cur.Audit.Arguments && cur.Audit.SkipRedactDefaults) {
 		g.logger.Warn(KeepsSecretsWarning)
 	}
@@ -334,7 +362,8 @@ const KeepsSecretsWarning = "the audit trail keeps arguments named like secrets 
 
 // unreloadable returns why next cannot replace cur while the gateway runs: a reason for each
 // changed key (or part of one) that only a restart applies.
-func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []string {
+func (r *reloadState) unreloadable(cur, next *config.Config, changed []string) []string {
+	g := r.g
 	var reasons []string
 	for _, k := range changed {
 		if !reloadableKeys[k] {
@@ -368,7 +397,7 @@ func (g *Gateway) unreloadable(cur, next *config.Config, changed []string) []str
 		a, b := cur.Admin, next.Admin
 		a.APIKeys, a.APIKeysFile, b.APIKeys, b.APIKeysFile = nil, "", nil, ""
 		switch {
-		case g.reloads.admins.verifier == nil:
+		case r.admins.verifier == nil:
 			reasons = append(reasons, "admin: the admin API is not running: restart the gateway to change admin")
 		case !config.SameSettings(a, b):
 			reasons = append(reasons, "admin: only api_keys and api_keys_file can change while the gateway runs: restart it to change the rest of admin")
@@ -462,7 +491,8 @@ func maps2Equal(a, b map[string]string) bool {
 
 // swapRules puts rules in force and tells each session here whose view of the catalog they
 // change: the list_changed of what it sees.
-func (g *Gateway) swapRules(rules *gateRules) {
+func (r *reloadState) swapRules(rules *gateRules) {
+	g := r.g
 	// Under the rebuild's lock: these notices and a rebuild's go out in order.
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
@@ -538,7 +568,8 @@ type upstreamPlan struct {
 // planUpstreams makes the entries of the upstreams next adds or changes (their clients not yet
 // run) and the set the gateway will have. An upstream whose settings are the same keeps its
 // entry, connection and sessions' state.
-func (g *Gateway) planUpstreams(cur, next *config.Config) (*upstreamPlan, error) {
+func (r *reloadState) planUpstreams(cur, next *config.Config) (*upstreamPlan, error) {
+	g := r.g
 	old := g.ups.Load()
 	entries := map[string]*upstreamEntry{}
 	for _, ue := range old.live {
@@ -601,7 +632,8 @@ func (g *Gateway) planUpstreams(cur, next *config.Config) (*upstreamPlan, error)
 // list_changed of what they can see), the upstreams added start, and those retired are
 // drained and stopped in the background. It reports whether it merged the catalog (it did
 // not when no upstream was added or retired).
-func (g *Gateway) applyUpstreams(plan *upstreamPlan) (rebuilt bool) {
+func (r *reloadState) applyUpstreams(plan *upstreamPlan) (rebuilt bool) {
+	g := r.g
 	if len(plan.added) == 0 && len(plan.retired) == 0 {
 		g.ups.Store(plan.set)
 		return false
@@ -621,7 +653,7 @@ func (g *Gateway) applyUpstreams(plan *upstreamPlan) (rebuilt bool) {
 	}
 	g.rebuild()
 	for _, ue := range plan.retired {
-		if !g.goWorker(func() { g.retire(ue) }) {
+		if !g.goWorker(func() { r.retire(ue) }) {
 			break // the gateway is closing, and closes them
 		}
 	}
@@ -630,7 +662,8 @@ func (g *Gateway) applyUpstreams(plan *upstreamPlan) (rebuilt bool) {
 
 // startAdded starts the upstreams a reload added or replaced, once the gateway has started
 // (Start starts them otherwise); their items reach the catalog once they list them.
-func (g *Gateway) startAdded(plan *upstreamPlan) {
+func (r *reloadState) startAdded(plan *upstreamPlan) {
+	g := r.g
 	if g.startedAt.Load() == nil {
 		return
 	}
@@ -649,7 +682,8 @@ func (g *Gateway) runUpstream(ue *upstreamEntry) {
 
 // retire drains an upstream a reload removed or replaced: its calls in flight may finish,
 // for drain_timeout at most, then its connections close.
-func (g *Gateway) retire(ue *upstreamEntry) {
+func (r *reloadState) retire(ue *upstreamEntry) {
+	g := r.g
 	ue.retired.Store(true) // calls not begun yet are refused (forward)
 	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.DrainTimeout)
 	defer cancel()
@@ -713,21 +747,22 @@ func (f *inFlight) wait(ctx context.Context) bool {
 
 // configStatus is the configuration each replica runs, for the admin API: this one's, and
 // the others' as they last said.
-func (g *Gateway) configStatus(context.Context) (admin.ConfigStatus, error) {
-	return g.replicaConfigs(), nil
+func (r *reloadState) configStatus(context.Context) (admin.ConfigStatus, error) {
+	return r.replicaConfigs(), nil
 }
 
 // reloadEverywhere reads the configuration files again and applies them here, and asks the
 // other replicas to do the same with theirs.
-func (g *Gateway) reloadEverywhere(ctx context.Context) (admin.ConfigStatus, error) {
+func (r *reloadState) reloadEverywhere(ctx context.Context) (admin.ConfigStatus, error) {
+	g := r.g
 	if g.opts.ReadConfig == nil {
-		return g.replicaConfigs(), ErrCannotReread
+		return r.replicaConfigs(), ErrCannotReread
 	}
 	if g.replicas != nil {
 		g.replicas.ReloadAll()
 	}
 	err := g.ReloadFiles(ctx)
-	return g.replicaConfigs(), err
+	return r.replicaConfigs(), err
 }
 
 // ReloadFiles reads the configuration files again (Options.ReadConfig) and reloads them; a
@@ -739,7 +774,7 @@ func (g *Gateway) ReloadFiles(ctx context.Context) error {
 	}
 	next, err := g.opts.ReadConfig()
 	if err != nil {
-		defer g.announceConfig() // why this replica refused
+		defer g.reloads.announceConfig() // why this replica refused
 		g.reloads.mu.Lock()
 		defer g.reloads.mu.Unlock()
 		prev := g.reloads.status.Load()
@@ -752,7 +787,8 @@ func (g *Gateway) ReloadFiles(ctx context.Context) error {
 
 // replicaConfigs is the configuration this gateway runs, and each other replica's as it last
 // said.
-func (g *Gateway) replicaConfigs() admin.ConfigStatus {
+func (r *reloadState) replicaConfigs() admin.ConfigStatus {
+	g := r.g
 	st := g.ConfigStatus()
 	this := admin.ReplicaConfig{This: true, Version: st.Version, Since: st.Since, LastReload: st.LastReload, LastError: st.LastError}
 	out := admin.ConfigStatus{Replicas: []admin.ReplicaConfig{this}, Agree: true}
@@ -767,7 +803,8 @@ func (g *Gateway) replicaConfigs() admin.ConfigStatus {
 }
 
 // announceConfig tells the other replicas what configuration this one runs.
-func (g *Gateway) announceConfig() {
+func (r *reloadState) announceConfig() {
+	g := r.g
 	if g.replicas != nil {
 		st := g.ConfigStatus()
 		g.replicas.AnnounceConfig(replica.Config{Version: st.Version, Since: st.Since, LastReload: st.LastReload, LastError: st.LastError}, false)
@@ -794,16 +831,16 @@ func (h replicaHost) RunningConfig() replica.Config {
 // reloadTimeout bounds a reload another replica asked for.
 const reloadTimeout = time.Minute
 
-// reloadsAdminKeys makes the admins' API keys, which verifier checks, follow reloads.
-func (g *Gateway) reloadsAdminKeys(verifier *auth.Authenticator) {
-	g.reloads.mu.Lock()
-	defer g.reloads.mu.Unlock()
-	cfg := g.reloads.running.Load()
+// followAdminKeys makes the admins' API keys, which verifier checks, follow reloads.
+func (r *reloadState) followAdminKeys(verifier *auth.Authenticator) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg := r.running.Load()
 	keys, err := apiKeysOf(cfg.Admin.APIKeys, cfg.Admin.APIKeysFile, "admin")
 	if err != nil || verifier.SetAPIKeys(keys) != nil {
 		// Not read as the running configuration says: the next reload reads them again.
-		g.reloads.admins.verifier, g.reloads.admins.keys = verifier, nil
+		r.admins.verifier, r.admins.keys = verifier, nil
 		return
 	}
-	g.reloads.admins.verifier, g.reloads.admins.keys = verifier, keys
+	r.admins.verifier, r.admins.keys = verifier, keys
 }

@@ -37,7 +37,7 @@ func TestReloadNumbersSchemesAsAFreshStart(t *testing.T) {
 	if schemes["x"] != "a-b" || schemes["y"] != "a-b2" {
 		t.Fatalf("at start: schemes %v, want x a-b and y a-b2", schemes)
 	}
-	plan, err := g.planUpstreams(cur, parse("listen: 127.0.0.1:0\nupstreams:\n"+y+z))
+	plan, err := g.reloads.planUpstreams(cur, parse("listen: 127.0.0.1:0\nupstreams:\n"+y+z))
 	if err != nil {
 		t.Fatal(err)
 	}
