@@ -603,6 +603,10 @@ func (g *Gateway) EndRequests() { g.hub.EndRequests(hub.ErrShuttingDown) }
 // ended) and waits for all the gateway's goroutines. It may be called more than once.
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
+		// A reload under way finishes first; none begins after.
+		g.reloads.mu.Lock()
+		g.reloads.closed = true
+		g.reloads.mu.Unlock()
 		g.Drain()
 		g.mu.Lock()
 		g.closing = true

@@ -33,6 +33,10 @@ type request struct {
 	// plugins are the policy plugins the request took when it began, with the chain it
 	// passes: the same to its end, whatever a reload puts in force meanwhile.
 	plugins *pluginsInForce
+	// rules are the policy's rules, rate limits and dry run the request took with its
+	// plugins (nil without a gate): a reload swaps both at once, so a request is decided by
+	// the old rules and plugins or the new, never one of each.
+	rules *gateRules
 	// owner routes the upstreams' messages about the request to its client's stream; nil
 	// when the face gives the request no stream.
 	owner *callOwner
@@ -83,8 +87,9 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 	ctx, span := g.startRequestSpan(ctx, rq)
 	defer span.End()
 	var leave func()
-	rq.plugins, leave = g.plugins.take()
+	rq.plugins, rq.rules, leave = g.plugins.take(g.gate)
 	defer leave()
+	ctx = withGateRules(ctx, rq.rules)
 	res, err := g.resolve(ctx, rq)
 	var t *pipeline.Target
 	if res != nil {
@@ -282,7 +287,7 @@ func (g *requestPipeline) formerEntry(rq *request, snap *catalog.Snapshot, kind 
 		if k == upstream.Tools {
 			in.Annotations = annotationsOf(e.Annotations())
 		}
-		if !g.gate.current().rules.Visible(in) {
+		if !g.gate.rulesOf(rq.rules).rules.Visible(in) {
 			return nil
 		}
 	}

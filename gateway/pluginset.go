@@ -45,17 +45,29 @@ type pluginsInForce struct {
 	calls inFlight
 }
 
-// take returns the set in force, counted until leave is called (once the request ends).
-func (s *pluginSet) take() (in *pluginsInForce, leave func()) {
+// take returns the set in force, counted until leave is called (once the request ends), and
+// the rules of gt in force with it (nil when gt is): a reload swaps both under mu
+// (replace).
+func (s *pluginSet) take(gt *gate) (in *pluginsInForce, rules *gateRules, leave func()) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.cur, s.cur.calls.enter()
+	if gt != nil {
+		rules = gt.current()
+	}
+	return s.cur, rules, s.cur.calls.enter()
 }
 
-// swap puts in in force and returns the set it replaced.
-func (s *pluginSet) swap(in *pluginsInForce) (old *pluginsInForce) {
+// swap puts in in force, unless nil, and returns the set it replaced (nil when none); with,
+// unless nil, runs while no request takes a set.
+func (s *pluginSet) swap(in *pluginsInForce, with func()) (old *pluginsInForce) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if with != nil {
+		with()
+	}
+	if in == nil {
+		return nil
+	}
 	old, s.cur = s.cur, in
 	return old
 }
@@ -98,11 +110,15 @@ func (s *pluginSet) discard(in *pluginsInForce) {
 	}
 }
 
-// replace puts in in force for the requests that begin from now on, and stops the set it
+// replace puts in, unless nil, in force for the requests that begin from now on, with what
+// with puts in force (the rules: take gives a request both, old or new), and stops the set it
 // replaced once the requests that took it have ended (drain_timeout at most), off the
 // reload's path.
-func (s *pluginSet) replace(in *pluginsInForce) {
-	old := s.swap(in)
+func (s *pluginSet) replace(in *pluginsInForce, with func()) {
+	old := s.swap(in, with)
+	if old == nil {
+		return
+	}
 	s.logger.Info("policy plugins replaced by a reload: the previous ones stop once their requests have ended", "plugins", len(in.plugins))
 	retire := func() {
 		ctx, cancel := context.WithTimeout(s.ctx, s.drainTimeout)
@@ -124,7 +140,7 @@ func (s *pluginSet) close() {
 	if s == nil {
 		return
 	}
-	in := s.swap(&pluginsInForce{checks: s.chain(nil)})
+	in := s.swap(&pluginsInForce{checks: s.chain(nil)}, nil)
 	if in.host != nil {
 		if err := in.host.Close(); err != nil {
 			s.logger.Warn("stopping the policy plugins failed", "error", err.Error())

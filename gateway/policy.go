@@ -61,6 +61,32 @@ type viewBase struct {
 // current returns the rules in force.
 func (gt *gate) current() *gateRules { return gt.rules.Load() }
 
+// rulesOf returns taken, the rules a request took when it began, or without them (a
+// request that did not pass the pipeline's start) the rules in force.
+func (gt *gate) rulesOf(taken *gateRules) *gateRules {
+	if taken != nil {
+		return taken
+	}
+	return gt.current()
+}
+
+// gateRulesKey is the context key of the rules a request took (withGateRules).
+type gateRulesKey struct{}
+
+// withGateRules carries rules, those the request took, to the checks of its chain.
+func withGateRules(ctx context.Context, rules *gateRules) context.Context {
+	if rules == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, gateRulesKey{}, rules)
+}
+
+// takenRules returns the rules withGateRules put in ctx, or nil.
+func takenRules(ctx context.Context) *gateRules {
+	gr, _ := ctx.Value(gateRulesKey{}).(*gateRules)
+	return gr
+}
+
 // sessionView is the view a session was last served, and a principal it was served for.
 type sessionView struct {
 	key       string
@@ -129,7 +155,7 @@ func compileGateRules(cfg *config.Config, prev *gateRules, shared *limit.Shared,
 // the rate limits. A hidden item is refused as a missing one; a denied one with the rule's
 // reason; dry run records the decision and lets the request go on.
 func (g *Gateway) policyCheck(ctx context.Context, req *pipeline.Request, t *pipeline.Target) error {
-	gt := g.gate.current() // once: the request sees these rules or a reload's, never a mix
+	gt := g.gate.rulesOf(takenRules(ctx)) // those the request took with its plugins
 	if t.Kind == pipeline.Gateway {
 		if req.Method == protocol.MethodInitialize {
 			return nil // a session's start is bounded by the session caps, not the rate limits
@@ -359,6 +385,6 @@ func (g *requestPipeline) auditHidden(rq *request, kind pipeline.Kind, name stri
 	if kind == pipeline.Tool {
 		t.Annotations = e.Annotations()
 	}
-	d := g.gate.current().rules.Decide(policyInput(rq.Client.Principal, t))
+	d := g.gate.rulesOf(rq.rules).rules.Decide(policyInput(rq.Client.Principal, t))
 	rq.Decisions = append(rq.Decisions, audit.Decision{Check: "policy", Effect: d.Effect, Rule: d.Rule, DryRun: d.DryRun})
 }

@@ -46,6 +46,9 @@ func (e *ReloadError) Error() string {
 	return "reload refused, the running configuration stays: " + strings.Join(e.Reasons, "; ")
 }
 
+// ErrClosed is the refusal of a reload asked once the gateway began to close.
+var ErrClosed = errors.New("the gateway is closing: no reload begins any more")
+
 // ErrCannotReread is the refusal of a reload asked through the admin API or by another
 // replica of a gateway given no Options.ReadConfig.
 var ErrCannotReread = errors.New("this gateway cannot read its configuration again: it was not started from configuration files")
@@ -75,6 +78,8 @@ type reloadState struct {
 	clients, admins keySet
 	// g is the gateway whose configuration this is.
 	g *Gateway
+	// closed is set when the gateway begins to close: no reload begins after. Guarded by mu.
+	closed bool
 }
 
 // keySet is a set of API keys that a reload reads again (their file may have changed even
@@ -153,9 +158,13 @@ func (g *Gateway) ConfigStatus() ConfigStatus { return *g.reloads.status.Load() 
 // one, applied or refused, is logged, and told to the other replicas (the admin API shows
 // what each runs). Safe for concurrent use.
 func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
-	defer g.reloads.announceConfig() // the other replicas learn what this one runs now
 	g.reloads.mu.Lock()
 	defer g.reloads.mu.Unlock()
+	if g.reloads.closed {
+		// What a reload would start (plugins, a trail, upstreams) would outlive Close.
+		return ErrClosed
+	}
+	defer g.reloads.announceConfig() // the other replicas learn what this one runs now
 	prev := g.reloads.status.Load()
 	st := &ConfigStatus{Version: prev.Version, Since: prev.Since, LastReload: g.opts.Now()}
 	changed, err := g.reloads.reload(ctx, next)
@@ -181,6 +190,11 @@ func (g *Gateway) Reload(ctx context.Context, next *config.Config) error {
 			names = append(names, u.ns.Name)
 		}
 		g.metrics.set.SetUpstreams(names)
+		names = names[:0]
+		for _, p := range g.runningConfig().Plugins {
+			names = append(names, p.Name)
+		}
+		g.metrics.set.SetPlugins(names)
 	}
 	return err
 }
@@ -321,11 +335,11 @@ func (r *reloadState) apply(cur, next *config.Config, p *reloadPlan) error {
 				g.logger.Warn(selfApprovalWarning)
 			}
 		}
-		r.swapRules(p.rules)
 	}
-	if p.plugins != nil {
-		// With the rules: a request begun from here on is decided by the new plugins.
-		g.plugins.replace(p.plugins)
+	if p.rules != nil || p.plugins != nil {
+		// The rules and the plugins at once: a request begun from here on is decided by the
+		// new ones, one begun before by the old ones, never by one of each.
+		r.swapPolicy(p.rules, p.plugins)
 	}
 	r.startAdded(p.upstreams)
 	if !rebuilt && p.profiles != nil {
@@ -489,14 +503,23 @@ func maps2Equal(a, b map[string]string) bool {
 	return true
 }
 
-// swapRules puts rules in force and tells each session here whose view of the catalog they
-// change: the list_changed of what it sees.
-func (r *reloadState) swapRules(rules *gateRules) {
+// swapPolicy puts rules and plugins in force at once (either may be nil: it stays), and tells
+// each session here whose view of the catalog the rules change: the list_changed of what it
+// sees.
+func (r *reloadState) swapPolicy(rules *gateRules, plugins *pluginsInForce) {
 	g := r.g
 	// Under the rebuild's lock: these notices and a rebuild's go out in order.
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
-	old := g.gate.rules.Swap(rules)
+	var old *gateRules
+	g.plugins.replace(plugins, func() {
+		if rules != nil {
+			old = g.gate.rules.Swap(rules)
+		}
+	})
+	if rules == nil {
+		return
+	}
 	snap := g.snapshot.Load()
 	memo := map[string][]string{}
 	byMethod := map[string][]string{}

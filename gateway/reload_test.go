@@ -519,3 +519,19 @@ func TestReloadSwapsSelfApproval(t *testing.T) {
 		t.Errorf("the self-approved call: %q", resultText(res))
 	}
 }
+
+// TestNoReloadOnceClosing: a reload asked once the gateway began to close is refused with
+// ErrClosed, and starts nothing: an upstream it would add would have outlived Close. Before,
+// a reload (a file change, SIGHUP, another replica's) that came during the close started it.
+func TestNoReloadOnceClosing(t *testing.T) {
+	base := "listen: 127.0.0.1:0\nupstreams:\n" + upstreamYAML("alpha", "alpha", "")
+	tg := startGateway(t, base, nil)
+	tg.close()
+	err := tg.gw.Reload(context.Background(), parseConfig(t, base+upstreamYAML("beta", "beta", "")))
+	if !errors.Is(err, gateway.ErrClosed) {
+		t.Fatalf("a reload after Close: %v, want ErrClosed", err)
+	}
+	if _, started := tg.gw.UpstreamStatuses()["beta"]; started {
+		t.Error("the reload refused after Close started upstream beta")
+	}
+}

@@ -115,9 +115,13 @@ func (f stdioFace) serveUntilDone(signals <-chan os.Signal, cfg *config.Config, 
 		return err
 	}
 	defer closeAll()
+	// The reloads and the admin listener stop before the gateway closes (below, and on an
+	// early return): no reload or operator's decision begins on a gateway closing.
+	stopAround := func() {}
+	defer func() { stopAround() }()
 	if reloads != nil {
-		// Runs before gw.Close: no reload begins once the gateway closes.
-		defer reloads.run(gw, cfg, logger)()
+		stopReloads := reloads.run(gw, cfg, logger)
+		stopAround = stopReloads
 	}
 	if f.admin {
 		adminSrv, err := serveAdmin(gw, cfg, logger)
@@ -125,7 +129,8 @@ func (f stdioFace) serveUntilDone(signals <-chan os.Signal, cfg *config.Config, 
 			return err
 		}
 		if adminSrv != nil {
-			defer adminSrv.Close()
+			stopReloads := stopAround
+			stopAround = func() { _ = adminSrv.Close(); stopReloads() }
 		}
 	}
 	stdio := gw.NewStdio(f.in, f.out, &gateway.StdioOptions{Principal: f.principal, Profile: f.profile})
@@ -163,6 +168,8 @@ func (f stdioFace) serveUntilDone(signals <-chan os.Signal, cfg *config.Config, 
 	if err := stdio.Close(closeCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		logger.Warn("closing the stdio face", "error", err.Error())
 	}
+	stopAround()
+	stopAround = func() {}
 	closeAll()
 	logger.Info("gateway stopped", "drain", time.Since(began).Round(time.Millisecond).String())
 	return nil

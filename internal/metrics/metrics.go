@@ -139,22 +139,26 @@ type Set struct {
 	registry *prometheus.Registry
 	logger   *slog.Logger
 
-	methods, eras, outcomes, upstreams, plugins map[string]int
+	methods, eras, outcomes map[string]int
 
 	requests        []prometheus.Counter  // [method][era][outcome]
 	requestDuration []prometheus.Observer // [method]
 	// perUpstream are the children of the families labelled by upstream, for the upstreams
 	// configured: replaced, grown, when a reload adds some (SetUpstreams).
 	perUpstream atomic.Pointer[upstreamSeries]
-	// upstreamMu serializes SetUpstreams; the vectors are what it resolves children of.
+	// perPlugin are the children of the families labelled by plugin, for the plugins
+	// configured: replaced, grown, when a reload adds some (SetPlugins).
+	perPlugin atomic.Pointer[pluginSeries]
+	// upstreamMu serializes SetUpstreams, SetPlugins and SetConfigVersion; the vectors are
+	// what they resolve children of.
 	upstreamMu               sync.Mutex
+	pluginFailureVec         *prometheus.CounterVec
 	toolCallVec              *prometheus.HistogramVec
 	restartVec, reconnectVec *prometheus.CounterVec
 	reverse                  []prometheus.Counter  // [kind][outcome]
 	decisions                []prometheus.Counter  // [check][effect][dry run]
 	approvals                []prometheus.Counter  // [outcome]
 	pluginDuration           []prometheus.Observer // [stage]
-	pluginFailures           []prometheus.Counter  // [plugin]
 	redisDuration            prometheus.Observer
 	redisErrors              prometheus.Counter
 	configInfo               *prometheus.GaugeVec
@@ -180,12 +184,10 @@ func New(opts *Options) *Set {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	plugins := append(slices.Clone(o.Plugins), Other)
 	s := &Set{
 		registry: prometheus.NewRegistry(),
 		logger:   o.Logger,
 		methods:  index(Methods), eras: index(Eras), outcomes: index(Outcomes),
-		plugins: index(plugins),
 	}
 	r := s.registry
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -239,7 +241,8 @@ func New(opts *Options) *Set {
 	s.pluginDuration = observers(pluginDuration, PluginStages)
 	pluginFailures := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "manifold_plugin_failures_total",
 		Help: "Times a policy plugin gave no usable answer (crashed, timed out, answered badly), by plugin."}, []string{"plugin"})
-	s.pluginFailures = counters(pluginFailures, plugins)
+	s.pluginFailureVec = pluginFailures
+	s.SetPlugins(o.Plugins)
 	redisDuration := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "manifold_redis_command_duration_seconds",
 		Help: "Round-trip time of commands and pipelines to the Redis session store.", Buckets: redisBuckets})
 	s.redisDuration = redisDuration
@@ -378,12 +381,45 @@ func (s *Set) SetUpstreams(names []string) {
 	}
 	s.upstreamMu.Lock()
 	defer s.upstreamMu.Unlock()
-	var all []string
-	if cur := s.perUpstream.Load(); cur != nil {
-		all = make([]string, len(cur.index))
-		for name, i := range cur.index {
-			all[i] = name
-		}
+	var cur map[string]int
+	if u := s.perUpstream.Load(); u != nil {
+		cur = u.index
+	}
+	all := grown(cur, names)
+	s.perUpstream.Store(&upstreamSeries{index: index(all), toolCalls: observers(s.toolCallVec, all),
+		restarts: counters(s.restartVec, all), reconnects: counters(s.reconnectVec, all)})
+}
+
+// pluginSeries are the children of the families labelled by plugin.
+type pluginSeries struct {
+	index    map[string]int
+	failures []prometheus.Counter
+}
+
+// SetPlugins makes names, the policy plugins configured now, the values of the plugin label
+// that count apart (others count as Other): a reload that adds plugins calls it with the new
+// list. A name no longer configured keeps its series.
+func (s *Set) SetPlugins(names []string) {
+	if s == nil {
+		return
+	}
+	s.upstreamMu.Lock()
+	defer s.upstreamMu.Unlock()
+	var cur map[string]int
+	if p := s.perPlugin.Load(); p != nil {
+		cur = p.index
+	}
+	all := grown(cur, names)
+	s.perPlugin.Store(&pluginSeries{index: index(all), failures: counters(s.pluginFailureVec, all)})
+}
+
+// grown is the label values of cur (an index, Other last) with names added, Other last again.
+func grown(cur map[string]int, names []string) []string {
+	all := make([]string, len(cur))
+	for name, i := range cur {
+		all[i] = name
+	}
+	if len(all) > 0 {
 		all = all[:len(all)-1] // Other goes last again
 	}
 	for _, name := range names {
@@ -391,9 +427,7 @@ func (s *Set) SetUpstreams(names []string) {
 			all = append(all, name)
 		}
 	}
-	all = append(all, Other)
-	s.perUpstream.Store(&upstreamSeries{index: index(all), toolCalls: observers(s.toolCallVec, all),
-		restarts: counters(s.restartVec, all), reconnects: counters(s.reconnectVec, all)})
+	return append(all, Other)
 }
 
 // ObserveToolCall observes how long upstream took to answer a forwarded tools/call.
@@ -485,7 +519,8 @@ func (s *Set) PluginFailed(plugin string) {
 	if s == nil {
 		return
 	}
-	s.pluginFailures[of(s.plugins, plugin)].Inc()
+	p := s.perPlugin.Load()
+	p.failures[of(p.index, plugin)].Inc()
 }
 
 // ObserveRedis observes one round trip to Redis (a command or a pipeline), and counts it

@@ -120,6 +120,30 @@ func TestSetUpstreamsAfterAReload(t *testing.T) {
 	}
 }
 
+// TestSetPluginsAfterAReload: a plugin a reload adds counts its failures under its own name,
+// where it counted as other; one it removes keeps what it counted.
+func TestSetPluginsAfterAReload(t *testing.T) {
+	s := metrics.New(&metrics.Options{Plugins: []string{"a"}})
+	s.PluginFailed("b")
+	s.SetPlugins([]string{"b"})
+	s.PluginFailed("b")
+	s.PluginFailed("b")
+	s.PluginFailed("a")
+	all, err := s.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for series, want := range map[string]float64{
+		`manifold_plugin_failures_total{plugin="other"}`: 1,
+		`manifold_plugin_failures_total{plugin="b"}`:     2,
+		`manifold_plugin_failures_total{plugin="a"}`:     1,
+	} {
+		if got, ok := all[series]; !ok || got != want {
+			t.Errorf("%s = %v (served %v), want %v", series, got, ok, want)
+		}
+	}
+}
+
 func TestNilSetRecordsNothing(t *testing.T) {
 	var s *metrics.Set
 	s.ObserveRequest("tools/call", "2025-11-25", "ok", time.Millisecond)
