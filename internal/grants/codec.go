@@ -25,10 +25,20 @@ type grantWire struct {
 	Issuer    string    `json:"iss"`
 	Subject   string    `json:"sub"`
 	Upstream  string    `json:"upstream"`
-	Token     Token     `json:"token"`
+	Token     tokenWire `json:"token"`
 	ASIssuer  string    `json:"as,omitempty"`
 	Granted   time.Time `json:"granted,omitzero"`
 	Refreshed time.Time `json:"refreshed,omitzero"`
+}
+
+// tokenWire is the sealed form of a Token: the one encoding that carries its tokens (Token's
+// own MarshalJSON shows none).
+type tokenWire struct {
+	AccessToken  string    `json:"access_token"`
+	RefreshToken string    `json:"refresh_token,omitempty"`
+	TokenType    string    `json:"token_type,omitempty"`
+	Expiry       time.Time `json:"expiry,omitzero"`
+	Scopes       []string  `json:"scopes,omitempty"`
 }
 
 // associated is what a sealed grant is bound to: its principal and upstream, so that a value
@@ -39,7 +49,7 @@ func associated(p Principal, upstream string) []byte {
 
 func (c codec) seal(g Grant) ([]byte, error) {
 	b, err := json.Marshal(grantWire{V: 1, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject, Upstream: g.Upstream,
-		Token: g.Token, ASIssuer: g.Issuer, Granted: g.Granted, Refreshed: g.Refreshed})
+		Token: tokenWire(g.Token), ASIssuer: g.Issuer, Granted: g.Granted, Refreshed: g.Refreshed})
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
@@ -63,7 +73,7 @@ func (c codec) open(p Principal, upstream string, sealed []byte) (Grant, error) 
 	if w.Issuer != p.Issuer || w.Subject != p.Subject || w.Upstream != upstream {
 		return Grant{}, fmt.Errorf("%w: %w", ErrUnreadable, errors.New("it names another principal or upstream"))
 	}
-	return Grant{Principal: p, Upstream: upstream, Token: w.Token, Issuer: w.ASIssuer, Granted: w.Granted, Refreshed: w.Refreshed}, nil
+	return Grant{Principal: p, Upstream: upstream, Token: Token(w.Token), Issuer: w.ASIssuer, Granted: w.Granted, Refreshed: w.Refreshed}, nil
 }
 
 // sealPrincipal seals p, for ListAll to learn whose grants it reads: keys and file names

@@ -45,6 +45,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,17 +96,17 @@ func (p Principal) hash() string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// Token is what an authorization server issued (RFC 6749 §5.1). Its String, GoString and
-// LogValue never show the tokens.
+// Token is what an authorization server issued (RFC 6749 §5.1). Its String, GoString,
+// LogValue and MarshalJSON never show the tokens: only the Vault's sealed storage holds them.
 type Token struct {
-	AccessToken  string `json:"access_token"`
-	RefreshToken string `json:"refresh_token,omitempty"`
+	AccessToken  string
+	RefreshToken string
 	// TokenType is the token's type, as the server named it ("Bearer", "DPoP").
-	TokenType string `json:"token_type,omitempty"`
+	TokenType string
 	// Expiry is when the access token expires; zero if the server did not say.
-	Expiry time.Time `json:"expiry,omitzero"`
+	Expiry time.Time
 	// Scopes are the scopes granted.
-	Scopes []string `json:"scopes,omitempty"`
+	Scopes []string
 }
 
 // String shows what the token is, never the token.
@@ -118,6 +119,20 @@ func (t Token) GoString() string { return t.String() }
 
 // LogValue is String, for slog.
 func (t Token) LogValue() slog.Value { return slog.StringValue(t.String()) }
+
+// tokenShown is what MarshalJSON shows of a Token.
+type tokenShown struct {
+	TokenType   string    `json:"token_type,omitempty"`
+	Expiry      time.Time `json:"expiry,omitzero"`
+	Scopes      []string  `json:"scopes,omitempty"`
+	Refreshable bool      `json:"refreshable"`
+}
+
+// MarshalJSON shows what the token is, never the token, so that a Token put in a JSON log
+// or answer carries no secret.
+func (t Token) MarshalJSON() ([]byte, error) {
+	return json.Marshal(tokenShown{TokenType: t.TokenType, Expiry: t.Expiry, Scopes: t.Scopes, Refreshable: t.RefreshToken != ""})
+}
 
 // Grant is one principal's grant at one upstream. Grants the Vault returns are copies.
 type Grant struct {
@@ -139,6 +154,18 @@ func (g Grant) Info() GrantInfo {
 		Scopes: slices.Clone(g.Token.Scopes), Expiry: g.Token.Expiry, Refreshable: g.Token.RefreshToken != "",
 		Granted: g.Granted, Refreshed: g.Refreshed}
 }
+
+// String shows g's Info, never its tokens.
+func (g Grant) String() string { return fmt.Sprintf("grant%+v", g.Info()) }
+
+// GoString is String: %#v does not show the tokens either.
+func (g Grant) GoString() string { return g.String() }
+
+// LogValue is g's Info, for slog: no handler, text or JSON, shows its tokens.
+func (g Grant) LogValue() slog.Value { return slog.AnyValue(g.Info()) }
+
+// MarshalJSON is g's Info: a Grant encoded as JSON carries no token.
+func (g Grant) MarshalJSON() ([]byte, error) { return json.Marshal(g.Info()) }
 
 // GrantInfo is a grant as lists show it, to its user and to operators: no token.
 type GrantInfo struct {

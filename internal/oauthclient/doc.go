@@ -5,6 +5,12 @@
 // them per user and upstream, and serving the callback and the Client ID Metadata Document,
 // are its caller's.
 //
+// A flow is bound to the user who starts it: Callback takes the user who is at the callback
+// and refuses an answer brought back by anyone else before its code is redeemed, so that no
+// one can start an authorization and have another user complete it (login CSRF, session
+// fixation of the upstream grant). The caller must therefore authenticate the callback
+// request as it authenticated the start.
+//
 // Every request goes through a Fetcher, which refuses targets inside the network (SSRF):
 // metadata comes from outside and names the URLs that are fetched next.
 //
@@ -18,9 +24,9 @@
 //	p, err := fl.Start(principal)
 //	err = pending.Put(p) // a PendingStore; then send the user's browser to p.URL
 //
-//	// at the callback:
-//	tok, p, err := fl.Callback(ctx, pending, r.URL.Query())
-//	// check p.Owner is the user at the callback, then keep tok for (user, upstream)
+//	// at the callback, with the user who is there (authenticated at the gateway):
+//	tok, p, err := fl.Callback(ctx, pending, principal, r.URL.Query())
+//	// then keep tok for (p.Owner, upstream)
 //
 //	tok, err = fl.Refresh(ctx, tok) // when tok.Valid(now, skew) is false
 //	err = fl.Revoke(ctx, tok)       // when the user disconnects

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -17,7 +18,8 @@ import (
 
 // ErrForbiddenTarget is wrapped by every refusal of a URL or address that the Fetcher will
 // not reach: the wrong scheme, or an address inside the network (loopback, private,
-// link-local, multicast, unspecified) that metadata from outside must not point it at.
+// link-local, cloud metadata, multicast, unspecified, or one of these embedded in an IPv6
+// address) that metadata from outside must not point it at.
 var ErrForbiddenTarget = errors.New("forbidden target")
 
 // Defaults of FetcherOptions.
@@ -31,7 +33,8 @@ const (
 type FetcherOptions struct {
 	// AllowPrivate permits loopback and private (RFC 1918, RFC 4193, shared address space)
 	// targets, and plain http to a loopback host: for tests and on-premises servers.
-	// Link-local (cloud metadata), multicast and unspecified addresses stay refused.
+	// Link-local, cloud metadata (such as 169.254.169.254 and fd00:ec2::254), multicast,
+	// unspecified and reserved addresses stay refused.
 	AllowPrivate bool
 	// Timeout bounds each request, body included; 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -130,29 +133,61 @@ var reserved = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
-// CheckAddr returns an error wrapping ErrForbiddenTarget if ip is no address the Fetcher may
-// dial.
-func (f *Fetcher) CheckAddr(ip netip.Addr) error {
-	ip = ip.Unmap()
-	why := ""
+// metadataAddrs are the cloud instance metadata services' addresses, refused even with
+// private targets allowed: AWS, GCP and Azure (169.254.169.254), AWS over IPv6
+// (fd00:ec2::254, a unique local address), Alibaba Cloud (100.100.100.200, in the shared
+// address space) and AWS ECS task metadata (169.254.170.2).
+var metadataAddrs = []netip.Addr{
+	netip.MustParseAddr("169.254.169.254"),
+	netip.MustParseAddr("fd00:ec2::254"),
+	netip.MustParseAddr("100.100.100.200"),
+	netip.MustParseAddr("169.254.170.2"),
+}
+
+// IPv6 ranges that carry an IPv4 address or are no server's address.
+var (
+	// nat64 is the well-known NAT64 prefix (RFC 6052): the IPv4 address is the last 32 bits.
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	// nat64Local is the local-use NAT64 prefix (RFC 8215), an operator's own translator whose
+	// embedding the address does not tell: inside the network by definition.
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
+	// sixToFour is 6to4 (RFC 3056): the IPv4 address is bits 16 to 48.
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// v4Compatible is the IPv4-compatible IPv6 address space, deprecated (RFC 4291 §2.5.5.1).
+	v4Compatible = netip.MustParsePrefix("::/96")
+	// siteLocal is the site-local space, deprecated (RFC 3879) and private in effect.
+	siteLocal = netip.MustParsePrefix("fec0::/10")
+	// teredo is the Teredo tunnel (RFC 4380): its addresses lead through a relay to an
+	// obfuscated IPv4 address, never to a server of its own.
+	teredo = netip.MustParsePrefix("2001::/32")
+)
+
+// embeddedIPv4 returns the IPv4 address that a NAT64 or 6to4 address ip leads to, and the
+// kind of embedding; an invalid Addr when ip is no such address.
+func embeddedIPv4(ip netip.Addr) (netip.Addr, string) {
+	b := ip.As16()
 	switch {
-	case !ip.IsValid() || ip.IsUnspecified():
-		why = "unspecified"
-	case ip.IsMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsLinkLocalMulticast():
-		why = "multicast"
-	case ip.IsLinkLocalUnicast():
-		why = "link-local"
-	case ip.IsLoopback() && !f.allowPrivate:
-		why = "loopback"
-	case (ip.IsPrivate() || sharedSpace.Contains(ip)) && !f.allowPrivate:
-		why = "private"
-	default:
-		for _, p := range reserved {
-			if p.Contains(ip) {
-				why = "reserved"
-			}
-		}
+	case !ip.Is6():
+		return netip.Addr{}, ""
+	case nat64.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "NAT64"
+	case sixToFour.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), "6to4"
 	}
+	return netip.Addr{}, ""
+}
+
+// CheckAddr returns an error wrapping ErrForbiddenTarget if ip is no address the Fetcher may
+// dial. An IPv4 address embedded in a NAT64 or 6to4 address is checked as that IPv4 address;
+// the deprecated IPv4-compatible and site-local spaces, local-use NAT64 and Teredo are
+// refused, and so are the cloud metadata addresses, private targets allowed or not.
+func (f *Fetcher) CheckAddr(ip netip.Addr) error {
+	ip = ip.WithZone("").Unmap()
+	target, via := ip, ""
+	if v4, how := embeddedIPv4(ip); v4.IsValid() {
+		target, via = v4, fmt.Sprintf(" (by %s address %s)", how, ip)
+	}
+	why := f.refusal(target)
 	if why == "" {
 		return nil
 	}
@@ -160,7 +195,45 @@ func (f *Fetcher) CheckAddr(ip netip.Addr) error {
 	if why == "loopback" || why == "private" {
 		hint = "; allow private targets only for an on-premises authorization server"
 	}
-	return fmt.Errorf("%w: %s is a %s address%s", ErrForbiddenTarget, ip, why, hint)
+	return fmt.Errorf("%w: %s%s is a %s address%s", ErrForbiddenTarget, target, via, why, hint)
+}
+
+// refusal says what kind of address ip is when the Fetcher may not dial it, or "".
+func (f *Fetcher) refusal(ip netip.Addr) string {
+	switch {
+	case !ip.IsValid() || ip.IsUnspecified():
+		return "unspecified"
+	case slices.Contains(metadataAddrs, ip):
+		return "cloud metadata"
+	case ip.IsMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsLinkLocalMulticast():
+		return "multicast"
+	case ip.IsLinkLocalUnicast():
+		return "link-local"
+	case ip.IsLoopback():
+		if f.allowPrivate {
+			return ""
+		}
+		return "loopback"
+	case ip.IsPrivate() || sharedSpace.Contains(ip):
+		if f.allowPrivate {
+			return ""
+		}
+		return "private"
+	case v4Compatible.Contains(ip):
+		return "deprecated IPv4-compatible"
+	case siteLocal.Contains(ip):
+		return "deprecated site-local"
+	case nat64Local.Contains(ip):
+		return "local-use NAT64"
+	case teredo.Contains(ip):
+		return "Teredo"
+	}
+	for _, p := range reserved {
+		if p.Contains(ip) {
+			return "reserved"
+		}
+	}
+	return ""
 }
 
 // control checks the address about to be dialled, after name resolution.

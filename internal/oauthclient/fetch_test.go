@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -32,8 +33,10 @@ func TestFetcherRefuses(t *testing.T) {
 		{"private 192.168/16", "https://192.168.1.1/x", false, "private address"},
 		{"unique local v6", "https://[fd00::1]/x", false, "private address"},
 		{"carrier NAT", "https://100.64.0.1/x", false, "private address"},
-		{"cloud metadata", "https://169.254.169.254/latest/meta-data", false, "link-local address"},
-		{"cloud metadata with private allowed", "https://169.254.169.254/latest/meta-data", true, "link-local address"},
+		{"cloud metadata", "https://169.254.169.254/latest/meta-data", false, "cloud metadata address"},
+		{"cloud metadata with private allowed", "https://169.254.169.254/latest/meta-data", true, "cloud metadata address"},
+		{"cloud metadata v6 with private allowed", "https://[fd00:ec2::254]/latest/meta-data", true, "cloud metadata address"},
+		{"cloud metadata by NAT64", "https://[64:ff9b::a9fe:a9fe]/latest/meta-data", false, "cloud metadata address"},
 		{"link-local v6", "https://[fe80::1]/x", true, "link-local address"},
 		{"multicast", "https://224.0.0.1/x", true, "multicast address"},
 		{"multicast v6", "https://[ff02::1]/x", true, "multicast address"},
@@ -100,5 +103,60 @@ func TestFetcherBoundsAndRedirects(t *testing.T) {
 	}
 	if err := f.postForm(ctx, srv.URL+"/post", url.Values{}, "", "", &s); !errors.Is(err, ErrForbiddenTarget) {
 		t.Errorf("a POST redirected: %v, want refused", err)
+	}
+}
+
+// TestCheckAddrEmbeddedAndMetadata: an IPv4 address carried inside an IPv6 one (NAT64, 6to4)
+// is judged as that IPv4 address; the deprecated and tunnel spaces that lead inside, and the
+// cloud metadata addresses, are refused whether private targets are allowed or not.
+func TestCheckAddrEmbeddedAndMetadata(t *testing.T) {
+	tests := []struct {
+		name         string
+		addr         string
+		allowPrivate bool
+		want         string // "" means allowed
+	}{
+		{"NAT64 metadata", "64:ff9b::169.254.169.254", false, "cloud metadata address"},
+		{"NAT64 metadata with private allowed", "64:ff9b::a9fe:a9fe", true, "cloud metadata address"},
+		{"NAT64 loopback", "64:ff9b::127.0.0.1", false, "loopback address"},
+		{"NAT64 private", "64:ff9b::10.0.0.1", false, "private address"},
+		{"NAT64 link-local", "64:ff9b::169.254.1.1", true, "link-local address"},
+		{"NAT64 public", "64:ff9b::8.8.8.8", false, ""},
+		{"local-use NAT64", "64:ff9b:1::a9fe:a9fe", false, "local-use NAT64 address"},
+		{"local-use NAT64 with private allowed", "64:ff9b:1:ffff::808:808", true, "local-use NAT64 address"},
+		{"6to4 metadata", "2002:a9fe:a9fe::1", false, "cloud metadata address"},
+		{"6to4 metadata with private allowed", "2002:a9fe:a9fe::1", true, "cloud metadata address"},
+		{"6to4 loopback", "2002:7f00:1::", false, "loopback address"},
+		{"6to4 private", "2002:c0a8:101::1", false, "private address"},
+		{"6to4 private with private allowed", "2002:c0a8:101::1", true, ""},
+		{"6to4 public", "2002:808:808::1", false, ""},
+		{"IPv4-compatible metadata", "::169.254.169.254", true, "IPv4-compatible address"},
+		{"IPv4-compatible public", "::8.8.8.8", false, "IPv4-compatible address"},
+		{"site-local", "fec0::1", false, "site-local address"},
+		{"site-local with private allowed", "fec0::1", true, "site-local address"},
+		{"Teredo", "2001:0:4136:e378:8000:63bf:3fff:fdd2", false, "Teredo address"},
+		{"Teredo with private allowed", "2001::5ef5:79fd", true, "Teredo address"},
+		{"AWS metadata", "169.254.169.254", true, "cloud metadata address"},
+		{"AWS metadata v6", "fd00:ec2::254", true, "cloud metadata address"},
+		{"AWS metadata v6 mapped", "::ffff:169.254.169.254", true, "cloud metadata address"},
+		{"Alibaba metadata", "100.100.100.200", true, "cloud metadata address"},
+		{"ECS task metadata", "169.254.170.2", true, "cloud metadata address"},
+		{"other ULA with private allowed", "fd00:ec2::253", true, ""},
+		{"other shared space with private allowed", "100.100.100.201", true, ""},
+		{"loopback v6 with private allowed", "::1", true, ""},
+		{"public v6", "2606:4700::1111", false, ""},
+		{"public v4", "1.1.1.1", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewFetcher(&FetcherOptions{AllowPrivate: tt.allowPrivate})
+			err := f.CheckAddr(netip.MustParseAddr(tt.addr))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("CheckAddr(%s): %v, want allowed", tt.addr, err)
+			case tt.want != "" && (!errors.Is(err, ErrForbiddenTarget) || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("CheckAddr(%s): %v, want %v naming %q", tt.addr, err, ErrForbiddenTarget, tt.want)
+			}
+		})
 	}
 }

@@ -37,8 +37,8 @@ type Pending struct {
 	// State is the request's state parameter, unguessable and used once.
 	State    string
 	Verifier string
-	// Owner is the caller's name for whom the flow runs (the gateway's principal); Flow does
-	// not read it, the caller checks it against who comes back to the callback.
+	// Owner is the caller's name for whom the flow runs (the gateway's principal); Callback
+	// refuses the answer unless the user at the callback is this owner.
 	Owner   string
 	Expires time.Time
 }
@@ -133,12 +133,18 @@ func (fl *Flow) Exchange(ctx context.Context, p *Pending, query url.Values) (*To
 }
 
 // Callback takes the pending authorization named by the query's state out of store (so that
-// a replayed answer finds nothing) and exchanges its code. It returns the Pending too, whose
-// Owner the caller must check against the user at the callback.
-func (fl *Flow) Callback(ctx context.Context, store *PendingStore, query url.Values) (*Token, *Pending, error) {
+// a replayed answer finds nothing), checks that owner, the user at the callback, is the one
+// who started it, and exchanges its code. A mismatch is refused (ErrMismatch) before the code
+// is redeemed, and the pending authorization is gone: otherwise one user could start a flow
+// and have another complete it, binding the victim's upstream account to the starter's grant
+// or the starter's account to the victim. It returns the Pending too.
+func (fl *Flow) Callback(ctx context.Context, store *PendingStore, owner string, query url.Values) (*Token, *Pending, error) {
 	p, ok := store.Take(query.Get("state"))
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: no authorization is waiting for this state (unknown, expired or already used); start the authorization again", ErrMismatch)
+	}
+	if p.Owner != owner {
+		return nil, nil, fmt.Errorf("%w: this authorization was started by another user than the one completing it; start the authorization again from your own session", ErrMismatch)
 	}
 	t, err := fl.Exchange(ctx, p, query)
 	return t, p, err

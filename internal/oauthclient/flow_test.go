@@ -177,7 +177,7 @@ func TestFullFlow(t *testing.T) {
 			t.Errorf("authorize URL %s = %q, want %q", k, got, want)
 		}
 	}
-	tok, got, err := fl.Callback(ctx, store, answer)
+	tok, got, err := fl.Callback(ctx, store, "alice", answer)
 	if err != nil {
 		t.Fatalf("Callback: %v", err)
 	}
@@ -187,7 +187,7 @@ func TestFullFlow(t *testing.T) {
 	if resp := w.call(t, tok.AccessToken); resp.StatusCode != http.StatusOK {
 		t.Errorf("call with the token: %d, want 200", resp.StatusCode)
 	}
-	if _, _, err := fl.Callback(ctx, store, answer); !errors.Is(err, ErrMismatch) {
+	if _, _, err := fl.Callback(ctx, store, "alice", answer); !errors.Is(err, ErrMismatch) {
 		t.Errorf("the same answer again: %v, want %v", err, ErrMismatch)
 	}
 
@@ -223,7 +223,7 @@ func TestRefreshKeepsAnUnrotatedToken(t *testing.T) {
 	fl := w.flow(t, f)
 	store := NewPendingStore(0, w.clock.Now)
 	_, answer := authorize(t, fl, store)
-	tok, _, err := fl.Callback(context.Background(), store, answer)
+	tok, _, err := fl.Callback(context.Background(), store, "alice", answer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,28 +237,33 @@ func TestRefreshKeepsAnUnrotatedToken(t *testing.T) {
 }
 
 // TestCallbackRefuses: an answer with another iss, without the iss the server advertises,
-// with another state, or past its time is refused before the code is redeemed.
+// with another state, brought back by another user than the one who started it, or past its
+// time is refused before the code is redeemed.
 func TestCallbackRefuses(t *testing.T) {
 	w := newWorld(t, nil)
 	f := NewFetcher(&FetcherOptions{AllowPrivate: true})
 	defer f.CloseIdleConnections()
 	fl := w.flow(t, f)
 	store := NewPendingStore(0, w.clock.Now)
+	keep := func(url.Values) {}
 	tests := []struct {
 		name   string
+		owner  string // the user at the callback; the flow was started by alice
 		change func(url.Values)
 		want   string
 	}{
-		{"another iss", func(q url.Values) { q.Set("iss", "https://evil.example.com") }, "not " + w.as.URL},
-		{"no iss", func(q url.Values) { q.Del("iss") }, "lacks the iss"},
-		{"two iss", func(q url.Values) { q.Add("iss", w.as.URL) }, "RFC 9207"},
-		{"unknown state", func(q url.Values) { q.Set("state", "forged") }, "no authorization is waiting"},
+		{"another iss", "alice", func(q url.Values) { q.Set("iss", "https://evil.example.com") }, "not " + w.as.URL},
+		{"no iss", "alice", func(q url.Values) { q.Del("iss") }, "lacks the iss"},
+		{"two iss", "alice", func(q url.Values) { q.Add("iss", w.as.URL) }, "RFC 9207"},
+		{"unknown state", "alice", func(q url.Values) { q.Set("state", "forged") }, "no authorization is waiting"},
+		{"another user completes it", "mallory", keep, "another user"},
+		{"no user completes it", "", keep, "another user"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, answer := authorize(t, fl, store)
 			tt.change(answer)
-			if _, _, err := fl.Callback(context.Background(), store, answer); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tt.want) {
+			if _, _, err := fl.Callback(context.Background(), store, tt.owner, answer); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Callback: %v, want %v naming %q", err, ErrMismatch, tt.want)
 			}
 			// The code is still unredeemed: the refusal came first.
@@ -270,7 +275,7 @@ func TestCallbackRefuses(t *testing.T) {
 	t.Run("expired", func(t *testing.T) {
 		_, answer := authorize(t, fl, store)
 		w.clock.Advance(pendingLifetime + time.Second)
-		if _, _, err := fl.Callback(context.Background(), store, answer); !errors.Is(err, ErrMismatch) {
+		if _, _, err := fl.Callback(context.Background(), store, "alice", answer); !errors.Is(err, ErrMismatch) {
 			t.Errorf("Callback after %v: %v, want %v", pendingLifetime, err, ErrMismatch)
 		}
 	})

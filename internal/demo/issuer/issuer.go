@@ -8,7 +8,10 @@
 // revocable at its RFC 7009 revocation endpoint.
 //
 // It is no identity provider: anyone who can reach it gets a token. It refuses to listen
-// beyond loopback (CheckLoopback) and answers only requests whose Host names loopback.
+// beyond loopback (CheckLoopback), answers only requests whose Host names loopback, and lets
+// only web pages of loopback origins (http://localhost:*, http://127.0.0.1:*,
+// http://[::1]:*, or https) read its answers (CORS): a page from elsewhere open in the
+// user's browser gets no token.
 //
 //	iss, err := issuer.New("http://127.0.0.1:8090", nil)
 //	srv := &http.Server{Handler: iss.Handler()}
@@ -160,17 +163,37 @@ func (i *Issuer) Handler() http.Handler {
 			writeJSON(w, http.StatusForbidden, oauthError{"invalid_request", "the demo issuer answers only on loopback (localhost, 127.0.0.1, [::1])"})
 			return
 		}
-		// A browser-based client (the MCP Inspector) fetches the metadata, registers and
-		// redeems its code from its own origin.
-		w.Header().Set("Access-Control-Allow-Origin", "*")
+		// A browser-based client on this machine (the MCP Inspector) fetches the metadata,
+		// registers and redeems its code from its own loopback origin. No other origin may
+		// read an answer: /authorize approves at once, so any web page the user opens could
+		// otherwise obtain a token.
+		w.Header().Add("Vary", "Origin")
+		origin := r.Header.Get("Origin")
+		allowed := loopbackOrigin(origin)
+		if allowed {
+			w.Header().Set("Access-Control-Allow-Origin", origin)
+		}
 		if r.Method == http.MethodOptions {
-			w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
-			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, MCP-Protocol-Version")
+			if allowed {
+				w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
+				w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, MCP-Protocol-Version")
+			}
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// loopbackOrigin reports whether origin (an Origin header) is a web origin on this machine's
+// loopback interface: http or https, host localhost or a loopback address, any port.
+func loopbackOrigin(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return false
+	}
+	return loopback.Host(u.Host)
 }
 
 func (i *Issuer) serveMetadata(w http.ResponseWriter, _ *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,30 +153,72 @@ func TestHostMustBeLoopback(t *testing.T) {
 	}
 }
 
-// TestBrowserClientsMayCall: a client running in a browser, on another origin, may fetch the
-// metadata and post to the token endpoint (CORS, with its preflight).
+// TestBrowserClientsMayCall: a client running in a browser on a loopback origin (an
+// inspector on localhost) may fetch the metadata and post to the token endpoint (CORS, with
+// its preflight); its origin is echoed, never "*".
 func TestBrowserClientsMayCall(t *testing.T) {
 	now := time.Now()
 	_, srv := start(t, &now)
-	req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/token", nil)
-	req.Header.Set("Origin", "http://localhost:6274")
-	req.Header.Set("Access-Control-Request-Method", "POST")
+	for _, origin := range []string{"http://localhost:6274", "http://127.0.0.1:6274", "http://[::1]:6274", "http://LOCALHOST", "https://localhost:8443"} {
+		t.Run(origin, func(t *testing.T) {
+			resp := corsRequest(t, http.MethodOptions, srv.URL+"/token", origin)
+			if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != origin || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+				t.Errorf("preflight of /token: %d %v", resp.StatusCode, resp.Header)
+			}
+			resp = corsRequest(t, http.MethodGet, srv.URL+"/.well-known/oauth-authorization-server", origin)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != origin || !slices.Contains(resp.Header.Values("Vary"), "Origin") {
+				t.Errorf("metadata: %d %v", resp.StatusCode, resp.Header)
+			}
+		})
+	}
+}
+
+// TestOtherOriginsMayNotRead: a web page of any origin but loopback, open in the user's
+// browser, gets no CORS grant, so it cannot read the token that the auto-approving
+// authorization would give it.
+func TestOtherOriginsMayNotRead(t *testing.T) {
+	now := time.Now()
+	_, srv := start(t, &now)
+	for _, origin := range []string{"https://evil.example.com", "http://localhost.evil.example", "http://127.0.0.1.evil.example:80",
+		"null", "http://10.0.0.1:6274", "file://", "http://localhost:6274/path", "http://user@localhost:6274", ""} {
+		t.Run(origin, func(t *testing.T) {
+			for _, r := range []struct{ method, path string }{
+				{http.MethodOptions, "/token"},
+				{http.MethodGet, "/.well-known/oauth-authorization-server"},
+				{http.MethodPost, "/token"},
+				{http.MethodPost, "/register"},
+			} {
+				resp := corsRequest(t, r.method, srv.URL+r.path, origin)
+				for k := range resp.Header {
+					if strings.HasPrefix(k, "Access-Control-") {
+						t.Errorf("%s %s from %q: %s: %q, want no CORS header", r.method, r.path, origin, k, resp.Header.Get(k))
+					}
+				}
+			}
+		})
+	}
+}
+
+// corsRequest sends an empty request of method to u with the Origin header (none if ""), as
+// a browser's fetch or preflight would, and returns its closed response.
+func corsRequest(t *testing.T, method, u, origin string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	if method == http.MethodOptions {
+		req.Header.Set("Access-Control-Request-Method", "POST")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
-		t.Errorf("preflight of /token: %d %v", resp.StatusCode, resp.Header)
-	}
-	resp, err = http.Get(srv.URL + "/.well-known/oauth-authorization-server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
-		t.Errorf("metadata: %d %v", resp.StatusCode, resp.Header)
-	}
+	return resp
 }
 
 // TestRefreshRotatesAndRevokes: a code's token comes with a refresh token that works once
