@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +66,8 @@ type stdioHarness struct {
 	face  *Stdio
 	in    *io.PipeWriter
 	lines chan []byte
+	// logs are the gateway's, at debug level; a failed test shows them.
+	logs *syncBuffer
 	// blocking receives once a block call runs upstream.
 	blocking chan struct{}
 }
@@ -75,7 +76,7 @@ type stdioHarness struct {
 // as `gateway stdio` does at the end of stdin, then the gateway and the upstream.
 func startStdioHarness(t *testing.T) *stdioHarness {
 	t.Helper()
-	h := &stdioHarness{t: t, lines: make(chan []byte, 64), blocking: make(chan struct{}, 8)}
+	h := &stdioHarness{t: t, lines: make(chan []byte, 64), logs: &syncBuffer{}, blocking: make(chan struct{}, 8)}
 	server := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "block", Description: "runs until cancelled"},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
@@ -93,10 +94,7 @@ func startStdioHarness(t *testing.T) *stdioHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.g, err = New(cfg, &Options{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +136,9 @@ func startStdioHarness(t *testing.T) *stdioHarness {
 		close(h.lines)
 		_ = h.g.Close()
 		upstream.Close()
+		if t.Failed() {
+			t.Logf("logs:\n%s", h.logs)
+		}
 	})
 	return h
 }
@@ -258,6 +259,11 @@ func TestStdioRequestWhoseSessionEndsIsAnswered(t *testing.T) {
 	if len(cancelled) > 0 {
 		t.Errorf("the call the client cancelled was answered %v; want no answer", cancelled)
 	}
+	// The session is gone: the face stops relaying its standalone stream rather than try
+	// to open it again.
+	testwait.Until(t, stdioBound, "the face to stop relaying the ended session's stream", func() bool {
+		return strings.Contains(h.logs.String(), "the session ended: no more notifications reach the client")
+	})
 }
 
 // waitBlocking waits until a block call runs upstream.
