@@ -112,10 +112,21 @@ type Stdio struct {
 	// modern are the 2026-07-28 requests being relayed, by id: notifications/cancelled for
 	// one ends its POST. Guarded by mu.
 	modern map[protocol.ID]*modernRelay
+	// calls are the client's other requests being relayed, by id: notifications/cancelled
+	// for one marks it, so that its relay, whose stream then ends without an answer (the
+	// receiver of a cancelled request does not answer it), does not answer it either.
+	// Guarded by mu.
+	calls map[protocol.ID]*callRelay
 }
 
 // modernRelay is a 2026-07-28 request being relayed.
 type modernRelay struct{ cancel context.CancelFunc }
+
+// callRelay is a request of a 2025-11-25 session's being relayed.
+type callRelay struct {
+	// cancelled is set when the client cancelled the request. Guarded by Stdio.mu.
+	cancelled bool
+}
 
 // NewStdio returns the stdio face of the gateway, reading the client's messages from in and
 // writing to out. Nothing runs until Serve. A gateway may have several; each serves one client.
@@ -151,6 +162,7 @@ func (g *Gateway) NewStdio(in io.Reader, out io.Writer, opts *StdioOptions) *Std
 			MaxIdleConnsPerHost: 16,
 		}},
 		modern: map[protocol.ID]*modernRelay{},
+		calls:  map[protocol.ID]*callRelay{},
 	}
 	s.ctx, s.stop = context.WithCancel(g.ctx)
 	return s
@@ -230,6 +242,10 @@ func (s *Stdio) dispatch(line []byte) {
 			return
 		}
 		if m.Method == protocol.MethodInitialize {
+			if session != "" {
+				s.refuseInitialize(m.ID)
+				return
+			}
 			// Relayed before the next line is read: what follows goes to its session.
 			s.relayInitialize(m.ID, line)
 			return
@@ -238,6 +254,9 @@ func (s *Stdio) dispatch(line []byte) {
 	case *protocol.Notification:
 		if m.Method == protocol.NotificationCancelled && s.cancelModern(m.Params) {
 			return
+		}
+		if m.Method == protocol.NotificationCancelled {
+			s.cancelCall(m.Params) // and passed on, which ends the call upstream
 		}
 		if modern.Classify("", session != "", m.Method, m.Params) == modern.Modern {
 			return // a 2026-07-28 notification carries nothing more over stdio
@@ -282,6 +301,15 @@ func (s *Stdio) sessionOf() (id, version string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.session, s.version
+}
+
+// refuseInitialize answers an initialize after the one that made the session: a client
+// initializes once per connection (MCP 2025-11-25, lifecycle), and a second session would
+// leave the first one's standalone stream writing its notifications to out.
+func (s *Stdio) refuseInitialize(id protocol.ID) {
+	s.logger.Warn("the client sent initialize again; it was refused")
+	s.answer(id, protocol.Errorf(protocol.CodeInvalidRequest,
+		"this connection is already initialized: MCP initializes once per connection; to start a new session, restart the server"))
 }
 
 // relayInitialize relays initialize: the session its answer makes is the one every later
@@ -331,12 +359,8 @@ func (s *Stdio) relayModern(id protocol.ID, body []byte) {
 // params names, and reports whether there was one: the gateway then sends nothing more for
 // it, and the upstream is told as for a closed HTTP response.
 func (s *Stdio) cancelModern(params json.RawMessage) bool {
-	raw, ok, err := protocol.Member(params, "requestId")
-	if err != nil || !ok {
-		return false
-	}
-	id, err := protocol.ParseID(raw)
-	if err != nil {
+	id, ok := cancelledID(params)
+	if !ok {
 		return false
 	}
 	s.mu.Lock()
@@ -350,23 +374,128 @@ func (s *Stdio) cancelModern(params json.RawMessage) bool {
 	return true
 }
 
-// relayStandalone relays the session's standalone stream until it ends: at Drain, at Close,
-// or when the session does.
+// cancelCall marks the request that a notifications/cancelled with params names, if it is
+// being relayed, as cancelled by the client.
+func (s *Stdio) cancelCall(params json.RawMessage) {
+	id, ok := cancelledID(params)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if call := s.calls[id]; call != nil {
+		call.cancelled = true
+	}
+	s.mu.Unlock()
+}
+
+// cancelledID is the requestId that the params of a notifications/cancelled name.
+func cancelledID(params json.RawMessage) (protocol.ID, bool) {
+	raw, ok, err := protocol.Member(params, "requestId")
+	if err != nil || !ok {
+		return protocol.ID{}, false
+	}
+	id, err := protocol.ParseID(raw)
+	if err != nil {
+		return protocol.ID{}, false
+	}
+	return id, true
+}
+
+// trackCall notes the request id as being relayed, and returns its record and what forgets
+// it once its relay ended.
+func (s *Stdio) trackCall(id protocol.ID) (*callRelay, func()) {
+	call := &callRelay{}
+	s.mu.Lock()
+	s.calls[id] = call
+	s.mu.Unlock()
+	return call, func() {
+		s.mu.Lock()
+		if s.calls[id] == call {
+			delete(s.calls, id)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// cancelledByClient reports whether the client cancelled the request of call.
+func (s *Stdio) cancelledByClient(call *callRelay) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return call.cancelled
+}
+
+// Reopening the standalone stream: at once after a stream that carried messages, else after
+// a delay that doubles from standaloneBackoff up to standaloneMaxBackoff; after
+// standaloneRetries attempts in a row that got no stream, or a stream that carried nothing,
+// the face stops trying.
+const (
+	standaloneRetries    = 8
+	standaloneBackoff    = 100 * time.Millisecond
+	standaloneMaxBackoff = 5 * time.Second
+)
+
+// relayStandalone relays the session's standalone stream, and opens it again when it ends
+// while the session goes on (the gateway dropped it: it overflowed, or it was replaced), so
+// that what the session is sent outside its requests (list_changed) keeps reaching the
+// client. It stops at Close, at the drain, when the session has ended, or when the stream
+// cannot be opened again (standaloneRetries), which it logs.
 func (s *Stdio) relayStandalone() {
+	failures := 0
+	for {
+		status, relayed := s.followStandalone()
+		switch {
+		case s.ctx.Err() != nil || s.g.streamable.isDraining():
+			return
+		case status == http.StatusNotFound:
+			s.logger.Info("the session ended: no more notifications reach the client; restart the server to start a new session")
+			return
+		case relayed:
+			failures = 0
+		default:
+			failures++
+		}
+		if failures > standaloneRetries {
+			s.logger.Error("the session's standalone stream cannot be opened again: list_changed and other notifications outside requests no longer reach the client; restart the server",
+				"attempts", failures, "status", status)
+			return
+		}
+		s.logger.Debug("the session's standalone stream ended: opening it again", "status", status, "attempt", failures+1)
+		if failures == 0 {
+			continue
+		}
+		delay := min(standaloneBackoff<<(failures-1), standaloneMaxBackoff)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// followStandalone opens the session's standalone stream and writes each of its messages to
+// out until it ends. It returns the status the stream was answered with (0 when it was not),
+// and whether it carried any message.
+func (s *Stdio) followStandalone() (status int, relayed bool) {
 	req, err := s.request(s.ctx, http.MethodGet, nil, true)
 	if err != nil {
-		return
+		return 0, false
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return
+		return 0, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		s.logger.Debug("the session's standalone stream was refused", "status", resp.StatusCode)
-		return
+		return resp.StatusCode, false
 	}
-	_ = readEvents(resp.Body, func(data []byte) { s.out.write(data) })
+	_ = readEvents(resp.Body, func(data []byte) {
+		relayed = true
+		s.out.write(data)
+	})
+	return resp.StatusCode, relayed
 }
 
 // request makes a request to the endpoint, with the session's headers when withSession and
@@ -397,21 +526,38 @@ func (s *Stdio) request(ctx context.Context, method string, body []byte, withSes
 
 // exchange posts one message of the client's, body, and writes every message of the answer
 // to out: the JSON answer, or each message of the SSE stream, until it ends. id is the
-// request's (zero for a notification or an answer): a refusal without an id is given it, so
-// that the client is never left waiting. seen, if not nil, sees each message before it is
-// written. A request ended by ctx writes nothing more.
+// request's (zero for a notification or an answer): a refusal without an id is given it, and
+// a request whose answer ends without its response is answered with an error, so that the
+// client is never left waiting, unless the client cancelled it. seen, if not nil, sees each
+// message before it is written. A request ended by ctx writes nothing more.
 func (s *Stdio) exchange(ctx context.Context, body []byte, withSession bool, id protocol.ID, seen func(*http.Response, []byte)) {
+	var call *callRelay
+	if !id.IsZero() {
+		var forget func()
+		call, forget = s.trackCall(id)
+		defer forget()
+	}
 	req, err := s.request(ctx, http.MethodPost, body, withSession)
 	if err != nil {
 		s.logger.Error("relaying a message failed", "error", err.Error())
 		return
 	}
+	answered := false
+	// unanswered answers the request, unless it was answered, with an error saying failure,
+	// when it was not ended by ctx or cancelled by the client; it reports whether it did.
+	unanswered := func(failure string) bool {
+		if call == nil || answered || ctx.Err() != nil || s.cancelledByClient(call) {
+			return false
+		}
+		s.answerFailure(id, failure)
+		return true
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.Warn("relaying a message failed", "error", err.Error())
-			s.answerFailure(id, "the gateway did not answer; its log has the details")
 		}
+		unanswered("the gateway did not answer; its log has the details")
 		return
 	}
 	defer resp.Body.Close()
@@ -419,19 +565,32 @@ func (s *Stdio) exchange(ctx context.Context, body []byte, withSession bool, id 
 		if seen != nil {
 			seen(resp, msg)
 		}
+		if call != nil && !answered {
+			answered = isResponseTo(msg, id)
+		}
 		s.out.write(msg)
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
-	case mt == "text/event-stream":
-		if err := readEvents(resp.Body, deliver); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
-			s.logger.Warn("the answer's stream broke off", "error", err.Error())
+	case mt == "text/event-stream" || mt == "" && resp.StatusCode == http.StatusOK:
+		// An SSE stream; or an answer with nothing in it, when the request's stream was
+		// dropped (its session ended) before it began.
+		if mt != "" {
+			err := readEvents(resp.Body, deliver)
+			if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				s.logger.Warn("the answer's stream broke off", "error", err.Error())
+			}
+		}
+		if unanswered("the gateway ended this request without answering it: its session may have ended " +
+			"(a configuration reload, its expiry) or its stream was dropped; it may have run in part upstream. " +
+			"Check before sending it again; if the gateway says the session is gone, restart the server") {
+			s.logger.Warn("a request's stream ended without its answer: it was answered with an error", "request", id.String())
 		}
 	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
 	case mt == "application/json":
 		data, err := io.ReadAll(resp.Body)
 		if err != nil {
-			s.answerFailure(id, "the gateway's answer could not be read")
+			unanswered("the gateway's answer could not be read")
 			return
 		}
 		if resp.StatusCode >= 300 {
@@ -441,10 +600,18 @@ func (s *Stdio) exchange(ctx context.Context, body []byte, withSession bool, id 
 		if data != nil {
 			deliver(data)
 		}
+		unanswered("the gateway's reply carried no answer to this request; its log has the details")
 	default:
 		s.logger.Warn("the gateway answered a message with no JSON-RPC", "status", resp.StatusCode, "content_type", resp.Header.Get("Content-Type"))
-		s.answerFailure(id, fmt.Sprintf("the gateway answered HTTP %d; its log has the details", resp.StatusCode))
+		unanswered(fmt.Sprintf("the gateway answered HTTP %d; its log has the details", resp.StatusCode))
 	}
+}
+
+// isResponseTo reports whether msg is the response to the request id.
+func isResponseTo(msg []byte, id protocol.ID) bool {
+	m, err := protocol.Decode(msg)
+	r, ok := m.(*protocol.Response)
+	return err == nil && ok && r.ID == id
 }
 
 // withID returns a refusal's message with id set when it has none (a refusal of a request
@@ -471,10 +638,15 @@ func withID(data []byte, id protocol.ID) []byte {
 
 // answerFailure answers the request id, if any, with an internal error saying msg.
 func (s *Stdio) answerFailure(id protocol.ID, msg string) {
+	s.answer(id, protocol.Errorf(protocol.CodeInternalError, "%s", msg))
+}
+
+// answer answers the request id, if any, with the error e.
+func (s *Stdio) answer(id protocol.ID, e *protocol.Error) {
 	if id.IsZero() {
 		return
 	}
-	data, err := protocol.Encode(&protocol.Response{ID: id, Error: protocol.Errorf(protocol.CodeInternalError, "%s", msg)})
+	data, err := protocol.Encode(&protocol.Response{ID: id, Error: e})
 	if err == nil {
 		s.out.write(data)
 	}

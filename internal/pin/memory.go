@@ -38,6 +38,10 @@ type MemoryStore struct {
 	// unsaved is set when a save failed: the file lags behind pins, and the next Observe,
 	// Accept or Reject saves them whether or not it changes anything. Guarded by mu.
 	unsaved bool
+	// ahead are the keys whose pins this store changed or removed since its last good save:
+	// while unsaved, all that the file lacks of this store's, and all that it may write over
+	// another store's. Invariant: empty unless unsaved. Guarded by mu; nil without a file.
+	ahead map[pinKey]bool
 	// seen is the file's content as this store last read or wrote it: pins are read again
 	// when the file holds something else. Guarded by mu.
 	seen []byte
@@ -57,6 +61,7 @@ func NewMemoryStore(file string) (*MemoryStore, error) {
 	if file == "" {
 		return s, nil
 	}
+	s.ahead = map[pinKey]bool{}
 	data, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -82,9 +87,11 @@ func corrupt(file string, err error) error {
 var errNoLock = errors.New("the pins' directory cannot be locked")
 
 // lockFileLocked locks the store's file, if it has one, for one operation, and reads the pins
-// again when another store wrote it since this one last did (unless this one's pins are ahead
-// of the file: a save failed, and the next writes them whole). The caller holds s.mu and calls
-// unlock when done, also after an error that wraps errNoLock.
+// again when another store wrote it since this one last did. When this store's pins are ahead
+// of the file (a save failed), the file's pins are taken for every key but those this store
+// changed since its last good save, for which its own are kept: what another store decided
+// meanwhile (an accept, a reject) is not written over by the next save. The caller holds s.mu
+// and calls unlock when done, also after an error that wraps errNoLock.
 func (s *MemoryStore) lockFileLocked() (unlock func(), err error) {
 	if s.file == "" {
 		return func() {}, nil
@@ -105,13 +112,20 @@ func (s *MemoryStore) lockFileLocked() (unlock func(), err error) {
 		unlock()
 		return nil, fmt.Errorf("pins: reading %s: %w", s.file, err)
 	}
-	if s.unsaved || bytes.Equal(data, s.seen) {
+	if bytes.Equal(data, s.seen) {
 		return unlock, nil
 	}
 	fresh := &MemoryStore{pins: map[pinKey]Pin{}}
 	if err := fresh.load(data); err != nil {
 		unlock()
 		return nil, corrupt(s.file, err)
+	}
+	for k := range s.ahead { // none unless a save failed
+		if p, ok := s.pins[k]; ok {
+			fresh.pins[k] = p
+		} else {
+			delete(fresh.pins, k)
+		}
 	}
 	s.pins, s.seen = fresh.pins, data
 	return unlock, nil
@@ -181,7 +195,7 @@ func (s *MemoryStore) Observe(_ context.Context, upstream, tool string, def json
 		return Pin{}, false, err
 	}
 	if changed {
-		s.pins[k] = next.clone()
+		s.putLocked(k, next.clone())
 	}
 	return next, changed, s.saveIfLocked(changed, locked)
 }
@@ -212,11 +226,11 @@ func (s *MemoryStore) Sweep(_ context.Context, upstream string, listed []string,
 		next, ch, remove := sweep(p.clone(), isListed[k.tool], now, after)
 		switch {
 		case remove:
-			delete(s.pins, k)
+			s.deleteLocked(k)
 			removed = append(removed, next)
 			changed = true
 		case ch:
-			s.pins[k] = next
+			s.putLocked(k, next)
 			changed = true
 		}
 	}
@@ -254,7 +268,7 @@ func (s *MemoryStore) Accept(_ context.Context, upstream, tool, h, by string, no
 	if err != nil {
 		return Pin{}, err
 	}
-	s.pins[k] = next.clone()
+	s.putLocked(k, next.clone())
 	return next, s.saveIfLocked(true, locked)
 }
 
@@ -277,9 +291,25 @@ func (s *MemoryStore) Reject(_ context.Context, upstream, tool, h, by string, no
 		return Pin{}, err
 	}
 	if changed {
-		s.pins[k] = next.clone()
+		s.putLocked(k, next.clone())
 	}
 	return next, s.saveIfLocked(changed, locked)
+}
+
+// putLocked sets the pin of k, which the file lacks until the next good save.
+func (s *MemoryStore) putLocked(k pinKey, p Pin) {
+	s.pins[k] = p
+	if s.ahead != nil {
+		s.ahead[k] = true
+	}
+}
+
+// deleteLocked removes the pin of k, which the file holds until the next good save.
+func (s *MemoryStore) deleteLocked(k pinKey) {
+	delete(s.pins, k)
+	if s.ahead != nil {
+		s.ahead[k] = true
+	}
 }
 
 // getLocked returns the pin of k, nil if none. The caller must not modify it.
@@ -331,6 +361,7 @@ func (s *MemoryStore) saveIfLocked(changed bool, locked error) error {
 		return fmt.Errorf("pins: saving %s: %w", s.file, err)
 	}
 	s.unsaved, s.seen = false, b.Bytes()
+	clear(s.ahead)
 	return nil
 }
 

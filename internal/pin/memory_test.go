@@ -268,3 +268,87 @@ func TestMemorySharedFile(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryFailedSaveKeepsOthersDecisions: a store whose save failed once re-read the shared
+// file no more, and its next save wrote all its pins over it, undoing what another process
+// decided meanwhile. Now it merges: the file's pins for the tools it did not change since its
+// last good save, its own for those it did.
+func TestMemoryFailedSaveKeepsOthersDecisions(t *testing.T) {
+	ctx := context.Background()
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "pins")
+	file := filepath.Join(dir, "pins.json")
+	a, b := openFileStore(t, file), openFileStore(t, file)
+	v1 := map[string]version{}
+	v2 := map[string]version{}
+	for _, tool := range []string{"accepted", "rejected", "mine", "gone"} {
+		v1[tool] = newVersion(t, fmt.Sprintf(`{"name": %q}`, tool))
+		v2[tool] = newVersion(t, fmt.Sprintf(`{"name": %q, "description": "changed"}`, tool))
+		if _, _, err := a.Observe(ctx, "up", tool, v1[tool].def, current, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two changes for the other store to decide on.
+	for _, tool := range []string{"accepted", "rejected"} {
+		if p, _, err := a.Observe(ctx, "up", tool, v2[tool].def, current, tick(1)); err != nil || !p.Pending() {
+			t.Fatalf("Observe %s changed = %+v, %v; want a pending change", tool, p, err)
+		}
+	}
+
+	// The directory goes away for a moment (a file in its place: no one, not even root, can
+	// lock or write there): a's changes stay in its memory only.
+	away := filepath.Join(parent, "away")
+	if err := os.Rename(dir, away); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := a.Observe(ctx, "up", "mine", v2["mine"].def, current, tick(2)); err == nil || !p.Pending() {
+		t.Fatalf("Observe with the directory gone = %+v, %v; want the change in memory and an error", p, err)
+	}
+	if _, err := a.Sweep(ctx, "up", []string{"accepted", "rejected", "mine"}, tick(2), 0); err == nil {
+		t.Fatal("Sweep with the directory gone succeeded")
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(away, dir); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another process decides on the changes a had saved.
+	if _, err := b.Accept(ctx, "up", "accepted", v2["accepted"].h, "alice", tick(3)); err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	if _, err := b.Reject(ctx, "up", "rejected", v2["rejected"].h, "bob", tick(3)); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+
+	// a's next operation saves; a and the file then have both stores' decisions.
+	if _, _, err := a.Observe(ctx, "up", "accepted", v2["accepted"].def, current, tick(4)); err != nil {
+		t.Fatalf("Observe once the directory is back: %v", err)
+	}
+	for name, s := range map[string]*MemoryStore{"the store whose save failed": a, "the file": openFileStore(t, file)} {
+		list, err := s.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]Pin{}
+		for _, p := range list {
+			got[p.Tool] = p
+		}
+		if p := got["accepted"]; p.Hash != v2["accepted"].h || p.By != "alice" || p.Change != nil {
+			t.Errorf("%s: accepted = %+v; want the change alice accepted", name, p)
+		}
+		if p := got["rejected"]; p.Hash != v1["rejected"].h || p.Change == nil || !p.Change.Rejected || p.Change.By != "bob" {
+			t.Errorf("%s: rejected = %+v; want the change bob rejected", name, p)
+		}
+		if p := got["mine"]; !p.Pending() || p.Change.Hash != v2["mine"].h {
+			t.Errorf("%s: mine = %+v; want the change observed while the directory was gone", name, p)
+		}
+		if p := got["gone"]; !p.Missing.Equal(tick(2)) {
+			t.Errorf("%s: gone = %+v; want it missing since the sweep while the directory was gone", name, p)
+		}
+	}
+}
