@@ -441,14 +441,21 @@ const (
 // cannot be opened again (standaloneRetries), which it logs.
 func (s *Stdio) relayStandalone() {
 	failures := 0
+	lastEventID := "" // of the last event relayed: the stream opened again resumes after it
 	for {
-		status, relayed := s.followStandalone()
+		status, relayed := s.followStandalone(&lastEventID)
 		switch {
 		case s.ctx.Err() != nil || s.g.streamable.isDraining():
 			return
 		case status == http.StatusNotFound:
 			s.logger.Info("the session ended: no more notifications reach the client; restart the server to start a new session")
 			return
+		case status == http.StatusBadRequest && lastEventID != "":
+			// The stream cannot be resumed (the gateway dropped it, or no longer holds its
+			// events): a new one, at once.
+			s.logger.Warn("the session's standalone stream could not be resumed: opening a new one; notifications sent since its last event may be lost", "last_event_id", lastEventID)
+			lastEventID = ""
+			continue
 		case relayed:
 			failures = 0
 		default:
@@ -474,13 +481,18 @@ func (s *Stdio) relayStandalone() {
 	}
 }
 
-// followStandalone opens the session's standalone stream and writes each of its messages to
-// out until it ends. It returns the status the stream was answered with (0 when it was not),
-// and whether it carried any message.
-func (s *Stdio) followStandalone() (status int, relayed bool) {
+// followStandalone opens the session's standalone stream, after the event *lastEventID
+// names when it names one (Last-Event-ID: the gateway sends again what the stream carried
+// since), and writes each of its messages to out until it ends, keeping the id of the last in
+// *lastEventID. It returns the status the stream was answered with (0 when it was not), and
+// whether it carried any message.
+func (s *Stdio) followStandalone(lastEventID *string) (status int, relayed bool) {
 	req, err := s.request(s.ctx, http.MethodGet, nil, true)
 	if err != nil {
 		return 0, false
+	}
+	if *lastEventID != "" {
+		req.Header.Set("Last-Event-ID", *lastEventID)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -491,8 +503,11 @@ func (s *Stdio) followStandalone() (status int, relayed bool) {
 		s.logger.Debug("the session's standalone stream was refused", "status", resp.StatusCode)
 		return resp.StatusCode, false
 	}
-	_ = readEvents(resp.Body, func(data []byte) {
+	_ = readEvents(resp.Body, func(id string, data []byte) {
 		relayed = true
+		if id != "" {
+			*lastEventID = id
+		}
 		s.out.write(data)
 	})
 	return resp.StatusCode, relayed
@@ -576,7 +591,7 @@ func (s *Stdio) exchange(ctx context.Context, body []byte, withSession bool, id 
 		// An SSE stream; or an answer with nothing in it, when the request's stream was
 		// dropped (its session ended) before it began.
 		if mt != "" {
-			err := readEvents(resp.Body, deliver)
+			err := readEvents(resp.Body, func(_ string, msg []byte) { deliver(msg) })
 			if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 				s.logger.Warn("the answer's stream broke off", "error", err.Error())
 			}
@@ -730,12 +745,13 @@ func (lw *lineWriter) write(msg []byte) {
 	}
 }
 
-// readEvents calls each with the data of every event of the SSE stream body until it ends;
-// events without data (priming events, keep-alive comments) are skipped. It returns the error
+// readEvents calls each with the id (the last the stream named, "" before any) and the data
+// of every event of the SSE stream body until it ends; events without data (priming events, keep-alive comments) are skipped. It returns the error
 // that ended the stream, io.EOF at its end.
-func readEvents(body io.Reader, each func(data []byte)) error {
+func readEvents(body io.Reader, each func(id string, data []byte)) error {
 	r := bufio.NewReader(body)
 	var data []byte
+	id := ""
 	hasData := false
 	for {
 		line, err := r.ReadBytes('\n')
@@ -744,9 +760,11 @@ func readEvents(body io.Reader, each func(data []byte)) error {
 			switch {
 			case len(line) == 0:
 				if hasData && len(bytes.TrimSpace(data)) > 0 {
-					each(data)
+					each(id, data)
 				}
 				data, hasData = data[:0], false
+			case bytes.HasPrefix(line, []byte("id:")):
+				id = string(bytes.TrimPrefix(line[len("id:"):], []byte(" ")))
 			case bytes.HasPrefix(line, []byte("data:")):
 				v := bytes.TrimPrefix(line[len("data:"):], []byte(" "))
 				if hasData {

@@ -30,11 +30,13 @@ func TestReadEvents(t *testing.T) {
 		"data:{\"b\":2}\n\n" +
 		"data: {\"cut\":"
 	var got []string
-	err := readEvents(strings.NewReader(stream), func(data []byte) { got = append(got, string(data)) })
+	err := readEvents(strings.NewReader(stream), func(id string, data []byte) { got = append(got, id+" "+string(data)) })
 	if err != io.EOF {
 		t.Errorf("readEvents ended with %v, want io.EOF", err)
 	}
-	want := []string{"{\"a\":\n1}", `{"b":2}`}
+	// The id is the last the stream named, as an SSE client's last event ID is: the one to
+	// resume after.
+	want := []string{"2 {\"a\":\n1}", `2 {"b":2}`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events mismatch (-want +got):\n%s", diff)
 	}
