@@ -39,8 +39,10 @@ func stdioConfig(t *testing.T, marker, extra string) string {
 		return fmt.Sprintf("  - name: %s\n    command: %q\n    env: {%s: %s, %s: %s}\n    inherit_env: [GOCOVERDIR, GORACE]\n",
 			name, exe, testupstream.EnvFlavor, flavor, testupstream.EnvRun, marker)
 	}
+	// The first list waits for every upstream, however slowly a loaded machine starts them.
 	return writeFile(t, "stdio.yaml", `log_level: debug
 drain_timeout: 5s
+first_list_wait: 30s
 `+extra+`
 policy:
   rules:
@@ -415,7 +417,7 @@ func TestStdioReloadsOnSIGHUP(t *testing.T) {
 		return fmt.Sprintf("  - name: %s\n    command: %q\n    env: {%s: %s, %s: %s}\n    inherit_env: [GOCOVERDIR, GORACE]\n",
 			name, exe, testupstream.EnvFlavor, name, testupstream.EnvRun, marker)
 	}
-	config := writeFile(t, "stdio.yaml", "upstreams:\n"+upstream("alpha"))
+	config := writeFile(t, "stdio.yaml", "first_list_wait: 30s\nupstreams:\n"+upstream("alpha"))
 	logs := &syncBuffer{}
 	cmd := stdioCommand(config, logs)
 	changed := make(chan struct{}, 8)
@@ -445,7 +447,7 @@ func TestStdioReloadsOnSIGHUP(t *testing.T) {
 		t.Fatalf("before the reload: %v", names)
 	}
 
-	if err := os.WriteFile(config, []byte("upstreams:\n"+upstream("alpha")+upstream("beta")), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte("first_list_wait: 30s\nupstreams:\n"+upstream("alpha")+upstream("beta")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
