@@ -167,6 +167,10 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 			kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
 		}
 		if entry == nil {
+			// Right after the gateway started, the name may be of an upstream still making
+			// its first attempt to start: the request waits for it as a list does
+			// (first_list_wait), then looks again (awaitMerge reads the catalog anew).
+			g.awaitFirstStart(ctx)
 			// A name its upstream listed before it went down (it is restarting) is
 			// unavailable, for a client that saw it, until the catalog has merged the
 			// upstream's return; any other is unknown.

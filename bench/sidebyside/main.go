@@ -4,8 +4,10 @@
 // gateway-auth, a JWT of a local issuer verified on every request; gateway-policy, a rule set
 // and rate limits deciding every call; gateway-plugin, one policy plugin asked about every
 // call; gateway-metrics, Prometheus metrics recorded for every call; and gateway-observed,
-// metrics and an OpenTelemetry trace of every call, exported to a local receiver) and over
-// Streamable HTTP, at each concurrency asked for; then it checks a high
+// metrics and an OpenTelemetry trace of every call, exported to a local receiver), over
+// Streamable HTTP, and as `gateway stdio` (gateway-stdio-face: the load tool starts it, as a
+// desktop host does, and drives one session over its stdin and stdout), at each concurrency
+// asked for; then it checks a high
 // concurrency for errors only. Every gateway serves both MCP revisions: gateway-stdio-2026
 // and gateway-redis-2026 call gateway-stdio and gateway-redis in 2026-07-28, statelessly,
 // beside the other targets' 2025-11-25 sessions, and are compared with them. It prints the medians and
@@ -207,6 +209,20 @@ func (f *fleet) gateway(bin, name, settings, upstreams string) (string, error) {
 	return "http://" + addr + "/mcp", nil
 }
 
+// stdioFace writes the config of a `gateway stdio` in front of upstreams and returns its
+// command line, which the load tool starts.
+func (f *fleet) stdioFace(bin, upstreams string) (string, error) {
+	cfg := filepath.Join(f.dir, "gateway-stdio-face.yaml")
+	if err := os.WriteFile(cfg, []byte("log_level: warn\nupstreams:\n"+upstreams), 0o600); err != nil {
+		return "", err
+	}
+	command := filepath.Join(bin, "gateway") + " stdio -config " + cfg
+	if len(strings.Fields(command)) != 4 {
+		return "", fmt.Errorf("the stdio face's command line %q must have no spaces in its paths", command)
+	}
+	return command, nil
+}
+
 // waitUp waits for every target to answer initialize.
 func (f *fleet) waitUp(targets []target) error {
 	for _, t := range targets {
@@ -344,6 +360,10 @@ func (f *fleet) startTargets(bin, other, otherURL, redisAddr string, rec *record
 		return nil, done, err
 	}
 	closers = append(closers, closeReceiver)
+	face, err := f.stdioFace(bin, stdioUpstream)
+	if err != nil {
+		return nil, done, err
+	}
 	targets = []target{
 		{name: "direct", url: "http://" + echoAddr + "/mcp"},
 		{name: "direct-stdio", stdio: echo},
@@ -355,6 +375,8 @@ func (f *fleet) startTargets(bin, other, otherURL, redisAddr string, rec *record
 		{name: "gateway-metrics", url: gwMetrics, floor: stdioFloor, versus: "gateway-stdio"},
 		gwObserved,
 		{name: "gateway-http", url: gwHTTP, floor: httpFloor},
+		// Client → gateway over stdio, gateway → upstream over stdio.
+		{name: "gateway-stdio-face", stdio: face, floor: []string{"direct-stdio", "direct-stdio"}, versus: "gateway-stdio"},
 	}
 	if other != "" {
 		fields := strings.Fields(other)

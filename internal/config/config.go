@@ -276,7 +276,8 @@ type Config struct {
 	// resources/templates/list, prompts/list) waits, right after the gateway
 	// started, for upstreams still making their first attempt to start (key
 	// `first_list_wait`, a duration), so that a client that connects at once
-	// sees them in its first list even if it ignores list_changed. 0 or more;
+	// sees them in its first list even if it ignores list_changed; a tools/call or
+	// prompts/get naming what the catalog does not hold yet waits the same way. 0 or more;
 	// defaults to 5 seconds.
 	FirstListWait time.Duration
 
