@@ -213,7 +213,10 @@ func (f *fleet) gateway(bin, name, settings, upstreams string) (string, error) {
 // command line, which the load tool starts.
 func (f *fleet) stdioFace(bin, upstreams string) (string, error) {
 	cfg := filepath.Join(f.dir, "gateway-stdio-face.yaml")
-	if err := os.WriteFile(cfg, []byte("log_level: warn\nupstreams:\n"+upstreams), 0o600); err != nil {
+	// Every worker of the load tool shares the face's one session: the session's cap on
+	// requests in flight (64 by default, answered with a tool error past it) must hold them
+	// all, as the HTTP targets' sessions each hold one worker's.
+	if err := os.WriteFile(cfg, []byte("log_level: warn\nmax_calls_per_session: 1024\nupstreams:\n"+upstreams), 0o600); err != nil {
 		return "", err
 	}
 	command := filepath.Join(bin, "gateway") + " stdio -config " + cfg
