@@ -273,13 +273,8 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	logger, level := reloadableLogger(cfg, stderr)
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(signals)
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP)
-	defer signal.Stop(hups)
-	reloads := &reloader{signals: hups, read: rereader(files, *listen), watch: configWatchInterval, level: level, files: files.files()}
+	signals, reloads, stopSignals := watchSignals(files, *listen, level)
+	defer stopSignals()
 	if err := serveUntilDone(signals, cfg, logger, reloads); err != nil {
 		logger.Error("gateway stopped", "error", err.Error())
 		return 1

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
@@ -38,6 +40,21 @@ type reloader struct {
 	// files are those the flags name (-config, -mcp-servers), watched with those the
 	// configuration names.
 	files []string
+}
+
+// watchSignals returns the channel of the signals that stop the gateway (SIGINT, SIGTERM),
+// and the reloader that SIGHUP and a change of the files given drive (listen overrides the
+// configuration's, unless ""); stop stops both watching.
+func watchSignals(files *configArgs, listen string, level *slog.LevelVar) (signals chan os.Signal, reloads *reloader, stop func()) {
+	signals = make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	reloads = &reloader{signals: hups, read: rereader(files, listen), watch: configWatchInterval, level: level, files: files.files()}
+	return signals, reloads, func() {
+		signal.Stop(signals)
+		signal.Stop(hups)
+	}
 }
 
 // reloadableLogger is newLogger at a level a reload can change (log_level).

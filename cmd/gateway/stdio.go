@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"os/user"
-	"syscall"
 	"time"
 
 	"github.com/manifold-mcp/manifold/gateway"
@@ -55,22 +53,18 @@ func serveStdio(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		*principal = localUser()
 	}
 	logger, level := reloadableLogger(cfg, logs)
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(signals)
 	// As under serve, SIGHUP and a change of the files reload the configuration; one that
 	// would write audit records to stdout is refused as at start.
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP)
-	defer signal.Stop(hups)
-	read := rereader(files, "")
-	reloads := &reloader{signals: hups, watch: configWatchInterval, level: level, files: files.files(), read: func() (*config.Config, error) {
+	signals, reloads, stopSignals := watchSignals(files, "", level)
+	defer stopSignals()
+	read := reloads.read
+	reloads.read = func() (*config.Config, error) {
 		next, err := read()
 		if err == nil && next.Audit.Sink == config.AuditSinkStdout {
 			return nil, fmt.Errorf("audit.sink stdout (in %s) would mix audit records into the protocol on stdout: use sink: file with a path", next.File)
 		}
 		return next, err
-	}}
+	}
 	face := stdioFace{in: stdin, out: stdout, principal: *principal, profile: *profile, admin: *admin}
 	if err := face.serveUntilDone(signals, cfg, logger, reloads); err != nil {
 		logger.Error("gateway stopped", "error", err.Error())

@@ -309,17 +309,27 @@ func (i *Issuer) pruneLocked() {
 	}
 }
 
-// serveToken issues a token by client credentials (any client), for an authorization code
-// and its PKCE verifier, or for a refresh token.
-func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
+// readForm reads the form of a token or revocation request, bounded, and the client it names
+// (HTTP Basic, else client_id); ok=false when the body is no form, which it answered.
+func readForm(w http.ResponseWriter, r *http.Request) (clientID string, ok bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		writeJSON(w, http.StatusBadRequest, oauthError{"invalid_request", "the body must be a form (application/x-www-form-urlencoded)"})
-		return
+		return "", false
 	}
-	clientID := r.PostForm.Get("client_id")
-	if id, _, ok := r.BasicAuth(); ok {
+	clientID = r.PostForm.Get("client_id")
+	if id, _, basic := r.BasicAuth(); basic {
 		clientID = id
+	}
+	return clientID, true
+}
+
+// serveToken issues a token by client credentials (any client), for an authorization code
+// and its PKCE verifier, or for a refresh token.
+func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
+	clientID, ok := readForm(w, r)
+	if !ok {
+		return
 	}
 	var resource, scope, refresh string
 	switch r.PostForm.Get("grant_type") {
@@ -407,14 +417,9 @@ func (i *Issuer) useRefresh(token, clientID string) (grant, error) {
 // live out their hour; revoking one, or a token the issuer does not know, succeeds all the
 // same (RFC 7009 §2.2).
 func (i *Issuer) serveRevoke(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		writeJSON(w, http.StatusBadRequest, oauthError{"invalid_request", "the body must be a form (application/x-www-form-urlencoded)"})
+	clientID, ok := readForm(w, r)
+	if !ok {
 		return
-	}
-	clientID := r.PostForm.Get("client_id")
-	if id, _, ok := r.BasicAuth(); ok {
-		clientID = id
 	}
 	token := r.PostForm.Get("token")
 	i.mu.Lock()
