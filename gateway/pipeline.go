@@ -158,91 +158,9 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 	}
 	switch rq.Method {
 	case protocol.MethodCallTool, protocol.MethodGetPrompt:
-		name, err := nameParams(params)
-		if err != nil {
-			return nil, err
-		}
-		kind, what, entry := pipeline.Tool, "tool", snap.Tool(name)
-		if rq.Method == protocol.MethodGetPrompt {
-			kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
-		}
-		if entry == nil {
-			// Right after the gateway started, the name may be of an upstream still making
-			// its first attempt to start: the request waits for it as a list does
-			// (first_list_wait), then looks again (awaitMerge reads the catalog anew).
-			g.awaitFirstStart(ctx)
-			// A name its upstream listed before it went down (it is restarting) is
-			// unavailable, for a client that saw it, until the catalog has merged the
-			// upstream's return; any other is unknown.
-			var former *catalog.Entry
-			var why error
-			if entry, former, why = g.awaitMerge(ctx, rq, kind, name); entry == nil && former == nil {
-				g.auditHidden(rq, kind, name)
-				// The record names what was asked for, as it was asked: nothing of what exists.
-				asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
-				if g.audit.arguments() {
-					asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
-				}
-				return asked, unknownName(kind, what, name)
-			}
-			if entry == nil {
-				// Refused before the checks, so that no one is asked to approve a call that
-				// cannot run, nor decides on the former entry's annotations.
-				return &resolved{target: pipeline.Target{Kind: kind, Upstream: former.Namespace.Name, Exposed: name, Original: former.Original}},
-					unavailable(rq, former.Namespace.Name, name, why)
-			}
-		}
-		forward, err := withMember(params, "name", entry.Original)
-		if err != nil {
-			return nil, err
-		}
-		res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
-			target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
-		if kind == pipeline.Tool && (g.gate != nil || rq.plugins.host != nil) {
-			res.target.Annotations = entry.Annotations()
-		}
-		if len(rq.plugins.checks) > 0 || g.audit.arguments() {
-			// Only checks and the audit trail read the arguments: without them, the request
-			// does not pay for it.
-			res.target.Arguments, _, _ = protocol.Member(params, "arguments")
-		}
-		if err := g.unwrapRequestState(ctx, rq, res); err != nil {
-			return res, err
-		}
-		if kind == pipeline.Tool {
-			_, res.asTask, _ = protocol.Member(params, "task")
-			if res.asTask && !upstreamTaskCaps(res.upstream).callsAsTasks() {
-				return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
-			}
-		}
-		return res, nil
+		return g.resolveNamed(ctx, rq, snap, params)
 	case protocol.MethodReadResource, protocol.MethodSubscribe, protocol.MethodUnsubscribe:
-		uri, ok, err := protocol.StringMember(params, "uri")
-		if err != nil || !ok || uri == "" {
-			return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
-		}
-		target := pipeline.Target{Kind: pipeline.Resource, Exposed: uri}
-		ns, original, ok := snap.ResolveURI(uri)
-		if rq.Method == protocol.MethodUnsubscribe && !ok {
-			// Undoing a subscription needs only its owner: the URI may have stopped being
-			// readable since (a template no longer listed), and its updates must stop.
-			ns, original, ok = g.snapshot.Load().Owner(uri)
-		}
-		if !ok {
-			return &resolved{target: target}, &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + uri}
-		}
-		forward, err := withMember(params, "uri", original)
-		if err != nil {
-			return nil, err
-		}
-		target.Upstream, target.Original = ns.Name, original
-		res := &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward, target: target}
-		if rq.Method == protocol.MethodReadResource {
-			if err := g.unwrapRequestState(ctx, rq, res); err != nil {
-				return res, err
-			}
-		}
-		return res, nil
+		return g.resolveResource(ctx, rq, snap, params)
 	case protocol.MethodComplete:
 		return g.resolveCompletion(snap, params)
 	case methodTasksGet, methodTasksResult, methodTasksCancel:
@@ -269,6 +187,100 @@ func (g *requestPipeline) resolve(ctx context.Context, rq *request) (*resolved, 
 		return &resolved{target: pipeline.Target{Kind: pipeline.Gateway}}, nil
 	}
 	return nil, protocol.Errorf(protocol.CodeMethodNotFound, "method not found: %s", rq.Method)
+}
+
+// resolveNamed resolves a tools/call or prompts/get: the tool or prompt it names, in the
+// client's view snap, and the params to forward.
+func (g *requestPipeline) resolveNamed(ctx context.Context, rq *request, snap *catalog.Snapshot, params json.RawMessage) (*resolved, error) {
+	name, err := nameParams(params)
+	if err != nil {
+		return nil, err
+	}
+	kind, what, entry := pipeline.Tool, "tool", snap.Tool(name)
+	if rq.Method == protocol.MethodGetPrompt {
+		kind, what, entry = pipeline.Prompt, "prompt", snap.Prompt(name)
+	}
+	if entry == nil {
+		// Right after the gateway started, the name may be of an upstream still making
+		// its first attempt to start: the request waits for it as a list does
+		// (first_list_wait), then looks again (awaitMerge reads the catalog anew).
+		g.awaitFirstStart(ctx)
+		// A name its upstream listed before it went down (it is restarting) is
+		// unavailable, for a client that saw it, until the catalog has merged the
+		// upstream's return; any other is unknown.
+		var former *catalog.Entry
+		var why error
+		if entry, former, why = g.awaitMerge(ctx, rq, kind, name); entry == nil && former == nil {
+			g.auditHidden(rq, kind, name)
+			// The record names what was asked for, as it was asked: nothing of what exists.
+			asked := &resolved{target: pipeline.Target{Kind: kind, Exposed: name, Hidden: true}}
+			if g.audit.arguments() {
+				asked.target.Arguments, _, _ = protocol.Member(params, "arguments")
+			}
+			return asked, unknownName(kind, what, name)
+		}
+		if entry == nil {
+			// Refused before the checks, so that no one is asked to approve a call that
+			// cannot run, nor decides on the former entry's annotations.
+			return &resolved{target: pipeline.Target{Kind: kind, Upstream: former.Namespace.Name, Exposed: name, Original: former.Original}},
+				unavailable(rq, former.Namespace.Name, name, why)
+		}
+	}
+	forward, err := withMember(params, "name", entry.Original)
+	if err != nil {
+		return nil, err
+	}
+	res := &resolved{upstream: g.upstreamOf(entry.Namespace), scheme: entry.Namespace.Scheme, params: forward,
+		target: pipeline.Target{Kind: kind, Upstream: entry.Namespace.Name, Exposed: name, Original: entry.Original}}
+	if kind == pipeline.Tool && (g.gate != nil || rq.plugins.host != nil) {
+		res.target.Annotations = entry.Annotations()
+	}
+	if len(rq.plugins.checks) > 0 || g.audit.arguments() {
+		// Only checks and the audit trail read the arguments: without them, the request
+		// does not pay for it.
+		res.target.Arguments, _, _ = protocol.Member(params, "arguments")
+	}
+	if err := g.unwrapRequestState(ctx, rq, res); err != nil {
+		return res, err
+	}
+	if kind == pipeline.Tool {
+		_, res.asTask, _ = protocol.Member(params, "task")
+		if res.asTask && !upstreamTaskCaps(res.upstream).callsAsTasks() {
+			return nil, protocol.Errorf(protocol.CodeMethodNotFound, "the upstream of %s does not run tools as tasks: call it without \"task\"", name)
+		}
+	}
+	return res, nil
+}
+
+// resolveResource resolves a resources/read, subscribe or unsubscribe: the resource its URI
+// names, in the client's view snap, and the params to forward.
+func (g *requestPipeline) resolveResource(ctx context.Context, rq *request, snap *catalog.Snapshot, params json.RawMessage) (*resolved, error) {
+	uri, ok, err := protocol.StringMember(params, "uri")
+	if err != nil || !ok || uri == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidParams, "invalid params: \"uri\" must be a non-empty string")
+	}
+	target := pipeline.Target{Kind: pipeline.Resource, Exposed: uri}
+	ns, original, ok := snap.ResolveURI(uri)
+	if rq.Method == protocol.MethodUnsubscribe && !ok {
+		// Undoing a subscription needs only its owner: the URI may have stopped being
+		// readable since (a template no longer listed), and its updates must stop.
+		ns, original, ok = g.snapshot.Load().Owner(uri)
+	}
+	if !ok {
+		return &resolved{target: target}, &pipeline.Refusal{Reason: pipeline.ReasonResourceNotFound, Message: "resource not found: " + uri}
+	}
+	forward, err := withMember(params, "uri", original)
+	if err != nil {
+		return nil, err
+	}
+	target.Upstream, target.Original = ns.Name, original
+	res := &resolved{upstream: g.upstreamOf(ns), scheme: ns.Scheme, params: forward, target: target}
+	if rq.Method == protocol.MethodReadResource {
+		if err := g.unwrapRequestState(ctx, rq, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
 // formerEntry returns the tool or prompt of that name as its upstream listed it before it went
