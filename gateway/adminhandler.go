@@ -108,6 +108,9 @@ func (g *Gateway) adminBackend() *backend.Backend {
 	if g.replicas != nil {
 		src.PinsDecided = g.replicas.PinsDecided
 	}
+	if g.userAuth != nil {
+		src.Grants = g.userAuth
+	}
 	return backend.New(src)
 }
 

@@ -254,13 +254,16 @@ type upstreamAuth struct {
 	perPrincipal func(session.Principal) *http.Client
 	// exchanger trades principals' tokens for the upstream's; nil without token exchange.
 	exchanger *credential.Exchanger
+	// userOAuth is set when each principal's connection carries the token its user granted
+	// the gateway at the upstream (credentials.user_oauth, useroauth.go).
+	userOAuth bool
 }
 
 // upstreamCredentials builds the credentials of u on top of base, the upstream's HTTP client
 // (nil: the upstream package's default transport).
 func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) upstreamAuth {
 	c := u.Credentials
-	if u.URL == "" || (len(c.HeaderFiles) == 0 && c.ClientCredentials == nil && c.TokenExchange == nil) {
+	if u.URL == "" || (len(c.HeaderFiles) == 0 && c.ClientCredentials == nil && c.TokenExchange == nil && c.UserOAuth == nil) {
 		return upstreamAuth{}
 	}
 	transport := http.RoundTripper(upstream.NewHTTPTransport())
@@ -280,6 +283,9 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 		}))
 	}
 	var out upstreamAuth
+	if uo := c.UserOAuth; uo != nil && g.userAuth != nil {
+		return g.userOAuthCredentials(u.Name, uo, transport, files)
+	}
 	if len(sources) > 0 {
 		out.shared = credentialedClient(transport, sources)
 	}
@@ -295,6 +301,40 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 		// its Authorization (the gateway's own client-credentials token is not asked for).
 		out.perPrincipal = func(p session.Principal) *http.Client {
 			return credentialedClient(transport, append(files[:len(files):len(files)], ex.For(p)))
+		}
+	}
+	return out
+}
+
+// userOAuthCredentials are the credentials of a user_oauth upstream: each principal's
+// connection carries the header files and its user's token; the shared (catalog) connection
+// the header files and catalog_credentials, never a user's token.
+func (g *Gateway) userOAuthCredentials(name string, uo *config.UserOAuth, transport http.RoundTripper, files []credential.Source) upstreamAuth {
+	out := upstreamAuth{userOAuth: true}
+	catalog := files
+	if cc := uo.CatalogCredentials; cc != nil {
+		for _, h := range cc.HeaderFiles {
+			catalog = append(catalog[:len(catalog):len(catalog)], credential.FileHeader(h.Name, h.Path, h.Prefix))
+		}
+		if t := cc.ClientCredentials; t != nil {
+			catalog = append(catalog[:len(catalog):len(catalog)], credential.ClientCredentials(credential.ClientCredentialsConfig{
+				TokenURL: t.TokenURL, ClientID: t.ClientID, ClientSecret: t.ClientSecret,
+				Scopes: t.Scopes, Resource: t.Resource, Audience: t.Audience, HTTPClient: g.opts.AuthHTTPClient,
+				Lifetime: g.ctx,
+			}))
+		}
+	}
+	if len(catalog) > 0 {
+		out.shared = credentialedClient(transport, catalog)
+	}
+	userBase := transport
+	if len(files) > 0 {
+		userBase = credential.Transport(transport, files...)
+	}
+	out.perPrincipal = func(p session.Principal) *http.Client {
+		return &http.Client{
+			Transport:     &userTokenTransport{base: userBase, ua: g.userAuth, principal: grantPrincipal(p), upstream: name},
+			CheckRedirect: upstream.SameHostRedirects,
 		}
 	}
 	return out

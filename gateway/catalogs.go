@@ -63,6 +63,16 @@ func (g *catalogState) upstreamOf(ns *catalog.Namespace) *upstreamEntry {
 	return g.ups.Load().all[ns.Index]
 }
 
+// upstreamNamed returns the enabled upstream of that name; nil when there is none.
+func (g *catalogState) upstreamNamed(name string) *upstreamEntry {
+	for _, u := range g.upstreamList() {
+		if u.ns.Name == name {
+			return u
+		}
+	}
+	return nil
+}
+
 // upstreamList returns the enabled upstreams of the running config, in its order. The
 // caller must not modify it.
 func (g *catalogState) upstreamList() []*upstreamEntry { return g.ups.Load().live }

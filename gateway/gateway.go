@@ -154,6 +154,9 @@ type Gateway struct {
 	pinning *pinning
 	// held keeps the calls waiting for an operator's approval; nil without the admin API.
 	held *heldCalls
+	// userAuth calls upstreams with their users' own grants (useroauth.go); nil when no
+	// upstream is configured with credentials.user_oauth.
+	userAuth *userAuth
 	// metrics records what the gateway does (metrics.go); its set is nil when they are off.
 	metrics gatewayMetrics
 
@@ -249,6 +252,10 @@ func New(cfg *config.Config, opts *Options) (*Gateway, error) {
 		chain: g.buildChain, logger: g.logger, goWorker: g.goWorker, ctx: g.ctx, drainTimeout: cfg.DrainTimeout}
 	g.hub = hub.New(g.ctx, liveOptions(g))
 	g.router = &messageRouter{hub: g.hub, store: g.store, logger: g.logger, now: g.opts.Now, ctx: g.ctx, rootsResult: rootsResult(cfg.Roots), replicas: g.replicas, metrics: g.metrics.set}
+	if g.userAuth, err = newUserAuth(g); err != nil {
+		g.abandon()
+		return nil, err
+	}
 	profiles, err := addUpstreams(g)
 	if err != nil {
 		g.abandon()
@@ -447,15 +454,27 @@ func makeUpstream(g *Gateway, u *config.Upstream, ns *catalog.Namespace) (*upstr
 		// A command that may fetch its server first has longer the first time.
 		FirstInitializeTimeout: u.FirstInitializeTimeout,
 	}, &base)
-	ue := newUpstreamEntry(ns, client, u.BroadcastLogs)
+	var shared upstreamClient = client
+	var borrowed *borrowedCatalog
+	if creds.userOAuth && creds.shared == nil {
+		// Nothing lists without a user's token: the catalog borrows a user's listing, and
+		// client, never run, only gave the spec its defaults.
+		borrowed = &borrowedCatalog{name: u.Name, logger: g.logger, changed: g.rebuild}
+		shared = borrowed
+	}
+	ue := newUpstreamEntry(ns, shared, u.BroadcastLogs)
 	ue.inputBridge = u.InputBridge
 	ue.requestTimeout = u.RequestTimeout
 	ue.transport, ue.isolation = u.Transport, u.Isolation
 	if u.Isolation == config.IsolationSession || u.Isolation == config.IsolationPrincipal {
 		spec := client.Spec()
 		ue.pool = &connPool{g: g, upstream: ue, spec: spec, opts: base, idle: u.IsolationIdleTimeout, max: u.MaxConnections,
-			perPrincipal: u.Isolation == config.IsolationPrincipal, credentials: creds,
+			perPrincipal: u.Isolation == config.IsolationPrincipal, credentials: creds, borrowed: borrowed,
 			conns: map[string]*pooledConn{}, keys: map[string]string{}}
+	}
+	if borrowed != nil {
+		borrowed.find = func(ctx context.Context) (session.Principal, bool, error) { return g.userAuth.anyGrantee(ctx, u.Name) }
+		borrowed.open = ue.pool.openToList
 	}
 	return ue, nil
 }
@@ -502,6 +521,7 @@ func (g *Gateway) abandon() {
 	if g.audit != nil {
 		g.audit.close()
 	}
+	g.userAuth.close()
 	_ = g.closeStore()
 }
 
@@ -644,6 +664,7 @@ func (g *Gateway) Close() error {
 		}
 		<-requestsDone
 		g.audit.close() // after the last request's record
+		g.userAuth.close()
 		if err := g.closeStore(); err != nil {
 			g.logger.Warn("closing the session store failed", "error", err.Error())
 		}

@@ -39,6 +39,9 @@ type connPool struct {
 	// credentials are the upstream's own credentials: a principal's connection carries its
 	// exchanged token (perPrincipal), which the exchanger forgets when the connection closes.
 	credentials upstreamAuth
+	// borrowed is the upstream's catalog when it borrows a user's listing (a user_oauth
+	// upstream without catalog_credentials): each principal's connection offers it its lists.
+	borrowed *borrowedCatalog
 
 	mu sync.Mutex
 	// conns holds the open connections by pool key: the session id, or under isolation
@@ -104,9 +107,8 @@ func (p *connPool) existing(sessionID string) *pooledConn {
 // get returns the connection of the session (or of its principal, who) to the upstream,
 // opening it on first use. The caller must call release when its call is done.
 func (p *connPool) get(ctx context.Context, sessionID string, who session.Principal) (*pooledConn, error) {
-	if p.credentials.exchanger != nil && who.Issuer == session.APIKeyIssuer {
-		return nil, &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: p.upstream.ns.Name,
-			Message: fmt.Sprintf("upstream %s is called with each user's own token (token exchange), and an API key has none: call it as a user signed in with the identity provider", p.upstream.ns.Name)}
+	if err := p.refuses(who); err != nil {
+		return nil, err
 	}
 	key := p.keyFor(sessionID, who)
 	p.mu.Lock()
@@ -154,6 +156,20 @@ func (p *connPool) get(ctx context.Context, sessionID string, who session.Princi
 	return pc, nil
 }
 
+// refuses returns why a call of who may not use a connection of the pool: an upstream called
+// with each user's own token, exchanged or granted, cannot be called by an API key (nor,
+// with grants, by an anonymous client), which has none.
+func (p *connPool) refuses(who session.Principal) error {
+	switch {
+	case p.credentials.userOAuth && (who.Anonymous() || who.Issuer == session.APIKeyIssuer):
+		return errNoBrowserIdentity(p.upstream.ns.Name, who)
+	case p.credentials.exchanger != nil && who.Issuer == session.APIKeyIssuer:
+		return &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: p.upstream.ns.Name,
+			Message: fmt.Sprintf("upstream %s is called with each user's own token (token exchange), and an API key has none: call it as a user signed in with the identity provider", p.upstream.ns.Name)}
+	}
+	return nil
+}
+
 // callKeyPrefix begins the pool key of a connection opened for one 2026-07-28 call.
 const callKeyPrefix = "call:"
 
@@ -165,9 +181,8 @@ const callKeyPrefix = "call:"
 // connection until its client's retry ends it, or its wait expires. The caller must call
 // release when its call is done.
 func (p *connPool) getForCall(ctx context.Context, who session.Principal) (*pooledConn, error) {
-	if p.credentials.exchanger != nil && who.Issuer == session.APIKeyIssuer {
-		return nil, &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: p.upstream.ns.Name,
-			Message: fmt.Sprintf("upstream %s is called with each user's own token (token exchange), and an API key has none: call it as a user signed in with the identity provider", p.upstream.ns.Name)}
+	if err := p.refuses(who); err != nil {
+		return nil, err
 	}
 	key := callKeyPrefix + randomToken(12)
 	if p.perPrincipal && !who.Anonymous() {
@@ -193,6 +208,17 @@ func (p *connPool) getForCall(ctx context.Context, who session.Principal) (*pool
 		return nil, err
 	}
 	return pc, nil
+}
+
+// openToList opens who's own connection, waits until it is ready (it then offers its
+// listing to the borrowed catalog) and releases it: it closes when idle, as any other.
+func (p *connPool) openToList(ctx context.Context, who session.Principal) error {
+	pc, err := p.getForCall(ctx, who)
+	if err != nil {
+		return err
+	}
+	p.release(pc)
+	return nil
 }
 
 // closedError is what a call gets from a pool closed at shutdown, or by a reload that
@@ -250,6 +276,9 @@ func (p *connPool) openLocked(key, sessionID string, who session.Principal) *poo
 		if c.State() == upstream.StateReady {
 			readyOnce.Do(func() { close(pc.ready) })
 			p.g.subs.renew(pc.conn) // after a restart of the session's child
+			if p.borrowed != nil && !pc.forCall && key != sessionID {
+				p.borrowed.offer(c, who)
+			}
 		}
 	}
 	client := upstream.New(p.spec, &opts)

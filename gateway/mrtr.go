@@ -107,6 +107,9 @@ type sealedState struct {
 	Approval *approvalState `json:"q,omitempty"`
 	// Parked is set on the state of a round of a parked call.
 	Parked *parkedState `json:"k,omitempty"`
+	// Connect is set on the state of a connect asked of the client (useroauth.go): its
+	// retry waits for the user's grant, then runs.
+	Connect *connectState `json:"c,omitempty"`
 }
 
 // stateBinding is the associated data of a requestState: the method and the tool or prompt
@@ -231,6 +234,9 @@ func (g *requestPipeline) unwrapRequestState(ctx context.Context, rq *request, r
 	}
 	if st.Approval != nil {
 		return g.takeApprovalAnswer(ctx, rq, res, st)
+	}
+	if st.Connect != nil {
+		return g.takeConnectAnswer(rq, res, st)
 	}
 	if info := res.upstream.Server(); info != nil && !isModernVersion(info.ProtocolVersion) {
 		return protocol.Errorf(protocol.CodeInvalidParams,

@@ -53,6 +53,9 @@ type request struct {
 	// continued is set for the retry that continues, with its upstream, a call approved in
 	// an earlier round (approval_mrtr.go); nil otherwise.
 	continued *approvalContinued
+	// connecting is set for the retry of a 2026-07-28 client that was asked to connect its
+	// account at the upstream (useroauth.go): it waits for the grant before it is asked again.
+	connecting bool
 	// sent is set once the request is handed to its upstream's connection, or to the replica
 	// holding it (call): from then on it may have run. Until then (resolving, the checks, an
 	// approval wait) it has not.
@@ -115,6 +118,12 @@ func (g *requestPipeline) serve(ctx context.Context, rq *request) (json.RawMessa
 	}
 	if err == nil {
 		result, err = g.execute(ctx, rq, res)
+		var asked *inputAsked
+		if errors.As(err, &asked) {
+			// The gateway asks the client for input of its own (a connect): that round's
+			// answer is not the call's, and no after step sees it.
+			return g.finish(ctx, rq.Request, t, asked.result, nil)
+		}
 	}
 	if err == nil {
 		// The chain's after steps, in one place for every kind of result a client gets.
@@ -585,7 +594,19 @@ func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolve
 		return nil, &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: res.upstream.ns.Name,
 			Message: fmt.Sprintf("upstream %s was removed or reconfigured by a configuration reload while this request waited: send it again", res.upstream.ns.Name)}
 	}
+	ua := g.userAuthOf(res.upstream)
+	if ua != nil {
+		if err := ua.ready(ctx, rq, res); err != nil {
+			return nil, err
+		}
+	}
+	began := time.Now()
 	result, err := g.call(ctx, rq, res.upstream, method, params)
+	if err != nil && ua != nil {
+		if asked := ua.afterFailure(ctx, rq, res, began, err); asked != err {
+			return nil, asked
+		}
+	}
 	if err == nil && asksForInput(result) && bridgesInput(rq, method) {
 		result, err = g.bridgeInput(ctx, rq, res.upstream.ns.Name, method, params, result, func(ctx context.Context, params json.RawMessage) (json.RawMessage, error) {
 			return g.call(ctx, rq, res.upstream, method, params)

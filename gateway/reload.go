@@ -266,6 +266,10 @@ func (r *reloadState) prepare(ctx context.Context, next *config.Config, changed 
 			return nil, &ReloadError{Reasons: []string{err.Error()}}
 		}
 	}
+	if g.userAuth == nil && usesUserOAuth(next) {
+		// The connect pages, the vault and the sign-in are set up at start.
+		return nil, &ReloadError{Reasons: []string{"credentials.user_oauth on an upstream of a gateway started without any: restart the gateway to serve per-user grants"}}
+	}
 	if p.upstreams, err = r.planUpstreams(r.running.Load(), next); err != nil {
 		return nil, &ReloadError{Reasons: []string{err.Error()}}
 	}
@@ -324,6 +328,7 @@ func (r *reloadState) apply(cur, next *config.Config, p *reloadPlan) error {
 	if p.profiles != nil {
 		g.builder.SetProfiles(p.profiles)
 	}
+	g.userAuth.reconfigure(next)
 	rebuilt := r.applyUpstreams(p.upstreams)
 	if p.rules != nil {
 		ap := next.Policy.Approval

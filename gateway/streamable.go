@@ -53,6 +53,10 @@ func (g *Gateway) Handler() http.Handler {
 	// Where clients learn how to get a token (RFC 9728), when authentication is on. Browser
 	// clients read it cross-origin: it carries no secret.
 	s.serveMetadata(mux)
+	if g.userAuth != nil {
+		// The pages where users connect their accounts at upstreams, and see their grants.
+		g.userAuth.mount(mux)
+	}
 	// The probes carry no Origin check (orchestrators send none), but on a loopback listener
 	// the same Host check as /mcp: a web page using DNS rebinding must not read them. Beyond
 	// loopback any Host is answered (Kubernetes probes send the pod's address).

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/manifold-mcp/manifold/internal/grants"
 )
 
 // Errors a Backend returns (wrapped) for the answers they stand for.
@@ -190,6 +192,13 @@ type Backend interface {
 	// Reload has every replica read its configuration files again and apply them; it
 	// returns how it went here, the others reporting theirs as they apply (Config).
 	Reload(ctx context.Context) (ConfigStatus, error)
+	// Grants lists the grants users gave the gateway at upstreams (credentials.user_oauth),
+	// never a token: a page from cursor ("" for the first), and the cursor of the next ("" at
+	// the end).
+	Grants(ctx context.Context, cursor string) ([]grants.GrantInfo, string, error)
+	// RevokeGrant revokes a user's grant at an upstream: at its authorization server where
+	// it supports revocation, and in the gateway. ErrNotFound when there is none.
+	RevokeGrant(ctx context.Context, user grants.Principal, upstream string) error
 }
 
 // Authorizer tells who an admin request comes from, or why it is refused (ErrUnauthorized,

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/manifold-mcp/manifold/internal/grants"
+
 	"github.com/manifold-mcp/manifold/internal/loopback"
 )
 
@@ -107,6 +109,11 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		h.b.Audit(admin.Name, "reload", r.URL.Path, "ok", http.StatusOK)
 		writeJSON(w, http.StatusOK, st)
 	}))
+	mux.Handle("GET /api/grants", h.api(func(r *http.Request, _ string) (any, error) {
+		g, next, err := b.Grants(r.Context(), r.URL.Query().Get("cursor"))
+		return map[string]any{"grants": nonNil(g), "next": next}, err
+	}))
+	mux.Handle("POST /api/grants/revoke", http.HandlerFunc(h.revokeGrant))
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, `no such admin API endpoint: see "The admin API and page" in docs/policy.md`)
 	}))
@@ -227,6 +234,45 @@ func (h *handler) action(kind string, act func(r *http.Request, admin Operator, 
 		h.b.Audit(admin.Name, action, target, "ok", http.StatusOK)
 		writeJSON(w, http.StatusOK, v)
 	})
+}
+
+// grantRevocation is the body of POST /api/grants/revoke: whose grant, at which upstream.
+type grantRevocation struct {
+	Issuer   string `json:"issuer"`
+	Subject  string `json:"subject"`
+	Upstream string `json:"upstream"`
+}
+
+// revokeGrant revokes the grant the body names, as an audited admin action.
+func (h *handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
+	const kind = "grant/revoke"
+	admin, status := h.authorize(w, r)
+	if status != http.StatusOK {
+		h.b.Audit(admin.Name, kind, r.URL.Path, "refused", status)
+		return
+	}
+	var body grantRevocation
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err == nil {
+		err = json.Unmarshal(data, &body)
+	}
+	if err == nil && (body.Issuer == "" || body.Subject == "" || body.Upstream == "") {
+		err = errors.New("issuer, subject and upstream are all required (as GET /api/grants lists them)")
+	}
+	target := body.Upstream + "/" + body.Subject
+	if err != nil {
+		err = fmt.Errorf("%w: the body must be JSON like {\"issuer\": \"https://login.example.com\", \"subject\": \"alice\", \"upstream\": \"github\"}: %v", errBadRequest, err)
+	} else {
+		err = h.b.RevokeGrant(r.Context(), grants.Principal{Issuer: body.Issuer, Subject: body.Subject}, body.Upstream)
+	}
+	if err != nil {
+		status := statusOf(err)
+		h.b.Audit(admin.Name, kind, target, "refused", status)
+		writeError(w, status, err.Error())
+		return
+	}
+	h.b.Audit(admin.Name, kind, target, "ok", http.StatusOK)
+	writeJSON(w, http.StatusOK, map[string]any{"revoked": body})
 }
 
 // statusOf maps a Backend's error to its HTTP status.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/grants"
+
 	"github.com/chromedp/chromedp"
 	"github.com/google/go-cmp/cmp"
 
@@ -446,3 +448,11 @@ func (b *pageBackend) Config(context.Context) (admin.ConfigStatus, error) {
 }
 
 func (b *pageBackend) Reload(ctx context.Context) (admin.ConfigStatus, error) { return b.Config(ctx) }
+
+func (b *pageBackend) Grants(context.Context, string) ([]grants.GrantInfo, string, error) {
+	return nil, "", nil
+}
+
+func (b *pageBackend) RevokeGrant(context.Context, grants.Principal, string) error {
+	return admin.ErrNotFound
+}

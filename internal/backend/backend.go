@@ -1,6 +1,7 @@
 // Package backend builds the state backends of the gateway as one Set: where the sessions,
 // the events of resumable streams, the bus between replicas, the calls held for an operator,
-// the remembered approvals, the tool pins and the shared rate limits live. A Set is all in
+// the remembered approvals, the tool pins, the shared rate limits and the users' grants at
+// upstreams live. A Set is all in
 // this process's memory (NewMemory), or all on one Redis, with one client and one key prefix
 // (NewRedis); Open builds the one a config names. Nothing outside this package gets a raw
 // Redis client: the gateway learns that it runs with other replicas from the Set (Bus not
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/approval"
+	"github.com/manifold-mcp/manifold/internal/connect"
+	"github.com/manifold-mcp/manifold/internal/grants"
 	"github.com/manifold-mcp/manifold/internal/hub"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/policy/limit"
@@ -64,6 +67,14 @@ type Set struct {
 	// Keys are the gateway's keys (config `keys`), which seal what the state shared by
 	// replicas must not show or let be forged; nil when there are none (one replica).
 	Keys *seal.Keys
+	// Grants keeps the grants users give the gateway at upstreams (credentials.user_oauth),
+	// sealed with Keys, for every replica. If nil, a gateway that needs them keeps them in a
+	// file under state_dir.
+	Grants *grants.Vault
+	// Connects keeps the connect links and the authorizations in progress at upstreams, each
+	// taken once, whichever replica the browser reaches. If nil, a gateway that needs them
+	// keeps them in its own memory.
+	Connects connect.Store
 	// Ping reports whether the shared backend answers, for readiness. If nil, there is
 	// nothing to ask: the state is in this process.
 	Ping func(ctx context.Context) error

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/approval"
+	"github.com/manifold-mcp/manifold/internal/connect"
+	"github.com/manifold-mcp/manifold/internal/grants"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/policy/limit"
@@ -124,6 +126,7 @@ func NewRedis(opts *session.RedisOptions, events *session.EventLogOptions, keys 
 	logOpts := *events
 	logOpts.Sealer = bus // the log publishes on the bus too
 	log := rs.NewEventLog(&logOpts)
+	vault := grants.NewRedisVault(client, prefix, keys, &grants.Options{Now: opts.Now})
 	return &Set{
 		Sessions: rs,
 		Ended:    session.NewRedisEndedWatch(rs),
@@ -142,9 +145,11 @@ func NewRedis(opts *session.RedisOptions, events *session.EventLogOptions, keys 
 		Approvals:   approval.NewRedisApprovals(client, prefix),
 		Pins:        pin.NewRedisStore(client, prefix),
 		Limits:      limit.NewShared(client, prefix),
+		Grants:      vault,
+		Connects:    connect.NewRedisStore(client, prefix),
 		Keys:        keys,
 		Ping:        rs.Ping,
-		closers:     []func() error{client.Close, log.Close},
+		closers:     []func() error{client.Close, log.Close, vault.Close},
 	}, nil
 }
 

@@ -31,6 +31,10 @@ const (
 	ReasonDenied              = "denied"
 	ReasonRateLimited         = "rate_limited"
 	ReasonUnauthenticated     = "unauthenticated"
+	// ReasonConnectRequired: the upstream is called with each user's own account there,
+	// which the caller has not connected (or not with the scope needed); the message carries
+	// the URL that connects it.
+	ReasonConnectRequired = "connect_required"
 )
 
 // Keys of the gateway's own _meta entries in a refused tool result.

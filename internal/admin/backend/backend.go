@@ -22,6 +22,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/approval"
 	"github.com/manifold-mcp/manifold/internal/audit"
 	"github.com/manifold-mcp/manifold/internal/catalog"
+	"github.com/manifold-mcp/manifold/internal/grants"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/session"
 	"github.com/manifold-mcp/manifold/upstream"
@@ -107,6 +108,8 @@ type Sources struct {
 	// PinsDecided tells the other replicas of an operator's decision on a pinned tool; nil
 	// for a single gateway.
 	PinsDecided func()
+	// Grants keeps the users' grants at upstreams; nil when no upstream uses them.
+	Grants GrantKeeper
 	// Audit receives operators' actions; nil: no audit trail.
 	Audit Recorder
 	// Now returns the current time. If nil, time.Now.
@@ -114,6 +117,17 @@ type Sources struct {
 	// Logger receives operators' decisions. If nil, discarded.
 	Logger *slog.Logger
 }
+
+// GrantKeeper lists and revokes the grants users gave the gateway at upstreams.
+type GrantKeeper interface {
+	ListGrants(ctx context.Context, cursor string, limit int) ([]grants.GrantInfo, string, error)
+	// Revoke revokes the grant at its authorization server (where supported) and deletes
+	// it; it fails with an error wrapping grants.ErrNotFound when there is none.
+	Revoke(ctx context.Context, p grants.Principal, upstream string) error
+}
+
+// GrantsShown bounds the grants one page of the admin API lists.
+const GrantsShown = 200
 
 // Backend implements admin.Backend over what a gateway gives it. It is safe for concurrent
 // use, as its sources are.
@@ -364,6 +378,32 @@ func fingerprintOfDigest(digest string) string {
 
 // errNoReload answers a reload asked of a gateway that was not given how to read its files.
 var errNoReload = errors.New("this gateway cannot reload: it was not started from configuration files")
+
+// errNoGrants answers a revocation on a gateway where no upstream uses users' grants.
+var errNoGrants = fmt.Errorf("%w: no upstream of this gateway is called with users' grants (credentials.user_oauth)", admin.ErrNotFound)
+
+// Grants implements admin.Backend.
+func (b *Backend) Grants(ctx context.Context, cursor string) ([]grants.GrantInfo, string, error) {
+	if b.src.Grants == nil {
+		return nil, "", nil
+	}
+	return b.src.Grants.ListGrants(ctx, cursor, GrantsShown)
+}
+
+// RevokeGrant implements admin.Backend.
+func (b *Backend) RevokeGrant(ctx context.Context, user grants.Principal, upstream string) error {
+	if b.src.Grants == nil {
+		return errNoGrants
+	}
+	err := b.src.Grants.Revoke(ctx, user, upstream)
+	if errors.Is(err, grants.ErrNotFound) {
+		return fmt.Errorf("%w: %s has no grant at upstream %s", admin.ErrNotFound, user, upstream)
+	}
+	if err == nil {
+		b.src.Logger.Info("an operator revoked a user's grant at an upstream", "user", user.String(), "upstream", upstream)
+	}
+	return err
+}
 
 // Config implements admin.Backend.
 func (b *Backend) Config(ctx context.Context) (admin.ConfigStatus, error) {
