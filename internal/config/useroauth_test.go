@@ -270,3 +270,23 @@ func TestUserOAuthChangedKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestCredentialsSetByOverrideGetDefaults: a token_exchange a top-level override sets asks for
+// the upstream's URL as resource, as one in the upstream's own entry does.
+func TestCredentialsSetByOverrideGetDefaults(t *testing.T) {
+	yaml := `auth: {oidc: [{issuer: "https://login.example.com"}]}
+upstreams:
+  - {name: a, url: "https://a.example.com/mcp"}
+overrides:
+  - name: a
+    isolation: principal
+    credentials: {token_exchange: {token_url: "https://login.example.com/token", client_id: m}}
+`
+	c, err := config.Parse("gw.yaml", []byte(yaml), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if te := c.Upstreams[0].Credentials.TokenExchange; te == nil || te.Resource != "https://a.example.com/mcp" {
+		t.Errorf("token exchange %+v: want the upstream's URL as resource", te)
+	}
+}
