@@ -26,6 +26,9 @@ const (
 	defaultIssuerClaimRoles      = "roles"
 	defaultIssuerClaimScopes     = "scope"
 	minJWKSRefreshInterval       = time.Second
+	// defaultLoginScope is the scope of an OpenID Connect sign-in, which auth.login's scopes
+	// must include (OpenID Connect Core 1.0, section 3.1.2.1).
+	defaultLoginScope = "openid"
 )
 
 // Auth says how clients prove who they are (key `auth`). With neither OIDC issuers nor API
@@ -66,6 +69,30 @@ type Auth struct {
 	// of max_sessions (at least 1, at most 512), so that a few addresses cannot fill the
 	// gateway.
 	MaxSessionsPerAddress int
+
+	// Login signs a browser's user in through one of the OIDC issuers (key `login`): the
+	// pages where users connect their accounts at upstreams (user_oauth) and see their grants.
+	Login *Login
+}
+
+// Login is how a user signs in, in a browser, on the gateway's own pages: the OpenID Connect
+// authorization code flow with PKCE at one of auth.oidc's issuers, with the gateway as the
+// client. Nil when the key is absent: there are no such pages.
+type Login struct {
+	// Issuer is the issuer users sign in at (key `issuer`): exactly the URL of one of
+	// auth.oidc's issuers. Defaults to the first of them.
+	Issuer string
+
+	// ClientID is the gateway's client id at that issuer (key `client_id`); required.
+	ClientID string
+
+	// ClientSecret is that client's secret (key `client_secret`; write the secret as
+	// ${ENV}). Empty: a public client, which proves itself with PKCE alone.
+	ClientSecret string
+
+	// Scopes are asked for at sign-in (key `scopes`); they must include openid. Defaults
+	// to [openid].
+	Scopes []string
 }
 
 // Enabled reports whether clients must authenticate.
@@ -115,6 +142,8 @@ type APIKey struct {
 
 // Credentials are what the gateway presents to an HTTP upstream (key `credentials` of an
 // upstream), besides its static Headers. The client's own token never reaches an upstream.
+// At most one of TokenExchange and UserOAuth is set, and ClientCredentials not beside
+// UserOAuth (it goes in UserOAuth.CatalogCredentials instead).
 type Credentials struct {
 	// HeaderFiles set headers whose values are read from files, such as mounted secrets (key
 	// `header_files`, a list of {name, path, prefix}); a changed file is read again.
@@ -128,6 +157,12 @@ type Credentials struct {
 	// `token_exchange`), cached per principal until it expires. Needs isolation: principal, so
 	// that each principal's calls travel on a connection carrying its own token.
 	TokenExchange *TokenRequest
+
+	// UserOAuth has each user connect their own account at the upstream (key `user_oauth`):
+	// the gateway is an OAuth 2.1 client of the upstream's authorization server and calls
+	// the upstream, on each user's own connection (isolation: principal), with that user's
+	// token.
+	UserOAuth *UserOAuth
 }
 
 // HeaderFile is a header whose value is read from a file.
@@ -162,6 +197,21 @@ func authSettings(a *Auth) decodeFunc {
 			{key: "allow_unauthenticated", decode: boolean(&a.AllowUnauthenticated)},
 			{key: "max_sessions_per_principal", decode: integer(&a.MaxSessionsPerPrincipal)},
 			{key: "max_sessions_per_address", decode: integer(&a.MaxSessionsPerAddress)},
+			{key: "login", decode: login(&a.Login)},
+		})
+	}
+}
+
+// login decodes `auth.login`.
+func login(dst **Login) decodeFunc {
+	return func(d *decoder, n *yaml.Node, path string) bool {
+		l := new(Login)
+		*dst = l
+		return d.mapping(n, path, "a mapping with `client_id:`, the gateway's client at an auth.oidc issuer", []field{
+			{key: "issuer", decode: str(&l.Issuer)},
+			{key: "client_id", decode: str(&l.ClientID)},
+			{key: "client_secret", decode: str(&l.ClientSecret)},
+			{key: "scopes", decode: strList(&l.Scopes)},
 		})
 	}
 }
@@ -204,20 +254,26 @@ func apiKey(k *APIKey) decodeFunc {
 func credentials(c *Credentials) decodeFunc {
 	return func(d *decoder, n *yaml.Node, path string) bool {
 		*c = Credentials{}
-		return d.mapping(n, path, "a mapping with header_files:, client_credentials: or token_exchange:", []field{
-			{key: "header_files", decode: listOf(&c.HeaderFiles, "a list of {name, path, prefix}", func(h *HeaderFile) decodeFunc {
-				return func(d *decoder, n *yaml.Node, path string) bool {
-					return d.mapping(n, path, "a mapping with `name:` (the header) and `path:` (the file holding its value)", []field{
-						{key: "name", decode: str(&h.Name)},
-						{key: "path", decode: str(&h.Path)},
-						{key: "prefix", decode: str(&h.Prefix)},
-					})
-				}
-			})},
+		return d.mapping(n, path, "a mapping with header_files:, client_credentials:, token_exchange: or user_oauth:", []field{
+			{key: "header_files", decode: headerFiles(&c.HeaderFiles)},
 			{key: "client_credentials", decode: tokenRequest(&c.ClientCredentials)},
 			{key: "token_exchange", decode: tokenRequest(&c.TokenExchange)},
+			{key: "user_oauth", decode: userOAuth(&c.UserOAuth)},
 		})
 	}
+}
+
+// headerFiles decodes `header_files`, a list of {name, path, prefix}.
+func headerFiles(dst *[]HeaderFile) decodeFunc {
+	return listOf(dst, "a list of {name, path, prefix}", func(h *HeaderFile) decodeFunc {
+		return func(d *decoder, n *yaml.Node, path string) bool {
+			return d.mapping(n, path, "a mapping with `name:` (the header) and `path:` (the file holding its value)", []field{
+				{key: "name", decode: str(&h.Name)},
+				{key: "path", decode: str(&h.Path)},
+				{key: "prefix", decode: str(&h.Prefix)},
+			})
+		}
+	})
 }
 
 func tokenRequest(dst **TokenRequest) decodeFunc {
@@ -265,6 +321,14 @@ func applyAuthDefaults(c *Config, ix *index) {
 	}
 	if !ix.has("auth.resource") {
 		a.Resource = c.BaseURL() + "/mcp"
+	}
+	if l := a.Login; l != nil {
+		if !ix.has("auth.login.issuer") && len(a.OIDC) > 0 {
+			l.Issuer = a.OIDC[0].URL
+		}
+		if !ix.has("auth.login.scopes") {
+			l.Scopes = []string{defaultLoginScope}
+		}
 	}
 	for i := range a.OIDC {
 		is, p := &a.OIDC[i], fmt.Sprintf("auth.oidc[%d]", i)
@@ -358,6 +422,7 @@ func (v *validator) authSettings(c *Config, w where) {
 		}
 	}
 	v.apiKeys(w, "auth.api_keys", a.APIKeys, "the service account's name, which policy and the audit trail show")
+	v.login(a, w)
 }
 
 // apiKeys checks the API keys of a section (path, like auth.api_keys): each named, by a name
@@ -420,9 +485,9 @@ func listensOnLoopbackOnly(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// credentials checks an upstream's credentials; hasIssuers says whether auth.oidc lists
-// issuers, whose tokens a token exchange trades.
-func (v *validator) credentials(u *Upstream, s *site, hasIssuers bool) {
+// credentials checks an upstream's credentials; have says what the top-level settings
+// provide that they may need.
+func (v *validator) credentials(u *Upstream, s *site, have provided) {
 	if !s.present("credentials") {
 		return
 	}
@@ -432,6 +497,25 @@ func (v *validator) credentials(u *Upstream, s *site, hasIssuers bool) {
 		v.check(w, path, "only for an HTTP upstream (with url): a stdio upstream takes its credentials from env")
 		return
 	}
+	v.presented(w, path, c)
+	if c.TokenExchange != nil {
+		p := path + ".token_exchange"
+		v.tokenRequest(w, p, c.TokenExchange)
+		if u.Isolation != IsolationPrincipal {
+			v.check(w, p, "needs isolation: principal, so that each user's calls travel on a connection carrying that user's token")
+		}
+		if !have.issuers {
+			v.check(w, p, "needs auth.oidc: the tokens exchanged are the users' own access tokens (an API key or an anonymous client has none)")
+		}
+	}
+	if c.UserOAuth != nil {
+		v.userOAuth(u, w, path, have)
+	}
+}
+
+// presented checks the credentials at path in w that present no user's token: header_files
+// and client_credentials.
+func (v *validator) presented(w where, path string, c *Credentials) {
 	for i, h := range c.HeaderFiles {
 		p := fmt.Sprintf("%s.header_files[%d]", path, i)
 		switch {
@@ -444,28 +528,19 @@ func (v *validator) credentials(u *Upstream, s *site, hasIssuers bool) {
 			v.check(w, p+".path", "required: the file holding the header's value, like /run/secrets/token")
 		}
 	}
-	for _, kt := range []struct {
-		key string
-		t   *TokenRequest
-	}{{"client_credentials", c.ClientCredentials}, {"token_exchange", c.TokenExchange}} {
-		key, t := kt.key, kt.t
-		if t == nil {
-			continue
-		}
-		p := path + "." + key
-		if msg := checkPublicURL(t.TokenURL); t.TokenURL == "" {
-			v.check(w, p+".token_url", "required: the authorization server's token endpoint")
-		} else {
-			v.check(w, p+".token_url", msg)
-		}
-		if t.ClientID == "" {
-			v.check(w, p+".client_id", "required: the gateway's client id at that authorization server")
-		}
+	if c.ClientCredentials != nil {
+		v.tokenRequest(w, path+".client_credentials", c.ClientCredentials)
 	}
-	if c.TokenExchange != nil && u.Isolation != IsolationPrincipal {
-		v.check(w, path+".token_exchange", "needs isolation: principal, so that each user's calls travel on a connection carrying that user's token")
+}
+
+// tokenRequest checks the token request at path in w.
+func (v *validator) tokenRequest(w where, path string, t *TokenRequest) {
+	if msg := checkPublicURL(t.TokenURL); t.TokenURL == "" {
+		v.check(w, path+".token_url", "required: the authorization server's token endpoint")
+	} else {
+		v.check(w, path+".token_url", msg)
 	}
-	if c.TokenExchange != nil && !hasIssuers {
-		v.check(w, path+".token_exchange", "needs auth.oidc: the tokens exchanged are the users' own access tokens (an API key or an anonymous client has none)")
+	if t.ClientID == "" {
+		v.check(w, path+".client_id", "required: the gateway's client id at that authorization server")
 	}
 }

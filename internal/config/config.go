@@ -391,11 +391,11 @@ type Config struct {
 
 	// Keys are the gateway's own keys (key `keys`, a list of {id, secret}): the first seals
 	// what replicas send each other on Redis, what a held call's record keeps of its
-	// session, and the requestState of the multi-round-trip results relayed to 2026-07-28
-	// clients; every key opens. Required with a Redis session store, the same list on every
-	// replica. Nil when absent: the gateway then seals requestStates with a random key made
-	// at start, so that they open only on the replica that issued them, and not after a
-	// restart.
+	// session, the requestState of the multi-round-trip results relayed to 2026-07-28
+	// clients, and the users' grants at upstreams with user_oauth; every key opens. Required
+	// with a Redis session store or user_oauth, the same list on every replica. Nil when
+	// absent: the gateway then seals requestStates with a random key made at start, so that
+	// they open only on the replica that issued them, and not after a restart.
 	Keys []Key
 
 	// PublicURL is the gateway's URL as clients reach it (key `public_url`), like
@@ -420,7 +420,8 @@ type Config struct {
 	Plugins []Plugin
 
 	// StateDir is where the gateway keeps what must outlive a restart without Redis (key
-	// `state_dir`; relative to the config file's directory): the pinned tool definitions.
+	// `state_dir`; relative to the config file's directory): the pinned tool definitions, and
+	// the users' grants at upstreams with user_oauth.
 	// Empty: pins last as long as the process, unless the session store is Redis, which
 	// keeps them.
 	StateDir string
@@ -753,8 +754,9 @@ type Upstream struct {
 	Pinning string
 
 	// Credentials are what the gateway presents to this HTTP upstream besides Headers (key
-	// `credentials`): header values read from files, the OAuth client credentials grant, or a
-	// token exchange per principal.
+	// `credentials`): header values read from files, the OAuth client credentials grant, a
+	// token exchange per principal, or each user's own account connected at the upstream
+	// (user_oauth).
 	Credentials Credentials
 
 	// Tools shapes the upstream's tools as clients see them (key `tools`): a filter by the
@@ -925,6 +927,11 @@ func build(cfg *source, imports []source, lookupEnv func(string) (string, bool))
 	if d != nil {
 		d.applyOverrides(c, sites)
 		problems = append(problems, d.problems...)
+	}
+	// Credentials get their defaults once overrides are applied: an override that sets
+	// credentials replaces them whole, defaults included.
+	for i := range c.Upstreams {
+		applyCredentialDefaults(&c.Upstreams[i], &sites[i])
 	}
 	if cfg != nil && cfg.onDisk {
 		// Relative paths written in the config file, in an upstream's entry or in an
@@ -1112,11 +1119,6 @@ func applyDefaults(c *Config, ix *index) {
 			u.Transport = defaultTransport(u)
 		}
 		applyUpstreamDefaults(u, func(key string) bool { return ix.has(path + "." + key) })
-		for _, t := range []*TokenRequest{u.Credentials.ClientCredentials, u.Credentials.TokenExchange} {
-			if t != nil && t.Resource == "" {
-				t.Resource = u.URL
-			}
-		}
 	}
 	applySelectorDefaults(c.Profiles, ix)
 }

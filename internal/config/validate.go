@@ -130,7 +130,7 @@ func validate(c *Config, top *where, sites []site, sep string) []Problem {
 			sep = ""
 		}
 	}
-	v.upstreams(c.Upstreams, sites, sep, len(c.Auth.OIDC) > 0)
+	v.upstreams(c.Upstreams, sites, sep, provisions(c, top))
 	if top != nil {
 		v.profiles(c.Profiles, *top, c.Upstreams)
 	}
@@ -240,10 +240,10 @@ func (v *validator) audit(a *Audit, w where) {
 	}
 }
 
-// upstreams checks each upstream (hasIssuers: whether auth.oidc lists issuers), and that names, prefixes and the names clients
-// see of renamed tools and prompts are unique across all of them, whatever file
-// they come from.
-func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssuers bool) {
+// upstreams checks each upstream (have: what the top-level settings provide that its
+// credentials may need), and that names, prefixes and the names clients see of renamed
+// tools and prompts are unique across all of them, whatever file they come from.
+func (v *validator) upstreams(ups []Upstream, sites []site, sep string, have provided) {
 	names := make(map[string]int)    // name → index of the first upstream with it
 	prefixes := make(map[string]int) // effective prefix → index of the first upstream with it
 	var tools, prompts []namedItem
@@ -331,7 +331,7 @@ func (v *validator) upstreams(ups []Upstream, sites []site, sep string, hasIssue
 			}
 		}
 		v.headers(u, s)
-		v.credentials(u, s, hasIssuers)
+		v.credentials(u, s, have)
 
 		prefixOK := v.prefix(ups, sites, i, sep, nameOK, prefixes)
 		v.upstreamFilter(s, "resources", &u.Resources)
