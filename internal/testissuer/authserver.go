@@ -329,6 +329,10 @@ func (i *Issuer) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		refuse("invalid_request", "PKCE is required: send code_challenge with code_challenge_method=S256")
 		return
 	}
+	if oe := checkResources(q["resource"]); oe != nil {
+		refuse(oe.Code, oe.Desc)
+		return
+	}
 	scope := q.Get("scope")
 	for _, s := range strings.Fields(scope) {
 		if !slices.Contains(i.scopesSupported(), s) {
@@ -542,11 +546,11 @@ func (i *Issuer) redeemCode(c *client, form url.Values) (map[string]any, *oauthE
 	if oe != nil {
 		return nil, oe
 	}
-	g := &grant{clientID: c.id, user: ac.user, scope: ac.scope, resources: ac.resources}
+	g := &grant{clientID: c.id, user: ac.user, scope: ac.scope, resources: resources}
 	i.as.mu.Lock()
+	defer i.as.mu.Unlock()
 	i.as.grants = append(i.as.grants, g)
-	i.as.mu.Unlock()
-	return i.issue(g, resources, g.scope, ac.nonce)
+	return i.issueLocked(g, resources, g.scope, ac.nonce)
 }
 
 // redeemRefresh is the refresh token grant, rotating the refresh token: the one presented
@@ -554,25 +558,19 @@ func (i *Issuer) redeemCode(c *client, form url.Values) (map[string]any, *oauthE
 func (i *Issuer) redeemRefresh(c *client, form url.Values) (map[string]any, *oauthError) {
 	rt := form.Get("refresh_token")
 	i.as.mu.Lock()
+	defer i.as.mu.Unlock()
 	old := i.as.refresh[rt]
-	var oe *oauthError
 	switch {
 	case rt == "":
-		oe = fail(http.StatusBadRequest, "invalid_request", "no refresh_token")
+		return nil, fail(http.StatusBadRequest, "invalid_request", "no refresh_token")
 	case old == nil:
-		oe = fail(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
+		return nil, fail(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
 	case old.grant.clientID != c.id:
-		oe = fail(http.StatusBadRequest, "invalid_grant", "the refresh token was issued to another client")
+		return nil, fail(http.StatusBadRequest, "invalid_grant", "the refresh token was issued to another client")
 	case old.used:
-		oe = fail(http.StatusBadRequest, "invalid_grant", "the refresh token was already used (rotated)")
+		return nil, fail(http.StatusBadRequest, "invalid_grant", "the refresh token was already used (rotated)")
 	case old.grant.revoked:
-		oe = fail(http.StatusBadRequest, "invalid_grant", "the refresh token was revoked")
-	default:
-		old.used = true
-	}
-	i.as.mu.Unlock()
-	if oe != nil {
-		return nil, oe
+		return nil, fail(http.StatusBadRequest, "invalid_grant", "the refresh token was revoked")
 	}
 	g := old.grant
 	scope := g.scope
@@ -588,7 +586,8 @@ func (i *Issuer) redeemRefresh(c *client, form url.Values) (map[string]any, *oau
 	if oe != nil {
 		return nil, oe
 	}
-	return i.issue(g, resources, scope, "")
+	old.used = true
+	return i.issueLocked(g, resources, scope, "")
 }
 
 // clientCredentials is the client credentials grant, for confidential clients only; the
@@ -603,8 +602,15 @@ func (i *Issuer) clientCredentials(c *client, form url.Values) (map[string]any, 
 }
 
 // narrowResources returns the resources of a token request: those asked for, which must
-// have been granted, or all the granted ones (RFC 8707 §2.2).
+// have been granted when the authorization named any, or all the granted ones (RFC 8707
+// §2.2).
 func narrowResources(granted, asked []string) ([]string, *oauthError) {
+	if oe := checkResources(asked); oe != nil {
+		return nil, oe
+	}
+	if len(granted) == 0 {
+		return asked, nil
+	}
 	for _, r := range asked {
 		if !slices.Contains(granted, r) {
 			return nil, fail(http.StatusBadRequest, "invalid_target", fmt.Sprintf("resource %q was not authorized", r))
@@ -616,10 +622,27 @@ func narrowResources(granted, asked []string) ([]string, *oauthError) {
 	return granted, nil
 }
 
+// checkResources refuses a resource that is no absolute URI without fragment (RFC 8707 §2).
+func checkResources(resources []string) *oauthError {
+	for _, r := range resources {
+		if u, err := url.Parse(r); err != nil || !u.IsAbs() || u.Fragment != "" {
+			return fail(http.StatusBadRequest, "invalid_target", fmt.Sprintf("resource %q is no absolute URI without fragment", r))
+		}
+	}
+	return nil
+}
+
 // issue makes the token response of grant g: an access token for resources (else for the
 // client), a refresh token unless g is a client credentials grant, and an id_token when
 // scope has openid.
 func (i *Issuer) issue(g *grant, resources []string, scope, nonce string) (map[string]any, *oauthError) {
+	i.as.mu.Lock()
+	defer i.as.mu.Unlock()
+	return i.issueLocked(g, resources, scope, nonce)
+}
+
+// issueLocked is issue with i.as.mu held.
+func (i *Issuer) issueLocked(g *grant, resources []string, scope, nonce string) (map[string]any, *oauthError) {
 	now := i.now()
 	ttl := i.accessTTL()
 	jti := randomString()
@@ -656,8 +679,6 @@ func (i *Issuer) issue(g *grant, resources []string, scope, nonce string) (map[s
 		}
 		answer["id_token"] = idt
 	}
-	i.as.mu.Lock()
-	defer i.as.mu.Unlock()
 	i.as.access[jti] = g
 	if g.clientCredentials {
 		return answer, nil

@@ -85,7 +85,10 @@ func NewProtected(t testing.TB, as *testissuer.Issuer, opts ProtectedOptions) *P
 
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		srv.CloseClientConnections() // a session's GET stream would hold Close forever
+		srv.Close()
+	})
 	p.URL = srv.URL + protectedPath
 	p.ResourceMetadataURL = srv.URL + "/.well-known/oauth-protected-resource" + protectedPath
 
