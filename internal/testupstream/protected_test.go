@@ -86,6 +86,21 @@ func TestProtectedServesTheTokensUser(t *testing.T) {
 	if diff := cmp.Diff([]string{tok}, p.Tokens()); diff != "" {
 		t.Errorf("Tokens (-want +got):\n%s", diff)
 	}
+
+	// alice's session refuses bob's token: a session is bound to its user.
+	req, _ := http.NewRequest(http.MethodPost, p.URL, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Authorization", "Bearer "+as.Token(t, map[string]any{"sub": "bob", "aud": p.URL, "scope": "read write"}))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("bob in alice's session: %d, want 403", resp.StatusCode)
+	}
 }
 
 func TestProtectedRefuses(t *testing.T) {
