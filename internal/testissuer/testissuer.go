@@ -3,6 +3,17 @@
 // It also signs attack tokens (alg none, HMAC keyed with the public key, unknown kid, a
 // foreign key) so tests can check that they are refused.
 //
+// The same server is an OAuth 2.1 authorization server (see authserver.go): authorization
+// code with PKCE, refresh with rotation, client credentials, revocation (RFC 7009), dynamic
+// registration (RFC 7591), Client ID Metadata Documents and OIDC id_tokens. Its signed-in
+// user is a cookie that the test puts in its HTTP client's jar (SignIn), so a flow runs with
+// no browser:
+//
+//	iss.RegisterClient("app", "", "http://127.0.0.1:9/callback")
+//	iss.SignIn(browser, "alice")              // browser is the test's *http.Client
+//	resp, _ := browser.Get(authorizationURL)  // 302 to the redirect URI with code, state, iss
+//	sub, scopes, aud, err := iss.Check(accessToken)
+//
 //	iss := testissuer.New(t)                 // one RSA key, kid "k1"
 //	iss.Now = clock.Now                      // optional: token times from a fake clock
 //	tok := iss.Token(t, map[string]any{"sub": "alice", "aud": "https://gw.example.com/mcp"})
@@ -43,8 +54,24 @@ import (
 type Issuer struct {
 	// URL is the issuer identifier (the iss of its tokens), the base URL of its server.
 	URL string
-	// Now gives the time for the default iat, nbf and exp of tokens. If nil, time.Now.
+	// Now gives the time for the default iat, nbf and exp of tokens, and of the codes and
+	// tokens the authorization server issues and checks. If nil, time.Now.
 	Now func() time.Time
+
+	// The authorization server's settings; set them before its first request.
+
+	// AccessTTL is the lifetime of the access tokens the token endpoint issues. If zero,
+	// one hour.
+	AccessTTL time.Duration
+	// ScopesSupported is the metadata's scopes_supported, and the scopes /authorize accepts.
+	// If nil, DefaultScopes.
+	ScopesSupported []string
+	// NoDynamicRegistration turns off /register and leaves registration_endpoint out of the
+	// metadata.
+	NoDynamicRegistration bool
+	// NoMetadataDocuments turns off Client ID Metadata Documents: a URL client_id is then
+	// unknown, and the metadata does not advertise client_id_metadata_document_supported.
+	NoMetadataDocuments bool
 
 	srv *httptest.Server
 
@@ -57,6 +84,9 @@ type Issuer struct {
 	mu   sync.Mutex
 	keys []signingKey
 	next int // number of the next kid ("k<next>")
+
+	// as is the authorization server's state, under its own lock.
+	as authState
 }
 
 type signingKey struct {
@@ -65,15 +95,18 @@ type signingKey struct {
 	priv crypto.Signer
 }
 
-// New starts an issuer with one RSA key (RS256, kid "k1"). Its server is closed when the
-// test ends.
+// New starts an issuer with one RSA key (RS256, kid "k1"), serving discovery, JWKS and the
+// authorization server's endpoints. Its server is closed when the test ends.
 func New(t testing.TB) *Issuer {
 	t.Helper()
 	i := &Issuer{next: 1}
+	i.as.init()
 	i.addKey(t, jose.RS256)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/openid-configuration", i.serveDiscovery)
+	mux.HandleFunc("GET /.well-known/oauth-authorization-server", i.serveDiscovery)
 	mux.HandleFunc("GET /jwks", i.serveJWKS)
+	i.handleAuthServer(mux)
 	i.srv = httptest.NewServer(mux)
 	i.URL = i.srv.URL
 	t.Cleanup(i.srv.Close)
@@ -103,11 +136,12 @@ func (i *Issuer) DropOldKeys() {
 // JWKSFetches reports how many times /jwks was served (including failed ones while down).
 func (i *Issuer) JWKSFetches() int { return int(i.jwksFetches.Load()) }
 
-// DiscoveryFetches reports how many times the discovery document was asked for.
+// DiscoveryFetches reports how many times the metadata was asked for, at either of its
+// well-known URIs (OpenID Connect discovery and RFC 8414).
 func (i *Issuer) DiscoveryFetches() int { return int(i.discoveryFetches.Load()) }
 
-// SetDown makes the issuer answer discovery and JWKS requests with 503 (down) or serve them
-// again (!down).
+// SetDown makes the issuer answer metadata and JWKS requests with 503 (down) or serve them
+// again (!down). The authorization server's endpoints keep answering.
 func (i *Issuer) SetDown(down bool) { i.down.Store(down) }
 
 // PublicKeyPEM returns the current key's public key, PKIX in a "PUBLIC KEY" PEM block: the
@@ -130,28 +164,33 @@ func (i *Issuer) PrivateKey() crypto.Signer { return i.current().priv }
 // override them, and a nil value deletes a claim.
 func (i *Issuer) Token(t testing.TB, claims map[string]any) string {
 	t.Helper()
-	k := i.current()
-	payload, err := json.Marshal(i.withDefaults(claims))
+	tok, err := i.sign("at+jwt", i.withDefaults(claims))
 	if err != nil {
-		t.Fatalf("testissuer: marshal claims: %v", err)
+		t.Fatalf("testissuer: %v", err)
 	}
-	opts := (&jose.SignerOptions{}).WithType("at+jwt")
+	return tok
+}
+
+// sign returns a compact JWS of claims signed with the current key, with its kid and typ in
+// the header.
+func (i *Issuer) sign(typ string, claims map[string]any) (string, error) {
+	k := i.current()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		return "", fmt.Errorf("marshal claims: %w", err)
+	}
 	signer, err := jose.NewSigner(jose.SigningKey{
 		Algorithm: k.alg,
 		Key:       jose.JSONWebKey{Key: k.priv, KeyID: k.kid, Algorithm: string(k.alg)},
-	}, opts)
+	}, (&jose.SignerOptions{}).WithType(jose.ContentType(typ)))
 	if err != nil {
-		t.Fatalf("testissuer: new signer: %v", err)
+		return "", fmt.Errorf("new signer: %w", err)
 	}
 	jws, err := signer.Sign(payload)
 	if err != nil {
-		t.Fatalf("testissuer: sign: %v", err)
+		return "", fmt.Errorf("sign: %w", err)
 	}
-	tok, err := jws.CompactSerialize()
-	if err != nil {
-		t.Fatalf("testissuer: serialize: %v", err)
-	}
-	return tok
+	return jws.CompactSerialize()
 }
 
 // SignWith builds a compact JWS by hand, for attack tokens. The header is used as given, with
@@ -222,12 +261,16 @@ func (i *Issuer) addKey(t testing.TB, alg jose.SignatureAlgorithm) string {
 	return kid
 }
 
-func (i *Issuer) withDefaults(claims map[string]any) map[string]any {
-	now := time.Now
+// now is the issuer's clock: Now, else time.Now.
+func (i *Issuer) now() time.Time {
 	if i.Now != nil {
-		now = i.Now
+		return i.Now()
 	}
-	n := now().Unix()
+	return time.Now()
+}
+
+func (i *Issuer) withDefaults(claims map[string]any) map[string]any {
+	n := i.now().Unix()
 	out := map[string]any{
 		"iss": i.URL,
 		"iat": n,
@@ -250,15 +293,29 @@ func (i *Issuer) serveDiscovery(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "issuer down", http.StatusServiceUnavailable)
 		return
 	}
-	writeJSON(w, map[string]any{
-		"issuer":                                i.URL,
-		"authorization_endpoint":                i.URL + "/authorize",
-		"token_endpoint":                        i.URL + "/token",
-		"jwks_uri":                              i.URL + "/jwks",
-		"response_types_supported":              []string{"code"},
-		"subject_types_supported":               []string{"public"},
-		"id_token_signing_alg_values_supported": []string{"RS256", "PS256", "ES256", "EdDSA"},
-	})
+	md := map[string]any{
+		"issuer":                                         i.URL,
+		"authorization_endpoint":                         i.URL + "/authorize",
+		"token_endpoint":                                 i.URL + "/token",
+		"revocation_endpoint":                            i.URL + "/revoke",
+		"jwks_uri":                                       i.URL + "/jwks",
+		"response_types_supported":                       []string{"code"},
+		"subject_types_supported":                        []string{"public"},
+		"id_token_signing_alg_values_supported":          []string{"RS256", "PS256", "ES256", "EdDSA"},
+		"code_challenge_methods_supported":               []string{"S256"},
+		"grant_types_supported":                          []string{"authorization_code", "refresh_token", "client_credentials"},
+		"scopes_supported":                               i.scopesSupported(),
+		"token_endpoint_auth_methods_supported":          []string{"none", "client_secret_basic", "client_secret_post"},
+		"revocation_endpoint_auth_methods_supported":     []string{"none", "client_secret_basic", "client_secret_post"},
+		"authorization_response_iss_parameter_supported": true,
+	}
+	if !i.NoDynamicRegistration {
+		md["registration_endpoint"] = i.URL + "/register"
+	}
+	if !i.NoMetadataDocuments {
+		md["client_id_metadata_document_supported"] = true
+	}
+	writeJSON(w, md)
 }
 
 func (i *Issuer) serveJWKS(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,8 @@
 // Package testupstream holds the MCP servers that Manifold's tests run as real upstream
 // processes: each is a go-sdk server over stdio, selected by name. A test binary serves one
 // when its environment asks (see Main), so tests can re-execute themselves as upstreams.
+// A few are served over HTTP in the test's own process instead: Changing, Modern, and
+// Protected, which demands OAuth tokens of a testissuer.Issuer.
 package testupstream
 
 import (
