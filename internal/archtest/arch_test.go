@@ -36,6 +36,7 @@ var allowed = map[string][]string{
 	"internal/replicabus":        {"internal/session"},
 	"internal/pin":               {"internal/statefile"},
 	"internal/grants":            {"internal/seal", "internal/statefile"},
+	"internal/connect":           {"internal/grants", "internal/oauthclient", "internal/seal"},
 	"internal/statefile":         {},
 	"internal/pipeline":          {"internal/protocol", "internal/session", "internal/audit"},
 	"auth":                       {"internal/session", "internal/pipeline"},

@@ -48,6 +48,10 @@ const (
 	// PurposeGrants seals the tokens of the upstream grants users connect (package grants),
 	// bound to the principal and upstream they belong to.
 	PurposeGrants = "grants"
+	// PurposeConnect seals what the pages where users connect upstreams keep and hand out
+	// (package connect): the records of connect links and authorizations in flight, the
+	// sign-in cookie and the CSRF tokens of their forms.
+	PurposeConnect = "connect"
 )
 
 // MinSecretLen is the least length of a secret, in bytes: 256 bits, from a random source.

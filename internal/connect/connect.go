@@ -1,0 +1,421 @@
+// Package connect owns the pages where users connect their own accounts at upstreams whose
+// tools act on the user's behalf (per-user upstream authorization), and the tokens those
+// connections yield.
+//
+// When a user's call needs an upstream they have not connected, the gateway asks the client
+// to open a connect link (Ask; MCP 2025-11-25 URL-mode elicitation). The page behind it signs
+// the browser's user in at the gateway's own OpenID Connect issuer, goes on only if that user
+// is the principal that asked, shows what will be granted, and on consent runs the OAuth
+// authorization code flow with PKCE at the upstream's authorization server, the gateway being
+// the OAuth client (package oauthclient). The callback keeps the token in the grant vault
+// (package grants), from which Token hands it, refreshed when due, to the upstream calls.
+//
+//	svc, err := connect.New(connect.Options{PublicURL: "https://mcp.example.com", Login: login,
+//		Keys: keys, Store: connect.NewRedisStore(rdb, "manifold"), Vault: vault, Upstreams: ups})
+//	defer svc.Close()
+//	mux.Handle(connect.PathConnect, svc.Handler()) // and each other Path… constant
+//	link, id, err := svc.Ask(ctx, connect.Request{Principal: p, Upstream: "github"})
+//	tok, err := svc.Token(ctx, p, "github")
+//	if connect.NeedsConnect(err) { ... ask the user to open a new link ... }
+//
+// Everything kept between two requests (the link, the sign-in in flight, the authorization in
+// flight) is sealed (seal.PurposeConnect) and put in a Store that every replica shares, so
+// that any replica can serve any step. Each record is single use where a replay would matter.
+package connect
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifold-mcp/manifold/internal/grants"
+	"github.com/manifold-mcp/manifold/internal/seal"
+)
+
+// Paths the Handler serves; the gateway mounts the Handler on its mux at each of them (and at
+// PathGrants + "/" for the revoke forms).
+const (
+	// PathConnect + id is a connect link: GET shows it, POST answers its form.
+	PathConnect = "/connect/"
+	// PathCallback is where the upstreams' authorization servers send the user back.
+	PathCallback = "/oauth/callback"
+	// PathLoginCallback is where the gateway's own issuer sends the user back after sign-in.
+	PathLoginCallback = "/oauth/login/callback"
+	// PathLogout (POST) signs the browser out, and in again as another user.
+	PathLogout = "/oauth/logout"
+	// PathClientMetadata serves the gateway's Client ID Metadata Document.
+	PathClientMetadata = "/oauth/client-metadata.json"
+	// PathGrants lists the signed-in user's grants (GET); POST PathGrants/{upstream}/revoke
+	// revokes one.
+	PathGrants = "/grants"
+)
+
+// Defaults of Options.
+const (
+	DefaultClientName = "Manifold"
+	DefaultRequestTTL = 10 * time.Minute
+)
+
+// Login is how the pages sign users in: an OAuth client of the gateway's own OpenID Connect
+// issuer, the one whose tokens the gateway accepts, so that the browser's user can be matched
+// with the principal that asked.
+type Login struct {
+	// Issuer is the issuer identifier; its discovery document is fetched on the first sign-in.
+	Issuer string
+	// ClientID and ClientSecret identify the gateway at the issuer (a confidential client
+	// whose redirect URI is PublicURL + PathLoginCallback); ClientSecret "" is a public client.
+	ClientID, ClientSecret string
+	// Scopes are asked at sign-in. If empty, just "openid"; "openid" is added if missing.
+	Scopes []string
+}
+
+// Upstream is one upstream whose users connect their own accounts
+// (credentials.user_oauth), as configured.
+type Upstream struct {
+	// Name is the upstream's name in the configuration; URL its MCP endpoint, the resource
+	// whose authorization server is discovered (RFC 9728).
+	Name, URL string
+	// ClientID and ClientSecret are credentials registered beforehand at the authorization
+	// server; both may be empty.
+	ClientID, ClientSecret string
+	// ClientMetadataDocument lets the gateway identify itself by its Client ID Metadata
+	// Document (PublicURL + PathClientMetadata) where the server supports it.
+	ClientMetadataDocument bool
+	// DynamicRegistration lets the gateway register itself (RFC 7591) where the server offers
+	// it. Each registration is shared by the replicas through the Store.
+	DynamicRegistration bool
+	// Scopes are the scopes to ask for; nil means those the upstream advertises.
+	Scopes []string
+	// AllowPrivateNetwork lets the gateway reach the upstream's metadata and authorization
+	// server at loopback and private addresses (and plain http to loopback). Safe only for
+	// servers inside the operator's own network; it weakens the SSRF guard.
+	AllowPrivateNetwork bool
+}
+
+// Options configure a Service. Keys, Store and Vault are required, and so are PublicURL and
+// Login's Issuer and ClientID.
+type Options struct {
+	// PublicURL is the gateway's base URL as browsers reach it, without a trailing slash,
+	// e.g. https://mcp.example.com. When it is https, cookies are Secure and __Host- named.
+	PublicURL string
+	// ClientName is the gateway's name shown at the authorization servers. If empty,
+	// DefaultClientName.
+	ClientName string
+	// Login is the sign-in at the gateway's own issuer.
+	Login Login
+	// Keys seal what the Service stores and hands out (seal.PurposeConnect).
+	Keys *seal.Keys
+	// Store keeps the links, sign-ins and authorizations in flight, shared by replicas.
+	Store Store
+	// Vault keeps the grants.
+	Vault *grants.Vault
+	// Upstreams are those users may connect; SetUpstreams replaces them.
+	Upstreams []Upstream
+	// RequestTTL is the life of a connect link, and of an authorization once started. If
+	// zero, DefaultRequestTTL.
+	RequestTTL time.Duration
+	// OnConnected, if set, is called after a grant is stored, on the callback's goroutine,
+	// with the callback request's context.
+	OnConnected func(ctx context.Context, r Request)
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+	// Logger receives the Service's log. If nil, nothing is logged.
+	Logger *slog.Logger
+	// HTTPClient reaches the gateway's own issuer for the sign-in. If nil, a client with a
+	// timeout of 10s.
+	HTTPClient *http.Client
+}
+
+// Request is one ask to a user to connect an upstream.
+type Request struct {
+	// ID names the request in its link; set by Ask.
+	ID string `json:"id"`
+	// Principal is who asked: only this user may complete the connection.
+	Principal grants.Principal `json:"principal"`
+	// PrincipalName is how the page names the principal (an email, or the subject).
+	PrincipalName string `json:"principal_name,omitempty"`
+	// Upstream is the configured upstream's name.
+	Upstream string `json:"upstream"`
+	// Scopes are the scopes to ask for (a step-up); nil means the upstream's configured or
+	// discovered ones.
+	Scopes []string `json:"scopes,omitempty"`
+	// SessionID is the MCP session to tell when the connection is done; "" for none.
+	SessionID string `json:"session_id,omitempty"`
+	// ElicitationID is the elicitation the client was given; "" for none.
+	ElicitationID string `json:"elicitation_id,omitempty"`
+	// Expires is when the link stops working; set by Ask.
+	Expires time.Time `json:"expires"`
+}
+
+// ErrUnknownUpstream is wrapped by the refusals that name an upstream the Service does not
+// have (not configured for user authorization, or removed by a reload).
+var ErrUnknownUpstream = errors.New("the upstream is not one whose users connect their own accounts")
+
+// ErrClosed is returned by a Service's methods after Close.
+var ErrClosed = errors.New("the connect service is closed")
+
+// NeedsConnect reports whether err says the user has no usable grant and must connect the
+// upstream (again): none stored, the refresh token refused or missing, or the stored grant
+// unreadable.
+func NeedsConnect(err error) bool {
+	return errors.Is(err, grants.ErrNotFound) || errors.Is(err, grants.ErrInvalidGrant) ||
+		errors.Is(err, grants.ErrNoRefreshToken) || errors.Is(err, grants.ErrUnreadable)
+}
+
+// Service serves the connect pages and hands out the grants' tokens. It is safe for
+// concurrent use; Close stops the discoveries in flight.
+type Service struct {
+	opts   Options
+	sealer *seal.Sealer
+	logger *slog.Logger
+	secure bool // PublicURL is https: Secure, __Host- cookies
+	login  loginClient
+
+	// ctx is the Service's lifetime: the discoveries run under it. Lifecycle: cancelled by
+	// Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wg counts the discovery goroutines; Add only under mu while !closed.
+	wg sync.WaitGroup
+
+	// mu guards closed, upstreams and flows.
+	mu     sync.Mutex
+	closed bool
+	// upstreams by name.
+	upstreams map[string]Upstream
+	// flows by upstream name. Invariant: each entry's up is upstreams[name].
+	flows map[string]*flowEntry
+}
+
+// New checks opts, applies its defaults, and returns a Service. It makes no request: the
+// issuer and the upstreams' authorization servers are discovered when first needed.
+func New(opts Options) (*Service, error) {
+	var problems []string
+	u, err := url.Parse(opts.PublicURL)
+	switch {
+	case opts.PublicURL == "":
+		problems = append(problems, "PublicURL is required")
+	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.HasSuffix(opts.PublicURL, "/") || u.RawQuery != "" || u.Fragment != "":
+		problems = append(problems, fmt.Sprintf("PublicURL %q must be an http(s) base URL without a trailing slash", opts.PublicURL))
+	}
+	if opts.Login.Issuer == "" || opts.Login.ClientID == "" {
+		problems = append(problems, "Login needs an Issuer and a ClientID")
+	}
+	if opts.Keys == nil {
+		problems = append(problems, "Keys are required")
+	}
+	if opts.Store == nil {
+		problems = append(problems, "a Store is required")
+	}
+	if opts.Vault == nil {
+		problems = append(problems, "a Vault is required")
+	}
+	if _, err := upstreamMap(opts.Upstreams); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("connect: %s", strings.Join(problems, "; "))
+	}
+	if opts.ClientName == "" {
+		opts.ClientName = DefaultClientName
+	}
+	if opts.RequestTTL <= 0 {
+		opts.RequestTTL = DefaultRequestTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	opts.Login.Scopes = loginScopes(opts.Login.Scopes)
+	opts.Upstreams = slices.Clone(opts.Upstreams)
+	ups, _ := upstreamMap(opts.Upstreams)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{
+		opts:      opts,
+		sealer:    opts.Keys.Sealer(seal.PurposeConnect),
+		logger:    opts.Logger.With("component", "connect"),
+		secure:    u.Scheme == "https",
+		ctx:       ctx,
+		cancel:    cancel,
+		upstreams: ups,
+		flows:     map[string]*flowEntry{},
+	}
+	return s, nil
+}
+
+// loginScopes returns scopes with "openid" in it, or just "openid".
+func loginScopes(scopes []string) []string {
+	scopes = slices.Clone(scopes)
+	if !slices.Contains(scopes, "openid") {
+		scopes = append([]string{"openid"}, scopes...)
+	}
+	return scopes
+}
+
+// upstreamMap indexes list by name, refusing a nameless, URL-less or twice-named upstream.
+func upstreamMap(list []Upstream) (map[string]Upstream, error) {
+	m := make(map[string]Upstream, len(list))
+	for i, up := range list {
+		if up.Name == "" || up.URL == "" {
+			return nil, fmt.Errorf("upstream %d needs a Name and a URL", i)
+		}
+		if _, dup := m[up.Name]; dup {
+			return nil, fmt.Errorf("upstream %q is listed twice", up.Name)
+		}
+		up.Scopes = slices.Clone(up.Scopes)
+		m[up.Name] = up
+	}
+	return m, nil
+}
+
+// Ask keeps r for a single use during RequestTTL and returns its connect link, PublicURL +
+// PathConnect + id, with id the request's new ID. r needs a principal (issuer and subject)
+// and a configured upstream.
+func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, err error) {
+	if r.Principal.Issuer == "" || r.Principal.Subject == "" {
+		return "", "", errors.New("ask to connect: the request needs a principal (issuer and subject)")
+	}
+	if _, ok := s.upstream(r.Upstream); !ok {
+		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, ErrUnknownUpstream)
+	}
+	r.ID = randomString()
+	r.Expires = s.opts.Now().Add(s.opts.RequestTTL)
+	r.Scopes = slices.Clone(r.Scopes)
+	if err := s.putRecord(ctx, requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
+		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, err)
+	}
+	return s.opts.PublicURL + PathConnect + r.ID, r.ID, nil
+}
+
+// SetUpstreams replaces the upstreams (a configuration reload). The discovered flows of the
+// upstreams removed or changed are dropped; links already handed out for a removed upstream
+// then find it gone.
+func (s *Service) SetUpstreams(list []Upstream) {
+	m, err := upstreamMap(list)
+	if err != nil {
+		s.logger.Error("connect upstreams not replaced: the list is invalid; fix the configuration", "error", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, e := range s.flows {
+		if up, ok := m[name]; !ok || !sameUpstream(up, e.up) {
+			e.fetcher.CloseIdleConnections()
+			delete(s.flows, name)
+		}
+	}
+	s.upstreams = m
+}
+
+// sameUpstream reports whether a and b are configured alike.
+func sameUpstream(a, b Upstream) bool {
+	return a.Name == b.Name && a.URL == b.URL && a.ClientID == b.ClientID && a.ClientSecret == b.ClientSecret &&
+		a.ClientMetadataDocument == b.ClientMetadataDocument && a.DynamicRegistration == b.DynamicRegistration &&
+		a.AllowPrivateNetwork == b.AllowPrivateNetwork && slices.Equal(a.Scopes, b.Scopes)
+}
+
+// upstream returns the configured upstream of name.
+func (s *Service) upstream(name string) (Upstream, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	up, ok := s.upstreams[name]
+	return up, ok
+}
+
+// Close stops the discoveries in flight, waits for them, and closes idle connections. It does
+// not close the Store or the Vault. It may be called more than once.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	flows := s.flows
+	s.flows = map[string]*flowEntry{}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	for _, e := range flows {
+		e.fetcher.CloseIdleConnections()
+	}
+	s.opts.HTTPClient.CloseIdleConnections()
+	return nil
+}
+
+// Keys of the Store's records.
+func requestKey(id string) string     { return "request:" + id }
+func loginKey(state string) string    { return "login:" + state }
+func flowKey(state string) string     { return "flow:" + state }
+func clientKey(up, iss string) string { return "client:" + up + ":" + iss }
+
+// putRecord seals v's JSON, bound to key, and puts it in the Store.
+func (s *Service) putRecord(ctx context.Context, key string, v any, ttl time.Duration) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s record: %w", recordKind(key), err)
+	}
+	if err := s.opts.Store.Put(ctx, key, s.sealer.Seal(b, []byte(key)), ttl); err != nil {
+		return fmt.Errorf("keep %s record: %w", recordKind(key), err)
+	}
+	return nil
+}
+
+// getRecord reads (take: takes) the record under key into v. A record that does not open is
+// reported as ErrNotFound: it is not one this gateway made.
+func (s *Service) getRecord(ctx context.Context, key string, take bool, v any) error {
+	get := s.opts.Store.Get
+	if take {
+		get = s.opts.Store.Take
+	}
+	sealed, err := get(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("read %s record: %w", recordKind(key), err)
+	}
+	b, err := s.sealer.Open(sealed, []byte(key))
+	if err != nil {
+		s.logger.Warn("a connect record does not open (another gateway's keys, or changed): treated as absent", "record", recordKind(key), "error", err)
+		return ErrNotFound
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %s record: %w", recordKind(key), err)
+	}
+	return nil
+}
+
+// recordKind is the kind of record under key, for messages: the part before the colon.
+func recordKind(key string) string {
+	kind, _, _ := strings.Cut(key, ":")
+	return kind
+}
+
+// ownerOf is the stable name of p given to the authorization flows as their owner.
+func ownerOf(p grants.Principal) string {
+	return strconv.Quote(p.Issuer) + " " + strconv.Quote(p.Subject)
+}
+
+// randomString is 32 random bytes, base64url without padding.
+func randomString() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,323 @@
+package connect
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"github.com/manifold-mcp/manifold/internal/grants"
+)
+
+// Sign-in at the gateway's own issuer (OpenID Connect Core 1.0 §3.1, the code flow, with PKCE,
+// nonce and state), and the cookie that remembers who signed in.
+const (
+	// loginLife is how long a sign-in lasts.
+	loginLife = 8 * time.Hour
+	// loginFlowTTL is how long a user has to come back from the issuer.
+	loginFlowTTL = 10 * time.Minute
+	// loginCookieName holds the sealed sign-in; stateCookieName binds a sign-in in flight to
+	// the browser that started it. Both get the __Host- prefix under https.
+	loginCookieName = "manifold_login"
+	stateCookieName = "manifold_login_state"
+)
+
+// loginClient is the gateway's client of its own issuer, discovered on the first sign-in.
+type loginClient struct {
+	provider lazy[*loginProvider]
+}
+
+// loginProvider is what the sign-in needs from the discovered issuer.
+type loginProvider struct {
+	config   oauth2.Config
+	verifier *oidc.IDTokenVerifier
+}
+
+// loginProvider returns the issuer's client, discovering the issuer if need be.
+func (s *Service) loginProvider(ctx context.Context) (*loginProvider, error) {
+	return resolve(ctx, s, &s.login.provider, func(context.Context) (*loginProvider, error) {
+		// The provider keeps the context it is made with for its later key fetches: the
+		// Service's lifetime, not the bounded build's; s.opts.HTTPClient bounds each request.
+		p, err := oidc.NewProvider(oidc.ClientContext(s.ctx, s.opts.HTTPClient), s.opts.Login.Issuer)
+		if err != nil {
+			return nil, fmt.Errorf("discover the sign-in issuer %s: %w", s.opts.Login.Issuer, err)
+		}
+		return &loginProvider{
+			config: oauth2.Config{
+				ClientID:     s.opts.Login.ClientID,
+				ClientSecret: s.opts.Login.ClientSecret,
+				Endpoint:     p.Endpoint(),
+				RedirectURL:  s.opts.PublicURL + PathLoginCallback,
+				Scopes:       s.opts.Login.Scopes,
+			},
+			verifier: p.Verifier(&oidc.Config{ClientID: s.opts.Login.ClientID, Now: s.opts.Now}),
+		}, nil
+	})
+}
+
+// user is who signed in, as the login cookie keeps it.
+type user struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
+	// Name is how pages name the user.
+	Name string `json:"name,omitempty"`
+	// SID is random per sign-in: the CSRF tokens are bound to it.
+	SID     string    `json:"sid"`
+	Expires time.Time `json:"exp"`
+}
+
+// principal is the user as the gateway's principal.
+func (u *user) principal() grants.Principal {
+	return grants.Principal{Issuer: u.Issuer, Subject: u.Subject}
+}
+
+// is reports whether u is the principal p.
+func (u *user) is(p grants.Principal) bool {
+	return u.Issuer == p.Issuer && u.Subject == p.Subject
+}
+
+// loginFlow is the record of a sign-in in flight, under its state.
+type loginFlow struct {
+	// Binding is the value of the browser's state cookie.
+	Binding  string `json:"binding"`
+	Nonce    string `json:"nonce"`
+	Verifier string `json:"verifier"`
+	// Next is the local path to return to.
+	Next string `json:"next"`
+}
+
+// cookieName is base with the __Host- prefix when the gateway is reached over https.
+func (s *Service) cookieName(base string) string {
+	if s.secure {
+		return "__Host-" + base
+	}
+	return base
+}
+
+// setCookie sets (maxAge < 0: deletes) a cookie of the pages: HttpOnly, SameSite=Lax, Path=/,
+// and Secure under https.
+func (s *Service) setCookie(w http.ResponseWriter, base, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(base), Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode})
+}
+
+// currentUser returns the signed-in user of r, if its login cookie is valid and unexpired.
+func (s *Service) currentUser(r *http.Request) (*user, bool) {
+	c, err := r.Cookie(s.cookieName(loginCookieName))
+	if err != nil {
+		return nil, false
+	}
+	sealed, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil {
+		return nil, false
+	}
+	b, err := s.sealer.Open(sealed, []byte(loginCookieName))
+	if err != nil {
+		return nil, false
+	}
+	var u user
+	if json.Unmarshal(b, &u) != nil || u.Issuer == "" || u.Subject == "" || u.SID == "" || !s.opts.Now().Before(u.Expires) {
+		return nil, false
+	}
+	return &u, true
+}
+
+// csrfToken is a token for a form of u's toward purpose (the request id, "grants",
+// "logout"): sealed, bound to u's sign-in and the purpose, valid while the sign-in is.
+func (s *Service) csrfToken(u *user, purpose string) string {
+	exp, _ := u.Expires.MarshalText()
+	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(exp, csrfAD(u, purpose)))
+}
+
+// checkCSRF reports whether token is one of csrfToken(u, purpose).
+func (s *Service) checkCSRF(u *user, purpose, token string) bool {
+	sealed, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || token == "" {
+		return false
+	}
+	b, err := s.sealer.Open(sealed, csrfAD(u, purpose))
+	if err != nil {
+		return false
+	}
+	var exp time.Time
+	return exp.UnmarshalText(b) == nil && s.opts.Now().Before(exp)
+}
+
+// csrfAD is the associated data of u's CSRF tokens toward purpose.
+func csrfAD(u *user, purpose string) []byte {
+	return []byte("csrf\x00" + u.SID + "\x00" + purpose)
+}
+
+// localPath reports whether next is a path the sign-in may return to: a connect link or the
+// grants page, never another site.
+func localPath(next string) bool {
+	if strings.ContainsAny(next, "\\?#") || strings.Contains(next, "//") {
+		return false
+	}
+	id, isConnect := strings.CutPrefix(next, PathConnect)
+	return next == PathGrants || (isConnect && id != "" && !strings.Contains(id, "/"))
+}
+
+// startLogin sends the browser to the issuer to sign in, and back to next afterwards; prompt,
+// if not "", is the prompt parameter (after a sign-out: "login").
+func (s *Service) startLogin(w http.ResponseWriter, r *http.Request, next, prompt string) {
+	if !localPath(next) {
+		next = PathGrants
+	}
+	p, err := s.loginProvider(r.Context())
+	if err != nil {
+		s.logger.Error("sign-in unavailable", "error", err)
+		s.render(w, http.StatusBadGateway, page{Title: "Sign-in unavailable",
+			Message: "The gateway cannot reach its sign-in service right now. Try again in a minute."})
+		return
+	}
+	state, binding := randomString(), randomString()
+	f := loginFlow{Binding: binding, Nonce: randomString(), Verifier: oauth2.GenerateVerifier(), Next: next}
+	if err := s.putRecord(r.Context(), loginKey(state), f, loginFlowTTL); err != nil {
+		s.logger.Error("sign-in not started", "error", err)
+		s.render(w, http.StatusServiceUnavailable, page{Title: "Sign-in unavailable",
+			Message: "The gateway could not start the sign-in. Try again in a minute."})
+		return
+	}
+	s.setCookie(w, stateCookieName, binding, int(loginFlowTTL/time.Second))
+	opts := []oauth2.AuthCodeOption{oidc.Nonce(f.Nonce), oauth2.S256ChallengeOption(f.Verifier)}
+	if prompt != "" {
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", prompt))
+	}
+	http.Redirect(w, r, p.config.AuthCodeURL(state, opts...), http.StatusFound)
+}
+
+// serveLoginCallback finishes a sign-in: the state must be one in flight, started by this
+// browser; the code is redeemed with its PKCE verifier, and the ID token verified (issuer,
+// audience, expiry, signature, nonce). The browser then gets its login cookie and goes back
+// where it was.
+func (s *Service) serveLoginCallback(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	var f loginFlow
+	err := s.getRecord(ctx, loginKey(q.Get("state")), true, &f)
+	if errors.Is(err, ErrNotFound) || q.Get("state") == "" {
+		s.render(w, http.StatusBadRequest, page{Title: "Sign-in expired",
+			Message: "This sign-in was already used or has expired. Open the link from your client again."})
+		return
+	}
+	if err != nil {
+		s.logger.Error("sign-in not finished", "error", err)
+		s.render(w, http.StatusServiceUnavailable, page{Title: "Sign-in failed", Message: "The gateway could not finish the sign-in. Try again in a minute."})
+		return
+	}
+	c, err := r.Cookie(s.cookieName(stateCookieName))
+	if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(f.Binding)) != 1 {
+		s.render(w, http.StatusForbidden, page{Title: "Sign-in refused",
+			Message: "This sign-in was started in another browser. Open the link from your client again, in this browser."})
+		return
+	}
+	s.setCookie(w, stateCookieName, "", -1)
+	if code := q.Get("error"); code != "" {
+		s.render(w, http.StatusForbidden, page{Title: "Sign-in refused",
+			Message: "The sign-in service did not sign you in (" + oauthCode(code) + "). Open the link from your client again."})
+		return
+	}
+	u, err := s.redeemLogin(ctx, q.Get("code"), f)
+	if err != nil {
+		s.logger.Warn("sign-in failed", "error", err)
+		s.render(w, http.StatusForbidden, page{Title: "Sign-in failed",
+			Message: "The sign-in could not be verified. Open the link from your client again."})
+		return
+	}
+	b, err := json.Marshal(u)
+	if err != nil {
+		s.logger.Error("sign-in not kept", "error", err)
+		s.render(w, http.StatusInternalServerError, page{Title: "Sign-in failed", Message: "Try again."})
+		return
+	}
+	s.setCookie(w, loginCookieName, base64.RawURLEncoding.EncodeToString(s.sealer.Seal(b, []byte(loginCookieName))), int(loginLife/time.Second))
+	next := f.Next
+	if !localPath(next) {
+		next = PathGrants
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// redeemLogin exchanges the sign-in code and verifies its ID token, and returns the user.
+func (s *Service) redeemLogin(ctx context.Context, code string, f loginFlow) (*user, error) {
+	if code == "" {
+		return nil, errors.New("the sign-in answer has no code")
+	}
+	p, err := s.loginProvider(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := p.config.Exchange(context.WithValue(ctx, oauth2.HTTPClient, s.opts.HTTPClient), code, oauth2.VerifierOption(f.Verifier))
+	if err != nil {
+		return nil, fmt.Errorf("redeem the sign-in code at %s: %w", s.opts.Login.Issuer, err)
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		return nil, fmt.Errorf("the token answer of %s has no id_token", s.opts.Login.Issuer)
+	}
+	idt, err := p.verifier.Verify(ctx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("verify the id_token of %s: %w", s.opts.Login.Issuer, err)
+	}
+	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(f.Nonce)) != 1 {
+		return nil, errors.New("the id_token's nonce is not the sign-in's")
+	}
+	var claims struct {
+		Email             string `json:"email"`
+		PreferredUsername string `json:"preferred_username"`
+		Name              string `json:"name"`
+	}
+	if err := idt.Claims(&claims); err != nil {
+		return nil, fmt.Errorf("read the id_token's claims: %w", err)
+	}
+	name := firstNonEmpty(claims.Email, claims.PreferredUsername, claims.Name, idt.Subject)
+	return &user{Issuer: idt.Issuer, Subject: idt.Subject, Name: name, SID: randomString(), Expires: s.opts.Now().Add(loginLife)}, nil
+}
+
+// serveLogout signs the browser out and starts a sign-in again, with prompt=login so that the
+// issuer asks who is there, returning to the form's next. A signed-in user's form must carry
+// its CSRF token.
+func (s *Service) serveLogout(w http.ResponseWriter, r *http.Request) {
+	if !s.parseForm(w, r) {
+		return
+	}
+	if u, ok := s.currentUser(r); ok && !s.checkCSRF(u, "logout", r.PostForm.Get("csrf")) {
+		s.forbidden(w)
+		return
+	}
+	s.setCookie(w, loginCookieName, "", -1)
+	s.startLogin(w, r, r.PostForm.Get("next"), "login")
+}
+
+// firstNonEmpty returns the first of v that is not "".
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// oauthCode returns code if it is an OAuth error code (RFC 6749 §4.1.2.1: printable ASCII
+// without quote or backslash, kept short), else "error": a page shows it, nothing more.
+func oauthCode(code string) string {
+	if len(code) > 64 {
+		return "error"
+	}
+	for _, c := range code {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return "error"
+		}
+	}
+	return code
+}

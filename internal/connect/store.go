@@ -1,0 +1,130 @@
+package connect
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Store keeps short-lived, single-use records that every replica of the gateway must see: the
+// connect links handed to clients, the sign-ins and the authorizations in flight. The Service
+// seals every value before it is put, so a Store never holds anything in the clear.
+// Implementations are safe for concurrent use.
+type Store interface {
+	// Put keeps value under key for ttl, replacing any value there.
+	Put(ctx context.Context, key string, value []byte, ttl time.Duration) error
+	// Get returns the value under key; ErrNotFound when it is absent or expired.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// Take returns the value under key and deletes it in one step, so that of many callers
+	// at once at most one gets it (single use); ErrNotFound when it is absent or expired.
+	Take(ctx context.Context, key string) ([]byte, error)
+}
+
+// ErrNotFound is returned by a Store's Get and Take when the key holds nothing (never put,
+// expired, or already taken).
+var ErrNotFound = errors.New("connect: no such record (expired or already used)")
+
+// ErrStoreFull is returned by the memory store's Put when it holds its most records and none
+// has expired: the gateway is asked for more connections than it can keep; try again later.
+var ErrStoreFull = errors.New("connect: too many connections are in flight; try again in a few minutes")
+
+// Interface guards.
+var (
+	_ Store = (*memoryStore)(nil)
+	_ Store = (*redisStore)(nil)
+)
+
+// DefaultMemoryStoreMax is the most records a memory store holds when asked for 0.
+const DefaultMemoryStoreMax = 10000
+
+// NewMemoryStore returns a Store in this process's memory, for a gateway of one replica: at
+// most max records (if max <= 0, DefaultMemoryStoreMax), expired by the clock now (if nil,
+// time.Now). When full, Put drops the expired records, and refuses with ErrStoreFull if none
+// has expired.
+func NewMemoryStore(max int, now func() time.Time) Store {
+	if max <= 0 {
+		max = DefaultMemoryStoreMax
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &memoryStore{max: max, now: now, records: map[string]memoryRecord{}}
+}
+
+// memoryStore is the Store of NewMemoryStore.
+type memoryStore struct {
+	max int
+	now func() time.Time
+
+	// mu guards records.
+	mu sync.Mutex
+	// records by key. Invariant: len(records) <= max.
+	records map[string]memoryRecord
+}
+
+// memoryRecord is one value of a memoryStore and when it expires.
+type memoryRecord struct {
+	value   []byte
+	expires time.Time
+}
+
+// Put keeps a copy of value under key for ttl.
+func (s *memoryStore) Put(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if _, replaces := s.records[key]; !replaces && len(s.records) >= s.max {
+		s.dropExpiredLocked(now)
+		if len(s.records) >= s.max {
+			return ErrStoreFull
+		}
+	}
+	s.records[key] = memoryRecord{value: append([]byte(nil), value...), expires: now.Add(ttl)}
+	return nil
+}
+
+// Get returns a copy of the unexpired value under key.
+func (s *memoryStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[key]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	if !s.now().Before(r.expires) {
+		delete(s.records, key)
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), r.value...), nil
+}
+
+// Take returns the unexpired value under key and deletes it.
+func (s *memoryStore) Take(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[key]
+	delete(s.records, key)
+	if !ok || !s.now().Before(r.expires) {
+		return nil, ErrNotFound
+	}
+	return r.value, nil
+}
+
+// dropExpiredLocked deletes the records expired at now. s.mu must be held.
+func (s *memoryStore) dropExpiredLocked(now time.Time) {
+	for k, r := range s.records {
+		if !now.Before(r.expires) {
+			delete(s.records, k)
+		}
+	}
+}
