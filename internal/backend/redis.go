@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/approval"
+	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/connect"
 	"github.com/manifold-mcp/manifold/internal/grants"
-	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/pin"
 	"github.com/manifold-mcp/manifold/internal/policy/limit"
 	"github.com/manifold-mcp/manifold/internal/replicabus"
