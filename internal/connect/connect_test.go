@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/manifold-mcp/manifold/internal/grants"
+	"github.com/manifold-mcp/manifold/internal/oauthclient"
 	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testredis"
@@ -353,8 +354,9 @@ func TestConnectFlow(t *testing.T) {
 				t.Error("OnConnected was not called")
 			}
 
-			// The link was used: it is gone.
+			// The link was used: it is gone, for a second answer of the form too.
 			b.get(link).want(t, http.StatusNotFound, "expired or was already used")
+			b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusNotFound, "expired or was already used")
 			// The grants page lists it, without its token, with a revoke form.
 			list := b.get(h.gw.URL + PathGrants)
 			list.want(t, http.StatusOK, "github", "repo read:user", "/grants/github/revoke")
@@ -776,4 +778,34 @@ func TestUnreachableAuthorizationServer(t *testing.T) {
 	consent = b.get(link)
 	consent.want(t, http.StatusOK, "Authorization server", h.as.URL)
 	b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusOK, "Connected github")
+}
+
+func TestLocalPath(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/connect/abc":             true,
+		"/grants":                  true,
+		"/connect/":                false,
+		"/connect/a/b":             false,
+		"//evil.example.com/x":     false,
+		"/connect//evil.example":   false,
+		"https://evil.example.com": false,
+		"/connect/a?x=1":           false,
+		"/connect/a\\evil":         false,
+		"/grants/x":                false,
+		"":                         false,
+	} {
+		if got := localPath(path); got != want {
+			t.Errorf("localPath(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestGrantTokenScopes(t *testing.T) {
+	asked := []string{"repo"}
+	if got := grantToken(&oauthclient.Token{AccessToken: "a", Scope: "repo read:org"}, asked).Scopes; !slices.Equal(got, []string{"repo", "read:org"}) {
+		t.Errorf("scopes of an answer that names them = %q", got)
+	}
+	if got := grantToken(&oauthclient.Token{AccessToken: "a"}, asked).Scopes; !slices.Equal(got, asked) {
+		t.Errorf("scopes of an answer that names none = %q, want the asked ones", got)
+	}
 }
