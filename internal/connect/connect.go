@@ -256,7 +256,18 @@ func New(opts Options) (*Service, error) {
 		upstreams: ups,
 		flows:     map[string]*flowEntry{},
 	}
+	s.warnInsecure(opts.Upstreams)
 	return s, nil
+}
+
+// warnInsecure logs a warning for each upstream of list that weakens the SSRF guard.
+func (s *Service) warnInsecure(list []Upstream) {
+	for _, up := range list {
+		if up.AllowPrivateNetwork {
+			s.logger.Warn("the authorization server of this upstream may be reached at loopback and private addresses, and over plain http to loopback: safe only for servers inside your own network",
+				"upstream", up.Name)
+		}
+	}
 }
 
 // loginScopes returns scopes with "openid" in it, or just "openid".
@@ -312,6 +323,7 @@ func (s *Service) SetUpstreams(list []Upstream) {
 		s.logger.Error("connect upstreams not replaced: the list is invalid; fix the configuration", "error", err)
 		return
 	}
+	s.warnInsecure(list)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, e := range s.flows {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/manifold-mcp/manifold/internal/grants"
+	"github.com/manifold-mcp/manifold/internal/oauthclient"
 	"github.com/manifold-mcp/manifold/internal/seal"
 	"github.com/manifold-mcp/manifold/internal/testclock"
 	"github.com/manifold-mcp/manifold/internal/testredis"
@@ -29,8 +32,10 @@ import (
 // harness is a gateway serving the connect pages, with its own issuer and an upstream whose
 // authorization server is a fakeAS, on a fake clock.
 type harness struct {
-	t         *testing.T
-	svc       *Service
+	t   *testing.T
+	svc *Service
+	// replicas are the Services behind the gateway's URL; svc is the first.
+	replicas  []*Service
 	gw        *httptest.Server
 	issuer    *fakeAS
 	as        *fakeAS
@@ -44,8 +49,19 @@ type harness struct {
 	pages []*http.Response
 }
 
-// newHarness starts a harness on store (nil: a memory store on the harness's clock).
-func newHarness(t *testing.T, store func(clock *testclock.Clock) Store) *harness {
+// harnessOptions vary a harness.
+type harnessOptions struct {
+	// store makes the replicas' Store; nil: a memory store on the harness's clock.
+	store func(clock *testclock.Clock) Store
+	// replicas is the number of Services behind the gateway's URL, which take the requests
+	// in turn, sharing the store and the vault; 0 means 1.
+	replicas int
+	// dynamic configures the upstream without a client id, with dynamic registration.
+	dynamic bool
+}
+
+// newHarness starts a harness.
+func newHarness(t *testing.T, ho harnessOptions) *harness {
 	testwait.Goroutines(t)
 	h := &harness{t: t, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), connected: make(chan Request, 10)}
 	h.issuer = newFakeAS(t, h.clock.Now)
@@ -60,33 +76,60 @@ func newHarness(t *testing.T, store func(clock *testclock.Clock) Store) *harness
 	}
 	t.Cleanup(func() { h.vault.Close() })
 	st := NewMemoryStore(0, h.clock.Now)
-	if store != nil {
-		st = store(h.clock)
+	if ho.store != nil {
+		st = ho.store(h.clock)
+	}
+	up := Upstream{Name: "github", URL: h.as.URL + "/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}
+	if ho.dynamic {
+		up.ClientID, up.DynamicRegistration = "", true
 	}
 	h.gw = httptest.NewUnstartedServer(nil)
-	h.svc, err = New(Options{
-		PublicURL: "http://" + h.gw.Listener.Addr().String(),
-		Login:     Login{Issuer: h.issuer.URL, ClientID: "gw-login", ClientSecret: "login-secret"},
-		Keys:      keys,
-		Store:     st,
-		Vault:     h.vault,
-		Upstreams: []Upstream{{Name: "github", URL: h.as.URL + "/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}},
-		OnConnected: func(ctx context.Context, r Request) {
-			h.connected <- r
-		},
-		Now: h.clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
+	var handlers []http.Handler
+	for range max(ho.replicas, 1) {
+		svc, err := New(Options{
+			PublicURL: "http://" + h.gw.Listener.Addr().String(),
+			Login:     Login{Issuer: h.issuer.URL, ClientID: "gw-login", ClientSecret: "login-secret"},
+			Keys:      keys,
+			Store:     st,
+			Vault:     h.vault,
+			Upstreams: []Upstream{up},
+			OnConnected: func(ctx context.Context, r Request) {
+				h.connected <- r
+			},
+			Now:    h.clock.Now,
+			Logger: slog.New(slog.NewTextHandler(secretCheck{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Close() })
+		h.replicas = append(h.replicas, svc)
+		handlers = append(handlers, svc.Handler())
 	}
-	h.gw.Config.Handler = h.svc.Handler()
+	h.svc = h.replicas[0]
+	var turn atomic.Int64
+	h.gw.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handlers[int(turn.Add(1))%len(handlers)].ServeHTTP(w, r)
+	})
 	h.gw.Start()
 	t.Cleanup(func() {
 		h.gw.Close()
-		h.svc.Close()
 		h.checkHeaders()
 	})
 	return h
+}
+
+// secretInLog matches the codes and tokens the fake servers issue.
+var secretInLog = regexp.MustCompile(`\b(code|at|rt)-\d+\b`)
+
+// secretCheck is the Services' log: it fails the test at a line that shows a code or token.
+type secretCheck struct{ t *testing.T }
+
+func (c secretCheck) Write(p []byte) (int, error) {
+	if m := secretInLog.Find(p); m != nil {
+		c.t.Errorf("the log shows %q: %s", m, p)
+	}
+	return len(p), nil
 }
 
 // alice is the principal of the tests: a user of the gateway's issuer.
@@ -281,11 +324,11 @@ func TestConnectFlow(t *testing.T) {
 	}
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, store)
+			h := newHarness(t, harnessOptions{store: store})
 			b := h.browser("alice")
 			link := h.ask("alice")
 			consent := b.get(link)
-			consent.want(t, http.StatusOK, "Connect github", "alice@example.com", "Connect</button>", "Cancel</button>")
+			consent.want(t, http.StatusOK, "Connect github", "alice@example.com", "Authorization server", h.as.URL, "repo read:user", "Connect</button>", "Cancel</button>")
 			done := b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}})
 			done.want(t, http.StatusOK, "Connected github", "Return to your client")
 			if strings.Contains(done.body, "at-") || strings.Contains(done.body, "rt-") {
@@ -311,8 +354,9 @@ func TestConnectFlow(t *testing.T) {
 				t.Error("OnConnected was not called")
 			}
 
-			// The link was used: it is gone.
+			// The link was used: it is gone, for a second answer of the form too.
 			b.get(link).want(t, http.StatusNotFound, "expired or was already used")
+			b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusNotFound, "expired or was already used")
 			// The grants page lists it, without its token, with a revoke form.
 			list := b.get(h.gw.URL + PathGrants)
 			list.want(t, http.StatusOK, "github", "repo read:user", "/grants/github/revoke")
@@ -324,7 +368,7 @@ func TestConnectFlow(t *testing.T) {
 }
 
 func TestStepUpScopes(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	link, _, err := h.svc.Ask(context.Background(), Request{Principal: h.principal("alice"), Upstream: "github", Scopes: []string{"admin:org"}})
 	if err != nil {
@@ -343,7 +387,7 @@ func TestStepUpScopes(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b, link, consent := h.open("alice")
 	b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"cancel"}}).want(t, http.StatusOK, "Not connected")
 	b.get(link).want(t, http.StatusNotFound)
@@ -351,7 +395,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestAnotherUserOpensTheLink(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	link := h.ask("alice")
 	jar, _ := cookiejar.New(nil)
 	b := h.browser("bob")
@@ -372,7 +416,7 @@ func TestAnotherUserOpensTheLink(t *testing.T) {
 }
 
 func TestCSRF(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	link := h.ask("alice")
 	other := h.ask("alice")
@@ -401,7 +445,7 @@ func TestCSRF(t *testing.T) {
 }
 
 func TestCallbackReplayIsRefused(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	b.stopAt = PathCallback
 	first := h.connect("alice") // another browser, followed to the end, for comparison
@@ -421,7 +465,7 @@ func TestCallbackReplayIsRefused(t *testing.T) {
 }
 
 func TestCallbackOfAnotherUserIsRefused(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	alice, link, consent := h.open("alice")
 	alice.stopAt = "/authorize" // stop before the authorization server answers
 	atAS := alice.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}})
@@ -442,14 +486,14 @@ func TestCallbackOfAnotherUserIsRefused(t *testing.T) {
 }
 
 func TestAccessDenied(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	h.as.denyAll()
 	h.connect("alice").want(t, http.StatusForbidden, "access_denied", "Nothing was connected")
 	h.wantNoGrant(h.principal("alice"))
 }
 
 func TestExpiredLink(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	b.get(h.gw.URL+PathGrants).want(t, http.StatusOK)
 	link := h.ask("alice")
@@ -462,7 +506,7 @@ func TestExpiredLink(t *testing.T) {
 }
 
 func TestLoginStateReplay(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	b.stopAt = PathLoginCallback
 	atLogin := b.get(h.gw.URL + PathGrants)
@@ -484,7 +528,7 @@ func TestLoginStateReplay(t *testing.T) {
 }
 
 func TestLoginCookieExpires(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	b.stopAt = "/authorize"
 	if r := b.get(h.gw.URL + PathGrants); r.status != http.StatusFound {
@@ -503,7 +547,7 @@ func TestLoginCookieExpires(t *testing.T) {
 }
 
 func TestTokenRefresh(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	ctx := context.Background()
 	alice := h.principal("alice")
 	if _, err := h.svc.Token(ctx, alice, "github"); !NeedsConnect(err) {
@@ -555,7 +599,7 @@ func TestTokenRefresh(t *testing.T) {
 }
 
 func TestRevoke(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	ctx := context.Background()
 	alice := h.principal("alice")
 	h.connect("alice").want(t, http.StatusOK)
@@ -576,7 +620,7 @@ func TestRevoke(t *testing.T) {
 }
 
 func TestRevokeFromTheGrantsPage(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b, link, consent := h.open("alice")
 	b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusOK)
 	list := b.get(h.gw.URL + PathGrants)
@@ -588,7 +632,7 @@ func TestRevokeFromTheGrantsPage(t *testing.T) {
 }
 
 func TestClientMetadataDocument(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
 	b.get(h.gw.URL+PathClientMetadata).want(t, http.StatusNotFound) // no document over http
 
@@ -610,7 +654,7 @@ func TestClientMetadataDocument(t *testing.T) {
 }
 
 func TestSecureCookies(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	svc, err := New(Options{PublicURL: "https://gw.example.com", Login: Login{Issuer: h.issuer.URL, ClientID: "gw-login"},
 		Keys: h.svc.opts.Keys, Store: NewMemoryStore(0, h.clock.Now), Vault: h.vault, Now: h.clock.Now})
 	if err != nil {
@@ -677,7 +721,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestSetUpstreams(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, harnessOptions{})
 	h.connect("alice").want(t, http.StatusOK)
 	if _, ok := h.svc.knownFlow("github"); !ok {
 		t.Fatal("the flow was not kept")
@@ -695,5 +739,73 @@ func TestSetUpstreams(t *testing.T) {
 	h.svc.SetUpstreams(nil)
 	if _, err := h.svc.Token(context.Background(), h.principal("alice"), "github"); !errors.Is(err, ErrUnknownUpstream) {
 		t.Errorf("Token of a removed upstream: %v", err)
+	}
+}
+
+// TestReplicas: each request lands on another replica, which share the store and the vault: the
+// sign-in, consent and callback of one flow each work wherever they land, and the replicas
+// register one client dynamically, not one each.
+func TestReplicas(t *testing.T) {
+	h := newHarness(t, harnessOptions{replicas: 3, dynamic: true})
+	h.connect("alice").want(t, http.StatusOK, "Connected github")
+	h.connect("bob").want(t, http.StatusOK, "Connected github")
+	if n := h.as.registrations(); n != 1 {
+		t.Errorf("%d dynamic registrations, want 1 shared by the replicas", n)
+	}
+	// Each replica refreshes with the client the grant was issued to.
+	for i, svc := range h.replicas {
+		h.clock.Advance(2 * time.Hour)
+		if _, err := svc.Token(context.Background(), h.principal("alice"), "github"); err != nil {
+			t.Errorf("replica %d: Token: %v", i, err)
+		}
+	}
+}
+
+// TestUnreachableAuthorizationServer: the consent cannot start while the upstream's server
+// cannot be found; the link stays usable, and a later try finds it.
+func TestUnreachableAuthorizationServer(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.as.setDown(true)
+	b, link, consent := h.open("alice")
+	if strings.Contains(consent.body, h.as.URL) {
+		t.Errorf("the consent page names a server that was not found: %s", consent.body)
+	}
+	b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusBadGateway, "Try again")
+	h.as.setDown(false)
+	// The failure is remembered for a while, then the discovery is tried again.
+	b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusBadGateway)
+	h.clock.Advance(retryAfter)
+	consent = b.get(link)
+	consent.want(t, http.StatusOK, "Authorization server", h.as.URL)
+	b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}}).want(t, http.StatusOK, "Connected github")
+}
+
+func TestLocalPath(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/connect/abc":             true,
+		"/grants":                  true,
+		"/connect/":                false,
+		"/connect/a/b":             false,
+		"//evil.example.com/x":     false,
+		"/connect//evil.example":   false,
+		"https://evil.example.com": false,
+		"/connect/a?x=1":           false,
+		"/connect/a\\evil":         false,
+		"/grants/x":                false,
+		"":                         false,
+	} {
+		if got := localPath(path); got != want {
+			t.Errorf("localPath(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestGrantTokenScopes(t *testing.T) {
+	asked := []string{"repo"}
+	if got := grantToken(&oauthclient.Token{AccessToken: "a", Scope: "repo read:org"}, asked).Scopes; !slices.Equal(got, []string{"repo", "read:org"}) {
+		t.Errorf("scopes of an answer that names them = %q", got)
+	}
+	if got := grantToken(&oauthclient.Token{AccessToken: "a"}, asked).Scopes; !slices.Equal(got, asked) {
+		t.Errorf("scopes of an answer that names none = %q, want the asked ones", got)
 	}
 }

@@ -41,6 +41,10 @@ type fakeAS struct {
 	serial int
 	// deny makes /authorize refuse everyone.
 	deny bool
+	// down makes the metadata documents answer 503.
+	down bool
+	// clients are the dynamically registered client ids.
+	clients []string
 }
 
 // fakeCode is what a code or refresh token was issued for.
@@ -67,6 +71,7 @@ func newFakeAS(t *testing.T, now func() time.Time) *fakeAS {
 	mux.HandleFunc("GET /authorize", as.authorize)
 	mux.HandleFunc("POST /token", as.token)
 	mux.HandleFunc("POST /revoke", as.revoke)
+	mux.HandleFunc("POST /register", as.register)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	as.URL = srv.URL
@@ -79,15 +84,38 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// isDown answers 503 and reports true while the server is set down.
+func (as *fakeAS) isDown(w http.ResponseWriter) bool {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.down {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}
+	return as.down
+}
+
+// setDown makes the metadata documents answer 503 (down) or be served again.
+func (as *fakeAS) setDown(down bool) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	as.down = down
+}
+
 func (as *fakeAS) resourceMetadata(w http.ResponseWriter, r *http.Request) {
+	if as.isDown(w) {
+		return
+	}
 	writeJSON(w, 200, map[string]any{"resource": as.URL + "/mcp", "authorization_servers": []string{as.URL},
 		"scopes_supported": []string{"repo", "read:user"}})
 }
 
 func (as *fakeAS) metadata(w http.ResponseWriter, r *http.Request) {
+	if as.isDown(w) {
+		return
+	}
 	writeJSON(w, 200, map[string]any{
 		"issuer": as.URL, "authorization_endpoint": as.URL + "/authorize", "token_endpoint": as.URL + "/token",
-		"revocation_endpoint": as.URL + "/revoke", "jwks_uri": as.URL + "/jwks",
+		"revocation_endpoint": as.URL + "/revoke", "jwks_uri": as.URL + "/jwks", "registration_endpoint": as.URL + "/register",
 		"response_types_supported": []string{"code"}, "subject_types_supported": []string{"public"},
 		"id_token_signing_alg_values_supported": []string{"RS256"}, "code_challenge_methods_supported": []string{"S256"},
 		"authorization_response_iss_parameter_supported": true,
@@ -211,6 +239,28 @@ func (as *fakeAS) revoke(w http.ResponseWriter, r *http.Request) {
 	delete(as.refresh, r.PostForm.Get("token"))
 	as.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
+}
+
+func (as *fakeAS) register(w http.ResponseWriter, r *http.Request) {
+	var md struct {
+		RedirectURIs []string `json:"redirect_uris"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&md); err != nil || len(md.RedirectURIs) == 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_client_metadata"})
+		return
+	}
+	id := as.next("dyn")
+	as.mu.Lock()
+	as.clients = append(as.clients, id)
+	as.mu.Unlock()
+	writeJSON(w, http.StatusCreated, map[string]any{"client_id": id, "token_endpoint_auth_method": "none", "redirect_uris": md.RedirectURIs})
+}
+
+// registrations returns how many clients registered dynamically.
+func (as *fakeAS) registrations() int {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return len(as.clients)
 }
 
 // revokedTokens returns the tokens revoked so far.

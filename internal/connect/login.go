@@ -179,7 +179,13 @@ func (s *Service) startLogin(w http.ResponseWriter, r *http.Request, next, promp
 			Message: "The gateway cannot reach its sign-in service right now. Try again in a minute."})
 		return
 	}
-	state, binding := randomString(), randomString()
+	// One binding per browser, kept while it signs in, so that sign-ins started at once in
+	// two tabs do not undo each other.
+	binding := randomString()
+	if c, err := r.Cookie(s.cookieName(stateCookieName)); err == nil && len(c.Value) == len(binding) {
+		binding = c.Value
+	}
+	state := randomString()
 	f := loginFlow{Binding: binding, Nonce: randomString(), Verifier: oauth2.GenerateVerifier(), Next: next}
 	if err := s.putRecord(r.Context(), loginKey(state), f, loginFlowTTL); err != nil {
 		s.logger.Error("sign-in not started", "error", err)
@@ -220,7 +226,6 @@ func (s *Service) serveLoginCallback(w http.ResponseWriter, r *http.Request) {
 			Message: "This sign-in was started in another browser. Open the link from your client again, in this browser."})
 		return
 	}
-	s.setCookie(w, stateCookieName, "", -1)
 	if code := q.Get("error"); code != "" {
 		s.render(w, http.StatusForbidden, page{Title: "Sign-in refused",
 			Message: "The sign-in service did not sign you in (" + oauthCode(code) + "). Open the link from your client again."})

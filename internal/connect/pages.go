@@ -2,6 +2,7 @@ package connect
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"html/template"
 	"net/http"
@@ -14,8 +15,13 @@ import (
 	"github.com/manifold-mcp/manifold/internal/oauthclient"
 )
 
-// maxFormBytes bounds the body of the pages' forms.
-const maxFormBytes = 16 << 10
+const (
+	// maxFormBytes bounds the body of the pages' forms.
+	maxFormBytes = 16 << 10
+	// consentDiscoveryWait is how long the consent page waits for the upstream's
+	// authorization server to be found, to name it.
+	consentDiscoveryWait = 5 * time.Second
+)
 
 // Handler returns the handler of the pages (the Path… constants). Every answer is marked not
 // to be framed, cached or referred from, and loads nothing but its inline style.
@@ -216,7 +222,12 @@ func (s *Service) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if up, ok := s.upstream(req.Upstream); ok && view.Scopes == nil {
 		view.Scopes = up.Scopes
 	}
-	if fl, ok := s.knownFlow(req.Upstream); ok {
+	// The authorization server is shown when it can be found quickly; the discovery goes on
+	// for the form's answer otherwise.
+	ctx, cancel := context.WithTimeout(r.Context(), consentDiscoveryWait)
+	fl, err := s.flow(ctx, req.Upstream)
+	cancel()
+	if err == nil {
 		view.AuthServer = fl.Discovery.Server.Issuer
 		if view.Scopes == nil {
 			view.Scopes = fl.Discovery.Scopes
@@ -267,7 +278,12 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 	}
 	// The flow before the link is taken: an unreachable server leaves the link usable.
 	fl, err := s.flow(r.Context(), req.Upstream)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrUnknownUpstream):
+		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
+			Message: req.Upstream + " is no longer configured at the gateway. Nothing was connected."})
+		return
+	case err != nil:
 		log.Error("connect not started", "error", err)
 		s.unavailable(w, http.StatusBadGateway)
 		return
