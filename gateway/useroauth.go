@@ -131,11 +131,6 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 	if g.backends.Keys == nil {
 		return nil, errors.New("credentials.user_oauth needs the gateway's keys (config keys), which seal the users' grants: add keys")
 	}
-	for name, uo := range userOAuthSettings(cfg) {
-		if uo.AllowPrivateNetwork {
-			g.logger.Warn("user_oauth.allow_private_network is on: the upstream's metadata, authorization and token URLs may be on loopback or private addresses, which discovery otherwise refuses", "upstream", name)
-		}
-	}
 	ua := &userAuth{router: g.router, states: g.states, settings: userOAuthSettings(cfg), landed: map[string]chan struct{}{}, verdicts: map[string]tokenVerdict{}}
 	ua.vault = g.backends.Grants
 	if ua.vault == nil {

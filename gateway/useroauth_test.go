@@ -10,20 +10,24 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/gateway"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/testissuer"
+	"github.com/manifold-mcp/manifold/internal/testredis"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
@@ -491,5 +495,130 @@ func TestModernClientConnectsThroughInputRequired(t *testing.T) {
 	r = post("bob", modernBody(3, "tools/call", `{"name":"gh__whoami","arguments":{}}`), "gh__whoami")
 	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"isError":true`) || !strings.Contains(string(r.body), w.public+"/connect/") {
 		t.Fatalf("bob without URL elicitation: %d %s; want a tool error with the connect URL", r.status, r.body)
+	}
+}
+
+// TestUserOAuthAcrossReplicas: two replicas on one Redis behind one public URL, which sends
+// each request, the browser's included, to the other replica than the last. A user's call
+// on one replica is asked to connect; the sign-in, the consent and the callback land on
+// either replica; the session learns that the elicitation completed on the replica holding
+// its stream; the retry runs with the grant on either. The grant is revoked through the
+// admin API of the other replica. Nothing of the grant is in Redis in the clear: no access
+// or refresh token, no client secret, no user's token.
+func TestUserOAuthAcrossReplicas(t *testing.T) {
+	w := newOAuthWorld(t)
+	addr := testredis.Addr(t)
+	prefix := testredis.Prefix(t, addr)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	published := recordPubSub(t, rdb, prefix)
+
+	// The public face: a proxy alternating between the replicas, started once they are.
+	var targets []*url.URL
+	var next atomic.Int64
+	front := httptest.NewUnstartedServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(targets[int(next.Add(1))%len(targets)])
+			r.Out.Host = r.In.Host
+		},
+		FlushInterval: -1,
+	})
+	public := "http://" + front.Listener.Addr().String()
+	w.public = public
+	w.idp.RegisterClient("manifold-login", "login-secret", public+"/oauth/login/callback")
+	w.as.RegisterClient("gw", "gw-secret", public+"/oauth/callback")
+	yaml := userOAuthYAML(w, public, catalogCredentialsYAML(w), adminYAML("")+fmt.Sprintf(`session_store:
+  type: redis
+  url: redis://%s/0
+  key_prefix: %s
+  replica_lease: 1s
+`, addr, prefix))
+	a, b := startGateway(t, yaml, nil), startGateway(t, yaml, nil)
+	t.Cleanup(a.close)
+	t.Cleanup(b.close)
+	for _, tg := range []*testGateway{a, b} {
+		u, err := url.Parse(tg.srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, u)
+	}
+	front.Start()
+	t.Cleanup(front.Close)
+	w.tg = &testGateway{gw: a.gw, srv: front, url: public + "/mcp"}
+
+	ctx := ctxT(t)
+	alice, completed := w.urlElicitingClient(t, "alice")
+	_, err := whoami(ctx, t, alice)
+	link, id := urlElicitationOf(t, err)
+	aliceBrowser := w.browser(t, "alice")
+	if p := aliceBrowser.consent(t, link); p.status != http.StatusOK {
+		t.Fatalf("consent through both replicas: %d %s", p.status, p.body)
+	}
+	awaitComplete(ctx, t, completed, id)
+	for range 4 { // on both replicas
+		if who, err := whoami(ctx, t, alice); err != nil || who != "alice" {
+			t.Fatalf("alice's call after connecting: %q, %v", who, err)
+		}
+	}
+	if n := w.as.TokenRequests("authorization_code"); n != 1 {
+		t.Errorf("%d codes redeemed, want 1", n)
+	}
+
+	dump := dumpRedis(t, rdb, prefix)
+	if !strings.Contains(strings.Join(keysOf(dump), " "), ":grants:") {
+		t.Fatalf("no grant in Redis: %v", keysOf(dump))
+	}
+	secrets := map[string]string{"alice's token at the gateway": w.token(t, "alice"), "the gateway's client secret at the upstream": "gw-secret",
+		"the gateway's client secret at its issuer": "login-secret"}
+	for i, tok := range w.up.Tokens() {
+		secrets[fmt.Sprintf("access token %d the upstream saw", i)] = tok
+	}
+	for i, rt := range w.as.RefreshTokens() {
+		secrets[fmt.Sprintf("refresh token %d", i)] = rt
+	}
+	messages := published()
+	for what, secret := range secrets {
+		for key, value := range dump {
+			if strings.Contains(key, secret) || strings.Contains(value, secret) {
+				t.Errorf("%s is in Redis in the clear, in key %s", what, key)
+			}
+		}
+		for _, m := range messages {
+			if strings.Contains(m, secret) {
+				t.Errorf("%s was published between the replicas", what)
+			}
+		}
+	}
+
+	// An operator revokes alice's grant on the other replica: her next call, on either,
+	// asks again.
+	adminB := startAdmin(t, b)
+	var listed struct {
+		Grants []struct {
+			Principal struct {
+				Issuer  string `json:"iss"`
+				Subject string `json:"sub"`
+			}
+			Upstream string
+		}
+	}
+	if code := adminB.do("GET", "/api/grants", nil, &listed); code != http.StatusOK || len(listed.Grants) != 1 || listed.Grants[0].Principal.Subject != "alice" {
+		t.Fatalf("GET /api/grants: %d %+v", code, listed)
+	}
+	revocations := w.as.Revocations()
+	body := map[string]any{"principal": map[string]string{"iss": w.idp.URL, "sub": "alice"}, "upstream": "gh"}
+	if code := adminB.do("POST", "/api/grants/revoke", body, nil); code != http.StatusOK {
+		t.Fatalf("revoke through the admin API: %d", code)
+	}
+	if w.as.Revocations() != revocations+1 {
+		t.Error("the admin API's revocation did not reach the authorization server")
+	}
+	if code := adminB.do("POST", "/api/grants/revoke", body, nil); code != http.StatusNotFound {
+		t.Errorf("revoking again: %d, want 404", code)
+	}
+	for range 2 {
+		_, err = whoami(ctx, t, alice)
+		urlElicitationOf(t, err)
 	}
 }

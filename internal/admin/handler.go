@@ -236,11 +236,11 @@ func (h *handler) action(kind string, act func(r *http.Request, admin Operator, 
 	})
 }
 
-// grantRevocation is the body of POST /api/grants/revoke: whose grant, at which upstream.
+// grantRevocation is the body of POST /api/grants/revoke: whose grant, at which upstream,
+// as GET /api/grants lists them.
 type grantRevocation struct {
-	Issuer   string `json:"issuer"`
-	Subject  string `json:"subject"`
-	Upstream string `json:"upstream"`
+	Principal grants.Principal `json:"principal"`
+	Upstream  string           `json:"upstream"`
 }
 
 // revokeGrant revokes the grant the body names, as an audited admin action.
@@ -256,14 +256,14 @@ func (h *handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = json.Unmarshal(data, &body)
 	}
-	if err == nil && (body.Issuer == "" || body.Subject == "" || body.Upstream == "") {
-		err = errors.New("issuer, subject and upstream are all required (as GET /api/grants lists them)")
+	if err == nil && (body.Principal.Issuer == "" || body.Principal.Subject == "" || body.Upstream == "") {
+		err = errors.New("principal.iss, principal.sub and upstream are all required (as GET /api/grants lists them)")
 	}
-	target := body.Upstream + "/" + body.Subject
+	target := body.Upstream + "/" + body.Principal.Subject
 	if err != nil {
-		err = fmt.Errorf("%w: the body must be JSON like {\"issuer\": \"https://login.example.com\", \"subject\": \"alice\", \"upstream\": \"github\"}: %v", errBadRequest, err)
+		err = fmt.Errorf("%w: the body must be JSON like {\"principal\": {\"iss\": \"https://login.example.com\", \"sub\": \"alice\"}, \"upstream\": \"github\"}: %v", errBadRequest, err)
 	} else {
-		err = h.b.RevokeGrant(r.Context(), grants.Principal{Issuer: body.Issuer, Subject: body.Subject}, body.Upstream)
+		err = h.b.RevokeGrant(r.Context(), body.Principal, body.Upstream)
 	}
 	if err != nil {
 		status := statusOf(err)

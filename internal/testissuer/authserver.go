@@ -199,6 +199,18 @@ func (i *Issuer) LastAuthorization() url.Values {
 	return out
 }
 
+// RefreshTokens returns every refresh token the token endpoint issued, so that a test can
+// look for them where they must not be.
+func (i *Issuer) RefreshTokens() []string {
+	i.as.mu.Lock()
+	defer i.as.mu.Unlock()
+	out := make([]string, 0, len(i.as.refresh))
+	for rt := range i.as.refresh {
+		out = append(out, rt)
+	}
+	return out
+}
+
 // RevokeUser revokes every grant of user: the refresh tokens and access tokens that the
 // token endpoint issued for user are refused from now on. Tokens made by Token are not
 // covered. Later authorizations of user work again.
