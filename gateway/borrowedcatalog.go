@@ -30,7 +30,8 @@ type borrowedCatalog struct {
 	find func(ctx context.Context) (session.Principal, bool, error)
 	// open opens (and releases) a principal's own connection, whose listing is offered here.
 	open func(ctx context.Context, who session.Principal) error
-	// changed rebuilds the gateway's catalog after the listing changed.
+	// changed rebuilds the gateway's catalog after the listing changed, and tells the gateway
+	// this upstream has made its first start.
 	changed func()
 	logger  interface {
 		Info(msg string, args ...any)
@@ -94,6 +95,8 @@ func (b *borrowedCatalog) Run(ctx context.Context) {
 	ctx, b.stop = context.WithCancel(ctx)
 	b.since = time.Now()
 	b.mu.Unlock()
+	// Its first start is made: a first list need not wait for it.
+	b.changed()
 	if b.catalog.Load() == nil {
 		b.lendFromAGrant(ctx)
 	}

@@ -459,7 +459,10 @@ func makeUpstream(g *Gateway, u *config.Upstream, ns *catalog.Namespace) (*upstr
 	if creds.userOAuth && creds.shared == nil {
 		// Nothing lists without a user's token: the catalog borrows a user's listing, and
 		// client, never run, only gave the spec its defaults.
-		borrowed = &borrowedCatalog{name: u.Name, logger: g.logger, changed: g.rebuild}
+		borrowed = &borrowedCatalog{name: u.Name, logger: g.logger, changed: func() {
+			g.rebuild()
+			g.firstStartSettled()
+		}}
 		shared = borrowed
 	}
 	ue := newUpstreamEntry(ns, shared, u.BroadcastLogs)

@@ -622,3 +622,70 @@ func TestUserOAuthAcrossReplicas(t *testing.T) {
 		urlElicitationOf(t, err)
 	}
 }
+
+// TestCatalogBorrowedFromAConnectedUser: an upstream with no catalog_credentials lists
+// nothing to the gateway itself, so its tools are not listed until a user connects it (from
+// the grants page, where it is offered); then the catalog is that user's listing, and every
+// user sees it, each calling with their own grant. A gateway started later on the same
+// state_dir lists the upstream at once, through a user who has a grant, and no token went
+// to a connection of the gateway's own.
+func TestCatalogBorrowedFromAConnectedUser(t *testing.T) {
+	w := newOAuthWorld(t)
+	stateDir := t.TempDir()
+	w.start(t, func(public string) string {
+		return userOAuthYAML(w, public, "", "state_dir: "+stateDir+"\n")
+	}, nil)
+	ctx := ctxT(t)
+	alice, _ := w.urlElicitingClient(t, "alice")
+	listed := func(cs *mcp.ClientSession) bool {
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range res.Tools {
+			if tool.Name == "gh__whoami" {
+				return true
+			}
+		}
+		return false
+	}
+	if listed(alice) {
+		t.Fatal("gh's tools are listed before any user connected it")
+	}
+	if n := w.up.Unauthorized(); n != 0 {
+		t.Errorf("the gateway called the upstream without a user's token %d times", n)
+	}
+
+	aliceBrowser := w.browser(t, "alice")
+	grantsPage := aliceBrowser.get(t, w.public+"/grants")
+	if !strings.Contains(grantsPage.body, "Not connected yet") {
+		t.Fatalf("the grants page offers no upstream to connect: %s", grantsPage.body)
+	}
+	consentPage := aliceBrowser.submit(t, grantsPage, "connect")
+	if p := aliceBrowser.submit(t, consentPage, "connect"); p.status != http.StatusOK {
+		t.Fatalf("connecting from the grants page: %d %s", p.status, p.body)
+	}
+	waitUntil(t, "gh's tools to be listed once alice connected", func() bool { return listed(alice) })
+	if who, err := whoami(ctx, t, alice); err != nil || who != "alice" {
+		t.Fatalf("alice's call: %q, %v", who, err)
+	}
+	bob, bobCompleted := w.urlElicitingClient(t, "bob")
+	if !listed(bob) {
+		t.Fatal("bob does not see the tools alice's listing brought")
+	}
+	_, err := whoami(ctx, t, bob)
+	link, id := urlElicitationOf(t, err)
+	w.browser(t, "bob").consent(t, link)
+	awaitComplete(ctx, t, bobCompleted, id)
+	if who, err := whoami(ctx, t, bob); err != nil || who != "bob" {
+		t.Fatalf("bob's call: %q, %v", who, err)
+	}
+
+	// Another gateway on the same state_dir: alice's grant lends it the listing at start.
+	other := &oauthWorld{idp: w.idp, as: w.as, up: w.up}
+	other.start(t, func(public string) string {
+		return userOAuthYAML(other, public, "", "state_dir: "+stateDir+"\n")
+	}, nil)
+	carol := connectAs(t, other.tg.url, other.token(t, "carol"), nil)
+	waitUntil(t, "the other gateway to list gh through a granted user", func() bool { return listed(carol) })
+}

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -340,6 +341,13 @@ func sameUpstream(a, b Upstream) bool {
 	return a.Name == b.Name && a.URL == b.URL && a.ClientID == b.ClientID && a.ClientSecret == b.ClientSecret &&
 		a.ClientMetadataDocument == b.ClientMetadataDocument && a.DynamicRegistration == b.DynamicRegistration &&
 		a.AllowPrivateNetwork == b.AllowPrivateNetwork && slices.Equal(a.Scopes, b.Scopes)
+}
+
+// upstreamNames returns the names of the upstreams users may connect, sorted.
+func (s *Service) upstreamNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.upstreams))
 }
 
 // upstream returns the configured upstream of name.

@@ -35,6 +35,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathClientMetadata, s.serveClientMetadata)
 	mux.HandleFunc("GET "+PathGrants, s.serveGrants)
 	mux.HandleFunc("POST "+PathGrants+"/{upstream}/revoke", s.serveRevoke)
+	mux.HandleFunc("POST "+PathGrants+"/{upstream}/connect", s.serveConnectFromGrants)
 	return pageHeaders(mux)
 }
 
@@ -83,11 +84,18 @@ type mismatchView struct {
 	LogoutAction    string
 }
 
-// grantsView lists the grants, each with its revoke form.
+// grantsView lists the grants, each with its revoke form, and the upstreams the user may
+// connect still, each with its connect form.
 type grantsView struct {
-	User string
-	Rows []grantRow
-	CSRF string
+	User      string
+	Rows      []grantRow
+	Available []availableRow
+	CSRF      string
+}
+
+// availableRow is an upstream the user has not connected, with the action that connects it.
+type availableRow struct {
+	Upstream, Action string
 }
 
 // grantRow is one grant as the grants page shows it: no token.
@@ -131,7 +139,11 @@ td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}</style></h
 {{range .Rows}}<tr><td>{{.Upstream}}</td><td>{{if .Unreadable}}unreadable: revoke it and connect again{{else}}{{join .Scopes " "}}{{end}}</td>
 <td>{{when .Granted}}</td><td>{{when .Expiry}}</td>
 <td><form method="post" action="{{.Action}}"><input type="hidden" name="csrf" value="{{$.Grants.CSRF}}"><button type="submit">Revoke</button></form></td></tr>
-{{end}}</table>{{else}}<p>You have connected no upstream.</p>{{end}}{{end}}
+{{end}}</table>{{else}}<p>You have connected no upstream.</p>{{end}}
+{{if .Available}}<h2>Not connected yet</h2><table>
+{{range .Available}}<tr><td>{{.Upstream}}</td>
+<td><form method="post" action="{{.Action}}"><input type="hidden" name="csrf" value="{{$.Grants.CSRF}}"><button type="submit" name="action" value="connect">Connect</button></form></td></tr>
+{{end}}</table>{{end}}{{end}}
 </body></html>
 `))
 
@@ -398,9 +410,16 @@ func (s *Service) serveGrants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	view := &grantsView{User: u.Name, CSRF: s.csrfToken(u, "grants")}
+	connected := map[string]bool{}
 	for _, g := range infos {
+		connected[g.Upstream] = true
 		view.Rows = append(view.Rows, grantRow{Upstream: g.Upstream, Scopes: g.Scopes, Granted: g.Granted, Expiry: g.Expiry,
 			Unreadable: g.Unreadable, Action: PathGrants + "/" + url.PathEscape(g.Upstream) + "/revoke"})
+	}
+	for _, name := range s.upstreamNames() {
+		if !connected[name] {
+			view.Available = append(view.Available, availableRow{Upstream: name, Action: PathGrants + "/" + url.PathEscape(name) + "/connect"})
+		}
 	}
 	s.render(w, http.StatusOK, page{Title: "Connected upstreams", Grants: view})
 }
@@ -422,6 +441,34 @@ func (s *Service) serveRevoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, PathGrants, http.StatusSeeOther)
+}
+
+// serveConnectFromGrants starts connecting an upstream from the grants page, with no client
+// asking: for an upstream whose tools nobody can list before some user connected it (no
+// catalog_credentials), and for a user who wants to connect ahead of the first call. It
+// makes a connect link for the signed-in user and goes on to it.
+func (s *Service) serveConnectFromGrants(w http.ResponseWriter, r *http.Request) {
+	if !s.parseForm(w, r) {
+		return
+	}
+	u, signedIn := s.currentUser(r)
+	if !signedIn || !s.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
+		s.forbidden(w)
+		return
+	}
+	upstream := r.PathValue("upstream")
+	if _, ok := s.upstream(upstream); !ok {
+		s.render(w, http.StatusNotFound, page{Title: "No such upstream",
+			Message: "No upstream named " + upstream + " is connected by its users here."})
+		return
+	}
+	_, id, err := s.Ask(r.Context(), Request{Principal: u.principal(), PrincipalName: u.Name, Upstream: upstream})
+	if err != nil {
+		s.logger.Error("connect link not made", "upstream", upstream, "principal", u.principal().String(), "error", err)
+		s.unavailable(w, http.StatusServiceUnavailable)
+		return
+	}
+	http.Redirect(w, r, PathConnect+id, http.StatusSeeOther)
 }
 
 // serveClientMetadata serves the gateway's Client ID Metadata Document.
