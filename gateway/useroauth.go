@@ -53,13 +53,27 @@ type userAuth struct {
 	mu sync.Mutex
 	// settings are the user_oauth settings by upstream name. Guarded by mu.
 	settings map[string]*config.UserOAuth
-	// landed wakes, by grantKey, the retries waiting here for that grant. Guarded by mu.
-	landed map[string]chan struct{}
+	// landed wakes, by grantKey, the retries waiting here for that grant; an entry goes with
+	// its last waiter, or when the grant lands. Guarded by mu.
+	landed map[string]*grantWaiters
 	// verdicts hold, by grantKey, why the last request of a user's connection was not
 	// sent with a token (the user must connect, or grant a wider scope), for the call that
 	// failed by it. Guarded by mu.
 	verdicts map[string]tokenVerdict
 }
+
+// grantWaiters are the retries waiting here for one grant: ch closes when it lands.
+type grantWaiters struct {
+	ch chan struct{}
+	n  int
+}
+
+// verdictLifetime is how long a verdict is kept for the call it failed: the call reads it as
+// soon as its request returns. Older ones are dropped once maxVerdicts are held.
+const (
+	verdictLifetime = time.Minute
+	maxVerdicts     = 1024
+)
 
 // tokenVerdict is why a user's token did not go with a request to its upstream.
 type tokenVerdict struct {
@@ -131,7 +145,7 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 	if g.backends.Keys == nil {
 		return nil, errors.New("credentials.user_oauth needs the gateway's keys (config keys), which seal the users' grants: add keys")
 	}
-	ua := &userAuth{router: g.router, states: g.states, settings: userOAuthSettings(cfg), landed: map[string]chan struct{}{}, verdicts: map[string]tokenVerdict{}}
+	ua := &userAuth{router: g.router, states: g.states, settings: userOAuthSettings(cfg), landed: map[string]*grantWaiters{}, verdicts: map[string]tokenVerdict{}}
 	ua.vault = g.backends.Grants
 	if ua.vault == nil {
 		if cfg.StateDir == "" {
@@ -284,22 +298,30 @@ func (ua *userAuth) wake(key string) {
 	ua.mu.Lock()
 	defer ua.mu.Unlock()
 	delete(ua.verdicts, key)
-	if ch, ok := ua.landed[key]; ok {
-		close(ch)
+	if w, ok := ua.landed[key]; ok {
+		close(w.ch)
 		delete(ua.landed, key)
 	}
 }
 
-// landing returns the channel closed when grant key lands here.
-func (ua *userAuth) landing(key string) <-chan struct{} {
+// waitFor registers a retry waiting for grant key: the channel closes when it lands here;
+// done must be called when the retry stops waiting.
+func (ua *userAuth) waitFor(key string) (landed <-chan struct{}, done func()) {
 	ua.mu.Lock()
 	defer ua.mu.Unlock()
-	ch, ok := ua.landed[key]
+	w, ok := ua.landed[key]
 	if !ok {
-		ch = make(chan struct{})
-		ua.landed[key] = ch
+		w = &grantWaiters{ch: make(chan struct{})}
+		ua.landed[key] = w
 	}
-	return ch
+	w.n++
+	return w.ch, func() {
+		ua.mu.Lock()
+		defer ua.mu.Unlock()
+		if w.n--; w.n == 0 && ua.landed[key] == w {
+			delete(ua.landed, key)
+		}
+	}
 }
 
 // grantPollInterval is how often a retry waiting for a grant looks in the vault: the grant
@@ -355,15 +377,17 @@ func (ua *userAuth) await(ctx context.Context, p grants.Principal, name string) 
 	defer cancel()
 	tick := time.NewTicker(grantPollInterval)
 	defer tick.Stop()
-	landed := ua.landing(grantKey(p, name))
+	key := grantKey(p, name)
 	for {
+		landed, done := ua.waitFor(key)
 		select {
 		case <-ctx.Done():
+			done()
 			return ctx.Err()
 		case <-landed:
-			landed = ua.landing(grantKey(p, name))
 		case <-tick.C:
 		}
+		done()
 		if _, err := ua.svc.Token(ctx, p, name); err == nil {
 			return nil
 		} else if !connect.NeedsConnect(err) && ctx.Err() == nil {
@@ -457,9 +481,17 @@ func (ua *userAuth) afterFailure(ctx context.Context, rq *request, res *resolved
 
 // judge notes why a user's request did not go with a token: for the call it fails.
 func (ua *userAuth) judge(key string, scopes []string) {
+	now := time.Now()
 	ua.mu.Lock()
 	defer ua.mu.Unlock()
-	ua.verdicts[key] = tokenVerdict{at: time.Now(), scopes: scopes}
+	if len(ua.verdicts) >= maxVerdicts {
+		for k, v := range ua.verdicts {
+			if now.Sub(v.at) > verdictLifetime {
+				delete(ua.verdicts, k)
+			}
+		}
+	}
+	ua.verdicts[key] = tokenVerdict{at: now, scopes: scopes}
 }
 
 // userTokenTransport sends every request of one user's connection to a user_oauth upstream

@@ -420,6 +420,17 @@ func TestUserOAuthRefreshAndStepUp(t *testing.T) {
 		t.Errorf("%d refreshes for 3 calls with tokens due, want at least 3", n)
 	}
 
+	// The authorization server revokes alice's grant (say, she removed the app there): the
+	// next renewal is refused, and her call asks her to connect again.
+	w.as.RevokeUser("alice")
+	_, err = whoami(ctx, t, alice)
+	link, id = urlElicitationOf(t, err)
+	aliceBrowser.consent(t, link)
+	awaitComplete(ctx, t, completed, id)
+	if who, err := whoami(ctx, t, alice); err != nil || who != "alice" {
+		t.Fatalf("call after connecting again: %q, %v", who, err)
+	}
+
 	// write needs the scope write, which alice did not grant (the config asks for read).
 	write := func() (*mcp.CallToolResult, error) {
 		return alice.CallTool(ctx, &mcp.CallToolParams{Name: "gh__write", Arguments: map[string]any{}})
@@ -688,4 +699,26 @@ func TestCatalogBorrowedFromAConnectedUser(t *testing.T) {
 	}, nil)
 	carol := connectAs(t, other.tg.url, other.token(t, "carol"), nil)
 	waitUntil(t, "the other gateway to list gh through a granted user", func() bool { return listed(carol) })
+}
+
+// TestUserOAuthDiscoveryStaysOutOfTheNetwork: without allow_private_network, the upstream's
+// authorization server on loopback is refused by discovery: the user who consents gets an
+// error page, and nothing is asked of that server.
+func TestUserOAuthDiscoveryStaysOutOfTheNetwork(t *testing.T) {
+	w := newOAuthWorld(t)
+	w.start(t, func(public string) string {
+		yaml := userOAuthYAML(w, public, catalogCredentialsYAML(w), "state_dir: "+t.TempDir()+"\n")
+		return strings.Replace(yaml, "        allow_private_network: true\n", "", 1)
+	}, nil)
+	ctx := ctxT(t)
+	alice, _ := w.urlElicitingClient(t, "alice")
+	_, err := whoami(ctx, t, alice)
+	link, _ := urlElicitationOf(t, err)
+	discovered := w.as.DiscoveryFetches()
+	if p := w.browser(t, "alice").consent(t, link); p.status < 400 {
+		t.Fatalf("consent toward an authorization server on loopback: %d %s, want an error page", p.status, p.body)
+	}
+	if w.as.DiscoveryFetches() != discovered || w.as.Authorizations() != 0 {
+		t.Errorf("the authorization server on loopback was reached (%d metadata fetches, %d authorizations)", w.as.DiscoveryFetches()-discovered, w.as.Authorizations())
+	}
 }
