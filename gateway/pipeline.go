@@ -512,6 +512,12 @@ func (g *requestPipeline) execute(ctx context.Context, rq *request, res *resolve
 		}
 		return g.forward(ctx, rq, res, rq.Method, res.params)
 	case protocol.MethodSubscribe, protocol.MethodUnsubscribe:
+		if ua := g.userAuthOf(res.upstream); ua != nil && rq.Method == protocol.MethodSubscribe {
+			// A subscription runs on the user's own connection, which needs the user's grant.
+			if err := ua.ready(ctx, rq, res); err != nil {
+				return nil, err
+			}
+		}
 		return g.subs.subscribe(ctx, rq, res, rq.Method == protocol.MethodSubscribe)
 	case methodTasksList:
 		return g.tasks.list(ctx, rq)

@@ -115,7 +115,9 @@ func connectUpstreams(cfg *config.Config) []connect.Upstream {
 		out = append(out, connect.Upstream{
 			Name: u.Name, URL: u.URL,
 			ClientID: uo.ClientID, ClientSecret: uo.ClientSecret,
-			ClientMetadataDocument: uo.ClientMetadataDocument, DynamicRegistration: uo.DynamicRegistration,
+			// The metadata document's URL is the client id, which must be https.
+			ClientMetadataDocument: uo.ClientMetadataDocument && strings.HasPrefix(cfg.BaseURL(), "https://"),
+			DynamicRegistration:    uo.DynamicRegistration,
 			Scopes: uo.Scopes, AllowPrivateNetwork: uo.AllowPrivateNetwork,
 		})
 	}
@@ -165,6 +167,12 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 	login := connect.Login{}
 	if l := cfg.Auth.Login; l != nil {
 		login = connect.Login{Issuer: l.Issuer, ClientID: l.ClientID, ClientSecret: l.ClientSecret, Scopes: l.Scopes}
+		for _, is := range cfg.Auth.OIDC {
+			if is.URL == l.Issuer {
+				// The user signed in is the principal whose subject this claim names.
+				login.SubjectClaim = is.SubjectClaim
+			}
+		}
 	}
 	svc, err := connect.New(connect.Options{
 		PublicURL:   strings.TrimRight(cfg.BaseURL(), "/"),

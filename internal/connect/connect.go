@@ -79,6 +79,10 @@ type Login struct {
 	ClientID, ClientSecret string
 	// Scopes are asked at sign-in. If empty, just "openid"; "openid" is added if missing.
 	Scopes []string
+	// SubjectClaim is the claim of the id_token that names the user, dotted for a nested
+	// one: the claim the gateway reads the subject of its access tokens from, so that the
+	// user signed in is compared with the principal that asked. If empty, "sub".
+	SubjectClaim string
 }
 
 // Upstream is one upstream whose users connect their own accounts

@@ -284,8 +284,33 @@ func (s *Service) redeemLogin(ctx context.Context, code string, f loginFlow) (*u
 	if err := idt.Claims(&claims); err != nil {
 		return nil, fmt.Errorf("read the id_token's claims: %w", err)
 	}
-	name := firstNonEmpty(claims.Email, claims.PreferredUsername, claims.Name, idt.Subject)
-	return &user{Issuer: idt.Issuer, Subject: idt.Subject, Name: name, SID: randomString(), Expires: s.opts.Now().Add(loginLife)}, nil
+	subject := idt.Subject
+	if c := s.opts.Login.SubjectClaim; c != "" && c != "sub" {
+		var all map[string]any
+		if err := idt.Claims(&all); err != nil {
+			return nil, fmt.Errorf("read the id_token's claims: %w", err)
+		}
+		if subject = claimString(all, c); subject == "" {
+			return nil, fmt.Errorf("the id_token of %s has no string claim %q, which names users at the gateway (auth.oidc claims.subject)", s.opts.Login.Issuer, c)
+		}
+	}
+	name := firstNonEmpty(claims.Email, claims.PreferredUsername, claims.Name, subject)
+	return &user{Issuer: idt.Issuer, Subject: subject, Name: name, SID: randomString(), Expires: s.opts.Now().Add(loginLife)}, nil
+}
+
+// claimString returns the string claim at path (dotted for a nested one) of claims; "" when
+// there is none.
+func claimString(claims map[string]any, path string) string {
+	var v any = claims
+	for part := range strings.SplitSeq(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		v = m[part]
+	}
+	str, _ := v.(string)
+	return str
 }
 
 // serveLogout signs the browser out and starts a sign-in again, with prompt=login so that the
