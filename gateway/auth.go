@@ -311,8 +311,11 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 // the header files and catalog_credentials, never a user's token.
 func (g *Gateway) userOAuthCredentials(name string, uo *config.UserOAuth, transport http.RoundTripper, files []credential.Source) upstreamAuth {
 	out := upstreamAuth{userOAuth: true}
-	catalog := files
+	var catalog []credential.Source
 	if cc := uo.CatalogCredentials; cc != nil {
+		// Without catalog_credentials the shared connection borrows a user's listing, and
+		// the header files alone open nothing: they go with catalog_credentials only.
+		catalog = files
 		for _, h := range cc.HeaderFiles {
 			catalog = append(catalog[:len(catalog):len(catalog)], credential.FileHeader(h.Name, h.Path, h.Prefix))
 		}

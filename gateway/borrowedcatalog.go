@@ -135,12 +135,40 @@ func (b *borrowedCatalog) offer(c upstreamClient, who session.Principal) {
 	b.owner = who.Key()
 	b.since = time.Now()
 	b.mu.Unlock()
-	b.catalog.Store(c.Catalog())
-	b.server.Store(c.Server())
+	b.catalog.Store(shareable(c.Catalog()))
+	if info := c.Server(); info != nil {
+		shown := *info
+		shown.Instructions = "" // written for the user whose session it is
+		b.server.Store(&shown)
+	}
 	if first {
 		b.logger.Info("a user_oauth upstream's catalog is the listing of a connected user's own connection", "upstream", b.name, "principal", who.String())
 	}
 	b.changed()
+}
+
+// shareable is what of a user's listing every user may see: the tools, prompts and resource
+// templates the upstream offers, which name what can be done. Its resources name the user's
+// own data (repositories, files), and stay out.
+func shareable(c *upstream.Catalog) *upstream.Catalog {
+	if c == nil {
+		return nil
+	}
+	return upstream.NewCatalog(map[upstream.Kind][]upstream.Item{
+		upstream.Tools:             c.List(upstream.Tools),
+		upstream.Prompts:           c.List(upstream.Prompts),
+		upstream.ResourceTemplates: c.List(upstream.ResourceTemplates),
+	})
+}
+
+// release is told that who's grant was revoked: when who owns the listing, the next user's
+// connection to become ready lends it instead (the listing stays until then).
+func (b *borrowedCatalog) release(who session.Principal) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.owner == who.Key() {
+		b.owner = ""
+	}
 }
 
 // Refresh does nothing: the owner's connection refreshes its own lists.

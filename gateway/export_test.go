@@ -83,3 +83,17 @@ func (g *Gateway) ListeningSessions() int {
 	}
 	return n
 }
+
+// GrantWaiters reports how many retries wait here for a user's grant to land.
+func (g *Gateway) GrantWaiters() int {
+	if g.userAuth == nil {
+		return 0
+	}
+	g.userAuth.mu.Lock()
+	defer g.userAuth.mu.Unlock()
+	n := 0
+	for _, w := range g.userAuth.landed {
+		n += w.n
+	}
+	return n
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,9 @@ type userAuth struct {
 	router *messageRouter
 	// states seal the requestState of a connect asked of a 2026-07-28 client.
 	states *requestStates
+	// loginIssuer is the issuer users sign in at to connect (auth.login): only its users
+	// can connect accounts.
+	loginIssuer string
 	// lend is told of each grant that lands here: an upstream whose catalog waits for a
 	// user's listing borrows it from that user's connection.
 	lend func(upstream string, who session.Principal)
@@ -118,7 +122,7 @@ func connectUpstreams(cfg *config.Config) []connect.Upstream {
 			// The metadata document's URL is the client id, which must be https.
 			ClientMetadataDocument: uo.ClientMetadataDocument && strings.HasPrefix(cfg.BaseURL(), "https://"),
 			DynamicRegistration:    uo.DynamicRegistration,
-			Scopes: uo.Scopes, AllowPrivateNetwork: uo.AllowPrivateNetwork,
+			Scopes:                 uo.Scopes, AllowPrivateNetwork: uo.AllowPrivateNetwork,
 		})
 	}
 	return out
@@ -166,6 +170,7 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 	}
 	login := connect.Login{}
 	if l := cfg.Auth.Login; l != nil {
+		ua.loginIssuer = l.Issuer
 		login = connect.Login{Issuer: l.Issuer, ClientID: l.ClientID, ClientSecret: l.ClientSecret, Scopes: l.Scopes}
 		for _, is := range cfg.Auth.OIDC {
 			if is.URL == l.Issuer {
@@ -356,23 +361,39 @@ func (ua *userAuth) ready(ctx context.Context, rq *request, res *resolved) error
 	if who.Anonymous() || who.Issuer == session.APIKeyIssuer {
 		return errNoBrowserIdentity(name, who)
 	}
+	if who.Issuer != ua.loginIssuer {
+		// The connect page signs users in at one issuer, and goes on only for the principal
+		// that asked: a user of another could never complete it.
+		return &pipeline.Refusal{Reason: pipeline.ReasonDenied, Upstream: name,
+			Message: fmt.Sprintf("upstream %s is called with each user's own account there, which users connect after signing in at %s (auth.login); you are signed in at %s: call it as a user of %s", name, ua.loginIssuer, who.Issuer, ua.loginIssuer)}
+	}
 	p := grantPrincipal(who)
 	_, err := ua.svc.Token(ctx, p, name)
 	if err == nil {
 		return nil
 	}
 	if !connect.NeedsConnect(err) {
-		return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: name, Cause: err,
-			Message: fmt.Sprintf("upstream %s: your grant there could not be read or renewed just now: try again shortly", name)}
+		return ua.unreadable(name, err)
 	}
 	if rq.connecting {
-		if err := ua.await(ctx, p, name); err == nil {
+		err := ua.await(ctx, p, name)
+		switch {
+		case err == nil:
 			return nil
-		} else if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return err
+		case !errors.Is(err, context.DeadlineExceeded):
+			return ua.unreadable(name, err)
 		}
+		// connect_wait is over, the user has not connected: asked again.
 	}
 	return ua.ask(ctx, rq, res, nil)
+}
+
+// unreadable is the refusal of a call whose user's grant could not be read or renewed.
+func (ua *userAuth) unreadable(name string, err error) error {
+	return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: name, Cause: err,
+		Message: fmt.Sprintf("upstream %s: your grant there could not be read or renewed just now: try again shortly", name)}
 }
 
 // await waits for p's grant at upstream name to land, up to the upstream's connect_wait.
@@ -414,6 +435,12 @@ const connectInputKey = "connect"
 func (ua *userAuth) ask(ctx context.Context, rq *request, res *resolved, scopes []string) error {
 	name := res.upstream.ns.Name
 	who := rq.Client.Principal
+	if len(scopes) > 0 {
+		// A wider scope is asked on top of what the user granted and what is configured:
+		// the upstream's challenge may name only what is missing (RFC 6750 §3.1), and the
+		// new grant replaces the old one.
+		scopes = ua.widened(ctx, grantPrincipal(who), name, scopes)
+	}
 	r := connect.Request{Principal: grantPrincipal(who), PrincipalName: cmp.Or(who.Email, who.Subject), Upstream: name, Scopes: scopes}
 	message := fmt.Sprintf("Connect your account at %s to the gateway: open the link, sign in, and approve.", name)
 	if len(scopes) > 0 {
@@ -448,6 +475,21 @@ func (ua *userAuth) ask(ctx context.Context, rq *request, res *resolved, scopes 
 	}
 	return &pipeline.Refusal{Reason: pipeline.ReasonConnectRequired, Upstream: name,
 		Message: fmt.Sprintf("upstream %s is called with your own account there, which you have not connected yet (or it needs more access). Open %s in a browser, sign in, approve, then call again.", name, url)}
+}
+
+// widened returns the scopes to ask for when upstream name asked p for more: those p
+// granted, those configured, and those asked, each once.
+func (ua *userAuth) widened(ctx context.Context, p grants.Principal, name string, asked []string) []string {
+	var out []string
+	if g, err := ua.vault.Get(ctx, p, name); err == nil {
+		out = append(out, g.Token.Scopes...)
+	}
+	if s := ua.setting(name); s != nil {
+		out = append(out, s.Scopes...)
+	}
+	out = append(out, asked...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // askFailed is the error of a call whose user could not be asked to connect.
@@ -634,6 +676,14 @@ func (g *requestPipeline) takeConnectAnswer(rq *request, res *resolved, st *seal
 		if res.params, err = protocol.DeleteMember(res.params, key); err != nil {
 			return invalidParams(err)
 		}
+	}
+	// The user's answer to the URL elicitation: an accept says the user went to the link,
+	// and the retry waits for the grant; a decline or cancel ends the call.
+	responses, _, _ := protocol.Member(rq.Params, "inputResponses")
+	answer, _, _ := protocol.Member(responses, connectInputKey)
+	if action, _, _ := protocol.StringMember(answer, "action"); action == "decline" || action == "cancel" {
+		return &pipeline.Refusal{Reason: pipeline.ReasonConnectRequired, Upstream: res.target.Upstream,
+			Message: fmt.Sprintf("you did not connect your account at %s (%s), which its tools need: call again to be asked again", res.target.Upstream, action)}
 	}
 	rq.connecting = true
 	return nil

@@ -12,7 +12,10 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +43,9 @@ type oauthWorld struct {
 	up      *testupstream.Protected
 	public  string // the gateway's public URL
 	tg      *testGateway
+
+	mu     sync.Mutex
+	tokens map[string]string // the token of each user, made once
 }
 
 // oauthAPIKey is the API key of the service account "ci-bot" in the oauthWorld gateways.
@@ -113,9 +119,20 @@ func (w *oauthWorld) start(t *testing.T, yaml func(public string) string, opts *
 	return tg
 }
 
-// token is an access token of the gateway's identity provider for user, for the gateway.
+// token is the access token of the gateway's identity provider for user, for the gateway:
+// the same each time, so that a test can look for it where it must not be.
 func (w *oauthWorld) token(t *testing.T, user string) string {
-	return w.idp.Token(t, map[string]any{"sub": user, "aud": w.public + "/mcp", "email": user + "@example.com"})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tokens == nil {
+		w.tokens = map[string]string{}
+	}
+	if tok, ok := w.tokens[user]; ok {
+		return tok
+	}
+	tok := w.idp.Token(t, map[string]any{"sub": user, "aud": w.public + "/mcp", "email": user + "@example.com"})
+	w.tokens[user] = tok
+	return tok
 }
 
 // urlElicitingClient connects a Go SDK client as user that declares URL-mode elicitation;
@@ -442,8 +459,8 @@ func TestUserOAuthRefreshAndStepUp(t *testing.T) {
 	}
 	aliceBrowser.consent(t, link)
 	awaitComplete(ctx, t, completed, id)
-	if q := w.as.LastAuthorization(); !strings.Contains(q.Get("scope"), "write") {
-		t.Errorf("step-up authorization asked for %q, want write among them", q.Get("scope"))
+	if q := strings.Fields(w.as.LastAuthorization().Get("scope")); !slices.Contains(q, "write") || !slices.Contains(q, "read") {
+		t.Errorf("step-up authorization asked for %q, want read (granted) and write (asked)", q)
 	}
 	res, err := write()
 	if err != nil || res.IsError || textOf(t, res) != "written by alice" {
@@ -496,10 +513,29 @@ func TestModernClientConnectsThroughInputRequired(t *testing.T) {
 		state, _ := json.Marshal(first.Result.RequestState)
 		retried <- call(2, `,"requestState":`+string(state)+`,"inputResponses":{"connect":{"action":"accept"}}`)
 	}()
+	waitUntil(t, "the retry to wait for alice's grant", func() bool { return w.tg.gw.GrantWaiters() == 1 })
 	w.browser(t, "alice").consent(t, ask.Params.URL)
 	r = <-retried
 	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"text":"alice"`) || !strings.Contains(string(r.body), `"resultType":"complete"`) {
 		t.Fatalf("retry: %d %s; want the upstream's answer for alice", r.status, r.body)
+	}
+
+	if n := w.tg.gw.GrantWaiters(); n != 0 {
+		t.Errorf("%d retries still wait after the grant landed", n)
+	}
+
+	// Carol declines: her retry ends at once with a tool error, and waits for nothing.
+	r = post("carol", modernBody(4, "tools/call", `{`+urlCaps+`,"name":"gh__whoami","arguments":{}}`), "gh__whoami")
+	var carolAsked struct {
+		Result struct{ RequestState string } `json:"result"`
+	}
+	if err := json.Unmarshal(r.body, &carolAsked); err != nil || carolAsked.Result.RequestState == "" {
+		t.Fatalf("carol's first round: %d %s", r.status, r.body)
+	}
+	state, _ := json.Marshal(carolAsked.Result.RequestState)
+	r = post("carol", modernBody(5, "tools/call", `{`+urlCaps+`,"name":"gh__whoami","arguments":{},"requestState":`+string(state)+`,"inputResponses":{"connect":{"action":"decline"}}}`), "gh__whoami")
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"isError":true`) || !strings.Contains(string(r.body), "decline") {
+		t.Fatalf("carol's declined retry: %d %s; want a tool error saying she declined", r.status, r.body)
 	}
 
 	// A client that declared no URL elicitation is told where to connect in a tool error.
@@ -643,8 +679,15 @@ func TestUserOAuthAcrossReplicas(t *testing.T) {
 func TestCatalogBorrowedFromAConnectedUser(t *testing.T) {
 	w := newOAuthWorld(t)
 	stateDir := t.TempDir()
+	// A header file goes with every request of the users' connections; alone it opens
+	// nothing at the upstream, so the catalog is still borrowed.
+	tenant := filepath.Join(t.TempDir(), "tenant")
+	if err := os.WriteFile(tenant, []byte("acme\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	w.start(t, func(public string) string {
-		return userOAuthYAML(w, public, "", "state_dir: "+stateDir+"\n")
+		yaml := userOAuthYAML(w, public, "", "state_dir: "+stateDir+"\n")
+		return strings.Replace(yaml, "    credentials:\n", fmt.Sprintf("    credentials:\n      header_files: [{name: X-Tenant, path: %q}]\n", tenant), 1)
 	}, nil)
 	ctx := ctxT(t)
 	alice, _ := w.urlElicitingClient(t, "alice")
@@ -720,5 +763,23 @@ func TestUserOAuthDiscoveryStaysOutOfTheNetwork(t *testing.T) {
 	}
 	if w.as.DiscoveryFetches() != discovered || w.as.Authorizations() != 0 {
 		t.Errorf("the authorization server on loopback was reached (%d metadata fetches, %d authorizations)", w.as.DiscoveryFetches()-discovered, w.as.Authorizations())
+	}
+}
+
+// TestUserOAuthRefusesUsersOfAnotherIssuer: the connect page signs users in at auth.login's
+// issuer only; a user of another trusted issuer could never complete it, and is told so
+// instead of being handed a link.
+func TestUserOAuthRefusesUsersOfAnotherIssuer(t *testing.T) {
+	w := newOAuthWorld(t)
+	other := testissuer.New(t)
+	w.start(t, func(public string) string {
+		yaml := userOAuthYAML(w, public, catalogCredentialsYAML(w), "state_dir: "+t.TempDir()+"\n")
+		return strings.Replace(yaml, "    - issuer: "+w.idp.URL+"\n", "    - issuer: "+w.idp.URL+"\n    - issuer: "+other.URL+"\n", 1)
+	}, nil)
+	ctx := ctxT(t)
+	dave := connectAs(t, w.tg.url, other.Token(t, map[string]any{"sub": "dave", "aud": w.public + "/mcp"}), nil)
+	res, err := dave.CallTool(ctx, &mcp.CallToolParams{Name: "gh__whoami", Arguments: map[string]any{}})
+	if err != nil || !res.IsError || !strings.Contains(textOf(t, res), w.idp.URL) {
+		t.Fatalf("a user of another issuer: %v %v; want a tool error naming the issuer to sign in at", res, err)
 	}
 }
