@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/admin/admintest"
 	"github.com/manifold-mcp/manifold/internal/browser"
 )
 
@@ -65,18 +65,13 @@ type resolveCall struct{ Upstream, Tool, Hash, Decision, Admin string }
 // ago), a changed tool definition, users' grants on two pages (one of them unreadable), and
 // hostile text in its catalog, its held arguments and a grant's scopes.
 type pageBackend struct {
+	*admintest.GrantList
+
 	mu        sync.Mutex
 	approvals []admin.Approval
 	pins      []admin.Pin
-	grants    []grants.GrantInfo
 	decided   []decideCall
 	resolved  []resolveCall
-	revoked   []revokeCall
-}
-
-type revokeCall struct {
-	User     grants.Principal
-	Upstream string
 }
 
 // pageGrantsPage is how many grants a page of the fake's GET /api/grants holds: few, so that
@@ -120,23 +115,23 @@ func newPageBackend(now time.Time) *pageBackend {
 				Change: &admin.Change{Hash: "sha256:c3", Rejected: true, By: "ops-bob", Diff: []admin.FieldChange{{Field: "title"}}},
 			},
 		},
-		grants: []grants.GrantInfo{
-			{
+		GrantList: admintest.NewGrantList(pageGrantsPage,
+			grants.GrantInfo{
 				Principal: grants.Principal{Issuer: "https://login.example.com", Subject: "alice"}, Upstream: "github",
 				Issuer: "https://github.com/login/oauth", Scopes: []string{"repo", "read:org"}, Refreshable: true,
 				Expiry: now.Add(40 * time.Minute), Granted: now.Add(-26 * time.Hour), Refreshed: now.Add(-20 * time.Minute),
 			},
-			{
+			grants.GrantInfo{
 				Principal: grants.Principal{Issuer: "https://login.example.com", Subject: "bob"}, Upstream: "linear",
 				Issuer: "https://linear.app", Scopes: []string{"read", xss}, Granted: now.Add(-3 * time.Hour),
 			},
-			{Upstream: "jira", Unreadable: true},
-			{
+			grants.GrantInfo{Upstream: "jira", Unreadable: true},
+			grants.GrantInfo{
 				Principal: grants.Principal{Issuer: "https://login.example.com", Subject: "carol"}, Upstream: "github",
 				Issuer: "https://github.com/login/oauth", Scopes: []string{"repo"}, Refreshable: true,
 				Expiry: now.Add(10 * time.Minute), Granted: now.Add(-time.Hour),
 			},
-		},
+		),
 	}
 }
 
@@ -418,7 +413,7 @@ func TestPageInBrowser(t *testing.T) {
 	if got := text("#status"); !strings.Contains(got, "Revoked carol's grant at github") {
 		t.Errorf("status after a revocation = %q", got)
 	}
-	if diff := cmp.Diff([]revokeCall{{grants.Principal{Issuer: "https://login.example.com", Subject: "carol"}, "github"}}, b.revocations()); diff != "" {
+	if diff := cmp.Diff([]admintest.Revocation{{User: grants.Principal{Issuer: "https://login.example.com", Subject: "carol"}, Upstream: "github"}}, b.Revoked()); diff != "" {
 		t.Errorf("RevokeGrant calls (-want +got):\n%s", diff)
 	}
 
@@ -552,40 +547,3 @@ func (b *pageBackend) Config(context.Context) (admin.ConfigStatus, error) {
 }
 
 func (b *pageBackend) Reload(ctx context.Context) (admin.ConfigStatus, error) { return b.Config(ctx) }
-
-// Grants pages the grants by pageGrantsPage; a cursor is the index of the page's first grant.
-func (b *pageBackend) Grants(_ context.Context, cursor string) ([]grants.GrantInfo, string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	from := 0
-	if cursor != "" {
-		var err error
-		if from, err = strconv.Atoi(cursor); err != nil || from < 0 || from > len(b.grants) {
-			return nil, "", fmt.Errorf("%w: no such cursor %q", admin.ErrNotFound, cursor)
-		}
-	}
-	to := min(from+pageGrantsPage, len(b.grants))
-	next := ""
-	if to < len(b.grants) {
-		next = strconv.Itoa(to)
-	}
-	return slices.Clone(b.grants[from:to]), next, nil
-}
-
-func (b *pageBackend) RevokeGrant(_ context.Context, user grants.Principal, upstream string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.revoked = append(b.revoked, revokeCall{user, upstream})
-	i := slices.IndexFunc(b.grants, func(g grants.GrantInfo) bool { return g.Principal == user && g.Upstream == upstream })
-	if i < 0 {
-		return fmt.Errorf("%w: %s has no grant at upstream %s", admin.ErrNotFound, user, upstream)
-	}
-	b.grants = slices.Delete(b.grants, i, i+1)
-	return nil
-}
-
-func (b *pageBackend) revocations() []revokeCall {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.revoked)
-}

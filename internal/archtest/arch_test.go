@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"gateway":                    {"internal/protocol", "internal/session", "internal/config", "upstream", "internal/catalog", "internal/glob", "internal/hub", "internal/pipeline", "internal/audit", "auth", "internal/auth/credential", "policy", "internal/policy/limit", "internal/loglimit", "internal/admin", "internal/approval", "internal/pin", "internal/loopback", "internal/policy/plugin", "internal/replica", "internal/admin/backend", "internal/backend", "internal/replicabus", "internal/modern", "internal/seal", "internal/tracing", "internal/metrics", "internal/grants", "internal/connect", "internal/oauthclient"},
 	"internal/admin":             {"internal/loopback", "internal/grants"},
 	"internal/admin/adminclient": {"internal/admin", "internal/grants"},
+	"internal/admin/admintest":   {"internal/admin", "internal/grants"},
 	"internal/admin/backend":     {"internal/admin", "internal/approval", "internal/audit", "internal/catalog", "internal/pin", "internal/session", "upstream", "internal/grants"},
 	"internal/approval":          {"internal/pipeline"},
 	"internal/replica":           {"internal/hub", "internal/protocol", "internal/session"},
