@@ -131,7 +131,7 @@
     last = {};
     catalog = [];
     grantPages = 1;
-    for (const id of ["approvals-body", "changes-body", "upstreams-body", "catalog-body", "sessions-body", "grants-body"]) {
+    for (const id of ["approvals-body", "changes-body", "config-body", "upstreams-body", "catalog-body", "sessions-body", "grants-body"]) {
       $(id).replaceChildren();
     }
     $("admin-name").textContent = "";
