@@ -39,6 +39,8 @@ var commands = []command{
 		"list the calls a running gateway holds for an operator's approval, or approve or deny one; sends $MANIFOLD_ADMIN_KEY to its admin API", approvals, nil},
 	{"pins", "[list | accept UPSTREAM/TOOL | reject UPSTREAM/TOOL] [-url URL | -config FILE] [-json]",
 		"list a running gateway's pinned tool definitions and their changes, or accept or reject a change; sends $MANIFOLD_ADMIN_KEY to its admin API", pins, []string{"hash"}},
+	{"grants", grantsSynopsis,
+		"list the grants users gave a running gateway at upstreams (credentials.user_oauth), or revoke one at its authorization server and in the gateway; sends $MANIFOLD_ADMIN_KEY to its admin API", grantsCommand, nil},
 	{"demo", "[-name NAME] | -issuer 127.0.0.1:PORT",
 		"serve the demo MCP server over stdio (the example's upstream), or with -issuer a demo OIDC issuer on loopback that gives every client a token for a demo user",
 		func(args []string, _, stderr io.Writer) int { return serveDemo(args, stderr) }, []string{"audience"}},

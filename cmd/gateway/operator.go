@@ -21,10 +21,11 @@ import (
 	"github.com/manifold-mcp/manifold/internal/admin"
 	"github.com/manifold-mcp/manifold/internal/admin/adminclient"
 	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/grants"
 )
 
-// envAdminKey names the variable whose value `gateway approvals` and `gateway pins` send as
-// the admin credential.
+// envAdminKey names the variable whose value `gateway approvals`, `gateway pins` and
+// `gateway grants` send as the admin credential.
 const envAdminKey = "MANIFOLD_ADMIN_KEY"
 
 // defaultAdminURL is the admin listener the operator commands call without -url or -config:
@@ -34,8 +35,8 @@ const defaultAdminURL = "http://127.0.0.1:8081"
 // adminTimeout bounds one command's requests to the admin API.
 const adminTimeout = 30 * time.Second
 
-// operatorCommand is what `gateway approvals` and `gateway pins` share: the flags, the
-// verb and its operands, and the client of the admin API.
+// operatorCommand is what `gateway approvals`, `gateway pins` and `gateway grants` share: the
+// flags, the verb and its operands, and the client of the admin API.
 type operatorCommand struct {
 	name   string
 	stdout io.Writer
@@ -182,17 +183,28 @@ func commandContext() (context.Context, context.CancelFunc) {
 	return ctx, func() { cancel(); stop() }
 }
 
-const approvalsSynopsis = "[list | approve ID | deny ID] [-url URL | -config FILE] [-json]"
-
-// approvals lists the calls held for an operator's approval, or approves or denies one.
-func approvals(args []string, stdout, stderr io.Writer) int {
-	c, words, code, ok := parseOperator("approvals", approvalsSynopsis, args, stdout, stderr, nil)
+// operate runs an operator command: it parses args (parseOperator), then has act do the verb
+// within the command's context (commandContext), and returns act's exit code.
+func operate(name, synopsis string, args []string, stdout, stderr io.Writer, declare func(*flag.FlagSet),
+	act func(ctx context.Context, c *operatorCommand, verb string, words []string) int) int {
+	c, words, code, ok := parseOperator(name, synopsis, args, stdout, stderr, declare)
 	if !ok {
 		return code
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-	verb := verbOf(words)
+	return act(ctx, c, verbOf(words), words)
+}
+
+const approvalsSynopsis = "[list | approve ID | deny ID] [-url URL | -config FILE] [-json]"
+
+// approvals lists the calls held for an operator's approval, or approves or denies one.
+func approvals(args []string, stdout, stderr io.Writer) int {
+	return operate("approvals", approvalsSynopsis, args, stdout, stderr, nil, approvalsVerb)
+}
+
+// approvalsVerb does the verb of `gateway approvals`.
+func approvalsVerb(ctx context.Context, c *operatorCommand, verb string, words []string) int {
 	switch {
 	case verb == "list" && len(words) <= 1:
 		return listed(c, ctx, "approvals", c.client.Approvals, func(w io.Writer, held []admin.Approval) { printApprovals(w, held, time.Now()) })
@@ -233,15 +245,16 @@ const pinsSynopsis = "[list | accept UPSTREAM/TOOL | reject UPSTREAM/TOOL] [-has
 // a change.
 func pins(args []string, stdout, stderr io.Writer) int {
 	var hash string
-	c, words, code, ok := parseOperator("pins", pinsSynopsis, args, stdout, stderr, func(fs *flag.FlagSet) {
+	return operate("pins", pinsSynopsis, args, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&hash, "hash", "", "accept or reject the change of this hash only (as `gateway pins` shows it, or whole from -json); default the change pending now")
+	}, func(ctx context.Context, c *operatorCommand, verb string, words []string) int {
+		return pinsVerb(ctx, c, verb, words, hash)
 	})
-	if !ok {
-		return code
-	}
-	ctx, cancel := commandContext()
-	defer cancel()
-	verb := verbOf(words)
+}
+
+// pinsVerb does the verb of `gateway pins`, for the change of hash ("" for the one
+// pending now).
+func pinsVerb(ctx context.Context, c *operatorCommand, verb string, words []string, hash string) int {
 	switch {
 	case verb == "list" && len(words) <= 1:
 		return listed(c, ctx, "pins", c.client.Pins, printPins)
@@ -260,7 +273,7 @@ func pins(args []string, stdout, stderr io.Writer) int {
 		case !ok:
 			return c.fail(fmt.Errorf("%w", admin.ErrNotFound), notFound)
 		case p.Change == nil:
-			fmt.Fprintf(stderr, "gateway pins: %s/%s has no pending change: its upstream lists it as pinned\n", printable(upstream), printable(tool))
+			fmt.Fprintf(c.stderr, "gateway pins: %s/%s has no pending change: its upstream lists it as pinned\n", printable(upstream), printable(tool))
 			return 1
 		}
 		hash = pendingHash(p.Change.Hash, hash)
@@ -389,4 +402,79 @@ func printable(s string) string {
 		}
 	}
 	return s
+}
+
+const grantsSynopsis = "[list | revoke ISSUER SUBJECT UPSTREAM] [-url URL | -config FILE] [-json]"
+
+// grantsCommand lists the grants users gave a running gateway at upstreams
+// (credentials.user_oauth), or revokes one.
+func grantsCommand(args []string, stdout, stderr io.Writer) int {
+	return operate("grants", grantsSynopsis, args, stdout, stderr, nil, grantsVerb)
+}
+
+// grantsVerb does the verb of `gateway grants`.
+func grantsVerb(ctx context.Context, c *operatorCommand, verb string, words []string) int {
+	switch {
+	case verb == "list" && len(words) <= 1:
+		return listed(c, ctx, "grants", c.client.AllGrants, func(w io.Writer, all []grants.GrantInfo) { printGrants(w, all, time.Now()) })
+	case verb == "revoke" && len(words) == 4:
+		user, upstream := grants.Principal{Issuer: words[1], Subject: words[2]}, words[3]
+		if err := c.client.RevokeGrant(ctx, user, upstream); err != nil {
+			return c.fail(err, fmt.Sprintf("%s has no grant at upstream %s: `gateway grants` lists the grants by issuer, subject and upstream", printable(user.String()), printable(upstream)))
+		}
+		return c.decided("revoked", map[string]any{"principal": user, "upstream": upstream},
+			fmt.Sprintf("revoked: %s's grant at %s (the user connects %s again to use it)", printable(user.String()), printable(upstream), printable(upstream)))
+	case verb == "revoke":
+		return c.usageError("revoke takes the ISSUER, SUBJECT and UPSTREAM of one grant, as `gateway grants` lists them")
+	}
+	return c.usageError("unexpected %q: want list or revoke ISSUER SUBJECT UPSTREAM", strings.Join(words, " "))
+}
+
+// printGrants prints the grants as a table, then how to revoke those that do not open, or
+// says there are none.
+func printGrants(w io.Writer, all []grants.GrantInfo, now time.Time) {
+	if len(all) == 0 {
+		fmt.Fprintln(w, "no user has connected an upstream (upstreams with credentials.user_oauth ask each user to)")
+		return
+	}
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return printable(s)
+	}
+	moment := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	unreadable := 0
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ISSUER\tSUBJECT\tUPSTREAM\tSCOPES\tGRANTED\tTOKEN EXPIRY\tREFRESHABLE")
+	for _, g := range all {
+		who := dash(g.Principal.Issuer) + "\t" + dash(g.Principal.Subject) + "\t" + dash(g.Upstream)
+		if g.Unreadable {
+			unreadable++
+			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\n", who)
+			continue
+		}
+		scopes := make([]string, len(g.Scopes))
+		for i, s := range g.Scopes {
+			scopes[i] = printable(s)
+		}
+		expiry := moment(g.Expiry)
+		if !g.Expiry.IsZero() && !g.Expiry.After(now) {
+			expiry += " (expired)"
+		}
+		refreshable := "no"
+		if g.Refreshable {
+			refreshable = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", who, dash(strings.Join(scopes, " ")), moment(g.Granted), expiry, refreshable)
+	}
+	tw.Flush()
+	if unreadable > 0 {
+		fmt.Fprintf(w, "\n%d grant(s) cannot be opened (changed, or sealed with a key no longer configured): revoke those that name their user with `gateway grants revoke ISSUER SUBJECT UPSTREAM`, and the user connects again\n", unreadable)
+	}
 }

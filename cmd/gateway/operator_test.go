@@ -6,16 +6,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/manifold-mcp/manifold/auth"
+	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/admin/admintest"
 	"github.com/manifold-mcp/manifold/internal/config"
+	"github.com/manifold-mcp/manifold/internal/grants"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
 )
 
@@ -314,5 +319,125 @@ upstreams:
 	})
 	if code, out, _ := runGateway("pins", "-json", "-config", cfgPath); code != 0 || strings.Contains(out, `"change"`) || !strings.Contains(out, `"withheld": false`) {
 		t.Errorf("gateway pins -json after the acceptance: exit %d:\n%s", code, out)
+	}
+}
+
+// grantsBackend is the admin API's backend of a gateway whose users gave it grants. Only the
+// grants part of admin.Backend is there.
+type grantsBackend struct {
+	admin.Backend // nil: the command asks for nothing else
+	*admintest.GrantList
+}
+
+func (b grantsBackend) Grants(ctx context.Context, cursor string) ([]grants.GrantInfo, string, error) {
+	return b.GrantList.Grants(ctx, cursor)
+}
+
+func (b grantsBackend) RevokeGrant(ctx context.Context, user grants.Principal, upstream string) error {
+	return b.GrantList.RevokeGrant(ctx, user, upstream)
+}
+
+func (grantsBackend) Audit(string, string, string, string, int) {}
+
+// keyAuthorizer admits the bearer key as the operator ops.
+type keyAuthorizer string
+
+func (k keyAuthorizer) Admin(r *http.Request) (admin.Operator, error) {
+	if r.Header.Get("Authorization") != "Bearer "+string(k) {
+		return admin.Operator{}, fmt.Errorf("%w: the admin key is not valid", admin.ErrUnauthorized)
+	}
+	return admin.Operator{Name: "apikey:ops"}, nil
+}
+
+// TestGrantsCommand: `gateway grants` lists every grant of the admin API, page after page, as
+// a table or as JSON, and revokes one by issuer, subject and upstream; it says what is wrong
+// with a grant nobody has, a missing or refused credential, wrong operands, or no gateway.
+func TestGrantsCommand(t *testing.T) {
+	const idp = "https://login.example.com"
+	granted := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	b := grantsBackend{GrantList: admintest.NewGrantList(2,
+		grants.GrantInfo{Principal: grants.Principal{Issuer: idp, Subject: "alice"}, Upstream: "github", Issuer: "https://github.com/login/oauth",
+			Scopes: []string{"repo", "read:org"}, Refreshable: true, Granted: granted, Expiry: time.Now().Add(time.Hour)},
+		grants.GrantInfo{Principal: grants.Principal{Issuer: idp, Subject: "bob\x1b[2J"}, Upstream: "linear", Scopes: []string{"read"}, Granted: granted, Expiry: granted.Add(time.Hour)},
+		grants.GrantInfo{Upstream: "jira", Unreadable: true},
+		grants.GrantInfo{Principal: grants.Principal{Issuer: idp, Subject: "carol"}, Upstream: "github", Granted: granted},
+		grants.GrantInfo{Principal: grants.Principal{Issuer: idp, Subject: "dave"}, Upstream: "notion", Granted: granted},
+	)}
+	srv := httptest.NewServer(admin.NewHandler(b, keyAuthorizer("mfk_ops"), admin.Options{}))
+	t.Cleanup(srv.Close)
+	t.Setenv(envAdminKey, "mfk_ops")
+
+	// The table: every page, terminal controls quoted, the unreadable grant and what to do.
+	code, out, errOut := runGateway("grants", "-url", srv.URL)
+	if code != 0 {
+		t.Fatalf("gateway grants: exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{
+		"ISSUER", "alice", "repo read:org", "2026-03-01T09:30:00Z", "yes", `"bob\x1b[2J"`, "(expired)", "carol", "dave", "notion",
+		"1 grant(s) cannot be opened",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("gateway grants prints no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("gateway grants printed a terminal control:\n%q", out)
+	}
+	if !regexp.MustCompile(`(?m)^-\s+-\s+jira\s+unreadable\s`).MatchString(out) {
+		t.Errorf("gateway grants shows the unreadable grant otherwise:\n%s", out)
+	}
+	if diff := cmp.Diff([]string{"", "2", "4"}, b.Cursors()); diff != "" {
+		t.Errorf("the pages asked for (-want +got):\n%s", diff)
+	}
+
+	// -json: the API's grants, every page of them in one list.
+	code, out, errOut = runGateway("grants", "list", "-json", "-url", srv.URL)
+	var listed struct {
+		Grants []grants.GrantInfo `json:"grants"`
+	}
+	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed.Grants) != 5 {
+		t.Errorf("gateway grants list -json: exit %d, %d grants (%v), stderr %q:\n%s", code, len(listed.Grants), err, errOut, out)
+	}
+
+	// Revoke alice's grant at github; then again: there is none.
+	if code, out, errOut := runGateway("grants", "revoke", idp, "alice", "github", "-url", srv.URL); code != 0 || !strings.Contains(out, "revoked: alice@"+idp+"'s grant at github") {
+		t.Errorf("gateway grants revoke: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, errOut := runGateway("grants", "revoke", idp, "carol", "github", "-json", "-url", srv.URL); code != 0 || !strings.Contains(out, `"revoked"`) || !strings.Contains(out, `"sub": "carol"`) {
+		t.Errorf("gateway grants revoke -json: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, _ := runGateway("grants", "-url", srv.URL); code != 0 || strings.Contains(out, "alice") || strings.Contains(out, "carol") || !strings.Contains(out, "dave") {
+		t.Errorf("gateway grants after two revocations: exit %d:\n%s", code, out)
+	}
+
+	empty := httptest.NewServer(admin.NewHandler(grantsBackend{GrantList: admintest.NewGrantList(2)}, keyAuthorizer("mfk_ops"), admin.Options{}))
+	t.Cleanup(empty.Close)
+	for _, tc := range []struct {
+		name     string
+		key      string
+		args     []string
+		wantCode int
+		stdout   bool
+		want     string
+	}{
+		{"none", "mfk_ops", []string{"grants", "-url", empty.URL}, 0, true, "no user has connected an upstream"},
+		{"a grant nobody has", "mfk_ops", []string{"grants", "revoke", idp, "alice", "github", "-url", srv.URL}, 1, false, "alice@" + idp + " has no grant at upstream github: `gateway grants` lists"},
+		{"no credential", "", []string{"grants", "-url", srv.URL}, 2, false, "set " + envAdminKey},
+		{"a refused key", "mfk_client", []string{"grants", "-url", srv.URL}, 1, false, "did not accept the credential in " + envAdminKey + " (HTTP 401"},
+		{"no gateway", "mfk_ops", []string{"grants", "-url", "http://" + freePort(t)}, 1, false, "nothing answers at"},
+		{"revoke without the upstream", "mfk_ops", []string{"grants", "revoke", idp, "alice", "-url", srv.URL}, 2, false, "revoke takes the ISSUER, SUBJECT and UPSTREAM"},
+		{"an unknown verb", "mfk_ops", []string{"grants", "forget", "x", "-url", srv.URL}, 2, false, `unexpected "forget x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envAdminKey, tc.key)
+			code, out, errOut := runGateway(tc.args...)
+			got := errOut
+			if tc.stdout {
+				got = out
+			}
+			if code != tc.wantCode || !strings.Contains(got, tc.want) {
+				t.Errorf("gateway %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, out, errOut, tc.wantCode, tc.want)
+			}
+		})
 	}
 }

@@ -1,7 +1,8 @@
 // Package admin serves the gateway's admin API and page: JSON over HTTP on a listener of its
 // own, for operators. It shows the upstreams and their state, the catalog, the sessions, the
-// calls held for approval and the pinned tool definitions, and it takes the operator's
-// decisions on held calls and changed definitions.
+// calls held for approval, the pinned tool definitions and the grants users gave the gateway
+// at upstreams, and it takes the operator's decisions on held calls and changed definitions,
+// and revocations of grants.
 //
 // The package knows nothing of how the gateway keeps any of it: the gateway gives a Backend.
 // Every request is authenticated by the gateway's Authorizer (an admin API key, or a token

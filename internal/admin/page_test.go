@@ -17,10 +17,12 @@ import (
 
 	"github.com/manifold-mcp/manifold/internal/grants"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/admin/admintest"
 	"github.com/manifold-mcp/manifold/internal/browser"
 )
 
@@ -60,14 +62,21 @@ type decideCall struct{ ID, Decision, Admin string }
 type resolveCall struct{ Upstream, Tool, Hash, Decision, Admin string }
 
 // pageBackend is a gateway with two held calls (one of them decided by someone else a moment
-// ago), a changed tool definition, and hostile text in its catalog and its held arguments.
+// ago), a changed tool definition, users' grants on two pages (one of them unreadable), and
+// hostile text in its catalog, its held arguments and a grant's scopes.
 type pageBackend struct {
+	*admintest.GrantList
+
 	mu        sync.Mutex
 	approvals []admin.Approval
 	pins      []admin.Pin
 	decided   []decideCall
 	resolved  []resolveCall
 }
+
+// pageGrantsPage is how many grants a page of the fake's GET /api/grants holds: few, so that
+// the page shows "more".
+const pageGrantsPage = 2
 
 func newPageBackend(now time.Time) *pageBackend {
 	return &pageBackend{
@@ -106,6 +115,23 @@ func newPageBackend(now time.Time) *pageBackend {
 				Change: &admin.Change{Hash: "sha256:c3", Rejected: true, By: "ops-bob", Diff: []admin.FieldChange{{Field: "title"}}},
 			},
 		},
+		GrantList: admintest.NewGrantList(pageGrantsPage,
+			grants.GrantInfo{
+				Principal: grants.Principal{Issuer: "https://login.example.com", Subject: "alice"}, Upstream: "github",
+				Issuer: "https://github.com/login/oauth", Scopes: []string{"repo", "read:org"}, Refreshable: true,
+				Expiry: now.Add(40 * time.Minute), Granted: now.Add(-26 * time.Hour), Refreshed: now.Add(-20 * time.Minute),
+			},
+			grants.GrantInfo{
+				Principal: grants.Principal{Issuer: "https://login.example.com", Subject: "bob"}, Upstream: "linear",
+				Issuer: "https://linear.app", Scopes: []string{"read", xss}, Granted: now.Add(-3 * time.Hour),
+			},
+			grants.GrantInfo{Upstream: "jira", Unreadable: true},
+			grants.GrantInfo{
+				Principal: grants.Principal{Issuer: "https://login.example.com", Subject: "carol"}, Upstream: "github",
+				Issuer: "https://github.com/login/oauth", Scopes: []string{"repo"}, Refreshable: true,
+				Expiry: now.Add(10 * time.Minute), Granted: now.Add(-time.Hour),
+			},
+		),
 	}
 }
 
@@ -234,6 +260,28 @@ func TestPageInBrowser(t *testing.T) {
 		}
 		return v
 	}
+	// confirmClick clicks sel, whose click asks the operator to confirm, answers the dialog
+	// (accept: OK, else Cancel), and returns its message. The click runs after the Evaluate
+	// that schedules it has returned: a dialog holds the script that opens it, and a click
+	// action would wait for it too.
+	confirmClick := func(sel string, accept bool) string {
+		t.Helper()
+		dctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
+		do("click "+sel, chromedp.Evaluate[chromedp.Void](`void setTimeout(() => document.querySelector(`+quote(sel)+`).click(), 0)`))
+		for ev, err := range dialogs {
+			if err != nil {
+				t.Fatalf("waiting for the dialog of %s: %v", sel, err)
+			}
+			if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept}); err != nil {
+				t.Fatalf("answering the dialog of %s: %v", sel, err)
+			}
+			return ev.Message
+		}
+		t.Fatalf("%s opened no dialog", sel)
+		return ""
+	}
 
 	// A wrong key, submitted with Enter, is refused on the sign-in form.
 	do("wrong key",
@@ -252,6 +300,9 @@ func TestPageInBrowser(t *testing.T) {
 	// The right key shows the held calls, the changed definition and the catalog.
 	approve1 := `button[data-approve="appr-1"]`
 	acceptWrite := `button[data-accept="files/write file/v2"]`
+	aliceGrant := `tr[data-grant="https://login.example.com alice github"]`
+	bobGrant := `tr[data-grant="https://login.example.com bob linear"]`
+	carolGrant := `tr[data-grant="https://login.example.com carol github"]`
 	do("sign in",
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("key").value = ""`),
 		chromedp.SendKeys(chromedp.ID("key"), pageKey),
@@ -260,6 +311,7 @@ func TestPageInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(acceptWrite)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-tool="evil/lookup"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-upstream="evil"]`)),
+		chromedp.WaitVisible(chromedp.CSS(bobGrant)),
 	)
 	if got := text("#admin-name"); got != pageAdmin {
 		t.Errorf("signed in as %q, want %q", got, pageAdmin)
@@ -275,6 +327,7 @@ func TestPageInBrowser(t *testing.T) {
 		`article[data-pin="files/write file/v2"] tbody`: "<script>window.__pwned=1</script>",
 		`tr[data-upstream="evil"]`:                      "502 Bad Gateway " + xss,
 		`tr[data-replica="r2"]`:                         "reload refused: listen " + xss,
+		bobGrant:                                        "read" + xss,
 	} {
 		if got := text(sel); !strings.Contains(got, want) {
 			t.Errorf("%s shows %q, want it to contain %q", sel, got, want)
@@ -318,6 +371,52 @@ func TestPageInBrowser(t *testing.T) {
 		chromedp.WaitNotPresent(chromedp.CSS(acceptWrite)),
 		chromedp.WaitVisible(chromedp.CSS("#status.ok")),
 	)
+
+	// Grants: the first page, then the next with "more", to the end.
+	if got := text("#grants-count"); got != "2+" {
+		t.Errorf("grants count on the first page = %q, want 2+ (more to come)", got)
+	}
+	if eval(`document.querySelector(` + quote(carolGrant) + `) !== null`) {
+		t.Error("a grant of the second page shows before more was asked for")
+	}
+	for _, want := range []string{"alice", "https://login.example.com", "github", "repo", "read:org", "yes"} {
+		if got := text(aliceGrant); !strings.Contains(got, want) {
+			t.Errorf("alice's grant shows %q, want it to contain %q", got, want)
+		}
+	}
+	do("more grants",
+		chromedp.Click(chromedp.ID("grants-more")),
+		chromedp.WaitVisible(chromedp.CSS(carolGrant)),
+		chromedp.WaitNotPresent(chromedp.ID("grants-more")),
+	)
+	if got := text("#grants-count"); got != "4" {
+		t.Errorf("grants count with every page = %q, want 4", got)
+	}
+	if got := text("tr.unreadable"); !strings.Contains(got, "unreadable") || !strings.Contains(got, "jira") {
+		t.Errorf("the unreadable grant shows %q, want unreadable at jira", got)
+	}
+	if !eval(`document.querySelector("tr.unreadable button") === null`) {
+		t.Error("a grant listed without its user has a Revoke button, which could name no one")
+	}
+	// Revoke: cancelled at the confirmation, nothing is posted; confirmed, the grant is
+	// revoked and leaves the list, which keeps its second page.
+	revokeCarol := `button[data-revoke="https://login.example.com carol github"]`
+	if msg := confirmClick(revokeCarol, false); !strings.Contains(msg, "carol") || !strings.Contains(msg, "github") {
+		t.Errorf("the confirmation of a revocation says %q, want whose grant at which upstream", msg)
+	}
+	confirmClick(revokeCarol, true)
+	do("revoke",
+		chromedp.WaitNotPresent(chromedp.CSS(carolGrant)),
+		chromedp.WaitVisible(chromedp.CSS("#status.ok")),
+		chromedp.WaitVisible(chromedp.CSS("tr.unreadable")),
+	)
+	if got := text("#status"); !strings.Contains(got, "Revoked carol's grant at github") {
+		t.Errorf("status after a revocation = %q", got)
+	}
+	if diff := cmp.Diff([]admintest.Revocation{{User: grants.Principal{Issuer: "https://login.example.com", Subject: "carol"}, Upstream: "github"}}, b.Revoked()); diff != "" {
+		t.Errorf("RevokeGrant calls (-want +got):\n%s", diff)
+	}
+
 	decided, resolved := b.calls()
 	if diff := cmp.Diff([]decideCall{{"appr-1", admin.Approve, pageAdmin}, {"appr-late", admin.Approve, pageAdmin}}, decided); diff != "" {
 		t.Errorf("Decide calls (-want +got):\n%s", diff)
@@ -448,11 +547,3 @@ func (b *pageBackend) Config(context.Context) (admin.ConfigStatus, error) {
 }
 
 func (b *pageBackend) Reload(ctx context.Context) (admin.ConfigStatus, error) { return b.Config(ctx) }
-
-func (b *pageBackend) Grants(context.Context, string) ([]grants.GrantInfo, string, error) {
-	return nil, "", nil
-}
-
-func (b *pageBackend) RevokeGrant(context.Context, grants.Principal, string) error {
-	return admin.ErrNotFound
-}

@@ -1,6 +1,7 @@
 // Package adminclient is a client of the gateway's admin API (package admin): it lists the
-// calls held for approval and the pinned tool definitions, and posts an operator's decisions
-// on them. `gateway approvals` and `gateway pins` are built on it.
+// calls held for approval, the pinned tool definitions and the grants users gave the gateway
+// at upstreams, and posts an operator's decisions on them and revocations of grants.
+// `gateway approvals`, `gateway pins` and `gateway grants` are built on it.
 //
 //	c := &adminclient.Client{URL: "http://127.0.0.1:8081", Key: key}
 //	held, err := c.Approvals(ctx)
@@ -21,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/manifold-mcp/manifold/internal/admin"
+	"github.com/manifold-mcp/manifold/internal/grants"
 )
 
 // maxAnswer bounds an answer's body: a gateway's lists, not a stream.
@@ -114,6 +116,60 @@ func (c *Client) Resolve(ctx context.Context, upstream, tool, hash, decision str
 		return admin.Pin{}, fmt.Errorf("%s the change of %s/%s: %w", decision, upstream, tool, err)
 	}
 	return out.Pin, nil
+}
+
+// Grants lists one page of the grants users gave the gateway at upstreams (never a token):
+// the page after cursor ("" for the first), and the cursor of the next ("" after the last).
+func (c *Client) Grants(ctx context.Context, cursor string) ([]grants.GrantInfo, string, error) {
+	var out struct {
+		Grants []grants.GrantInfo `json:"grants"`
+		Next   string             `json:"next"`
+	}
+	path := "/api/grants"
+	if cursor != "" {
+		path += "?cursor=" + url.QueryEscape(cursor)
+	}
+	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, "", fmt.Errorf("list the grants: %w", err)
+	}
+	return out.Grants, out.Next, nil
+}
+
+// AllGrants lists every grant, following the pages to the last. It fails, rather than read
+// on, when the gateway answers a cursor it was given already.
+func (c *Client) AllGrants(ctx context.Context) ([]grants.GrantInfo, error) {
+	var all []grants.GrantInfo
+	seen := map[string]bool{"": true}
+	cursor := ""
+	for {
+		page, next, err := c.Grants(ctx, cursor)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		if seen[next] {
+			return nil, fmt.Errorf("list the grants: the gateway at %s answered the page cursor %q twice: its list does not move on", c.URL, next)
+		}
+		seen[next] = true
+		cursor = next
+	}
+}
+
+// RevokeGrant revokes user's grant at upstream: at the upstream's authorization server where
+// it supports revocation, and in the gateway. It fails with an error matching
+// admin.ErrNotFound when user has no grant there.
+func (c *Client) RevokeGrant(ctx context.Context, user grants.Principal, upstream string) error {
+	var out struct {
+		Revoked json.RawMessage `json:"revoked"`
+	}
+	body := map[string]any{"principal": user, "upstream": upstream}
+	if err := c.do(ctx, http.MethodPost, "/api/grants/revoke", body, &out); err != nil {
+		return fmt.Errorf("revoke %s's grant at %s: %w", user, upstream, err)
+	}
+	return nil
 }
 
 // do sends one request and decodes a 200 answer into out.

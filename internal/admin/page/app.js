@@ -29,6 +29,8 @@
   let last = {};
   // The last catalog, for the filter.
   let catalog = [];
+  // How many pages of grants the operator asked to see: each refresh loads as many again.
+  let grantPages = 1;
 
   // ---- API ----
 
@@ -128,7 +130,8 @@
     clearTimeout(timer);
     last = {};
     catalog = [];
-    for (const id of ["approvals-body", "changes-body", "upstreams-body", "catalog-body", "sessions-body"]) {
+    grantPages = 1;
+    for (const id of ["approvals-body", "changes-body", "config-body", "upstreams-body", "catalog-body", "sessions-body", "grants-body"]) {
       $(id).replaceChildren();
     }
     $("admin-name").textContent = "";
@@ -154,6 +157,7 @@
     { id: "upstreams", path: "api/upstreams", render: (d) => renderUpstreams(arr(d.upstreams)) },
     { id: "catalog", path: "api/catalog", render: (d) => renderCatalog(arr(d.tools)) },
     { id: "sessions", path: "api/sessions", render: (d) => renderSessions(arr(d.sessions), Date.now()) },
+    { id: "grants", load: loadGrants, render: (d) => renderGrants(arr(d.grants), str(d.next)) },
   ];
 
   async function refresh() {
@@ -182,7 +186,7 @@
   }
 
   async function load(my) {
-    const results = await Promise.allSettled(sections.map((s) => api("GET", s.path)));
+    const results = await Promise.allSettled(sections.map((s) => (s.load ? s.load() : api("GET", s.path))));
     if (my !== epoch) return;
     const refused = results.find((r) => r.status === "rejected" && r.reason.status === 401);
     if (refused) {
@@ -203,6 +207,20 @@
     });
     $("updated").textContent = "updated " + clock(Date.now());
     tick();
+  }
+
+  // loadGrants reads the grants a page at a time, following next for as many pages as are
+  // shown, and answers as one page would: the grants and the cursor after the last read.
+  async function loadGrants() {
+    const first = await api("GET", "api/grants");
+    let grants = arr(first.grants);
+    let next = str(first.next);
+    for (let page = 1; page < grantPages && next; page++) {
+      const d = await api("GET", "api/grants?cursor=" + encodeURIComponent(next));
+      grants = grants.concat(arr(d.grants));
+      next = str(d.next);
+    }
+    return { grants, next };
   }
 
   // changed reports whether a section's data differs from what it shows.
@@ -248,6 +266,18 @@
       () => api("POST", "api/pins/" + encodeURIComponent(str(p.upstream)) + "/" + encodeURIComponent(str(p.tool)),
         { decision, hash: str(p.change.hash) }),
       (decision === "accept" ? "Accepted" : "Rejected") + " the change of " + name + ".");
+  }
+
+  function revokeGrant(g, button) {
+    const p = g.principal || {};
+    const name = str(p.sub) + "'s grant at " + str(g.upstream);
+    if (!window.confirm("Revoke " + name + "?\n\nThe gateway asks " + (str(g.issuer) || "the upstream's authorization server") +
+      " to revoke the token and forgets the grant; the user must connect " + str(g.upstream) + " again to use it.")) {
+      return;
+    }
+    act([button], "Revoke " + name,
+      () => api("POST", "api/grants/revoke", { principal: { iss: str(p.iss), sub: str(p.sub) }, upstream: str(g.upstream) }),
+      "Revoked " + name + ".");
   }
 
   function setStatus(message, kind) {
@@ -427,6 +457,49 @@
         el("td", { text: str(s.profile) }),
         el("td", { text: str(s.protocolVersion) }),
         el("td", { class: "num", "data-since": String(received - Number(s.ageSeconds) * 1000) })))));
+  }
+
+  function renderGrants(list, next) {
+    setCount("grants-count", next ? list.length + "+" : list.length);
+    if (!changed("grants", { list, next })) return;
+    if (!list.length) {
+      $("grants-body").replaceChildren(empty("No user has connected an upstream (credentials.user_oauth)."));
+      return;
+    }
+    const more = next ? el("button", { type: "button", class: "secondary", id: "grants-more", text: "More" }) : null;
+    if (more) {
+      more.addEventListener("click", () => {
+        grantPages++;
+        refresh();
+      });
+    }
+    $("grants-body").replaceChildren(table(["User", "Upstream", "Scopes", "Granted", "Token expiry", "Refreshable", ""], list.map(grantRow)),
+      more ? el("div", { class: "more" }, more) : null);
+  }
+
+  function grantRow(g) {
+    const p = g.principal || {};
+    const target = str(p.iss) + " " + str(p.sub) + " " + str(g.upstream);
+    // A grant that does not open may be listed without its user: nothing names it to revoke.
+    let revoke = null;
+    if (p.iss && p.sub && g.upstream) {
+      revoke = el("button", { type: "button", class: "deny", "data-revoke": target, text: "Revoke" });
+      revoke.addEventListener("click", () => revokeGrant(g, revoke));
+    }
+    const refreshed = Date.parse(str(g.refreshed));
+    return el("tr", { "data-grant": target, class: g.unreadable ? "unreadable" : "" },
+      el("td", {},
+        p.sub ? el("strong", { text: str(p.sub) }) : el("span", { class: "muted", text: "unknown user" }),
+        p.iss ? el("div", { class: "muted small", text: str(p.iss) }) : null),
+      el("td", { class: "nowrap", text: str(g.upstream) || "—" }),
+      el("td", {}, g.unreadable ? el("span", { class: "badge bad", title: "The stored grant cannot be opened (changed, or sealed with a key no longer configured): revoke it; the user connects again.", text: "unreadable" })
+        : arr(g.scopes).length ? el("span", { class: "chips" }, ...arr(g.scopes).map((s) => el("span", { class: "chip", text: str(s) })))
+          : el("span", { class: "muted", text: "none" })),
+      el("td", { class: "nowrap" }, text(stamp(Date.parse(str(g.granted)))),
+        refreshed > 0 ? el("div", { class: "muted small", text: "refreshed " + stamp(refreshed) }) : null),
+      el("td", { class: "nowrap", text: stamp(Date.parse(str(g.expiry))) }),
+      el("td", {}, g.unreadable ? null : el("span", { class: "badge " + (g.refreshable ? "ok" : "off"), text: g.refreshable ? "yes" : "no" })),
+      el("td", { class: "nowrap" }, revoke));
   }
 
   // tick updates the countdowns and ages.
