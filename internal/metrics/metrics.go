@@ -65,6 +65,7 @@ var Outcomes = []string{
 	"upstream_unavailable", "upstream_timeout", "upstream_interrupted", "connection_limit",
 	"too_many_calls", "too_many_tasks", "denied", "rate_limited", "unauthenticated",
 	"approval_declined", "approval_timeout", "approval_unavailable", "plugin_unavailable",
+	"connect_required",
 	Other,
 }
 

@@ -117,11 +117,15 @@ func Map(req *Request, t *Target, result json.RawMessage, err error, logger *slo
 	case errors.As(err, &upstreamErr):
 		return upstreamWire(req, t, upstreamErr, logger)
 	case errors.As(err, &rpcErr):
-		reason := "invalid_request"
-		if rpcErr.Code == protocol.CodeInternalError {
-			reason = "internal"
+		switch rpcErr.Code {
+		case protocol.CodeURLElicitationRequired:
+			// The gateway's own ask that its user connect an account first: a refusal, as
+			// the tool error a client that cannot be asked gets instead.
+			return nil, rpcErr, Outcome{Result: audit.OutcomeRefused, Code: rpcErr.Code, Reason: ReasonConnectRequired}
+		case protocol.CodeInternalError:
+			return nil, rpcErr, Outcome{Result: audit.OutcomeError, Code: rpcErr.Code, Reason: "internal"}
 		}
-		return nil, rpcErr, Outcome{Result: audit.OutcomeError, Code: rpcErr.Code, Reason: reason}
+		return nil, rpcErr, Outcome{Result: audit.OutcomeError, Code: rpcErr.Code, Reason: "invalid_request"}
 	case errors.Is(err, context.Canceled):
 		e := protocol.Errorf(protocol.CodeInternalError, "request cancelled")
 		return nil, e, Outcome{Result: audit.OutcomeCancelled, Code: e.Code}

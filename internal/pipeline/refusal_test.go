@@ -147,6 +147,10 @@ func TestMapOtherFailures(t *testing.T) {
 	if _, got, out := Map(req, nil, nil, own, logger); got != own || out.Result != audit.OutcomeError {
 		t.Errorf("own error: %+v %+v", got, out)
 	}
+	connect := &protocol.Error{Code: protocol.CodeURLElicitationRequired, Message: "URL elicitation required: connect"}
+	if _, got, out := Map(req, nil, nil, connect, logger); got != connect || out.Result != audit.OutcomeRefused || out.Reason != ReasonConnectRequired {
+		t.Errorf("the gateway's ask to connect: %+v %+v; want it passed, counted as refused with reason %s", got, out, ReasonConnectRequired)
+	}
 	if _, _, out := Map(req, nil, nil, fmt.Errorf("call: %w", context.Canceled), logger); out.Result != audit.OutcomeCancelled {
 		t.Errorf("cancel: %+v", out)
 	}
