@@ -18,9 +18,12 @@
 //	tok, err := svc.Token(ctx, p, "github")
 //	if connect.NeedsConnect(err) { ... ask the user to open a new link ... }
 //
-// Everything kept between two requests (the link, the sign-in in flight, the authorization in
-// flight) is sealed (seal.PurposeConnect) and put in a Store that every replica shares, so
-// that any replica can serve any step. Each record is single use where a replay would matter.
+// Everything kept between two requests is sealed (seal.PurposeConnect). The sign-in in flight
+// stays in the browser that started it, in a short-lived cookie, so that a visitor who has
+// not signed in makes the gateway write nothing. The link and the authorization in flight go
+// in a Store that every replica shares, so that any replica can serve any step; only a
+// signed-in user (or the gateway, for its principals) writes there. Each record is single use
+// where a replay would matter.
 package connect
 
 import (
@@ -148,7 +151,8 @@ type Request struct {
 	ID string `json:"id"`
 	// Principal is who asked: only this user may complete the connection.
 	Principal grants.Principal `json:"principal"`
-	// PrincipalName is how the page names the principal (an email, or the subject).
+	// PrincipalName names the principal (an email, or the subject) in the link's record. No
+	// page shows it: whoever holds a link must not learn whose it is.
 	PrincipalName string `json:"principal_name,omitempty"`
 	// Upstream is the configured upstream's name.
 	Upstream string `json:"upstream"`
@@ -385,7 +389,6 @@ func (s *Service) Close() error {
 
 // Keys of the Store's records.
 func requestKey(id string) string     { return "request:" + id }
-func loginKey(state string) string    { return "login:" + state }
 func flowKey(state string) string     { return "flow:" + state }
 func clientKey(up, iss string) string { return "client:" + up + ":" + iss }
 

@@ -77,11 +77,12 @@ type consentView struct {
 	Expires    time.Time
 }
 
-// mismatchView names the two users, with a form to sign in as the other.
+// mismatchView names the signed-in user, with a form to sign in as another. It never names
+// the user the link was made for: whoever holds a link must not learn whose it is.
 type mismatchView struct {
-	SignedIn, Asked string
-	Next, CSRF      string
-	LogoutAction    string
+	SignedIn     string
+	Next, CSRF   string
+	LogoutAction string
 }
 
 // grantsView lists the grants, each with its revoke form, and the upstreams the user may
@@ -131,7 +132,7 @@ td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}</style></h
 <button type="submit" name="action" value="connect">Connect</button>
 <button type="submit" name="action" value="cancel">Cancel</button></form>
 <p>This link works once, until {{when .Expires}}.</p>{{end}}
-{{with .Mismatch}}<p>You are signed in as <strong>{{.SignedIn}}</strong>, but this link was made for <strong>{{.Asked}}</strong>. Only that user can use it.</p>
+{{with .Mismatch}}<p>You are signed in as <strong>{{.SignedIn}}</strong>, but this link was made for another user. Only that user can use it.</p>
 <form method="post" action="{{.LogoutAction}}"><input type="hidden" name="csrf" value="{{.CSRF}}"><input type="hidden" name="next" value="{{.Next}}">
 <button type="submit">Sign in as another user</button></form>{{end}}
 {{with .Grants}}<p>Signed in as {{.User}}.</p>
@@ -224,8 +225,8 @@ func (s *Service) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	if !u.is(req.Principal) {
 		s.render(w, http.StatusForbidden, page{Title: "Signed in as another user", Mismatch: &mismatchView{
-			SignedIn: u.Name, Asked: firstNonEmpty(req.PrincipalName, req.Principal.Subject),
-			Next: PathConnect + id, CSRF: s.csrfToken(u, "logout"), LogoutAction: PathLogout,
+			SignedIn: u.Name,
+			Next:     PathConnect + id, CSRF: s.csrfToken(u, "logout"), LogoutAction: PathLogout,
 		}})
 		return
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // Store keeps short-lived, single-use records that every replica of the gateway must see: the
-// connect links handed to clients, the sign-ins and the authorizations in flight. The Service
+// connect links handed to clients and the authorizations in flight. The Service
 // seals every value before it is put, so a Store never holds anything in the clear.
 // Implementations are safe for concurrent use.
 type Store interface {
