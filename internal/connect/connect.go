@@ -174,12 +174,19 @@ var ErrUnknownUpstream = errors.New("the upstream is not one whose users connect
 // ErrClosed is returned by a Service's methods after Close.
 var ErrClosed = errors.New("the connect service is closed")
 
+// ErrResourceChanged is wrapped by the errors of Token and TokenRejected for a grant made for
+// another URL than the upstream's now (a reload changed its url, or a new upstream took a
+// removed one's name): the grant is deleted, its tokens are handed to nobody, and the user
+// must connect the upstream again (NeedsConnect reports it).
+var ErrResourceChanged = errors.New("the grant was made for another URL of the upstream: connect the upstream again")
+
 // NeedsConnect reports whether err says the user has no usable grant and must connect the
-// upstream (again): none stored, the refresh token refused or missing, or the stored grant
-// unreadable.
+// upstream (again): none stored, the refresh token refused or missing, the stored grant
+// unreadable, or made for another URL of the upstream.
 func NeedsConnect(err error) bool {
 	return errors.Is(err, grants.ErrNotFound) || errors.Is(err, grants.ErrInvalidGrant) ||
-		errors.Is(err, grants.ErrNoRefreshToken) || errors.Is(err, grants.ErrUnreadable)
+		errors.Is(err, grants.ErrNoRefreshToken) || errors.Is(err, grants.ErrUnreadable) ||
+		errors.Is(err, ErrResourceChanged)
 }
 
 // Service serves the connect pages and hands out the grants' tokens. It is safe for

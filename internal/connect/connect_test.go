@@ -752,6 +752,69 @@ func TestSetUpstreams(t *testing.T) {
 	}
 }
 
+// TestGrantOfAnotherURL: a grant made for the upstream's URL is not handed out once the
+// upstream's URL has changed (a reload, or a new upstream under a removed one's name): it is
+// deleted, the user must connect again, and its tokens go nowhere.
+func TestGrantOfAnotherURL(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// due advances the clock past the token's expiry, so that it would be refreshed.
+		due      bool
+		rejected bool
+	}{
+		{name: "fresh"},
+		{name: "due", due: true},
+		{name: "rejected", rejected: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{})
+			ctx := context.Background()
+			alice := h.principal("alice")
+			h.connect("alice").want(t, http.StatusOK, "Connected github")
+			g, err := h.vault.Get(ctx, alice, "github")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := h.as.URL + "/mcp"; g.Resource != want || g.Info().Resource != want {
+				t.Errorf("the grant was made for %q (info %q), want %q", g.Resource, g.Info().Resource, want)
+			}
+			h.svc.SetUpstreams([]Upstream{{Name: "github", URL: h.as.URL + "/other/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}})
+			if tc.due {
+				h.clock.Advance(2 * time.Hour)
+			}
+			var tok grants.Token
+			if tc.rejected {
+				tok, err = h.svc.TokenRejected(ctx, alice, "github", g.Token.AccessToken)
+			} else {
+				tok, err = h.svc.Token(ctx, alice, "github")
+			}
+			if !NeedsConnect(err) || tok.AccessToken != "" {
+				t.Fatalf("token of a grant made for another URL: %v, %v; want none, NeedsConnect", tok, err)
+			}
+			h.wantNoGrant(alice)
+			if n := h.as.tokenRequests("refresh_token"); n != 0 {
+				t.Errorf("the grant's refresh token was sent %d times, want never", n)
+			}
+		})
+	}
+}
+
+// TestURLChangedDuringTheAuthorization: the callback of an authorization started before the
+// upstream's URL changed stores no grant.
+func TestURLChangedDuringTheAuthorization(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	b, link, consent := h.open("alice")
+	b.stopAt = PathCallback
+	atCallback := b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}})
+	if atCallback.status != http.StatusFound || !strings.Contains(atCallback.location, PathCallback) {
+		t.Fatalf("the authorization server answered %d to %q", atCallback.status, atCallback.location)
+	}
+	h.svc.SetUpstreams([]Upstream{{Name: "github", URL: h.as.URL + "/other/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}})
+	b.stopAt = ""
+	b.get(atCallback.location).want(t, http.StatusNotFound, "Nothing was connected")
+	h.wantNoGrant(h.principal("alice"))
+}
+
 // TestReplicas: each request lands on another replica, which share the store and the vault: the
 // sign-in, consent and callback of one flow each work wherever they land, and the replicas
 // register one client dynamically, not one each.

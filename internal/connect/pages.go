@@ -257,6 +257,9 @@ type flowRecord struct {
 	Client    oauthclient.Client    `json:"client"`
 	Discovery oauthclient.Discovery `json:"discovery"`
 	Scopes    []string              `json:"scopes,omitempty"`
+	// Resource is the upstream's URL the flow was discovered for; "" in a record made before
+	// it was kept.
+	Resource string `json:"resource,omitempty"`
 }
 
 // serveConsent answers the consent form: Connect starts the authorization at the upstream's
@@ -290,7 +293,7 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The flow before the link is taken: an unreachable server leaves the link usable.
-	fl, err := s.flow(r.Context(), req.Upstream)
+	fl, up, err := s.flowOf(r.Context(), req.Upstream)
 	switch {
 	case errors.Is(err, ErrUnknownUpstream):
 		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
@@ -318,7 +321,8 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 	if scopes == nil {
 		scopes = step.Discovery.Scopes
 	}
-	rec := flowRecord{Pending: *p, Request: req, Client: *step.Client, Discovery: *step.Discovery, Scopes: scopes}
+	rec := flowRecord{Pending: *p, Request: req, Client: *step.Client, Discovery: *step.Discovery, Scopes: scopes,
+		Resource: up.URL}
 	if err := s.putRecord(r.Context(), flowKey(p.State), rec, s.opts.RequestTTL); err != nil {
 		log.Error("connect not started", "error", err)
 		s.unavailable(w, http.StatusServiceUnavailable)
@@ -360,10 +364,17 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, err := s.fetcher(req.Upstream)
+	up, _ := s.upstream(req.Upstream)
+	if rec.Resource == "" {
+		rec.Resource = up.URL
+	}
+	if err == nil && up.URL != rec.Resource {
+		err = ErrResourceChanged
+	}
 	if err != nil {
 		log.Warn("connect not finished", "error", err)
 		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
-			Message: req.Upstream + " is no longer configured at the gateway. Nothing was connected."})
+			Message: req.Upstream + " is no longer configured at the gateway as it was when you started. Nothing was connected. Ask your client again for a new link."})
 		return
 	}
 	fl := oauthclient.Flow{Fetcher: f, Discovery: &rec.Discovery, Client: &rec.Client,
@@ -383,7 +394,7 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := grants.Grant{Principal: req.Principal, Upstream: req.Upstream, Token: grantToken(tok, rec.Scopes),
-		Issuer: rec.Discovery.Server.Issuer}
+		Issuer: rec.Discovery.Server.Issuer, Resource: rec.Resource}
 	if err := s.opts.Vault.Put(ctx, g); err != nil {
 		log.Error("grant not stored", "error", err)
 		s.unavailable(w, http.StatusServiceUnavailable)
