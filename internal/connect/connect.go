@@ -136,6 +136,10 @@ type Options struct {
 	// OnConnected, if set, is called after a grant is stored, on the callback's goroutine,
 	// with the callback request's context.
 	OnConnected func(ctx context.Context, r Request)
+	// OnRevoked, if set, is called after Revoke deleted p's grant at upstream (from the
+	// grants page or a caller of Revoke), on Revoke's goroutine, with its context; not when
+	// there was no grant, nor when the deletion failed.
+	OnRevoked func(ctx context.Context, p grants.Principal, upstream string)
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
 	// Logger receives the Service's log. If nil, nothing is logged.

@@ -42,6 +42,8 @@ type harness struct {
 	clock     *testclock.Clock
 	vault     *grants.Vault
 	connected chan Request
+	// revoked receives the upstream of each grant revoked, as OnRevoked saw it.
+	revoked chan revocation
 
 	// mu guards pages.
 	mu sync.Mutex
@@ -63,7 +65,8 @@ type harnessOptions struct {
 // newHarness starts a harness.
 func newHarness(t *testing.T, ho harnessOptions) *harness {
 	testwait.Goroutines(t)
-	h := &harness{t: t, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), connected: make(chan Request, 10)}
+	h := &harness{t: t, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), connected: make(chan Request, 10),
+		revoked: make(chan revocation, 10)}
 	h.issuer = newFakeAS(t, h.clock.Now)
 	h.as = newFakeAS(t, h.clock.Now)
 	keys, err := seal.NewKeys([]seal.Key{{ID: "k1", Secret: bytes.Repeat([]byte{7}, 32)}})
@@ -96,6 +99,9 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 			OnConnected: func(ctx context.Context, r Request) {
 				h.connected <- r
 			},
+			OnRevoked: func(ctx context.Context, p grants.Principal, upstream string) {
+				h.revoked <- revocation{p, upstream}
+			},
 			Now:    h.clock.Now,
 			Logger: slog.New(slog.NewTextHandler(secretCheck{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		})
@@ -117,6 +123,24 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 		h.checkHeaders()
 	})
 	return h
+}
+
+// revocation is one call of OnRevoked.
+type revocation struct {
+	principal grants.Principal
+	upstream  string
+}
+
+// wantRevoked fails the test unless OnRevoked was called for exactly want since the last call.
+func (h *harness) wantRevoked(want ...revocation) {
+	h.t.Helper()
+	var got []revocation
+	for len(h.revoked) > 0 {
+		got = append(got, <-h.revoked)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(revocation{})); diff != "" {
+		h.t.Errorf("OnRevoked calls mismatch (-want +got):\n%s", diff)
+	}
 }
 
 // secretInLog matches the codes and tokens the fake servers issue.
@@ -617,9 +641,11 @@ func TestRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.wantRevoked()
 	if err := h.svc.Revoke(ctx, alice, "github"); err != nil {
 		t.Fatal(err)
 	}
+	h.wantRevoked(revocation{alice, "github"})
 	if diff := cmp.Diff([]string{g.Token.RefreshToken}, h.as.revokedTokens()); diff != "" {
 		t.Errorf("revoked at the server (-want +got):\n%s", diff)
 	}
@@ -627,6 +653,7 @@ func TestRevoke(t *testing.T) {
 	if err := h.svc.Revoke(ctx, alice, "github"); !errors.Is(err, grants.ErrNotFound) {
 		t.Errorf("Revoke of no grant: %v, want ErrNotFound", err)
 	}
+	h.wantRevoked() // nothing was revoked
 }
 
 func TestRevokeFromTheGrantsPage(t *testing.T) {
@@ -639,6 +666,7 @@ func TestRevokeFromTheGrantsPage(t *testing.T) {
 	if len(h.as.revokedTokens()) != 1 {
 		t.Errorf("revoked at the server: %q, want one token", h.as.revokedTokens())
 	}
+	h.wantRevoked(revocation{h.principal("alice"), "github"})
 }
 
 func TestClientMetadataDocument(t *testing.T) {

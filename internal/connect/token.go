@@ -119,7 +119,8 @@ func grantToken(t *oauthclient.Token, asked []string) grants.Token {
 
 // Revoke revokes p's grant at upstream: at the authorization server first, where it supports
 // RFC 7009 (best effort: a failure is logged), then in the Vault. It fails with an error
-// wrapping grants.ErrNotFound when there is no grant.
+// wrapping grants.ErrNotFound when there is no grant. Options.OnRevoked is called once the
+// grant is deleted.
 func (s *Service) Revoke(ctx context.Context, p grants.Principal, upstream string) error {
 	g, err := s.opts.Vault.Get(ctx, p, upstream)
 	switch {
@@ -132,6 +133,9 @@ func (s *Service) Revoke(ctx context.Context, p grants.Principal, upstream strin
 	}
 	if err := s.opts.Vault.Delete(ctx, p, upstream); err != nil {
 		return fmt.Errorf("revoke the grant of %s at %q: %w", p, upstream, err)
+	}
+	if s.opts.OnRevoked != nil {
+		s.opts.OnRevoked(ctx, p, upstream)
 	}
 	return nil
 }
