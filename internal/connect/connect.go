@@ -29,7 +29,9 @@ package connect
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +71,9 @@ const (
 const (
 	DefaultClientName = "Manifold"
 	DefaultRequestTTL = 10 * time.Minute
+	// MaxLinksPerPrincipal is the most connect links Ask keeps for one principal in a Store
+	// that bounds them (OwnedPutter); beyond, Ask fails with an error wrapping ErrStoreFull.
+	MaxLinksPerPrincipal = 20
 )
 
 // Login is how the pages sign users in: an OAuth client of the gateway's own OpenID Connect
@@ -317,7 +322,9 @@ func upstreamMap(list []Upstream) (map[string]Upstream, error) {
 
 // Ask keeps r for a single use during RequestTTL and returns its connect link, PublicURL +
 // PathConnect + id, with id the request's new ID. r needs a principal (issuer and subject)
-// and a configured upstream.
+// and a configured upstream. A principal holds at most MaxLinksPerPrincipal links where the
+// Store bounds them (OwnedPutter): beyond, and when the Store is full, the error wraps
+// ErrStoreFull.
 func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, err error) {
 	if r.Principal.Issuer == "" || r.Principal.Subject == "" {
 		return "", "", errors.New("ask to connect: the request needs a principal (issuer and subject)")
@@ -328,7 +335,7 @@ func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, e
 	r.ID = randomString()
 	r.Expires = s.opts.Now().Add(s.opts.RequestTTL)
 	r.Scopes = slices.Clone(r.Scopes)
-	if err := s.putRecord(ctx, requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
+	if err := s.putOwnedRecord(ctx, ownerHash(r.Principal), requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
 		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, err)
 	}
 	return s.opts.PublicURL + PathConnect + r.ID, r.ID, nil
@@ -405,11 +412,23 @@ func clientKey(up, iss string) string { return "client:" + up + ":" + iss }
 
 // putRecord seals v's JSON, bound to key, and puts it in the Store.
 func (s *Service) putRecord(ctx context.Context, key string, v any, ttl time.Duration) error {
+	return s.putOwnedRecord(ctx, "", key, v, ttl)
+}
+
+// putOwnedRecord is putRecord for a record counted against owner (if not "") when the Store
+// bounds each owner's records (OwnedPutter), at most MaxLinksPerPrincipal.
+func (s *Service) putOwnedRecord(ctx context.Context, owner, key string, v any, ttl time.Duration) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s record: %w", recordKind(key), err)
 	}
-	if err := s.opts.Store.Put(ctx, key, s.sealer.Seal(b, []byte(key)), ttl); err != nil {
+	sealed := s.sealer.Seal(b, []byte(key))
+	if op, ok := s.opts.Store.(OwnedPutter); ok && owner != "" {
+		err = op.PutOwned(ctx, owner, key, sealed, ttl, MaxLinksPerPrincipal)
+	} else {
+		err = s.opts.Store.Put(ctx, key, sealed, ttl)
+	}
+	if err != nil {
 		return fmt.Errorf("keep %s record: %w", recordKind(key), err)
 	}
 	return nil
@@ -449,6 +468,13 @@ func recordKind(key string) string {
 // ownerOf is the stable name of p given to the authorization flows as their owner.
 func ownerOf(p grants.Principal) string {
 	return strconv.Quote(p.Issuer) + " " + strconv.Quote(p.Subject)
+}
+
+// ownerHash names p in the Store's counts without naming the user: the first 32 hex digits
+// of the SHA-256 of its issuer, NUL, and subject.
+func ownerHash(p grants.Principal) string {
+	sum := sha256.Sum256([]byte(p.Issuer + "\x00" + p.Subject))
+	return hex.EncodeToString(sum[:16])
 }
 
 // randomString is 32 random bytes, base64url without padding.

@@ -561,6 +561,31 @@ func TestLoginStateReplay(t *testing.T) {
 	thief.get(atLogin.location).want(t, http.StatusForbidden, "could not be verified")
 }
 
+// TestLinksPerPrincipal: one user's failed calls cannot fill the store with connect links.
+func TestLinksPerPrincipal(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	ctx := context.Background()
+	ask := func(sub string) error {
+		_, _, err := h.svc.Ask(ctx, Request{Principal: h.principal(sub), Upstream: "github"})
+		return err
+	}
+	for i := range MaxLinksPerPrincipal {
+		if err := ask("alice"); err != nil {
+			t.Fatalf("Ask %d: %v", i, err)
+		}
+	}
+	if err := ask("alice"); !errors.Is(err, ErrStoreFull) {
+		t.Errorf("Ask beyond MaxLinksPerPrincipal: %v, want ErrStoreFull", err)
+	}
+	if err := ask("bob"); err != nil {
+		t.Errorf("another user's Ask: %v", err)
+	}
+	h.clock.Advance(DefaultRequestTTL)
+	if err := ask("alice"); err != nil {
+		t.Errorf("Ask once the links expired: %v", err)
+	}
+}
+
 func TestLoginCookieExpires(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	b := h.browser("alice")
