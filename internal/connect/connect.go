@@ -18,15 +18,20 @@
 //	tok, err := svc.Token(ctx, p, "github")
 //	if connect.NeedsConnect(err) { ... ask the user to open a new link ... }
 //
-// Everything kept between two requests (the link, the sign-in in flight, the authorization in
-// flight) is sealed (seal.PurposeConnect) and put in a Store that every replica shares, so
-// that any replica can serve any step. Each record is single use where a replay would matter.
+// Everything kept between two requests is sealed (seal.PurposeConnect). The sign-in in flight
+// stays in the browser that started it, in a short-lived cookie, so that a visitor who has
+// not signed in makes the gateway write nothing. The link and the authorization in flight go
+// in a Store that every replica shares, so that any replica can serve any step; only a
+// signed-in user (or the gateway, for its principals) writes there. Each record is single use
+// where a replay would matter.
 package connect
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +71,9 @@ const (
 const (
 	DefaultClientName = "Manifold"
 	DefaultRequestTTL = 10 * time.Minute
+	// MaxLinksPerPrincipal is the most connect links Ask keeps for one principal in a Store
+	// that bounds them (OwnedPutter); beyond, Ask fails with an error wrapping ErrStoreFull.
+	MaxLinksPerPrincipal = 20
 )
 
 // Login is how the pages sign users in: an OAuth client of the gateway's own OpenID Connect
@@ -133,6 +141,10 @@ type Options struct {
 	// OnConnected, if set, is called after a grant is stored, on the callback's goroutine,
 	// with the callback request's context.
 	OnConnected func(ctx context.Context, r Request)
+	// OnRevoked, if set, is called after Revoke deleted p's grant at upstream (from the
+	// grants page or a caller of Revoke), on Revoke's goroutine, with its context; not when
+	// there was no grant, nor when the deletion failed.
+	OnRevoked func(ctx context.Context, p grants.Principal, upstream string)
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
 	// Logger receives the Service's log. If nil, nothing is logged.
@@ -148,7 +160,8 @@ type Request struct {
 	ID string `json:"id"`
 	// Principal is who asked: only this user may complete the connection.
 	Principal grants.Principal `json:"principal"`
-	// PrincipalName is how the page names the principal (an email, or the subject).
+	// PrincipalName names the principal (an email, or the subject) in the link's record. No
+	// page shows it: whoever holds a link must not learn whose it is.
 	PrincipalName string `json:"principal_name,omitempty"`
 	// Upstream is the configured upstream's name.
 	Upstream string `json:"upstream"`
@@ -170,12 +183,19 @@ var ErrUnknownUpstream = errors.New("the upstream is not one whose users connect
 // ErrClosed is returned by a Service's methods after Close.
 var ErrClosed = errors.New("the connect service is closed")
 
+// ErrResourceChanged is wrapped by the errors of Token and TokenRejected for a grant made for
+// another URL than the upstream's now (a reload changed its url, or a new upstream took a
+// removed one's name): the grant is deleted, its tokens are handed to nobody, and the user
+// must connect the upstream again (NeedsConnect reports it).
+var ErrResourceChanged = errors.New("the grant was made for another URL of the upstream: connect the upstream again")
+
 // NeedsConnect reports whether err says the user has no usable grant and must connect the
-// upstream (again): none stored, the refresh token refused or missing, or the stored grant
-// unreadable.
+// upstream (again): none stored, the refresh token refused or missing, the stored grant
+// unreadable, or made for another URL of the upstream.
 func NeedsConnect(err error) bool {
 	return errors.Is(err, grants.ErrNotFound) || errors.Is(err, grants.ErrInvalidGrant) ||
-		errors.Is(err, grants.ErrNoRefreshToken) || errors.Is(err, grants.ErrUnreadable)
+		errors.Is(err, grants.ErrNoRefreshToken) || errors.Is(err, grants.ErrUnreadable) ||
+		errors.Is(err, ErrResourceChanged)
 }
 
 // Service serves the connect pages and hands out the grants' tokens. It is safe for
@@ -302,7 +322,9 @@ func upstreamMap(list []Upstream) (map[string]Upstream, error) {
 
 // Ask keeps r for a single use during RequestTTL and returns its connect link, PublicURL +
 // PathConnect + id, with id the request's new ID. r needs a principal (issuer and subject)
-// and a configured upstream.
+// and a configured upstream. A principal holds at most MaxLinksPerPrincipal links where the
+// Store bounds them (OwnedPutter): beyond, and when the Store is full, the error wraps
+// ErrStoreFull.
 func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, err error) {
 	if r.Principal.Issuer == "" || r.Principal.Subject == "" {
 		return "", "", errors.New("ask to connect: the request needs a principal (issuer and subject)")
@@ -313,7 +335,7 @@ func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, e
 	r.ID = randomString()
 	r.Expires = s.opts.Now().Add(s.opts.RequestTTL)
 	r.Scopes = slices.Clone(r.Scopes)
-	if err := s.putRecord(ctx, requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
+	if err := s.putOwnedRecord(ctx, ownerHash(r.Principal), requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
 		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, err)
 	}
 	return s.opts.PublicURL + PathConnect + r.ID, r.ID, nil
@@ -385,17 +407,28 @@ func (s *Service) Close() error {
 
 // Keys of the Store's records.
 func requestKey(id string) string     { return "request:" + id }
-func loginKey(state string) string    { return "login:" + state }
 func flowKey(state string) string     { return "flow:" + state }
 func clientKey(up, iss string) string { return "client:" + up + ":" + iss }
 
 // putRecord seals v's JSON, bound to key, and puts it in the Store.
 func (s *Service) putRecord(ctx context.Context, key string, v any, ttl time.Duration) error {
+	return s.putOwnedRecord(ctx, "", key, v, ttl)
+}
+
+// putOwnedRecord is putRecord for a record counted against owner (if not "") when the Store
+// bounds each owner's records (OwnedPutter), at most MaxLinksPerPrincipal.
+func (s *Service) putOwnedRecord(ctx context.Context, owner, key string, v any, ttl time.Duration) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s record: %w", recordKind(key), err)
 	}
-	if err := s.opts.Store.Put(ctx, key, s.sealer.Seal(b, []byte(key)), ttl); err != nil {
+	sealed := s.sealer.Seal(b, []byte(key))
+	if op, ok := s.opts.Store.(OwnedPutter); ok && owner != "" {
+		err = op.PutOwned(ctx, owner, key, sealed, ttl, MaxLinksPerPrincipal)
+	} else {
+		err = s.opts.Store.Put(ctx, key, sealed, ttl)
+	}
+	if err != nil {
 		return fmt.Errorf("keep %s record: %w", recordKind(key), err)
 	}
 	return nil
@@ -435,6 +468,13 @@ func recordKind(key string) string {
 // ownerOf is the stable name of p given to the authorization flows as their owner.
 func ownerOf(p grants.Principal) string {
 	return strconv.Quote(p.Issuer) + " " + strconv.Quote(p.Subject)
+}
+
+// ownerHash names p in the Store's counts without naming the user: the first 32 hex digits
+// of the SHA-256 of its issuer, NUL, and subject.
+func ownerHash(p grants.Principal) string {
+	sum := sha256.Sum256([]byte(p.Issuer + "\x00" + p.Subject))
+	return hex.EncodeToString(sum[:16])
 }
 
 // randomString is 32 random bytes, base64url without padding.

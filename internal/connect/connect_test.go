@@ -42,6 +42,8 @@ type harness struct {
 	clock     *testclock.Clock
 	vault     *grants.Vault
 	connected chan Request
+	// revoked receives the upstream of each grant revoked, as OnRevoked saw it.
+	revoked chan revocation
 
 	// mu guards pages.
 	mu sync.Mutex
@@ -63,7 +65,8 @@ type harnessOptions struct {
 // newHarness starts a harness.
 func newHarness(t *testing.T, ho harnessOptions) *harness {
 	testwait.Goroutines(t)
-	h := &harness{t: t, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), connected: make(chan Request, 10)}
+	h := &harness{t: t, clock: testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), connected: make(chan Request, 10),
+		revoked: make(chan revocation, 10)}
 	h.issuer = newFakeAS(t, h.clock.Now)
 	h.as = newFakeAS(t, h.clock.Now)
 	keys, err := seal.NewKeys([]seal.Key{{ID: "k1", Secret: bytes.Repeat([]byte{7}, 32)}})
@@ -96,6 +99,9 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 			OnConnected: func(ctx context.Context, r Request) {
 				h.connected <- r
 			},
+			OnRevoked: func(ctx context.Context, p grants.Principal, upstream string) {
+				h.revoked <- revocation{p, upstream}
+			},
 			Now:    h.clock.Now,
 			Logger: slog.New(slog.NewTextHandler(secretCheck{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		})
@@ -117,6 +123,24 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 		h.checkHeaders()
 	})
 	return h
+}
+
+// revocation is one call of OnRevoked.
+type revocation struct {
+	principal grants.Principal
+	upstream  string
+}
+
+// wantRevoked fails the test unless OnRevoked was called for exactly want since the last call.
+func (h *harness) wantRevoked(want ...revocation) {
+	h.t.Helper()
+	var got []revocation
+	for len(h.revoked) > 0 {
+		got = append(got, <-h.revoked)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(revocation{})); diff != "" {
+		h.t.Errorf("OnRevoked calls mismatch (-want +got):\n%s", diff)
+	}
 }
 
 // secretInLog matches the codes and tokens the fake servers issue.
@@ -402,7 +426,10 @@ func TestAnotherUserOpensTheLink(t *testing.T) {
 	b.client.Jar = jar
 	b.setUser("bob", jar)
 	page := b.get(link)
-	page.want(t, http.StatusForbidden, "bob@example.com", "alice@example.com", "Sign in as another user")
+	page.want(t, http.StatusForbidden, "bob@example.com", "made for another user", "Sign in as another user")
+	if strings.Contains(page.body, "alice") {
+		t.Errorf("the page shown to bob names the user who asked: %s", page.body)
+	}
 	// Bob has no consent token for this link; a forged one is refused.
 	b.post(link, url.Values{"csrf": {page.csrf(t)}, "action": {"connect"}}).want(t, http.StatusForbidden)
 	h.wantNoGrant(h.principal("bob"))
@@ -514,17 +541,49 @@ func TestLoginStateReplay(t *testing.T) {
 		t.Fatalf("the issuer answered %d to %q", atLogin.status, atLogin.location)
 	}
 	// Another browser, which did not start this sign-in, is refused (no state cookie).
-	h.browser("alice").get(atLogin.location).want(t, http.StatusForbidden)
-	// And the state, taken by that attempt, is used up for everyone.
-	b.stopAt = ""
-	b.get(atLogin.location).want(t, http.StatusBadRequest, "already used or has expired")
-
-	// A sign-in completed once cannot be replayed.
-	b.stopAt = PathLoginCallback
-	atLogin = b.get(h.gw.URL + PathGrants)
+	h.browser("alice").get(atLogin.location).want(t, http.StatusBadRequest, "started in another browser")
+	// The sign-in is kept in the browser that started it, which can still finish it.
 	b.stopAt = ""
 	b.get(atLogin.location).want(t, http.StatusOK, "Connected upstreams", "alice@example.com")
-	b.get(atLogin.location).want(t, http.StatusBadRequest)
+	b.get(atLogin.location).want(t, http.StatusBadRequest, "already used")
+
+	// A copy of the state cookie taken before the callback does not make it replayable: the
+	// code is spent, and only its sign-in's nonce and verifier would go with it.
+	c := h.browser("carol")
+	c.stopAt = PathLoginCallback
+	atLogin = c.get(h.gw.URL + PathGrants)
+	gw, _ := url.Parse(h.gw.URL)
+	stolen := c.client.Jar.Cookies(gw)
+	c.stopAt = ""
+	c.get(atLogin.location).want(t, http.StatusOK, "Connected upstreams", "carol@example.com")
+	thief := h.browser("mallory")
+	thief.client.Jar.SetCookies(gw, stolen)
+	thief.get(atLogin.location).want(t, http.StatusForbidden, "could not be verified")
+}
+
+// TestLinksPerPrincipal: one user's failed calls cannot fill the store with connect links.
+func TestLinksPerPrincipal(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	ctx := context.Background()
+	ask := func(sub string) error {
+		_, _, err := h.svc.Ask(ctx, Request{Principal: h.principal(sub), Upstream: "github"})
+		return err
+	}
+	for i := range MaxLinksPerPrincipal {
+		if err := ask("alice"); err != nil {
+			t.Fatalf("Ask %d: %v", i, err)
+		}
+	}
+	if err := ask("alice"); !errors.Is(err, ErrStoreFull) {
+		t.Errorf("Ask beyond MaxLinksPerPrincipal: %v, want ErrStoreFull", err)
+	}
+	if err := ask("bob"); err != nil {
+		t.Errorf("another user's Ask: %v", err)
+	}
+	h.clock.Advance(DefaultRequestTTL)
+	if err := ask("alice"); err != nil {
+		t.Errorf("Ask once the links expired: %v", err)
+	}
 }
 
 func TestLoginCookieExpires(t *testing.T) {
@@ -607,9 +666,11 @@ func TestRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.wantRevoked()
 	if err := h.svc.Revoke(ctx, alice, "github"); err != nil {
 		t.Fatal(err)
 	}
+	h.wantRevoked(revocation{alice, "github"})
 	if diff := cmp.Diff([]string{g.Token.RefreshToken}, h.as.revokedTokens()); diff != "" {
 		t.Errorf("revoked at the server (-want +got):\n%s", diff)
 	}
@@ -617,6 +678,7 @@ func TestRevoke(t *testing.T) {
 	if err := h.svc.Revoke(ctx, alice, "github"); !errors.Is(err, grants.ErrNotFound) {
 		t.Errorf("Revoke of no grant: %v, want ErrNotFound", err)
 	}
+	h.wantRevoked() // nothing was revoked
 }
 
 func TestRevokeFromTheGrantsPage(t *testing.T) {
@@ -629,6 +691,7 @@ func TestRevokeFromTheGrantsPage(t *testing.T) {
 	if len(h.as.revokedTokens()) != 1 {
 		t.Errorf("revoked at the server: %q, want one token", h.as.revokedTokens())
 	}
+	h.wantRevoked(revocation{h.principal("alice"), "github"})
 }
 
 func TestClientMetadataDocument(t *testing.T) {
@@ -740,6 +803,69 @@ func TestSetUpstreams(t *testing.T) {
 	if _, err := h.svc.Token(context.Background(), h.principal("alice"), "github"); !errors.Is(err, ErrUnknownUpstream) {
 		t.Errorf("Token of a removed upstream: %v", err)
 	}
+}
+
+// TestGrantOfAnotherURL: a grant made for the upstream's URL is not handed out once the
+// upstream's URL has changed (a reload, or a new upstream under a removed one's name): it is
+// deleted, the user must connect again, and its tokens go nowhere.
+func TestGrantOfAnotherURL(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// due advances the clock past the token's expiry, so that it would be refreshed.
+		due      bool
+		rejected bool
+	}{
+		{name: "fresh"},
+		{name: "due", due: true},
+		{name: "rejected", rejected: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{})
+			ctx := context.Background()
+			alice := h.principal("alice")
+			h.connect("alice").want(t, http.StatusOK, "Connected github")
+			g, err := h.vault.Get(ctx, alice, "github")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := h.as.URL + "/mcp"; g.Resource != want || g.Info().Resource != want {
+				t.Errorf("the grant was made for %q (info %q), want %q", g.Resource, g.Info().Resource, want)
+			}
+			h.svc.SetUpstreams([]Upstream{{Name: "github", URL: h.as.URL + "/other/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}})
+			if tc.due {
+				h.clock.Advance(2 * time.Hour)
+			}
+			var tok grants.Token
+			if tc.rejected {
+				tok, err = h.svc.TokenRejected(ctx, alice, "github", g.Token.AccessToken)
+			} else {
+				tok, err = h.svc.Token(ctx, alice, "github")
+			}
+			if !NeedsConnect(err) || tok.AccessToken != "" {
+				t.Fatalf("token of a grant made for another URL: %v, %v; want none, NeedsConnect", tok, err)
+			}
+			h.wantNoGrant(alice)
+			if n := h.as.tokenRequests("refresh_token"); n != 0 {
+				t.Errorf("the grant's refresh token was sent %d times, want never", n)
+			}
+		})
+	}
+}
+
+// TestURLChangedDuringTheAuthorization: the callback of an authorization started before the
+// upstream's URL changed stores no grant.
+func TestURLChangedDuringTheAuthorization(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	b, link, consent := h.open("alice")
+	b.stopAt = PathCallback
+	atCallback := b.post(link, url.Values{"csrf": {consent.csrf(t)}, "action": {"connect"}})
+	if atCallback.status != http.StatusFound || !strings.Contains(atCallback.location, PathCallback) {
+		t.Fatalf("the authorization server answered %d to %q", atCallback.status, atCallback.location)
+	}
+	h.svc.SetUpstreams([]Upstream{{Name: "github", URL: h.as.URL + "/other/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}})
+	b.stopAt = ""
+	b.get(atCallback.location).want(t, http.StatusNotFound, "Nothing was connected")
+	h.wantNoGrant(h.principal("alice"))
 }
 
 // TestReplicas: each request lands on another replica, which share the store and the vault: the

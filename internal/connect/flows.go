@@ -135,13 +135,20 @@ func (s *Service) entry(name string) (*flowEntry, error) {
 // flow returns the authorization flow of the upstream name: discovered, with a client
 // identity. Do not modify it: copy it to change its scopes.
 func (s *Service) flow(ctx context.Context, name string) (*oauthclient.Flow, error) {
+	fl, _, err := s.flowOf(ctx, name)
+	return fl, err
+}
+
+// flowOf is flow, with the upstream as configured when the flow was discovered.
+func (s *Service) flowOf(ctx context.Context, name string) (*oauthclient.Flow, Upstream, error) {
 	e, err := s.entry(name)
 	if err != nil {
-		return nil, err
+		return nil, Upstream{}, err
 	}
-	return resolve(ctx, s, &e.flow, func(ctx context.Context) (*oauthclient.Flow, error) {
+	fl, err := resolve(ctx, s, &e.flow, func(ctx context.Context) (*oauthclient.Flow, error) {
 		return s.buildFlow(ctx, e)
 	})
+	return fl, e.up, err
 }
 
 // knownFlow returns the upstream's flow if it has been discovered, without discovering it.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,10 +23,11 @@ import (
 const (
 	// loginLife is how long a sign-in lasts.
 	loginLife = 8 * time.Hour
-	// loginFlowTTL is how long a user has to come back from the issuer.
+	// loginFlowTTL is how long a user has to come back from the issuer (and the life of the
+	// state cookie that keeps the sign-ins in flight).
 	loginFlowTTL = 10 * time.Minute
-	// loginCookieName holds the sealed sign-in; stateCookieName binds a sign-in in flight to
-	// the browser that started it. Both get the __Host- prefix under https.
+	// loginCookieName holds the sealed sign-in; stateCookieName holds the sealed sign-ins in
+	// flight of the browser that started them. Both get the __Host- prefix under https.
 	loginCookieName = "manifold_login"
 	stateCookieName = "manifold_login_state"
 )
@@ -84,14 +86,62 @@ func (u *user) is(p grants.Principal) bool {
 	return u.Issuer == p.Issuer && u.Subject == p.Subject
 }
 
-// loginFlow is the record of a sign-in in flight, under its state.
+// loginFlow is a sign-in in flight. It is kept in the browser that started it, sealed in
+// its state cookie, never in the Store: nothing is written anywhere for a visitor who has not
+// signed in.
 type loginFlow struct {
-	// Binding is the value of the browser's state cookie.
-	Binding  string `json:"binding"`
+	// State is the random state parameter sent to the issuer, compared at the callback.
+	State    string `json:"state"`
 	Nonce    string `json:"nonce"`
 	Verifier string `json:"verifier"`
 	// Next is the local path to return to.
 	Next string `json:"next"`
+	// Expires is when the sign-in can no longer be finished.
+	Expires time.Time `json:"exp"`
+}
+
+// maxLoginFlows is the most sign-ins in flight a browser's state cookie keeps (sign-ins
+// started in several tabs at once); the oldest goes first.
+const maxLoginFlows = 3
+
+// loginFlows returns the unexpired sign-ins in flight sealed in r's state cookie; none if it
+// has no such cookie or it does not open.
+func (s *Service) loginFlows(r *http.Request) []loginFlow {
+	c, err := r.Cookie(s.cookieName(stateCookieName))
+	if err != nil {
+		return nil
+	}
+	sealed, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil {
+		return nil
+	}
+	b, err := s.sealer.Open(sealed, []byte(stateCookieName))
+	if err != nil {
+		return nil
+	}
+	var flows []loginFlow
+	if json.Unmarshal(b, &flows) != nil {
+		return nil
+	}
+	now := s.opts.Now()
+	return slices.DeleteFunc(flows, func(f loginFlow) bool { return f.State == "" || !now.Before(f.Expires) })
+}
+
+// setLoginFlows seals flows (the last maxLoginFlows) in w's state cookie, or deletes the
+// cookie when there are none.
+func (s *Service) setLoginFlows(w http.ResponseWriter, flows []loginFlow) error {
+	if len(flows) == 0 {
+		s.setCookie(w, stateCookieName, "", -1)
+		return nil
+	}
+	flows = flows[max(0, len(flows)-maxLoginFlows):]
+	b, err := json.Marshal(flows)
+	if err != nil {
+		return fmt.Errorf("encode the sign-ins in flight: %w", err)
+	}
+	s.setCookie(w, stateCookieName, base64.RawURLEncoding.EncodeToString(s.sealer.Seal(b, []byte(stateCookieName))),
+		int(loginFlowTTL/time.Second))
+	return nil
 }
 
 // cookieName is base with the __Host- prefix when the gateway is reached over https.
@@ -179,51 +229,48 @@ func (s *Service) startLogin(w http.ResponseWriter, r *http.Request, next, promp
 			Message: "The gateway cannot reach its sign-in service right now. Try again in a minute."})
 		return
 	}
-	// One binding per browser, kept while it signs in, so that sign-ins started at once in
-	// two tabs do not undo each other.
-	binding := randomString()
-	if c, err := r.Cookie(s.cookieName(stateCookieName)); err == nil && len(c.Value) == len(binding) {
-		binding = c.Value
-	}
-	state := randomString()
-	f := loginFlow{Binding: binding, Nonce: randomString(), Verifier: oauth2.GenerateVerifier(), Next: next}
-	if err := s.putRecord(r.Context(), loginKey(state), f, loginFlowTTL); err != nil {
+	// The sign-in in flight goes in the browser's cookie, beside those of other tabs: the
+	// Store is written only once a user has signed in.
+	f := loginFlow{State: randomString(), Nonce: randomString(), Verifier: oauth2.GenerateVerifier(), Next: next,
+		Expires: s.opts.Now().Add(loginFlowTTL)}
+	if err := s.setLoginFlows(w, append(s.loginFlows(r), f)); err != nil {
 		s.logger.Error("sign-in not started", "error", err)
-		s.render(w, http.StatusServiceUnavailable, page{Title: "Sign-in unavailable",
+		s.render(w, http.StatusInternalServerError, page{Title: "Sign-in unavailable",
 			Message: "The gateway could not start the sign-in. Try again in a minute."})
 		return
 	}
-	s.setCookie(w, stateCookieName, binding, int(loginFlowTTL/time.Second))
 	opts := []oauth2.AuthCodeOption{oidc.Nonce(f.Nonce), oauth2.S256ChallengeOption(f.Verifier)}
 	if prompt != "" {
 		opts = append(opts, oauth2.SetAuthURLParam("prompt", prompt))
 	}
-	http.Redirect(w, r, p.config.AuthCodeURL(state, opts...), http.StatusFound)
+	http.Redirect(w, r, p.config.AuthCodeURL(f.State, opts...), http.StatusFound)
 }
 
-// serveLoginCallback finishes a sign-in: the state must be one in flight, started by this
-// browser; the code is redeemed with its PKCE verifier, and the ID token verified (issuer,
-// audience, expiry, signature, nonce). The browser then gets its login cookie and goes back
-// where it was.
+// serveLoginCallback finishes a sign-in: the state must be one of the sign-ins in flight
+// sealed in this browser's state cookie (compared in constant time), which is used up here
+// whatever the outcome; the code is redeemed with its PKCE verifier, and the ID token
+// verified (issuer, audience, expiry, signature, nonce). The browser then gets its login
+// cookie and goes back where it was.
 func (s *Service) serveLoginCallback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	var f loginFlow
-	err := s.getRecord(ctx, loginKey(q.Get("state")), true, &f)
-	if errors.Is(err, ErrNotFound) || q.Get("state") == "" {
+	flows := s.loginFlows(r)
+	found := -1
+	for i, f := range flows {
+		if subtle.ConstantTimeCompare([]byte(f.State), []byte(q.Get("state"))) == 1 {
+			found = i
+		}
+	}
+	if found < 0 || q.Get("state") == "" {
 		s.render(w, http.StatusBadRequest, page{Title: "Sign-in expired",
-			Message: "This sign-in was already used or has expired. Open the link from your client again."})
+			Message: "This sign-in was already used, has expired, or was started in another browser. Open the link from your client again, in this browser."})
 		return
 	}
-	if err != nil {
+	f := flows[found]
+	// Single use: the sign-in leaves the cookie before anything else is done with it.
+	if err := s.setLoginFlows(w, slices.Delete(flows, found, found+1)); err != nil {
 		s.logger.Error("sign-in not finished", "error", err)
-		s.render(w, http.StatusServiceUnavailable, page{Title: "Sign-in failed", Message: "The gateway could not finish the sign-in. Try again in a minute."})
-		return
-	}
-	c, err := r.Cookie(s.cookieName(stateCookieName))
-	if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(f.Binding)) != 1 {
-		s.render(w, http.StatusForbidden, page{Title: "Sign-in refused",
-			Message: "This sign-in was started in another browser. Open the link from your client again, in this browser."})
+		s.render(w, http.StatusInternalServerError, page{Title: "Sign-in failed", Message: "Try again."})
 		return
 	}
 	if code := q.Get("error"); code != "" {

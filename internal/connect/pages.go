@@ -77,11 +77,12 @@ type consentView struct {
 	Expires    time.Time
 }
 
-// mismatchView names the two users, with a form to sign in as the other.
+// mismatchView names the signed-in user, with a form to sign in as another. It never names
+// the user the link was made for: whoever holds a link must not learn whose it is.
 type mismatchView struct {
-	SignedIn, Asked string
-	Next, CSRF      string
-	LogoutAction    string
+	SignedIn     string
+	Next, CSRF   string
+	LogoutAction string
 }
 
 // grantsView lists the grants, each with its revoke form, and the upstreams the user may
@@ -131,7 +132,7 @@ td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}</style></h
 <button type="submit" name="action" value="connect">Connect</button>
 <button type="submit" name="action" value="cancel">Cancel</button></form>
 <p>This link works once, until {{when .Expires}}.</p>{{end}}
-{{with .Mismatch}}<p>You are signed in as <strong>{{.SignedIn}}</strong>, but this link was made for <strong>{{.Asked}}</strong>. Only that user can use it.</p>
+{{with .Mismatch}}<p>You are signed in as <strong>{{.SignedIn}}</strong>, but this link was made for another user. Only that user can use it.</p>
 <form method="post" action="{{.LogoutAction}}"><input type="hidden" name="csrf" value="{{.CSRF}}"><input type="hidden" name="next" value="{{.Next}}">
 <button type="submit">Sign in as another user</button></form>{{end}}
 {{with .Grants}}<p>Signed in as {{.User}}.</p>
@@ -224,8 +225,8 @@ func (s *Service) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	if !u.is(req.Principal) {
 		s.render(w, http.StatusForbidden, page{Title: "Signed in as another user", Mismatch: &mismatchView{
-			SignedIn: u.Name, Asked: firstNonEmpty(req.PrincipalName, req.Principal.Subject),
-			Next: PathConnect + id, CSRF: s.csrfToken(u, "logout"), LogoutAction: PathLogout,
+			SignedIn: u.Name,
+			Next:     PathConnect + id, CSRF: s.csrfToken(u, "logout"), LogoutAction: PathLogout,
 		}})
 		return
 	}
@@ -256,6 +257,9 @@ type flowRecord struct {
 	Client    oauthclient.Client    `json:"client"`
 	Discovery oauthclient.Discovery `json:"discovery"`
 	Scopes    []string              `json:"scopes,omitempty"`
+	// Resource is the upstream's URL the flow was discovered for; "" in a record made before
+	// it was kept.
+	Resource string `json:"resource,omitempty"`
 }
 
 // serveConsent answers the consent form: Connect starts the authorization at the upstream's
@@ -289,7 +293,7 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The flow before the link is taken: an unreachable server leaves the link usable.
-	fl, err := s.flow(r.Context(), req.Upstream)
+	fl, up, err := s.flowOf(r.Context(), req.Upstream)
 	switch {
 	case errors.Is(err, ErrUnknownUpstream):
 		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
@@ -317,7 +321,8 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 	if scopes == nil {
 		scopes = step.Discovery.Scopes
 	}
-	rec := flowRecord{Pending: *p, Request: req, Client: *step.Client, Discovery: *step.Discovery, Scopes: scopes}
+	rec := flowRecord{Pending: *p, Request: req, Client: *step.Client, Discovery: *step.Discovery, Scopes: scopes,
+		Resource: up.URL}
 	if err := s.putRecord(r.Context(), flowKey(p.State), rec, s.opts.RequestTTL); err != nil {
 		log.Error("connect not started", "error", err)
 		s.unavailable(w, http.StatusServiceUnavailable)
@@ -359,10 +364,17 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, err := s.fetcher(req.Upstream)
+	up, _ := s.upstream(req.Upstream)
+	if rec.Resource == "" {
+		rec.Resource = up.URL
+	}
+	if err == nil && up.URL != rec.Resource {
+		err = ErrResourceChanged
+	}
 	if err != nil {
 		log.Warn("connect not finished", "error", err)
 		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
-			Message: req.Upstream + " is no longer configured at the gateway. Nothing was connected."})
+			Message: req.Upstream + " is no longer configured at the gateway as it was when you started. Nothing was connected. Ask your client again for a new link."})
 		return
 	}
 	fl := oauthclient.Flow{Fetcher: f, Discovery: &rec.Discovery, Client: &rec.Client,
@@ -382,7 +394,7 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := grants.Grant{Principal: req.Principal, Upstream: req.Upstream, Token: grantToken(tok, rec.Scopes),
-		Issuer: rec.Discovery.Server.Issuer}
+		Issuer: rec.Discovery.Server.Issuer, Resource: rec.Resource}
 	if err := s.opts.Vault.Put(ctx, g); err != nil {
 		log.Error("grant not stored", "error", err)
 		s.unavailable(w, http.StatusServiceUnavailable)

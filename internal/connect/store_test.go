@@ -92,6 +92,25 @@ func TestMemoryStore(t *testing.T) {
 	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	t.Run("basics", func(t *testing.T) { testStoreBasics(t, NewMemoryStore(0, clock.Now)) })
 	t.Run("take once", func(t *testing.T) { testStoreTakeOnce(t, NewMemoryStore(0, clock.Now)) })
+	t.Run("owned", func(t *testing.T) { testStoreOwned(t, NewMemoryStore(0, clock.Now), clock.Advance) })
+	t.Run("owned, taken", func(t *testing.T) {
+		ctx := context.Background()
+		s := NewMemoryStore(0, clock.Now).(OwnedPutter)
+		for _, k := range []string{"a", "b"} {
+			if err := s.PutOwned(ctx, "alice", k, nil, time.Minute, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.PutOwned(ctx, "alice", "a", []byte("again"), time.Minute, 2); err != nil {
+			t.Errorf("PutOwned replacing the owner's own record: %v", err)
+		}
+		if _, err := s.(Store).Take(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutOwned(ctx, "alice", "c", nil, time.Minute, 2); err != nil {
+			t.Errorf("PutOwned once one of the owner's records was taken: %v", err)
+		}
+	})
 	t.Run("ttl", func(t *testing.T) {
 		ctx := context.Background()
 		s := NewMemoryStore(0, clock.Now)
@@ -135,6 +154,37 @@ func TestMemoryStore(t *testing.T) {
 	})
 }
 
+// testStoreOwned checks PutOwned's bound of one owner's records, in a Store whose clock
+// advance moves (nil: a Store on another clock, whose window test is skipped).
+func testStoreOwned(t *testing.T, s Store, advance func(time.Duration)) {
+	ctx := context.Background()
+	op := s.(OwnedPutter)
+	for i := range 3 {
+		if err := op.PutOwned(ctx, "alice", fmt.Sprintf("a%d", i), []byte("v"), time.Minute, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := op.PutOwned(ctx, "alice", "a3", []byte("v"), time.Minute, 3); !errors.Is(err, ErrStoreFull) {
+		t.Errorf("PutOwned beyond the owner's max = %v, want ErrStoreFull", err)
+	}
+	if _, err := s.Get(ctx, "a3"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the refused record was kept: %v", err)
+	}
+	if err := op.PutOwned(ctx, "bob", "b0", []byte("v"), time.Minute, 3); err != nil {
+		t.Errorf("PutOwned of another owner: %v", err)
+	}
+	if err := s.Put(ctx, "unowned", []byte("v"), time.Minute); err != nil {
+		t.Errorf("Put while an owner is at its max: %v", err)
+	}
+	if advance == nil {
+		return
+	}
+	advance(time.Minute)
+	if err := op.PutOwned(ctx, "alice", "a4", []byte("v"), time.Minute, 3); err != nil {
+		t.Errorf("PutOwned once the owner's records expired: %v", err)
+	}
+}
+
 func TestRedisStore(t *testing.T) {
 	addr := testredis.Addr(t)
 	client := redis.NewClient(&redis.Options{Addr: addr})
@@ -145,6 +195,14 @@ func TestRedisStore(t *testing.T) {
 	}
 	t.Run("basics", func(t *testing.T) { s, _ := newStore(t); testStoreBasics(t, s) })
 	t.Run("take once", func(t *testing.T) { s, _ := newStore(t); testStoreTakeOnce(t, s) })
+	t.Run("owned", func(t *testing.T) {
+		s, prefix := newStore(t)
+		testStoreOwned(t, s, nil)
+		ttl, err := client.PTTL(context.Background(), prefix+":connect:owner:alice").Result()
+		if err != nil || ttl <= 0 || ttl > time.Minute {
+			t.Errorf("PTTL of the owner's count = %v, %v; want within a minute", ttl, err)
+		}
+	})
 	t.Run("keys", func(t *testing.T) {
 		s, prefix := newStore(t)
 		if err := s.Put(context.Background(), "request:x", []byte("v"), time.Minute); err != nil {

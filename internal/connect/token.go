@@ -16,13 +16,17 @@ const revokeTimeout = 10 * time.Second
 
 // Token returns p's usable token for upstream: the stored grant's, refreshed first (once
 // across replicas, grants.Vault.Refresh) when it is due. When the user must connect the
-// upstream (again) the error wraps grants.ErrNotFound, ErrInvalidGrant, ErrNoRefreshToken or
-// ErrUnreadable: test it with NeedsConnect.
+// upstream (again) the error wraps grants.ErrNotFound, ErrInvalidGrant, ErrNoRefreshToken,
+// ErrUnreadable or ErrResourceChanged: test it with NeedsConnect. A grant made for another
+// URL than the upstream's now is deleted, and neither refreshed nor handed out.
 func (s *Service) Token(ctx context.Context, p grants.Principal, upstream string) (grants.Token, error) {
 	if _, ok := s.upstream(upstream); !ok {
 		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, ErrUnknownUpstream)
 	}
 	g, err := s.opts.Vault.Refresh(ctx, p, upstream, s.refreshFunc(upstream))
+	if err == nil {
+		err = s.checkResource(ctx, g)
+	}
 	if err != nil {
 		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, err)
 	}
@@ -37,17 +41,50 @@ func (s *Service) TokenRejected(ctx context.Context, p grants.Principal, upstrea
 		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, ErrUnknownUpstream)
 	}
 	g, err := s.opts.Vault.RefreshRejected(ctx, p, upstream, rejected, s.refreshFunc(upstream))
+	if err == nil {
+		err = s.checkResource(ctx, g)
+	}
 	if err != nil {
 		return grants.Token{}, fmt.Errorf("token of %s for %q after a refusal: %w", p, upstream, err)
 	}
 	return g.Token, nil
 }
 
+// otherResource returns the upstream's URL now, and whether g was made for another one. A
+// grant older than the record of its URL, or of an upstream no longer configured, is not.
+func (s *Service) otherResource(g grants.Grant) (string, bool) {
+	up, ok := s.upstream(g.Upstream)
+	return up.URL, ok && g.Resource != "" && g.Resource != up.URL
+}
+
+// checkResource deletes g and returns an error wrapping ErrResourceChanged if g was made for
+// another URL than its upstream's now; nil otherwise. A grant put again meanwhile stays.
+func (s *Service) checkResource(ctx context.Context, g grants.Grant) error {
+	now, other := s.otherResource(g)
+	if !other {
+		return nil
+	}
+	_, err := s.opts.Vault.DeleteIf(ctx, g.Principal, g.Upstream, func(stored grants.Grant) bool {
+		return stored.Resource == g.Resource
+	})
+	if err != nil && !errors.Is(err, grants.ErrNotFound) {
+		return fmt.Errorf("%w (made for %s, the upstream is now at %s); deleting it failed: %w", ErrResourceChanged, g.Resource, now, err)
+	}
+	return fmt.Errorf("%w: made for %s, the upstream is now at %s", ErrResourceChanged, g.Resource, now)
+}
+
 // refreshFunc renews a grant of upstream at its authorization server. An invalid_grant answer
 // is reported as grants.ErrInvalidGrant, and so is a grant from another authorization server
-// than the upstream's now: neither can be refreshed, the user must connect again.
+// than the upstream's now, or made for another URL of the upstream: none can be refreshed
+// (the Vault deletes it), the user must connect again.
 func (s *Service) refreshFunc(upstream string) grants.RefreshFunc {
 	return func(ctx context.Context, g grants.Grant) (grants.Token, error) {
+		if now, other := s.otherResource(g); other {
+			// Checked before the flow: the refresh token must not reach the authorization
+			// server of another resource.
+			return grants.Token{}, fmt.Errorf("%w: %w: made for %s, upstream %q is now at %s",
+				grants.ErrInvalidGrant, ErrResourceChanged, g.Resource, upstream, now)
+		}
 		fl, err := s.flow(ctx, upstream)
 		if err != nil {
 			return grants.Token{}, err
@@ -82,7 +119,8 @@ func grantToken(t *oauthclient.Token, asked []string) grants.Token {
 
 // Revoke revokes p's grant at upstream: at the authorization server first, where it supports
 // RFC 7009 (best effort: a failure is logged), then in the Vault. It fails with an error
-// wrapping grants.ErrNotFound when there is no grant.
+// wrapping grants.ErrNotFound when there is no grant. Options.OnRevoked is called once the
+// grant is deleted.
 func (s *Service) Revoke(ctx context.Context, p grants.Principal, upstream string) error {
 	g, err := s.opts.Vault.Get(ctx, p, upstream)
 	switch {
@@ -96,6 +134,9 @@ func (s *Service) Revoke(ctx context.Context, p grants.Principal, upstream strin
 	if err := s.opts.Vault.Delete(ctx, p, upstream); err != nil {
 		return fmt.Errorf("revoke the grant of %s at %q: %w", p, upstream, err)
 	}
+	if s.opts.OnRevoked != nil {
+		s.opts.OnRevoked(ctx, p, upstream)
+	}
 	return nil
 }
 
@@ -105,6 +146,10 @@ func (s *Service) revokeAtServer(ctx context.Context, g grants.Grant) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
 	log := s.logger.With("upstream", g.Upstream, "principal", g.Principal.String())
+	if _, other := s.otherResource(g); other {
+		log.Warn("grant not revoked at its authorization server: it was made for another URL of the upstream (deleted here all the same)", "resource", g.Resource)
+		return
+	}
 	fl, err := s.flow(ctx, g.Upstream)
 	if err != nil {
 		log.Warn("grant not revoked at the authorization server (deleted here all the same)", "error", err)

@@ -19,14 +19,17 @@ func newCodec(keys *seal.Keys) codec {
 	return codec{sealer: keys.Sealer(seal.PurposeGrants)}
 }
 
-// grantWire is the sealed plaintext of a Grant, version 1.
+// grantWire is the sealed plaintext of a Grant, version 1. Fields added since are optional,
+// so that every grant sealed before still opens.
 type grantWire struct {
-	V         int       `json:"v"`
-	Issuer    string    `json:"iss"`
-	Subject   string    `json:"sub"`
-	Upstream  string    `json:"upstream"`
-	Token     tokenWire `json:"token"`
-	ASIssuer  string    `json:"as,omitempty"`
+	V        int       `json:"v"`
+	Issuer   string    `json:"iss"`
+	Subject  string    `json:"sub"`
+	Upstream string    `json:"upstream"`
+	Token    tokenWire `json:"token"`
+	ASIssuer string    `json:"as,omitempty"`
+	// Resource is absent from the grants sealed before it was recorded: they open with "".
+	Resource  string    `json:"resource,omitempty"`
 	Granted   time.Time `json:"granted,omitzero"`
 	Refreshed time.Time `json:"refreshed,omitzero"`
 }
@@ -49,7 +52,7 @@ func associated(p Principal, upstream string) []byte {
 
 func (c codec) seal(g Grant) ([]byte, error) {
 	b, err := json.Marshal(grantWire{V: 1, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject, Upstream: g.Upstream,
-		Token: tokenWire(g.Token), ASIssuer: g.Issuer, Granted: g.Granted, Refreshed: g.Refreshed})
+		Token: tokenWire(g.Token), ASIssuer: g.Issuer, Resource: g.Resource, Granted: g.Granted, Refreshed: g.Refreshed})
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
@@ -73,7 +76,7 @@ func (c codec) open(p Principal, upstream string, sealed []byte) (Grant, error) 
 	if w.Issuer != p.Issuer || w.Subject != p.Subject || w.Upstream != upstream {
 		return Grant{}, fmt.Errorf("%w: %w", ErrUnreadable, errors.New("it names another principal or upstream"))
 	}
-	return Grant{Principal: p, Upstream: upstream, Token: Token(w.Token), Issuer: w.ASIssuer, Granted: w.Granted, Refreshed: w.Refreshed}, nil
+	return Grant{Principal: p, Upstream: upstream, Token: Token(w.Token), Issuer: w.ASIssuer, Resource: w.Resource, Granted: w.Granted, Refreshed: w.Refreshed}, nil
 }
 
 // sealPrincipal seals p, for ListAll to learn whose grants it reads: keys and file names

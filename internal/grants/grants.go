@@ -142,6 +142,10 @@ type Grant struct {
 	Token    Token
 	// Issuer is the authorization server's issuer identifier the token came from.
 	Issuer string
+	// Resource is the URL of the upstream the grant was made for (the resource whose
+	// authorization server issued the token, RFC 9728); "" for a grant stored before it was
+	// recorded. A grant whose Resource is not the upstream's URL now is not to be used.
+	Resource string
 	// Granted is when the user connected the upstream; Put sets it to now if zero.
 	Granted time.Time
 	// Refreshed is when the token was last refreshed; zero if never.
@@ -150,7 +154,7 @@ type Grant struct {
 
 // Info is what may be shown of g: everything but its tokens.
 func (g Grant) Info() GrantInfo {
-	return GrantInfo{Principal: g.Principal, Upstream: g.Upstream, Issuer: g.Issuer,
+	return GrantInfo{Principal: g.Principal, Upstream: g.Upstream, Issuer: g.Issuer, Resource: g.Resource,
 		Scopes: slices.Clone(g.Token.Scopes), Expiry: g.Token.Expiry, Refreshable: g.Token.RefreshToken != "",
 		Granted: g.Granted, Refreshed: g.Refreshed}
 }
@@ -172,7 +176,9 @@ type GrantInfo struct {
 	Principal Principal `json:"principal"`
 	Upstream  string    `json:"upstream"`
 	Issuer    string    `json:"issuer,omitempty"`
-	Scopes    []string  `json:"scopes,omitempty"`
+	// Resource is the URL of the upstream the grant was made for; "" if not recorded.
+	Resource string   `json:"resource,omitempty"`
+	Scopes   []string `json:"scopes,omitempty"`
 	// Expiry is when the access token expires; zero if unknown.
 	Expiry time.Time `json:"expiry,omitzero"`
 	// Refreshable is set when the grant has a refresh token.
@@ -346,6 +352,27 @@ func (v *Vault) Delete(ctx context.Context, p Principal, upstream string) error 
 		return fmt.Errorf("grants: delete %s for %s: %w", upstream, p, err)
 	}
 	return nil
+}
+
+// DeleteIf deletes the principal's grant at upstream if stale reports true of it, unless it
+// is replaced meanwhile (a grant put again is kept), and reports whether it deleted it. It
+// fails with ErrNotFound or ErrUnreadable when there is no grant to test.
+func (v *Vault) DeleteIf(ctx context.Context, p Principal, upstream string, stale func(Grant) bool) (bool, error) {
+	if err := checkKey(p, upstream); err != nil {
+		return false, err
+	}
+	g, rev, err := v.st.get(ctx, p, upstream)
+	if err != nil {
+		return false, fmt.Errorf("grants: delete %s for %s: %w", upstream, p, err)
+	}
+	if !stale(g) {
+		return false, nil
+	}
+	deleted, err := v.st.swap(ctx, p, upstream, rev, nil)
+	if err != nil {
+		return false, fmt.Errorf("grants: delete %s for %s: %w", upstream, p, err)
+	}
+	return deleted, nil
 }
 
 // List returns what may be shown of the principal's grants, ordered by upstream; a grant

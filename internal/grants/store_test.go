@@ -72,6 +72,73 @@ func runContract(t *testing.T, newBacking func(t *testing.T) backing) {
 	t.Run("InvalidGrantDeletes", func(t *testing.T) { testInvalidGrantDeletes(t, newBacking(t)) })
 	t.Run("RevokedDuringRefresh", func(t *testing.T) { testRevokedDuringRefresh(t, newBacking(t)) })
 	t.Run("ImpatientCallerDoesNotCancel", func(t *testing.T) { testImpatientCaller(t, newBacking(t)) })
+	t.Run("Resource", func(t *testing.T) { testResource(t, newBacking(t)) })
+	t.Run("DeleteIf", func(t *testing.T) { testDeleteIf(t, newBacking(t)) })
+}
+
+// testResource: a grant keeps the URL it was made for, and a grant sealed before the URL was
+// recorded still opens, without one.
+func testResource(t *testing.T, b backing) {
+	ctx := context.Background()
+	v := b.open(t, nil)
+	g := grant(alice, "github", time.Hour)
+	g.Resource = "https://mcp.github.example.com/mcp"
+	if err := v.Put(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	got, err := v.Get(ctx, alice, "github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(g, got); diff != "" {
+		t.Errorf("Get mismatch (-want +got):\n%s", diff)
+	}
+	list, err := v.List(ctx, alice)
+	if err != nil || len(list) != 1 || list[0].Resource != g.Resource {
+		t.Errorf("List = %v, %v; want the grant with its resource", list, err)
+	}
+	// A grant as sealed before the resource was recorded.
+	old := grant(alice, "gitlab", time.Hour)
+	wire, err := json.Marshal(map[string]any{"v": 1, "iss": alice.Issuer, "sub": alice.Subject, "upstream": "gitlab",
+		"token": tokenWire(old.Token), "as": old.Issuer, "granted": old.Granted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Put(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	b.setRaw(t, alice, "gitlab", newCodec(testKeys(t)).sealer.Seal(wire, associated(alice, "gitlab")))
+	got, err = v.Get(ctx, alice, "gitlab")
+	if err != nil {
+		t.Fatalf("Get of a grant sealed without a resource: %v", err)
+	}
+	if diff := cmp.Diff(old, got); diff != "" {
+		t.Errorf("Get of a grant sealed without a resource mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// testDeleteIf: DeleteIf deletes only a grant its test says is stale.
+func testDeleteIf(t *testing.T, b backing) {
+	ctx := context.Background()
+	v := b.open(t, nil)
+	if _, err := v.DeleteIf(ctx, alice, "github", func(Grant) bool { return true }); !errors.Is(err, ErrNotFound) {
+		t.Errorf("DeleteIf of no grant: %v, want ErrNotFound", err)
+	}
+	if err := v.Put(ctx, grant(alice, "github", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := v.DeleteIf(ctx, alice, "github", func(Grant) bool { return false }); deleted || err != nil {
+		t.Errorf("DeleteIf of a grant not stale = %v, %v; want false, nil", deleted, err)
+	}
+	if _, err := v.Get(ctx, alice, "github"); err != nil {
+		t.Errorf("the grant not stale is gone: %v", err)
+	}
+	if deleted, err := v.DeleteIf(ctx, alice, "github", func(g Grant) bool { return g.Upstream == "github" }); !deleted || err != nil {
+		t.Errorf("DeleteIf of a stale grant = %v, %v; want true, nil", deleted, err)
+	}
+	if _, err := v.Get(ctx, alice, "github"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the stale grant is still there: %v", err)
+	}
 }
 
 func clockOpts() (*testclock.Clock, *Options) {

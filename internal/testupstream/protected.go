@@ -160,7 +160,7 @@ func (p *Protected) guard(next http.Handler) http.Handler {
 				p.mu.Lock()
 				p.forbidden++
 				p.mu.Unlock()
-				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope="read write", resource_metadata=%q`, p.ResourceMetadataURL))
+				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope="write", resource_metadata=%q`, p.ResourceMetadataURL))
 				http.Error(w, "the token lacks scope write", http.StatusForbidden)
 				return
 			}

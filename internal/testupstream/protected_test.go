@@ -123,7 +123,7 @@ func TestProtectedRefuses(t *testing.T) {
 		{"expired", as.Token(t, map[string]any{"sub": "alice", "aud": p.URL, "exp": 1000}), initialize,
 			http.StatusUnauthorized, challenge + `, error="invalid_token"`},
 		{"write without scope write", as.Token(t, map[string]any{"sub": "alice", "aud": p.URL, "scope": "read"}), callWrite,
-			http.StatusForbidden, `Bearer error="insufficient_scope", scope="read write", resource_metadata="` + p.ResourceMetadataURL + `"`},
+			http.StatusForbidden, `Bearer error="insufficient_scope", scope="write", resource_metadata="` + p.ResourceMetadataURL + `"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
