@@ -97,3 +97,15 @@ func (g *Gateway) GrantWaiters() int {
 	}
 	return n
 }
+
+// BorrowedCatalogOwner names whose connection lends upstream name its listing: the
+// principal's key, "" when nobody's (or the upstream borrows none).
+func (g *Gateway) BorrowedCatalogOwner(name string) string {
+	u := g.upstreamNamed(name)
+	if u == nil || u.pool == nil || u.pool.borrowed == nil {
+		return ""
+	}
+	u.pool.borrowed.mu.Lock()
+	defer u.pool.borrowed.mu.Unlock()
+	return u.pool.borrowed.owner
+}

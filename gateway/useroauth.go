@@ -51,6 +51,9 @@ type userAuth struct {
 	// lend is told of each grant that lands here: an upstream whose catalog waits for a
 	// user's listing borrows it from that user's connection.
 	lend func(upstream string, who session.Principal)
+	// unlend is told of each grant revoked here: a listing borrowed from that user's
+	// connection is lent by the next user's.
+	unlend func(upstream string, who session.Principal)
 	// closers release what the gateway opened for it (a file vault, the service).
 	closers []func() error
 
@@ -188,6 +191,7 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 		Vault:       ua.vault,
 		Upstreams:   connectUpstreams(cfg),
 		OnConnected: ua.connected,
+		OnRevoked:   ua.revoked,
 		Now:         g.opts.Now,
 		Logger:      g.logger,
 		HTTPClient:  g.opts.AuthHTTPClient,
@@ -210,6 +214,11 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 				g.logger.Warn("a user who connected a user_oauth upstream could not list it", "upstream", name, "error", err.Error())
 			}
 		})
+	}
+	ua.unlend = func(name string, who session.Principal) {
+		if u := g.upstreamNamed(name); u != nil && u.pool != nil && u.pool.borrowed != nil {
+			u.pool.borrowed.release(who)
+		}
 	}
 	return ua, nil
 }
@@ -283,6 +292,14 @@ func (ua *userAuth) ListGrants(ctx context.Context, cursor string, limit int) ([
 // server where it supports revocation, then in the vault.
 func (ua *userAuth) Revoke(ctx context.Context, p grants.Principal, upstream string) error {
 	return ua.svc.Revoke(ctx, p, upstream)
+}
+
+// revoked is told by the connect service that a user's grant was revoked (on the grants
+// page, or through the admin API).
+func (ua *userAuth) revoked(_ context.Context, p grants.Principal, upstream string) {
+	if ua.unlend != nil {
+		ua.unlend(upstream, session.Principal{Issuer: p.Issuer, Subject: p.Subject})
+	}
 }
 
 // anyGrantee returns a principal with a readable grant at upstream name, if any.

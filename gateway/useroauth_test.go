@@ -735,7 +735,23 @@ func TestCatalogBorrowedFromAConnectedUser(t *testing.T) {
 		t.Fatalf("bob's call: %q, %v", who, err)
 	}
 
-	// Another gateway on the same state_dir: alice's grant lends it the listing at start.
+	if owner := w.tg.gw.BorrowedCatalogOwner("gh"); !strings.Contains(owner, "alice") {
+		t.Errorf("the listing is lent by %q, want alice's connection (the first)", owner)
+	}
+	// Alice revokes her grant: her connection no longer lends the listing, which stays
+	// until the next user's connection lends it.
+	grantsPage = aliceBrowser.get(t, w.public+"/grants")
+	if p := aliceBrowser.submit(t, grantsPage, "revoke"); p.status != http.StatusOK {
+		t.Fatalf("alice revokes: %d %s", p.status, p.body)
+	}
+	if owner := w.tg.gw.BorrowedCatalogOwner("gh"); owner != "" {
+		t.Errorf("the listing is still lent by %q after that user revoked", owner)
+	}
+	if !listed(bob) {
+		t.Error("the tools left the catalog when the lending user revoked")
+	}
+
+	// Another gateway on the same state_dir: bob's grant lends it the listing at start.
 	other := &oauthWorld{idp: w.idp, as: w.as, up: w.up}
 	other.start(t, func(public string) string {
 		return userOAuthYAML(other, public, "", "state_dir: "+stateDir+"\n")
