@@ -276,15 +276,13 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 	}
 	sources := files
 	if cc := c.ClientCredentials; cc != nil {
-		sources = append(sources[:len(files):len(files)], credential.ClientCredentials(credential.ClientCredentialsConfig{
-			TokenURL: cc.TokenURL, ClientID: cc.ClientID, ClientSecret: cc.ClientSecret,
-			Scopes: cc.Scopes, Resource: cc.Resource, Audience: cc.Audience, HTTPClient: g.opts.AuthHTTPClient,
-			Lifetime: g.ctx,
-		}))
+		sources = append(sources[:len(files):len(files)], clientCredentialsSource(cc, g.opts.AuthHTTPClient, g.ctx))
 	}
 	var out upstreamAuth
 	if uo := c.UserOAuth; uo != nil && g.userAuth != nil {
-		return g.userOAuthCredentials(u.Name, uo, transport, files)
+		return g.userAuth.credentials(u.Name, uo, transport, files, func(t *config.TokenRequest) credential.Source {
+			return clientCredentialsSource(t, g.opts.AuthHTTPClient, g.ctx)
+		})
 	}
 	if len(sources) > 0 {
 		out.shared = credentialedClient(transport, sources)
@@ -306,41 +304,14 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 	return out
 }
 
-// userOAuthCredentials are the credentials of a user_oauth upstream: each principal's
-// connection carries the header files and its user's token; the shared (catalog) connection
-// the header files and catalog_credentials, never a user's token.
-func (g *Gateway) userOAuthCredentials(name string, uo *config.UserOAuth, transport http.RoundTripper, files []credential.Source) upstreamAuth {
-	out := upstreamAuth{userOAuth: true}
-	var catalog []credential.Source
-	if cc := uo.CatalogCredentials; cc != nil {
-		// Without catalog_credentials the shared connection borrows a user's listing, and
-		// the header files alone open nothing: they go with catalog_credentials only.
-		catalog = files
-		for _, h := range cc.HeaderFiles {
-			catalog = append(catalog[:len(catalog):len(catalog)], credential.FileHeader(h.Name, h.Path, h.Prefix))
-		}
-		if t := cc.ClientCredentials; t != nil {
-			catalog = append(catalog[:len(catalog):len(catalog)], credential.ClientCredentials(credential.ClientCredentialsConfig{
-				TokenURL: t.TokenURL, ClientID: t.ClientID, ClientSecret: t.ClientSecret,
-				Scopes: t.Scopes, Resource: t.Resource, Audience: t.Audience, HTTPClient: g.opts.AuthHTTPClient,
-				Lifetime: g.ctx,
-			}))
-		}
-	}
-	if len(catalog) > 0 {
-		out.shared = credentialedClient(transport, catalog)
-	}
-	userBase := transport
-	if len(files) > 0 {
-		userBase = credential.Transport(transport, files...)
-	}
-	out.perPrincipal = func(p session.Principal) *http.Client {
-		return &http.Client{
-			Transport:     &userTokenTransport{base: userBase, ua: g.userAuth, principal: grantPrincipal(p), upstream: name},
-			CheckRedirect: upstream.SameHostRedirects,
-		}
-	}
-	return out
+// clientCredentialsSource is the gateway's own token by the client credentials grant t,
+// requested with client and kept no longer than lifetime.
+func clientCredentialsSource(t *config.TokenRequest, client *http.Client, lifetime context.Context) credential.Source {
+	return credential.ClientCredentials(credential.ClientCredentialsConfig{
+		TokenURL: t.TokenURL, ClientID: t.ClientID, ClientSecret: t.ClientSecret,
+		Scopes: t.Scopes, Resource: t.Resource, Audience: t.Audience, HTTPClient: client,
+		Lifetime: lifetime,
+	})
 }
 
 // credentialedClient is an HTTP client that adds the sources' headers to every request it

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/manifold-mcp/manifold/internal/auth/credential"
 	"github.com/manifold-mcp/manifold/internal/config"
 	"github.com/manifold-mcp/manifold/internal/connect"
 	"github.com/manifold-mcp/manifold/internal/grants"
@@ -20,6 +21,7 @@ import (
 	"github.com/manifold-mcp/manifold/internal/pipeline"
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/session"
+	"github.com/manifold-mcp/manifold/upstream"
 )
 
 // Per-user upstream authorization (config credentials.user_oauth). An upstream that trusts
@@ -561,6 +563,40 @@ func (ua *userAuth) judge(key string, scopes []string) {
 	ua.verdicts[key] = tokenVerdict{at: now, scopes: scopes}
 }
 
+// credentials are the credentials of user_oauth upstream name: each principal's
+// connection carries the header files and its user's token; the shared (catalog) connection
+// the header files and catalog_credentials, never a user's token.
+// (clientCredentials makes the source of a client_credentials request).
+func (ua *userAuth) credentials(name string, uo *config.UserOAuth, transport http.RoundTripper, files []credential.Source, clientCredentials func(*config.TokenRequest) credential.Source) upstreamAuth {
+	out := upstreamAuth{userOAuth: true}
+	var catalog []credential.Source
+	if cc := uo.CatalogCredentials; cc != nil {
+		// Without catalog_credentials the shared connection borrows a user's listing, and
+		// the header files alone open nothing: they go with catalog_credentials only.
+		catalog = files
+		for _, h := range cc.HeaderFiles {
+			catalog = append(catalog[:len(catalog):len(catalog)], credential.FileHeader(h.Name, h.Path, h.Prefix))
+		}
+		if t := cc.ClientCredentials; t != nil {
+			catalog = append(catalog[:len(catalog):len(catalog)], clientCredentials(t))
+		}
+	}
+	if len(catalog) > 0 {
+		out.shared = credentialedClient(transport, catalog)
+	}
+	userBase := transport
+	if len(files) > 0 {
+		userBase = credential.Transport(transport, files...)
+	}
+	out.perPrincipal = func(p session.Principal) *http.Client {
+		return &http.Client{
+			Transport:     &userTokenTransport{base: userBase, ua: ua, principal: grantPrincipal(p), upstream: name},
+			CheckRedirect: upstream.SameHostRedirects,
+		}
+	}
+	return out
+}
+
 // userTokenTransport sends every request of one user's connection to a user_oauth upstream
 // with that user's token, read from the vault (renewed there when due): so a grant revoked
 // or replaced takes effect on the next request. An upstream that refuses the token (401) is
@@ -708,7 +744,7 @@ func (g *requestPipeline) takeConnectAnswer(rq *request, res *resolved, st *seal
 
 // userAuthOf returns the per-user authorization that calls to u need; nil when u is not
 // called with its users' grants.
-func (g *Gateway) userAuthOf(u *upstreamEntry) *userAuth {
+func (g *requestPipeline) userAuthOf(u *upstreamEntry) *userAuth {
 	if g.userAuth == nil || u.pool == nil || !u.pool.credentials.userOAuth {
 		return nil
 	}
