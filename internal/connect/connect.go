@@ -32,17 +32,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/manifold-mcp/manifold/internal/grants"
@@ -200,27 +197,24 @@ func NeedsConnect(err error) bool {
 
 // Service serves the connect pages and hands out the grants' tokens. It is safe for
 // concurrent use; Close stops the discoveries in flight.
+//
+// It is made of parts, each owning one concern: builds (the lifetime and the discovery
+// goroutines), records (the sealed records of the Store), flowCache (the upstreams and their
+// authorization flows), signIn (the sign-in at the gateway's own issuer, its cookies and CSRF
+// tokens), grantTokens (the grants' tokens, refreshed and revoked) and pageWriter (the pages'
+// answers). The Service itself keeps the connect links and serves the pages that join them.
 type Service struct {
+	// opts are the options as New completed them. Invariant: never modified after New.
 	opts   Options
-	sealer *seal.Sealer
 	logger *slog.Logger
-	secure bool // PublicURL is https: Secure, __Host- cookies
-	login  loginClient
-
-	// ctx is the Service's lifetime: the discoveries run under it. Lifecycle: cancelled by
-	// Close.
-	ctx    context.Context
-	cancel context.CancelFunc
-	// wg counts the discovery goroutines; Add only under mu while !closed.
-	wg sync.WaitGroup
-
-	// mu guards closed, upstreams and flows.
-	mu     sync.Mutex
-	closed bool
-	// upstreams by name.
-	upstreams map[string]Upstream
-	// flows by upstream name. Invariant: each entry's up is upstreams[name].
-	flows map[string]*flowEntry
+	pages  pageWriter
+	// records are the links and authorizations in flight, and the shared registrations.
+	records *records
+	// builds owns the discovery goroutines; flows and signIn start them.
+	builds *builds
+	flows  *flowCache
+	signIn *signIn
+	tokens *grantTokens
 }
 
 // New checks opts, applies its defaults, and returns a Service. It makes no request: the
@@ -270,26 +264,33 @@ func New(opts Options) (*Service, error) {
 	opts.Login.Scopes = loginScopes(opts.Login.Scopes)
 	opts.Upstreams = slices.Clone(opts.Upstreams)
 	ups, _ := upstreamMap(opts.Upstreams)
-	ctx, cancel := context.WithCancel(context.Background())
+	sealer := opts.Keys.Sealer(seal.PurposeConnect)
+	logger := opts.Logger.With("component", "connect")
+	pages := pageWriter{logger: logger}
+	bs := newBuilds(opts.Now)
+	recs := &records{store: opts.Store, sealer: sealer, logger: logger}
+	flows := &flowCache{builds: bs, records: recs, publicURL: opts.PublicURL, clientName: opts.ClientName, now: opts.Now,
+		upstreams: ups, flows: map[string]*flowEntry{}}
 	s := &Service{
-		opts:      opts,
-		sealer:    opts.Keys.Sealer(seal.PurposeConnect),
-		logger:    opts.Logger.With("component", "connect"),
-		secure:    u.Scheme == "https",
-		ctx:       ctx,
-		cancel:    cancel,
-		upstreams: ups,
-		flows:     map[string]*flowEntry{},
+		opts:    opts,
+		logger:  logger,
+		pages:   pages,
+		records: recs,
+		builds:  bs,
+		flows:   flows,
+		signIn: &signIn{login: opts.Login, publicURL: opts.PublicURL, httpClient: opts.HTTPClient, sealer: sealer,
+			secure: u.Scheme == "https", now: opts.Now, logger: logger, pages: pages, builds: bs},
+		tokens: &grantTokens{vault: opts.Vault, flows: flows, logger: logger, onRevoked: opts.OnRevoked},
 	}
-	s.warnInsecure(opts.Upstreams)
+	warnInsecure(logger, opts.Upstreams)
 	return s, nil
 }
 
 // warnInsecure logs a warning for each upstream of list that weakens the SSRF guard.
-func (s *Service) warnInsecure(list []Upstream) {
+func warnInsecure(logger *slog.Logger, list []Upstream) {
 	for _, up := range list {
 		if up.AllowPrivateNetwork {
-			s.logger.Warn("the authorization server of this upstream may be reached at loopback and private addresses, and over plain http to loopback: safe only for servers inside your own network",
+			logger.Warn("the authorization server of this upstream may be reached at loopback and private addresses, and over plain http to loopback: safe only for servers inside your own network",
 				"upstream", up.Name)
 		}
 	}
@@ -329,13 +330,13 @@ func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, e
 	if r.Principal.Issuer == "" || r.Principal.Subject == "" {
 		return "", "", errors.New("ask to connect: the request needs a principal (issuer and subject)")
 	}
-	if _, ok := s.upstream(r.Upstream); !ok {
+	if _, ok := s.flows.upstream(r.Upstream); !ok {
 		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, ErrUnknownUpstream)
 	}
 	r.ID = randomString()
 	r.Expires = s.opts.Now().Add(s.opts.RequestTTL)
 	r.Scopes = slices.Clone(r.Scopes)
-	if err := s.putOwnedRecord(ctx, ownerHash(r.Principal), requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
+	if err := s.records.putOwned(ctx, ownerHash(r.Principal), requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
 		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, err)
 	}
 	return s.opts.PublicURL + PathConnect + r.ID, r.ID, nil
@@ -350,119 +351,23 @@ func (s *Service) SetUpstreams(list []Upstream) {
 		s.logger.Error("connect upstreams not replaced: the list is invalid; fix the configuration", "error", err)
 		return
 	}
-	s.warnInsecure(list)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, e := range s.flows {
-		if up, ok := m[name]; !ok || !sameUpstream(up, e.up) {
-			e.fetcher.CloseIdleConnections()
-			delete(s.flows, name)
-		}
-	}
-	s.upstreams = m
-}
-
-// sameUpstream reports whether a and b are configured alike.
-func sameUpstream(a, b Upstream) bool {
-	return a.Name == b.Name && a.URL == b.URL && a.ClientID == b.ClientID && a.ClientSecret == b.ClientSecret &&
-		a.ClientMetadataDocument == b.ClientMetadataDocument && a.DynamicRegistration == b.DynamicRegistration &&
-		a.AllowPrivateNetwork == b.AllowPrivateNetwork && slices.Equal(a.Scopes, b.Scopes)
-}
-
-// upstreamNames returns the names of the upstreams users may connect, sorted.
-func (s *Service) upstreamNames() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Sorted(maps.Keys(s.upstreams))
-}
-
-// upstream returns the configured upstream of name.
-func (s *Service) upstream(name string) (Upstream, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	up, ok := s.upstreams[name]
-	return up, ok
+	warnInsecure(s.logger, list)
+	s.flows.set(m)
 }
 
 // Close stops the discoveries in flight, waits for them, and closes idle connections. It does
 // not close the Store or the Vault. It may be called more than once.
 func (s *Service) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	dropped, first := s.flows.close()
+	if !first {
 		return nil
 	}
-	s.closed = true
-	flows := s.flows
-	s.flows = map[string]*flowEntry{}
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
-	for _, e := range flows {
-		e.fetcher.CloseIdleConnections()
+	s.builds.close()
+	for _, f := range dropped {
+		f.CloseIdleConnections()
 	}
 	s.opts.HTTPClient.CloseIdleConnections()
 	return nil
-}
-
-// Keys of the Store's records.
-func requestKey(id string) string     { return "request:" + id }
-func flowKey(state string) string     { return "flow:" + state }
-func clientKey(up, iss string) string { return "client:" + up + ":" + iss }
-
-// putRecord seals v's JSON, bound to key, and puts it in the Store.
-func (s *Service) putRecord(ctx context.Context, key string, v any, ttl time.Duration) error {
-	return s.putOwnedRecord(ctx, "", key, v, ttl)
-}
-
-// putOwnedRecord is putRecord for a record counted against owner (if not "") when the Store
-// bounds each owner's records (OwnedPutter), at most MaxLinksPerPrincipal.
-func (s *Service) putOwnedRecord(ctx context.Context, owner, key string, v any, ttl time.Duration) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s record: %w", recordKind(key), err)
-	}
-	sealed := s.sealer.Seal(b, []byte(key))
-	if op, ok := s.opts.Store.(OwnedPutter); ok && owner != "" {
-		err = op.PutOwned(ctx, owner, key, sealed, ttl, MaxLinksPerPrincipal)
-	} else {
-		err = s.opts.Store.Put(ctx, key, sealed, ttl)
-	}
-	if err != nil {
-		return fmt.Errorf("keep %s record: %w", recordKind(key), err)
-	}
-	return nil
-}
-
-// getRecord reads (take: takes) the record under key into v. A record that does not open is
-// reported as ErrNotFound: it is not one this gateway made.
-func (s *Service) getRecord(ctx context.Context, key string, take bool, v any) error {
-	get := s.opts.Store.Get
-	if take {
-		get = s.opts.Store.Take
-	}
-	sealed, err := get(ctx, key)
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return ErrNotFound
-		}
-		return fmt.Errorf("read %s record: %w", recordKind(key), err)
-	}
-	b, err := s.sealer.Open(sealed, []byte(key))
-	if err != nil {
-		s.logger.Warn("a connect record does not open (another gateway's keys, or changed): treated as absent", "record", recordKind(key), "error", err)
-		return ErrNotFound
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decode %s record: %w", recordKind(key), err)
-	}
-	return nil
-}
-
-// recordKind is the kind of record under key, for messages: the part before the colon.
-func recordKind(key string) string {
-	kind, _, _ := strings.Cut(key, ":")
-	return kind
 }
 
 // ownerOf is the stable name of p given to the authorization flows as their owner.

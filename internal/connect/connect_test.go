@@ -786,17 +786,17 @@ func TestNew(t *testing.T) {
 func TestSetUpstreams(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.connect("alice").want(t, http.StatusOK)
-	if _, ok := h.svc.knownFlow("github"); !ok {
+	if _, ok := h.svc.flows.knownFlow("github"); !ok {
 		t.Fatal("the flow was not kept")
 	}
 	ups := []Upstream{{Name: "github", URL: h.as.URL + "/mcp", ClientID: "gw-client", AllowPrivateNetwork: true}}
 	h.svc.SetUpstreams(ups)
-	if _, ok := h.svc.knownFlow("github"); !ok {
+	if _, ok := h.svc.flows.knownFlow("github"); !ok {
 		t.Error("an unchanged upstream's flow was dropped")
 	}
 	ups[0].Scopes = []string{"repo"}
 	h.svc.SetUpstreams(ups)
-	if _, ok := h.svc.knownFlow("github"); ok {
+	if _, ok := h.svc.flows.knownFlow("github"); ok {
 		t.Error("a changed upstream's flow was kept")
 	}
 	h.svc.SetUpstreams(nil)

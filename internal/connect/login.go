@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/manifold-mcp/manifold/internal/grants"
+	"github.com/manifold-mcp/manifold/internal/seal"
 )
 
 // Sign-in at the gateway's own issuer (OpenID Connect Core 1.0 §3.1, the code flow, with PKCE,
@@ -32,9 +34,28 @@ const (
 	stateCookieName = "manifold_login_state"
 )
 
-// loginClient is the gateway's client of its own issuer, discovered on the first sign-in.
-type loginClient struct {
-	provider lazy[*loginProvider]
+// signIn signs the pages' users in at the gateway's own issuer (Options.Login). It owns the
+// browser's sealed cookies (the signed-in user; the sign-ins in flight) and the CSRF tokens
+// of the pages' forms, bound to the sign-in. It writes nothing to the Store, and is safe for
+// concurrent use. Lifecycle: made by New; the issuer is discovered on the first sign-in, on
+// a goroutine of builds, which Service.Close stops (a sign-in that still needs the discovery
+// then fails with ErrClosed).
+type signIn struct {
+	login     Login
+	publicURL string
+	// httpClient reaches the issuer.
+	httpClient *http.Client
+	// sealer seals the cookies and the CSRF tokens.
+	sealer *seal.Sealer
+	// secure is PublicURL being https: Secure, __Host- cookies.
+	secure bool
+	now    func() time.Time
+	logger *slog.Logger
+	pages  pageWriter
+	// builds runs the issuer's discovery, under the Service's lifetime.
+	builds *builds
+	// discovered is the issuer's client, once discovered.
+	discovered lazy[*loginProvider]
 }
 
 // loginProvider is what the sign-in needs from the discovered issuer.
@@ -43,24 +64,24 @@ type loginProvider struct {
 	verifier *oidc.IDTokenVerifier
 }
 
-// loginProvider returns the issuer's client, discovering the issuer if need be.
-func (s *Service) loginProvider(ctx context.Context) (*loginProvider, error) {
-	return resolve(ctx, s, &s.login.provider, func(context.Context) (*loginProvider, error) {
+// provider returns the issuer's client, discovering the issuer if need be.
+func (si *signIn) provider(ctx context.Context) (*loginProvider, error) {
+	return resolve(ctx, si.builds, &si.discovered, func(context.Context) (*loginProvider, error) {
 		// The provider keeps the context it is made with for its later key fetches: the
-		// Service's lifetime, not the bounded build's; s.opts.HTTPClient bounds each request.
-		p, err := oidc.NewProvider(oidc.ClientContext(s.ctx, s.opts.HTTPClient), s.opts.Login.Issuer)
+		// Service's lifetime, not the bounded build's; si.httpClient bounds each request.
+		p, err := oidc.NewProvider(oidc.ClientContext(si.builds.ctx, si.httpClient), si.login.Issuer)
 		if err != nil {
-			return nil, fmt.Errorf("discover the sign-in issuer %s: %w", s.opts.Login.Issuer, err)
+			return nil, fmt.Errorf("discover the sign-in issuer %s: %w", si.login.Issuer, err)
 		}
 		return &loginProvider{
 			config: oauth2.Config{
-				ClientID:     s.opts.Login.ClientID,
-				ClientSecret: s.opts.Login.ClientSecret,
+				ClientID:     si.login.ClientID,
+				ClientSecret: si.login.ClientSecret,
 				Endpoint:     p.Endpoint(),
-				RedirectURL:  s.opts.PublicURL + PathLoginCallback,
-				Scopes:       s.opts.Login.Scopes,
+				RedirectURL:  si.publicURL + PathLoginCallback,
+				Scopes:       si.login.Scopes,
 			},
-			verifier: p.Verifier(&oidc.Config{ClientID: s.opts.Login.ClientID, Now: s.opts.Now}),
+			verifier: p.Verifier(&oidc.Config{ClientID: si.login.ClientID, Now: si.now}),
 		}, nil
 	})
 }
@@ -104,10 +125,10 @@ type loginFlow struct {
 // started in several tabs at once); the oldest goes first.
 const maxLoginFlows = 3
 
-// loginFlows returns the unexpired sign-ins in flight sealed in r's state cookie; none if it
+// flows returns the unexpired sign-ins in flight sealed in r's state cookie; none if it
 // has no such cookie or it does not open.
-func (s *Service) loginFlows(r *http.Request) []loginFlow {
-	c, err := r.Cookie(s.cookieName(stateCookieName))
+func (si *signIn) flows(r *http.Request) []loginFlow {
+	c, err := r.Cookie(si.cookieName(stateCookieName))
 	if err != nil {
 		return nil
 	}
@@ -115,7 +136,7 @@ func (s *Service) loginFlows(r *http.Request) []loginFlow {
 	if err != nil {
 		return nil
 	}
-	b, err := s.sealer.Open(sealed, []byte(stateCookieName))
+	b, err := si.sealer.Open(sealed, []byte(stateCookieName))
 	if err != nil {
 		return nil
 	}
@@ -123,15 +144,15 @@ func (s *Service) loginFlows(r *http.Request) []loginFlow {
 	if json.Unmarshal(b, &flows) != nil {
 		return nil
 	}
-	now := s.opts.Now()
+	now := si.now()
 	return slices.DeleteFunc(flows, func(f loginFlow) bool { return f.State == "" || !now.Before(f.Expires) })
 }
 
-// setLoginFlows seals flows (the last maxLoginFlows) in w's state cookie, or deletes the
+// setFlows seals flows (the last maxLoginFlows) in w's state cookie, or deletes the
 // cookie when there are none.
-func (s *Service) setLoginFlows(w http.ResponseWriter, flows []loginFlow) error {
+func (si *signIn) setFlows(w http.ResponseWriter, flows []loginFlow) error {
 	if len(flows) == 0 {
-		s.setCookie(w, stateCookieName, "", -1)
+		si.setCookie(w, stateCookieName, "", -1)
 		return nil
 	}
 	flows = flows[max(0, len(flows)-maxLoginFlows):]
@@ -139,14 +160,14 @@ func (s *Service) setLoginFlows(w http.ResponseWriter, flows []loginFlow) error 
 	if err != nil {
 		return fmt.Errorf("encode the sign-ins in flight: %w", err)
 	}
-	s.setCookie(w, stateCookieName, base64.RawURLEncoding.EncodeToString(s.sealer.Seal(b, []byte(stateCookieName))),
+	si.setCookie(w, stateCookieName, base64.RawURLEncoding.EncodeToString(si.sealer.Seal(b, []byte(stateCookieName))),
 		int(loginFlowTTL/time.Second))
 	return nil
 }
 
 // cookieName is base with the __Host- prefix when the gateway is reached over https.
-func (s *Service) cookieName(base string) string {
-	if s.secure {
+func (si *signIn) cookieName(base string) string {
+	if si.secure {
 		return "__Host-" + base
 	}
 	return base
@@ -154,14 +175,14 @@ func (s *Service) cookieName(base string) string {
 
 // setCookie sets (maxAge < 0: deletes) a cookie of the pages: HttpOnly, SameSite=Lax, Path=/,
 // and Secure under https.
-func (s *Service) setCookie(w http.ResponseWriter, base, value string, maxAge int) {
-	http.SetCookie(w, &http.Cookie{Name: s.cookieName(base), Value: value, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode})
+func (si *signIn) setCookie(w http.ResponseWriter, base, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: si.cookieName(base), Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, Secure: si.secure, SameSite: http.SameSiteLaxMode})
 }
 
 // currentUser returns the signed-in user of r, if its login cookie is valid and unexpired.
-func (s *Service) currentUser(r *http.Request) (*user, bool) {
-	c, err := r.Cookie(s.cookieName(loginCookieName))
+func (si *signIn) currentUser(r *http.Request) (*user, bool) {
+	c, err := r.Cookie(si.cookieName(loginCookieName))
 	if err != nil {
 		return nil, false
 	}
@@ -169,12 +190,12 @@ func (s *Service) currentUser(r *http.Request) (*user, bool) {
 	if err != nil {
 		return nil, false
 	}
-	b, err := s.sealer.Open(sealed, []byte(loginCookieName))
+	b, err := si.sealer.Open(sealed, []byte(loginCookieName))
 	if err != nil {
 		return nil, false
 	}
 	var u user
-	if json.Unmarshal(b, &u) != nil || u.Issuer == "" || u.Subject == "" || u.SID == "" || !s.opts.Now().Before(u.Expires) {
+	if json.Unmarshal(b, &u) != nil || u.Issuer == "" || u.Subject == "" || u.SID == "" || !si.now().Before(u.Expires) {
 		return nil, false
 	}
 	return &u, true
@@ -182,23 +203,23 @@ func (s *Service) currentUser(r *http.Request) (*user, bool) {
 
 // csrfToken is a token for a form of u's toward purpose (the request id, "grants",
 // "logout"): sealed, bound to u's sign-in and the purpose, valid while the sign-in is.
-func (s *Service) csrfToken(u *user, purpose string) string {
+func (si *signIn) csrfToken(u *user, purpose string) string {
 	exp, _ := u.Expires.MarshalText()
-	return base64.RawURLEncoding.EncodeToString(s.sealer.Seal(exp, csrfAD(u, purpose)))
+	return base64.RawURLEncoding.EncodeToString(si.sealer.Seal(exp, csrfAD(u, purpose)))
 }
 
 // checkCSRF reports whether token is one of csrfToken(u, purpose).
-func (s *Service) checkCSRF(u *user, purpose, token string) bool {
+func (si *signIn) checkCSRF(u *user, purpose, token string) bool {
 	sealed, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || token == "" {
 		return false
 	}
-	b, err := s.sealer.Open(sealed, csrfAD(u, purpose))
+	b, err := si.sealer.Open(sealed, csrfAD(u, purpose))
 	if err != nil {
 		return false
 	}
 	var exp time.Time
-	return exp.UnmarshalText(b) == nil && s.opts.Now().Before(exp)
+	return exp.UnmarshalText(b) == nil && si.now().Before(exp)
 }
 
 // csrfAD is the associated data of u's CSRF tokens toward purpose.
@@ -216,26 +237,26 @@ func localPath(next string) bool {
 	return next == PathGrants || (isConnect && id != "" && !strings.Contains(id, "/"))
 }
 
-// startLogin sends the browser to the issuer to sign in, and back to next afterwards; prompt,
+// start sends the browser to the issuer to sign in, and back to next afterwards; prompt,
 // if not "", is the prompt parameter (after a sign-out: "login").
-func (s *Service) startLogin(w http.ResponseWriter, r *http.Request, next, prompt string) {
+func (si *signIn) start(w http.ResponseWriter, r *http.Request, next, prompt string) {
 	if !localPath(next) {
 		next = PathGrants
 	}
-	p, err := s.loginProvider(r.Context())
+	p, err := si.provider(r.Context())
 	if err != nil {
-		s.logger.Error("sign-in unavailable", "error", err)
-		s.render(w, http.StatusBadGateway, page{Title: "Sign-in unavailable",
+		si.logger.Error("sign-in unavailable", "error", err)
+		si.pages.render(w, http.StatusBadGateway, page{Title: "Sign-in unavailable",
 			Message: "The gateway cannot reach its sign-in service right now. Try again in a minute."})
 		return
 	}
 	// The sign-in in flight goes in the browser's cookie, beside those of other tabs: the
 	// Store is written only once a user has signed in.
 	f := loginFlow{State: randomString(), Nonce: randomString(), Verifier: oauth2.GenerateVerifier(), Next: next,
-		Expires: s.opts.Now().Add(loginFlowTTL)}
-	if err := s.setLoginFlows(w, append(s.loginFlows(r), f)); err != nil {
-		s.logger.Error("sign-in not started", "error", err)
-		s.render(w, http.StatusInternalServerError, page{Title: "Sign-in unavailable",
+		Expires: si.now().Add(loginFlowTTL)}
+	if err := si.setFlows(w, append(si.flows(r), f)); err != nil {
+		si.logger.Error("sign-in not started", "error", err)
+		si.pages.render(w, http.StatusInternalServerError, page{Title: "Sign-in unavailable",
 			Message: "The gateway could not start the sign-in. Try again in a minute."})
 		return
 	}
@@ -246,15 +267,15 @@ func (s *Service) startLogin(w http.ResponseWriter, r *http.Request, next, promp
 	http.Redirect(w, r, p.config.AuthCodeURL(f.State, opts...), http.StatusFound)
 }
 
-// serveLoginCallback finishes a sign-in: the state must be one of the sign-ins in flight
+// serveCallback finishes a sign-in: the state must be one of the sign-ins in flight
 // sealed in this browser's state cookie (compared in constant time), which is used up here
 // whatever the outcome; the code is redeemed with its PKCE verifier, and the ID token
 // verified (issuer, audience, expiry, signature, nonce). The browser then gets its login
 // cookie and goes back where it was.
-func (s *Service) serveLoginCallback(w http.ResponseWriter, r *http.Request) {
+func (si *signIn) serveCallback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	flows := s.loginFlows(r)
+	flows := si.flows(r)
 	found := -1
 	for i, f := range flows {
 		if subtle.ConstantTimeCompare([]byte(f.State), []byte(q.Get("state"))) == 1 {
@@ -262,36 +283,36 @@ func (s *Service) serveLoginCallback(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found < 0 || q.Get("state") == "" {
-		s.render(w, http.StatusBadRequest, page{Title: "Sign-in expired",
+		si.pages.render(w, http.StatusBadRequest, page{Title: "Sign-in expired",
 			Message: "This sign-in was already used, has expired, or was started in another browser. Open the link from your client again, in this browser."})
 		return
 	}
 	f := flows[found]
 	// Single use: the sign-in leaves the cookie before anything else is done with it.
-	if err := s.setLoginFlows(w, slices.Delete(flows, found, found+1)); err != nil {
-		s.logger.Error("sign-in not finished", "error", err)
-		s.render(w, http.StatusInternalServerError, page{Title: "Sign-in failed", Message: "Try again."})
+	if err := si.setFlows(w, slices.Delete(flows, found, found+1)); err != nil {
+		si.logger.Error("sign-in not finished", "error", err)
+		si.pages.render(w, http.StatusInternalServerError, page{Title: "Sign-in failed", Message: "Try again."})
 		return
 	}
 	if code := q.Get("error"); code != "" {
-		s.render(w, http.StatusForbidden, page{Title: "Sign-in refused",
+		si.pages.render(w, http.StatusForbidden, page{Title: "Sign-in refused",
 			Message: "The sign-in service did not sign you in (" + oauthCode(code) + "). Open the link from your client again."})
 		return
 	}
-	u, err := s.redeemLogin(ctx, q.Get("code"), f)
+	u, err := si.redeem(ctx, q.Get("code"), f)
 	if err != nil {
-		s.logger.Warn("sign-in failed", "error", err)
-		s.render(w, http.StatusForbidden, page{Title: "Sign-in failed",
+		si.logger.Warn("sign-in failed", "error", err)
+		si.pages.render(w, http.StatusForbidden, page{Title: "Sign-in failed",
 			Message: "The sign-in could not be verified. Open the link from your client again."})
 		return
 	}
 	b, err := json.Marshal(u)
 	if err != nil {
-		s.logger.Error("sign-in not kept", "error", err)
-		s.render(w, http.StatusInternalServerError, page{Title: "Sign-in failed", Message: "Try again."})
+		si.logger.Error("sign-in not kept", "error", err)
+		si.pages.render(w, http.StatusInternalServerError, page{Title: "Sign-in failed", Message: "Try again."})
 		return
 	}
-	s.setCookie(w, loginCookieName, base64.RawURLEncoding.EncodeToString(s.sealer.Seal(b, []byte(loginCookieName))), int(loginLife/time.Second))
+	si.setCookie(w, loginCookieName, base64.RawURLEncoding.EncodeToString(si.sealer.Seal(b, []byte(loginCookieName))), int(loginLife/time.Second))
 	next := f.Next
 	if !localPath(next) {
 		next = PathGrants
@@ -299,26 +320,26 @@ func (s *Service) serveLoginCallback(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// redeemLogin exchanges the sign-in code and verifies its ID token, and returns the user.
-func (s *Service) redeemLogin(ctx context.Context, code string, f loginFlow) (*user, error) {
+// redeem exchanges the sign-in code and verifies its ID token, and returns the user.
+func (si *signIn) redeem(ctx context.Context, code string, f loginFlow) (*user, error) {
 	if code == "" {
 		return nil, errors.New("the sign-in answer has no code")
 	}
-	p, err := s.loginProvider(ctx)
+	p, err := si.provider(ctx)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := p.config.Exchange(context.WithValue(ctx, oauth2.HTTPClient, s.opts.HTTPClient), code, oauth2.VerifierOption(f.Verifier))
+	tok, err := p.config.Exchange(context.WithValue(ctx, oauth2.HTTPClient, si.httpClient), code, oauth2.VerifierOption(f.Verifier))
 	if err != nil {
-		return nil, fmt.Errorf("redeem the sign-in code at %s: %w", s.opts.Login.Issuer, err)
+		return nil, fmt.Errorf("redeem the sign-in code at %s: %w", si.login.Issuer, err)
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return nil, fmt.Errorf("the token answer of %s has no id_token", s.opts.Login.Issuer)
+		return nil, fmt.Errorf("the token answer of %s has no id_token", si.login.Issuer)
 	}
 	idt, err := p.verifier.Verify(ctx, raw)
 	if err != nil {
-		return nil, fmt.Errorf("verify the id_token of %s: %w", s.opts.Login.Issuer, err)
+		return nil, fmt.Errorf("verify the id_token of %s: %w", si.login.Issuer, err)
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(f.Nonce)) != 1 {
 		return nil, errors.New("the id_token's nonce is not the sign-in's")
@@ -332,17 +353,17 @@ func (s *Service) redeemLogin(ctx context.Context, code string, f loginFlow) (*u
 		return nil, fmt.Errorf("read the id_token's claims: %w", err)
 	}
 	subject := idt.Subject
-	if c := s.opts.Login.SubjectClaim; c != "" && c != "sub" {
+	if c := si.login.SubjectClaim; c != "" && c != "sub" {
 		var all map[string]any
 		if err := idt.Claims(&all); err != nil {
 			return nil, fmt.Errorf("read the id_token's claims: %w", err)
 		}
 		if subject = claimString(all, c); subject == "" {
-			return nil, fmt.Errorf("the id_token of %s has no string claim %q, which names users at the gateway (auth.oidc claims.subject)", s.opts.Login.Issuer, c)
+			return nil, fmt.Errorf("the id_token of %s has no string claim %q, which names users at the gateway (auth.oidc claims.subject)", si.login.Issuer, c)
 		}
 	}
 	name := firstNonEmpty(claims.Email, claims.PreferredUsername, claims.Name, subject)
-	return &user{Issuer: idt.Issuer, Subject: subject, Name: name, SID: randomString(), Expires: s.opts.Now().Add(loginLife)}, nil
+	return &user{Issuer: idt.Issuer, Subject: subject, Name: name, SID: randomString(), Expires: si.now().Add(loginLife)}, nil
 }
 
 // claimString returns the string claim at path (dotted for a nested one) of claims; "" when
@@ -363,16 +384,16 @@ func claimString(claims map[string]any, path string) string {
 // serveLogout signs the browser out and starts a sign-in again, with prompt=login so that the
 // issuer asks who is there, returning to the form's next. A signed-in user's form must carry
 // its CSRF token.
-func (s *Service) serveLogout(w http.ResponseWriter, r *http.Request) {
-	if !s.parseForm(w, r) {
+func (si *signIn) serveLogout(w http.ResponseWriter, r *http.Request) {
+	if !si.pages.parseForm(w, r) {
 		return
 	}
-	if u, ok := s.currentUser(r); ok && !s.checkCSRF(u, "logout", r.PostForm.Get("csrf")) {
-		s.forbidden(w)
+	if u, ok := si.currentUser(r); ok && !si.checkCSRF(u, "logout", r.PostForm.Get("csrf")) {
+		si.pages.forbidden(w)
 		return
 	}
-	s.setCookie(w, loginCookieName, "", -1)
-	s.startLogin(w, r, r.PostForm.Get("next"), "login")
+	si.setCookie(w, loginCookieName, "", -1)
+	si.start(w, r, r.PostForm.Get("next"), "login")
 }
 
 // firstNonEmpty returns the first of v that is not "".

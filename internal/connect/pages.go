@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,8 +31,8 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathConnect+"{id}", s.serveConnect)
 	mux.HandleFunc("POST "+PathConnect+"{id}", s.serveConsent)
 	mux.HandleFunc("GET "+PathCallback, s.serveCallback)
-	mux.HandleFunc("GET "+PathLoginCallback, s.serveLoginCallback)
-	mux.HandleFunc("POST "+PathLogout, s.serveLogout)
+	mux.HandleFunc("GET "+PathLoginCallback, s.signIn.serveCallback)
+	mux.HandleFunc("POST "+PathLogout, s.signIn.serveLogout)
 	mux.HandleFunc("GET "+PathClientMetadata, s.serveClientMetadata)
 	mux.HandleFunc("GET "+PathGrants, s.serveGrants)
 	mux.HandleFunc("POST "+PathGrants+"/{upstream}/revoke", s.serveRevoke)
@@ -148,12 +149,19 @@ td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}</style></h
 </body></html>
 `))
 
+// pageWriter writes the pages' answers. It holds no state of its own and is safe for
+// concurrent use.
+type pageWriter struct {
+	// logger is told of the pages that do not render.
+	logger *slog.Logger
+}
+
 // render writes p with status. It renders into a buffer first, so that a template failure
 // does not leave half a page.
-func (s *Service) render(w http.ResponseWriter, status int, p page) {
+func (pw pageWriter) render(w http.ResponseWriter, status int, p page) {
 	var buf bytes.Buffer
 	if err := pageTemplate.Execute(&buf, p); err != nil {
-		s.logger.Error("page not rendered", "error", err)
+		pw.logger.Error("page not rendered", "error", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
@@ -163,28 +171,28 @@ func (s *Service) render(w http.ResponseWriter, status int, p page) {
 }
 
 // forbidden answers a form whose CSRF token or signed-in user does not match.
-func (s *Service) forbidden(w http.ResponseWriter) {
-	s.render(w, http.StatusForbidden, page{Title: "Not allowed",
+func (pw pageWriter) forbidden(w http.ResponseWriter) {
+	pw.render(w, http.StatusForbidden, page{Title: "Not allowed",
 		Message: "This form does not belong to the signed-in user, or it is too old. Open the link from your client again."})
 }
 
 // expired answers a connect link that is unknown, expired or used.
-func (s *Service) expired(w http.ResponseWriter) {
-	s.render(w, http.StatusNotFound, page{Title: "Link expired",
+func (pw pageWriter) expired(w http.ResponseWriter) {
+	pw.render(w, http.StatusNotFound, page{Title: "Link expired",
 		Message: "This connect link has expired or was already used. Ask your client again: it will give you a new link."})
 }
 
 // unavailable answers a step that failed on the gateway's side or an unreachable server.
-func (s *Service) unavailable(w http.ResponseWriter, status int) {
-	s.render(w, status, page{Title: "Try again later",
+func (pw pageWriter) unavailable(w http.ResponseWriter, status int) {
+	pw.render(w, status, page{Title: "Try again later",
 		Message: "The gateway could not complete this step right now. Try again in a minute, or ask your client for a new link."})
 }
 
 // parseForm reads a bounded form body; on failure it answers 400 and returns false.
-func (s *Service) parseForm(w http.ResponseWriter, r *http.Request) bool {
+func (pw pageWriter) parseForm(w http.ResponseWriter, r *http.Request) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
-		s.render(w, http.StatusBadRequest, page{Title: "Bad request", Message: "The form could not be read."})
+		pw.render(w, http.StatusBadRequest, page{Title: "Bad request", Message: "The form could not be read."})
 		return false
 	}
 	return true
@@ -194,17 +202,17 @@ func (s *Service) parseForm(w http.ResponseWriter, r *http.Request) bool {
 // an error page and returns false when there is none.
 func (s *Service) request(w http.ResponseWriter, r *http.Request, id string, take bool) (Request, bool) {
 	var req Request
-	err := s.getRecord(r.Context(), requestKey(id), take, &req)
+	err := s.records.get(r.Context(), requestKey(id), take, &req)
 	if err == nil && !s.opts.Now().Before(req.Expires) {
 		err = ErrNotFound
 	}
 	switch {
 	case errors.Is(err, ErrNotFound):
-		s.expired(w)
+		s.pages.expired(w)
 		return req, false
 	case err != nil:
 		s.logger.Error("connect link not read", "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return req, false
 	}
 	return req, true
@@ -218,27 +226,27 @@ func (s *Service) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	u, signedIn := s.currentUser(r)
+	u, signedIn := s.signIn.currentUser(r)
 	if !signedIn {
-		s.startLogin(w, r, PathConnect+id, "")
+		s.signIn.start(w, r, PathConnect+id, "")
 		return
 	}
 	if !u.is(req.Principal) {
-		s.render(w, http.StatusForbidden, page{Title: "Signed in as another user", Mismatch: &mismatchView{
+		s.pages.render(w, http.StatusForbidden, page{Title: "Signed in as another user", Mismatch: &mismatchView{
 			SignedIn: u.Name,
-			Next:     PathConnect + id, CSRF: s.csrfToken(u, "logout"), LogoutAction: PathLogout,
+			Next:     PathConnect + id, CSRF: s.signIn.csrfToken(u, "logout"), LogoutAction: PathLogout,
 		}})
 		return
 	}
 	view := &consentView{Upstream: req.Upstream, User: u.Name, Scopes: req.Scopes, Action: PathConnect + id,
-		CSRF: s.csrfToken(u, requestKey(id)), Expires: req.Expires}
-	if up, ok := s.upstream(req.Upstream); ok && view.Scopes == nil {
+		CSRF: s.signIn.csrfToken(u, requestKey(id)), Expires: req.Expires}
+	if up, ok := s.flows.upstream(req.Upstream); ok && view.Scopes == nil {
 		view.Scopes = up.Scopes
 	}
 	// The authorization server is shown when it can be found quickly; the discovery goes on
 	// for the form's answer otherwise.
 	ctx, cancel := context.WithTimeout(r.Context(), consentDiscoveryWait)
-	fl, err := s.flow(ctx, req.Upstream)
+	fl, err := s.flows.flow(ctx, req.Upstream)
 	cancel()
 	if err == nil {
 		view.AuthServer = fl.Discovery.Server.Issuer
@@ -246,7 +254,7 @@ func (s *Service) serveConnect(w http.ResponseWriter, r *http.Request) {
 			view.Scopes = fl.Discovery.Scopes
 		}
 	}
-	s.render(w, http.StatusOK, page{Title: "Connect " + req.Upstream, Consent: view})
+	s.pages.render(w, http.StatusOK, page{Title: "Connect " + req.Upstream, Consent: view})
 }
 
 // flowRecord is an authorization in flight at an upstream's server, under its state: all the
@@ -266,12 +274,12 @@ type flowRecord struct {
 // server, Cancel ends the link. Either uses the link up.
 func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !s.parseForm(w, r) {
+	if !s.pages.parseForm(w, r) {
 		return
 	}
-	u, signedIn := s.currentUser(r)
-	if !signedIn || !s.checkCSRF(u, requestKey(id), r.PostForm.Get("csrf")) {
-		s.forbidden(w)
+	u, signedIn := s.signIn.currentUser(r)
+	if !signedIn || !s.signIn.checkCSRF(u, requestKey(id), r.PostForm.Get("csrf")) {
+		s.pages.forbidden(w)
 		return
 	}
 	req, ok := s.request(w, r, id, false)
@@ -279,7 +287,7 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !u.is(req.Principal) {
-		s.forbidden(w)
+		s.pages.forbidden(w)
 		return
 	}
 	log := s.logger.With("upstream", req.Upstream, "principal", req.Principal.String())
@@ -288,20 +296,20 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		log.Info("connect declined by the user")
-		s.render(w, http.StatusOK, page{Title: "Not connected",
+		s.pages.render(w, http.StatusOK, page{Title: "Not connected",
 			Message: req.Upstream + " was not connected. You can close this page and return to your client."})
 		return
 	}
 	// The flow before the link is taken: an unreachable server leaves the link usable.
-	fl, up, err := s.flowOf(r.Context(), req.Upstream)
+	fl, up, err := s.flows.flowOf(r.Context(), req.Upstream)
 	switch {
 	case errors.Is(err, ErrUnknownUpstream):
-		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
+		s.pages.render(w, http.StatusNotFound, page{Title: "Upstream gone",
 			Message: req.Upstream + " is no longer configured at the gateway. Nothing was connected."})
 		return
 	case err != nil:
 		log.Error("connect not started", "error", err)
-		s.unavailable(w, http.StatusBadGateway)
+		s.pages.unavailable(w, http.StatusBadGateway)
 		return
 	}
 	if req, ok = s.request(w, r, id, true); !ok {
@@ -314,7 +322,7 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 	p, err := step.Start(ownerOf(req.Principal))
 	if err != nil {
 		log.Error("connect not started", "error", err)
-		s.unavailable(w, http.StatusInternalServerError)
+		s.pages.unavailable(w, http.StatusInternalServerError)
 		return
 	}
 	scopes := step.Scopes
@@ -323,9 +331,9 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := flowRecord{Pending: *p, Request: req, Client: *step.Client, Discovery: *step.Discovery, Scopes: scopes,
 		Resource: up.URL}
-	if err := s.putRecord(r.Context(), flowKey(p.State), rec, s.opts.RequestTTL); err != nil {
+	if err := s.records.put(r.Context(), flowKey(p.State), rec, s.opts.RequestTTL); err != nil {
 		log.Error("connect not started", "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return
 	}
 	http.Redirect(w, r, p.URL, http.StatusSeeOther)
@@ -336,35 +344,35 @@ func (s *Service) serveConsent(w http.ResponseWriter, r *http.Request) {
 // finds nothing), the code redeemed, and the grant stored.
 func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	u, signedIn := s.currentUser(r)
+	u, signedIn := s.signIn.currentUser(r)
 	if !signedIn {
-		s.render(w, http.StatusForbidden, page{Title: "Not signed in",
+		s.pages.render(w, http.StatusForbidden, page{Title: "Not signed in",
 			Message: "Your sign-in at the gateway has ended, so this answer cannot be accepted. Ask your client again for a new link."})
 		return
 	}
 	state := r.URL.Query().Get("state")
 	var rec flowRecord
-	err := s.getRecord(ctx, flowKey(state), true, &rec)
+	err := s.records.get(ctx, flowKey(state), true, &rec)
 	switch {
 	case errors.Is(err, ErrNotFound) || state == "":
-		s.render(w, http.StatusBadRequest, page{Title: "Link used or expired",
+		s.pages.render(w, http.StatusBadRequest, page{Title: "Link used or expired",
 			Message: "This answer was already used or has expired. Ask your client again for a new link."})
 		return
 	case err != nil:
 		s.logger.Error("connect not finished", "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return
 	}
 	req := rec.Request
 	log := s.logger.With("upstream", req.Upstream, "principal", req.Principal.String())
 	if rec.Pending.Owner != ownerOf(u.principal()) || !u.is(req.Principal) {
 		log.Warn("connect refused: the answer came back to another user than the one who started it")
-		s.render(w, http.StatusForbidden, page{Title: "Signed in as another user",
+		s.pages.render(w, http.StatusForbidden, page{Title: "Signed in as another user",
 			Message: "This authorization was started by another user. Nothing was connected. Ask your client again for a new link."})
 		return
 	}
-	f, err := s.fetcher(req.Upstream)
-	up, _ := s.upstream(req.Upstream)
+	f, err := s.flows.fetcher(req.Upstream)
+	up, _ := s.flows.upstream(req.Upstream)
 	if rec.Resource == "" {
 		rec.Resource = up.URL
 	}
@@ -373,7 +381,7 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		log.Warn("connect not finished", "error", err)
-		s.render(w, http.StatusNotFound, page{Title: "Upstream gone",
+		s.pages.render(w, http.StatusNotFound, page{Title: "Upstream gone",
 			Message: req.Upstream + " is no longer configured at the gateway as it was when you started. Nothing was connected. Ask your client again for a new link."})
 		return
 	}
@@ -384,12 +392,12 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &oe):
 		log.Info("connect refused at the authorization server", "error", err)
-		s.render(w, http.StatusForbidden, page{Title: "Not connected",
+		s.pages.render(w, http.StatusForbidden, page{Title: "Not connected",
 			Message: "The authorization server did not grant access (" + oauthCode(oe.Code) + "). Nothing was connected. Ask your client again if you want to retry."})
 		return
 	case err != nil:
 		log.Error("connect not finished", "error", err)
-		s.render(w, http.StatusBadGateway, page{Title: "Not connected",
+		s.pages.render(w, http.StatusBadGateway, page{Title: "Not connected",
 			Message: "The answer of the authorization server could not be used. Nothing was connected. Ask your client again for a new link."})
 		return
 	}
@@ -397,59 +405,59 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 		Issuer: rec.Discovery.Server.Issuer, Resource: rec.Resource}
 	if err := s.opts.Vault.Put(ctx, g); err != nil {
 		log.Error("grant not stored", "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return
 	}
 	log.Info("upstream connected", "grant", g)
 	if s.opts.OnConnected != nil {
 		s.opts.OnConnected(ctx, req)
 	}
-	s.render(w, http.StatusOK, page{Title: "Connected " + req.Upstream,
+	s.pages.render(w, http.StatusOK, page{Title: "Connected " + req.Upstream,
 		Message: "Your account at " + req.Upstream + " is connected. Return to your client: it can go on."})
 }
 
 // serveGrants lists the signed-in user's grants, each with a revoke form.
 func (s *Service) serveGrants(w http.ResponseWriter, r *http.Request) {
-	u, signedIn := s.currentUser(r)
+	u, signedIn := s.signIn.currentUser(r)
 	if !signedIn {
-		s.startLogin(w, r, PathGrants, "")
+		s.signIn.start(w, r, PathGrants, "")
 		return
 	}
 	infos, err := s.opts.Vault.List(r.Context(), u.principal())
 	if err != nil {
 		s.logger.Error("grants not listed", "principal", u.principal().String(), "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return
 	}
-	view := &grantsView{User: u.Name, CSRF: s.csrfToken(u, "grants")}
+	view := &grantsView{User: u.Name, CSRF: s.signIn.csrfToken(u, "grants")}
 	connected := map[string]bool{}
 	for _, g := range infos {
 		connected[g.Upstream] = true
 		view.Rows = append(view.Rows, grantRow{Upstream: g.Upstream, Scopes: g.Scopes, Granted: g.Granted, Expiry: g.Expiry,
 			Unreadable: g.Unreadable, Action: PathGrants + "/" + url.PathEscape(g.Upstream) + "/revoke"})
 	}
-	for _, name := range s.upstreamNames() {
+	for _, name := range s.flows.names() {
 		if !connected[name] {
 			view.Available = append(view.Available, availableRow{Upstream: name, Action: PathGrants + "/" + url.PathEscape(name) + "/connect"})
 		}
 	}
-	s.render(w, http.StatusOK, page{Title: "Connected upstreams", Grants: view})
+	s.pages.render(w, http.StatusOK, page{Title: "Connected upstreams", Grants: view})
 }
 
 // serveRevoke revokes one of the signed-in user's grants, then shows the list again.
 func (s *Service) serveRevoke(w http.ResponseWriter, r *http.Request) {
-	if !s.parseForm(w, r) {
+	if !s.pages.parseForm(w, r) {
 		return
 	}
-	u, signedIn := s.currentUser(r)
-	if !signedIn || !s.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
-		s.forbidden(w)
+	u, signedIn := s.signIn.currentUser(r)
+	if !signedIn || !s.signIn.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
+		s.pages.forbidden(w)
 		return
 	}
 	upstream := r.PathValue("upstream")
 	if err := s.Revoke(r.Context(), u.principal(), upstream); err != nil && !errors.Is(err, grants.ErrNotFound) {
 		s.logger.Error("grant not revoked", "upstream", upstream, "principal", u.principal().String(), "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return
 	}
 	http.Redirect(w, r, PathGrants, http.StatusSeeOther)
@@ -460,24 +468,24 @@ func (s *Service) serveRevoke(w http.ResponseWriter, r *http.Request) {
 // catalog_credentials), and for a user who wants to connect ahead of the first call. It
 // makes a connect link for the signed-in user and goes on to it.
 func (s *Service) serveConnectFromGrants(w http.ResponseWriter, r *http.Request) {
-	if !s.parseForm(w, r) {
+	if !s.pages.parseForm(w, r) {
 		return
 	}
-	u, signedIn := s.currentUser(r)
-	if !signedIn || !s.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
-		s.forbidden(w)
+	u, signedIn := s.signIn.currentUser(r)
+	if !signedIn || !s.signIn.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
+		s.pages.forbidden(w)
 		return
 	}
 	upstream := r.PathValue("upstream")
-	if _, ok := s.upstream(upstream); !ok {
-		s.render(w, http.StatusNotFound, page{Title: "No such upstream",
+	if _, ok := s.flows.upstream(upstream); !ok {
+		s.pages.render(w, http.StatusNotFound, page{Title: "No such upstream",
 			Message: "No upstream named " + upstream + " is connected by its users here."})
 		return
 	}
 	_, id, err := s.Ask(r.Context(), Request{Principal: u.principal(), PrincipalName: u.Name, Upstream: upstream})
 	if err != nil {
 		s.logger.Error("connect link not made", "upstream", upstream, "principal", u.principal().String(), "error", err)
-		s.unavailable(w, http.StatusServiceUnavailable)
+		s.pages.unavailable(w, http.StatusServiceUnavailable)
 		return
 	}
 	http.Redirect(w, r, PathConnect+id, http.StatusSeeOther)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -20,12 +21,46 @@ const revokeTimeout = 10 * time.Second
 // ErrUnreadable or ErrResourceChanged: test it with NeedsConnect. A grant made for another
 // URL than the upstream's now is deleted, and neither refreshed nor handed out.
 func (s *Service) Token(ctx context.Context, p grants.Principal, upstream string) (grants.Token, error) {
-	if _, ok := s.upstream(upstream); !ok {
+	return s.tokens.token(ctx, p, upstream)
+}
+
+// TokenRejected is Token for a caller whose upstream answered 401 to the access token
+// rejected: the grant is refreshed unless another caller has replaced that token meanwhile
+// (grants.Vault.RefreshRejected).
+func (s *Service) TokenRejected(ctx context.Context, p grants.Principal, upstream, rejected string) (grants.Token, error) {
+	return s.tokens.tokenRejected(ctx, p, upstream, rejected)
+}
+
+// Revoke revokes p's grant at upstream: at the authorization server first, where it supports
+// RFC 7009 (best effort: a failure is logged), then in the Vault. It fails with an error
+// wrapping grants.ErrNotFound when there is no grant. Options.OnRevoked is called once the
+// grant is deleted.
+func (s *Service) Revoke(ctx context.Context, p grants.Principal, upstream string) error {
+	return s.tokens.revoke(ctx, p, upstream)
+}
+
+// grantTokens hands out the grants' tokens from the Vault, refreshed at the upstreams'
+// authorization servers when due, and revokes grants there and in the Vault. A grant made for
+// another URL than its upstream's now is neither refreshed nor handed out, nor sent to that
+// upstream's server. It holds no state of its own and is safe for concurrent use; it neither
+// opens nor closes the Vault.
+type grantTokens struct {
+	vault *grants.Vault
+	// flows gives the upstreams as configured now, and their authorization flows.
+	flows  *flowCache
+	logger *slog.Logger
+	// onRevoked is Options.OnRevoked.
+	onRevoked func(ctx context.Context, p grants.Principal, upstream string)
+}
+
+// token is Service.Token.
+func (gt *grantTokens) token(ctx context.Context, p grants.Principal, upstream string) (grants.Token, error) {
+	if _, ok := gt.flows.upstream(upstream); !ok {
 		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, ErrUnknownUpstream)
 	}
-	g, err := s.opts.Vault.Refresh(ctx, p, upstream, s.refreshFunc(upstream))
+	g, err := gt.vault.Refresh(ctx, p, upstream, gt.refreshFunc(upstream))
 	if err == nil {
-		err = s.checkResource(ctx, g)
+		err = gt.checkResource(ctx, g)
 	}
 	if err != nil {
 		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, err)
@@ -33,16 +68,14 @@ func (s *Service) Token(ctx context.Context, p grants.Principal, upstream string
 	return g.Token, nil
 }
 
-// TokenRejected is Token for a caller whose upstream answered 401 to the access token
-// rejected: the grant is refreshed unless another caller has replaced that token meanwhile
-// (grants.Vault.RefreshRejected).
-func (s *Service) TokenRejected(ctx context.Context, p grants.Principal, upstream, rejected string) (grants.Token, error) {
-	if _, ok := s.upstream(upstream); !ok {
+// tokenRejected is Service.TokenRejected.
+func (gt *grantTokens) tokenRejected(ctx context.Context, p grants.Principal, upstream, rejected string) (grants.Token, error) {
+	if _, ok := gt.flows.upstream(upstream); !ok {
 		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, ErrUnknownUpstream)
 	}
-	g, err := s.opts.Vault.RefreshRejected(ctx, p, upstream, rejected, s.refreshFunc(upstream))
+	g, err := gt.vault.RefreshRejected(ctx, p, upstream, rejected, gt.refreshFunc(upstream))
 	if err == nil {
-		err = s.checkResource(ctx, g)
+		err = gt.checkResource(ctx, g)
 	}
 	if err != nil {
 		return grants.Token{}, fmt.Errorf("token of %s for %q after a refusal: %w", p, upstream, err)
@@ -52,19 +85,19 @@ func (s *Service) TokenRejected(ctx context.Context, p grants.Principal, upstrea
 
 // otherResource returns the upstream's URL now, and whether g was made for another one. A
 // grant older than the record of its URL, or of an upstream no longer configured, is not.
-func (s *Service) otherResource(g grants.Grant) (string, bool) {
-	up, ok := s.upstream(g.Upstream)
+func (gt *grantTokens) otherResource(g grants.Grant) (string, bool) {
+	up, ok := gt.flows.upstream(g.Upstream)
 	return up.URL, ok && g.Resource != "" && g.Resource != up.URL
 }
 
 // checkResource deletes g and returns an error wrapping ErrResourceChanged if g was made for
 // another URL than its upstream's now; nil otherwise. A grant put again meanwhile stays.
-func (s *Service) checkResource(ctx context.Context, g grants.Grant) error {
-	now, other := s.otherResource(g)
+func (gt *grantTokens) checkResource(ctx context.Context, g grants.Grant) error {
+	now, other := gt.otherResource(g)
 	if !other {
 		return nil
 	}
-	_, err := s.opts.Vault.DeleteIf(ctx, g.Principal, g.Upstream, func(stored grants.Grant) bool {
+	_, err := gt.vault.DeleteIf(ctx, g.Principal, g.Upstream, func(stored grants.Grant) bool {
 		return stored.Resource == g.Resource
 	})
 	if err != nil && !errors.Is(err, grants.ErrNotFound) {
@@ -77,15 +110,15 @@ func (s *Service) checkResource(ctx context.Context, g grants.Grant) error {
 // is reported as grants.ErrInvalidGrant, and so is a grant from another authorization server
 // than the upstream's now, or made for another URL of the upstream: none can be refreshed
 // (the Vault deletes it), the user must connect again.
-func (s *Service) refreshFunc(upstream string) grants.RefreshFunc {
+func (gt *grantTokens) refreshFunc(upstream string) grants.RefreshFunc {
 	return func(ctx context.Context, g grants.Grant) (grants.Token, error) {
-		if now, other := s.otherResource(g); other {
+		if now, other := gt.otherResource(g); other {
 			// Checked before the flow: the refresh token must not reach the authorization
 			// server of another resource.
 			return grants.Token{}, fmt.Errorf("%w: %w: made for %s, upstream %q is now at %s",
 				grants.ErrInvalidGrant, ErrResourceChanged, g.Resource, upstream, now)
 		}
-		fl, err := s.flow(ctx, upstream)
+		fl, err := gt.flows.flow(ctx, upstream)
 		if err != nil {
 			return grants.Token{}, err
 		}
@@ -117,40 +150,37 @@ func grantToken(t *oauthclient.Token, asked []string) grants.Token {
 		Expiry: t.Expiry, Scopes: scopes}
 }
 
-// Revoke revokes p's grant at upstream: at the authorization server first, where it supports
-// RFC 7009 (best effort: a failure is logged), then in the Vault. It fails with an error
-// wrapping grants.ErrNotFound when there is no grant. Options.OnRevoked is called once the
-// grant is deleted.
-func (s *Service) Revoke(ctx context.Context, p grants.Principal, upstream string) error {
-	g, err := s.opts.Vault.Get(ctx, p, upstream)
+// revoke is Service.Revoke.
+func (gt *grantTokens) revoke(ctx context.Context, p grants.Principal, upstream string) error {
+	g, err := gt.vault.Get(ctx, p, upstream)
 	switch {
 	case err == nil:
-		s.revokeAtServer(ctx, g)
+		gt.revokeAtServer(ctx, g)
 	case errors.Is(err, grants.ErrUnreadable):
 		// Nothing to tell the server: the token cannot be read. Delete it all the same.
 	default:
 		return fmt.Errorf("revoke the grant of %s at %q: %w", p, upstream, err)
 	}
-	if err := s.opts.Vault.Delete(ctx, p, upstream); err != nil {
+	if err := gt.vault.Delete(ctx, p, upstream); err != nil {
 		return fmt.Errorf("revoke the grant of %s at %q: %w", p, upstream, err)
 	}
-	if s.opts.OnRevoked != nil {
-		s.opts.OnRevoked(ctx, p, upstream)
+	if gt.onRevoked != nil {
+		gt.onRevoked(ctx, p, upstream)
 	}
 	return nil
 }
 
 // revokeAtServer tells g's authorization server that g's token is no longer wanted, without
 // failing: the grant is deleted anyway.
-func (s *Service) revokeAtServer(ctx context.Context, g grants.Grant) {
+func (gt *grantTokens) revokeAtServer(ctx context.Context, g grants.Grant) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
-	log := s.logger.With("upstream", g.Upstream, "principal", g.Principal.String())
-	if _, other := s.otherResource(g); other {
+	log := gt.logger.With("upstream", g.Upstream, "principal", g.Principal.String())
+	if _, other := gt.otherResource(g); other {
 		log.Warn("grant not revoked at its authorization server: it was made for another URL of the upstream (deleted here all the same)", "resource", g.Resource)
 		return
 	}
-	fl, err := s.flow(ctx, g.Upstream)
+	fl, err := gt.flows.flow(ctx, g.Upstream)
 	if err != nil {
 		log.Warn("grant not revoked at the authorization server (deleted here all the same)", "error", err)
 		return
