@@ -197,13 +197,14 @@ func NeedsConnect(err error) bool {
 
 // Service serves the connect pages and hands out the grants' tokens. It is safe for
 // concurrent use; Close stops the discoveries in flight.
-//
-// It is made of parts, each owning one concern: builds (the lifetime and the discovery
-// goroutines), records (the sealed records of the Store), flowCache (the upstreams and their
-// authorization flows), signIn (the sign-in at the gateway's own issuer, its cookies and CSRF
-// tokens), grantTokens (the grants' tokens, refreshed and revoked) and pageWriter (the pages'
-// answers). The Service itself keeps the connect links and serves the pages that join them.
 type Service struct {
+	// The Service is made of parts, each owning one concern: builds (the lifetime and the
+	// discovery goroutines), records (the sealed records of the Store), flowCache (the
+	// upstreams and their authorization flows), signIn (the sign-in at the gateway's own
+	// issuer, its cookies and CSRF tokens), grantTokens (the grants' tokens, refreshed and
+	// revoked) and pageWriter (the pages' answers). The Service itself keeps the connect
+	// links and serves the pages that join them.
+
 	// opts are the options as New completed them. Invariant: never modified after New.
 	opts   Options
 	logger *slog.Logger
