@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -220,7 +221,10 @@ func TestConnectionsPerAddressAreCapped(t *testing.T) {
 // is ignored.
 func TestTrustedProxyNamesTheClient(t *testing.T) {
 	store := session.NewMemoryStore(&session.MemoryOptions{MaxSessions: 100, MaxPerAnonymousAddr: 2})
-	tg := startGateway(t, "listen: 127.0.0.1:0\ntrusted_proxies: [127.0.0.1/32, 127.0.0.5]\nmax_connections_per_address: 3\nbody_read_timeout: 1m\nupstreams: []\n", &gateway.Options{Backends: backend.NewMemory(store)})
+	// The gateway's warnings and errors (refusals, the server's own errors), said if the test fails.
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tg := startGateway(t, "listen: 127.0.0.1:0\ntrusted_proxies: [127.0.0.1/32, 127.0.0.5]\nmax_connections_per_address: 3\nbody_read_timeout: 1m\nupstreams: []\n", &gateway.Options{Backends: backend.NewMemory(store), Logger: logger})
 	t.Cleanup(tg.close)
 	proxy := clientFrom(t, "127.0.0.1")
 	clientAddrOf := func(sid string) string {
@@ -285,17 +289,32 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 		stalled = append(stalled, stalledPOST(t, addr, proxyIP, "X-Forwarded-For: 198.51.100.7\r\n"))
 	}
 	var last string
+	var answers []string // each distinct answer, with how many probes got it and the longest one's time
+	seen := map[string]int{}
+	longest := map[string]time.Duration{}
 	if !testwait.Within(waitBound, func() bool {
+		start := time.Now()
 		status, err := probeErr(t, proxy, tg.url, "198.51.100.7")
+		took := time.Since(start)
 		last = fmt.Sprintf("%d %v", status, err)
+		if seen[last] == 0 {
+			answers = append(answers, last)
+		}
+		seen[last]++
+		longest[last] = max(longest[last], took)
 		return status == http.StatusTooManyRequests
 	}) {
-		// Say why: a stalled request the gateway answered no longer holds its place.
+		// Say why: a stalled request the gateway answered no longer holds its place; a probe
+		// that waited long, or the server's errors, say that it was not served in time.
 		for i, c := range stalled {
 			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			t.Logf("stalled request %d: read %q, %v", i+1, line, err)
 		}
+		for _, a := range answers {
+			t.Logf("probes answered %s: %d, the longest in %s", a, seen[a], longest[a])
+		}
+		t.Logf("the gateway's warnings and errors:\n%s", logs.String())
 		t.Fatalf("a 4th request of a client with 3 in progress through the proxy did not get 429 within %s; the last answer: %s", waitBound, last)
 	}
 	if status := probe(t, proxy, tg.url, "198.51.100.8"); status != http.StatusOK {

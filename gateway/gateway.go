@@ -548,7 +548,7 @@ type liveHub interface {
 	// Extend, Orphaned, Keep, Produced and TakeOver follow the streams other replicas
 	// produce, and take them over when they stop (see hub.Local).
 	Extend(sessionID, streamID string, events []hub.Event, complete bool) bool
-	Orphaned(producer string, adopted func(streamID string) bool)
+	Orphaned(ctx context.Context, producer string, adopted func(streamID string) bool)
 	Keep(sessionID string, data []byte) bool
 	Produced(sessionID, streamID, producer string)
 	TakeOver(ctx context.Context, producer string, each time.Duration) []string

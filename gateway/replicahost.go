@@ -148,7 +148,8 @@ func (h replicaHost) DropTakenOver(digest string) { h.g.subs.dropDigest(digest) 
 func (h replicaHost) Orphan(replica string, claimed bool) {
 	g := h.g
 	if g.held == nil {
-		g.hub.Orphaned(replica, nil)
+		// On a worker: the log is read for each stream (Receive must not block).
+		g.goWorker(func() { g.hub.Orphaned(g.ctx, replica, nil) })
 		return
 	}
 	g.goWorker(func() { g.held.orphan(replica, claimed) })

@@ -306,7 +306,7 @@ func (h *heldCalls) orphanLater(replica string) {
 // orphanFollowed ends the streams the stopped replica produced that clients read here, but
 // those of the calls it held (held, by stream), which stay open.
 func (h *heldCalls) orphanFollowed(replica string, held map[string]approval.HeldCall) {
-	h.g.hub.Orphaned(replica, func(streamID string) bool {
+	h.g.hub.Orphaned(h.g.ctx, replica, func(streamID string) bool {
 		_, ok := held[streamID]
 		return ok
 	})
@@ -394,7 +394,7 @@ func (h *heldCalls) sweepFollowed(ctx context.Context) {
 			if i < 0 {
 				// No call is held for it: its producer's end ends it, as any other; the
 				// session's standalone stream is taken over here.
-				if !ls.Orphan(e.streamID, e.producer) {
+				if !ls.Orphan(ctx, e.streamID, e.producer) {
 					takeOver[e.producer] = true
 				}
 				update(e, true)

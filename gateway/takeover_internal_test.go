@@ -276,6 +276,36 @@ func TestFollowedHeldCallIsAnsweredOnceItsTimeIsPast(t *testing.T) {
 	}
 }
 
+// TestHeldCallAnsweredElsewhereEndsWithItsAnswer: a client reads here the stream of a call
+// held on a replica that stopped. Another replica took the call over, could not run it, wrote
+// its answer (that it did not run) and the stream's end to the stream's log, and let the
+// call's record go, all before this replica learnt that the holder stopped, and before the
+// live copy of that answer came here. Not knowing of a held call any more, this replica ended
+// the stream with "it may have run in part" (CodeInterrupted) for a call that never ran; the
+// stream ends with the answer the log holds.
+func TestHeldCallAnsweredElsewhereEndsWithItsAnswer(t *testing.T) {
+	g := heldReplicaGateway(t)
+	ctx := context.Background()
+	c := heldOnDeadReplica(t, g, true)
+	cur := resumeHeld(t, g, c)
+	// The other replica's takeover, as this one sees it: no live copy of its events comes
+	// here (the gateway is not started: it follows no session on the bus).
+	data, err := protocol.Encode(g.held.answerOf(ctx, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.events.Append(c.SessionID, c.StreamID, []hub.Event{{Seq: 1, Data: data}}, true)
+	testwait.Until(t, 10*time.Second, "the other replica's answer to be logged", func() bool {
+		r, err := g.events.Replay(ctx, c.SessionID, c.StreamID, 0)
+		return err == nil && r != nil && r.Complete
+	})
+	if err := g.held.Store.Release(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	g.held.orphan("dead", false)
+	notRunAnswer(t, answeredOn(t, cur))
+}
+
 // failingAll is a held-call store whose All fails while fail is set: the store is out of
 // reach for the look-ups of a replica following held calls' streams.
 type failingAll struct {

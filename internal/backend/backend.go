@@ -84,11 +84,12 @@ type Set struct {
 }
 
 // EventLog is a shared event log as the hub uses it, with each of its optional parts: the
-// requests a stream answers (hub.RequestLog), and the takeover of a stream whose producer
-// stopped (hub.TakeoverLog).
+// requests a stream answers (hub.RequestLog), the takeover of a stream whose producer
+// stopped (hub.TakeoverLog), and appends waited for (hub.DurableLog).
 type EventLog interface {
 	hub.RequestLog
 	hub.TakeoverLog
+	hub.DurableLog
 }
 
 // EndedWatcher reports ended sessions (session.MemoryStore, session.RedisStore).

@@ -14,11 +14,20 @@ import (
 type redisEvents struct{ log *session.RedisEventLog }
 
 func (r redisEvents) Append(sessionID, streamID string, events []hub.Event, complete bool) {
+	r.log.Append(sessionID, streamID, loggedEvents(events), complete)
+}
+
+func (r redisEvents) AppendWait(ctx context.Context, sessionID, streamID string, events []hub.Event, complete bool) error {
+	return r.log.AppendWait(ctx, sessionID, streamID, loggedEvents(events), complete)
+}
+
+// loggedEvents is events as the Redis log takes them.
+func loggedEvents(events []hub.Event) []session.LoggedEvent {
 	logged := make([]session.LoggedEvent, len(events))
 	for i, e := range events {
 		logged[i] = session.LoggedEvent{Seq: e.Seq, Data: e.Data}
 	}
-	r.log.Append(sessionID, streamID, logged, complete)
+	return logged
 }
 
 func (r redisEvents) Start(sessionID, streamID string, requests []protocol.ID, standalone bool) {

@@ -72,6 +72,17 @@ type TakeoverLog interface {
 	Touch(sessionID, streamID string)
 }
 
+// DurableLog is an EventLog that can wait until an append is written: a stream another hub
+// follows that this one ends (Session.Abandon) must be ended in the log before what else says
+// so (a held call's record) goes, for a hub that then reads the log finds the end there.
+type DurableLog interface {
+	EventLog
+	// AppendWait is Append, but it waits until the events are written, or ctx ends, and
+	// reports whether they were. An event refused because the log holds its sequence number
+	// already (another hub wrote it first) counts as written.
+	AppendWait(ctx context.Context, sessionID, streamID string, events []Event, complete bool) error
+}
+
 // ErrLogUnavailable wraps the error of an event log that could not be read (its store is
 // unreachable): the client may retry.
 var ErrLogUnavailable = errors.New("the event log could not be read")

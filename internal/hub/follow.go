@@ -190,10 +190,11 @@ func (s *Session) catchUp(ctx context.Context, st *Stream) {
 }
 
 // Orphaned ends the streams followed here whose producer, the hub tagged producer, stopped:
-// each request they did not answer gets an error answer (ErrProducerStopped). A stream
-// adopted reports (another replica finishes what it answers) stays open for its events, and
-// so does the session's standalone stream, which TakeOver takes over.
-func (h *Local) Orphaned(producer string, adopted func(streamID string) bool) {
+// each request they did not answer gets an error answer (ErrProducerStopped). What the log
+// holds of each that its copy here lacks comes first (orphanCaughtUp). A stream adopted
+// reports (another replica finishes what it answers) stays open for its events, and so does
+// the session's standalone stream, which TakeOver takes over. ctx bounds the log's reads.
+func (h *Local) Orphaned(ctx context.Context, producer string, adopted func(streamID string) bool) {
 	for _, ls := range h.Sessions() {
 		ls.mu.Lock()
 		var streams []*Stream
@@ -204,12 +205,32 @@ func (h *Local) Orphaned(producer string, adopted func(streamID string) bool) {
 		}
 		ls.mu.Unlock()
 		for _, st := range streams {
-			st.mu.Lock()
-			if st.following && !st.dropped && st.owner == producer {
-				st.orphanLocked()
-			}
-			st.mu.Unlock()
+			ls.orphanCaughtUp(ctx, st, producer)
 		}
+	}
+}
+
+// orphanCaughtUp ends a copy followed here from producer, which stopped, as Orphaned does,
+// once it holds what the log does: another hub may have ended the stream there, with the
+// answers it gave (a held call it took over and could not run, Abandon), and let go of what
+// told that the stream was to go on (the call's record) before their live copy came here.
+// Those answers, not ErrProducerStopped, are the stream's; so are events its producer logged
+// that did not come here live. A copy followed from another hub, or no longer followed, is
+// left alone.
+func (s *Session) orphanCaughtUp(ctx context.Context, st *Stream, producer string) {
+	st.mu.Lock()
+	theirs := st.following && !st.dropped && st.owner == producer
+	st.mu.Unlock()
+	if !theirs {
+		return
+	}
+	if s.hub.opts.Log != nil {
+		s.catchUp(ctx, st)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.following && !st.dropped && st.owner == producer {
+		st.orphanLocked()
 	}
 }
 
@@ -538,11 +559,13 @@ func (s *Session) readLogged(ctx context.Context, streamID string) (*Stream, *Re
 // request this hub was to run (held.ID; nil for none), ErrProducerStopped for every other —
 // and the stream's end are written to the log after its last event, so that every hub
 // following the stream, and every later resume of it, ends it with them (the log refuses what
-// another hub wrote there first); a copy followed here ends at once. A log that holds nothing
+// another hub wrote there first); a copy followed here ends at once, once the log holds them
+// when it can say so (DurableLog). A log that holds nothing
 // of the stream any more (it expired) gets them as its first events, held's included: the
 // stream of a call that never ran carries nothing before its answer. A log that lost the
 // stream's first events gets its end alone: what follows them is not known here. A stream
-// that ended is left as it is. Abandon fails when the log cannot be read (ErrLogUnavailable).
+// that ended is left as it is. Abandon fails when the log cannot be read, or what it writes
+// there could not be written (ErrLogUnavailable).
 func (s *Session) Abandon(ctx context.Context, streamID string, held *protocol.Response) error {
 	log := s.hub.opts.Log
 	if log == nil {
@@ -554,7 +577,9 @@ func (s *Session) Abandon(ctx context.Context, streamID string, held *protocol.R
 	case errors.Is(err, ErrStreamDone):
 		return nil
 	case errors.Is(err, ErrEventsLost):
-		log.Append(s.id, streamID, nil, true)
+		if err := s.appendEnd(ctx, streamID, nil); err != nil {
+			return err
+		}
 		s.endCopy(streamID, nil)
 		return nil
 	case errors.Is(err, ErrUnknownStream):
@@ -584,8 +609,26 @@ func (s *Session) Abandon(ctx context.Context, streamID string, held *protocol.R
 		events = append(events, Event{Seq: next, Data: data})
 		next++
 	}
-	log.Append(s.id, streamID, events, true)
+	if err := s.appendEnd(ctx, streamID, events); err != nil {
+		return err
+	}
 	s.endCopy(streamID, events)
+	return nil
+}
+
+// appendEnd writes events and the end of stream streamID to the log, and waits until they are
+// written when the log can (DurableLog): Abandon's caller may then let go of what else tells
+// that the stream goes on (a held call's record), and a hub that reads the log after that
+// finds the end there. It fails with ErrLogUnavailable when they could not be written.
+func (s *Session) appendEnd(ctx context.Context, streamID string, events []Event) error {
+	dl, ok := s.hub.opts.Log.(DurableLog)
+	if !ok {
+		s.hub.opts.Log.Append(s.id, streamID, events, true)
+		return nil
+	}
+	if err := dl.AppendWait(ctx, s.id, streamID, events, true); err != nil {
+		return errors.Join(ErrLogUnavailable, err)
+	}
 	return nil
 }
 
@@ -616,22 +659,22 @@ func (s *Session) Follows(streamID string) (producer string, ok bool) {
 }
 
 // Orphan ends the copy of stream streamID followed here from producer, which stopped, as
-// Orphaned does: an error answer for each request it did not answer (ErrProducerStopped).
-// A copy followed from another hub, or no longer followed, is left alone; so is a copy of the
-// session's standalone stream, which TakeOver takes over: Orphan reports false for it.
-func (s *Session) Orphan(streamID, producer string) bool {
+// Orphaned does: what the log holds that it lacks, then an error answer for each request it
+// did not answer (ErrProducerStopped). A copy followed from another hub, or no longer
+// followed, is left alone; so is a copy of the session's standalone stream, which TakeOver
+// takes over: Orphan reports false for it. ctx bounds the log's reads.
+func (s *Session) Orphan(ctx context.Context, streamID, producer string) bool {
 	st := s.Stream(streamID)
 	if st == nil {
 		return true
 	}
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.standalone {
-		return !(st.following && !st.dropped && st.owner == producer)
+	standalone, theirs := st.standalone, st.following && !st.dropped && st.owner == producer
+	st.mu.Unlock()
+	if standalone {
+		return !theirs
 	}
-	if st.following && !st.dropped && st.owner == producer {
-		st.orphanLocked()
-	}
+	s.orphanCaughtUp(ctx, st, producer)
 	return true
 }
 

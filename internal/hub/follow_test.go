@@ -415,12 +415,17 @@ func TestExtendWhatIsNotFollowed(t *testing.T) {
 // TestOrphanedAnswersOnlyUnansweredRequests: when a followed stream's producer stops, each
 // request the stream did not answer gets ErrProducerStopped, the stream ends, and the log
 // gains the same (so that a replica resuming it later reads the same); streams of other
-// producers stay open, and a second Orphaned adds nothing.
+// producers stay open, and a second Orphaned adds nothing. What the log holds that did not
+// come live (another hub ended the stream there) comes first, and is what the stream ends with.
 func TestOrphanedAnswersOnlyUnansweredRequests(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// extend is what the producer added before it stopped.
 		extend []Event
+		// logged is what the log holds after the copy's last event that did not come live;
+		// loggedEnd, that the stream's end follows it there.
+		logged    []Event
+		loggedEnd bool
 		// after is where the client resumed (1 if zero).
 		after uint64
 		// producer is the one that stopped.
@@ -462,6 +467,24 @@ func TestOrphanedAnswersOnlyUnansweredRequests(t *testing.T) {
 			wantLog:  []string{"1 notice", "2 result 1", "3 error 2 -32010", "end"},
 		},
 		{
+			name:     "the second answered in the log, not live",
+			logged:   []Event{ev(3, result(2))},
+			producer: producer,
+			want:     []string{"result 2"},
+			state:    Complete,
+			wantLog:  []string{"1 notice", "2 result 1", "3 result 2", "end"},
+		},
+		{
+			// Another hub ended it there (Abandon): its answer, not ErrProducerStopped.
+			name:      "ended in the log, not live",
+			logged:    []Event{ev(3, result(2))},
+			loggedEnd: true,
+			producer:  producer,
+			want:      []string{"result 2"},
+			state:     Complete,
+			wantLog:   []string{"1 notice", "2 result 1", "3 result 2", "end"},
+		},
+		{
 			name:     "another producer stopped",
 			producer: "other",
 			state:    Live,
@@ -481,8 +504,11 @@ func TestOrphanedAnswersOnlyUnansweredRequests(t *testing.T) {
 				log.Append("s", followed, tc.extend, false)
 				h.Extend("s", followed, tc.extend, false)
 			}
-			h.Orphaned(tc.producer, nil)
-			h.Orphaned(tc.producer, nil) // a second time: nothing more
+			if tc.logged != nil {
+				log.Append("s", followed, tc.logged, tc.loggedEnd)
+			}
+			h.Orphaned(context.Background(), tc.producer, nil)
+			h.Orphaned(context.Background(), tc.producer, nil) // a second time: nothing more
 			got, state := read(c)
 			if diff := cmp.Diff(tc.want, got); diff != "" || state != tc.state {
 				t.Errorf("after Orphaned(%s) the connection reads (-want +got):\n%s\nstate %v, want %v", tc.producer, diff, state, tc.state)

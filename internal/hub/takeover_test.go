@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -606,6 +607,86 @@ func TestAbandonAnswersWhatAStreamAwaits(t *testing.T) {
 	}
 	if r, _ := log.Replay(ctx, "s", "prod_9", 0); r == nil || len(r.Events) != 1 || !strings.Contains(string(r.Events[0].Data), notRun.Message) {
 		t.Errorf("the expired stream's answer: %+v, want the one given", r)
+	}
+}
+
+// queuedLog is a log that writes Append in the background, as the Redis log does: an append
+// is held back until flush; AppendWait writes what was queued, then its own, at once, or
+// fails while failing is set.
+type queuedLog struct {
+	*reqLog
+	mu sync.Mutex
+	// pending are the appends not written yet, in order; failing fails AppendWait. Guarded
+	// by mu.
+	pending []func()
+	failing bool
+}
+
+var _ DurableLog = (*queuedLog)(nil)
+
+func (l *queuedLog) Append(sessionID, streamID string, events []Event, complete bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = append(l.pending, func() { l.reqLog.Append(sessionID, streamID, events, complete) })
+}
+
+func (l *queuedLog) AppendWait(_ context.Context, sessionID, streamID string, events []Event, complete bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failing {
+		return errors.New("the log is out of reach")
+	}
+	for _, write := range l.pending {
+		write()
+	}
+	l.pending = nil
+	l.reqLog.Append(sessionID, streamID, events, complete)
+	return nil
+}
+
+// setFailing makes AppendWait fail (on) or write.
+func (l *queuedLog) setFailing(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failing = on
+}
+
+// TestAbandonReturnsOnceTheLogHoldsTheEnd: Abandon queued the stream's end and returned before
+// the log held it; its caller then let the held call's record go, and a replica that read the
+// log after that found the stream neither held nor ended, and ended it with "it may have run
+// in part". Abandon returns once the log holds the answers and the end; when they cannot be
+// written it fails (ErrLogUnavailable), and the copy followed here stays open.
+func TestAbandonReturnsOnceTheLogHoldsTheEnd(t *testing.T) {
+	ctx := context.Background()
+	notRun := protocol.Errorf(protocol.CodeShuttingDown, "it did not run")
+	log := &queuedLog{reqLog: newReqLog()}
+	log.seed("s", followed, []int64{1, 2}, []Event{ev(1, notice(1))}, false)
+	p := &producers{running: map[string]bool{producer: true}}
+	h := newTestHub(t, &Options{Tag: "here", Log: log, Producing: p.producing})
+	s := openSession(t, h, "s")
+	_, c, err := s.Resume(ctx, followed+".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	log.setFailing(true)
+	if err := s.Abandon(ctx, followed, &protocol.Response{ID: protocol.IntID(2), Error: notRun}); !errors.Is(err, ErrLogUnavailable) {
+		t.Errorf("Abandon while the log cannot be written: %v, want ErrLogUnavailable", err)
+	}
+	if events, state, _ := c.Next(); len(events) != 0 || state != Live {
+		t.Errorf("the copy followed here after a failed Abandon: %d events, %v; want it open", len(events), state)
+	}
+
+	log.setFailing(false)
+	if err := s.Abandon(ctx, followed, &protocol.Response{ID: protocol.IntID(2), Error: notRun}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1 notice", "2 error 1 -32010", "3 error 2 -32009 (not ErrProducerStopped)", "end"}
+	if diff := cmp.Diff(want, log.contents("s", followed)); diff != "" {
+		t.Errorf("the log once Abandon returned (-want +got):\n%s", diff)
+	}
+	if events, state, _ := c.Next(); len(events) != 2 || state != Complete {
+		t.Errorf("the copy followed here: %d events, %v; want the two answers, complete", len(events), state)
 	}
 }
 

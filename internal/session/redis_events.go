@@ -110,6 +110,9 @@ type logAppend struct {
 	start      bool
 	requests   json.RawMessage
 	standalone bool
+	// written, when not nil, is told (once, buffered) whether the append was written:
+	// AppendWait waits for it.
+	written chan error
 }
 
 // NewEventLog returns an event log on the store's Redis; Close stops its writer.
@@ -161,6 +164,40 @@ func (l *RedisEventLog) currentKey(digest string) string {
 // is held).
 func (l *RedisEventLog) Append(sessionID, streamID string, events []LoggedEvent, complete bool) {
 	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, events: events, complete: complete, start: len(events) == 0 && !complete})
+}
+
+// errLogClosed is AppendWait's error once Close stopped the writer.
+var errLogClosed = errors.New("event log: closed")
+
+// AppendWait is Append, but waits for a place in the queue rather than drop the append, then
+// until the append is written to Redis, and reports whether it was (an event refused because
+// the log holds its id already, written first, counts as written). It returns ctx's error when
+// ctx ends first; the append may still be written then.
+func (l *RedisEventLog) AppendWait(ctx context.Context, sessionID, streamID string, events []LoggedEvent, complete bool) error {
+	op := logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, events: events, complete: complete,
+		start: len(events) == 0 && !complete, written: make(chan error, 1)}
+	l.completeOp(&op)
+	select {
+	case l.queue <- op:
+	case <-l.stop:
+		return errLogClosed
+	case <-ctx.Done():
+		return fmt.Errorf("event log: queue an append: %w", ctx.Err())
+	}
+	select {
+	case err := <-op.written:
+		return err
+	case <-l.done:
+		// The writer wrote what was queued before it stopped, this append's answer with it.
+		select {
+		case err := <-op.written:
+			return err
+		default:
+			return errLogClosed
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("event log: wait for an append: %w", ctx.Err())
+	}
 }
 
 // Start queues the marker that a stream exists (its client holds an event id of it), with the
@@ -229,9 +266,7 @@ func (l *RedisEventLog) Claim(ctx context.Context, sessionID, streamID, from, to
 }
 
 func (l *RedisEventLog) queueOp(op logAppend) {
-	op.producer = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evp:" + op.stream
-	op.meta = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evm:" + op.stream
-	op.current = l.currentKey(op.digest)
+	l.completeOp(&op)
 	select {
 	case l.queue <- op:
 	default:
@@ -239,6 +274,13 @@ func (l *RedisEventLog) queueOp(op logAppend) {
 			l.store.logger.Warn("the event log's queue is full: appends are dropped; those streams resume only on the replica that holds them", "queue", l.opts.Queue)
 		}
 	}
+}
+
+// completeOp sets the keys an append touches beside its stream's log.
+func (l *RedisEventLog) completeOp(op *logAppend) {
+	op.producer = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evp:" + op.stream
+	op.meta = l.store.opts.KeyPrefix + ":{" + op.digest + "}:evm:" + op.stream
+	op.current = l.currentKey(op.digest)
 }
 
 // write takes queued appends and writes them in pipelines until Close.
@@ -371,7 +413,18 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 		}
 	}
 	cmds, err := pipe.Exec(ctx)
-	if err != nil && l.failedIn(cmds) {
+	failed := err != nil && l.failedIn(cmds)
+	for _, op := range ops {
+		if op.written == nil {
+			continue
+		}
+		if failed {
+			op.written <- fmt.Errorf("event log: write: %w", err)
+		} else {
+			op.written <- nil
+		}
+	}
+	if failed {
 		return
 	}
 	// A script Redis did not know yet goes whole, once: Redis keeps it from then on.

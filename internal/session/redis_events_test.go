@@ -74,6 +74,30 @@ func TestEventLogReplay(t *testing.T) {
 	}
 }
 
+// TestEventLogAppendWaitReturnsOnceWritten: AppendWait returns once Redis holds what it
+// appends, and what was queued before it; an event Redis holds already (another replica
+// wrote it first) counts as written. Once the log is closed it fails rather than wait.
+func TestEventLogAppendWaitReturnsOnceWritten(t *testing.T) {
+	ctx := context.Background()
+	_, open := eventLogOn(t, nil)
+	l := open()
+	l.Append("s1", "st", events(1), false)
+	if err := l.AppendWait(ctx, "s1", "st", events(2, 3), true); err != nil {
+		t.Fatalf("AppendWait: %v", err)
+	}
+	got, complete, found, err := replayOf(ctx, l, "s1", "st", 0)
+	if err != nil || !found || !complete || fmt.Sprint(seqsOf(got)) != "[1 2 3]" {
+		t.Errorf("the log once AppendWait returned: %v complete %v found %v %v; want [1 2 3], complete", seqsOf(got), complete, found, err)
+	}
+	if err := l.AppendWait(ctx, "s1", "st", events(3), false); err != nil {
+		t.Errorf("AppendWait of an event held already: %v, want it written", err)
+	}
+	l.Close()
+	if err := l.AppendWait(ctx, "s1", "st", events(4), true); err == nil {
+		t.Errorf("AppendWait on a closed log: nil, want an error")
+	}
+}
+
 // TestEventLogReplaySaysWhatIsLost: events trimmed from the head, or missing in the middle
 // (an append dropped), are ErrEventsLost, never a shorter stream.
 func TestEventLogReplaySaysWhatIsLost(t *testing.T) {
