@@ -78,7 +78,22 @@ var errStateOtherArguments = errors.New("requestState was issued for other argum
 // with other arguments than the call's it was asked for fails the retry with
 // requestStateInvalid.
 func (g *requestPipeline) takeApprovalAnswer(ctx context.Context, rq *request, res *resolved, st *sealedState) error {
-	if st.Approval.Arguments != argumentsDigest(rq.Params) {
+	if err := g.takeOwnRound(rq, res, st.Approval.Arguments); err != nil {
+		return err
+	}
+	responses, _, _ := protocol.Member(rq.Params, "inputResponses")
+	rq.approval = &approvalAnswer{state: *st.Approval, expires: time.UnixMilli(st.Expires), responses: responses}
+	// The call's first round, which asked, was counted by the rate limits.
+	rq.Continues = g.countedBefore(ctx, rq, st.Approval.Nonce, rq.approval.expires)
+	return nil
+}
+
+// takeOwnRound reads the retry of a round the gateway asked itself (an approval, a connect),
+// whose state was sealed for arguments (argumentsDigest): a retry with other arguments fails
+// with requestStateInvalid; else its requestState and inputResponses, which are the
+// gateway's, are taken out of the params its upstream gets.
+func (g *requestPipeline) takeOwnRound(rq *request, res *resolved, arguments string) error {
+	if arguments != argumentsDigest(rq.Params) {
 		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", errStateOtherArguments.Error())
 		return requestStateInvalid
 	}
@@ -88,10 +103,6 @@ func (g *requestPipeline) takeApprovalAnswer(ctx context.Context, rq *request, r
 			return invalidParams(err)
 		}
 	}
-	responses, _, _ := protocol.Member(rq.Params, "inputResponses")
-	rq.approval = &approvalAnswer{state: *st.Approval, expires: time.UnixMilli(st.Expires), responses: responses}
-	// The call's first round, which asked, was counted by the rate limits.
-	rq.Continues = g.countedBefore(ctx, rq, st.Approval.Nonce, rq.approval.expires)
 	return nil
 }
 

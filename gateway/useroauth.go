@@ -720,15 +720,8 @@ func (s *requestStates) sealConnect(req *pipeline.Request, t *pipeline.Target) s
 // for the grant before it is asked again. A state sent with other arguments than those of
 // the call it was asked for fails the retry with requestStateInvalid.
 func (g *requestPipeline) takeConnectAnswer(rq *request, res *resolved, st *sealedState) error {
-	if st.Connect.Arguments != argumentsDigest(rq.Params) {
-		g.logger.Info("a retry's requestState was refused", "request_id", rq.LogID, "method", rq.Method, "upstream", res.target.Upstream, "error", errStateOtherArguments.Error())
-		return requestStateInvalid
-	}
-	var err error
-	for _, key := range []string{"requestState", "inputResponses"} {
-		if res.params, err = protocol.DeleteMember(res.params, key); err != nil {
-			return invalidParams(err)
-		}
+	if err := g.takeOwnRound(rq, res, st.Connect.Arguments); err != nil {
+		return err
 	}
 	// The user's answer to the URL elicitation: an accept says the user went to the link,
 	// and the retry waits for the grant; a decline or cancel ends the call.

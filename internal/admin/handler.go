@@ -109,11 +109,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		h.b.Audit(admin.Name, "reload", r.URL.Path, "ok", http.StatusOK)
 		writeJSON(w, http.StatusOK, st)
 	}))
-	mux.Handle("GET /api/grants", h.api(func(r *http.Request, _ string) (any, error) {
-		g, next, err := b.Grants(r.Context(), r.URL.Query().Get("cursor"))
-		return map[string]any{"grants": nonNil(g), "next": next}, err
-	}))
-	mux.Handle("POST /api/grants/revoke", http.HandlerFunc(h.revokeGrant))
+	h.serveGrants(mux)
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, `no such admin API endpoint: see "The admin API and page" in docs/policy.md`)
 	}))
@@ -234,6 +230,15 @@ func (h *handler) action(kind string, act func(r *http.Request, admin Operator, 
 		h.b.Audit(admin.Name, action, target, "ok", http.StatusOK)
 		writeJSON(w, http.StatusOK, v)
 	})
+}
+
+// serveGrants serves the users' grants at upstreams: their list, and their revocation.
+func (h *handler) serveGrants(mux *http.ServeMux) {
+	mux.Handle("GET /api/grants", h.api(func(r *http.Request, _ string) (any, error) {
+		g, next, err := h.b.Grants(r.Context(), r.URL.Query().Get("cursor"))
+		return map[string]any{"grants": nonNil(g), "next": next}, err
+	}))
+	mux.Handle("POST /api/grants/revoke", http.HandlerFunc(h.revokeGrant))
 }
 
 // grantRevocation is the body of POST /api/grants/revoke: whose grant, at which upstream,

@@ -444,14 +444,25 @@ func (s *Service) serveGrants(w http.ResponseWriter, r *http.Request) {
 	s.pages.render(w, http.StatusOK, page{Title: "Connected upstreams", Grants: view})
 }
 
-// serveRevoke revokes one of the signed-in user's grants, then shows the list again.
-func (s *Service) serveRevoke(w http.ResponseWriter, r *http.Request) {
+// grantsForm reads a form posted from the grants page: the signed-in user who posted it, or
+// false once the request was answered (a bad form, no sign-in, or a CSRF token not the
+// user's).
+func (s *Service) grantsForm(w http.ResponseWriter, r *http.Request) (*user, bool) {
 	if !s.pages.parseForm(w, r) {
-		return
+		return nil, false
 	}
 	u, signedIn := s.signIn.currentUser(r)
 	if !signedIn || !s.signIn.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
 		s.pages.forbidden(w)
+		return nil, false
+	}
+	return u, true
+}
+
+// serveRevoke revokes one of the signed-in user's grants, then shows the list again.
+func (s *Service) serveRevoke(w http.ResponseWriter, r *http.Request) {
+	u, ok := s.grantsForm(w, r)
+	if !ok {
 		return
 	}
 	upstream := r.PathValue("upstream")
@@ -468,12 +479,8 @@ func (s *Service) serveRevoke(w http.ResponseWriter, r *http.Request) {
 // catalog_credentials), and for a user who wants to connect ahead of the first call. It
 // makes a connect link for the signed-in user and goes on to it.
 func (s *Service) serveConnectFromGrants(w http.ResponseWriter, r *http.Request) {
-	if !s.pages.parseForm(w, r) {
-		return
-	}
-	u, signedIn := s.signIn.currentUser(r)
-	if !signedIn || !s.signIn.checkCSRF(u, "grants", r.PostForm.Get("csrf")) {
-		s.pages.forbidden(w)
+	u, ok := s.grantsForm(w, r)
+	if !ok {
 		return
 	}
 	upstream := r.PathValue("upstream")

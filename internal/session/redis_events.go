@@ -366,27 +366,8 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	budget := l.newBudgetBooks()
 	for _, op := range ops {
 		if op.start {
-			// The stream exists (its client holds the priming event's id): a marker before
-			// every event's id, refused as a duplicate if one came first. What it says is
-			// kept beside the stream too, where trimming does not reach (replicas of earlier
-			// versions read it from the marker).
-			values := []any{"start", "1"}
-			if op.requests != nil {
-				values = append(values, "rq", string(op.requests))
-			}
-			if op.standalone {
-				values = append(values, "sa", "1")
-			}
-			pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: values})
-			if op.requests != nil || op.standalone {
-				standalone := ""
-				if op.standalone {
-					standalone = "1"
-				}
-				s := startScript{keys: []string{op.meta, op.current},
-					args: []any{retention, op.stream, l.store.opts.KeyPrefix + ":{" + op.digest + "}:ev:", string(op.requests), standalone}}
-				s.cmd = scriptStart.EvalSha(ctx, pipe, s.keys, s.args...)
-				starts = append(starts, s)
+			if st := l.queueStart(ctx, pipe, op, retention); st != nil {
+				starts = append(starts, *st)
 			}
 		}
 		for _, e := range op.events {
@@ -414,16 +395,10 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	}
 	cmds, err := pipe.Exec(ctx)
 	failed := err != nil && l.failedIn(cmds)
-	for _, op := range ops {
-		if op.written == nil {
-			continue
-		}
-		if failed {
-			op.written <- fmt.Errorf("event log: write: %w", err)
-		} else {
-			op.written <- nil
-		}
+	if !failed {
+		err = nil
 	}
+	tellWritten(ops, err)
 	if failed {
 		return
 	}
@@ -437,6 +412,49 @@ func (l *RedisEventLog) flush(ops []logAppend) {
 	}
 	if l.opts.Budget > 0 {
 		l.enforceBudget(ctx, budget.over(l.opts.Budget))
+	}
+}
+
+// queueStart queues, on pipe, the marker that starts op's stream and what it says beside the
+// stream; it returns the script that records that, when there is one to run.
+func (l *RedisEventLog) queueStart(ctx context.Context, pipe redis.Pipeliner, op logAppend, retention int64) *startScript {
+	// The stream exists (its client holds the priming event's id): a marker before every
+	// event's id, refused as a duplicate if one came first. What it says is kept beside the
+	// stream too, where trimming does not reach (replicas of earlier versions read it from the
+	// marker).
+	values := []any{"start", "1"}
+	if op.requests != nil {
+		values = append(values, "rq", string(op.requests))
+	}
+	if op.standalone {
+		values = append(values, "sa", "1")
+	}
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: op.key, MaxLen: l.opts.MaxEvents, Approx: true, ID: "0-1", Values: values})
+	if op.requests == nil && !op.standalone {
+		return nil
+	}
+	standalone := ""
+	if op.standalone {
+		standalone = "1"
+	}
+	s := startScript{keys: []string{op.meta, op.current},
+		args: []any{retention, op.stream, l.store.opts.KeyPrefix + ":{" + op.digest + "}:ev:", string(op.requests), standalone}}
+	s.cmd = scriptStart.EvalSha(ctx, pipe, s.keys, s.args...)
+	return &s
+}
+
+// tellWritten tells the appends that wait for their write (written) how it went: err, or
+// nil when it was written.
+func tellWritten(ops []logAppend, err error) {
+	for _, op := range ops {
+		if op.written == nil {
+			continue
+		}
+		if err != nil {
+			op.written <- fmt.Errorf("event log: write: %w", err)
+		} else {
+			op.written <- nil
+		}
 	}
 }
 
