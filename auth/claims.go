@@ -64,6 +64,17 @@ func lookupClaim(claims map[string]any, path string) (any, bool) {
 	return nil, false
 }
 
+// ClaimString returns the string claim at path of claims, found as the gateway finds a
+// token's claims (the literal name first, then a dotted path); "" when it is absent or not a
+// string.
+func ClaimString(claims map[string]any, path string) string {
+	s, err := stringClaim(claims, path)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
 // stringClaim returns the string claim name, "" when absent.
 func stringClaim(claims map[string]any, name string) (string, *Error) {
 	v, ok := lookupClaim(claims, name)

@@ -274,16 +274,16 @@ func (g *Gateway) upstreamCredentials(u *config.Upstream, base *http.Client) ups
 	for _, h := range c.HeaderFiles {
 		files = append(files, credential.FileHeader(h.Name, h.Path, h.Prefix))
 	}
-	sources := files
-	if cc := c.ClientCredentials; cc != nil {
-		sources = append(sources[:len(files):len(files)], clientCredentialsSource(cc, g.opts.AuthHTTPClient, g.ctx))
-	}
-	var out upstreamAuth
 	if uo := c.UserOAuth; uo != nil && g.userAuth != nil {
 		return g.userAuth.credentials(u.Name, uo, transport, files, func(t *config.TokenRequest) credential.Source {
 			return clientCredentialsSource(t, g.opts.AuthHTTPClient, g.ctx)
 		})
 	}
+	sources := files
+	if cc := c.ClientCredentials; cc != nil {
+		sources = append(sources[:len(files):len(files)], clientCredentialsSource(cc, g.opts.AuthHTTPClient, g.ctx))
+	}
+	var out upstreamAuth
 	if len(sources) > 0 {
 		out.shared = credentialedClient(transport, sources)
 	}

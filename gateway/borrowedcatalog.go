@@ -161,14 +161,22 @@ func shareable(c *upstream.Catalog) *upstream.Catalog {
 	})
 }
 
-// release is told that who's grant was revoked: when who owns the listing, the next user's
-// connection to become ready lends it instead (the listing stays until then).
+// release is told that who's grant was revoked: when who owns the listing, another user's
+// connection lends it instead, one open already (connPool.relend) or the next to become
+// ready or to connect (the listing stays until then).
 func (b *borrowedCatalog) release(who session.Principal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.owner == who.Key() {
 		b.owner = ""
 	}
+}
+
+// wantsLender reports whether no user's connection lends the listing now.
+func (b *borrowedCatalog) wantsLender() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.owner == ""
 }
 
 // Refresh does nothing: the owner's connection refreshes its own lists.

@@ -82,14 +82,9 @@ func forward(ctx context.Context, r replicaCalls, rq *request, u *upstreamEntry,
 // returns how it ended, for the replica waiting for it.
 func (h replicaHost) Serve(ctx context.Context, sessionID, streamID, name string, fc replica.Call) replica.Result {
 	g := h.g
-	var u *upstreamEntry
-	for _, e := range g.upstreamList() {
-		if e.ns.Name == fc.Upstream && e.pool != nil {
-			u = e
-		}
-	}
+	u := g.upstreamNamed(fc.Upstream)
 	rec, err := g.store.Get(ctx, sessionID)
-	if u == nil || err != nil {
+	if u == nil || u.pool == nil || err != nil {
 		return replica.Result{Unavailable: "the session or its upstream is gone on the replica holding its connection"}
 	}
 	ls, err := g.openLive(rec)

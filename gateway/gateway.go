@@ -772,10 +772,8 @@ func (g *Gateway) UpstreamStatuses() map[string]upstream.Status {
 // IsolatedConnections reports how many per-session connections the named upstream has open
 // (0 for a shared upstream).
 func (g *Gateway) IsolatedConnections(upstreamName string) int {
-	for _, u := range g.upstreamList() {
-		if u.ns.Name == upstreamName && u.pool != nil {
-			return u.pool.open()
-		}
+	if u := g.upstreamNamed(upstreamName); u != nil && u.pool != nil {
+		return u.pool.open()
 	}
 	return 0
 }

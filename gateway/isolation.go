@@ -210,6 +210,23 @@ func (p *connPool) getForCall(ctx context.Context, who session.Principal) (*pool
 	return pc, nil
 }
 
+// relend offers the borrowed listing from a ready connection of another user than who, the
+// user whose grant was revoked, when one is open here.
+func (p *connPool) relend(who session.Principal) {
+	p.mu.Lock()
+	var next *pooledConn
+	for _, pc := range p.conns {
+		if !pc.forCall && !pc.principal.Anonymous() && !pc.principal.Same(who) && pc.conn.client.State() == upstream.StateReady {
+			next = pc
+			break
+		}
+	}
+	p.mu.Unlock()
+	if next != nil {
+		p.borrowed.offer(next.conn.client, next.principal)
+	}
+}
+
 // openToList opens who's own connection, waits until it is ready (it then offers its
 // listing to the borrowed catalog) and releases it: it closes when idle, as any other.
 func (p *connPool) openToList(ctx context.Context, who session.Principal) error {

@@ -236,7 +236,7 @@ func (g *requestPipeline) unwrapRequestState(ctx context.Context, rq *request, r
 		return g.takeApprovalAnswer(ctx, rq, res, st)
 	}
 	if st.Connect != nil {
-		return g.takeConnectAnswer(rq, res, st)
+		return g.takeConnectAnswer(ctx, rq, res, st)
 	}
 	if info := res.upstream.Server(); info != nil && !isModernVersion(info.ProtocolVersion) {
 		return protocol.Errorf(protocol.CodeInvalidParams,
@@ -264,7 +264,7 @@ func (g *requestPipeline) unwrapRequestState(ctx context.Context, rq *request, r
 // replicas share: once, so that a replayed state is counted as a new call. Without rate
 // limits nothing is spent; a store that fails counts the retry.
 func (g *requestPipeline) countedBefore(ctx context.Context, rq *request, token string, until time.Time) bool {
-	if g.gate == nil || g.gate.current().limiter == nil || token == "" {
+	if g.gate == nil || g.gate.rulesOf(rq.rules).limiter == nil || token == "" {
 		return false
 	}
 	fresh, err := g.gate.approvals.nonces.Spend(ctx, "round:"+token, until)

@@ -601,12 +601,13 @@ func (g *requestPipeline) forward(ctx context.Context, rq *request, res *resolve
 			Message: fmt.Sprintf("upstream %s was removed or reconfigured by a configuration reload while this request waited: send it again", res.upstream.ns.Name)}
 	}
 	ua := g.userAuthOf(res.upstream)
+	var began time.Time
 	if ua != nil {
 		if err := ua.ready(ctx, rq, res); err != nil {
 			return nil, err
 		}
+		began = time.Now() // a verdict on the user's token after it is this call's
 	}
-	began := time.Now()
 	result, err := g.call(ctx, rq, res.upstream, method, params)
 	if err != nil && ua != nil {
 		if asked := ua.afterFailure(ctx, rq, res, began, err); asked != err {

@@ -93,10 +93,8 @@ func (h replicaHost) Answer(id string, resp *protocol.Response) {
 }
 
 func (h replicaHost) Refresh(upstreamName string) {
-	for _, u := range h.g.upstreamList() {
-		if u.ns.Name == upstreamName {
-			u.shared.client.Refresh()
-		}
+	if u := h.g.upstreamNamed(upstreamName); u != nil {
+		u.shared.client.Refresh()
 	}
 }
 

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,7 +205,7 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 	ua.closers = append(ua.closers, svc.Close)
 	ua.lend = func(name string, who session.Principal) {
 		u := g.upstreamNamed(name)
-		if u == nil || u.pool == nil || u.pool.borrowed == nil || u.pool.borrowed.catalog.Load() != nil {
+		if u == nil || u.pool == nil || u.pool.borrowed == nil || !u.pool.borrowed.wantsLender() {
 			return
 		}
 		g.goWorker(func() {
@@ -220,6 +219,7 @@ func newUserAuth(g *Gateway) (*userAuth, error) {
 	ua.unlend = func(name string, who session.Principal) {
 		if u := g.upstreamNamed(name); u != nil && u.pool != nil && u.pool.borrowed != nil {
 			u.pool.borrowed.release(who)
+			u.pool.relend(who)
 		}
 	}
 	return ua, nil
@@ -460,17 +460,24 @@ func (ua *userAuth) ask(ctx context.Context, rq *request, res *resolved, scopes 
 		// new grant replaces the old one.
 		scopes = ua.widened(ctx, grantPrincipal(who), name, scopes)
 	}
-	r := connect.Request{Principal: grantPrincipal(who), PrincipalName: cmp.Or(who.Email, who.Subject), Upstream: name, Scopes: scopes}
+	r := connect.Request{Principal: grantPrincipal(who), Upstream: name, Scopes: scopes}
 	message := fmt.Sprintf("Connect your account at %s to the gateway: open the link, sign in, and approve.", name)
 	if len(scopes) > 0 {
 		message = fmt.Sprintf("%s needs more access (%s): open the link, sign in, and approve.", name, strings.Join(scopes, " "))
 	}
+	modern := rq.declared != nil && rq.declared.ElicitationURL
+	elicited := rq.declared == nil && rq.owner != nil && rq.owner.clientCaps().elicitURL
+	if elicited {
+		// A 2025-11-25 session learns, by this id, when the user has connected.
+		r.SessionID, r.ElicitationID = rq.owner.sessionID, randomToken(16)
+	}
+	url, _, err := ua.svc.Ask(ctx, r)
+	if err != nil {
+		return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: name, Cause: err,
+			Message: fmt.Sprintf("upstream %s needs you to connect your account, and the gateway could not make the link just now: try again shortly", name)}
+	}
 	switch {
-	case rq.declared != nil && rq.declared.ElicitationURL:
-		url, _, err := ua.svc.Ask(ctx, r)
-		if err != nil {
-			return ua.askFailed(name, err)
-		}
+	case modern:
 		result, _ := json.Marshal(map[string]any{
 			"resultType": protocol.ResultTypeInputRequired,
 			"inputRequests": map[string]inputRequest{connectInputKey: {Method: protocol.MethodElicit,
@@ -478,19 +485,10 @@ func (ua *userAuth) ask(ctx context.Context, rq *request, res *resolved, scopes 
 			"requestState": ua.states.sealConnect(rq.Request, &res.target),
 		})
 		return &inputAsked{result: result}
-	case rq.declared == nil && rq.owner != nil && rq.owner.clientCaps().elicitURL:
-		r.SessionID, r.ElicitationID = rq.owner.sessionID, randomToken(16)
-		url, _, err := ua.svc.Ask(ctx, r)
-		if err != nil {
-			return ua.askFailed(name, err)
-		}
+	case elicited:
 		data, _ := json.Marshal(map[string]any{"elicitations": []json.RawMessage{urlElicitation(message, url, r.ElicitationID)}})
 		return &protocol.Error{Code: protocol.CodeURLElicitationRequired, Data: data,
 			Message: fmt.Sprintf("URL elicitation required: connect your account at %s (open %s), then call again", name, url)}
-	}
-	url, _, err := ua.svc.Ask(ctx, r)
-	if err != nil {
-		return ua.askFailed(name, err)
 	}
 	return &pipeline.Refusal{Reason: pipeline.ReasonConnectRequired, Upstream: name,
 		Message: fmt.Sprintf("upstream %s is called with your own account there, which you have not connected yet (or it needs more access). Open %s in a browser, sign in, approve, then call again.", name, url)}
@@ -509,12 +507,6 @@ func (ua *userAuth) widened(ctx context.Context, p grants.Principal, name string
 	out = append(out, asked...)
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// askFailed is the error of a call whose user could not be asked to connect.
-func (ua *userAuth) askFailed(name string, err error) error {
-	return &pipeline.Refusal{Reason: pipeline.ReasonUpstreamUnavailable, Upstream: name, Cause: err,
-		Message: fmt.Sprintf("upstream %s needs you to connect your account, and the gateway could not make the link just now: try again shortly", name)}
 }
 
 // urlElicitation is the params of a URL-mode elicitation/create: with its elicitationId for
@@ -558,6 +550,12 @@ func (ua *userAuth) judge(key string, scopes []string) {
 			if now.Sub(v.at) > verdictLifetime {
 				delete(ua.verdicts, k)
 			}
+		}
+		for k := range ua.verdicts {
+			if len(ua.verdicts) < maxVerdicts {
+				break
+			}
+			delete(ua.verdicts, k) // all recent: any may go, its call has read it or will ask anew
 		}
 	}
 	ua.verdicts[key] = tokenVerdict{at: now, scopes: scopes}
@@ -703,26 +701,27 @@ func drain(resp *http.Response) {
 	resp.Body.Close()
 }
 
-// connectState is what the requestState of a connect asked of a 2026-07-28 client holds
-// beside the caller and expiry (sealedState): the arguments of the call it was asked for.
-type connectState struct {
-	Arguments string `json:"a"`
-}
+// connectState marks the requestState of a connect asked of a 2026-07-28 client; the call's
+// arguments and round are those of sealedState.
+type connectState struct{}
 
 // sealConnect returns the requestState of a connect asked of the client of req for a call to
 // t: valid for requestStateTTL, for that call with the same arguments.
 func (s *requestStates) sealConnect(req *pipeline.Request, t *pipeline.Target) string {
-	return s.sealState(req, t.Exposed, sealedState{Upstream: t.Upstream, Connect: &connectState{Arguments: argumentsDigest(req.Params)}}, requestStateTTL)
+	return s.sealState(req, t.Exposed, sealedState{Upstream: t.Upstream, Connect: &connectState{},
+		Round: randomToken(12), Arguments: argumentsDigest(req.Params)}, requestStateTTL)
 }
 
 // takeConnectAnswer reads the retry of a call whose client was asked to connect (st): the
 // state and the answers are the gateway's, so the upstream gets neither, and the retry waits
 // for the grant before it is asked again. A state sent with other arguments than those of
 // the call it was asked for fails the retry with requestStateInvalid.
-func (g *requestPipeline) takeConnectAnswer(rq *request, res *resolved, st *sealedState) error {
-	if err := g.takeOwnRound(rq, res, st.Connect.Arguments); err != nil {
+func (g *requestPipeline) takeConnectAnswer(ctx context.Context, rq *request, res *resolved, st *sealedState) error {
+	if err := g.takeOwnRound(rq, res, st.Arguments); err != nil {
 		return err
 	}
+	// The call's first round, which asked, was counted by the rate limits.
+	rq.Continues = g.countedBefore(ctx, rq, st.Round, time.UnixMilli(st.Expires))
 	// The user's answer to the URL elicitation: an accept says the user went to the link,
 	// and the retry waits for the grant; a decline or cancel ends the call.
 	responses, _, _ := protocol.Member(rq.Params, "inputResponses")

@@ -937,15 +937,6 @@ func (cn *connection) fail(err error) {
 	cn.cancel()
 }
 
-func (cn *connection) errString() string {
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	if cn.err == nil {
-		return ""
-	}
-	return cn.err.Error()
-}
-
 // close ends the connection and the process behind it and waits for its goroutines.
 func (cn *connection) close() {
 	cn.closeOnce.Do(func() {

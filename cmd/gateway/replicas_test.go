@@ -284,28 +284,6 @@ func sseEvents(body io.Reader) <-chan sseEvent {
 	return out
 }
 
-// resumeOn resumes the stream of lastEventID on r and returns its events until it ends.
-func resumeOn(t *testing.T, r *replica, sid, lastEventID string) []sseEvent {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, r.url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("Last-Event-ID", lastEventID)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	var got []sseEvent
-	for ev := range sseEvents(resp.Body) {
-		got = append(got, ev)
-	}
-	return got
-}
-
 // jsonField returns the raw value of a top-level member of a JSON object, crudely: enough for
 // the ids of the test's messages.
 func jsonField(obj, name string) string {

@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"internal/replicabus":        {"internal/session"},
 	"internal/pin":               {"internal/statefile"},
 	"internal/grants":            {"internal/seal", "internal/statefile"},
-	"internal/connect":           {"internal/grants", "internal/oauthclient", "internal/seal"},
+	"internal/connect":           {"internal/grants", "internal/oauthclient", "internal/seal", "auth"},
 	"internal/statefile":         {},
 	"internal/pipeline":          {"internal/protocol", "internal/session", "internal/audit"},
 	"auth":                       {"internal/session", "internal/pipeline"},
@@ -69,7 +69,7 @@ var allowed = map[string][]string{
 	"internal/docpage":           {},
 	"internal/metrics":           {"internal/protocol"},
 	"internal/testissuer":        {},
-	"internal/oauthclient":       {},
+	"internal/oauthclient":       {"internal/loopback"},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.
 	"policy/pluginpb":        {},

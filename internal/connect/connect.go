@@ -157,9 +157,6 @@ type Request struct {
 	ID string `json:"id"`
 	// Principal is who asked: only this user may complete the connection.
 	Principal grants.Principal `json:"principal"`
-	// PrincipalName names the principal (an email, or the subject) in the link's record. No
-	// page shows it: whoever holds a link must not learn whose it is.
-	PrincipalName string `json:"principal_name,omitempty"`
 	// Upstream is the configured upstream's name.
 	Upstream string `json:"upstream"`
 	// Scopes are the scopes to ask for (a step-up); nil means the upstream's configured or

@@ -163,7 +163,7 @@ func (h *harness) principal(sub string) grants.Principal {
 
 // ask asks sub to connect github and returns the link.
 func (h *harness) ask(sub string) string {
-	link, id, err := h.svc.Ask(context.Background(), Request{Principal: h.principal(sub), PrincipalName: sub + "@example.com",
+	link, id, err := h.svc.Ask(context.Background(), Request{Principal: h.principal(sub),
 		Upstream: "github", SessionID: "s1"})
 	if err != nil {
 		h.t.Fatal(err)

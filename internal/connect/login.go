@@ -1,6 +1,7 @@
 package connect
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
@@ -16,6 +17,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/manifold-mcp/manifold/auth"
 	"github.com/manifold-mcp/manifold/internal/grants"
 	"github.com/manifold-mcp/manifold/internal/seal"
 )
@@ -358,27 +360,12 @@ func (si *signIn) redeem(ctx context.Context, code string, f loginFlow) (*user, 
 		if err := idt.Claims(&all); err != nil {
 			return nil, fmt.Errorf("read the id_token's claims: %w", err)
 		}
-		if subject = claimString(all, c); subject == "" {
+		if subject = auth.ClaimString(all, c); subject == "" {
 			return nil, fmt.Errorf("the id_token of %s has no string claim %q, which names users at the gateway (auth.oidc claims.subject)", si.login.Issuer, c)
 		}
 	}
-	name := firstNonEmpty(claims.Email, claims.PreferredUsername, claims.Name, subject)
+	name := cmp.Or(claims.Email, claims.PreferredUsername, claims.Name, subject)
 	return &user{Issuer: idt.Issuer, Subject: subject, Name: name, SID: randomString(), Expires: si.now().Add(loginLife)}, nil
-}
-
-// claimString returns the string claim at path (dotted for a nested one) of claims; "" when
-// there is none.
-func claimString(claims map[string]any, path string) string {
-	var v any = claims
-	for part := range strings.SplitSeq(path, ".") {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return ""
-		}
-		v = m[part]
-	}
-	str, _ := v.(string)
-	return str
 }
 
 // serveLogout signs the browser out and starts a sign-in again, with prompt=login so that the
@@ -394,16 +381,6 @@ func (si *signIn) serveLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	si.setCookie(w, loginCookieName, "", -1)
 	si.start(w, r, r.PostForm.Get("next"), "login")
-}
-
-// firstNonEmpty returns the first of v that is not "".
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // oauthCode returns code if it is an OAuth error code (RFC 6749 §4.1.2.1: printable ASCII

@@ -373,9 +373,6 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := s.flows.fetcher(req.Upstream)
 	up, _ := s.flows.upstream(req.Upstream)
-	if rec.Resource == "" {
-		rec.Resource = up.URL
-	}
 	if err == nil && up.URL != rec.Resource {
 		err = ErrResourceChanged
 	}
@@ -489,7 +486,7 @@ func (s *Service) serveConnectFromGrants(w http.ResponseWriter, r *http.Request)
 			Message: "No upstream named " + upstream + " is connected by its users here."})
 		return
 	}
-	_, id, err := s.Ask(r.Context(), Request{Principal: u.principal(), PrincipalName: u.Name, Upstream: upstream})
+	_, id, err := s.Ask(r.Context(), Request{Principal: u.principal(), Upstream: upstream})
 	if err != nil {
 		s.logger.Error("connect link not made", "upstream", upstream, "principal", u.principal().String(), "error", err)
 		s.pages.unavailable(w, http.StatusServiceUnavailable)

@@ -83,11 +83,11 @@ func (gt *grantTokens) tokenRejected(ctx context.Context, p grants.Principal, up
 	return g.Token, nil
 }
 
-// otherResource returns the upstream's URL now, and whether g was made for another one. A
-// grant older than the record of its URL, or of an upstream no longer configured, is not.
+// otherResource returns the upstream's URL now, and whether g was made for another one (a
+// grant of an upstream no longer configured is not).
 func (gt *grantTokens) otherResource(g grants.Grant) (string, bool) {
 	up, ok := gt.flows.upstream(g.Upstream)
-	return up.URL, ok && g.Resource != "" && g.Resource != up.URL
+	return up.URL, ok && g.Resource != up.URL
 }
 
 // checkResource deletes g and returns an error wrapping ErrResourceChanged if g was made for

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/manifold-mcp/manifold/internal/loopback"
 )
 
 // ErrForbiddenTarget is wrapped by every refusal of a URL or address that the Fetcher will
@@ -104,22 +106,13 @@ func (f *Fetcher) CheckURL(raw string) error {
 		return fmt.Errorf("%w: %q carries a fragment", ErrForbiddenTarget, raw)
 	case u.Scheme == "https":
 		return nil
-	case u.Scheme == "http" && f.allowPrivate && loopbackHost(u.Hostname()):
+	case u.Scheme == "http" && f.allowPrivate && loopback.Host(u.Hostname()):
 		return nil
 	case u.Scheme == "http":
 		return fmt.Errorf("%w: %q: authorization server and metadata URLs must be https (plain http is allowed only to loopback, with private targets allowed)", ErrForbiddenTarget, raw)
 	default:
 		return fmt.Errorf("%w: %q: scheme %q, want https", ErrForbiddenTarget, raw, u.Scheme)
 	}
-}
-
-// loopbackHost reports whether host (no port) is localhost or a loopback IP.
-func loopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
 }
 
 // sharedSpace is the shared address space of carrier NAT (RFC 6598): private in all but name.

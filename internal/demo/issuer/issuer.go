@@ -108,7 +108,7 @@ func CheckLoopback(addr string) error {
 	if err != nil {
 		return fmt.Errorf("%q: want host:port, like 127.0.0.1:8090", addr)
 	}
-	if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+	if !loopback.Host(host) {
 		return fmt.Errorf("%q is not a loopback address: the demo issuer gives a token to anyone who asks, so it listens on localhost, 127.0.0.1 or [::1] only", addr)
 	}
 	return nil
