@@ -19,6 +19,7 @@ import (
 
 	"github.com/manifold-mcp/manifold/internal/protocol"
 	"github.com/manifold-mcp/manifold/internal/testupstream"
+	"github.com/manifold-mcp/manifold/internal/testwait"
 )
 
 // stdioBound bounds each wait of the stdio tests for the gateway process: it fails a test
@@ -385,6 +386,11 @@ func (p *stdioProcess) end() map[string]string {
 			}
 		case <-timeout.C:
 			_ = p.cmd.Process.Kill()
+			go func() { // the reader ends once the killed process's stdout closes
+				for range p.lines {
+				}
+			}()
+			_ = p.cmd.Wait()
 			p.t.Fatalf("the gateway still writes after the end of stdin; logs:\n%s", p.logs)
 		}
 	}
@@ -464,4 +470,8 @@ func TestStdioReloadsOnSIGHUP(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("the added upstream's tool: %v %v\nlogs:\n%s", res, err, logs)
 	}
+	// The file watcher would bring beta in by itself: the signal must have reloaded too.
+	testwait.Until(t, stdioBound, "a reload triggered by SIGHUP in the log", func() bool {
+		return strings.Contains(logs.String(), "hangup")
+	})
 }
