@@ -69,7 +69,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		s, err := b.Pins(r.Context())
 		return map[string]any{"pins": nonNil(s)}, err
 	}))
-	mux.Handle("POST /api/approvals/{id}", h.action("approval", func(r *http.Request, admin Operator, body decision) (string, any, error) {
+	mux.Handle("POST /api/approvals/{id}", action(h, "approval", `{"decision": "approve"}`, decided, func(r *http.Request, admin Operator, body decision) (string, any, error) {
 		id := r.PathValue("id")
 		if body.Decision != Approve && body.Decision != Deny {
 			return id, nil, fmt.Errorf("%w: decision must be %q or %q", errBadRequest, Approve, Deny)
@@ -77,7 +77,7 @@ func NewHandler(b Backend, a Authorizer, opts Options) http.Handler {
 		a, err := b.Decide(r.Context(), id, body.Decision, admin)
 		return id, map[string]any{"approval": a}, err
 	}))
-	mux.Handle("POST /api/pins/{upstream}/{tool}", h.action("pin", func(r *http.Request, admin Operator, body decision) (string, any, error) {
+	mux.Handle("POST /api/pins/{upstream}/{tool}", action(h, "pin", `{"decision": "accept", "hash": "..."}`, decided, func(r *http.Request, admin Operator, body decision) (string, any, error) {
 		up, tool := r.PathValue("upstream"), r.PathValue("tool")
 		target := up + "/" + tool
 		if body.Decision != Accept && body.Decision != Reject {
@@ -195,8 +195,9 @@ func (h *handler) api(read func(r *http.Request, admin string) (any, error)) htt
 	})
 }
 
-// action serves a decision, and has it audited whatever its outcome.
-func (h *handler) action(kind string, act func(r *http.Request, admin Operator, body decision) (target string, v any, err error)) http.Handler {
+// action serves an admin action whose body is a T, JSON like example: authorized, decided by
+// act, and audited as kind/verb(body) whichever way it ends.
+func action[T any](h *handler, kind, example string, verb func(T) string, act func(r *http.Request, admin Operator, body T) (target string, v any, err error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		admin, status := h.authorize(w, r)
 		switch status {
@@ -208,7 +209,7 @@ func (h *handler) action(kind string, act func(r *http.Request, admin Operator, 
 			h.b.Audit("", kind, r.URL.Path, "unauthorized", status)
 			return
 		}
-		var body decision
+		var body T
 		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err == nil {
 			err = json.Unmarshal(data, &body)
@@ -216,21 +217,24 @@ func (h *handler) action(kind string, act func(r *http.Request, admin Operator, 
 		var target string
 		var v any
 		if err != nil {
-			err = fmt.Errorf("%w: the body must be JSON like {\"decision\": \"approve\"}: %v", errBadRequest, err)
+			err = fmt.Errorf("%w: the body must be JSON like %s: %v", errBadRequest, example, err)
 		} else {
 			target, v, err = act(r, admin, body)
 		}
-		action := kind + "/" + body.Decision
+		name := kind + "/" + verb(body)
 		if err != nil {
 			status := statusOf(err)
-			h.b.Audit(admin.Name, action, target, "refused", status)
+			h.b.Audit(admin.Name, name, target, "refused", status)
 			writeError(w, status, err.Error())
 			return
 		}
-		h.b.Audit(admin.Name, action, target, "ok", http.StatusOK)
+		h.b.Audit(admin.Name, name, target, "ok", http.StatusOK)
 		writeJSON(w, http.StatusOK, v)
 	})
 }
+
+// decided is the verb of a decision's audit record: the decision.
+func decided(d decision) string { return d.Decision }
 
 // serveGrants serves the users' grants at upstreams: their list, and their revocation.
 func (h *handler) serveGrants(mux *http.ServeMux) {
@@ -238,7 +242,8 @@ func (h *handler) serveGrants(mux *http.ServeMux) {
 		g, next, err := h.b.Grants(r.Context(), r.URL.Query().Get("cursor"))
 		return map[string]any{"grants": nonNil(g), "next": next}, err
 	}))
-	mux.Handle("POST /api/grants/revoke", http.HandlerFunc(h.revokeGrant))
+	mux.Handle("POST /api/grants/revoke", action(h, "grant", `{"principal": {"iss": "https://login.example.com", "sub": "alice"}, "upstream": "github"}`,
+		func(grantRevocation) string { return "revoke" }, h.revokeGrant))
 }
 
 // grantRevocation is the body of POST /api/grants/revoke: whose grant, at which upstream,
@@ -249,35 +254,15 @@ type grantRevocation struct {
 }
 
 // revokeGrant revokes the grant the body names, as an audited admin action.
-func (h *handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
-	const kind = "grant/revoke"
-	admin, status := h.authorize(w, r)
-	if status != http.StatusOK {
-		h.b.Audit(admin.Name, kind, r.URL.Path, "refused", status)
-		return
-	}
-	var body grantRevocation
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err == nil {
-		err = json.Unmarshal(data, &body)
-	}
-	if err == nil && (body.Principal.Issuer == "" || body.Principal.Subject == "" || body.Upstream == "") {
-		err = errors.New("principal.iss, principal.sub and upstream are all required (as GET /api/grants lists them)")
-	}
+func (h *handler) revokeGrant(r *http.Request, _ Operator, body grantRevocation) (string, any, error) {
 	target := body.Upstream + "/" + body.Principal.Subject
-	if err != nil {
-		err = fmt.Errorf("%w: the body must be JSON like {\"principal\": {\"iss\": \"https://login.example.com\", \"sub\": \"alice\"}, \"upstream\": \"github\"}: %v", errBadRequest, err)
-	} else {
-		err = h.b.RevokeGrant(r.Context(), body.Principal, body.Upstream)
+	if body.Principal.Issuer == "" || body.Principal.Subject == "" || body.Upstream == "" {
+		return target, nil, fmt.Errorf("%w: principal.iss, principal.sub and upstream are all required (as GET /api/grants lists them)", errBadRequest)
 	}
-	if err != nil {
-		status := statusOf(err)
-		h.b.Audit(admin.Name, kind, target, "refused", status)
-		writeError(w, status, err.Error())
-		return
+	if err := h.b.RevokeGrant(r.Context(), body.Principal, body.Upstream); err != nil {
+		return target, nil, err
 	}
-	h.b.Audit(admin.Name, kind, target, "ok", http.StatusOK)
-	writeJSON(w, http.StatusOK, map[string]any{"revoked": body})
+	return target, map[string]any{"revoked": body}, nil
 }
 
 // statusOf maps a Backend's error to its HTTP status.

@@ -68,7 +68,7 @@ var allowed = map[string][]string{
 	"internal/testwait":          {},
 	"internal/docpage":           {},
 	"internal/metrics":           {"internal/protocol"},
-	"internal/testissuer":        {},
+	"internal/testissuer":        {"internal/loopback"},
 	"internal/oauthclient":       {"internal/loopback"},
 
 	// Policy plugins: the contract, the host, the SDK, and plugins built with it.

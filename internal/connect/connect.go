@@ -29,9 +29,7 @@ package connect
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -238,7 +236,8 @@ func New(opts Options) (*Service, error) {
 	if opts.Vault == nil {
 		problems = append(problems, "a Vault is required")
 	}
-	if _, err := upstreamMap(opts.Upstreams); err != nil {
+	ups, err := upstreamMap(opts.Upstreams)
+	if err != nil {
 		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
@@ -260,8 +259,6 @@ func New(opts Options) (*Service, error) {
 		opts.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	opts.Login.Scopes = loginScopes(opts.Login.Scopes)
-	opts.Upstreams = slices.Clone(opts.Upstreams)
-	ups, _ := upstreamMap(opts.Upstreams)
 	sealer := opts.Keys.Sealer(seal.PurposeConnect)
 	logger := opts.Logger.With("component", "connect")
 	pages := pageWriter{logger: logger}
@@ -281,6 +278,7 @@ func New(opts Options) (*Service, error) {
 		tokens: &grantTokens{vault: opts.Vault, flows: flows, logger: logger, onRevoked: opts.OnRevoked},
 	}
 	warnInsecure(logger, opts.Upstreams)
+	s.opts.Upstreams = nil // the flow cache holds them; SetUpstreams replaces them there
 	return s, nil
 }
 
@@ -334,7 +332,7 @@ func (s *Service) Ask(ctx context.Context, r Request) (link string, id string, e
 	r.ID = randomString()
 	r.Expires = s.opts.Now().Add(s.opts.RequestTTL)
 	r.Scopes = slices.Clone(r.Scopes)
-	if err := s.records.putOwned(ctx, ownerHash(r.Principal), requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
+	if err := s.records.putOwned(ctx, r.Principal.Hash(), requestKey(r.ID), r, s.opts.RequestTTL); err != nil {
 		return "", "", fmt.Errorf("ask to connect %q: %w", r.Upstream, err)
 	}
 	return s.opts.PublicURL + PathConnect + r.ID, r.ID, nil
@@ -371,13 +369,6 @@ func (s *Service) Close() error {
 // ownerOf is the stable name of p given to the authorization flows as their owner.
 func ownerOf(p grants.Principal) string {
 	return strconv.Quote(p.Issuer) + " " + strconv.Quote(p.Subject)
-}
-
-// ownerHash names p in the Store's counts without naming the user: the first 32 hex digits
-// of the SHA-256 of its issuer, NUL, and subject.
-func ownerHash(p grants.Principal) string {
-	sum := sha256.Sum256([]byte(p.Issuer + "\x00" + p.Subject))
-	return hex.EncodeToString(sum[:16])
 }
 
 // randomString is 32 random bytes, base64url without padding.

@@ -365,7 +365,7 @@ func (s *Service) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	req := rec.Request
 	log := s.logger.With("upstream", req.Upstream, "principal", req.Principal.String())
-	if rec.Pending.Owner != ownerOf(u.principal()) || !u.is(req.Principal) {
+	if !u.is(req.Principal) {
 		log.Warn("connect refused: the answer came back to another user than the one who started it")
 		s.pages.render(w, http.StatusForbidden, page{Title: "Signed in as another user",
 			Message: "This authorization was started by another user. Nothing was connected. Ask your client again for a new link."})

@@ -21,14 +21,14 @@ const revokeTimeout = 10 * time.Second
 // ErrUnreadable or ErrResourceChanged: test it with NeedsConnect. A grant made for another
 // URL than the upstream's now is deleted, and neither refreshed nor handed out.
 func (s *Service) Token(ctx context.Context, p grants.Principal, upstream string) (grants.Token, error) {
-	return s.tokens.token(ctx, p, upstream)
+	return s.tokens.token(ctx, p, upstream, "")
 }
 
 // TokenRejected is Token for a caller whose upstream answered 401 to the access token
 // rejected: the grant is refreshed unless another caller has replaced that token meanwhile
 // (grants.Vault.RefreshRejected).
 func (s *Service) TokenRejected(ctx context.Context, p grants.Principal, upstream, rejected string) (grants.Token, error) {
-	return s.tokens.tokenRejected(ctx, p, upstream, rejected)
+	return s.tokens.token(ctx, p, upstream, rejected)
 }
 
 // Revoke revokes p's grant at upstream: at the authorization server first, where it supports
@@ -53,32 +53,28 @@ type grantTokens struct {
 	onRevoked func(ctx context.Context, p grants.Principal, upstream string)
 }
 
-// token is Service.Token.
-func (gt *grantTokens) token(ctx context.Context, p grants.Principal, upstream string) (grants.Token, error) {
-	if _, ok := gt.flows.upstream(upstream); !ok {
-		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, ErrUnknownUpstream)
+// token is Service.Token, and Service.TokenRejected when rejected is the token the upstream
+// refused.
+func (gt *grantTokens) token(ctx context.Context, p grants.Principal, upstream, rejected string) (grants.Token, error) {
+	what := fmt.Sprintf("token of %s for %q", p, upstream)
+	if rejected != "" {
+		what += " after a refusal"
 	}
-	g, err := gt.vault.Refresh(ctx, p, upstream, gt.refreshFunc(upstream))
+	if _, ok := gt.flows.upstream(upstream); !ok {
+		return grants.Token{}, fmt.Errorf("%s: %w", what, ErrUnknownUpstream)
+	}
+	var g grants.Grant
+	var err error
+	if rejected == "" {
+		g, err = gt.vault.Refresh(ctx, p, upstream, gt.refreshFunc(upstream))
+	} else {
+		g, err = gt.vault.RefreshRejected(ctx, p, upstream, rejected, gt.refreshFunc(upstream))
+	}
 	if err == nil {
 		err = gt.checkResource(ctx, g)
 	}
 	if err != nil {
-		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, err)
-	}
-	return g.Token, nil
-}
-
-// tokenRejected is Service.TokenRejected.
-func (gt *grantTokens) tokenRejected(ctx context.Context, p grants.Principal, upstream, rejected string) (grants.Token, error) {
-	if _, ok := gt.flows.upstream(upstream); !ok {
-		return grants.Token{}, fmt.Errorf("token of %s for %q: %w", p, upstream, ErrUnknownUpstream)
-	}
-	g, err := gt.vault.RefreshRejected(ctx, p, upstream, rejected, gt.refreshFunc(upstream))
-	if err == nil {
-		err = gt.checkResource(ctx, g)
-	}
-	if err != nil {
-		return grants.Token{}, fmt.Errorf("token of %s for %q after a refusal: %w", p, upstream, err)
+		return grants.Token{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return g.Token, nil
 }

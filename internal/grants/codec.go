@@ -83,7 +83,7 @@ func (c codec) open(p Principal, upstream string, sealed []byte) (Grant, error) 
 // hold only its hash.
 func (c codec) sealPrincipal(p Principal) []byte {
 	b, _ := json.Marshal(p) // two strings: Marshal does not fail
-	return c.sealer.Seal(b, []byte("manifold grant principal v1\x00"+p.hash()))
+	return c.sealer.Seal(b, []byte("manifold grant principal v1\x00"+p.Hash()))
 }
 
 // openPrincipal opens the principal of hash h sealed as sealed.
@@ -93,7 +93,7 @@ func (c codec) openPrincipal(h string, sealed []byte) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: the principal: %w", ErrUnreadable, err)
 	}
 	var p Principal
-	if err := json.Unmarshal(b, &p); err != nil || p.hash() != h {
+	if err := json.Unmarshal(b, &p); err != nil || p.Hash() != h {
 		return Principal{}, fmt.Errorf("%w: the principal does not match its key", ErrUnreadable)
 	}
 	return p, nil

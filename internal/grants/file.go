@@ -72,7 +72,7 @@ func (s *fileStore) read(h string) (*grantFile, error) {
 // update runs change on the file of p under its lock, and writes the file back when change
 // reports a change (removing it when no grant is left).
 func (s *fileStore) update(p Principal, change func(f *grantFile) (bool, error)) error {
-	h := p.hash()
+	h := p.Hash()
 	unlock, err := statefile.Lock(filepath.Join(s.dir, h+".lock"), true)
 	if errors.Is(err, statefile.ErrNoLocks) {
 		return fmt.Errorf("grants kept in files need file locks, which this system lacks: keep them in Redis (session_store): %w", err)
@@ -104,7 +104,7 @@ func (s *fileStore) update(p Principal, change func(f *grantFile) (bool, error))
 }
 
 func (s *fileStore) get(_ context.Context, p Principal, upstream string) (Grant, string, error) {
-	f, err := s.read(p.hash())
+	f, err := s.read(p.Hash())
 	if err != nil {
 		return Grant{}, "", err
 	}
@@ -114,7 +114,7 @@ func (s *fileStore) get(_ context.Context, p Principal, upstream string) (Grant,
 	}
 	g, err := s.c.open(p, upstream, v)
 	if err != nil {
-		return Grant{}, string(v), fmt.Errorf("%s: %w", s.path(p.hash()), err)
+		return Grant{}, string(v), fmt.Errorf("%s: %w", s.path(p.Hash()), err)
 	}
 	return g, string(v), nil
 }
@@ -166,7 +166,7 @@ func (s *fileStore) del(_ context.Context, p Principal, upstream string) error {
 }
 
 func (s *fileStore) list(_ context.Context, p Principal) ([]GrantInfo, error) {
-	f, err := s.read(p.hash())
+	f, err := s.read(p.Hash())
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func (s *fileStore) listAll(_ context.Context, after string, limit int) ([]Grant
 // refreshLockPath is the file flocked while the grant of p and upstream is refreshed.
 func (s *fileStore) refreshLockPath(p Principal, upstream string) string {
 	sum := sha256.Sum256([]byte(upstream))
-	return filepath.Join(s.dir, p.hash()+"."+hex.EncodeToString(sum[:8])+".refresh")
+	return filepath.Join(s.dir, p.Hash()+"."+hex.EncodeToString(sum[:8])+".refresh")
 }
 
 // tryLock flocks the refresh lock file without waiting; the lock has no ttl: it goes with

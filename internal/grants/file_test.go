@@ -17,7 +17,7 @@ import (
 func fileBacking(t *testing.T) (backing, string) {
 	dir := t.TempDir()
 	keys := testKeys(t)
-	path := func(p Principal) string { return filepath.Join(dir, "grants", p.hash()+".json") }
+	path := func(p Principal) string { return filepath.Join(dir, "grants", p.Hash()+".json") }
 	readFile := func(t *testing.T, p Principal) map[string]any {
 		b, err := os.ReadFile(path(p))
 		if err != nil {
@@ -101,7 +101,7 @@ func TestFileModes(t *testing.T) {
 			t.Errorf("%s: %v, %v; want mode 0600", e.Name(), info.Mode(), err)
 		}
 	}
-	if want := []string{alice.hash() + ".json", alice.hash() + ".lock"}; fmt.Sprint(names) != fmt.Sprint(want) {
+	if want := []string{alice.Hash() + ".json", alice.Hash() + ".lock"}; fmt.Sprint(names) != fmt.Sprint(want) {
 		t.Errorf("files %q, want %q", names, want)
 	}
 }
@@ -141,7 +141,7 @@ func TestFileCorrupt(t *testing.T) {
 	if err := v.Put(ctx, grant(alice, "github", time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "grants", alice.hash()+".json"), []byte("{not json"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "grants", alice.Hash()+".json"), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := v.Get(ctx, alice, "github")

@@ -89,9 +89,9 @@ type Principal struct {
 // String names the principal in errors: subject@issuer.
 func (p Principal) String() string { return p.Subject + "@" + p.Issuer }
 
-// hash is the principal's name in keys and file names: the first 32 hex digits of the
-// SHA-256 of issuer, NUL, subject.
-func (p Principal) hash() string {
+// Hash is the principal's name in keys and file names, which names no user: the first 32
+// hex digits of the SHA-256 of issuer, NUL, subject.
+func (p Principal) Hash() string {
 	sum := sha256.Sum256([]byte(p.Issuer + "\x00" + p.Subject))
 	return hex.EncodeToString(sum[:16])
 }

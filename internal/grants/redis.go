@@ -42,11 +42,11 @@ const principalField = ""
 func (s *redisStore) hashKey(h string) string { return s.prefix + ":{" + h + "}" }
 func (s *redisStore) indexKey() string        { return s.prefix + ":index" }
 func (s *redisStore) lockKey(p Principal, upstream string) string {
-	return s.hashKey(p.hash()) + ":refresh:" + upstream
+	return s.hashKey(p.Hash()) + ":refresh:" + upstream
 }
 
 func (s *redisStore) get(ctx context.Context, p Principal, upstream string) (Grant, string, error) {
-	v, err := s.client.HGet(ctx, s.hashKey(p.hash()), upstream).Result()
+	v, err := s.client.HGet(ctx, s.hashKey(p.Hash()), upstream).Result()
 	if errors.Is(err, redis.Nil) {
 		return Grant{}, "", ErrNotFound
 	}
@@ -62,7 +62,7 @@ func (s *redisStore) put(ctx context.Context, g Grant) error {
 	if err != nil {
 		return err
 	}
-	h := g.Principal.hash()
+	h := g.Principal.Hash()
 	// The grant first, then the index: a Delete that empties the hash meanwhile sees the
 	// grant when it checks again after taking the principal out of the index (scriptDelete).
 	if err := s.client.HSet(ctx, s.hashKey(h), principalField, s.c.sealPrincipal(g.Principal), g.Upstream, sealed).Err(); err != nil {
@@ -105,25 +105,25 @@ func (s *redisStore) swap(ctx context.Context, p Principal, upstream, rev string
 		}
 		v = string(sealed)
 	}
-	n, err := scriptSwap.Run(ctx, s.client, []string{s.hashKey(p.hash())}, upstream, rev, v).Int()
+	n, err := scriptSwap.Run(ctx, s.client, []string{s.hashKey(p.Hash())}, upstream, rev, v).Int()
 	if err != nil {
 		return false, err
 	}
 	if n == 0 {
-		return true, s.unindex(ctx, p.hash())
+		return true, s.unindex(ctx, p.Hash())
 	}
 	return n > 0, nil
 }
 
 func (s *redisStore) del(ctx context.Context, p Principal, upstream string) error {
-	n, err := scriptDelete.Run(ctx, s.client, []string{s.hashKey(p.hash())}, upstream).Int()
+	n, err := scriptDelete.Run(ctx, s.client, []string{s.hashKey(p.Hash())}, upstream).Int()
 	switch {
 	case err != nil:
 		return err
 	case n < 0:
 		return ErrNotFound
 	case n == 0:
-		return s.unindex(ctx, p.hash())
+		return s.unindex(ctx, p.Hash())
 	}
 	return nil
 }
@@ -142,7 +142,7 @@ func (s *redisStore) unindex(ctx context.Context, h string) error {
 }
 
 func (s *redisStore) list(ctx context.Context, p Principal) ([]GrantInfo, error) {
-	all, err := s.client.HGetAll(ctx, s.hashKey(p.hash())).Result()
+	all, err := s.client.HGetAll(ctx, s.hashKey(p.Hash())).Result()
 	if err != nil {
 		return nil, err
 	}

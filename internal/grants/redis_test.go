@@ -23,7 +23,7 @@ func redisBacking(t *testing.T) (backing, *redis.Client, string) {
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
 	t.Cleanup(func() { _ = c.Close() })
 	keys := testKeys(t)
-	hashKey := func(p Principal) string { return prefix + ":grants:{" + p.hash() + "}" }
+	hashKey := func(p Principal) string { return prefix + ":grants:{" + p.Hash() + "}" }
 	ctx := context.Background()
 	return backing{
 		open: func(t *testing.T, opts *Options) *Vault {
@@ -97,7 +97,7 @@ func TestRedisKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag := "{" + alice.hash() + "}"
+	tag := "{" + alice.Hash() + "}"
 	want := map[string]bool{prefix + ":grants:index": true, prefix + ":grants:" + tag: true, prefix + ":grants:" + tag + ":refresh:github": true}
 	got := map[string]bool{}
 	for _, k := range keys {

@@ -67,7 +67,7 @@ func (v *Vault) refreshShared(ctx context.Context, p Principal, upstream, reject
 	if !v.due(g, rejected) {
 		return g, nil
 	}
-	k := p.hash() + "\x00" + upstream
+	k := p.Hash() + "\x00" + upstream
 	v.mu.Lock()
 	if v.closed {
 		v.mu.Unlock()

@@ -262,10 +262,17 @@ func TestMemorySharedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := 0
 	for _, p := range list {
-		if p.Tool == "t0_0" && (p.Hash != changed.h || p.By != "alice") {
-			t.Errorf("the first store's pin = %+v, want the change accepted by alice", p)
+		if p.Tool == "t0_0" {
+			seen++
+			if p.Hash != changed.h || p.By != "alice" {
+				t.Errorf("the first store's pin = %+v, want the change accepted by alice", p)
+			}
 		}
+	}
+	if seen != 1 {
+		t.Errorf("the first store lists t0_0 %d times, want once", seen)
 	}
 }
 

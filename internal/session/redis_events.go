@@ -163,7 +163,14 @@ func (l *RedisEventLog) currentKey(digest string) string {
 // the queue's size the append is dropped and counted (the stream then resumes only where it
 // is held).
 func (l *RedisEventLog) Append(sessionID, streamID string, events []LoggedEvent, complete bool) {
-	l.queueOp(logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, events: events, complete: complete, start: len(events) == 0 && !complete})
+	l.queueOp(l.newAppend(sessionID, streamID, events, complete))
+}
+
+// newAppend is the append of a stream's events, and its end when complete; one with neither
+// starts the stream.
+func (l *RedisEventLog) newAppend(sessionID, streamID string, events []LoggedEvent, complete bool) logAppend {
+	return logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, events: events, complete: complete,
+		start: len(events) == 0 && !complete}
 }
 
 // errLogClosed is AppendWait's error once Close stopped the writer.
@@ -174,8 +181,8 @@ var errLogClosed = errors.New("event log: closed")
 // the log holds its id already, written first, counts as written). It returns ctx's error when
 // ctx ends first; the append may still be written then.
 func (l *RedisEventLog) AppendWait(ctx context.Context, sessionID, streamID string, events []LoggedEvent, complete bool) error {
-	op := logAppend{key: l.key(sessionID, streamID), digest: sessionHash(sessionID), stream: streamID, events: events, complete: complete,
-		start: len(events) == 0 && !complete, written: make(chan error, 1)}
+	op := l.newAppend(sessionID, streamID, events, complete)
+	op.written = make(chan error, 1)
 	l.completeOp(&op)
 	select {
 	case l.queue <- op:

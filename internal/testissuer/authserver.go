@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/manifold-mcp/manifold/internal/loopback"
 )
 
 // The authorization server's paths, below URL.
@@ -411,7 +411,7 @@ func fetchMetadataDocument(ctx context.Context, id string) (*client, error) {
 	if err != nil || u.Host == "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("client id %q is no metadata document URL", id)
 	}
-	if ip := net.ParseIP(u.Hostname()); u.Scheme == "http" && u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if u.Scheme == "http" && !loopback.Host(u.Host) {
 		return nil, fmt.Errorf("client id %q: a metadata document is read over https, or plain http from loopback", id)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
